@@ -1,0 +1,79 @@
+# Finds what ember builds against and says what it found. Required: LuaJIT, OpenBLAS,
+# OpenMP. Optional (a feature is switched off, never a failed build): ZeroMQ, libyaml,
+# MPI, readline, CUDA toolkit, cuDNN, NCCL.
+find_package(PkgConfig REQUIRED)
+find_package(OpenMP REQUIRED COMPONENTS C)
+
+# LuaJIT
+pkg_check_modules(LUAJIT REQUIRED luajit)
+find_library(LUAJIT_LIBRARY NAMES luajit-5.1 HINTS ${LUAJIT_LIBRARY_DIRS} REQUIRED)
+find_path(LUAJIT_INCLUDE_DIR luajit.h HINTS ${LUAJIT_INCLUDE_DIRS} REQUIRED)
+find_program(LUAJIT_EXECUTABLE NAMES luajit REQUIRED)
+
+# OpenBLAS: prefer the OpenMP build so that BLAS and ember's own loops share one pool.
+find_library(EMBER_BLAS_LIBRARY NAMES openblas
+  PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp
+  NO_DEFAULT_PATH)
+if(NOT EMBER_BLAS_LIBRARY)
+  find_library(EMBER_BLAS_LIBRARY NAMES openblas REQUIRED)
+endif()
+find_path(EMBER_BLAS_INCLUDE_DIR cblas.h
+  PATHS /usr/include/x86_64-linux-gnu/openblas-openmp /usr/include/aarch64-linux-gnu/openblas-openmp
+        /usr/include/openblas /usr/include REQUIRED)
+
+set(EMBER_FEATURES "openblas openmp")
+
+# libyaml (pipelines)
+find_library(YAML_LIBRARY NAMES yaml)
+find_path(YAML_INCLUDE_DIR yaml.h)
+if(YAML_LIBRARY AND YAML_INCLUDE_DIR)
+  set(EMBER_HAVE_YAML ON)
+  string(APPEND EMBER_FEATURES " yaml")
+else()
+  set(YAML_LIBRARY "")
+endif()
+
+# ZeroMQ (data pipeline)
+pkg_check_modules(ZMQ libzmq)
+if(ZMQ_FOUND)
+  set(EMBER_HAVE_ZMQ ON)
+  string(APPEND EMBER_FEATURES " zeromq")
+endif()
+
+# MPI (collectives, control plane)
+find_package(MPI COMPONENTS C QUIET)
+if(MPI_C_FOUND)
+  set(EMBER_HAVE_MPI ON)
+  string(APPEND EMBER_FEATURES " mpi")
+endif()
+
+# Line editing for the REPL: readline, else libedit, else plain fgets.
+find_library(EMBER_READLINE_LIBRARY NAMES readline edit)
+find_path(EMBER_READLINE_INCLUDE_DIR readline/readline.h)
+if(EMBER_READLINE_LIBRARY AND EMBER_READLINE_INCLUDE_DIR)
+  set(EMBER_HAVE_READLINE ON)
+  string(APPEND EMBER_FEATURES " readline")
+else()
+  set(EMBER_READLINE_LIBRARY "")
+endif()
+
+# CUDA toolkit, cuDNN, NCCL: detected here; the CUDA backend is built by its own issue.
+find_program(EMBER_NVCC nvcc PATHS /usr/local/cuda/bin)
+find_library(EMBER_CUDART_LIBRARY cudart PATHS /usr/local/cuda/lib64)
+find_library(EMBER_CUDNN_LIBRARY cudnn PATHS /usr/local/cuda/lib64)
+find_library(EMBER_NCCL_LIBRARY nccl PATHS /usr/local/cuda/lib64)
+if(EMBER_NVCC AND EMBER_CUDART_LIBRARY)
+  string(APPEND EMBER_FEATURES " cuda-toolkit")
+endif()
+if(EMBER_CUDNN_LIBRARY)
+  string(APPEND EMBER_FEATURES " cudnn")
+endif()
+if(EMBER_NCCL_LIBRARY)
+  string(APPEND EMBER_FEATURES " nccl")
+endif()
+
+message(STATUS "ember features: ${EMBER_FEATURES}")
+message(STATUS "  BLAS:     ${EMBER_BLAS_LIBRARY}")
+message(STATUS "  LuaJIT:   ${LUAJIT_LIBRARY}")
+message(STATUS "  readline: ${EMBER_READLINE_LIBRARY}")
+message(STATUS "  CUDA:     ${EMBER_NVCC} cuDNN: ${EMBER_CUDNN_LIBRARY} NCCL: ${EMBER_NCCL_LIBRARY}")

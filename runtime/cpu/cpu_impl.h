@@ -1,0 +1,78 @@
+/* cpu_impl.h - shared machinery of the CPU backend: the strided iterator that every
+ * elementwise kernel runs on, and dtype dispatch macros. */
+#ifndef EMBER_CPU_IMPL_H
+#define EMBER_CPU_IMPL_H
+
+#include "core/core_impl.h"
+#include "tensor/backend.h"
+
+/* ---- strided iteration ----
+ * Operands share one shape (inputs may be broadcast views with zero strides). Dims of
+ * size 1 are dropped and neighbouring dims that are contiguous in every operand are
+ * merged, so most calls become one flat loop. Work is split into equal element ranges
+ * across OpenMP threads when the tensor is large, so rows never limit the parallelism. */
+#define EM_ITER_MAX_OPS 4
+
+typedef struct em_iter {
+  int nops;
+  int ndim;                                    /* >= 1 after init */
+  int64_t numel;
+  int64_t sizes[EM_MAX_DIMS];                  /* outermost first */
+  int64_t strides[EM_ITER_MAX_OPS][EM_MAX_DIMS]; /* bytes */
+  char *data[EM_ITER_MAX_OPS];
+} em_iter;
+
+/* The inner loop: n elements along the innermost dim; strides in bytes. */
+typedef void (*em_loop_fn)(char **data, const int64_t *strides, int64_t n, void *ctx);
+
+void em_iter_init(em_iter *it, int nops, const em_tensor *const *ops);
+/* Runs fn over every element; parallel when numel >= grain (0 means EM_PARALLEL_GRAIN). */
+void em_iter_for_each(const em_iter *it, em_loop_fn fn, void *ctx, int64_t grain);
+/* True when every operand's innermost stride equals its element size. */
+static inline int em_iter_inner_contiguous(const int64_t *strides, const size_t *elsize, int nops) {
+  for (int i = 0; i < nops; i++)
+    if (strides[i] != (int64_t)elsize[i]) return 0;
+  return 1;
+}
+
+/* ---- dtype dispatch ----
+ * EM_DISPATCH(dtype, opname, BODY) runs BODY with `scalar_t` set to the C type. The
+ * MATH variant covers types with native arithmetic (not float16/bfloat16). */
+#define EM_DTYPE_CASE(ENUM, CTYPE, ...) \
+  case ENUM: {                          \
+    typedef CTYPE scalar_t;             \
+    __VA_ARGS__;                        \
+  } break;
+
+#define EM_DISPATCH_MATH(dtype, opname, ...)                                                     \
+  switch (dtype) {                                                                               \
+    EM_DTYPE_CASE(EM_FLOAT32, float, __VA_ARGS__)                                                \
+    EM_DTYPE_CASE(EM_FLOAT64, double, __VA_ARGS__)                                               \
+    EM_DTYPE_CASE(EM_INT32, int32_t, __VA_ARGS__)                                                \
+    EM_DTYPE_CASE(EM_INT64, int64_t, __VA_ARGS__)                                                \
+    EM_DTYPE_CASE(EM_UINT8, uint8_t, __VA_ARGS__)                                                \
+    EM_DTYPE_CASE(EM_BOOL, uint8_t, __VA_ARGS__)                                                 \
+    default:                                                                                     \
+      return em_set_error(EM_ERR_DTYPE, "%s: dtype %s is not supported on the CPU (convert with " \
+                          "to('float32') first)", (opname), em_dtype_name(dtype));               \
+  }
+
+#define EM_DISPATCH_FLOAT(dtype, opname, ...)                                                      \
+  switch (dtype) {                                                                                 \
+    EM_DTYPE_CASE(EM_FLOAT32, float, __VA_ARGS__)                                                  \
+    EM_DTYPE_CASE(EM_FLOAT64, double, __VA_ARGS__)                                                 \
+    default:                                                                                       \
+      return em_set_error(EM_ERR_DTYPE, "%s: expected a float32 or float64 tensor, got %s", (opname), \
+                          em_dtype_name(dtype));                                                   \
+  }
+
+/* Aligned host allocation used by the CPU backend (64 bytes: one cache line, AVX-512). */
+void *em_cpu_alloc(size_t nbytes, em_device device);
+void em_cpu_free(void *ptr, size_t nbytes, em_device device);
+
+/* Kernels, one group per file. */
+em_status em_cpu_copy(em_tensor *dst, const em_tensor *src);
+em_status em_cpu_fill(em_tensor *t, double value);
+em_status em_cpu_arange(em_tensor *t, double start, double step);
+
+#endif

@@ -1,0 +1,89 @@
+/* ember/core.h - errors, dtypes, devices, threads and memory accounting.
+ *
+ * Every function that can fail returns an em_status; on failure the message is kept
+ * thread-locally and read with em_last_error(). Messages name the operation, what it was
+ * given and what it expected, e.g. "add: shapes [2, 3] and [4] cannot be broadcast".
+ *
+ * Lines between EM_FFI_BEGIN and EM_FFI_END are turned into LuaJIT FFI declarations by
+ * bindings/gen_cdefs.lua, so they must stay plain C declarations (no macros in them). */
+#ifndef EMBER_CORE_H
+#define EMBER_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* EM_FFI_BEGIN */
+typedef enum em_status {
+  EM_OK = 0,
+  EM_ERR_ARGUMENT,     /* a bad argument value (negative size, unknown option) */
+  EM_ERR_SHAPE,        /* shapes that do not fit together */
+  EM_ERR_DTYPE,        /* a dtype the operation does not take */
+  EM_ERR_INDEX,        /* an index out of range */
+  EM_ERR_MEMORY,       /* allocation failed */
+  EM_ERR_IO,           /* a file could not be opened, read or written */
+  EM_ERR_FORMAT,       /* a file's contents are malformed */
+  EM_ERR_DEVICE,       /* a device that is absent or a cross-device mix */
+  EM_ERR_UNSUPPORTED,  /* valid, but not built or not implemented for this dtype/device */
+  EM_ERR_RUNTIME       /* anything else */
+} em_status;
+
+typedef enum em_dtype {
+  EM_FLOAT32 = 0,
+  EM_FLOAT64,
+  EM_FLOAT16,   /* storage and conversion only */
+  EM_BFLOAT16,  /* storage and conversion only */
+  EM_INT32,
+  EM_INT64,
+  EM_UINT8,
+  EM_BOOL,      /* one byte, 0 or 1 */
+  EM_NUM_DTYPES
+} em_dtype;
+
+typedef enum em_device_type { EM_CPU = 0, EM_CUDA = 1, EM_NUM_DEVICE_TYPES } em_device_type;
+
+typedef struct em_device {
+  int32_t type;   /* em_device_type */
+  int32_t index;  /* device ordinal; 0 for the CPU */
+} em_device;
+
+/* Errors (thread-local). */
+const char *em_last_error(void);
+em_status em_last_status(void);
+void em_clear_error(void);
+em_status em_set_error(em_status code, const char *fmt, ...);
+
+/* dtypes */
+const char *em_dtype_name(em_dtype dtype);           /* "float32" ... */
+em_status em_dtype_from_name(const char *name, em_dtype *out);
+size_t em_dtype_size(em_dtype dtype);                 /* bytes per element */
+int em_dtype_is_floating(em_dtype dtype);
+em_dtype em_dtype_promote(em_dtype a, em_dtype b);    /* PyTorch-style promotion */
+
+/* devices */
+em_status em_device_parse(const char *name, em_device *out);   /* "cpu", "cuda", "cuda:1" */
+int em_device_count(em_device_type type);              /* 0 when the backend is absent */
+int em_device_available(em_device device);
+
+/* Threads: one knob for ember's OpenMP loops and OpenBLAS. */
+void em_set_num_threads(int n);
+int em_get_num_threads(void);
+
+/* Memory accounting over every storage on every device (bytes). */
+int64_t em_memory_allocated(void);
+int64_t em_memory_peak(void);
+void em_memory_reset_peak(void);
+
+/* Build information. */
+const char *em_version(void);
+const char *em_build_features(void);   /* space separated, e.g. "openblas openmp yaml" */
+const char *em_blas_config(void);
+/* EM_FFI_END */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

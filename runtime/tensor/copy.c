@@ -1,0 +1,61 @@
+/* copy.c - copies between tensors: contiguous, clone, copy_ (broadcasting, converting)
+ * and to (dtype and device). */
+#include "backend.h"
+
+static int same_device(em_device a, em_device b) { return a.type == b.type && a.index == b.index; }
+
+/* The backend that moves data between src's and dst's devices: the non-CPU side owns
+ * host<->device transfers, as cudaMemcpy does. */
+static const em_backend *copy_backend(const em_tensor *dst, const em_tensor *src) {
+  em_device d = dst->storage->device, s = src->storage->device;
+  return em_backend_for("copy", d.type != EM_CPU ? d : s);
+}
+
+em_status em_copy_(em_tensor *dst, const em_tensor *src) {
+  em_status st;
+  if ((st = em_check_tensor("copy_", dst, "destination")) || (st = em_check_tensor("copy_", src, "source"))) return st;
+  em_tensor *expanded = NULL;
+  if ((st = em_broadcast_to("copy_", &expanded, src, dst->ndim, dst->sizes))) return st;
+  const em_backend *be = copy_backend(dst, src);
+  st = be ? EM_BACKEND_CALL("copy_", be, copy, dst, expanded) : em_last_status();
+  em_tensor_release(expanded);
+  return st;
+}
+
+em_status em_clone(em_tensor **out, const em_tensor *a) {
+  em_status st = em_check_tensor("clone", a, "tensor");
+  if (st || (st = em_empty_like(out, a))) return st;
+  if ((st = em_copy_(*out, a))) {
+    em_tensor_release(*out);
+    *out = NULL;
+  }
+  return st;
+}
+
+em_status em_contiguous(em_tensor **out, const em_tensor *a) {
+  em_status st = em_check_tensor("contiguous", a, "tensor");
+  if (st) return st;
+  if (em_tensor_is_contiguous(a)) {
+    em_tensor_retain((em_tensor *)a);
+    *out = (em_tensor *)a;
+    return EM_OK;
+  }
+  return em_clone(out, a);
+}
+
+em_status em_to(em_tensor **out, const em_tensor *a, em_dtype dtype, em_device device) {
+  em_status st = em_check_tensor("to", a, "tensor");
+  if (st) return st;
+  if ((int)dtype < 0 || dtype >= EM_NUM_DTYPES) return em_set_error(EM_ERR_DTYPE, "to: invalid dtype %d", dtype);
+  if (a->dtype == dtype && same_device(a->storage->device, device)) {
+    em_tensor_retain((em_tensor *)a);
+    *out = (em_tensor *)a;
+    return EM_OK;
+  }
+  if ((st = em_empty(out, a->ndim, a->sizes, dtype, device))) return st;
+  if ((st = em_copy_(*out, a))) {
+    em_tensor_release(*out);
+    *out = NULL;
+  }
+  return st;
+}

@@ -1,0 +1,8 @@
+describe('smoke', function()
+  it('creates zeros', function()
+    local t = ember.zeros(2, 3)
+    assert.are.same({2, 3}, t.shape)
+    assert.are.equal('float32', t.dtype)
+    assert.are.equal('cpu', t.device)
+  end)
+end)
