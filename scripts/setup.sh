@@ -1,0 +1,31 @@
+#!/bin/sh
+# Installs the Debian packages ember needs (only the missing ones) and builds it into
+# build/. Safe to run again: it does nothing that is already done.
+#   scripts/setup.sh            install + release build
+#   BUILD_DIR=dir CMAKE_ARGS='-DEMBER_SANITIZE=ON' scripts/setup.sh
+set -eu
+cd "$(dirname "$0")/.."
+
+PACKAGES="build-essential cmake pkg-config git
+luajit libluajit-5.1-dev libopenblas-openmp-dev libzmq3-dev libyaml-dev
+libopenmpi-dev openmpi-bin libreadline-dev libturbojpeg0-dev
+libcmocka-dev lua-busted tmux python3 python3-numpy dataset-fashion-mnist"
+
+missing=""
+for p in $PACKAGES; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "setup: installing$missing"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+fi
+
+BUILD_DIR=${BUILD_DIR:-build}
+JOBS=$(nproc 2>/dev/null || echo 2)
+# shellcheck disable=SC2086
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} ${CMAKE_ARGS:-} >"$BUILD_DIR.configure.log" 2>&1 \
+  || { cat "$BUILD_DIR.configure.log"; exit 1; }
+cmake --build "$BUILD_DIR" -j "$JOBS"
