@@ -21,10 +21,14 @@ for i = 2, #arg do
     io.stderr:write('gen_cdefs.lua: ', arg[i], ' has no EM_FFI_BEGIN/EM_FFI_END block\n')
   end
 end
--- core.h first: every other header uses its types.
+-- core.h, then tensor.h: every other header uses their types.
+local rank = { ['core.h'] = 1, ['tensor.h'] = 2 }
+local function rank_of(part)
+  return rank[part:match('^/%* from ([^ ]+) %*/')] or 3
+end
 table.sort(parts, function(a, b)
-  local ca, cb = a:find('from core.h', 1, true) ~= nil, b:find('from core.h', 1, true) ~= nil
-  if ca ~= cb then return ca end
+  local ra, rb = rank_of(a), rank_of(b)
+  if ra ~= rb then return ra < rb end
   return a < b
 end)
 local tmp = out_path .. '.tmp'

@@ -6,9 +6,31 @@ local ffi = require 'ffi'
 
 ffi.cdef(require 'ember.cdefs')
 
+-- Debian's OpenBLAS 0.3.21 does not recognise recent Xeons and falls back to slow SSE3
+-- kernels; it reads OPENBLAS_CORETYPE when it loads. The ember host sets it before
+-- OpenBLAS loads; from a stock luajit, OpenBLAS loads with libember below, so set it here.
+local function select_blas_kernels()
+  if os.getenv('OPENBLAS_CORETYPE') then return end
+  local f = io.open('/proc/cpuinfo', 'r')
+  if not f then return end
+  local flags = ''
+  for line in f:lines() do
+    if line:match('^flags') then flags = ' ' .. line .. ' '; break end
+  end
+  f:close()
+  local core
+  if flags:find(' avx512f ') and flags:find(' avx512bw ') and flags:find(' avx512vl ') then core = 'SkylakeX'
+  elseif flags:find(' avx2 ') and flags:find(' fma ') then core = 'Haswell' end
+  if core then
+    ffi.cdef('int setenv(const char *name, const char *value, int overwrite);')
+    ffi.C.setenv('OPENBLAS_CORETYPE', core, 1)
+  end
+end
+
 local function load_library()
   local ok = pcall(function() return ffi.C.em_version end)
   if ok then return ffi.C end
+  select_blas_kernels()
   local path = os.getenv('EMBER_LIB') or package.searchpath('libember', package.cpath)
   if not path then
     error("ember: cannot find libember.so; set LUA_CPATH to include the build folder " ..
@@ -24,4 +46,5 @@ ember._VERSION = ffi.string(ember.C.em_version())
 
 package.loaded['ember'] = ember   -- submodules may require 'ember' while it loads
 require('ember.tensor')(ember)
+require('ember.io')(ember)
 return ember

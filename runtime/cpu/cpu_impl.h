@@ -74,5 +74,34 @@ void em_cpu_free(void *ptr, size_t nbytes, em_device device);
 em_status em_cpu_copy(em_tensor *dst, const em_tensor *src);
 em_status em_cpu_fill(em_tensor *t, double value);
 em_status em_cpu_arange(em_tensor *t, double start, double step);
+/* elementwise (elementwise.c: binary ops, where, clamp, add_scaled; unary.c: unary ops) */
+em_status em_cpu_binary(em_binop op, em_tensor *out, const em_tensor *a, const em_tensor *b);
+em_status em_cpu_binary_scalar(em_binop op, em_tensor *out, const em_tensor *a, double s, int reversed);
+em_status em_cpu_unary(em_unop op, em_tensor *out, const em_tensor *a);
+em_status em_cpu_where(em_tensor *out, const em_tensor *cond, const em_tensor *a, const em_tensor *b);
+em_status em_cpu_clamp(em_tensor *out, const em_tensor *a, double low, double high);
+em_status em_cpu_add_scaled(em_tensor *out, const em_tensor *a, const em_tensor *b, double alpha);
+/* linear algebra (gemm.c), indexing (index.c), random fills (random.c) */
+em_status em_cpu_gemm(em_tensor *out, const em_tensor *a, const em_tensor *b, double alpha, double beta);
+em_status em_cpu_index_select(em_tensor *out, const em_tensor *a, int dim, const em_tensor *index, int base);
+em_status em_cpu_gather(em_tensor *out, const em_tensor *a, int dim, const em_tensor *index, int base);
+em_status em_cpu_scatter(em_tensor *self, int dim, const em_tensor *index, const em_tensor *src, double value,
+                         int accumulate, int base);
+em_status em_cpu_index_add(em_tensor *self, int dim, const em_tensor *index, const em_tensor *src, double alpha,
+                           int base);
+em_status em_cpu_index_fill(em_tensor *self, int dim, const em_tensor *index, double value, int base);
+em_status em_cpu_masked_fill(em_tensor *self, const em_tensor *mask, double value);
+em_status em_cpu_masked_select(em_tensor *out, const em_tensor *a, const em_tensor *mask);
+em_status em_cpu_nonzero(em_tensor *out, const em_tensor *a, int base);
+em_status em_cpu_count_nonzero(const em_tensor *a, int64_t *count);
+em_status em_cpu_random(em_tensor *t, const em_random_params *p);
+/* reductions (reduce.c), softmax and scans along a dim (softmax.c), sort and top-k (sort.c) */
+em_status em_cpu_reduce(em_redop op, em_tensor *out, em_tensor *indices, const em_tensor *a, int nreduce, double p,
+                        int base);
+em_status em_cpu_var(em_tensor *out, const em_tensor *a, int nreduce, double correction, int take_sqrt);
+em_status em_cpu_scan(int prod, em_tensor *out, const em_tensor *a, int dim);
+em_status em_cpu_softmax(em_tensor *out, const em_tensor *a, int dim, int log);
+em_status em_cpu_sort(em_tensor *values, em_tensor *indices, const em_tensor *a, int dim, int descending, int64_t k,
+                      int base);
 
 #endif

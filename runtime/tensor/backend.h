@@ -10,7 +10,30 @@
 
 #include "tensor_impl.h"
 
-typedef enum em_random_kind { EM_RANDOM_UNIFORM, EM_RANDOM_NORMAL, EM_RANDOM_INT, EM_RANDOM_BERNOULLI } em_random_kind;
+typedef enum em_random_kind {
+  EM_RANDOM_UNIFORM, EM_RANDOM_NORMAL, EM_RANDOM_INT, EM_RANDOM_BERNOULLI,
+  EM_RANDOM_PERM /* t (1-d, n elements) receives a permutation of 0..n-1 */
+} em_random_kind;
+
+/* One fill from the Philox stream (see core/philox.h for the counter layout). */
+typedef struct em_random_params {
+  em_random_kind kind;
+  double a, b;           /* uniform [a, b); normal mean a, std b; bernoulli p = a */
+  int64_t low, high;     /* randint [low, high), exact over all of int64 */
+  uint64_t seed, offset; /* Philox key and first block */
+} em_random_params;
+
+/* Hyper-parameters of one fused optimizer step (runtime/optim has checked them). */
+typedef struct em_sgd_args {
+  double lr, momentum, dampening, weight_decay;
+  int nesterov, first_step, maximize;
+} em_sgd_args;
+
+typedef struct em_adam_args {
+  double lr, beta1, beta2, eps, weight_decay;
+  int decoupled, maximize;
+  int64_t step;
+} em_adam_args;
 
 typedef struct em_backend {
   const char *name;
@@ -31,7 +54,12 @@ typedef struct em_backend {
   em_status (*clamp)(em_tensor *out, const em_tensor *a, double low, double high);
   em_status (*add_scaled)(em_tensor *out, const em_tensor *a, const em_tensor *b, double alpha);
   /* reductions: a's last nreduce dims are reduced; out (and indices) are contiguous with
-   * a's leading dims. p is the norm order for EM_NORM. */
+   * a's leading dims. p is the norm order for EM_NORM. Positions (indices, argmax) are
+   * flat over the reduced dims, counted from base. The dtype is the input's; out is
+   * int64 for integer sum/prod, bool for any/all, int64 for argmax/argmin.
+   * scan and softmax: a and out are contiguous with one shape (out int64 for an integer
+   * scan). sort: any strides; values and indices have a's shape with k along dim, hold
+   * the first k of the sorted row; indices may be NULL. */
   em_status (*reduce)(em_redop op, em_tensor *out, em_tensor *indices, const em_tensor *a,
                       int nreduce, double p, int base);
   em_status (*var)(em_tensor *out, const em_tensor *a, int nreduce, double correction, int take_sqrt);
@@ -39,7 +67,9 @@ typedef struct em_backend {
   em_status (*softmax)(em_tensor *out, const em_tensor *a, int dim, int log);
   em_status (*sort)(em_tensor *values, em_tensor *indices, const em_tensor *a, int dim,
                     int descending, int64_t k, int base);
-  /* batched GEMM: out[B,M,N] = alpha * a[B,M,K] @ b[B,K,N] + beta * out; any strides */
+  /* batched GEMM: out[...,M,N] = alpha * a[...,M,K] @ b[...,K,N] + beta * out; the three
+   * share ndim >= 2 and the leading (batch) sizes; any strides (broadcast batch dims
+   * arrive as zero strides); beta == 0 never reads out */
   em_status (*gemm)(em_tensor *out, const em_tensor *a, const em_tensor *b, double alpha, double beta);
   /* indexing */
   em_status (*index_select)(em_tensor *out, const em_tensor *a, int dim, const em_tensor *index, int base);
@@ -52,9 +82,19 @@ typedef struct em_backend {
   em_status (*masked_fill)(em_tensor *self, const em_tensor *mask, double value);
   em_status (*masked_select)(em_tensor *out, const em_tensor *a, const em_tensor *mask);
   em_status (*nonzero)(em_tensor *out, const em_tensor *a, int base);
+  /* how many elements of a are nonzero (sizes the results of masked_select and nonzero) */
+  em_status (*count_nonzero)(const em_tensor *a, int64_t *count);
   /* random: fills t from the Philox stream (seed, offset) */
-  em_status (*random)(em_tensor *t, em_random_kind kind, double a, double b, uint64_t seed,
-                      uint64_t offset);
+  em_status (*random)(em_tensor *t, const em_random_params *p);
+  /* optim: fused in-place updates over lists of n parameters. grads[i] == NULL skips
+   * parameter i; each parameter's gradient and state tensors share its shape and dtype
+   * (float32/float64), any strides. bufs may be NULL when momentum == 0. grad_norm adds
+   * sum |g|^p over every gradient to *acc (float64), or for p = inf takes the max |g|. */
+  em_status (*optim_sgd)(int n, em_tensor *const *params, const em_tensor *const *grads, em_tensor *const *bufs,
+                         const em_sgd_args *args);
+  em_status (*optim_adam)(int n, em_tensor *const *params, const em_tensor *const *grads, em_tensor *const *exp_avgs,
+                          em_tensor *const *exp_avg_sqs, const em_adam_args *args);
+  em_status (*optim_grad_norm)(int n, const em_tensor *const *grads, double p, double *acc);
 } em_backend;
 
 /* The backend for a device, or NULL with an error naming op when it is not available. */

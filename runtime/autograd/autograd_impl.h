@@ -1,0 +1,124 @@
+/* autograd_impl.h - the tape: nodes, edges and the per-tensor autograd record, shared by
+ * the engine (engine.c, meta.c) and the differentiable ops (ops_*.c). */
+#ifndef EMBER_AUTOGRAD_IMPL_H
+#define EMBER_AUTOGRAD_IMPL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include "ember/autograd.h"
+#include "tensor/tensor_impl.h"
+
+#define EM_NODE_MAX_SAVED 6
+#define EM_NODE_MAX_OUTPUTS 2
+
+typedef struct em_node em_node;
+
+/* Computes grad_in[i] (new references, NULL for none) from grad_out[j] (borrowed; NULL
+ * when that output got no gradient). needs_input_grad(n, i) says which are wanted. */
+typedef em_status (*em_backward_fn)(em_node *n, em_tensor *const *grad_out, em_tensor **grad_in);
+
+typedef struct em_edge {
+  em_node *node;   /* producer of the input (its grad_fn or its leaf accumulator); NULL: no grad */
+  int input_nr;    /* which output of that node */
+} em_edge;
+
+struct em_node {
+  atomic_int refcount;
+  const char *name;
+  em_backward_fn backward;      /* NULL for a leaf accumulator */
+  void (*release_ctx)(em_node *n);
+  uint64_t seq;                 /* creation order: the engine runs newest first */
+  int n_inputs;
+  em_edge *next;                /* n_inputs edges */
+  int n_outputs;
+  bool released;                /* saved state dropped after a backward without retain_graph */
+  /* Saved state for the backward function. Tensors are history-free aliases (no cycles). */
+  em_tensor *saved[EM_NODE_MAX_SAVED];
+  double d[4];
+  int64_t i[8];
+  /* Inputs' shapes and dtypes (em_node_new fills them for the first two inputs), so
+   * that gradients can be reduced and cast back without keeping the inputs alive. */
+  int ndims[2];
+  int64_t shapes[2][EM_MAX_DIMS];
+  em_dtype dtypes[2];
+  void *ctx;
+  /* Leaf accumulator: the leaf it feeds (strong reference). */
+  em_tensor *leaf;
+  /* Non-leaf outputs that asked for retain_grad (weak; cleared when the tensor dies). */
+  em_tensor *retain[EM_NODE_MAX_OUTPUTS];
+  /* Engine scratch, valid during one backward. */
+  int deps;
+  em_tensor **buffer;
+};
+
+typedef struct em_leaf_hook_entry {
+  int64_t id;
+  em_leaf_hook fn;
+  void *ctx;
+} em_leaf_hook_entry;
+
+typedef struct em_autograd_meta {
+  bool requires_grad;
+  bool retains_grad;
+  em_tensor *grad;
+  em_node *grad_fn;             /* strong */
+  int output_nr;
+  em_node *accumulator;         /* weak: the leaf's accumulator while a graph uses it */
+  em_leaf_hook_entry *hooks;
+  int n_hooks, cap_hooks;
+  em_tensor *self;              /* the tensor this record belongs to (weak) */
+} em_autograd_meta;
+
+/* ---- for differentiable ops ---- */
+
+/* The record of t, created on demand (NULL when create is false and there is none). */
+em_autograd_meta *em_ag_meta(em_tensor *t, bool create);
+/* True when grad mode is on and any of the n inputs requires grad. */
+bool em_ag_any_requires_grad(int n, const em_tensor *const *inputs);
+/* A node with n_inputs edges wired to the inputs' producers (inputs may hold NULLs). */
+em_node *em_node_new(const char *name, em_backward_fn backward, int n_inputs, const em_tensor *const *inputs,
+                     int n_outputs);
+/* Saves a history-free alias of t in slot i (t may be NULL). */
+em_status em_node_save(em_node *n, int slot, const em_tensor *t);
+/* Makes node the grad_fn of out (output number nr); takes over the caller's node reference
+ * when nr is the last output. out then requires grad. */
+em_status em_ag_set_history(em_tensor *out, em_node *node, int nr);
+void em_node_retain(em_node *n);
+void em_node_release(em_node *n);
+/* Frees saved tensors and custom state (after a backward without retain_graph). */
+void em_node_drop_saved(em_node *n);
+static inline bool em_node_needs_input_grad(const em_node *n, int i) { return n->next[i].node != NULL; }
+/* Sums grad over broadcast dims so that it has the given shape (new reference). */
+em_status em_ag_sum_to(em_tensor **out, const em_tensor *grad, int ndim, const int64_t *shape);
+/* Takes over g and stores in *slot its sum over broadcast dims cast to input i's dtype. */
+em_status em_ag_finish_input_grad(em_node *n, int i, em_tensor *g, em_tensor **slot);
+/* Refuses an in-place write to t while recording, when t needs grad. */
+em_status em_ag_check_inplace(const char *op, const em_tensor *t);
+
+#endif
+
+/* ---- scratch: tensor expressions in backward functions without error plumbing ----
+ * Each call returns a new tensor tracked by the scratch (released by em_sc_end), or NULL
+ * once any call has failed; the first error is kept. em_sc_keep hands one tensor out. */
+typedef struct em_scratch {
+  em_status st;
+  int n;
+  em_tensor *tmp[48];
+} em_scratch;
+
+em_tensor *em_sc_track(em_scratch *sc, em_tensor *t, em_status st);
+em_tensor *em_sc_binary(em_scratch *sc, em_binop op, const em_tensor *a, const em_tensor *b);
+em_tensor *em_sc_scalar(em_scratch *sc, em_binop op, const em_tensor *a, double s);
+em_tensor *em_sc_rscalar(em_scratch *sc, em_binop op, double s, const em_tensor *a);
+em_tensor *em_sc_unary(em_scratch *sc, em_unop op, const em_tensor *a);
+em_tensor *em_sc_sum(em_scratch *sc, const em_tensor *a, const int *dims, int ndims, int keepdim);
+em_tensor *em_sc_matmul(em_scratch *sc, const em_tensor *a, const em_tensor *b);
+em_tensor *em_sc_transpose(em_scratch *sc, const em_tensor *a, int d0, int d1);
+em_tensor *em_sc_reshape(em_scratch *sc, const em_tensor *a, int ndim, const int64_t *sizes);
+em_tensor *em_sc_expand(em_scratch *sc, const em_tensor *a, int ndim, const int64_t *sizes);
+em_tensor *em_sc_zeros(em_scratch *sc, int ndim, const int64_t *sizes, em_dtype dtype, em_device device);
+em_tensor *em_sc_to(em_scratch *sc, const em_tensor *a, em_dtype dtype);
+/* A new reference to t for the caller (NULL if the scratch failed). */
+em_tensor *em_sc_keep(em_scratch *sc, em_tensor *t);
+/* Releases every tracked tensor; returns the first error. */
+em_status em_sc_end(em_scratch *sc);

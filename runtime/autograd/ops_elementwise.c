@@ -1,0 +1,351 @@
+/* ops_elementwise.c - differentiable elementwise ops and their backward functions. */
+#include <math.h>
+#include "autograd_impl.h"
+
+static const char *binop_name[EM_NUM_BINOPS] = {
+    [EM_ADD] = "AddBackward",      [EM_SUB] = "SubBackward",         [EM_MUL] = "MulBackward",
+    [EM_DIV] = "DivBackward",      [EM_POW] = "PowBackward",         [EM_MAXIMUM] = "MaximumBackward",
+    [EM_MINIMUM] = "MinimumBackward", [EM_FMOD] = "FmodBackward",
+};
+
+static const char *unop_name[EM_NUM_UNOPS] = {
+    [EM_NEG] = "NegBackward",     [EM_ABS] = "AbsBackward",       [EM_EXP] = "ExpBackward",
+    [EM_LOG] = "LogBackward",     [EM_SQRT] = "SqrtBackward",     [EM_SIN] = "SinBackward",
+    [EM_COS] = "CosBackward",     [EM_TANH] = "TanhBackward",     [EM_SIGMOID] = "SigmoidBackward",
+    [EM_RELU] = "ReluBackward",   [EM_SIGN] = "SignBackward",     [EM_FLOOR] = "FloorBackward",
+    [EM_CEIL] = "CeilBackward",   [EM_ROUND] = "RoundBackward",   [EM_RECIPROCAL] = "ReciprocalBackward",
+    [EM_SQUARE] = "SquareBackward", [EM_RSQRT] = "RsqrtBackward", [EM_LOG1P] = "Log1pBackward",
+    [EM_EXPM1] = "Expm1Backward", [EM_ERF] = "ErfBackward",       [EM_GELU] = "GeluBackward",
+    [EM_SILU] = "SiluBackward",
+};
+
+static int is_differentiable_binop(em_binop op) { return op <= EM_FMOD; }
+
+/* Records node as out's history, or undoes out when recording fails. */
+static em_status finish_record(em_tensor **out, em_node *n) {
+  if (!n) {
+    em_tensor_release(*out);
+    *out = NULL;
+    return em_last_status();
+  }
+  return em_ag_set_history(*out, n, 0);
+}
+
+static em_status check_out_free(const char *op, em_tensor **out) {
+  if (*out)
+    return em_set_error(EM_ERR_ARGUMENT, "%s: an output tensor cannot be given while recording gradients", op);
+  return EM_OK;
+}
+
+/* ---- a op b ---- */
+
+static em_status binary_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
+  em_tensor *g = go[0];
+  if (!g) return EM_OK;
+  em_binop op = (em_binop)n->i[0];
+  const em_tensor *a = n->saved[0], *b = n->saved[1], *out = n->saved[2];
+  em_scratch sc = {0};
+  em_tensor *ga = NULL, *gb = NULL;
+  bool need_a = em_node_needs_input_grad(n, 0), need_b = em_node_needs_input_grad(n, 1);
+  switch (op) {
+    case EM_ADD:
+      ga = g, gb = g;
+      break;
+    case EM_SUB:
+      ga = g;
+      if (need_b) gb = em_sc_unary(&sc, EM_NEG, g);
+      break;
+    case EM_MUL:
+      if (need_a) ga = em_sc_binary(&sc, EM_MUL, g, b);
+      if (need_b) gb = em_sc_binary(&sc, EM_MUL, g, a);
+      break;
+    case EM_DIV:
+      if (need_a) ga = em_sc_binary(&sc, EM_DIV, g, b);
+      if (need_b) gb = em_sc_unary(&sc, EM_NEG, em_sc_binary(&sc, EM_DIV, em_sc_binary(&sc, EM_MUL, g, out), b));
+      break;
+    case EM_POW: /* d(a^b)/da = b a^(b-1); d/db = a^b ln a */
+      if (need_a)
+        ga = em_sc_binary(&sc, EM_MUL, g,
+                          em_sc_binary(&sc, EM_MUL, b, em_sc_binary(&sc, EM_POW, a, em_sc_scalar(&sc, EM_SUB, b, 1))));
+      if (need_b) gb = em_sc_binary(&sc, EM_MUL, em_sc_binary(&sc, EM_MUL, g, out), em_sc_unary(&sc, EM_LOG, a));
+      break;
+    case EM_MAXIMUM:
+    case EM_MINIMUM: { /* ties share the gradient equally, as PyTorch does */
+      em_binop wins = op == EM_MAXIMUM ? EM_GT : EM_LT;
+      em_tensor *half = em_sc_scalar(&sc, EM_MUL, em_sc_binary(&sc, EM_EQ, a, b), 0.5);
+      if (need_a)
+        ga = em_sc_binary(&sc, EM_MUL, g, em_sc_binary(&sc, EM_ADD, em_sc_binary(&sc, wins, a, b), half));
+      if (need_b)
+        gb = em_sc_binary(&sc, EM_MUL, g, em_sc_binary(&sc, EM_ADD, em_sc_binary(&sc, wins, b, a), half));
+      break;
+    }
+    case EM_FMOD: /* fmod(a, b) = a - trunc(a/b) b: d/da = 1, d/db = -trunc(a/b) */
+      ga = g;
+      if (need_b) {
+        em_tensor *q = em_sc_binary(&sc, EM_DIV, a, b);
+        em_tensor *tq = em_sc_binary(&sc, EM_MUL, em_sc_unary(&sc, EM_SIGN, q),
+                                     em_sc_unary(&sc, EM_FLOOR, em_sc_unary(&sc, EM_ABS, q)));
+        gb = em_sc_unary(&sc, EM_NEG, em_sc_binary(&sc, EM_MUL, g, tq));
+      }
+      break;
+    default:
+      return em_set_error(EM_ERR_UNSUPPORTED, "%s: no derivative", n->name);
+  }
+  if (!sc.st && need_a) {
+    em_tensor_retain(ga);
+    sc.st = em_ag_finish_input_grad(n, 0, ga, &gi[0]);
+  }
+  if (!sc.st && need_b) {
+    em_tensor_retain(gb);
+    sc.st = em_ag_finish_input_grad(n, 1, gb, &gi[1]);
+  }
+  return em_sc_end(&sc);
+}
+
+em_status em_ag_binary(em_binop op, em_tensor **out, const em_tensor *a, const em_tensor *b) {
+  const em_tensor *in[2] = {a, b};
+  bool record = is_differentiable_binop(op) && em_ag_any_requires_grad(2, in);
+  em_status st;
+  if (record && (st = check_out_free(binop_name[op], out))) return st;
+  if ((st = em_binary(op, out, a, b)) || !record) return st;
+  em_node *n = em_node_new(binop_name[op], binary_backward, 2, in, 1);
+  if (n) {
+    n->i[0] = op;
+    if (op == EM_MUL || op == EM_POW || op == EM_MAXIMUM || op == EM_MINIMUM || op == EM_FMOD)
+      em_node_save(n, 0, a);
+    if (op != EM_ADD && op != EM_SUB) em_node_save(n, 1, b);
+    if (op == EM_DIV || op == EM_POW) em_node_save(n, 2, *out);
+  }
+  return finish_record(out, n);
+}
+
+/* ---- a op s, s op a ---- */
+
+static em_status scalar_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
+  em_tensor *g = go[0];
+  if (!g) return EM_OK;
+  em_binop op = (em_binop)n->i[0];
+  int reversed = (int)n->i[1];
+  double s = n->d[0];
+  const em_tensor *a = n->saved[0], *out = n->saved[2];
+  em_scratch sc = {0};
+  em_tensor *ga = NULL;
+  switch (op) {
+    case EM_ADD: ga = g; break;
+    case EM_SUB: ga = reversed ? em_sc_unary(&sc, EM_NEG, g) : g; break;
+    case EM_MUL: ga = em_sc_scalar(&sc, EM_MUL, g, s); break;
+    case EM_DIV:
+      ga = reversed ? em_sc_unary(&sc, EM_NEG, em_sc_binary(&sc, EM_DIV, em_sc_binary(&sc, EM_MUL, g, out), a))
+                    : em_sc_scalar(&sc, EM_DIV, g, s);
+      break;
+    case EM_POW:
+      if (reversed) ga = em_sc_scalar(&sc, EM_MUL, em_sc_binary(&sc, EM_MUL, g, out), log(s));
+      else if (s == 0) ga = em_sc_scalar(&sc, EM_MUL, g, 0.0);
+      else ga = em_sc_binary(&sc, EM_MUL, g, em_sc_scalar(&sc, EM_MUL, em_sc_scalar(&sc, EM_POW, a, s - 1), s));
+      break;
+    case EM_MAXIMUM:
+    case EM_MINIMUM: {
+      em_binop wins = op == EM_MAXIMUM ? EM_GT : EM_LT;
+      em_tensor *w = em_sc_binary(&sc, EM_ADD, em_sc_scalar(&sc, wins, a, s),
+                                  em_sc_scalar(&sc, EM_MUL, em_sc_scalar(&sc, EM_EQ, a, s), 0.5));
+      ga = em_sc_binary(&sc, EM_MUL, g, w);
+      break;
+    }
+    case EM_FMOD:
+      if (!reversed) {
+        ga = g;
+        break;
+      }
+      /* fall through: s fmod a has derivative -trunc(s/a) in a */
+      {
+        em_tensor *q = em_sc_rscalar(&sc, EM_DIV, s, a);
+        em_tensor *tq = em_sc_binary(&sc, EM_MUL, em_sc_unary(&sc, EM_SIGN, q),
+                                     em_sc_unary(&sc, EM_FLOOR, em_sc_unary(&sc, EM_ABS, q)));
+        ga = em_sc_unary(&sc, EM_NEG, em_sc_binary(&sc, EM_MUL, g, tq));
+      }
+      break;
+    default:
+      return em_set_error(EM_ERR_UNSUPPORTED, "%s: no derivative", n->name);
+  }
+  if (!sc.st) {
+    em_tensor_retain(ga);
+    sc.st = em_ag_finish_input_grad(n, 0, ga, &gi[0]);
+  }
+  return em_sc_end(&sc);
+}
+
+em_status em_ag_binary_scalar(em_binop op, em_tensor **out, const em_tensor *a, double s, int reversed) {
+  const em_tensor *in[1] = {a};
+  bool record = is_differentiable_binop(op) && em_ag_any_requires_grad(1, in);
+  em_status st;
+  if (record && (st = check_out_free(binop_name[op], out))) return st;
+  if ((st = em_binary_scalar(op, out, a, s, reversed)) || !record) return st;
+  em_node *n = em_node_new(binop_name[op], scalar_backward, 1, in, 1);
+  if (n) {
+    n->i[0] = op;
+    n->i[1] = reversed;
+    n->d[0] = s;
+    if (op == EM_POW || op == EM_MAXIMUM || op == EM_MINIMUM || (op == EM_DIV && reversed) ||
+        (op == EM_FMOD && reversed))
+      em_node_save(n, 0, a);
+    if (op == EM_DIV || op == EM_POW) em_node_save(n, 2, *out);
+  }
+  return finish_record(out, n);
+}
+
+/* ---- unary ---- */
+
+static em_status unary_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
+  em_tensor *g = go[0];
+  if (!g) return EM_OK;
+  em_unop op = (em_unop)n->i[0];
+  const em_tensor *a = n->saved[0], *out = n->saved[2];
+  em_scratch sc = {0};
+  em_tensor *ga = NULL;
+  const double inv_sqrt_pi2 = 2.0 / sqrt(M_PI), inv_sqrt_2pi = 1.0 / sqrt(2 * M_PI);
+  switch (op) {
+    case EM_NEG: ga = em_sc_unary(&sc, EM_NEG, g); break;
+    case EM_ABS: ga = em_sc_binary(&sc, EM_MUL, g, em_sc_unary(&sc, EM_SIGN, a)); break;
+    case EM_EXP: ga = em_sc_binary(&sc, EM_MUL, g, out); break;
+    case EM_LOG: ga = em_sc_binary(&sc, EM_DIV, g, a); break;
+    case EM_SQRT: ga = em_sc_binary(&sc, EM_DIV, em_sc_scalar(&sc, EM_MUL, g, 0.5), out); break;
+    case EM_SIN: ga = em_sc_binary(&sc, EM_MUL, g, em_sc_unary(&sc, EM_COS, a)); break;
+    case EM_COS: ga = em_sc_unary(&sc, EM_NEG, em_sc_binary(&sc, EM_MUL, g, em_sc_unary(&sc, EM_SIN, a))); break;
+    case EM_TANH: /* 1 - out^2 */
+      ga = em_sc_binary(&sc, EM_MUL, g, em_sc_rscalar(&sc, EM_SUB, 1.0, em_sc_unary(&sc, EM_SQUARE, out)));
+      break;
+    case EM_SIGMOID: /* out (1 - out) */
+      ga = em_sc_binary(&sc, EM_MUL, g, em_sc_binary(&sc, EM_MUL, out, em_sc_rscalar(&sc, EM_SUB, 1.0, out)));
+      break;
+    case EM_RELU: ga = em_sc_binary(&sc, EM_MUL, g, em_sc_scalar(&sc, EM_GT, out, 0.0)); break;
+    case EM_SIGN:
+    case EM_FLOOR:
+    case EM_CEIL:
+    case EM_ROUND: ga = em_sc_scalar(&sc, EM_MUL, g, 0.0); break;
+    case EM_RECIPROCAL:
+      ga = em_sc_unary(&sc, EM_NEG, em_sc_binary(&sc, EM_MUL, g, em_sc_unary(&sc, EM_SQUARE, out)));
+      break;
+    case EM_SQUARE: ga = em_sc_binary(&sc, EM_MUL, g, em_sc_scalar(&sc, EM_MUL, a, 2.0)); break;
+    case EM_RSQRT: /* -0.5 out^3 */
+      ga = em_sc_binary(&sc, EM_MUL, g, em_sc_scalar(&sc, EM_MUL, em_sc_scalar(&sc, EM_POW, out, 3.0), -0.5));
+      break;
+    case EM_LOG1P: ga = em_sc_binary(&sc, EM_DIV, g, em_sc_scalar(&sc, EM_ADD, a, 1.0)); break;
+    case EM_EXPM1: ga = em_sc_binary(&sc, EM_MUL, g, em_sc_scalar(&sc, EM_ADD, out, 1.0)); break;
+    case EM_ERF: /* 2/sqrt(pi) exp(-a^2) */
+      ga = em_sc_binary(&sc, EM_MUL, g,
+                        em_sc_scalar(&sc, EM_MUL, em_sc_unary(&sc, EM_EXP, em_sc_unary(&sc, EM_NEG, em_sc_unary(&sc, EM_SQUARE, a))),
+                                     inv_sqrt_pi2));
+      break;
+    case EM_GELU: { /* Phi(a) + a phi(a) */
+      em_tensor *cdf = em_sc_scalar(&sc, EM_MUL, em_sc_scalar(&sc, EM_ADD, em_sc_unary(&sc, EM_ERF, em_sc_scalar(&sc, EM_MUL, a, M_SQRT1_2)), 1.0), 0.5);
+      em_tensor *pdf = em_sc_scalar(&sc, EM_MUL,
+                                    em_sc_unary(&sc, EM_EXP, em_sc_scalar(&sc, EM_MUL, em_sc_unary(&sc, EM_SQUARE, a), -0.5)),
+                                    inv_sqrt_2pi);
+      ga = em_sc_binary(&sc, EM_MUL, g, em_sc_binary(&sc, EM_ADD, cdf, em_sc_binary(&sc, EM_MUL, a, pdf)));
+      break;
+    }
+    case EM_SILU: { /* s (1 + a (1 - s)) */
+      em_tensor *s = em_sc_unary(&sc, EM_SIGMOID, a);
+      em_tensor *inner = em_sc_scalar(&sc, EM_ADD, em_sc_binary(&sc, EM_MUL, a, em_sc_rscalar(&sc, EM_SUB, 1.0, s)), 1.0);
+      ga = em_sc_binary(&sc, EM_MUL, g, em_sc_binary(&sc, EM_MUL, s, inner));
+      break;
+    }
+    default:
+      return em_set_error(EM_ERR_UNSUPPORTED, "%s: no derivative", n->name);
+  }
+  if (!sc.st) {
+    em_tensor_retain(ga);
+    sc.st = em_ag_finish_input_grad(n, 0, ga, &gi[0]);
+  }
+  return em_sc_end(&sc);
+}
+
+em_status em_ag_unary(em_unop op, em_tensor **out, const em_tensor *a) {
+  const em_tensor *in[1] = {a};
+  bool record = op != EM_LOGICAL_NOT && em_ag_any_requires_grad(1, in);
+  em_status st;
+  if (record && (st = check_out_free(unop_name[op], out))) return st;
+  if ((st = em_unary(op, out, a)) || !record) return st;
+  em_node *n = em_node_new(unop_name[op], unary_backward, 1, in, 1);
+  if (n) {
+    n->i[0] = op;
+    switch (op) {
+      case EM_EXP: case EM_SQRT: case EM_TANH: case EM_SIGMOID: case EM_RELU: case EM_RECIPROCAL:
+      case EM_RSQRT: case EM_EXPM1:
+        em_node_save(n, 2, *out);
+        break;
+      case EM_NEG: case EM_SIGN: case EM_FLOOR: case EM_CEIL: case EM_ROUND:
+        break;
+      default:
+        em_node_save(n, 0, a);
+    }
+  }
+  return finish_record(out, n);
+}
+
+/* ---- where, clamp ---- */
+
+static em_status where_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
+  em_tensor *g = go[0];
+  if (!g) return EM_OK;
+  const em_tensor *cond = n->saved[0];
+  em_scratch sc = {0};
+  em_tensor *zero = em_sc_zeros(&sc, 0, NULL, g->dtype, g->storage->device);
+  for (int i = 0; i < 2 && !sc.st; i++) {
+    if (!em_node_needs_input_grad(n, i)) continue;
+    em_tensor *r = NULL;
+    em_status st = i == 0 ? em_where(&r, cond, g, zero) : em_where(&r, cond, zero, g);
+    if (st) {
+      sc.st = st;
+      break;
+    }
+    sc.st = em_ag_finish_input_grad(n, i, r, &gi[i]);
+  }
+  return em_sc_end(&sc);
+}
+
+em_status em_ag_where(em_tensor **out, const em_tensor *cond, const em_tensor *a, const em_tensor *b) {
+  const em_tensor *in[2] = {a, b};
+  bool record = em_ag_any_requires_grad(2, in);
+  em_status st;
+  if (record && (st = check_out_free("where", out))) return st;
+  if ((st = em_where(out, cond, a, b)) || !record) return st;
+  em_node *n = em_node_new("WhereBackward", where_backward, 2, in, 1);
+  if (n) em_node_save(n, 0, cond);
+  return finish_record(out, n);
+}
+
+static em_status clamp_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
+  em_tensor *g = go[0];
+  if (!g) return EM_OK;
+  const em_tensor *a = n->saved[0];
+  double lo = n->d[0], hi = n->d[1];
+  em_scratch sc = {0};
+  em_tensor *mask = NULL;
+  if (!isnan(lo)) mask = em_sc_scalar(&sc, EM_GE, a, lo);
+  if (!isnan(hi)) {
+    em_tensor *m2 = em_sc_scalar(&sc, EM_LE, a, hi);
+    mask = mask ? em_sc_binary(&sc, EM_LOGICAL_AND, mask, m2) : m2;
+  }
+  em_tensor *ga = mask ? em_sc_binary(&sc, EM_MUL, g, mask) : g;
+  if (!sc.st) {
+    em_tensor_retain(ga);
+    sc.st = em_ag_finish_input_grad(n, 0, ga, &gi[0]);
+  }
+  return em_sc_end(&sc);
+}
+
+em_status em_ag_clamp(em_tensor **out, const em_tensor *a, double low, double high) {
+  const em_tensor *in[1] = {a};
+  bool record = em_ag_any_requires_grad(1, in);
+  em_status st;
+  if (record && (st = check_out_free("clamp", out))) return st;
+  if ((st = em_clamp(out, a, low, high)) || !record) return st;
+  em_node *n = em_node_new("ClampBackward", clamp_backward, 1, in, 1);
+  if (n) {
+    em_node_save(n, 0, a);
+    n->d[0] = low;
+    n->d[1] = high;
+  }
+  return finish_record(out, n);
+}

@@ -1,0 +1,341 @@
+/* ops_reduce.c - differentiable reductions, softmax, cumsum and matrix products. */
+#include <math.h>
+#include <string.h>
+#include "autograd_impl.h"
+
+static em_status finish_record(em_tensor **out, em_node *n) {
+  if (!n) {
+    em_tensor_release(*out);
+    *out = NULL;
+    return em_last_status();
+  }
+  return em_ag_set_history(*out, n, 0);
+}
+
+static em_status check_out_free(const char *op, em_tensor **out) {
+  if (*out) return em_set_error(EM_ERR_ARGUMENT, "%s: an output tensor cannot be given while recording gradients", op);
+  return EM_OK;
+}
+
+/* Saves the reduced dims as a bit mask in n->i[1] and keepdim in n->i[2]. */
+static void save_dims(em_node *n, const em_tensor *a, const int *dims, int ndims, int keepdim) {
+  int64_t mask = 0;
+  if (!dims || ndims == 0) mask = (1 << a->ndim) - 1;
+  for (int k = 0; dims && k < ndims; k++) mask |= (int64_t)1 << (dims[k] < 0 ? dims[k] + a->ndim : dims[k]);
+  n->i[1] = mask;
+  n->i[2] = keepdim;
+}
+
+/* A view of a reduced result (or its gradient) with the reduced dims put back as size 1,
+ * expanded to the input's shape when expand is set. */
+static em_tensor *unreduce(em_scratch *sc, em_node *n, const em_tensor *r, bool expand) {
+  int64_t shape[EM_MAX_DIMS];
+  for (int d = 0; d < n->ndims[0]; d++) shape[d] = (n->i[1] >> d) & 1 ? 1 : n->shapes[0][d];
+  em_tensor *k = em_sc_reshape(sc, r, n->ndims[0], shape);
+  return expand ? em_sc_expand(sc, k, n->ndims[0], n->shapes[0]) : k;
+}
+
+static int64_t reduced_count(const em_node *n) {
+  int64_t c = 1;
+  for (int d = 0; d < n->ndims[0]; d++)
+    if ((n->i[1] >> d) & 1) c *= n->shapes[0][d];
+  return c;
+}
+
+static em_status reduce_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
+  if (!go[0]) return EM_OK;
+  em_redop op = (em_redop)n->i[0];
+  const em_tensor *a = n->saved[0], *out = n->saved[2];
+  em_scratch sc = {0};
+  em_tensor *g = unreduce(&sc, n, go[0], true), *ga = NULL;
+  switch (op) {
+    case EM_SUM: ga = g; break;
+    case EM_MEAN: ga = em_sc_scalar(&sc, EM_DIV, g, (double)reduced_count(n)); break;
+    case EM_PROD: /* out / a; inputs with zeros are not supported (NaN) */
+      ga = em_sc_binary(&sc, EM_MUL, g, em_sc_binary(&sc, EM_DIV, unreduce(&sc, n, out, true), a));
+      break;
+    case EM_MAX:
+    case EM_MIN: { /* ties share the gradient evenly */
+      em_tensor *hit = em_sc_to(&sc, em_sc_binary(&sc, EM_EQ, a, unreduce(&sc, n, out, true)), g->dtype);
+      int dims[EM_MAX_DIMS], nd = 0;
+      for (int d = 0; d < n->ndims[0]; d++)
+        if ((n->i[1] >> d) & 1) dims[nd++] = d;
+      em_tensor *ties = em_sc_expand(&sc, em_sc_sum(&sc, hit, dims, nd, 1), n->ndims[0], n->shapes[0]);
+      ga = em_sc_binary(&sc, EM_DIV, em_sc_binary(&sc, EM_MUL, g, hit), ties);
+      break;
+    }
+    case EM_LOGSUMEXP:
+      ga = em_sc_binary(&sc, EM_MUL, g, em_sc_unary(&sc, EM_EXP, em_sc_binary(&sc, EM_SUB, a, unreduce(&sc, n, out, true))));
+      break;
+    default:
+      em_sc_end(&sc);
+      return em_set_error(EM_ERR_UNSUPPORTED, "%s: no derivative", n->name);
+  }
+  if (!sc.st) sc.st = em_ag_finish_input_grad(n, 0, em_sc_keep(&sc, ga), &gi[0]);
+  return em_sc_end(&sc);
+}
+
+static const char *redop_name(em_redop op) {
+  switch (op) {
+    case EM_SUM: return "SumBackward";
+    case EM_MEAN: return "MeanBackward";
+    case EM_PROD: return "ProdBackward";
+    case EM_MAX: return "MaxBackward";
+    case EM_MIN: return "MinBackward";
+    case EM_LOGSUMEXP: return "LogsumexpBackward";
+    default: return "ReduceBackward";
+  }
+}
+
+em_status em_ag_reduce(em_redop op, em_tensor **out, em_tensor **indices, const em_tensor *a, const int *dims,
+                       int ndims, int keepdim, int base) {
+  const em_tensor *in[1] = {a};
+  bool record = (op == EM_SUM || op == EM_MEAN || op == EM_PROD || op == EM_MAX || op == EM_MIN ||
+                 op == EM_LOGSUMEXP) &&
+                em_ag_any_requires_grad(1, in);
+  em_status st;
+  if (record && (st = check_out_free(redop_name(op), out))) return st;
+  if ((st = em_reduce(op, out, indices, a, dims, ndims, keepdim, base)) || !record) return st;
+  em_node *n = em_node_new(redop_name(op), reduce_backward, 1, in, 1);
+  if (n) {
+    n->i[0] = op;
+    save_dims(n, a, dims, ndims, keepdim);
+    if (op != EM_SUM && op != EM_MEAN) {
+      em_node_save(n, 0, a);
+      em_node_save(n, 2, *out);
+    }
+  }
+  return finish_record(out, n);
+}
+
+/* ---- norm, var/std ---- */
+
+static em_status norm_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
+  if (!go[0]) return EM_OK;
+  const em_tensor *a = n->saved[0];
+  double p = n->d[0];
+  em_scratch sc = {0};
+  em_tensor *g = unreduce(&sc, n, go[0], true), *out = unreduce(&sc, n, n->saved[2], true), *ga;
+  if (p == 2) { /* a / ||a|| (0 where the norm is 0) */
+    ga = em_sc_binary(&sc, EM_MUL, g, em_sc_binary(&sc, EM_DIV, a, out));
+  } else if (p == 1) {
+    ga = em_sc_binary(&sc, EM_MUL, g, em_sc_unary(&sc, EM_SIGN, a));
+  } else { /* sign(a) |a|^(p-1) / ||a||^(p-1) */
+    em_tensor *num = em_sc_binary(&sc, EM_MUL, em_sc_unary(&sc, EM_SIGN, a),
+                                  em_sc_scalar(&sc, EM_POW, em_sc_unary(&sc, EM_ABS, a), p - 1));
+    ga = em_sc_binary(&sc, EM_MUL, g, em_sc_binary(&sc, EM_DIV, num, em_sc_scalar(&sc, EM_POW, out, p - 1)));
+  }
+  if (p == 2 && ga) { /* a zero norm gives 0/0: PyTorch's subgradient there is 0 */
+    em_tensor *zero_mask = em_sc_scalar(&sc, EM_EQ, out, 0.0);
+    if (zero_mask) {
+      em_status st = em_masked_fill_(ga, zero_mask, 0.0);
+      if (st && !sc.st) sc.st = st;
+    }
+  }
+  if (!sc.st) sc.st = em_ag_finish_input_grad(n, 0, em_sc_keep(&sc, ga), &gi[0]);
+  return em_sc_end(&sc);
+}
+
+em_status em_ag_norm(em_tensor **out, const em_tensor *a, double p, const int *dims, int ndims, int keepdim) {
+  const em_tensor *in[1] = {a};
+  bool record = em_ag_any_requires_grad(1, in);
+  em_status st;
+  if (record && (st = check_out_free("norm", out))) return st;
+  if ((st = em_norm(out, a, p, dims, ndims, keepdim)) || !record) return st;
+  if (isinf(p) || p == 0) {
+    em_tensor_release(*out);
+    *out = NULL;
+    return em_set_error(EM_ERR_UNSUPPORTED, "norm: the gradient of the %g-norm is not implemented (use p >= 1)", p);
+  }
+  em_node *n = em_node_new("NormBackward", norm_backward, 1, in, 1);
+  if (n) {
+    n->d[0] = p;
+    save_dims(n, a, dims, ndims, keepdim);
+    em_node_save(n, 0, a);
+    em_node_save(n, 2, *out);
+  }
+  return finish_record(out, n);
+}
+
+static em_status var_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
+  if (!go[0]) return EM_OK;
+  const em_tensor *a = n->saved[0];
+  double correction = n->d[0];
+  int take_sqrt = (int)n->i[3];
+  int dims[EM_MAX_DIMS], nd = 0;
+  for (int d = 0; d < n->ndims[0]; d++)
+    if ((n->i[1] >> d) & 1) dims[nd++] = d;
+  em_scratch sc = {0};
+  em_tensor *g = unreduce(&sc, n, go[0], true);
+  if (take_sqrt) g = em_sc_binary(&sc, EM_DIV, em_sc_scalar(&sc, EM_MUL, g, 0.5), unreduce(&sc, n, n->saved[2], true));
+  double count = (double)reduced_count(n) - correction;
+  em_tensor *mean = em_sc_scalar(&sc, EM_DIV, em_sc_sum(&sc, a, dims, nd, 1), (double)reduced_count(n));
+  em_tensor *centered = em_sc_binary(&sc, EM_SUB, a, mean);
+  em_tensor *ga = em_sc_binary(&sc, EM_MUL, g, em_sc_scalar(&sc, EM_MUL, centered, 2.0 / count));
+  if (!sc.st) sc.st = em_ag_finish_input_grad(n, 0, em_sc_keep(&sc, ga), &gi[0]);
+  return em_sc_end(&sc);
+}
+
+em_status em_ag_var(em_tensor **out, const em_tensor *a, const int *dims, int ndims, double correction, int keepdim,
+                    int take_sqrt) {
+  const em_tensor *in[1] = {a};
+  bool record = em_ag_any_requires_grad(1, in);
+  em_status st;
+  if (record && (st = check_out_free(take_sqrt ? "std" : "var", out))) return st;
+  if ((st = em_var(out, a, dims, ndims, correction, keepdim, take_sqrt)) || !record) return st;
+  em_node *n = em_node_new(take_sqrt ? "StdBackward" : "VarBackward", var_backward, 1, in, 1);
+  if (n) {
+    n->d[0] = correction;
+    n->i[3] = take_sqrt;
+    save_dims(n, a, dims, ndims, keepdim);
+    em_node_save(n, 0, a);
+    if (take_sqrt) em_node_save(n, 2, *out);
+  }
+  return finish_record(out, n);
+}
+
+/* ---- cumsum: the gradient is the reversed cumulative sum ---- */
+
+static em_status cumsum_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
+  if (!go[0]) return EM_OK;
+  int dim = (int)n->i[0];
+  em_scratch sc = {0};
+  em_tensor *g = go[0], *c = NULL;
+  em_status st = em_cumsum(&c, g, dim);
+  em_sc_track(&sc, c, st);
+  /* sum_{j >= i} g_j = total - cumsum_i + g_i */
+  em_tensor *total = em_sc_sum(&sc, g, &dim, 1, 1);
+  em_tensor *ga = em_sc_binary(&sc, EM_ADD, em_sc_binary(&sc, EM_SUB, total, c), g);
+  if (!sc.st) sc.st = em_ag_finish_input_grad(n, 0, em_sc_keep(&sc, ga), &gi[0]);
+  return em_sc_end(&sc);
+}
+
+em_status em_ag_cumsum(em_tensor **out, const em_tensor *a, int dim) {
+  const em_tensor *in[1] = {a};
+  bool record = em_ag_any_requires_grad(1, in);
+  em_status st;
+  if (record && (st = check_out_free("cumsum", out))) return st;
+  if ((st = em_cumsum(out, a, dim)) || !record) return st;
+  em_node *n = em_node_new("CumsumBackward", cumsum_backward, 1, in, 1);
+  if (n) n->i[0] = dim < 0 ? dim + (a->ndim ? a->ndim : 1) : dim;
+  return finish_record(out, n);
+}
+
+/* ---- softmax / log_softmax ---- */
+
+static em_status softmax_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
+  if (!go[0]) return EM_OK;
+  int dim = (int)n->i[0], log = (int)n->i[1];
+  const em_tensor *y = n->saved[2], *g = go[0];
+  em_scratch sc = {0};
+  em_tensor *ga;
+  if (log) /* g - exp(y) sum(g) */
+    ga = em_sc_binary(&sc, EM_SUB, g, em_sc_binary(&sc, EM_MUL, em_sc_unary(&sc, EM_EXP, y), em_sc_sum(&sc, g, &dim, 1, 1)));
+  else /* y (g - sum(g y)) */
+    ga = em_sc_binary(&sc, EM_MUL, y, em_sc_binary(&sc, EM_SUB, g, em_sc_sum(&sc, em_sc_binary(&sc, EM_MUL, g, y), &dim, 1, 1)));
+  if (!sc.st) sc.st = em_ag_finish_input_grad(n, 0, em_sc_keep(&sc, ga), &gi[0]);
+  return em_sc_end(&sc);
+}
+
+em_status em_ag_softmax(em_tensor **out, const em_tensor *a, int dim, int log) {
+  const em_tensor *in[1] = {a};
+  bool record = em_ag_any_requires_grad(1, in);
+  em_status st;
+  if (record && (st = check_out_free(log ? "log_softmax" : "softmax", out))) return st;
+  if ((st = em_softmax(out, a, dim, log)) || !record) return st;
+  em_node *n = em_node_new(log ? "LogSoftmaxBackward" : "SoftmaxBackward", softmax_backward, 1, in, 1);
+  if (n) {
+    n->i[0] = dim < 0 ? dim + (a->ndim ? a->ndim : 1) : dim;
+    n->i[1] = log;
+    em_node_save(n, 2, *out);
+  }
+  return finish_record(out, n);
+}
+
+/* ---- matmul, addmm ---- */
+
+/* Matmul gradients with numpy's 1-d rules: a 1-d a acts as [1, K], a 1-d b as [K, 1]. */
+static em_status matmul_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
+  if (!go[0]) return EM_OK;
+  const em_tensor *a = n->saved[0], *b = n->saved[1];
+  em_scratch sc = {0};
+  em_tensor *a2 = (em_tensor *)a, *b2 = (em_tensor *)b, *g = go[0];
+  if (a->ndim == 1) a2 = em_sc_reshape(&sc, a, 2, (int64_t[]){1, a->sizes[0]});
+  if (b->ndim == 1) b2 = em_sc_reshape(&sc, b, 2, (int64_t[]){b->sizes[0], 1});
+  if (sc.st) return em_sc_end(&sc);
+  /* the gradient with the dims that 1-d operands removed put back */
+  int64_t gshape[EM_MAX_DIMS + 2];
+  int gnd = 0;
+  for (int d = 0; d < g->ndim; d++) gshape[gnd++] = g->sizes[d];
+  if (a->ndim == 1) { /* insert the M = 1 dim before the last (or as the first of two) */
+    int pos = b->ndim == 1 ? gnd : gnd - 1;
+    memmove(gshape + pos + 1, gshape + pos, sizeof(int64_t) * (gnd - pos));
+    gshape[pos] = 1, gnd++;
+  }
+  if (b->ndim == 1) gshape[gnd++] = 1;
+  em_tensor *g2 = em_sc_reshape(&sc, g, gnd, gshape);
+  if (em_node_needs_input_grad(n, 0)) {
+    em_tensor *ga = em_sc_matmul(&sc, g2, em_sc_transpose(&sc, b2, -1, -2));
+    if (!sc.st) sc.st = em_ag_finish_input_grad(n, 0, em_sc_keep(&sc, ga), &gi[0]);
+  }
+  if (em_node_needs_input_grad(n, 1)) {
+    em_tensor *gb = em_sc_matmul(&sc, em_sc_transpose(&sc, a2, -1, -2), g2);
+    if (gb && b->ndim == 1) gb = em_sc_reshape(&sc, gb, gb->ndim - 1, gb->sizes); /* drop the trailing 1 */
+    if (!sc.st) sc.st = em_ag_finish_input_grad(n, 1, em_sc_keep(&sc, gb), &gi[1]);
+  }
+  return em_sc_end(&sc);
+}
+
+em_status em_ag_matmul(em_tensor **out, const em_tensor *a, const em_tensor *b) {
+  const em_tensor *in[2] = {a, b};
+  bool record = em_ag_any_requires_grad(2, in);
+  em_status st;
+  if (record && (st = check_out_free("matmul", out))) return st;
+  if ((st = em_matmul(out, a, b)) || !record) return st;
+  em_node *n = em_node_new("MatmulBackward", matmul_backward, 2, in, 1);
+  if (n) {
+    em_node_save(n, 0, a);
+    em_node_save(n, 1, b);
+  }
+  return finish_record(out, n);
+}
+
+static em_status addmm_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
+  if (!go[0]) return EM_OK;
+  const em_tensor *a = n->saved[0], *b = n->saved[1], *g = go[0];
+  double beta = n->d[0], alpha = n->d[1];
+  em_scratch sc = {0};
+  if (em_node_needs_input_grad(n, 0)) {
+    em_tensor *gc = beta == 1 ? (em_tensor *)g : em_sc_scalar(&sc, EM_MUL, g, beta);
+    if (!sc.st) sc.st = em_ag_finish_input_grad(n, 0, em_sc_keep(&sc, gc), &gi[0]);
+  }
+  if (em_node_needs_input_grad(n, 1)) {
+    em_tensor *ga = em_sc_matmul(&sc, g, em_sc_transpose(&sc, b, 0, 1));
+    if (alpha != 1) ga = em_sc_scalar(&sc, EM_MUL, ga, alpha);
+    if (!sc.st) sc.st = em_ag_finish_input_grad(n, 1, em_sc_keep(&sc, ga), &gi[1]);
+  }
+  if (em_node_needs_input_grad(n, 2)) {
+    em_tensor *gb = em_sc_matmul(&sc, em_sc_transpose(&sc, a, 0, 1), g);
+    if (alpha != 1) gb = em_sc_scalar(&sc, EM_MUL, gb, alpha);
+    if (gb && !sc.st) gi[2] = em_sc_keep(&sc, gb);
+  }
+  return em_sc_end(&sc);
+}
+
+em_status em_ag_addmm(em_tensor **out, const em_tensor *c, const em_tensor *a, const em_tensor *b, double beta,
+                      double alpha) {
+  const em_tensor *in[3] = {c, a, b};
+  bool record = em_ag_any_requires_grad(3, in);
+  em_status st;
+  if (record && (st = check_out_free("addmm", out))) return st;
+  if ((st = em_addmm(out, c, a, b, beta, alpha)) || !record) return st;
+  em_node *n = em_node_new("AddmmBackward", addmm_backward, 3, in, 1);
+  if (n) {
+    /* shapes[0..1] hold c and a; gradients of c are summed back to its shape */
+    em_node_save(n, 0, a);
+    em_node_save(n, 1, b);
+    n->d[0] = beta;
+    n->d[1] = alpha;
+  }
+  return finish_record(out, n);
+}

@@ -1,0 +1,306 @@
+/* format.c - ember's binary graph format: a graph parsed once reloads in seconds.
+ *
+ * Layout (little-endian): a 512-byte header, then sections at 64-byte aligned offsets so
+ * that a mapped file is used in place (no copy, no parse). The header holds a magic
+ * number, a format version, the byte order, the sizes, a table of sections (id, element
+ * size, offset, count, checksum) and its own checksum. Section checksums are gr_checksum
+ * (XXH64 over 1 MiB blocks, computed in parallel), so a flipped bit anywhere, or a file
+ * cut short, is an error that names the file and the section. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include "graph_impl.h"
+
+#define EMG_MAGIC "EMBRGRPH"
+#define EMG_VERSION 1
+#define EMG_BYTE_ORDER 0x01020304u
+#define EMG_HEADER 512
+#define EMG_MAX_SECTIONS 12
+#define EMG_DIRECTED 1u
+
+enum { SEC_OFFSETS = 1, SEC_SOURCES, SEC_OUT_DEGREE, SEC_TO_DENSE, SEC_TO_INTERNAL, SEC_ORIGINAL, SEC_LABEL_OFFSETS,
+       SEC_LABEL_DATA, SEC_COUNT };
+
+static const char *const section_names[SEC_COUNT] = {"?", "offsets", "sources", "out_degree", "to_dense",
+                                                     "to_internal", "original_ids", "label_offsets", "label_data"};
+static const uint32_t section_elem[SEC_COUNT] = {0, 8, 4, 4, 4, 4, 8, 8, 1};
+
+typedef struct emg_section {
+  uint32_t id, elem_bytes;
+  uint64_t offset, count, checksum;
+} emg_section;
+
+typedef struct emg_header {
+  char magic[8];
+  uint32_t version, byte_order;
+  uint64_t header_bytes, file_bytes;
+  int64_t num_vertices, num_edges;
+  uint32_t flags, num_sections;
+  int64_t id_base;
+  uint64_t reserved[3];
+  emg_section sections[EMG_MAX_SECTIONS];
+  unsigned char pad[EMG_HEADER - 88 - 32 * EMG_MAX_SECTIONS - 8];
+  uint64_t header_checksum; /* XXH64 of the header with this field zero */
+} emg_header;
+_Static_assert(sizeof(emg_header) == EMG_HEADER, "the ember graph header is 512 bytes");
+
+static uint64_t header_checksum(const emg_header *h) {
+  emg_header copy = *h;
+  copy.header_checksum = 0;
+  return gr_xxh64(&copy, sizeof copy, EMG_VERSION);
+}
+
+/* ---- save */
+
+typedef struct section_data {
+  uint32_t id;
+  const void *data;
+  uint64_t count;
+} section_data;
+
+static int collect_sections(const em_graph *g, section_data *s) {
+  int k = 0;
+  s[k++] = (section_data){SEC_OFFSETS, g->offsets, (uint64_t)g->n + 1};
+  s[k++] = (section_data){SEC_SOURCES, g->sources, (uint64_t)g->m};
+  s[k++] = (section_data){SEC_OUT_DEGREE, g->out_degree, (uint64_t)g->n};
+  if (g->to_dense) {
+    s[k++] = (section_data){SEC_TO_DENSE, g->to_dense, (uint64_t)g->n};
+    s[k++] = (section_data){SEC_TO_INTERNAL, g->to_internal, (uint64_t)g->n};
+  }
+  if (g->original) s[k++] = (section_data){SEC_ORIGINAL, g->original, (uint64_t)g->n};
+  if (g->label_offsets) {
+    s[k++] = (section_data){SEC_LABEL_OFFSETS, g->label_offsets, (uint64_t)g->n + 1};
+    s[k++] = (section_data){SEC_LABEL_DATA, g->label_data, (uint64_t)g->label_offsets[g->n]};
+  }
+  return k;
+}
+
+static em_status write_bytes(FILE *f, const void *p, size_t bytes, const char *path) {
+  if (bytes && fwrite(p, 1, bytes, f) != bytes)
+    return em_set_error(EM_ERR_IO, "graph save: writing '%s' failed: %s", path, strerror(errno));
+  return EM_OK;
+}
+
+em_status em_graph_save(const em_graph *g, const char *path) {
+  if (!g || !path) return em_set_error(EM_ERR_ARGUMENT, "graph save: graph or path is NULL");
+  section_data sec[EMG_MAX_SECTIONS];
+  int ns = collect_sections(g, sec);
+  emg_header h;
+  memset(&h, 0, sizeof h);
+  memcpy(h.magic, EMG_MAGIC, 8);
+  h.version = EMG_VERSION;
+  h.byte_order = EMG_BYTE_ORDER;
+  h.header_bytes = EMG_HEADER;
+  h.num_vertices = g->n;
+  h.num_edges = g->m;
+  h.flags = g->directed ? EMG_DIRECTED : 0;
+  h.num_sections = (uint32_t)ns;
+  h.id_base = g->id_base;
+  uint64_t pos = EMG_HEADER;
+  for (int i = 0; i < ns; i++) {
+    emg_section *s = &h.sections[i];
+    s->id = sec[i].id;
+    s->elem_bytes = section_elem[sec[i].id];
+    s->offset = pos;
+    s->count = sec[i].count;
+    em_status st = gr_checksum(sec[i].data, s->count * s->elem_bytes, s->id, &s->checksum);
+    if (st) return st;
+    pos = (pos + s->count * s->elem_bytes + 63) & ~(uint64_t)63;
+  }
+  h.file_bytes = pos;
+  h.header_checksum = header_checksum(&h);
+
+  size_t len = strlen(path);
+  char *tmp = malloc(len + 32);
+  if (!tmp) return gr_oom("graph save", len + 32);
+  snprintf(tmp, len + 32, "%s.tmp%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) {
+    em_status st = em_set_error(EM_ERR_IO, "graph save: cannot create '%s': %s", tmp, strerror(errno));
+    free(tmp);
+    return st;
+  }
+  static const unsigned char zeros[64];
+  em_status st = write_bytes(f, &h, sizeof h, path);
+  for (int i = 0; i < ns && !st; i++) {
+    uint64_t bytes = h.sections[i].count * h.sections[i].elem_bytes;
+    st = write_bytes(f, sec[i].data, bytes, path);
+    uint64_t end = h.sections[i].offset + bytes, next = (end + 63) & ~(uint64_t)63;
+    if (!st) st = write_bytes(f, zeros, next - end, path);
+  }
+  if (fclose(f) && !st) st = em_set_error(EM_ERR_IO, "graph save: closing '%s' failed: %s", tmp, strerror(errno));
+  if (!st && rename(tmp, path))
+    st = em_set_error(EM_ERR_IO, "graph save: cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+  if (st) unlink(tmp);
+  free(tmp);
+  return st;
+}
+
+/* ---- load */
+
+static em_status bad_file(const char *path, const char *what) {
+  return em_set_error(EM_ERR_FORMAT, "load_ember: %s: %s", path, what);
+}
+
+/* Checks the header and points g's arrays at the sections of the mapping. */
+static em_status attach_sections(em_graph *g, const emg_header *h, const char *path, bool verify) {
+  char msg[256];
+  int64_t n = h->num_vertices, m = h->num_edges;
+  void *where[SEC_COUNT] = {0};
+  uint64_t counts[SEC_COUNT] = {0};
+  for (uint32_t i = 0; i < h->num_sections; i++) {
+    const emg_section *s = &h->sections[i];
+    if (s->id == 0 || s->id >= SEC_COUNT || where[s->id]) {
+      snprintf(msg, sizeof msg, "section %u has an unknown or repeated id %u", i, s->id);
+      return bad_file(path, msg);
+    }
+    const char *name = section_names[s->id];
+    uint64_t expect = s->id == SEC_SOURCES ? (uint64_t)m
+                      : (s->id == SEC_OFFSETS || s->id == SEC_LABEL_OFFSETS) ? (uint64_t)n + 1
+                      : s->id == SEC_LABEL_DATA ? s->count
+                                                : (uint64_t)n;
+    if (s->elem_bytes != section_elem[s->id] || s->count != expect || s->offset % 64 ||
+        s->offset < EMG_HEADER || s->offset > h->file_bytes || s->count * s->elem_bytes > h->file_bytes - s->offset) {
+      snprintf(msg, sizeof msg, "section '%s' does not fit the header (offset %llu, %llu elements of %u bytes)", name,
+               (unsigned long long)s->offset, (unsigned long long)s->count, s->elem_bytes);
+      return bad_file(path, msg);
+    }
+    where[s->id] = (char *)g->map + s->offset;
+    counts[s->id] = s->count;
+    if (verify) {
+      uint64_t sum;
+      em_status st = gr_checksum(where[s->id], s->count * s->elem_bytes, s->id, &sum);
+      if (st) return st;
+      if (sum != s->checksum) {
+        snprintf(msg, sizeof msg, "checksum mismatch in section '%s' (the file is corrupt)", name);
+        return bad_file(path, msg);
+      }
+    }
+  }
+  if (!where[SEC_OFFSETS] || !where[SEC_SOURCES] || !where[SEC_OUT_DEGREE] ||
+      !where[SEC_TO_DENSE] != !where[SEC_TO_INTERNAL] || !where[SEC_LABEL_OFFSETS] != !where[SEC_LABEL_DATA])
+    return bad_file(path, "required sections are missing");
+  g->n = n;
+  g->m = m;
+  g->directed = h->flags & EMG_DIRECTED;
+  g->id_base = h->id_base;
+  g->offsets = where[SEC_OFFSETS];
+  g->sources = where[SEC_SOURCES];
+  g->out_degree = where[SEC_OUT_DEGREE];
+  g->to_dense = where[SEC_TO_DENSE];
+  g->to_internal = where[SEC_TO_INTERNAL];
+  g->original = where[SEC_ORIGINAL];
+  g->label_offsets = where[SEC_LABEL_OFFSETS];
+  g->label_data = where[SEC_LABEL_DATA];
+  if (g->offsets[0] != 0 || g->offsets[n] != m) return bad_file(path, "the offsets do not span the edges");
+  if (g->label_offsets && (g->label_offsets[0] != 0 || (uint64_t)g->label_offsets[n] != counts[SEC_LABEL_DATA]))
+    return bad_file(path, "the label offsets do not span the label data");
+  return EM_OK;
+}
+
+/* Applies transforming options to a loaded graph by building it again. */
+static em_status rebuild(em_graph **out, em_graph *g, const em_graph_options *opts, const char *path) {
+  em_graph_options o = *opts;
+  o.directed = opts->directed && g->directed;
+  gr_csr_view view = {.n = g->n, .offsets = g->offsets, .neighbors = g->sources, .in_arcs = true, .relabel = g->to_dense};
+  gr_source src;
+  gr_csr_source(&src, &view, "load_ember", path); /* walks internal ids, pushes dense ones */
+  em_graph *ng = NULL;
+  em_status st = gr_build(&ng, &src, &o);
+  if (st) return st;
+  if (!g->directed) ng->directed = false;
+  ng->id_base = g->id_base;
+  size_t n = (size_t)g->n;
+  if (g->original) {
+    ng->original = gr_alloc(n * sizeof *ng->original);
+    if (!ng->original) st = gr_oom("load_ember", n * 8);
+    else memcpy(ng->original, g->original, n * sizeof *ng->original);
+  }
+  if (!st && g->label_offsets) {
+    size_t bytes = (size_t)g->label_offsets[n];
+    ng->label_offsets = gr_alloc((n + 1) * sizeof *ng->label_offsets);
+    ng->label_data = gr_alloc(bytes ? bytes : 1);
+    if (!ng->label_offsets || !ng->label_data) st = gr_oom("load_ember", bytes);
+    else {
+      memcpy(ng->label_offsets, g->label_offsets, (n + 1) * sizeof *ng->label_offsets);
+      memcpy(ng->label_data, g->label_data, bytes);
+    }
+  }
+  if (st) {
+    em_graph_free(ng);
+    return st;
+  }
+  *out = ng;
+  return EM_OK;
+}
+
+em_status gr_load_ember(em_graph **out, const char *path, const em_graph_options *opts) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return em_set_error(EM_ERR_IO, "load_ember: cannot open '%s': %s", path, strerror(errno));
+  struct stat sb;
+  if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+    close(fd);
+    return em_set_error(EM_ERR_IO, "load_ember: '%s' is not a regular file", path);
+  }
+  uint64_t size = (uint64_t)sb.st_size;
+  char msg[256];
+  if (size < EMG_HEADER) {
+    close(fd);
+    snprintf(msg, sizeof msg, "%llu bytes, shorter than the %d-byte header (truncated, or not an ember graph)",
+             (unsigned long long)size, EMG_HEADER);
+    return bad_file(path, msg);
+  }
+  void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+  int err = errno;
+  close(fd);
+  if (map == MAP_FAILED) return em_set_error(EM_ERR_IO, "load_ember: cannot map '%s': %s", path, strerror(err));
+  em_graph *g = gr_graph_new();
+  if (!g) {
+    munmap(map, (size_t)size);
+    return gr_oom("load_ember", sizeof *g);
+  }
+  g->map = map;
+  g->map_bytes = (size_t)size;
+  emg_header h;
+  memcpy(&h, map, sizeof h);
+  em_status st = EM_OK;
+  if (memcmp(h.magic, EMG_MAGIC, 8)) {
+    st = bad_file(path, "not an ember graph file (wrong magic number)");
+  } else if (h.byte_order != EMG_BYTE_ORDER) {
+    st = bad_file(path, "written on a machine of the other byte order");
+  } else if (h.version != EMG_VERSION) {
+    snprintf(msg, sizeof msg, "format version %u, this ember reads version %d", h.version, EMG_VERSION);
+    st = bad_file(path, msg);
+  } else if (h.header_checksum != header_checksum(&h)) {
+    st = bad_file(path, "checksum mismatch in the header (the file is corrupt)");
+  } else if (h.file_bytes != size) {
+    snprintf(msg, sizeof msg, "the header announces %llu bytes, the file has %llu (truncated or padded)",
+             (unsigned long long)h.file_bytes, (unsigned long long)size);
+    st = bad_file(path, msg);
+  } else if (h.num_vertices < 0 || h.num_vertices > GR_MAX_VERTICES || h.num_edges < 0 ||
+             h.num_sections > EMG_MAX_SECTIONS) {
+    st = bad_file(path, "the header's sizes are out of range");
+  } else {
+    st = attach_sections(g, &h, path, opts->verify != 0);
+  }
+  if (!st && (opts->reverse || opts->drop_self_loops || opts->drop_duplicates || (!opts->directed && g->directed) ||
+              (opts->reorder == EM_GRAPH_REORDER_DEGREE) != (g->to_dense != NULL))) {
+    em_graph *ng = NULL;
+    st = rebuild(&ng, g, opts, path);
+    if (!st) {
+      em_graph_free(g);
+      g = ng;
+    }
+  }
+  if (st) {
+    em_graph_free(g);
+    return st;
+  }
+  *out = g;
+  return EM_OK;
+}

@@ -1,0 +1,177 @@
+/* graph_impl.h - the layout of a graph and the pieces the graph files share: memory,
+ * timing, progress, mapped text files, the CSR builder and its edge sources, sorting and
+ * checksums. Nothing outside runtime/graph (and its tests) includes it. */
+#ifndef EMBER_GRAPH_IMPL_H
+#define EMBER_GRAPH_IMPL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "ember/graph.h"
+
+#define GR_MAX_VERTICES ((int64_t)UINT32_MAX) /* CSR ids are 32-bit */
+
+struct em_graph {
+  int64_t n, m;            /* vertices; arcs in the CSR */
+  bool directed;
+  int64_t *offsets;        /* [n + 1] in-arcs of internal vertex v: sources[offsets[v]..offsets[v+1]) */
+  uint32_t *sources;       /* [m] internal ids, sorted within each vertex */
+  uint32_t *out_degree;    /* [n] by internal id */
+  uint32_t *to_dense;      /* [n] internal -> dense; NULL when both orders agree */
+  uint32_t *to_internal;   /* [n] dense -> internal; NULL likewise */
+  int64_t *original;       /* [n] dense -> original id, ascending; NULL: dense + id_base */
+  int64_t id_base;         /* 1 for Matrix Market, else 0 */
+  int64_t *label_offsets;  /* [n + 1] into label_data; NULL: no labels. Empty range: none */
+  char *label_data;        /* NUL-terminated names */
+  void *map;               /* the ember file the arrays may point into, or NULL */
+  size_t map_bytes;
+};
+
+static inline uint32_t gr_internal(const em_graph *g, int64_t dense) {
+  return g->to_internal ? g->to_internal[dense] : (uint32_t)dense;
+}
+static inline uint32_t gr_dense(const em_graph *g, int64_t internal) {
+  return g->to_dense ? g->to_dense[internal] : (uint32_t)internal;
+}
+
+/* ---- memory: 64-byte aligned, counted in em_memory_allocated(); NULL when out of memory */
+void *gr_alloc(size_t bytes);
+void *gr_calloc(size_t bytes);
+void gr_free(void *p);
+/* Shrinks an allocation (in place for large ones); returns the possibly moved pointer. */
+void *gr_shrink(void *p, size_t bytes);
+/* Frees an array of g unless it lies in g's file mapping. */
+void gr_free_array(em_graph *g, void *p);
+em_graph *gr_graph_new(void);
+em_status gr_oom(const char *op, size_t bytes);
+
+/* ---- small utilities */
+double gr_now(void);
+int gr_threads(void);
+/* Reports progress on stderr (see em_graph_options.progress). Any thread may add. */
+typedef struct gr_progress {
+  bool on;
+  const char *op, *what;
+  int64_t total;
+  atomic_llong done;
+  atomic_int printing;
+  double start, last;
+} gr_progress;
+void gr_progress_init(gr_progress *p, int mode, const char *op, const char *what, int64_t total);
+void gr_progress_add(gr_progress *p, int64_t delta);
+void gr_progress_end(gr_progress *p);
+
+/* ---- mapped text files, cut into chunks at line starts */
+typedef struct gr_text {
+  const char *op, *path;
+  const char *data;
+  size_t size;
+  int64_t num_chunks;
+  size_t *chunk_begin;     /* [num_chunks + 1] byte offsets, each at a line start */
+  int64_t *chunk_lines;    /* [num_chunks] lines in each chunk, filled by the caller's first pass */
+  int64_t first_line;      /* line number of byte `body` (after a header the caller parsed) */
+} gr_text;
+em_status gr_text_open(gr_text *t, const char *op, const char *path);
+/* Cuts [body, size) into chunks; body is the offset of a line start. */
+em_status gr_text_chunk(gr_text *t, size_t body, int64_t first_line);
+/* Drops the chunk's pages from this process's resident set (the page cache keeps them). */
+void gr_text_release(const gr_text *t, int64_t chunk);
+void gr_text_close(gr_text *t);
+
+/* A parse error found in a chunk: the first chunk with one wins, and its line number is
+ * the lines of the chunks before it plus the line within it. */
+typedef struct gr_chunk_error {
+  em_status status;
+  int64_t line;            /* 0-based within the chunk */
+  char msg[200];
+} gr_chunk_error;
+em_status gr_text_report(const gr_text *t, const gr_chunk_error *errors);
+
+/* Reads an unsigned decimal integer at *p (< end); skips nothing. Returns 0 on success, 1
+ * when there is no digit, 2 when the value exceeds UINT64_MAX. */
+static inline int gr_parse_u64(const char **p, const char *end, uint64_t *out) {
+  const char *s = *p;
+  if (s >= end || (unsigned)(*s - '0') > 9) return 1;
+  uint64_t v = 0;
+  do {
+    unsigned d = (unsigned)(*s - '0');
+    if (v > (UINT64_MAX - d) / 10) return 2;
+    v = v * 10 + d;
+    s++;
+  } while (s < end && (unsigned)(*s - '0') <= 9);
+  *p = s;
+  *out = v;
+  return 0;
+}
+static inline bool gr_is_blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
+/* Shows at most 40 characters of the line at s for an error message. */
+void gr_quote_line(char *buf, size_t cap, const char *s, const char *end);
+
+/* ---- the CSR builder
+ * A source pushes its edges (dense ids) chunk by chunk, into per-thread sinks. The builder
+ * asks for the edges twice, once to count degrees and once to fill the CSR, so that no edge
+ * list is ever stored: a source must push the same edges each time. */
+typedef struct gr_sink gr_sink;
+typedef struct gr_builder gr_builder;
+struct gr_sink {
+  uint32_t *src, *dst;
+  int len, cap;
+  gr_builder *b;
+  int thread;
+};
+void gr_sink_flush(gr_sink *s);
+static inline void gr_sink_push(gr_sink *s, uint32_t u, uint32_t v) {
+  s->src[s->len] = u;
+  s->dst[s->len] = v;
+  if (++s->len == s->cap) gr_sink_flush(s);
+}
+
+typedef struct gr_source {
+  const char *op;          /* names the caller in errors and progress: "load_snap" */
+  const char *what;        /* the file, or the generator */
+  int64_t n;               /* vertices; pushed ids are below n */
+  int64_t max_edges;       /* an upper bound on the edges pushed by one pass */
+  int64_t num_chunks;
+  em_status (*scan)(void *ctx, int64_t chunk, gr_sink *sink);
+  void *ctx;
+  const gr_text *text;     /* when set, chunks' pages are released after each pass */
+} gr_source;
+
+/* Builds the in-edge CSR of the source's edges under opts (direction, reversal, drops,
+ * reordering). The result has no original ids or labels: the caller adds them. */
+em_status gr_build(em_graph **out, const gr_source *src, const em_graph_options *opts);
+/* Forces the builder's strategy in tests: 0 auto, 1 per-thread counters, 2 atomics. */
+extern int gr_build_strategy;
+
+/* A source over an existing CSR of out-arcs or in-arcs (the .sg reader, rebuilds). */
+typedef struct gr_csr_view {
+  int64_t n;
+  const int64_t *offsets;
+  const void *neighbors;   /* uint32 or int32 ids < n */
+  bool in_arcs;            /* true: neighbors[offsets[v]..] are sources of v */
+  const uint32_t *relabel; /* ids pushed are relabel[id] when set */
+} gr_csr_view;
+void gr_csr_source(gr_source *src, gr_csr_view *view, const char *op, const char *what);
+
+/* ---- sorting and checksums */
+void gr_sort_u32(uint32_t *a, int64_t n, uint32_t *tmp);   /* tmp: n elements (used when large) */
+void gr_sort_u64(uint64_t *a, int64_t n);                  /* sparse id sets (not a hot path) */
+/* 64-bit checksum of bytes: XXH64 of fixed 1 MiB blocks (in parallel), then XXH64 of the
+ * block hashes, so the value does not depend on the thread count. */
+em_status gr_checksum(const void *data, size_t bytes, uint64_t seed, uint64_t *out);
+uint64_t gr_xxh64(const void *data, size_t len, uint64_t seed);
+
+/* ---- format readers (one file each) */
+em_status gr_load_snap(em_graph **out, const char *path, const em_graph_options *opts);
+em_status gr_load_mtx(em_graph **out, const char *path, const em_graph_options *opts);
+em_status gr_load_sg(em_graph **out, const char *path, const em_graph_options *opts);
+em_status gr_load_ember(em_graph **out, const char *path, const em_graph_options *opts);
+
+/* The scalar reference of Kronecker edge e (tests check the batched generator with it). */
+void gr_kronecker_edge_ref(int32_t scale, uint64_t seed, uint64_t e, uint32_t *u, uint32_t *v);
+
+/* Reads a 1-D tensor of n values as doubles (converted, made contiguous). *out is gr_alloc'd. */
+em_status gr_tensor_values(const char *op, const em_tensor *t, int64_t n, double **out);
+
+#endif

@@ -1,0 +1,108 @@
+/* sort.c - sorting vertex ids: each vertex's sources after the CSR fill (many short runs,
+ * a few very long ones) and the id sets of files with sparse 64-bit ids. */
+#include <stdlib.h>
+#include <string.h>
+#include "graph_impl.h"
+
+static void insertion_u32(uint32_t *a, int64_t n) {
+  for (int64_t i = 1; i < n; i++) {
+    uint32_t x = a[i];
+    int64_t j = i;
+    while (j > 0 && a[j - 1] > x) a[j] = a[j - 1], j--;
+    a[j] = x;
+  }
+}
+
+static void sift_down(uint32_t *a, int64_t i, int64_t n) {
+  for (;;) {
+    int64_t c = 2 * i + 1;
+    if (c >= n) return;
+    if (c + 1 < n && a[c + 1] > a[c]) c++;
+    if (a[i] >= a[c]) return;
+    uint32_t t = a[i];
+    a[i] = a[c], a[c] = t, i = c;
+  }
+}
+
+static void heapsort_u32(uint32_t *a, int64_t n) {
+  for (int64_t i = n / 2 - 1; i >= 0; i--) sift_down(a, i, n);
+  for (int64_t e = n - 1; e > 0; e--) {
+    uint32_t t = a[0];
+    a[0] = a[e], a[e] = t;
+    sift_down(a, 0, e);
+  }
+}
+
+/* Quicksort (median of three) with a depth limit that falls back to heapsort. */
+static void quick_u32(uint32_t *a, int64_t n, int depth) {
+  while (n > 24) {
+    if (depth-- == 0) {
+      heapsort_u32(a, n);
+      return;
+    }
+    uint32_t x = a[0], y = a[n / 2], z = a[n - 1];
+    uint32_t pivot = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
+    int64_t i = 0, j = n - 1;
+    for (;;) { /* Hoare partition */
+      while (a[i] < pivot) i++;
+      while (a[j] > pivot) j--;
+      if (i >= j) break;
+      uint32_t t = a[i];
+      a[i++] = a[j], a[j--] = t;
+    }
+    /* recurse into the smaller side, loop on the larger */
+    if (j + 1 < n - j - 1) {
+      quick_u32(a, j + 1, depth);
+      a += j + 1, n -= j + 1;
+    } else {
+      quick_u32(a + j + 1, n - j - 1, depth);
+      n = j + 1;
+    }
+  }
+  insertion_u32(a, n);
+}
+
+/* LSD radix sort on three 11-bit digits; digits every key shares are skipped. */
+static void radix_u32(uint32_t *a, int64_t n, uint32_t *tmp) {
+  enum { BITS = 11, BUCKETS = 1 << BITS };
+  int64_t *hist = calloc(3 * BUCKETS, sizeof *hist);
+  if (!hist) {
+    quick_u32(a, n, 64);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t x = a[i];
+    hist[x & (BUCKETS - 1)]++;
+    hist[BUCKETS + ((x >> BITS) & (BUCKETS - 1))]++;
+    hist[2 * BUCKETS + (x >> (2 * BITS))]++;
+  }
+  uint32_t *from = a, *to = tmp;
+  for (int d = 0; d < 3; d++) {
+    int64_t *h = hist + d * BUCKETS, sum = 0;
+    if (h[(from[0] >> (d * BITS)) & (BUCKETS - 1)] == n) continue; /* one bucket: nothing moves */
+    for (int b = 0; b < BUCKETS; b++) {
+      int64_t c = h[b];
+      h[b] = sum;
+      sum += c;
+    }
+    for (int64_t i = 0; i < n; i++) to[h[(from[i] >> (d * BITS)) & (BUCKETS - 1)]++] = from[i];
+    uint32_t *t = from;
+    from = to, to = t;
+  }
+  if (from != a) memcpy(a, from, (size_t)n * sizeof *a);
+  free(hist);
+}
+
+void gr_sort_u32(uint32_t *a, int64_t n, uint32_t *tmp) {
+  if (n < 2) return;
+  if (n <= 24) insertion_u32(a, n);
+  else if (n <= 2048 || !tmp) quick_u32(a, n, 64);
+  else radix_u32(a, n, tmp);
+}
+
+static int cmp_u64(const void *x, const void *y) {
+  uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+  return a < b ? -1 : a > b;
+}
+
+void gr_sort_u64(uint64_t *a, int64_t n) { qsort(a, (size_t)n, sizeof *a, cmp_u64); }

@@ -1,0 +1,98 @@
+/* ember/autograd.h - reverse-mode automatic differentiation.
+ *
+ * Sits above the tensor core, as PyTorch's autograd sits above its kernels: a
+ * differentiable op (em_ag_*) calls the tensor op and, when grad mode is on and an input
+ * requires grad, records a node on the tape. em_backward() walks the tape from a root in
+ * reverse topological order (newest node first among those ready) and accumulates into the
+ * leaves' .grad. The tensor core and kernels know nothing of gradients.
+ *
+ * Leaf hooks fire once a leaf's gradient for this backward pass is complete (all its
+ * contributions summed), in a deterministic order, on the thread running backward. They
+ * are plain C callbacks, cheap enough for a data-parallel reducer to start bucket
+ * allreduces from them while backward goes on.
+ *
+ * Differentiable ops take `em_tensor **out` like the tensor core but always allocate
+ * (*out must be NULL); in-place ops are refused on tensors that need grad while recording. */
+#ifndef EMBER_AUTOGRAD_H
+#define EMBER_AUTOGRAD_H
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* EM_FFI_BEGIN */
+typedef void (*em_leaf_hook)(em_tensor *leaf, void *ctx);
+
+/* Grad mode (thread-local; on by default). */
+int em_grad_enabled(void);
+void em_set_grad_enabled(int enabled);
+
+/* Flags and gradients. em_grad returns a new reference or NULL when there is none. */
+em_status em_requires_grad_(em_tensor *t, int requires_grad);
+int em_requires_grad(const em_tensor *t);
+int em_is_leaf(const em_tensor *t);
+em_tensor *em_grad(const em_tensor *t);
+em_status em_set_grad(em_tensor *t, em_tensor *grad);   /* grad may be NULL (set to none) */
+em_status em_retain_grad(em_tensor *t);                  /* keep .grad on a non-leaf */
+const char *em_grad_fn_name(const em_tensor *t);          /* NULL for leaves */
+em_status em_detach(em_tensor **out, const em_tensor *a);  /* shares storage, no history */
+
+/* Backward from root. grad may be NULL for a one-element root (then 1). retain_graph
+ * keeps saved tensors so that backward can run through the same graph again. */
+em_status em_backward(em_tensor *root, const em_tensor *grad, int retain_graph);
+
+/* Leaf hooks: fire after the leaf's gradient is fully accumulated. Returns an id > 0. */
+int64_t em_add_leaf_hook(em_tensor *leaf, em_leaf_hook fn, void *ctx);
+em_status em_remove_leaf_hook(em_tensor *leaf, int64_t id);
+
+/* ---- differentiable ops ---- */
+em_status em_ag_binary(em_binop op, em_tensor **out, const em_tensor *a, const em_tensor *b);
+em_status em_ag_binary_scalar(em_binop op, em_tensor **out, const em_tensor *a, double s, int reversed);
+em_status em_ag_unary(em_unop op, em_tensor **out, const em_tensor *a);
+em_status em_ag_where(em_tensor **out, const em_tensor *cond, const em_tensor *a, const em_tensor *b);
+em_status em_ag_clamp(em_tensor **out, const em_tensor *a, double low, double high);
+em_status em_ag_reduce(em_redop op, em_tensor **out, em_tensor **indices, const em_tensor *a,
+                       const int *dims, int ndims, int keepdim, int base);
+em_status em_ag_norm(em_tensor **out, const em_tensor *a, double p, const int *dims, int ndims, int keepdim);
+em_status em_ag_var(em_tensor **out, const em_tensor *a, const int *dims, int ndims, double correction,
+                    int keepdim, int take_sqrt);
+em_status em_ag_cumsum(em_tensor **out, const em_tensor *a, int dim);
+em_status em_ag_softmax(em_tensor **out, const em_tensor *a, int dim, int log);
+em_status em_ag_matmul(em_tensor **out, const em_tensor *a, const em_tensor *b);
+em_status em_ag_addmm(em_tensor **out, const em_tensor *c, const em_tensor *a, const em_tensor *b,
+                      double beta, double alpha);
+/* views and shape ops */
+em_status em_ag_view(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes);
+em_status em_ag_reshape(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes);
+em_status em_ag_narrow(em_tensor **out, const em_tensor *a, int dim, int64_t start, int64_t length);
+em_status em_ag_select(em_tensor **out, const em_tensor *a, int dim, int64_t index);
+em_status em_ag_transpose(em_tensor **out, const em_tensor *a, int dim0, int dim1);
+em_status em_ag_permute(em_tensor **out, const em_tensor *a, int ndim, const int *dims);
+em_status em_ag_expand(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes);
+em_status em_ag_squeeze(em_tensor **out, const em_tensor *a, int dim, int all_dims);
+em_status em_ag_unsqueeze(em_tensor **out, const em_tensor *a, int dim);
+em_status em_ag_flatten(em_tensor **out, const em_tensor *a, int start_dim, int end_dim);
+em_status em_ag_contiguous(em_tensor **out, const em_tensor *a);
+em_status em_ag_to(em_tensor **out, const em_tensor *a, em_dtype dtype, em_device device);
+em_status em_ag_cat(em_tensor **out, em_tensor *const *tensors, int n, int dim);
+em_status em_ag_stack(em_tensor **out, em_tensor *const *tensors, int n, int dim);
+em_status em_ag_index_select(em_tensor **out, const em_tensor *a, int dim, const em_tensor *index, int base);
+em_status em_ag_gather(em_tensor **out, const em_tensor *a, int dim, const em_tensor *index, int base);
+em_status em_ag_masked_fill(em_tensor **out, const em_tensor *a, const em_tensor *mask, double value);
+
+/* Custom functions: backward written by the caller (e.g. in Lua through an FFI callback).
+ * The callback receives the gradients of the outputs and must store a new tensor (or NULL)
+ * for each input into grad_inputs. */
+typedef em_status (*em_custom_backward)(void *ctx, int n_outputs, em_tensor *const *grad_outputs,
+                                        int n_inputs, em_tensor **grad_inputs);
+typedef void (*em_custom_release)(void *ctx);
+em_status em_ag_custom(int n_inputs, em_tensor *const *inputs, int n_outputs, em_tensor *const *outputs,
+                       em_custom_backward backward, em_custom_release release, void *ctx, const char *name);
+/* EM_FFI_END */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

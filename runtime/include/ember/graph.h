@@ -1,0 +1,150 @@
+/* ember/graph.h - graphs: ingest, generators, PageRank on the CPU, ranking analysis.
+ *
+ * A graph is a compressed sparse row (CSR) structure of its in-edges (what a pull-based
+ * PageRank reads) plus the out-degree of every vertex. Vertices have three kinds of ids:
+ *   - dense ids 0..n-1, the ids callers see: score tensors, degree tensors and edge lists
+ *     are indexed by them. Files with sparse or 64-bit ids are remapped so that dense ids
+ *     follow the order of the original ids (a file using 0..n-1 keeps its ids);
+ *   - original ids, those of the file (Matrix Market's 1-based indices, a SNAP file's
+ *     64-bit ids, a generator's vertex labels), reported by top-k and em_graph_original_id;
+ *   - internal ids, the order the CSR is stored in (by default sorted by out-degree, which
+ *     makes PageRank faster). They never leak out of the library.
+ * Vertex ids in the CSR are 32-bit, so a graph has at most 2^32 - 1 vertices.
+ * Every function returns EM_OK or an error status with em_last_error() set; errors about a
+ * file name the file and, for text files, the line. */
+#ifndef EMBER_GRAPH_H
+#define EMBER_GRAPH_H
+
+#include "core.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* EM_FFI_BEGIN */
+typedef struct em_graph em_graph;
+
+typedef enum em_graph_format {
+  EM_GRAPH_FORMAT_AUTO = 0,  /* by extension: .mtx, .sg, .emg; anything else is SNAP text */
+  EM_GRAPH_FORMAT_SNAP,      /* text edge list: "u v" per line, '#' comments */
+  EM_GRAPH_FORMAT_MTX,       /* Matrix Market coordinate (pattern/real/integer, general/symmetric) */
+  EM_GRAPH_FORMAT_SG,        /* the GAP benchmark suite's serialized graph */
+  EM_GRAPH_FORMAT_EMBER      /* ember's checksummed, mmap-able CSR (em_graph_save) */
+} em_graph_format;
+
+typedef enum em_graph_reorder {
+  EM_GRAPH_REORDER_NONE = 0,  /* store the CSR in dense-id order */
+  EM_GRAPH_REORDER_DEGREE     /* store it by decreasing out-degree (faster PageRank) */
+} em_graph_reorder;
+
+typedef struct em_graph_options {
+  int32_t format;           /* em_graph_format */
+  int32_t directed;         /* 1: "u v" is the arc u -> v; 0: an undirected edge (two arcs) */
+  int32_t reverse;          /* 1: "u v" is the arc v -> u (twitter_rv.net lists follows so) */
+  int32_t drop_self_loops;  /* 1: drop u -> u */
+  int32_t drop_duplicates;  /* 1: keep one copy of repeated arcs */
+  int32_t reorder;          /* em_graph_reorder */
+  int32_t progress;         /* -1: on stderr when it is a terminal; 0: never; 1: always */
+  int32_t verify;           /* ember format: 1 checks the checksums on load */
+} em_graph_options;
+
+/* Defaults: auto format, directed, nothing reversed or dropped, degree order, progress on a
+ * terminal, checksums verified. */
+void em_graph_options_init(em_graph_options *opts);
+
+/* ---- building (opts may be NULL: defaults) ---- */
+em_status em_graph_load(em_graph **out, const char *path, const em_graph_options *opts);
+/* Graph500 Kronecker graph: 2^scale vertices, edge_factor * 2^scale generated edges,
+ * initiator A=0.57, B=C=0.19, vertices relabelled by a permutation drawn from seed. The
+ * same seed gives the same graph whatever the thread count. */
+em_status em_graph_kronecker(em_graph **out, int32_t scale, int32_t edge_factor, uint64_t seed,
+                             const em_graph_options *opts);
+/* num_edges edges with both ends uniform over num_vertices vertices. */
+em_status em_graph_uniform(em_graph **out, int64_t num_vertices, int64_t num_edges, uint64_t seed,
+                           const em_graph_options *opts);
+/* Edges u -> v from arrays of dense ids in [0, num_vertices). */
+em_status em_graph_from_edges(em_graph **out, int64_t num_vertices, int64_t num_edges, const int64_t *src,
+                              const int64_t *dst, const em_graph_options *opts);
+/* Vertex names: "id name" per line ('#' comments), id an original id of g. */
+em_status em_graph_load_labels(em_graph *g, const char *path);
+/* Writes ember's binary format (a temporary file renamed into place). */
+em_status em_graph_save(const em_graph *g, const char *path);
+void em_graph_free(em_graph *g);
+
+/* ---- inspection ---- */
+int64_t em_graph_num_vertices(const em_graph *g);
+int64_t em_graph_num_edges(const em_graph *g);   /* arcs: an undirected edge counts twice */
+int em_graph_is_directed(const em_graph *g);
+int64_t em_graph_original_id(const em_graph *g, int64_t v);   /* -1 when v is not a dense id */
+em_status em_graph_find_vertex(const em_graph *g, int64_t original_id, int64_t *v);
+const char *em_graph_label(const em_graph *g, int64_t v);     /* NULL when v has none */
+/* int64 tensors of [n] by dense id; either pointer may be NULL. */
+em_status em_graph_degrees(const em_graph *g, em_tensor **in_degree, em_tensor **out_degree);
+em_status em_graph_original_ids(const em_graph *g, em_tensor **out);
+/* Every arc as int64 [m] tensors of dense ids, sorted by (dst, src). */
+em_status em_graph_edges(const em_graph *g, em_tensor **src, em_tensor **dst);
+
+/* ---- PageRank ---- */
+typedef enum em_pagerank_method {
+  EM_PAGERANK_JACOBI = 0,   /* deterministic whatever the thread count */
+  EM_PAGERANK_GAUSS_SEIDEL, /* updates in place: fewer iterations, not bit-reproducible */
+  EM_PAGERANK_GAPBS         /* the GAP benchmark's definition: dangling mass leaks, sum < 1 */
+} em_pagerank_method;
+
+typedef struct em_pagerank_options {
+  double damping;                   /* 0.85 */
+  double tol;                       /* stop when the L1 change of the scores is below; 0: never */
+  int32_t max_iter;                 /* 100 */
+  int32_t method;                   /* em_pagerank_method */
+  const em_tensor *personalization; /* NULL: uniform; else [n] float, >= 0, by dense id */
+} em_pagerank_options;
+
+typedef struct em_pagerank_stats {
+  int32_t iterations;
+  int32_t converged;        /* 1 when the residual fell below tol */
+  double residual;          /* the last iteration's L1 change */
+  double seconds;           /* the iterations */
+  double setup_seconds;     /* buffers, contributions, teleport vector */
+  double edges_per_second;  /* arcs * iterations / seconds */
+} em_pagerank_stats;
+
+void em_pagerank_options_init(em_pagerank_options *opts);
+/* Scores: float32 [n] by dense id, summing to 1 (except EM_PAGERANK_GAPBS). Dangling mass
+ * is spread like the teleport vector (the igraph and networkx definition). residuals
+ * (float64 [iterations], may be NULL) receives the L1 change of each iteration; stats may
+ * be NULL. opts may be NULL: defaults. */
+em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagerank_stats *stats,
+                            const em_graph *g, const em_pagerank_options *opts);
+
+/* ---- analysis ---- */
+typedef struct em_graph_ranked {
+  int64_t vertex;        /* dense id */
+  int64_t original_id;
+  double score;
+  const char *label;     /* NULL when none; owned by the graph */
+} em_graph_ranked;
+
+typedef struct em_rank_comparison {
+  int64_t k;
+  int64_t overlap;       /* vertices in both top-k lists */
+  int64_t union_size;    /* vertices in either */
+  double kendall_tau;    /* tau-b of the two scores over the union (NaN when undefined) */
+} em_rank_comparison;
+
+/* The k highest scores (ties: smaller dense id first) into out[0..*count). scores is any 1-D
+ * real or integer tensor; g may be NULL (original ids are then the dense ids). */
+em_status em_graph_topk(em_graph_ranked *out, int64_t *count, const em_tensor *scores, int64_t k,
+                        const em_graph *g);
+/* How two rankings agree over their top k: overlap and Kendall's tau-b. */
+em_status em_graph_compare_rankings(em_rank_comparison *out, const em_tensor *a, const em_tensor *b,
+                                    int64_t k);
+/* compare_rankings(scores, in-degree): the Twitter study's question. */
+em_status em_graph_compare_indegree(em_rank_comparison *out, const em_graph *g, const em_tensor *scores,
+                                    int64_t k);
+/* EM_FFI_END */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,37 @@
+/* ember/optim.h - fused optimizer updates over whole parameter lists.
+ *
+ * One call updates every parameter (no per-parameter Lua loop, no temporaries): the CPU
+ * backend runs one parallel loop per tensor. Parameters without a gradient (NULL entry in
+ * grads) are skipped, as PyTorch does. State tensors (momentum buffers, Adam moments) are
+ * owned by the caller and created zero-filled with the parameter's shape; `step` counts
+ * from 1. All tensors of one call must share dtype (float32/float64) and device. */
+#ifndef EMBER_OPTIM_H
+#define EMBER_OPTIM_H
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* EM_FFI_BEGIN */
+/* SGD with momentum (PyTorch semantics: buf = momentum*buf + (1-dampening)*g, first step
+ * buf = g; nesterov uses g + momentum*buf). momentum_bufs may be NULL when momentum == 0.
+ * first_step tells that the buffers hold no history yet. */
+em_status em_optim_sgd(int n, em_tensor *const *params, em_tensor *const *grads, em_tensor *const *momentum_bufs,
+                       double lr, double momentum, double dampening, double weight_decay, int nesterov,
+                       int first_step, int maximize);
+/* Adam / AdamW (decoupled = 1): exp_avg, exp_avg_sq per parameter, bias-corrected with step. */
+em_status em_optim_adam(int n, em_tensor *const *params, em_tensor *const *grads, em_tensor *const *exp_avgs,
+                        em_tensor *const *exp_avg_sqs, double lr, double beta1, double beta2, double eps,
+                        double weight_decay, int decoupled, int64_t step, int maximize);
+/* Global L2 norm of all gradients (float64 accumulation); scales them in place by
+ * max_norm / (norm + 1e-6) when the norm exceeds max_norm. Returns the norm before clipping. */
+em_status em_optim_clip_grad_norm(int n, em_tensor *const *grads, double max_norm, double norm_type,
+                                  double *total_norm);
+/* EM_FFI_END */
+
+#ifdef __cplusplus
+}
+#endif
+#endif
