@@ -80,6 +80,20 @@ fi
 export EMBER_NUM_THREADS="$threads" OMP_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads" \
        MKL_NUM_THREADS="$threads"
 
+# blas_gemm must run the same OpenBLAS kernels as ember. The ember host picks OpenBLAS's
+# core type itself when OPENBLAS_CORETYPE is unset (bindings/blas_env.c), so ask it which
+# kernels it ended up with and give blas_gemm the same; a user's OPENBLAS_CORETYPE reaches
+# both unchanged.
+ember_blas="$("$build/ember" -e 'print(require("ffi").string(require("ember").C.em_blas_config()))' 2>/dev/null || true)"
+blas_core="${OPENBLAS_CORETYPE:-$(awk '{for (i = 2; i <= NF; i++) if ($i ~ /^MAX_THREADS=/) print $(i - 1)}' <<<"$ember_blas")}"
+run_blas_gemm() {
+  if [[ -n "$blas_core" ]]; then
+    OPENBLAS_CORETYPE="$blas_core" "$refs/blas_gemm" -t "$threads" -r "$reps" -w "$warmup" >>"$raw"
+  else
+    "$refs/blas_gemm" -t "$threads" -r "$reps" -w "$warmup" >>"$raw"
+  fi
+}
+
 mkdir -p "$build/bench-results"
 raw="$build/bench-results/tensor-$(date +%Y%m%d-%H%M%S).jsonl"
 : >"$raw"
@@ -99,15 +113,15 @@ for ((r = 1; r <= rounds; r++)); do
   echo "run_tensor: round $r/$rounds" >&2
   if ((r % 2)); then run_ember; run_torch; else run_torch; run_ember; fi
   "$refs/stream" -t "$threads" -r "$reps" -w "$warmup" >>"$raw"
-  "$refs/blas_gemm" -t "$threads" -r "$reps" -w "$warmup" >>"$raw"
+  run_blas_gemm
 done
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # ---------------------------------------------------------------- report
-python3 - "$raw" "$threads" "$rounds" "$reps" "$load_before" "$load_after" <<'EOF'
+python3 - "$raw" "$threads" "$rounds" "$reps" "$load_before" "$load_after" "$ember_blas" <<'EOF'
 import json, statistics, sys
 
-raw, threads, rounds, reps, load_before, load_after = sys.argv[1:]
+raw, threads, rounds, reps, load_before, load_after, ember_blas = sys.argv[1:]
 times, meta, errors = {}, {}, {}
 for line in open(raw):
     d = json.loads(line)
@@ -174,18 +188,21 @@ print('rates: GB/s (bytes counted as STREAM does: add 3 x 64 MiB, sum 64 MiB, so
       ' or GFLOP/s (matmul 2 x 1024^3); e/t = ember time / torch time (> 1: ember slower)')
 print('stream (GB/s, %s threads, 64 MiB arrays): ' % threads +
       ', '.join('%s %s' % (k, fmt(v, '%.1f')) for k, v in stream.items()))
-print('openblas sgemm 1024: %s GFLOP/s (%s)' % (fmt(blas, '%.1f'), blas_config))
+print('openblas sgemm 1024: %s GFLOP/s (%s; ember runs %s)' % (fmt(blas, '%.1f'), blas_config,
+      ember_blas or 'unknown'))
 if ('ember', '*') in errors:
     print('ember: not measured: ' + errors[('ember', '*')])
 for op, o in ops.items():
     if 'ember_error' in o and ('ember', op) in errors:
         print('ember %s: not measured: %s' % (op, o['ember_error'].splitlines()[0][:160]))
-if ' Prescott ' in ' %s ' % blas_config:
+if ' Prescott ' in ' %s ' % (blas_config + ' ' + ember_blas):
     flags = open('/proc/cpuinfo').read()
     if 'avx2' in flags:
         print('note: OpenBLAS picked its generic Prescott kernels on a CPU with AVX2/AVX-512 '
               '(it does not recognise this CPU); OPENBLAS_CORETYPE=SkylakeX (or Haswell) in the '
               'environment selects the right ones for ember and blas_gemm alike')
+if ember_blas and blas_config and ember_blas != blas_config:
+    print('warning: blas_gemm and ember ran different OpenBLAS configurations')
 print('load average before %s, after %s; raw times: %s' % (load_before, load_after, raw))
 
 torch_meta = next((d for (i, _), d in meta.items() if i == 'torch'), {})
@@ -194,6 +211,7 @@ print(json.dumps({'tensor_bench': {
     'threads': int(threads), 'rounds': int(rounds), 'reps_per_round': int(reps),
     'ember_version': ember_meta.get('version'), 'torch_version': torch_meta.get('version'),
     'stream_gbs': stream, 'openblas_gflops': blas, 'openblas_config': blas_config,
+    'ember_blas_config': ember_blas,
     'load_before': load_before, 'load_after': load_after, 'ops': ops, 'raw': raw}},
     separators=(',', ':')))
 EOF

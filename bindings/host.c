@@ -19,8 +19,10 @@
 
 #define MAX_THREADS 4096
 
-/* The YAML reader (bindings/yaml.c); weak, so that a build without it still links. */
+/* The YAML reader (bindings/yaml.c) and the OpenBLAS kernel choice (bindings/blas_env.c);
+ * weak, so that a build without them still links. */
 int luaopen_ember_yaml(lua_State *L) __attribute__((weak));
+void ember_select_blas_kernels(char **argv) __attribute__((weak));
 
 static const char *usage_text =
     "usage: ember [options] [script.lua [args...]]\n"
@@ -34,7 +36,7 @@ static const char *usage_text =
     "  ember - [args...]              run a script read from stdin\n"
     "  ember info                     version, build features, BLAS, threads, devices, paths\n"
     "  ember run PIPELINE.yaml [key.path=value...]\n"
-    "                                 run a YAML pipeline (not available in this build yet)\n"
+    "                                 run a YAML pipeline (ember run --help)\n"
     "  ember launch -n N script.lua [args...]\n"
     "                                 start N processes of a script through mpirun\n"
     "                                 (not available in this build yet)\n"
@@ -382,6 +384,30 @@ static int cmd_not_yet(const char *name, const char *what) {
   return 2;
 }
 
+/* `ember run PIPELINE.yaml [key.path=value...]`: the pipeline runner is Lua
+ * (lua/ember/pipeline); main(args) returns the exit status. */
+static int cmd_run(lua_State *L, int argc, char **argv, int first) {
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "ember.pipeline");
+  if (em_host_pcall(L, 1, 1)) {
+    em_host_report(L);
+    return 1;
+  }
+  lua_getfield(L, -1, "main");
+  lua_createtable(L, argc - first, 0);
+  for (int i = first; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i - first + 1);
+  }
+  if (em_host_pcall(L, 1, 1)) {
+    em_host_report(L);
+    return 1;
+  }
+  int status = lua_isnumber(L, -1) ? (int)lua_tointeger(L, -1) : 1;
+  lua_pop(L, 2);
+  return status;
+}
+
 /* `ember info|run|launch ...`: returns -1 when argv[o->script] is not a command. */
 static int run_command(lua_State *L, int argc, char **argv, const options *o) {
   if (o->script >= argc || o->after_dashes) return -1;
@@ -393,7 +419,7 @@ static int run_command(lua_State *L, int argc, char **argv, const options *o) {
     fprintf(stderr, "ember %s: -e, -l, -i and -j do not apply to commands (see ember --help)\n", name);
     return 2;
   }
-  if (is_run) return cmd_not_yet("run", "running YAML pipelines");
+  if (is_run) return cmd_run(L, argc, argv, o->script + 1);
   if (is_launch) return cmd_not_yet("launch", "launching processes through mpirun");
   if (o->script + 1 < argc) {
     fprintf(stderr, "ember info: unexpected argument '%s' (info takes none)\n", argv[o->script + 1]);
@@ -405,6 +431,7 @@ static int run_command(lua_State *L, int argc, char **argv, const options *o) {
 /* ---------------------------------------------------------------- main */
 
 int main(int argc, char **argv) {
+  if (ember_select_blas_kernels) ember_select_blas_kernels(argv);  /* may re-exec, once */
   options o;
   int status = collect_options(argc, argv, &o);
   if (status >= 0) return status;

@@ -19,6 +19,10 @@ void em_host_report(lua_State *L);
  * returns 0, or 1 after reporting why it could not be loaded. */
 int em_host_load_ember(lua_State *L);
 
+/* bindings/blas_env.c: sets OPENBLAS_CORETYPE for this CPU and re-executes the program
+ * once, before anything else runs (OpenBLAS reads it when it loads). */
+void ember_select_blas_kernels(char **argv);
+
 /* Runs the interactive loop on stdin: prompts, line editing, history and completion when
  * stdin is a terminal, plain statement-by-statement reading when it is not. Returns the
  * process exit status (0 on end of input). */

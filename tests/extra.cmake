@@ -25,3 +25,14 @@ if(Python3_Interpreter_FOUND)
 else()
   message(WARNING "python3 not found: the ember CLI and REPL tests are not registered")
 endif()
+
+# ---- graph engine (tests/graph/): PageRank against networkx and igraph, Kendall's tau
+# against scipy, a SNAP fixture against a Python parse; libember through ctypes. Needs
+# Debian's python3-networkx (python3-igraph, python3-scipy optional); exits 77, "skipped",
+# without networkx.
+find_program(EMBER_GRAPH_PYTHON NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
+if(EMBER_GRAPH_PYTHON)
+  add_test(NAME graph/networkx
+    COMMAND ${EMBER_GRAPH_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/graph/check_networkx.py $<TARGET_FILE:ember>)
+  set_tests_properties(graph/networkx PROPERTIES ENVIRONMENT "EMBER_NUM_THREADS=2" SKIP_RETURN_CODE 77 TIMEOUT 120)
+endif()

@@ -46,5 +46,9 @@ ember._VERSION = ffi.string(ember.C.em_version())
 
 package.loaded['ember'] = ember   -- submodules may require 'ember' while it loads
 require('ember.tensor')(ember)
+require('ember.autograd')(ember)
+ember.nn = require('ember.nn')
+ember.optim = require('ember.optim')
 require('ember.io')(ember)
+ember.data = require('ember.data')
 return ember

@@ -126,6 +126,38 @@ return function(ember)
   end
   I.alive = alive
 
+  -- Autograd (see autograd.lua): differentiable ops call the runtime's em_ag_* forms,
+  -- which record on the tape when grad mode is on and an input requires grad, and cost
+  -- nothing otherwise. recording(a, b) says whether an op on a (and b) would record.
+  local function recording(a, b)
+    if C.em_grad_enabled() == 0 then return false end
+    return (is_tensor(a) and C.em_requires_grad(a) ~= 0) or (is_tensor(b) and C.em_requires_grad(b) ~= 0)
+  end
+  I.recording = recording
+
+  -- In-place writes cannot be recorded: refused while recording when the target (or the
+  -- value written into it) requires grad, as the runtime's em_ag_check_inplace does.
+  local function check_inplace(op, t, src)
+    if C.em_grad_enabled() == 0 then return end
+    if C.em_requires_grad(t) ~= 0 then
+      throw(string.format('%s: in-place operation on a tensor that requires grad%s; run it inside no_grad() or on a ' ..
+        'detached copy', op, C.em_is_leaf(t) ~= 0 and ' (a leaf)' or ''))
+    end
+    if is_tensor(src) and C.em_requires_grad(src) ~= 0 then
+      throw(string.format('%s: an in-place operation cannot record gradients for its operand that requires grad; ' ..
+        'use the out-of-place form', op))
+    end
+  end
+  I.check_inplace = check_inplace
+
+  -- Ops without a recorded backward refuse inputs that need one, rather than silently
+  -- dropping their gradient.
+  function I.no_backward(op, t)
+    if recording(t) then
+      throw(op .. ': not differentiable in ember yet; call it on t:detach() or inside no_grad()')
+    end
+  end
+
   -- Option tables: unknown keys are errors, so a typo never goes unnoticed.
   local function option_set(...)
     local set = { _list = table.concat({ ... }, ', ') }

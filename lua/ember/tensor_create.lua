@@ -99,10 +99,12 @@ return function(ember, I)
 
   -- ---------------------------------------------------------------- fills (in place)
   function Tensor.fill_(t, value)
+    I.check_inplace('fill_', t)
     check(C.em_fill(t, as_fill_value('fill_', value, 1)))
     return t
   end
   function Tensor.zero_(t)
+    I.check_inplace('zero_', t)
     check(C.em_fill(t, 0))
     return t
   end
@@ -110,12 +112,14 @@ return function(ember, I)
   function Tensor.uniform_(t, low, high)
     low = low == nil and 0 or need_number('uniform_', low, 1)
     high = high == nil and 1 or need_number('uniform_', high, 2)
+    I.check_inplace('uniform_', t)
     check(C.em_uniform_(t, low, high))
     return t
   end
   function Tensor.normal_(t, mean, std)
     mean = mean == nil and 0 or need_number('normal_', mean, 1)
     std = std == nil and 1 or need_number('normal_', std, 2)
+    I.check_inplace('normal_', t)
     check(C.em_normal_(t, mean, std))
     return t
   end
@@ -123,11 +127,13 @@ return function(ember, I)
   function Tensor.random_(t, low, high)
     need_integer('random_', low, 1)
     if high == nil then low, high = 0, low else need_integer('random_', high, 2) end
+    I.check_inplace('random_', t)
     check(C.em_randint_(t, low, high))
     return t
   end
   function Tensor.bernoulli_(t, p)
     p = p == nil and 0.5 or need_number('bernoulli_', p, 1, 'a probability')
+    I.check_inplace('bernoulli_', t)
     check(C.em_bernoulli_(t, p))
     return t
   end

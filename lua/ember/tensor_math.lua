@@ -14,6 +14,7 @@ return function(ember, I)
   local need_tensor, need_number, need_integer = I.need_tensor, I.need_number, I.need_integer
   local check_opts, option_set, is_opts = I.check_opts, I.option_set, I.is_opts
   local dims_buf = I.dims_buf
+  local recording, check_inplace, no_backward = I.recording, I.check_inplace, I.no_backward
 
   local NAN = 0 / 0
 
@@ -22,11 +23,11 @@ return function(ember, I)
   local function binary(op, name, a, b)
     if type(b) == 'boolean' then b = b and 1 or 0 end
     if type(b) == 'number' then
-      if is_tensor(a) then return new_tensor(C.em_binary_scalar(op, box, a, b, 0)) end
+      if is_tensor(a) then return new_tensor(C.em_ag_binary_scalar(op, box, a, b, 0)) end
     elseif is_tensor(b) then
-      if is_tensor(a) then return new_tensor(C.em_binary(op, box, a, b)) end
+      if is_tensor(a) then return new_tensor(C.em_ag_binary(op, box, a, b)) end
       if type(a) == 'boolean' then a = a and 1 or 0 end
-      if type(a) == 'number' then return new_tensor(C.em_binary_scalar(op, box, b, a, 1)) end
+      if type(a) == 'number' then return new_tensor(C.em_ag_binary_scalar(op, box, b, a, 1)) end
     else
       if not is_tensor(a) and type(a) ~= 'number' then
         throw(string.format('%s: expected a tensor as the first operand, got %s', name, describe(a)))
@@ -38,6 +39,7 @@ return function(ember, I)
   I.binary = binary
 
   local function binary_(op, name, t, b)
+    check_inplace(name, t, b)
     if type(b) == 'boolean' then b = b and 1 or 0 end
     if type(b) == 'number' then return done(C.em_binary_scalar(op, into(t), t, b, 0), t) end
     if is_tensor(b) then return done(C.em_binary(op, into(t), t, b), t) end
@@ -79,13 +81,17 @@ return function(ember, I)
     Tensor[name] = function(a, b, alpha)
       alpha = alpha_of(name, alpha, 2)
       if alpha == nil or alpha == 1 then return binary(op, name, a, b) end
-      if is_tensor(a) and is_tensor(b) then return new_tensor(C.em_add_scaled(box, a, b, sign * alpha)) end
+      if is_tensor(a) and is_tensor(b) then
+        if recording(a, b) then return binary(C.EM_ADD, name, a, binary(C.EM_MUL, name, b, sign * alpha)) end
+        return new_tensor(C.em_add_scaled(box, a, b, sign * alpha))
+      end
       if type(b) == 'number' then return binary(op, name, a, b * alpha) end
       return binary(op, name, a, binary(C.EM_MUL, name, b, alpha))
     end
     Tensor[name .. '_'] = function(t, b, alpha)
       alpha = alpha_of(name .. '_', alpha, 2)
       if alpha == nil or alpha == 1 then return binary_(op, name .. '_', t, b) end
+      check_inplace(name .. '_', t, b)
       if is_tensor(b) then return done(C.em_add_scaled(into(t), t, b, sign * alpha), t) end
       if type(b) == 'number' then return binary_(op, name .. '_', t, b * alpha) end
       arg_error(name .. '_', 1, 'a tensor or number', b)
@@ -100,7 +106,7 @@ return function(ember, I)
   mt.__mul = function(a, b) return binary(C.EM_MUL, 'mul', a, b) end
   mt.__div = function(a, b) return binary(C.EM_DIV, 'div', a, b) end
   mt.__pow = function(a, b) return binary(C.EM_POW, 'pow', a, b) end
-  mt.__unm = function(a) return new_tensor(C.em_unary(C.EM_NEG, box, a)) end
+  mt.__unm = function(a) return new_tensor(C.em_ag_unary(C.EM_NEG, box, a)) end
 
   -- ---------------------------------------------------------------- unary
   local UNOPS = {
@@ -111,9 +117,13 @@ return function(ember, I)
     gelu = C.EM_GELU, silu = C.EM_SILU, logical_not = C.EM_LOGICAL_NOT,
   }
   for name, op in pairs(UNOPS) do
-    Tensor[name] = function(t) return new_tensor(C.em_unary(op, box, t)) end
+    Tensor[name] = function(t) return new_tensor(C.em_ag_unary(op, box, t)) end
     if name ~= 'logical_not' then
-      Tensor[name .. '_'] = function(t) return done(C.em_unary(op, into(t), t), t) end
+      local iname = name .. '_'
+      Tensor[iname] = function(t)
+        check_inplace(iname, t)
+        return done(C.em_unary(op, into(t), t), t)
+      end
     end
   end
   Tensor.negative = Tensor.neg
@@ -136,7 +146,7 @@ return function(ember, I)
     local tb = is_tensor(b) and b or nil
     a = as_operand('where', a, tb, 2)
     b = as_operand('where', b, ta, 3)
-    return new_tensor(C.em_where(box, cond, a, b))
+    return new_tensor(C.em_ag_where(box, cond, a, b))
   end
   -- t:where(cond, other) is where(cond, t, other), as in PyTorch.
   function Tensor.where(t, cond, other)
@@ -150,13 +160,14 @@ return function(ember, I)
   end
   -- clamp(min, max): either bound may be nil.
   function Tensor.clamp(t, low, high)
-    return new_tensor(C.em_clamp(box, t, bound('clamp', low, 1), bound('clamp', high, 2)))
+    return new_tensor(C.em_ag_clamp(box, t, bound('clamp', low, 1), bound('clamp', high, 2)))
   end
   function Tensor.clamp_(t, low, high)
+    check_inplace('clamp_', t)
     return done(C.em_clamp(into(t), t, bound('clamp_', low, 1), bound('clamp_', high, 2)), t)
   end
-  function Tensor.clamp_min(t, low) return new_tensor(C.em_clamp(box, t, need_number('clamp_min', low, 1), NAN)) end
-  function Tensor.clamp_max(t, high) return new_tensor(C.em_clamp(box, t, NAN, need_number('clamp_max', high, 1))) end
+  function Tensor.clamp_min(t, low) return new_tensor(C.em_ag_clamp(box, t, need_number('clamp_min', low, 1), NAN)) end
+  function Tensor.clamp_max(t, high) return new_tensor(C.em_ag_clamp(box, t, NAN, need_number('clamp_max', high, 1))) end
   Tensor.clip, Tensor.clip_ = Tensor.clamp, Tensor.clamp_
 
   -- ---------------------------------------------------------------- reductions
@@ -190,7 +201,7 @@ return function(ember, I)
   local function reducer(name, op)
     Tensor[name] = function(t, dims, keepdim)
       local nd = parse_dims(name, t, dims)
-      return new_tensor(C.em_reduce(op, box, nil, t, dims_buf, nd, keepdim and 1 or 0, 1))
+      return new_tensor(C.em_ag_reduce(op, box, nil, t, dims_buf, nd, keepdim and 1 or 0, 1))
     end
   end
   reducer('sum', C.EM_SUM)
@@ -208,7 +219,7 @@ return function(ember, I)
     Tensor[name] = function(t, dim, keepdim)
       if dim ~= nil and type(dim) ~= 'number' then arg_error(name, 1, 'a dim (integer) or nil', dim) end
       local nd = parse_dims(name, t, dim)
-      return new_tensor(C.em_reduce(op, box, nil, t, dims_buf, nd, keepdim and 1 or 0, 1))
+      return new_tensor(C.em_ag_reduce(op, box, nil, t, dims_buf, nd, keepdim and 1 or 0, 1))
     end
   end
   arg_reducer('argmax', C.EM_ARGMAX)
@@ -218,11 +229,11 @@ return function(ember, I)
   -- positions; max(other) is maximum(other).
   local function extremum(name, op, elementwise)
     Tensor[name] = function(t, dim, keepdim)
-      if dim == nil then return new_tensor(C.em_reduce(op, box, nil, t, dims_buf, 0, 0, 1)) end
+      if dim == nil then return new_tensor(C.em_ag_reduce(op, box, nil, t, dims_buf, 0, 0, 1)) end
       if is_tensor(dim) then return binary(elementwise, name, t, dim) end
       if type(dim) ~= 'number' then arg_error(name, 1, 'a dim (integer) or a tensor', dim) end
       dims_buf[0] = cdim(name, t, dim)
-      return new_pair(C.em_reduce(op, box, box2, t, dims_buf, 1, keepdim and 1 or 0, 1))
+      return new_pair(C.em_ag_reduce(op, box, box2, t, dims_buf, 1, keepdim and 1 or 0, 1))
     end
   end
   extremum('max', C.EM_MAX, C.EM_MAXIMUM)
@@ -241,7 +252,7 @@ return function(ember, I)
         if opts.unbiased ~= nil then correction = opts.unbiased and 1 or 0 end
       end
       local nd = parse_dims(name, t, dims)
-      return new_tensor(C.em_var(box, t, dims_buf, nd, correction, keepdim and 1 or 0, take_sqrt))
+      return new_tensor(C.em_ag_var(box, t, dims_buf, nd, correction, keepdim and 1 or 0, take_sqrt))
     end
   end
   spread('var', 0)
@@ -254,17 +265,20 @@ return function(ember, I)
     elseif p == '-inf' then p = -math.huge
     elseif type(p) ~= 'number' then arg_error('norm', 1, "a number, 'fro' or 'inf' (the order p)", p) end
     local nd = parse_dims('norm', t, dims, 2)
-    return new_tensor(C.em_norm(box, t, p, dims_buf, nd, keepdim and 1 or 0))
+    return new_tensor(C.em_ag_norm(box, t, p, dims_buf, nd, keepdim and 1 or 0))
   end
 
   local function need_dim(op, t, dim)
     if dim == nil then arg_error(op, 1, 'a dim (integer)', dim) end
     return cdim(op, t, dim)
   end
-  function Tensor.cumsum(t, dim) return new_tensor(C.em_cumsum(box, t, need_dim('cumsum', t, dim))) end
-  function Tensor.cumprod(t, dim) return new_tensor(C.em_cumprod(box, t, need_dim('cumprod', t, dim))) end
-  function Tensor.softmax(t, dim) return new_tensor(C.em_softmax(box, t, need_dim('softmax', t, dim), 0)) end
-  function Tensor.log_softmax(t, dim) return new_tensor(C.em_softmax(box, t, need_dim('log_softmax', t, dim), 1)) end
+  function Tensor.cumsum(t, dim) return new_tensor(C.em_ag_cumsum(box, t, need_dim('cumsum', t, dim))) end
+  function Tensor.cumprod(t, dim)
+    no_backward('cumprod', t)
+    return new_tensor(C.em_cumprod(box, t, need_dim('cumprod', t, dim)))
+  end
+  function Tensor.softmax(t, dim) return new_tensor(C.em_ag_softmax(box, t, need_dim('softmax', t, dim), 0)) end
+  function Tensor.log_softmax(t, dim) return new_tensor(C.em_ag_softmax(box, t, need_dim('log_softmax', t, dim), 1)) end
 
   -- sort([dim = -1 [, descending = false]]): values and 1-based positions.
   function Tensor.sort(t, dim, descending)
@@ -284,18 +298,28 @@ return function(ember, I)
   end
 
   -- ---------------------------------------------------------------- linear algebra
-  local function linalg(name, fn)
+  -- While recording, mm/bmm/mv/dot/outer go through em_ag_matmul (the only recorded
+  -- product) after the rank checks that their own runtime functions would make.
+  local function linalg(name, fn, ranks)
     Tensor[name] = function(a, b)
       need_tensor(name, b, 1)
+      if ranks and recording(a, b) then
+        local na, nb = C.em_tensor_ndim(a), C.em_tensor_ndim(b)
+        if na ~= ranks[1] or nb ~= ranks[2] then
+          throw(string.format('%s: expected %d-d and %d-d tensors, got %d-d and %d-d', name, ranks[1], ranks[2], na, nb))
+        end
+        if name == 'outer' then return Tensor.matmul(Tensor.unsqueeze(a, 2), Tensor.unsqueeze(b, 1)) end
+        return new_tensor(C.em_ag_matmul(box, a, b))
+      end
       return new_tensor(C[fn](box, a, b))
     end
   end
-  linalg('matmul', 'em_matmul')
-  linalg('mm', 'em_mm')
-  linalg('bmm', 'em_bmm')
-  linalg('mv', 'em_mv')
-  linalg('dot', 'em_dot')
-  linalg('outer', 'em_outer')
+  linalg('matmul', 'em_ag_matmul')
+  linalg('mm', 'em_mm', { 2, 2 })
+  linalg('bmm', 'em_bmm', { 3, 3 })
+  linalg('mv', 'em_mv', { 2, 1 })
+  linalg('dot', 'em_dot', { 1, 1 })
+  linalg('outer', 'em_outer', { 1, 1 })
 
   -- c:addmm(a, b [, {beta = 1, alpha = 1}]) or c:addmm(a, b, beta, alpha):
   -- beta * c + alpha * (a @ b).
@@ -309,7 +333,7 @@ return function(ember, I)
     end
     beta = beta == nil and 1 or need_number('addmm', beta, 3, 'a number (beta)')
     alpha = alpha == nil and 1 or need_number('addmm', alpha, 4, 'a number (alpha)')
-    return new_tensor(C.em_addmm(box, c, a, b, beta, alpha))
+    return new_tensor(C.em_ag_addmm(box, c, a, b, beta, alpha))
   end
 
   -- ---------------------------------------------------------------- whole-tensor tests

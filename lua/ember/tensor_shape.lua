@@ -13,6 +13,7 @@ return function(ember, I)
   local parse_sizes_n, parse_dtype, parse_device = I.parse_sizes_n, I.parse_dtype, I.parse_device
   local check_opts, option_set, is_dtype_name = I.check_opts, I.option_set, I.is_dtype_name
   local kept = I.kept
+  local recording, check_inplace, no_backward = I.recording, I.check_inplace, I.no_backward
 
   -- A result that may share storage with src: it inherits src's from_blob keep-alive.
   local function new_view(status, src)
@@ -32,20 +33,20 @@ return function(ember, I)
   -- view(2, 3) / view({2, 3}); one size may be -1 (inferred).
   function Tensor.view(t, ...)
     local n = parse_sizes_n('view', true, select('#', ...), ...)
-    return new_view(C.em_view(box, t, n, sizes_buf), t)
+    return new_view(C.em_ag_view(box, t, n, sizes_buf), t)
   end
   -- Like view, but copies when the strides do not allow a view.
   function Tensor.reshape(t, ...)
     local n = parse_sizes_n('reshape', true, select('#', ...), ...)
-    return new_view(C.em_reshape(box, t, n, sizes_buf), t)
+    return new_view(C.em_ag_reshape(box, t, n, sizes_buf), t)
   end
   function Tensor.view_as(t, other)
     need_tensor('view_as', other, 1)
-    return new_view(C.em_view(box, t, ndim_of(other), C.em_tensor_sizes(other)), t)
+    return new_view(C.em_ag_view(box, t, ndim_of(other), C.em_tensor_sizes(other)), t)
   end
   function Tensor.reshape_as(t, other)
     need_tensor('reshape_as', other, 1)
-    return new_view(C.em_reshape(box, t, ndim_of(other), C.em_tensor_sizes(other)), t)
+    return new_view(C.em_ag_reshape(box, t, ndim_of(other), C.em_tensor_sizes(other)), t)
   end
 
   -- narrow(dim, start, length): positions start .. start + length - 1 of dim.
@@ -60,18 +61,18 @@ return function(ember, I)
       throw(string.format('narrow: start %d and length %d out of range for dim %d of size %d ' ..
         '(expected 1 <= start and start + length - 1 <= %d)', start, length, d + 1, size, size))
     end
-    return new_view(C.em_narrow(box, t, d, s0, length), t)
+    return new_view(C.em_ag_narrow(box, t, d, s0, length), t)
   end
 
   -- select(dim, i): the slice at position i of dim, which goes away.
   function Tensor.select(t, dim, i)
     local d = cdim('select', t, dim)
     if ndim_of(t) == 0 then throw('select: cannot select from a 0-d tensor') end
-    return new_view(C.em_select(box, t, d, cindex('select', i, size_of(t, d), d + 1)), t)
+    return new_view(C.em_ag_select(box, t, d, cindex('select', i, size_of(t, d), d + 1)), t)
   end
 
   function Tensor.transpose(t, d1, d2)
-    return new_view(C.em_transpose(box, t, cdim('transpose', t, d1), cdim('transpose', t, d2)), t)
+    return new_view(C.em_ag_transpose(box, t, cdim('transpose', t, d1), cdim('transpose', t, d2)), t)
   end
   -- t(): the transpose of a matrix; 0-d and 1-d tensors come back as they are.
   function Tensor.t(t)
@@ -80,7 +81,7 @@ return function(ember, I)
     if n > 2 then
       throw(string.format('t: expected a tensor with at most 2 dims, got a %d-d tensor (use transpose(d1, d2))', n))
     end
-    return new_view(C.em_transpose(box, t, 0, n == 2 and 1 or 0), t)
+    return new_view(C.em_ag_transpose(box, t, 0, n == 2 and 1 or 0), t)
   end
 
   local dims_buf = ffi.new('int[8]')
@@ -96,27 +97,27 @@ return function(ember, I)
         ndim_of(t)))
     end
     for i = 1, n do dims_buf[i - 1] = cdim('permute', t, list[i]) end
-    return new_view(C.em_permute(box, t, n, dims_buf), t)
+    return new_view(C.em_ag_permute(box, t, n, dims_buf), t)
   end
 
   -- expand(4, -1, 3): broadcast size-1 dims without copying; -1 keeps a size.
   function Tensor.expand(t, ...)
     local n = parse_sizes_n('expand', true, select('#', ...), ...)
-    return new_view(C.em_expand(box, t, n, sizes_buf), t)
+    return new_view(C.em_ag_expand(box, t, n, sizes_buf), t)
   end
   function Tensor.expand_as(t, other)
     need_tensor('expand_as', other, 1)
-    return new_view(C.em_expand(box, t, ndim_of(other), C.em_tensor_sizes(other)), t)
+    return new_view(C.em_ag_expand(box, t, ndim_of(other), C.em_tensor_sizes(other)), t)
   end
 
   -- squeeze() drops every size-1 dim; squeeze(dim) drops dim if its size is 1.
   function Tensor.squeeze(t, dim)
-    if dim == nil then return new_view(C.em_squeeze(box, t, 0, 1), t) end
-    return new_view(C.em_squeeze(box, t, cdim('squeeze', t, dim), 0), t)
+    if dim == nil then return new_view(C.em_ag_squeeze(box, t, 0, 1), t) end
+    return new_view(C.em_ag_squeeze(box, t, cdim('squeeze', t, dim), 0), t)
   end
   -- unsqueeze(dim): a size-1 dim at position dim of the result (1..ndim + 1, or negative).
   function Tensor.unsqueeze(t, dim)
-    return new_view(C.em_unsqueeze(box, t, cdim('unsqueeze', t, dim, 1)), t)
+    return new_view(C.em_ag_unsqueeze(box, t, cdim('unsqueeze', t, dim, 1)), t)
   end
   -- flatten([start_dim = 1 [, end_dim = -1]])
   function Tensor.flatten(t, start_dim, end_dim)
@@ -125,7 +126,7 @@ return function(ember, I)
     if s > e then
       throw(string.format('flatten: start_dim %d comes after end_dim %d', s + 1, e + 1))
     end
-    return new_view(C.em_flatten(box, t, s, e), t)
+    return new_view(C.em_ag_flatten(box, t, s, e), t)
   end
 
   -- as_strided(sizes, strides [, offset]): a raw view; offset counts elements of the
@@ -143,6 +144,7 @@ return function(ember, I)
       strides_buf[i - 1] = strides[i]
     end
     if offset == nil then offset = tonumber(C.em_tensor_offset(t)) end
+    no_backward('as_strided', t)
     need_integer('as_strided', offset, 3, 'an integer (storage offset)')
     return new_view(C.em_as_strided(box, t, n, sizes_buf, strides_buf, offset), t)
   end
@@ -152,19 +154,24 @@ return function(ember, I)
     local d = cdim('unbind', t, dim or 1)
     if ndim_of(t) == 0 then throw('unbind: cannot unbind a 0-d tensor') end
     local out = {}
-    for i = 1, size_of(t, d) do out[i] = new_view(C.em_select(box, t, d, i - 1), t) end
+    for i = 1, size_of(t, d) do out[i] = new_view(C.em_ag_select(box, t, d, i - 1), t) end
     return out
   end
 
   -- ---------------------------------------------------------------- copies and conversion
   -- contiguous(): t itself (a new handle) when already contiguous, else a packed copy.
-  function Tensor.contiguous(t) return new_view(C.em_contiguous(box, t), t) end
-  function Tensor.clone(t) return new_tensor(C.em_clone(box, t)) end
+  function Tensor.contiguous(t) return new_view(C.em_ag_contiguous(box, t), t) end
+  -- While recording, a clone is t * 1 (exact), so that it carries t's gradient.
+  function Tensor.clone(t)
+    if recording(t) then return new_tensor(C.em_ag_binary_scalar(C.EM_MUL, box, t, 1, 0)) end
+    return new_tensor(C.em_clone(box, t))
+  end
 
   -- copy_(src): copies src into t (broadcasting, converting dtype); a number fills.
   function Tensor.copy_(t, src)
     if type(src) == 'number' or type(src) == 'boolean' then return Tensor.fill_(t, src) end
     need_tensor('copy_', src, 1)
+    check_inplace('copy_', t, src)
     check(C.em_copy_(t, src))
     return t
   end
@@ -194,12 +201,12 @@ return function(ember, I)
     alive('to', t)
     local dtype, device = to_arg('to', a, 1, C.em_tensor_dtype(t), C.em_tensor_device(t))
     dtype, device = to_arg('to', b, 2, dtype, device)
-    return new_view(C.em_to(box, t, dtype, device), t)
+    return new_view(C.em_ag_to(box, t, dtype, device), t)
   end
 
   local function converter(name)
     local dtype = parse_dtype(name)
-    return function(t) return new_view(C.em_to(box, t, dtype, C.em_tensor_device(t)), t) end
+    return function(t) return new_view(C.em_ag_to(box, t, dtype, C.em_tensor_device(t)), t) end
   end
   Tensor.float, Tensor.double = converter('float32'), converter('float64')
   Tensor.half, Tensor.bfloat16 = converter('float16'), converter('bfloat16')
@@ -217,7 +224,7 @@ return function(ember, I)
   end
   function Tensor.type_as(t, other)
     need_tensor('type_as', other, 1)
-    return new_view(C.em_to(box, t, C.em_tensor_dtype(other), C.em_tensor_device(t)), t)
+    return new_view(C.em_ag_to(box, t, C.em_tensor_dtype(other), C.em_tensor_device(t)), t)
   end
 
   -- ---------------------------------------------------------------- t[{...}]
@@ -237,7 +244,7 @@ return function(ember, I)
       end
       local size = size_of(r, d)
       if type(x) == 'number' then
-        r = new_view(C.em_select(box, r, d, cindex('t[{...}]', x, size, k)), r)
+        r = new_view(C.em_ag_select(box, r, d, cindex('t[{...}]', x, size, k)), r)
       elseif type(x) == 'table' then
         local a, b = x[1] or 1, x[2] or x[1] or -1
         local a0 = cindex('t[{...}]', a, size, k)
@@ -245,7 +252,7 @@ return function(ember, I)
         if b0 < a0 then
           throw(string.format('t[{...}]: range {%d, %d} is backwards for dim %d of size %d', a, b, k, size))
         end
-        r = new_view(C.em_narrow(box, r, d, a0, b0 - a0 + 1), r)
+        r = new_view(C.em_ag_narrow(box, r, d, a0, b0 - a0 + 1), r)
         d = d + 1
       else
         throw(string.format('t[{...}]: entry %d must be a position or a range table, got %s', k, describe(x)))
@@ -257,6 +264,7 @@ return function(ember, I)
 
   -- t[{...}] = v: fills the selection with a number (or boolean) or copies a tensor into it.
   function I.index_set(t, key, v)
+    check_inplace('t[{...}] = v', t, v)
     local target = index_get(t, key)
     if type(v) == 'number' or type(v) == 'boolean' then
       check(C.em_fill(target, type(v) == 'boolean' and (v and 1 or 0) or v))
@@ -295,7 +303,7 @@ return function(ember, I)
   function ember.cat(list, dim)
     local n = tensor_list('cat', list)
     local d = cdim('cat', list[1], dim or 1)
-    local st = C.em_cat(box, list_buf, n, d)
+    local st = C.em_ag_cat(box, list_buf, n, d)
     release_list(n)
     return new_tensor(st)
   end
@@ -303,7 +311,7 @@ return function(ember, I)
   function ember.stack(list, dim)
     local n = tensor_list('stack', list)
     local d = cdim('stack', list[1], dim or 1, 1)
-    local st = C.em_stack(box, list_buf, n, d)
+    local st = C.em_ag_stack(box, list_buf, n, d)
     release_list(n)
     return new_tensor(st)
   end
@@ -321,7 +329,7 @@ return function(ember, I)
       local start = 0
       repeat
         local len = math.min(sizes, total - start)
-        out[#out + 1] = new_view(C.em_narrow(box, t, d, start, len), t)
+        out[#out + 1] = new_view(C.em_ag_narrow(box, t, d, start, len), t)
         start = start + len
       until start >= total
       return out
@@ -341,7 +349,7 @@ return function(ember, I)
     end
     local start = 0
     for i = 1, #sizes do
-      out[i] = new_view(C.em_narrow(box, t, d, start, sizes[i]), t)
+      out[i] = new_view(C.em_ag_narrow(box, t, d, start, sizes[i]), t)
       start = start + sizes[i]
     end
     return out

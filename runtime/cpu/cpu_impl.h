@@ -103,5 +103,43 @@ em_status em_cpu_scan(int prod, em_tensor *out, const em_tensor *a, int dim);
 em_status em_cpu_softmax(em_tensor *out, const em_tensor *a, int dim, int log);
 em_status em_cpu_sort(em_tensor *values, em_tensor *indices, const em_tensor *a, int dim, int descending, int64_t k,
                       int base);
+/* fused optimizer updates and the gradient norm (optim.c) */
+em_status em_cpu_optim_sgd(int n, em_tensor *const *params, const em_tensor *const *grads, em_tensor *const *bufs,
+                           const em_sgd_args *args);
+em_status em_cpu_optim_adam(int n, em_tensor *const *params, const em_tensor *const *grads,
+                            em_tensor *const *exp_avgs, em_tensor *const *exp_avg_sqs, const em_adam_args *args);
+em_status em_cpu_optim_grad_norm(int n, const em_tensor *const *grads, double p, double *acc);
+/* nn kernels: convolution (nn_conv.c), pooling (nn_pool.c), normalisation (nn_norm.c),
+ * class-index losses and ReLU's backward (nn_loss.c), embedding bags (nn_embedding.c) */
+em_status em_cpu_conv2d(em_tensor *out, const em_tensor *x, const em_tensor *w, const em_tensor *b,
+                        const em_conv2d_params *p);
+em_status em_cpu_conv2d_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy,
+                                 const em_tensor *x, const em_tensor *w, const em_conv2d_params *p);
+em_status em_cpu_max_pool2d(em_tensor *out, em_tensor *indices, const em_tensor *x, const em_pool2d_params *p);
+em_status em_cpu_max_pool2d_backward(em_tensor *gx, const em_tensor *gy, const em_tensor *indices);
+em_status em_cpu_avg_pool2d(em_tensor *out, const em_tensor *x, const em_pool2d_params *p);
+em_status em_cpu_avg_pool2d_backward(em_tensor *gx, const em_tensor *gy, const em_pool2d_params *p);
+em_status em_cpu_batch_norm_stats(em_tensor *mean, em_tensor *var, const em_tensor *x);
+em_status em_cpu_batch_norm(em_tensor *out, const em_tensor *x, const em_tensor *mean, const em_tensor *var,
+                            const em_tensor *w, const em_tensor *b, double eps);
+em_status em_cpu_batch_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy,
+                                     const em_tensor *x, const em_tensor *mean, const em_tensor *var,
+                                     const em_tensor *w, double eps, int training);
+em_status em_cpu_layer_norm(em_tensor *out, em_tensor *mean, em_tensor *rstd, const em_tensor *x, const em_tensor *w,
+                            const em_tensor *b, double eps);
+em_status em_cpu_layer_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy,
+                                     const em_tensor *x, const em_tensor *mean, const em_tensor *rstd,
+                                     const em_tensor *w);
+em_status em_cpu_class_loss(em_tensor *out, em_tensor *lse, em_tensor *total_weight, const em_tensor *x,
+                            const em_tensor *target, const em_tensor *weight, const em_class_loss_params *p);
+em_status em_cpu_class_loss_backward(em_tensor *gx, const em_tensor *gout, const em_tensor *x, const em_tensor *lse,
+                                     const em_tensor *total_weight, const em_tensor *target, const em_tensor *weight,
+                                     const em_class_loss_params *p);
+em_status em_cpu_embedding_bag(em_tensor *out, em_tensor *argmax, const em_tensor *weight, const em_tensor *indices,
+                               const em_tensor *offsets, const em_tensor *psw, int mode, int base);
+em_status em_cpu_embedding_bag_backward(em_tensor *gw, em_tensor *gpsw, const em_tensor *gout, const em_tensor *weight,
+                                        const em_tensor *indices, const em_tensor *offsets, const em_tensor *psw,
+                                        const em_tensor *argmax, int mode, int base);
+em_status em_cpu_relu_backward(em_tensor *gx, const em_tensor *gy, const em_tensor *y);
 
 #endif

@@ -146,12 +146,12 @@ DEFINE_BINARY(add_scaled, b8, uint8_t, uint8_t, uint8_t, const uint8_t al = c->a
 /* Rows of the tables. Booleans reuse the uint8 loops where 0/1 behave as booleans:
  * comparisons and logical ops; add and maximum are or, mul and minimum are and (as in
  * PyTorch). DIV never sees integers (the core computes it in floating point). */
-#define ROW(NAME) \
-  {[EM_FLOAT32] = NAME##_f32, [EM_FLOAT64] = NAME##_f64, [EM_INT32] = NAME##_i32, [EM_INT64] = NAME##_i64, [EM_UINT8] = NAME##_u8, [EM_BOOL] = NAME##_u8}
-#define ROW_NOBOOL(NAME) \
-  {[EM_FLOAT32] = NAME##_f32, [EM_FLOAT64] = NAME##_f64, [EM_INT32] = NAME##_i32, [EM_INT64] = NAME##_i64, [EM_UINT8] = NAME##_u8}
-#define ROW_BOOL_AS(NAME, BOOL_FN) \
-  {[EM_FLOAT32] = NAME##_f32, [EM_FLOAT64] = NAME##_f64, [EM_INT32] = NAME##_i32, [EM_INT64] = NAME##_i64, [EM_UINT8] = NAME##_u8, [EM_BOOL] = BOOL_FN}
+#define INT_AND_FLOAT(NAME)                                                                         \
+  [EM_FLOAT32] = NAME##_f32, [EM_FLOAT64] = NAME##_f64, [EM_INT32] = NAME##_i32, [EM_INT64] = NAME##_i64, \
+  [EM_UINT8] = NAME##_u8
+#define ROW(NAME) {INT_AND_FLOAT(NAME), [EM_BOOL] = NAME##_u8}
+#define ROW_NOBOOL(NAME) {INT_AND_FLOAT(NAME)}
+#define ROW_BOOL_AS(NAME, BOOL_FN) {INT_AND_FLOAT(NAME), [EM_BOOL] = BOOL_FN}
 
 static const em_loop_fn binary_loops[EM_NUM_BINOPS][EM_NUM_DTYPES] = {
     [EM_ADD] = ROW_BOOL_AS(add, logical_or_u8),

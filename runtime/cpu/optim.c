@@ -14,14 +14,6 @@
 #include <stdlib.h>
 #include "cpu_impl.h"
 
-/* sqrt without the errno check lets the Adam loop vectorise; its argument (the second
- * moment) is never negative. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define EM_NO_ERRNO __attribute__((optimize("no-math-errno")))
-#else
-#define EM_NO_ERRNO
-#endif
-
 /* ---- SGD ----
  * g' = (maximize ? -g : g) + wd * p
  * buf = first ? g' : momentum * buf + (1 - dampening) * g'     (when momentum != 0)
@@ -58,15 +50,16 @@ typedef struct {
 /* The element update shared by the contiguous and strided paths of the momentum loop. */
 #define SGD_MOMENTUM_BODY(P, G, B)             \
   do {                                         \
-    T d = sign * (G);                          \
+    scalar_t d = sign * (G);                          \
     if (has_wd) d += wd * (P);                 \
-    T b = first ? d : mom * (B) + damp1 * d;   \
+    scalar_t b = first ? d : mom * (B) + damp1 * d;   \
     (B) = b;                                   \
     (P) -= lr * (nesterov ? d + mom * b : b);  \
   } while (0)
 
 #define SGD_MOMENTUM(T, SUF)                                                                         \
   static void sgd_momentum_##SUF(char **data, const int64_t *st, int64_t n, void *vctx) {           \
+    typedef T scalar_t;                                                                              \
     const sgd_ctx *c = vctx;                                                                         \
     const T lr = (T)c->lr, wd = (T)c->wd, sign = (T)c->sign, mom = (T)c->momentum,                   \
             damp1 = (T)c->damp1;                                                                     \
@@ -110,7 +103,10 @@ em_status em_cpu_optim_sgd(int n, em_tensor *const *params, const em_tensor *con
  * g' = (maximize ? -g : g) (+ wd * p for Adam);  p *= 1 - lr * wd for AdamW
  * m += (1 - beta1) * (g' - m)          (PyTorch's lerp)
  * v = beta2 * v + (1 - beta2) * g'^2
- * p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps) */
+ * p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+ * GCC keeps this loop scalar while libm's sqrt may set errno (the build does not pass
+ * -fno-math-errno; function-level optimize attributes do not take): measured 2.8x slower
+ * than the vectorised loop on 4M floats. Still one pass over memory. */
 typedef struct {
   double sign, wd, decay, one_minus_b1, beta2, one_minus_b2, inv_bc2_sqrt, eps, step_size;
   int coupled_wd, decoupled_wd;
@@ -118,18 +114,19 @@ typedef struct {
 
 #define ADAM_BODY(SQRT, P, G, M, V)                               \
   do {                                                            \
-    T g = sign * (G);                                             \
+    scalar_t g = sign * (G);                                             \
     if (coupled_wd) g += wd * (P);                                \
-    T p = decoupled_wd ? (P) * decay : (P);                       \
-    T m = (M) + omb1 * (g - (M));                                 \
-    T v = b2 * (V) + omb2 * g * g;                                \
+    scalar_t p = decoupled_wd ? (P) * decay : (P);                       \
+    scalar_t m = (M) + omb1 * (g - (M));                                 \
+    scalar_t v = b2 * (V) + omb2 * g * g;                                \
     (M) = m;                                                      \
     (V) = v;                                                      \
     (P) = p - step_size * m / (SQRT(v) * inv_bc2_sqrt + eps);  \
   } while (0)
 
 #define ADAM(T, SUF, SQRT)                                                                           \
-  static EM_NO_ERRNO void adam_##SUF(char **data, const int64_t *st, int64_t n, void *vctx) {        \
+  static void adam_##SUF(char **data, const int64_t *st, int64_t n, void *vctx) {        \
+    typedef T scalar_t;                                                                              \
     const adam_ctx *c = vctx;                                                                        \
     const T sign = (T)c->sign, wd = (T)c->wd, decay = (T)c->decay, omb1 = (T)c->one_minus_b1,        \
             b2 = (T)c->beta2, omb2 = (T)c->one_minus_b2, inv_bc2_sqrt = (T)c->inv_bc2_sqrt,          \
@@ -194,8 +191,15 @@ static inline double norm_combine_max(double m, double v) { return (v > m || v !
     const int64_t s = st[0];                                                            \
     if (c->kind == 0) {                                                                 \
       if (s == sizeof(T)) {                                                             \
+        /* Eight independent partial sums: a single FP accumulator cannot vectorise     \
+         * without reassociation, which -O3 alone does not allow. */                    \
         const T *restrict g = (const T *)base;                                          \
-        for (int64_t i = 0; i < n; i++) acc += (double)g[i] * (double)g[i];             \
+        double part[8] = {0};                                                           \
+        int64_t i = 0;                                                                  \
+        for (; i + 8 <= n; i += 8)                                                      \
+          for (int k = 0; k < 8; k++) part[k] += (double)g[i + k] * (double)g[i + k];   \
+        for (; i < n; i++) acc += (double)g[i] * (double)g[i];                          \
+        for (int k = 0; k < 8; k++) acc += part[k];                                     \
       } else {                                                                          \
         for (int64_t i = 0; i < n; i++) {                                               \
           double x = *(const T *)(base + i * s);                                        \
@@ -203,12 +207,13 @@ static inline double norm_combine_max(double m, double v) { return (v > m || v !
         }                                                                               \
       }                                                                                 \
     } else if (c->kind == 1) {                                                          \
-      for (int64_t i = 0; i < n; i++) acc = norm_combine_max(acc, fabs((double)*(const T *)(base + i * s))); \
+      for (int64_t i = 0; i < n; i++)                                                   \
+        acc = norm_combine_max(acc, fabs((double)*(const T *)(base + i * s)));          \
     } else {                                                                            \
       for (int64_t i = 0; i < n; i++) acc += pow(fabs((double)*(const T *)(base + i * s)), c->p); \
     }                                                                                   \
-    int slot = omp_get_thread_num() % c->nslots;                                        \
-    c->slots[slot][0] = c->kind == 1 ? norm_combine_max(c->slots[slot][0], acc) : c->slots[slot][0] + acc; \
+    double *slot = &c->slots[omp_get_thread_num() % c->nslots][0];                      \
+    *slot = c->kind == 1 ? norm_combine_max(*slot, acc) : *slot + acc;                  \
   }
 
 NORM_LOOP(float, f32)
@@ -226,7 +231,8 @@ em_status em_cpu_optim_grad_norm(int n, const em_tensor *const *grads, double p,
     em_iter_for_each(&it, grads[i]->dtype == EM_FLOAT64 ? norm_f64 : norm_f32, &c, 0);
   }
   double total = *acc;
-  for (int s = 0; s < c.nslots; s++) total = c.kind == 1 ? norm_combine_max(total, c.slots[s][0]) : total + c.slots[s][0];
+  for (int s = 0; s < c.nslots; s++)
+    total = c.kind == 1 ? norm_combine_max(total, c.slots[s][0]) : total + c.slots[s][0];
   *acc = total;
   free(c.slots);
   return EM_OK;

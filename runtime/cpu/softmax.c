@@ -15,6 +15,7 @@
 
 #define STRIP 256 /* columns carried together down a non-last dim */
 #define LANES 16  /* independent accumulators in a row loop */
+#define CHUNK 1024 /* elements summed in lanes before the sum moves to double */
 
 typedef struct {
   int64_t outer, n, inner;
@@ -42,7 +43,8 @@ static int use_threads(int64_t work, int64_t elements) {
 /* ---- softmax ----
  * Numerically stable: exp(x - max). A NaN anywhere in a row makes the row NaN, as in
  * PyTorch, because it flows through the sum. float32 uses the vectorisable em_vexpf
- * (within 2 ulp of libm); float64 uses libm's exp. Row sums are accumulated in double. */
+ * (within 2 ulp of libm); float64 uses libm's exp. Row sums go to double every CHUNK
+ * elements. */
 #define EXP_f32(v) em_vexpf(v)
 #define EXP_f64(v) exp(v)
 
@@ -60,26 +62,31 @@ static int use_threads(int64_t work, int64_t elements) {
     for (int j = 1; j < LANES; j++) m = lane[j] > m ? lane[j] : m;                          \
     return m;                                                                               \
   }                                                                                         \
-  /* sum of exp(x - m), also stored in y unless y is NULL (log_softmax reads x again) */    \
+  /* sum of exp(x - m), also stored in y unless y is NULL (log_softmax reads x again).   \
+   * Lanes add in T over chunks of CHUNK elements (cheap), chunks add into a double. */    \
   static double exp_sum_##N(T *y, const T *x, int64_t n, T m) {                             \
-    double sum[LANES] = {0};                                                                \
-    int64_t i = 0;                                                                          \
-    if (y) {                                                                                \
-      for (; i + LANES <= n; i += LANES)                                                    \
-        for (int j = 0; j < LANES; j++) {                                                   \
-          T e = EXP_##N(x[i + j] - m);                                                      \
-          y[i + j] = e;                                                                     \
-          sum[j] += e;                                                                      \
-        }                                                                                   \
-      for (; i < n; i++) sum[0] += y[i] = EXP_##N(x[i] - m);                               \
-    } else {                                                                                \
-      for (; i + LANES <= n; i += LANES)                                                    \
-        for (int j = 0; j < LANES; j++) sum[j] += EXP_##N(x[i + j] - m);                    \
-      for (; i < n; i++) sum[0] += EXP_##N(x[i] - m);                                      \
+    double total = 0;                                                                       \
+    for (int64_t c0 = 0; c0 < n; c0 += CHUNK) {                                             \
+      int64_t c1 = c0 + CHUNK < n ? c0 + CHUNK : n, i = c0;                                 \
+      T sum[LANES] = {0};                                                                   \
+      if (y) {                                                                              \
+        for (; i + LANES <= c1; i += LANES)                                                 \
+          for (int j = 0; j < LANES; j++) {                                                 \
+            T e = EXP_##N(x[i + j] - m);                                                    \
+            y[i + j] = e;                                                                   \
+            sum[j] += e;                                                                    \
+          }                                                                                 \
+        for (; i < c1; i++) sum[0] += y[i] = EXP_##N(x[i] - m);                            \
+      } else {                                                                              \
+        for (; i + LANES <= c1; i += LANES)                                                 \
+          for (int j = 0; j < LANES; j++) sum[j] += EXP_##N(x[i + j] - m);                  \
+        for (; i < c1; i++) sum[0] += EXP_##N(x[i] - m);                                   \
+      }                                                                                     \
+      for (int w = LANES / 2; w; w /= 2)                                                    \
+        for (int j = 0; j < w; j++) sum[j] += sum[j + w];                                   \
+      total += sum[0];                                                                      \
     }                                                                                       \
-    for (int w = LANES / 2; w; w /= 2)                                                      \
-      for (int j = 0; j < w; j++) sum[j] += sum[j + w];                                     \
-    return sum[0];                                                                          \
+    return total;                                                                           \
   }                                                                                         \
   static void softmax_row_##N(T *y, const T *x, int64_t n, int log_out) {                   \
     T m = row_max_##N(x, n);                                                                \

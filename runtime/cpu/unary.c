@@ -1,20 +1,33 @@
 /* unary.c - CPU kernels of the unary elementwise ops, and the float32 tanh, sigmoid,
  * erf and GELU they use.
  *
- * Why not libm for float32 exp/tanh/sigmoid/silu/erf/gelu: gcc vectorises a loop that calls expf
- * only under -ffast-math (through glibc's libmvec), and ember is not built with it. The
- * branch-free em_vexpf (vmath.h) and the functions below vectorise under plain -O3, which
- * is what lets these ops run at memory speed. float64 and the other functions call libm
- * per element. */
+ * Why not libm for float32 exp/tanh/sigmoid/silu/erf/gelu: gcc vectorises a loop that
+ * calls expf only under -ffast-math (through glibc's libmvec), and ember is not built
+ * with it. The branch-free em_vexpf (vmath.h) and the functions below vectorise under
+ * plain -O3, which is what lets these ops run at memory speed. float64 and the other
+ * functions (log, sqrt, sin, ...) call libm per element; sqrt would vectorise under
+ * -fno-math-errno. */
 #include <math.h>
 #include "cpu_impl.h"
 #include "vmath.h"
 
 #pragma GCC diagnostic ignored "-Wtype-limits" /* generic bodies run on unsigned types too */
 
+/* c ? a : b on the bits. A plain ?: lets gcc sink the costly arm into a branch, and then
+ * it will not if-convert the trapping division in it, so the loop stays scalar. */
+static inline float select_f(int c, float a, float b) {
+  uint32_t m = -(uint32_t)(c != 0), ua, ub, r;
+  memcpy(&ua, &a, 4);
+  memcpy(&ub, &b, 4);
+  r = (ua & m) | (ub & ~m);
+  float f;
+  memcpy(&f, &r, 4);
+  return f;
+}
+
 /* tanh for float32: the Cephes odd polynomial below |x| = 0.625, where 1 - 2/(e^2x + 1)
  * would lose bits to cancellation, and that formula above it. Both are computed and one
- * is selected, so the loop stays branch-free. */
+ * is selected, so the loop stays branch-free. NaN gives NaN. */
 static inline float em_tanhf(float x) {
   float ax = fabsf(x), z = x * x;
   float p = -5.70498872745e-3f;
@@ -24,8 +37,8 @@ static inline float em_tanhf(float x) {
   p = p * z - 3.33332819422e-1f;
   float small = p * z * x + x;
   float large = 1.0f - 2.0f / (em_vexpf(2.0f * ax) + 1.0f);
-  large = x < 0 ? -large : large;
-  return ax < 0.625f ? small : large;
+  large = select_f(x < 0, -large, large);
+  return select_f(ax < 0.625f, small, large);
 }
 
 /* sigmoid from e = exp(-|x|), which never overflows: 1/(1+e) for x >= 0 and e/(1+e)
@@ -45,7 +58,7 @@ static inline double em_sigmoid(double x) {
  * where h(s) = a erfc(a) e^(a^2) is smooth for s in [1/10.5, 1] (beyond a = 10.5 erfc is 0
  * in float); a^2 is split exactly into hi + lo (fmaf) so that exp sees no rounding error.
  * The coefficients are least-squares fits on Chebyshev nodes (numpy, against math.erf/erfc)
- * rounded to float: erf is within 2 ulp and erfc within 8 ulp (tests/c/test_elementwise.c).
+ * rounded to float: erf is within 2 ulp and GELU within 8 ulp (tests/c/test_elementwise.c).
  * GELU takes erfc directly for negative x, so its left tail keeps its relative accuracy
  * where 1 + erf(x) would cancel. */
 static inline float erf_small(float x) { /* |x| < 1 */
@@ -75,18 +88,6 @@ static inline float erfc_tail(float a, float y, float k) {
   h = h * t - 1.699360907e-01f;
   h = h * t + 5.027581453e-01f;
   return em_vexpf(-hi) * (1.0f - lo) * h * s; /* e^-(hi+lo) = e^-hi (1 - lo): |lo| < 4e-6 */
-}
-
-/* c ? a : b on the bits. A plain ?: lets gcc sink the costly arm into a branch, and then
- * it will not if-convert the trapping division in it, so the loop stays scalar. */
-static inline float select_f(int c, float a, float b) {
-  uint32_t m = -(uint32_t)(c != 0), ua, ub, r;
-  memcpy(&ua, &a, 4);
-  memcpy(&ub, &b, 4);
-  r = (ua & m) | (ub & ~m);
-  float f;
-  memcpy(&f, &r, 4);
-  return f;
 }
 
 /* erfc_tail runs for every x and its value is selected where it applies: |x| >= 1, and

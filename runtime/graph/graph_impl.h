@@ -162,6 +162,22 @@ void gr_sort_u64(uint64_t *a, int64_t n);                  /* sparse id sets (no
 em_status gr_checksum(const void *data, size_t bytes, uint64_t seed, uint64_t *out);
 uint64_t gr_xxh64(const void *data, size_t len, uint64_t seed);
 
+/* ---- PageRank's cache blocking of cold arcs (pr_tiles.c) */
+typedef struct gr_tiles {
+  int64_t seg;            /* source segment width; sources below seg are hot */
+  int64_t nseg, dblock, nblocks;
+  uint32_t *hot_len;      /* [n] hot prefix of each vertex's sources; NULL: no tiles */
+  int64_t *tile_entry;    /* [nblocks * nseg + 1] first entry of tile (block, segment) */
+  int64_t *tile_arc;      /* [nblocks * nseg + 1] first cold arc of each tile */
+  uint32_t *dst, *count;  /* per entry: the vertex and its arcs in the tile */
+  uint32_t *src;          /* [cold_arcs] sources, tile by tile */
+  int64_t cold_arcs;
+} gr_tiles;
+/* Leaves t->hot_len NULL when tiling would not pay. */
+em_status gr_tiles_build(gr_tiles *t, const em_graph *g);
+void gr_tiles_gather(const gr_tiles *t, int64_t block, const float *contrib, float *acc, int64_t n);
+void gr_tiles_free(gr_tiles *t);
+
 /* ---- format readers (one file each) */
 em_status gr_load_snap(em_graph **out, const char *path, const em_graph_options *opts);
 em_status gr_load_mtx(em_graph **out, const char *path, const em_graph_options *opts);

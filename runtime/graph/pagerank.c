@@ -22,16 +22,21 @@
 #include <string.h>
 #include "graph_impl.h"
 #include "tensor/tensor_impl.h"
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 typedef struct pr_run {
   const em_graph *g;
   int method;
   double damping;
-  float *x, *y, *contrib, *inv_deg;
+  float *x, *y, *contrib, *next, *inv_deg; /* next: Jacobi's second contribution buffer */
   double *tele;         /* [n] internal order, sums to 1; NULL: uniform */
   int64_t nblocks;
   int64_t *block;       /* [nblocks + 1] vertex boundaries */
   double *bsum, *bres, *bdang; /* per block */
+  gr_tiles tiles;       /* cold arcs, cache-blocked (Jacobi and GAPBS; see pr_tiles.c) */
+  float *acc;           /* [n] each vertex's cold sum, when tiled */
 } pr_run;
 
 static em_status check_options(const em_graph *g, const em_pagerank_options *o) {
@@ -101,47 +106,88 @@ static em_status make_blocks(pr_run *r) {
   return EM_OK;
 }
 
-static inline double gather(const float *restrict contrib, const uint32_t *restrict src, int64_t deg) {
+/* The sum of contrib over a list of sources, in double. Short lists (most of them) take a
+ * scalar loop; long ones 16 gathers at a time with AVX-512 when the build targets it.
+ * Either way the order of additions depends on the list alone. */
+static inline __attribute__((always_inline)) double gather(const float *restrict contrib,
+                                                          const uint32_t *restrict src, int64_t deg) {
   double s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t j = 0; j < deg; j++) s += contrib[src[j]];
+  int64_t j = 0;
+#ifdef __AVX512F__
+  if (deg >= 16) {
+    __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+    for (; j + 16 <= deg; j += 16) {
+      __m512 g = _mm512_i32gather_ps(_mm512_loadu_si512(src + j), contrib, 4);
+      lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(g)));
+      hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(g), 1))));
+    }
+    s = _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
+  }
+#endif
+  for (; j < deg; j++) s += contrib[src[j]];
   return s;
 }
 
-/* Pass 1 over block b. */
-static void pass_gather(pr_run *r, int64_t b, double coef, double scale) {
+/* Jacobi and GAPBS, one pass over block b: the new score from the in-neighbours'
+ * contributions (scaled by `scale`, the normalisation of the previous iteration, applied
+ * here rather than in a pass of its own), its residual against the old normalised score,
+ * and its contribution for the next iteration (into the other buffer). */
+static void sweep_jacobi(pr_run *r, int64_t b, double coef, double scale) {
   const em_graph *g = r->g;
   const int64_t *restrict off = g->offsets;
   const uint32_t *restrict src = g->sources;
-  float *restrict x = r->x, *restrict y = r->y, *contrib = r->contrib;
-  const float *restrict inv = r->inv_deg;
-  const double d = r->damping * scale, uniform = 1.0 / (double)g->n;
+  const float *restrict x = r->x, *restrict inv = r->inv_deg, *restrict contrib = r->contrib;
+  float *restrict y = r->y, *restrict next = r->next;
+  const float *restrict acc = r->acc;
+  const uint32_t *restrict hot = r->tiles.hot_len;
+  const double *restrict tele = r->tele;
+  const double d = r->damping * scale, uniform = coef / (double)g->n;
+  double sum = 0, res = 0, dang = 0;
+  for (int64_t v = r->block[b]; v < r->block[b + 1]; v++) {
+    double t = tele ? coef * tele[v] : uniform;
+    double in = hot ? acc[v] + gather(contrib, src + off[v], hot[v]) : gather(contrib, src + off[v], off[v + 1] - off[v]);
+    float nv = (float)(d * in + t);
+    y[v] = nv;
+    sum += nv;
+    res += fabs((double)nv - scale * (double)x[v]);
+    next[v] = nv * inv[v];
+    dang += inv[v] == 0 ? nv : 0;
+  }
+  r->bsum[b] = sum;
+  r->bres[b] = res;
+  r->bdang[b] = dang;
+}
+
+/* Gauss-Seidel, pass 1 over block b: in place, the old value kept in y. */
+static void sweep_gauss_seidel(pr_run *r, int64_t b, double coef) {
+  const em_graph *g = r->g;
+  const int64_t *restrict off = g->offsets;
+  const uint32_t *restrict src = g->sources;
+  float *x = r->x, *y = r->y, *contrib = r->contrib;
+  const float *inv = r->inv_deg;
+  const double d = r->damping, uniform = coef / (double)g->n;
   double sum = 0;
   for (int64_t v = r->block[b]; v < r->block[b + 1]; v++) {
-    double t = r->tele ? r->tele[v] : uniform;
-    float nv = (float)(d * gather(contrib, src + off[v], off[v + 1] - off[v]) + coef * t);
+    double t = r->tele ? coef * r->tele[v] : uniform;
+    float nv = (float)(d * gather(contrib, src + off[v], off[v + 1] - off[v]) + t);
     sum += nv;
-    if (r->method == EM_PAGERANK_GAUSS_SEIDEL) { /* in place; the old value goes to y */
-      y[v] = x[v];
-      x[v] = nv;
-      contrib[v] = nv * inv[v];
-    } else {
-      y[v] = nv;
-    }
+    y[v] = x[v];
+    x[v] = nv;
+    contrib[v] = nv * inv[v];
   }
   r->bsum[b] = sum;
 }
 
-/* Pass 2 over block b: normalise new (y), residual against old (x), contributions. */
-static void pass_normalise(pr_run *r, int64_t b, double scale) {
-  float *restrict x = r->x, *restrict y = r->y, *restrict contrib = r->contrib;
-  const float *restrict inv = r->inv_deg;
+/* Gauss-Seidel, pass 2 over block b: normalise x, residual against y, contributions. */
+static void normalise_gauss_seidel(pr_run *r, int64_t b, double scale) {
+  float *restrict x = r->x, *restrict contrib = r->contrib;
+  const float *restrict y = r->y, *restrict inv = r->inv_deg;
   const float s = (float)scale;
   double res = 0, dang = 0;
   for (int64_t v = r->block[b]; v < r->block[b + 1]; v++) {
-    float nv = y[v] * s;
-    y[v] = nv;
-    res += fabs((double)nv - (double)x[v]);
+    float nv = x[v] * s;
+    x[v] = nv;
+    res += fabs((double)nv - (double)y[v]);
     contrib[v] = nv * inv[v];
     dang += inv[v] == 0 ? nv : 0;
   }
@@ -161,13 +207,15 @@ static void swap(float **a, float **b) {
   *b = t;
 }
 
-/* Runs the iterations; residual[i] gets each one's L1 change. Returns the count. */
-static int iterate(pr_run *r, const em_pagerank_options *o, double *residual, int *converged) {
+/* Runs the iterations; residual[i] gets each one's L1 change. Returns the count. On
+ * return r->x holds the scores, to be multiplied by *scale. */
+static int iterate(pr_run *r, const em_pagerank_options *o, double *residual, int *converged, double *scale_out) {
   const em_graph *g = r->g;
-  int threads = gr_threads(), iters = 0;
-  bool gapbs = r->method == EM_PAGERANK_GAPBS;
+  /* small graphs: waking threads each pass costs more than the pass */
+  int threads = g->m + g->n < (1 << 16) ? 1 : gr_threads(), iters = 0;
+  bool gapbs = r->method == EM_PAGERANK_GAPBS, gs = r->method == EM_PAGERANK_GAUSS_SEIDEL;
   const float x0 = (float)(1.0 / (double)g->n);
-  double dangling = 0;
+  double dangling = 0, scale = 1;
 #pragma omp parallel for schedule(static) reduction(+ : dangling) num_threads(threads)
   for (int64_t v = 0; v < g->n; v++) {
     r->x[v] = x0;
@@ -175,25 +223,36 @@ static int iterate(pr_run *r, const em_pagerank_options *o, double *residual, in
     dangling += r->inv_deg[v] == 0 ? x0 : 0;
   }
   *converged = 0;
-  double scale = 1; /* Gauss-Seidel: the contributions written in pass 1 are not yet normalised */
   while (iters < o->max_iter) {
+    /* dangling is the normalised dangling mass of the current scores */
     double coef = gapbs ? 1 - r->damping : (1 - r->damping) + r->damping * dangling;
+    if (gs) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (int64_t b = 0; b < r->nblocks; b++) pass_gather(r, b, coef, scale);
-    double total = sum_blocks(r->bsum, r->nblocks);
-    scale = gapbs || !(total > 0) ? 1 : 1 / total;
-    if (r->method == EM_PAGERANK_GAUSS_SEIDEL) swap(&r->x, &r->y); /* y: new, x: old */
+      for (int64_t b = 0; b < r->nblocks; b++) sweep_gauss_seidel(r, b, coef);
+      double total = sum_blocks(r->bsum, r->nblocks);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (int64_t b = 0; b < r->nblocks; b++) pass_normalise(r, b, scale);
-    swap(&r->x, &r->y);
-    scale = 1;
-    dangling = sum_blocks(r->bdang, r->nblocks);
+      for (int64_t b = 0; b < r->nblocks; b++) normalise_gauss_seidel(r, b, total > 0 ? 1 / total : 1);
+      dangling = sum_blocks(r->bdang, r->nblocks);
+    } else {
+      if (r->acc) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+        for (int64_t b = 0; b < r->tiles.nblocks; b++) gr_tiles_gather(&r->tiles, b, r->contrib, r->acc, g->n);
+      }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+      for (int64_t b = 0; b < r->nblocks; b++) sweep_jacobi(r, b, coef, scale);
+      double total = sum_blocks(r->bsum, r->nblocks);
+      scale = gapbs || !(total > 0) ? 1 : 1 / total;
+      dangling = scale * sum_blocks(r->bdang, r->nblocks);
+      swap(&r->x, &r->y);
+      swap(&r->contrib, &r->next);
+    }
     residual[iters++] = sum_blocks(r->bres, r->nblocks);
     if (residual[iters - 1] < o->tol) {
       *converged = 1;
       break;
     }
   }
+  *scale_out = scale;
   return iters;
 }
 
@@ -206,12 +265,15 @@ static void run_free(pr_run *r) {
   gr_free(r->x);
   gr_free(r->y);
   gr_free(r->contrib);
+  gr_free(r->next);
   gr_free(r->inv_deg);
   gr_free(r->tele);
   free(r->block);
   free(r->bsum);
   free(r->bres);
   free(r->bdang);
+  gr_tiles_free(&r->tiles);
+  gr_free(r->acc);
 }
 
 em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagerank_stats *stats, const em_graph *g,
@@ -229,17 +291,26 @@ em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagera
   r.x = gr_alloc((size_t)n * sizeof(float));
   r.y = gr_alloc((size_t)n * sizeof(float));
   r.contrib = gr_alloc((size_t)n * sizeof(float));
+  if (opts->method != EM_PAGERANK_GAUSS_SEIDEL) r.next = gr_alloc((size_t)n * sizeof(float));
   r.inv_deg = gr_alloc((size_t)n * sizeof(float));
-  if (!residual || !r.x || !r.y || !r.contrib || !r.inv_deg) {
+  if (!residual || !r.x || !r.y || !r.contrib || !r.inv_deg || (opts->method != EM_PAGERANK_GAUSS_SEIDEL && !r.next)) {
     st = gr_oom(op, (size_t)n * 16);
     goto done;
   }
   if ((st = make_blocks(&r)) || (opts->personalization && (st = teleport(&r, opts->personalization)))) goto done;
+  if (opts->method != EM_PAGERANK_GAUSS_SEIDEL && g->m + g->n >= (1 << 16)) {
+    if ((st = gr_tiles_build(&r.tiles, g))) goto done;
+    if (r.tiles.hot_len && !(r.acc = gr_alloc((size_t)n * sizeof *r.acc))) {
+      st = gr_oom(op, (size_t)n * 4);
+      goto done;
+    }
+  }
 #pragma omp parallel for schedule(static) num_threads(gr_threads())
   for (int64_t v = 0; v < n; v++) r.inv_deg[v] = g->out_degree[v] ? 1.0f / (float)g->out_degree[v] : 0.0f;
   double t1 = gr_now();
   int converged;
-  int iters = iterate(&r, opts, residual, &converged);
+  double scale;
+  int iters = iterate(&r, opts, residual, &converged, &scale);
   double t2 = gr_now();
 
   bool allocated = false;
@@ -251,7 +322,7 @@ em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagera
   }
   float *out = em_tensor_data(*scores);
 #pragma omp parallel for schedule(static) num_threads(gr_threads())
-  for (int64_t i = 0; i < n; i++) out[gr_dense(g, i)] = r.x[i];
+  for (int64_t i = 0; i < n; i++) out[gr_dense(g, i)] = (float)(scale * r.x[i]);
   if (residuals) {
     int64_t k = iters;
     *residuals = NULL;

@@ -182,7 +182,7 @@ static em_status read_header(mtx_ctx *c, size_t *body, int64_t *line, uint64_t *
   for (;;) {
     if (pos >= c->text.size)
       return em_set_error(EM_ERR_FORMAT, "%s: %s:%lld: the file ends before the size line 'rows columns entries'", c->op,
-                          c->text.path, (long long)n);
+                          c->text.path, (long long)n + 1);
     pos = next_line(&c->text, pos, &s, &e);
     n++;
     const char *p = s;

@@ -35,6 +35,26 @@ typedef struct em_adam_args {
   int64_t step;
 } em_adam_args;
 
+/* Geometry of a 2-d convolution or pooling window (runtime/nn has checked it). */
+typedef struct em_conv2d_params {
+  int stride[2], pad[2], dilation[2], groups; /* [0] along H, [1] along W */
+} em_conv2d_params;
+
+typedef struct em_pool2d_params {
+  int kernel[2], stride[2], pad[2], dilation[2];
+  int ceil_mode, count_include_pad;
+  int adaptive; /* avg only: output i averages [floor(i * in / out), ceil((i + 1) * in / out)) */
+} em_pool2d_params;
+
+/* Losses over class indices: cross_entropy on logits, or nll_loss on log-probabilities. */
+typedef struct em_class_loss_params {
+  int64_t ignore_index;   /* a target value (as stored, in base) whose samples are skipped */
+  double label_smoothing; /* cross_entropy only */
+  int reduction;          /* em_reduction of ember/nn.h: 0 none, 1 mean, 2 sum */
+  int log_input;          /* 1: the input holds log-probabilities (nll_loss) */
+  int base;
+} em_class_loss_params;
+
 typedef struct em_backend {
   const char *name;
   /* memory */
@@ -95,6 +115,56 @@ typedef struct em_backend {
   em_status (*optim_adam)(int n, em_tensor *const *params, const em_tensor *const *grads, em_tensor *const *exp_avgs,
                           em_tensor *const *exp_avg_sqs, const em_adam_args *args);
   em_status (*optim_grad_norm)(int n, const em_tensor *const *grads, double p, double *acc);
+  /* nn (runtime/nn): contiguous operands of one float dtype, NCHW images, results
+   * allocated (contiguous) by the caller; NULL optional inputs are absent and NULL
+   * gradient outputs are not wanted. conv2d: x [N, C, H, W], w [Co, C / groups, kH, kW],
+   * b [Co], out [N, Co, OH, OW]. Pooling runs over [P, H, W] planes; max_pool2d's indices
+   * (int32) hold each maximum's position h * W + w in its input plane. */
+  em_status (*conv2d)(em_tensor *out, const em_tensor *x, const em_tensor *w, const em_tensor *b,
+                      const em_conv2d_params *p);
+  em_status (*conv2d_backward)(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy, const em_tensor *x,
+                               const em_tensor *w, const em_conv2d_params *p);
+  em_status (*max_pool2d)(em_tensor *out, em_tensor *indices, const em_tensor *x, const em_pool2d_params *p);
+  em_status (*max_pool2d_backward)(em_tensor *gx, const em_tensor *gy, const em_tensor *indices);
+  em_status (*avg_pool2d)(em_tensor *out, const em_tensor *x, const em_pool2d_params *p);
+  em_status (*avg_pool2d_backward)(em_tensor *gx, const em_tensor *gy, const em_pool2d_params *p);
+  /* batch norm over x [N, C, S]: stats gives each channel's mean and biased variance [C];
+   * the forward normalises with (mean, var, eps); backward in training form (the
+   * statistics depend on x) or evaluation form (they are constants). */
+  em_status (*batch_norm_stats)(em_tensor *mean, em_tensor *var, const em_tensor *x);
+  em_status (*batch_norm)(em_tensor *out, const em_tensor *x, const em_tensor *mean, const em_tensor *var,
+                          const em_tensor *w, const em_tensor *b, double eps);
+  em_status (*batch_norm_backward)(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy,
+                                   const em_tensor *x, const em_tensor *mean, const em_tensor *var,
+                                   const em_tensor *w, double eps, int training);
+  /* layer norm over the rows of x [M, D]; mean and rstd [M] are written by the forward */
+  em_status (*layer_norm)(em_tensor *out, em_tensor *mean, em_tensor *rstd, const em_tensor *x, const em_tensor *w,
+                          const em_tensor *b, double eps);
+  em_status (*layer_norm_backward)(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy,
+                                   const em_tensor *x, const em_tensor *mean, const em_tensor *rstd,
+                                   const em_tensor *w);
+  /* class-index losses: x [N, C, S], target [N, S] (int32/int64), weight [C]; out is [N, S]
+   * (no reduction) or 0-d; lse [N, S] (each sample's logsumexp; NULL for log inputs) and
+   * total_weight (0-d: the summed weight of the samples not ignored) are kept for the
+   * backward, where gout is out's gradient. A target out of range is an EM_ERR_INDEX that
+   * shows its value. */
+  em_status (*class_loss)(em_tensor *out, em_tensor *lse, em_tensor *total_weight, const em_tensor *x,
+                          const em_tensor *target, const em_tensor *weight, const em_class_loss_params *p);
+  em_status (*class_loss_backward)(em_tensor *gx, const em_tensor *gout, const em_tensor *x, const em_tensor *lse,
+                                   const em_tensor *total_weight, const em_tensor *target, const em_tensor *weight,
+                                   const em_class_loss_params *p);
+  /* embedding bags (mode: em_bag_mode of ember/nn.h): weight [R, D], indices [L] (int32/
+   * int64, from base), offsets [B] int64 (bag b holds indices[offsets[b] .. offsets[b+1]),
+   * the last bag runs to L), per_sample_weights [L]; out [B, D]; argmax [B, D] int64 (max
+   * mode: the weight row of each maximum, -1 in empty bags). An index out of range is an
+   * EM_ERR_INDEX that shows its value. */
+  em_status (*embedding_bag)(em_tensor *out, em_tensor *argmax, const em_tensor *weight, const em_tensor *indices,
+                             const em_tensor *offsets, const em_tensor *psw, int mode, int base);
+  em_status (*embedding_bag_backward)(em_tensor *gw, em_tensor *gpsw, const em_tensor *gout, const em_tensor *weight,
+                                      const em_tensor *indices, const em_tensor *offsets, const em_tensor *psw,
+                                      const em_tensor *argmax, int mode, int base);
+  /* gx = y > 0 ? gy : 0, ReLU's backward from its output (one pass, no mask tensor) */
+  em_status (*relu_backward)(em_tensor *gx, const em_tensor *gy, const em_tensor *y);
 } em_backend;
 
 /* The backend for a device, or NULL with an error naming op when it is not available. */

@@ -312,8 +312,8 @@ em_status em_where(em_tensor **out, const em_tensor *cond, const em_tensor *a, c
   char name[32];
   op_name(name, sizeof name, "where", out, a);
   em_status st;
-  if ((st = em_check_tensor(name, cond, "condition")) || (st = check_inputs(name, a, "first input", b, "second input")) ||
-      (st = check_same_device(name, cond, a)))
+  if ((st = em_check_tensor(name, cond, "condition")) ||
+      (st = check_inputs(name, a, "first input", b, "second input")) || (st = check_same_device(name, cond, a)))
     return st;
   if (cond->dtype != EM_BOOL && cond->dtype != EM_UINT8)
     return em_set_error(EM_ERR_DTYPE, "%s: the condition must be a bool (or uint8) tensor, got %s", name,

@@ -41,7 +41,8 @@ static double flat_get(const em_tensor *t, int64_t i) {
 }
 
 /* Checks t's dtype, shape and values (NaN matches NaN; tol is absolute + relative). */
-static void expect(const em_tensor *t, em_dtype dtype, int ndim, const int64_t *sizes, const double *vals, double tol) {
+static void expect(const em_tensor *t, em_dtype dtype, int ndim, const int64_t *sizes, const double *vals,
+                   double tol) {
   assert_non_null(t);
   assert_string_equal(em_dtype_name(em_tensor_dtype(t)), em_dtype_name(dtype));
   assert_int_equal(em_tensor_ndim(t), ndim);
@@ -241,7 +242,8 @@ static void test_broadcast(void **state) {
     expect(rev, dts[k], 3, so, want_add, 0);
     assert_int_equal(em_binary(EM_LT, &cmp, a, b), EM_OK);
     expect(cmp, EM_BOOL, 3, so, want_lt, 0);
-    em_tensor_release(a), em_tensor_release(b), em_tensor_release(out), em_tensor_release(cmp), em_tensor_release(rev);
+    em_tensor_release(a), em_tensor_release(b), em_tensor_release(out);
+    em_tensor_release(cmp), em_tensor_release(rev);
   }
   /* a 0-d tensor broadcasts against anything */
   em_tensor *z = NULL, *v = vec(EM_FLOAT32, 3, (const double[]){1, 2, 3}), *out = NULL;
@@ -467,6 +469,11 @@ static void test_unary_float(void **state) {
     check_unary(EM_EXP, d, 3, e, d, (const double[]){NAN, INFINITY, 0}, 0);
     check_unary(EM_TANH, d, 3, e, d, (const double[]){NAN, 1, -1}, 0);
     check_unary(EM_SIGMOID, d, 3, e, d, (const double[]){NAN, 1, 0}, 0);
+    check_unary(EM_ERF, d, 3, e, d, (const double[]){NAN, 1, -1}, 0);
+    check_unary(EM_GELU, d, 2, e, d, (const double[]){NAN, INFINITY}, 0);
+    const double far[] = {-30, -12, 12, 30, 1e30};
+    check_unary(EM_ERF, d, 5, far, d, (const double[]){-1, -1, 1, 1, 1}, 0);
+    check_unary(EM_GELU, d, 5, far, d, (const double[]){0, 0.5 * -12 * erfc(12 / sqrt(2)), 12, 30, 1e30}, 1e-6);
   }
   /* ceil(-0.5) is -0.0 */
   em_tensor *t = vec(EM_FLOAT32, 1, (const double[]){-0.5}), *c = NULL;
@@ -627,7 +634,8 @@ static void test_clamp(void **state) {
 static void test_add_scaled(void **state) {
   (void)state;
   int64_t sa[] = {2, 2};
-  em_tensor *a = mk(EM_FLOAT32, 2, sa, (const double[]){1, 2, 3, 4}), *b = vec(EM_FLOAT32, 2, (const double[]){10, 20});
+  em_tensor *a = mk(EM_FLOAT32, 2, sa, (const double[]){1, 2, 3, 4});
+  em_tensor *b = vec(EM_FLOAT32, 2, (const double[]){10, 20});
   em_tensor *out = NULL;
   assert_int_equal(em_add_scaled(&out, a, b, 0.5), EM_OK);
   expect(out, EM_FLOAT32, 2, sa, (const double[]){6, 12, 8, 14}, 0);
@@ -733,12 +741,15 @@ static void test_errors(void **state) {
   expect_error(em_clamp(&out, h, 0, 1), EM_ERR_DTYPE, "clamp: float16");
   /* a float result cannot go into an int tensor, nor a non-bool into a bool one */
   em_tensor *oi = i32;
-  expect_error(em_binary(EM_ADD, &oi, i32, a), EM_ERR_DTYPE, "add_: result dtype float32 cannot be written to an int32 tensor");
-  expect_error(em_binary_scalar(EM_ADD, &oi, i32, 2.5, 0), EM_ERR_DTYPE, "add_: result dtype float32 cannot be written to an int32");
+  expect_error(em_binary(EM_ADD, &oi, i32, a), EM_ERR_DTYPE,
+               "add_: result dtype float32 cannot be written to an int32 tensor");
+  expect_error(em_binary_scalar(EM_ADD, &oi, i32, 2.5, 0), EM_ERR_DTYPE,
+               "add_: result dtype float32 cannot be written to an int32");
   expect_error(em_binary_scalar(EM_DIV, &oi, i32, 2, 0), EM_ERR_DTYPE, "div_: result dtype float32");
   expect_error(em_unary(EM_SQRT, &oi, i32), EM_ERR_DTYPE, "sqrt_: result dtype float32");
   em_tensor *om = mask;
-  expect_error(em_binary(EM_ADD, &om, i32, i32), EM_ERR_DTYPE, "add: result dtype int32 cannot be written to a bool tensor");
+  expect_error(em_binary(EM_ADD, &om, i32, i32), EM_ERR_DTYPE,
+               "add: result dtype int32 cannot be written to a bool tensor");
   /* freed tensors, NULL */
   expect_error(em_binary(EM_ADD, &out, a, f), EM_ERR_ARGUMENT, "add: the second input was freed");
   expect_error(em_unary(EM_RELU, &out, f), EM_ERR_ARGUMENT, "relu: the input was freed");
@@ -754,7 +765,8 @@ static void test_errors(void **state) {
   expect_error(em_unary(EM_NEG, &out, mask), EM_ERR_DTYPE, "neg: negating a bool tensor");
   expect_error(em_binary_scalar(EM_POW, &out, i32, -2, 0), EM_ERR_ARGUMENT, "negative integer powers");
   expect_error(em_binary_scalar(EM_FMOD, &out, i32, 0, 0), EM_ERR_ARGUMENT, "fmod: integer division by zero");
-  expect_error(em_binary_scalar(EM_ADD, &out, i32, 3e9, 0), EM_ERR_ARGUMENT, "scalar 3e+09 is out of range for int32");
+  expect_error(em_binary_scalar(EM_ADD, &out, i32, 3e9, 0), EM_ERR_ARGUMENT,
+               "scalar 3e+09 is out of range for int32");
   expect_error(em_binary(EM_POW, &out, neg, neg), EM_ERR_ARGUMENT, "pow: integers to negative integer powers");
   expect_error(em_binary_scalar(EM_POW, &out, neg, 2, 1), EM_ERR_ARGUMENT, "pow: integers to negative");
   expect_error(em_binary(EM_FMOD, &out, zero, zero), EM_ERR_ARGUMENT, "fmod: integer division by zero");
@@ -765,7 +777,8 @@ static void test_errors(void **state) {
   expect_error(em_binary(EM_ADD, &oe, a, a), EM_ERR_ARGUMENT, "several elements in one memory location");
   /* devices must match (a CPU tensor relabelled as CUDA: the check runs before any access) */
   g->storage->device = (em_device){EM_CUDA, 0};
-  expect_error(em_binary(EM_ADD, &out, a, g), EM_ERR_DEVICE, "add: tensors are on different devices (cpu and cuda:0)");
+  expect_error(em_binary(EM_ADD, &out, a, g), EM_ERR_DEVICE,
+               "add: tensors are on different devices (cpu and cuda:0)");
   expect_error(em_where(&out, mask, a, g), EM_ERR_DEVICE, "different devices");
   expect_error(em_add_scaled(&out, g, a, 1), EM_ERR_DEVICE, "different devices (cuda:0 and cpu)");
   g->storage->device = CPU;

@@ -37,6 +37,7 @@ static const em_device CPU = {EM_CPU, 0};
 
 #define S(...) ((const int64_t[]){__VA_ARGS__})
 #define D(...) ((const int[]){__VA_ARGS__})
+#define V(...) ((const double[]){__VA_ARGS__})
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static const double X[] = {-5.0, 2.25, -1.5, 5.0, 1.25, -2.5, 4.0, 0.25, -3.5, 3.0, -0.75, -4.5, 2.0, -1.75, 5.5, 1.0, -2.75, 4.5, 0.0, -3.75, 3.5, -1.0, -4.75, 2.5};
@@ -168,157 +169,118 @@ static void check_same(const em_tensor *a, const em_tensor *b, double rtol) {
 
 /* ---------------------------------------------------------------- sum, mean, prod */
 
+/* op over dims of x gives a result of dtype, shape (ndim, sizes) and values want. */
+static void expect_reduce(em_redop op, const em_tensor *x, const int *dims, int nd, int keepdim, em_dtype dtype,
+                          int ndim, const int64_t *sizes, const double *want, double rtol) {
+  em_tensor *r = NULL;
+  assert_ok(em_reduce(op, &r, NULL, x, dims, nd, keepdim, 0));
+  check(r, dtype, ndim, sizes, want, rtol);
+  em_tensor_release(r);
+}
+
 static void test_sum_dims(void **state) {
   (void)state;
   for (int k = 0; k < 2; k++) {
     em_dtype dt = k ? EM_FLOAT64 : EM_FLOAT32;
-    em_tensor *x = make_x(dt), *r = NULL;
-    assert_ok(em_reduce(EM_SUM, &r, NULL, x, NULL, 0, 0, 0));
-    check(r, dt, 0, NULL, SUM_ALL, 1e-6);
-    release(1, &r);
-    assert_ok(em_reduce(EM_SUM, &r, NULL, x, D(0), 1, 0, 0));
-    check(r, dt, 2, S(3, 4), SUM_D0, 1e-6);
-    release(1, &r);
-    assert_ok(em_reduce(EM_SUM, &r, NULL, x, D(1), 1, 0, 0));
-    check(r, dt, 2, S(2, 4), SUM_D1, 1e-6);
-    release(1, &r);
-    assert_ok(em_reduce(EM_SUM, &r, NULL, x, D(-1), 1, 0, 0));
-    check(r, dt, 2, S(2, 3), SUM_D2, 1e-6);
-    release(1, &r);
-    assert_ok(em_reduce(EM_SUM, &r, NULL, x, D(2, 0), 2, 0, 0)); /* order does not matter */
-    check(r, dt, 1, S(3), SUM_D02, 1e-6);
-    release(1, &r);
-    assert_ok(em_reduce(EM_SUM, &r, NULL, x, D(0, -1), 2, 1, 0)); /* keepdim */
-    check(r, dt, 3, S(1, 3, 1), SUM_D02, 1e-6);
-    release(1, &r);
-    assert_ok(em_reduce(EM_SUM, &r, NULL, x, NULL, 0, 1, 0));
-    check(r, dt, 3, S(1, 1, 1), SUM_ALL, 1e-6);
-    release(1, &r);
-    assert_ok(em_reduce(EM_SUM, &r, NULL, x, D(1), 1, 1, 0));
-    check(r, dt, 3, S(2, 1, 4), SUM_D1, 1e-6);
-    release(2, &r, &x);
+    em_tensor *x = make_x(dt);
+    expect_reduce(EM_SUM, x, NULL, 0, 0, dt, 0, NULL, SUM_ALL, 1e-6);
+    expect_reduce(EM_SUM, x, D(0), 1, 0, dt, 2, S(3, 4), SUM_D0, 1e-6);
+    expect_reduce(EM_SUM, x, D(1), 1, 0, dt, 2, S(2, 4), SUM_D1, 1e-6);
+    expect_reduce(EM_SUM, x, D(-1), 1, 0, dt, 2, S(2, 3), SUM_D2, 1e-6);
+    expect_reduce(EM_SUM, x, D(2, 0), 2, 0, dt, 1, S(3), SUM_D02, 1e-6); /* order does not matter */
+    expect_reduce(EM_SUM, x, D(0, -1), 2, 1, dt, 3, S(1, 3, 1), SUM_D02, 1e-6);
+    expect_reduce(EM_SUM, x, NULL, 0, 1, dt, 3, S(1, 1, 1), SUM_ALL, 1e-6);
+    expect_reduce(EM_SUM, x, D(1), 1, 1, dt, 3, S(2, 1, 4), SUM_D1, 1e-6);
+    em_tensor_release(x);
   }
 }
 
 static void test_mean_prod(void **state) {
   (void)state;
-  em_tensor *x = make_x(EM_FLOAT32), *r = NULL;
-  assert_ok(em_reduce(EM_MEAN, &r, NULL, x, D(1), 1, 0, 0));
-  check(r, EM_FLOAT32, 2, S(2, 4), MEAN_D1, 1e-6);
-  release(1, &r);
-  assert_ok(em_reduce(EM_MEAN, &r, NULL, x, NULL, 0, 0, 0));
-  check(r, EM_FLOAT32, 0, NULL, MEAN_ALL, 1e-6);
-  release(1, &r);
-  assert_ok(em_reduce(EM_PROD, &r, NULL, x, D(2), 1, 0, 0));
-  check(r, EM_FLOAT32, 2, S(2, 3), PROD_D2, 1e-6);
-  release(2, &r, &x);
+  em_tensor *x = make_x(EM_FLOAT32);
+  expect_reduce(EM_MEAN, x, D(1), 1, 0, EM_FLOAT32, 2, S(2, 4), MEAN_D1, 1e-6);
+  expect_reduce(EM_MEAN, x, NULL, 0, 0, EM_FLOAT32, 0, NULL, MEAN_ALL, 1e-6);
+  expect_reduce(EM_PROD, x, D(2), 1, 0, EM_FLOAT32, 2, S(2, 3), PROD_D2, 1e-6);
+  em_tensor_release(x);
 }
 
 /* ---------------------------------------------------------------- max, min, arg */
 
+/* max/min (values want_v, positions want_i) or argmax/argmin (want_v NULL) over dims;
+ * want_i counts from 0 and base is added here. */
+static void expect_extreme(em_redop op, const em_tensor *x, const int *dims, int nd, int keepdim, int base, int ndim,
+                           const int64_t *sizes, const double *want_v, const double *want_i) {
+  em_tensor *v = NULL, *i = NULL;
+  if (want_v) {
+    assert_ok(em_reduce(op, &v, &i, x, dims, nd, keepdim, base));
+    check(v, em_tensor_dtype(x), ndim, sizes, want_v, 0);
+  } else {
+    assert_ok(em_reduce(op, &i, NULL, x, dims, nd, keepdim, base));
+  }
+  double shifted[64];
+  int64_t n = em_tensor_numel(i);
+  for (int64_t k = 0; k < n; k++) shifted[k] = want_i[k] + base;
+  check(i, EM_INT64, ndim, sizes, shifted, 0);
+  release(2, &v, &i);
+}
+
 static void test_max_min_indices(void **state) {
   (void)state;
-  em_tensor *x = make_x(EM_FLOAT32), *v = NULL, *i = NULL;
+  em_tensor *x = make_x(EM_FLOAT32), *v = NULL;
   for (int base = 0; base < 2; base++) {
-    double idx[8];
-    assert_ok(em_reduce(EM_MAX, &v, &i, x, D(1), 1, 0, base));
-    for (int k = 0; k < 8; k++) idx[k] = MAX_D1_I[k] + base;
-    check(v, EM_FLOAT32, 2, S(2, 4), MAX_D1, 0);
-    check(i, EM_INT64, 2, S(2, 4), idx, 0);
-    release(2, &v, &i);
-    assert_ok(em_reduce(EM_MIN, &v, &i, x, D(-1), 1, 1, base));
-    for (int k = 0; k < 6; k++) idx[k] = MIN_D2_I[k] + base;
-    check(v, EM_FLOAT32, 3, S(2, 3, 1), MIN_D2, 0);
-    check(i, EM_INT64, 3, S(2, 3, 1), idx, 0);
-    release(2, &v, &i);
-    assert_ok(em_reduce(EM_ARGMAX, &i, NULL, x, NULL, 0, 0, base));
-    double flat = ARGMAX_ALL[0] + base;
-    check(i, EM_INT64, 0, NULL, &flat, 0);
-    release(1, &i);
-    assert_ok(em_reduce(EM_ARGMIN, &i, NULL, x, D(0), 1, 0, base));
-    double amin[12];
-    for (int k = 0; k < 12; k++) amin[k] = ARGMIN_D0[k] + base;
-    check(i, EM_INT64, 2, S(3, 4), amin, 0);
-    release(1, &i);
+    expect_extreme(EM_MAX, x, D(1), 1, 0, base, 2, S(2, 4), MAX_D1, MAX_D1_I);
+    expect_extreme(EM_MIN, x, D(-1), 1, 1, base, 3, S(2, 3, 1), MIN_D2, MIN_D2_I);
+    expect_extreme(EM_ARGMAX, x, NULL, 0, 0, base, 0, NULL, NULL, ARGMAX_ALL);
+    expect_extreme(EM_ARGMIN, x, D(0), 1, 0, base, 2, S(3, 4), NULL, ARGMIN_D0);
   }
-  /* values only, and positions over several dims are flat over them */
+  /* values only; positions over several dims are flat over them: [1, 2], [1, 1], [1, 0] */
   assert_ok(em_reduce(EM_MAX, &v, NULL, x, D(1), 1, 0, 0));
   check(v, EM_FLOAT32, 2, S(2, 4), MAX_D1, 0);
-  release(1, &v);
-  assert_ok(em_reduce(EM_MAX, &v, &i, x, D(0, 2), 2, 0, 0));
-  check(v, EM_FLOAT32, 1, S(3), ((const double[]){5.5, 4.5, 3.5}), 0);
-  check(i, EM_INT64, 1, S(3), ((const double[]){6, 5, 4}), 0); /* at [1, 2], [1, 1], [1, 0] */
-  release(3, &v, &i, &x);
+  expect_extreme(EM_MAX, x, D(0, 2), 2, 0, 0, 1, S(3), V(5.5, 4.5, 3.5), V(6, 5, 4));
+  release(2, &v, &x);
 }
 
 static void test_ties_and_nan(void **state) {
   (void)state;
-  const double tie[] = {1, 3, 3, 2, 3, -1, -1, 0};
-  em_tensor *x = make(2, S(2, 4), EM_FLOAT32, tie), *v = NULL, *i = NULL;
-  assert_ok(em_reduce(EM_MAX, &v, &i, x, D(1), 1, 0, 0));
-  check(i, EM_INT64, 1, S(2), ((const double[]){1, 0}), 0); /* first occurrence */
-  release(2, &v, &i);
-  assert_ok(em_reduce(EM_ARGMIN, &i, NULL, x, D(1), 1, 0, 1));
-  check(i, EM_INT64, 1, S(2), ((const double[]){1, 2}), 0);
-  release(2, &i, &x);
+  em_tensor *x = make(2, S(2, 4), EM_FLOAT32, V(1, 3, 3, 2, 3, -1, -1, 0)), *v = NULL, *i = NULL;
+  expect_extreme(EM_MAX, x, D(1), 1, 0, 0, 1, S(2), V(3, 3), V(1, 0)); /* first occurrence */
+  expect_extreme(EM_ARGMIN, x, D(1), 1, 0, 1, 1, S(2), NULL, V(0, 1));
+  em_tensor_release(x);
   /* NaN propagates and wins, at its first position, for max and min alike */
-  const double withnan[] = {1, NAN, 5, NAN, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-  x = make(2, S(2, 4), EM_FLOAT64, withnan);
-  assert_ok(em_reduce(EM_MAX, &v, &i, x, D(1), 1, 0, 0));
-  check(v, EM_FLOAT64, 1, S(2), ((const double[]){NAN, -INFINITY}), 0);
-  check(i, EM_INT64, 1, S(2), ((const double[]){1, 0}), 0);
-  release(2, &v, &i);
-  assert_ok(em_reduce(EM_MIN, &v, &i, x, D(1), 1, 0, 0));
-  check(v, EM_FLOAT64, 1, S(2), ((const double[]){NAN, -INFINITY}), 0);
-  check(i, EM_INT64, 1, S(2), ((const double[]){1, 0}), 0);
-  release(2, &v, &i);
+  x = make(2, S(2, 4), EM_FLOAT64, V(1, NAN, 5, NAN, -INFINITY, -INFINITY, -INFINITY, -INFINITY));
+  expect_extreme(EM_MAX, x, D(1), 1, 0, 0, 1, S(2), V(NAN, -INFINITY), V(1, 0));
+  expect_extreme(EM_MIN, x, D(1), 1, 0, 0, 1, S(2), V(NAN, -INFINITY), V(1, 0));
+  expect_reduce(EM_SUM, x, D(1), 1, 0, EM_FLOAT64, 1, S(2), V(NAN, -INFINITY), 0);
   assert_ok(em_reduce(EM_MAX, &v, NULL, x, NULL, 0, 0, 0));
   assert_true(isnan(item(v)));
-  release(1, &v);
-  assert_ok(em_reduce(EM_SUM, &v, NULL, x, D(1), 1, 0, 0));
-  check(v, EM_FLOAT64, 1, S(2), ((const double[]){NAN, -INFINITY}), 0);
   release(2, &v, &x);
   /* a NaN in a later block of a long reduction still wins over a larger block max */
   int64_t n = 100000;
-  em_tensor *big = NULL;
-  assert_ok(em_zeros(&big, 1, &n, EM_FLOAT32, CPU));
-  ((float *)em_tensor_data(big))[10] = 7;
-  ((float *)em_tensor_data(big))[90000] = NAN;
-  ((float *)em_tensor_data(big))[95000] = NAN;
-  assert_ok(em_reduce(EM_ARGMAX, &i, NULL, big, NULL, 0, 0, 0));
+  assert_ok(em_zeros(&x, 1, &n, EM_FLOAT32, CPU));
+  float *p = em_tensor_data(x);
+  p[10] = 7, p[90000] = NAN, p[95000] = NAN;
+  assert_ok(em_reduce(EM_ARGMAX, &i, NULL, x, NULL, 0, 0, 0));
   assert_int_equal((int64_t)item(i), 90000);
   release(1, &i);
-  ((float *)em_tensor_data(big))[90000] = 0;
-  ((float *)em_tensor_data(big))[95000] = 0;
-  ((float *)em_tensor_data(big))[70000] = 7; /* a tie across blocks: the first */
-  assert_ok(em_reduce(EM_ARGMAX, &i, NULL, big, NULL, 0, 0, 0));
+  p[90000] = 0, p[95000] = 0, p[70000] = 7; /* a tie across blocks: the first */
+  assert_ok(em_reduce(EM_ARGMAX, &i, NULL, x, NULL, 0, 0, 0));
   assert_int_equal((int64_t)item(i), 10);
-  release(2, &i, &big);
+  release(2, &i, &x);
 }
 
 static void test_integer_and_bool(void **state) {
   (void)state;
-  const double iv[] = {100, -7, 3, 2000000000, 2000000000, 5};
-  em_tensor *x = make(2, S(2, 3), EM_INT32, iv), *r = NULL, *i = NULL;
-  assert_ok(em_reduce(EM_SUM, &r, NULL, x, D(1), 1, 0, 0)); /* int64: no int32 overflow */
-  check(r, EM_INT64, 1, S(2), ((const double[]){96, 4000000005.0}), 0);
-  release(1, &r);
-  assert_ok(em_reduce(EM_PROD, &r, NULL, x, D(0), 1, 0, 0));
-  check(r, EM_INT64, 1, S(3), ((const double[]){200000000000.0, -14000000000.0, 15}), 0);
-  release(1, &r);
+  em_tensor *x = make(2, S(2, 3), EM_INT32, V(100, -7, 3, 2000000000, 2000000000, 5)), *r = NULL, *i = NULL;
+  expect_reduce(EM_SUM, x, D(1), 1, 0, EM_INT64, 1, S(2), V(96, 4000000005.0), 0); /* no int32 overflow */
+  expect_reduce(EM_PROD, x, D(0), 1, 0, EM_INT64, 1, S(3), V(200000000000.0, -14000000000.0, 15), 0);
+  expect_reduce(EM_ARGMIN, x, NULL, 0, 0, EM_INT64, 0, NULL, V(1), 0);
+  expect_reduce(EM_ANY, x, D(0), 1, 0, EM_BOOL, 1, S(3), V(1, 1, 1), 0);
   assert_ok(em_reduce(EM_MAX, &r, &i, x, D(1), 1, 0, 0)); /* keeps int32 */
-  check(r, EM_INT32, 1, S(2), ((const double[]){100, 2000000000}), 0);
-  check(i, EM_INT64, 1, S(2), ((const double[]){0, 0}), 0);
-  release(2, &r, &i);
-  assert_ok(em_reduce(EM_ARGMIN, &r, NULL, x, NULL, 0, 0, 0));
-  check(r, EM_INT64, 0, NULL, ((const double[]){1}), 0);
-  release(1, &r);
-  assert_ok(em_reduce(EM_ANY, &r, NULL, x, D(0), 1, 0, 0));
-  check(r, EM_BOOL, 1, S(3), ((const double[]){1, 1, 1}), 0);
-  release(2, &r, &x);
+  check(r, EM_INT32, 1, S(2), V(100, 2000000000), 0);
+  check(i, EM_INT64, 1, S(2), V(0, 0), 0);
+  release(3, &r, &i, &x);
   /* int64 values beyond 2^53 stay exact */
-  const double big[] = {9007199254740993.0, 1};
-  x = make(1, S(2), EM_INT64, big);
+  x = make(1, S(2), EM_INT64, V(0, 1));
   ((int64_t *)em_tensor_data(x))[0] = 9007199254740993LL;
   assert_ok(em_reduce(EM_MAX, &r, NULL, x, NULL, 0, 0, 0));
   assert_true(((int64_t *)em_tensor_data(r))[0] == 9007199254740993LL);
@@ -327,103 +289,79 @@ static void test_integer_and_bool(void **state) {
   assert_true(((int64_t *)em_tensor_data(r))[0] == 9007199254740994LL);
   release(2, &r, &x);
   /* bool: sum counts, any/all, max stays bool */
-  const double bv[] = {1, 0, 1, 0, 0, 0};
-  x = make(2, S(2, 3), EM_BOOL, bv);
-  assert_ok(em_reduce(EM_SUM, &r, NULL, x, D(1), 1, 0, 0));
-  check(r, EM_INT64, 1, S(2), ((const double[]){2, 0}), 0);
-  release(1, &r);
-  assert_ok(em_reduce(EM_ANY, &r, NULL, x, D(1), 1, 0, 0));
-  check(r, EM_BOOL, 1, S(2), ((const double[]){1, 0}), 0);
-  release(1, &r);
-  assert_ok(em_reduce(EM_ALL, &r, NULL, x, D(0), 1, 1, 0));
-  check(r, EM_BOOL, 2, S(1, 3), ((const double[]){0, 0, 0}), 0);
-  release(1, &r);
-  assert_ok(em_reduce(EM_MAX, &r, NULL, x, D(1), 1, 0, 0));
-  check(r, EM_BOOL, 1, S(2), ((const double[]){1, 0}), 0);
-  release(2, &r, &x);
+  x = make(2, S(2, 3), EM_BOOL, V(1, 0, 1, 0, 0, 0));
+  expect_reduce(EM_SUM, x, D(1), 1, 0, EM_INT64, 1, S(2), V(2, 0), 0);
+  expect_reduce(EM_ANY, x, D(1), 1, 0, EM_BOOL, 1, S(2), V(1, 0), 0);
+  expect_reduce(EM_ALL, x, D(0), 1, 1, EM_BOOL, 2, S(1, 3), V(0, 0, 0), 0);
+  expect_reduce(EM_MAX, x, D(1), 1, 0, EM_BOOL, 1, S(2), V(1, 0), 0);
+  em_tensor_release(x);
   /* uint8: sums widen */
-  const double uv[] = {200, 200, 200};
-  x = make(1, S(3), EM_UINT8, uv);
-  assert_ok(em_reduce(EM_SUM, &r, NULL, x, NULL, 0, 0, 0));
-  check(r, EM_INT64, 0, NULL, ((const double[]){600}), 0);
-  release(1, &r);
-  assert_ok(em_reduce(EM_ALL, &r, NULL, x, NULL, 0, 0, 0));
-  check(r, EM_BOOL, 0, NULL, ((const double[]){1}), 0);
-  release(2, &r, &x);
+  x = make(1, S(3), EM_UINT8, V(200, 200, 200));
+  expect_reduce(EM_SUM, x, NULL, 0, 0, EM_INT64, 0, NULL, V(600), 0);
+  expect_reduce(EM_ALL, x, NULL, 0, 0, EM_BOOL, 0, NULL, V(1), 0);
+  em_tensor_release(x);
   /* any/all of floats: NaN is nonzero */
-  const double fv[] = {0, NAN, 0, 0};
-  x = make(2, S(2, 2), EM_FLOAT32, fv);
-  assert_ok(em_reduce(EM_ANY, &r, NULL, x, D(1), 1, 0, 0));
-  check(r, EM_BOOL, 1, S(2), ((const double[]){1, 0}), 0);
-  release(2, &r, &x);
+  x = make(2, S(2, 2), EM_FLOAT32, V(0, NAN, 0, 0));
+  expect_reduce(EM_ANY, x, D(1), 1, 0, EM_BOOL, 1, S(2), V(1, 0), 0);
+  expect_reduce(EM_ALL, x, D(0), 1, 0, EM_BOOL, 1, S(2), V(0, 0), 0);
+  em_tensor_release(x);
 }
 
 /* ---------------------------------------------------------------- logsumexp, norm, var */
 
+static void expect_norm(const em_tensor *x, double p, const int *dims, int nd, int keepdim, int ndim,
+                        const int64_t *sizes, const double *want) {
+  em_tensor *r = NULL;
+  assert_ok(em_norm(&r, x, p, dims, nd, keepdim));
+  check(r, em_tensor_dtype(x), ndim, sizes, want, 1e-6);
+  em_tensor_release(r);
+}
+
 static void test_logsumexp_norm(void **state) {
   (void)state;
-  em_tensor *x = make_x(EM_FLOAT32), *r = NULL;
-  assert_ok(em_reduce(EM_LOGSUMEXP, &r, NULL, x, D(2), 1, 0, 0));
-  check(r, EM_FLOAT32, 2, S(2, 3), LSE_D2, 1e-6);
-  release(1, &r);
-  assert_ok(em_reduce(EM_LOGSUMEXP, &r, NULL, x, D(0), 1, 0, 0));
-  check(r, EM_FLOAT32, 2, S(3, 4), LSE_D0, 1e-6);
-  release(1, &r);
-  assert_ok(em_reduce(EM_NORM, &r, NULL, x, NULL, 0, 0, 0)); /* the 2-norm */
-  check(r, EM_FLOAT32, 0, NULL, NORM2_ALL, 1e-6);
-  release(1, &r);
-  assert_ok(em_norm(&r, x, 1, D(1), 1, 0));
-  check(r, EM_FLOAT32, 2, S(2, 4), NORM1_D1, 1e-6);
-  release(1, &r);
-  assert_ok(em_norm(&r, x, INFINITY, D(0), 1, 1));
-  check(r, EM_FLOAT32, 3, S(1, 3, 4), NORMINF_D0, 1e-6);
-  release(1, &r);
-  assert_ok(em_norm(&r, x, -INFINITY, D(2), 1, 0));
-  check(r, EM_FLOAT32, 2, S(2, 3), NORMNINF_D2, 1e-6);
-  release(1, &r);
-  assert_ok(em_norm(&r, x, 0, D(2), 1, 0));
-  check(r, EM_FLOAT32, 2, S(2, 3), NORM0_D2, 0);
-  release(1, &r);
-  assert_ok(em_norm(&r, x, 3, D(2), 1, 0));
-  check(r, EM_FLOAT32, 2, S(2, 3), NORM3_D2, 1e-6);
-  release(2, &r, &x);
+  em_tensor *x = make_x(EM_FLOAT32);
+  expect_reduce(EM_LOGSUMEXP, x, D(2), 1, 0, EM_FLOAT32, 2, S(2, 3), LSE_D2, 1e-6);
+  expect_reduce(EM_LOGSUMEXP, x, D(0), 1, 0, EM_FLOAT32, 2, S(3, 4), LSE_D0, 1e-6);
+  expect_reduce(EM_NORM, x, NULL, 0, 0, EM_FLOAT32, 0, NULL, NORM2_ALL, 1e-6); /* the 2-norm */
+  expect_norm(x, 1, D(1), 1, 0, 2, S(2, 4), NORM1_D1);
+  expect_norm(x, INFINITY, D(0), 1, 1, 3, S(1, 3, 4), NORMINF_D0);
+  expect_norm(x, -INFINITY, D(2), 1, 0, 2, S(2, 3), NORMNINF_D2);
+  expect_norm(x, 0, D(2), 1, 0, 2, S(2, 3), NORM0_D2);
+  expect_norm(x, 3, D(2), 1, 0, 2, S(2, 3), NORM3_D2);
+  em_tensor_release(x);
   /* large values do not overflow; rows of -inf give -inf, +inf gives +inf */
-  const double big[] = {1000, 1001, 1002, -INFINITY, -INFINITY, -INFINITY, 1, INFINITY, INFINITY};
-  x = make(2, S(3, 3), EM_FLOAT32, big);
-  assert_ok(em_reduce(EM_LOGSUMEXP, &r, NULL, x, D(1), 1, 0, 0));
-  check(r, EM_FLOAT32, 1, S(3), ((const double[]){1002.40760596, -INFINITY, INFINITY}), 1e-6);
-  release(2, &r, &x);
+  x = make(2, S(3, 3), EM_FLOAT32, V(1000, 1001, 1002, -INFINITY, -INFINITY, -INFINITY, 1, INFINITY, INFINITY));
+  expect_reduce(EM_LOGSUMEXP, x, D(1), 1, 0, EM_FLOAT32, 1, S(3), V(1002.40760596, -INFINITY, INFINITY), 1e-6);
+  em_tensor_release(x);
+}
+
+static void expect_var(const em_tensor *x, const int *dims, int nd, double correction, int keepdim, int take_sqrt,
+                       int ndim, const int64_t *sizes, const double *want, double rtol) {
+  em_tensor *r = NULL;
+  assert_ok(em_var(&r, x, dims, nd, correction, keepdim, take_sqrt));
+  check(r, em_tensor_dtype(x), ndim, sizes, want, rtol);
+  em_tensor_release(r);
 }
 
 static void test_var_std(void **state) {
   (void)state;
-  em_tensor *x = make_x(EM_FLOAT64), *r = NULL;
-  assert_ok(em_var(&r, x, D(1), 1, 1, 0, 0));
-  check(r, EM_FLOAT64, 2, S(2, 4), VAR1_D1, 1e-12);
-  release(1, &r);
-  assert_ok(em_var(&r, x, D(0, 2), 2, 0, 1, 0));
-  check(r, EM_FLOAT64, 3, S(1, 3, 1), VAR0_D02, 1e-12);
-  release(1, &r);
-  assert_ok(em_var(&r, x, NULL, 0, 1, 0, 1));
-  check(r, EM_FLOAT64, 0, NULL, STD1_ALL, 1e-12);
-  release(2, &r, &x);
+  em_tensor *x = make_x(EM_FLOAT64);
+  expect_var(x, D(1), 1, 1, 0, 0, 2, S(2, 4), VAR1_D1, 1e-12);
+  expect_var(x, D(0, 2), 2, 0, 1, 0, 3, S(1, 3, 1), VAR0_D02, 1e-12);
+  expect_var(x, NULL, 0, 1, 0, 1, 0, NULL, STD1_ALL, 1e-12);
+  em_tensor_release(x);
   x = make_x(EM_FLOAT32);
-  assert_ok(em_var(&r, x, D(1), 1, 1, 0, 0));
-  check(r, EM_FLOAT32, 2, S(2, 4), VAR1_D1, 1e-6);
-  release(2, &r, &x);
+  expect_var(x, D(1), 1, 1, 0, 0, 2, S(2, 4), VAR1_D1, 1e-6);
+  em_tensor_release(x);
   /* correction >= count: division by max(0, n - correction), as PyTorch: inf or NaN */
-  x = make(2, S(2, 2), EM_FLOAT32, ((const double[]){1, 2, 3, 3}));
-  assert_ok(em_var(&r, x, D(1), 1, 2, 0, 0));
-  check(r, EM_FLOAT32, 1, S(2), ((const double[]){INFINITY, NAN}), 0);
-  release(1, &r);
-  assert_ok(em_var(&r, x, D(1), 1, 5, 0, 1));
-  check(r, EM_FLOAT32, 1, S(2), ((const double[]){INFINITY, NAN}), 0);
-  release(2, &r, &x);
+  x = make(2, S(2, 2), EM_FLOAT32, V(1, 2, 3, 3));
+  expect_var(x, D(1), 1, 2, 0, 0, 1, S(2), V(INFINITY, NAN), 0);
+  expect_var(x, D(1), 1, 5, 0, 1, 1, S(2), V(INFINITY, NAN), 0);
+  em_tensor_release(x);
   /* a large offset does not cost precision (two passes: mean, then deviations) */
-  x = make(1, S(4), EM_FLOAT32, ((const double[]){1e6 + 1, 1e6 + 2, 1e6 + 3, 1e6 + 4}));
-  assert_ok(em_var(&r, x, NULL, 0, 1, 0, 0));
-  check(r, EM_FLOAT32, 0, NULL, ((const double[]){5.0 / 3}), 1e-6);
-  release(2, &r, &x);
+  x = make(1, S(4), EM_FLOAT32, V(1e6 + 1, 1e6 + 2, 1e6 + 3, 1e6 + 4));
+  expect_var(x, NULL, 0, 1, 0, 0, 0, NULL, V(5.0 / 3), 1e-6);
+  em_tensor_release(x);
 }
 
 /* ---------------------------------------------------------------- empty tensors */
@@ -446,13 +384,13 @@ static void test_empty(void **state) {
     release(1, &r);
   }
   assert_ok(em_var(&r, x, D(0), 1, 1, 0, 0));
-  check(r, EM_FLOAT32, 1, S(3), ((const double[]){NAN, NAN, NAN}), 0);
+  check(r, EM_FLOAT32, 1, S(3), V(NAN, NAN, NAN), 0);
   release(1, &r);
   /* integer sum of nothing is an int64 zero; reducing the non-empty dim gives [0] */
   em_tensor *xi = NULL;
   assert_ok(em_empty(&xi, 2, S(0, 3), EM_INT32, CPU));
   assert_ok(em_reduce(EM_SUM, &r, NULL, xi, NULL, 0, 0, 0));
-  check(r, EM_INT64, 0, NULL, ((const double[]){0}), 0);
+  check(r, EM_INT64, 0, NULL, V(0), 0);
   release(2, &r, &xi);
   assert_ok(em_reduce(EM_MAX, &r, &i, x, D(1), 1, 0, 0));
   check(r, EM_FLOAT32, 1, S(0), NULL, 0);
@@ -482,13 +420,13 @@ static void test_empty(void **state) {
   /* a 0-d tensor reduces to itself */
   assert_ok(em_full(&x, 0, NULL, 2.5, EM_FLOAT32, CPU));
   assert_ok(em_reduce(EM_SUM, &r, NULL, x, D(0), 1, 1, 0));
-  check(r, EM_FLOAT32, 0, NULL, ((const double[]){2.5}), 0);
+  check(r, EM_FLOAT32, 0, NULL, V(2.5), 0);
   release(1, &r);
   assert_ok(em_reduce(EM_ARGMAX, &r, NULL, x, NULL, 0, 0, 1));
-  check(r, EM_INT64, 0, NULL, ((const double[]){1}), 0);
+  check(r, EM_INT64, 0, NULL, V(1), 0);
   release(1, &r);
   assert_ok(em_softmax(&r, x, -1, 0));
-  check(r, EM_FLOAT32, 0, NULL, ((const double[]){1}), 0);
+  check(r, EM_FLOAT32, 0, NULL, V(1), 0);
   release(2, &r, &x);
 }
 
@@ -556,13 +494,13 @@ static void test_strided_inputs(void **state) {
   const double by_last[] = {-3.0 - 1.5 + 0, 0.5 + 2 + 2, 4 + 4 - 5.5, 6 - 3.5 - 2}; /* SUM_D0's columns summed */
   check(r, EM_FLOAT32, 1, S(4), by_last, 1e-6);
   release(2, &r, &t);
-  em_tensor *row = make(2, S(1, 3), EM_FLOAT32, ((const double[]){1, 2, 3})), *e = NULL;
+  em_tensor *row = make(2, S(1, 3), EM_FLOAT32, V(1, 2, 3)), *e = NULL;
   assert_ok(em_expand(&e, row, 2, S(5, 3)));
   assert_ok(em_reduce(EM_SUM, &r, NULL, e, D(0), 1, 0, 0));
-  check(r, EM_FLOAT32, 1, S(3), ((const double[]){5, 10, 15}), 0);
+  check(r, EM_FLOAT32, 1, S(3), V(5, 10, 15), 0);
   release(1, &r);
   assert_ok(em_var(&r, e, D(0), 1, 1, 0, 0));
-  check(r, EM_FLOAT32, 1, S(3), ((const double[]){0, 0, 0}), 0);
+  check(r, EM_FLOAT32, 1, S(3), V(0, 0, 0), 0);
   release(7, &r, &e, &row, &x, &base, &v, &c);
 }
 
@@ -752,29 +690,30 @@ static void test_softmax(void **state) {
   a = make(2, S(3, 3), EM_FLOAT32, big);
   assert_ok(em_softmax(&r, a, 1, 1));
   check(r, EM_FLOAT32, 2, S(3, 3),
-        ((const double[]){-2.4076059644443806, -1.4076059644443806, -0.4076059644443806, -2e30, -1e30, 0, NAN, NAN, NAN}),
+        V(-2.4076059644443806, -1.4076059644443806, -0.4076059644443806, -2e30, -1e30, 0, NAN, NAN, NAN),
         1e-6);
   release(1, &r);
   assert_ok(em_softmax(&r, a, 1, 0));
   check(r, EM_FLOAT32, 2, S(3, 3),
-        ((const double[]){0.09003057317038046, 0.24472847105479767, 0.6652409557748219, 0, 0, 1, NAN, NAN, NAN}), 1e-6);
+        V(0.09003057317038046, 0.24472847105479767, 0.6652409557748219, 0, 0, 1, NAN, NAN, NAN), 1e-6);
   release(2, &r, &a);
 }
 
 /* ---------------------------------------------------------------- cumsum, cumprod */
 
+static void expect_scan(int prod, const em_tensor *x, int dim, em_dtype dtype, const double *want) {
+  em_tensor *r = NULL;
+  assert_ok(prod ? em_cumprod(&r, x, dim) : em_cumsum(&r, x, dim));
+  check(r, dtype, em_tensor_ndim(x), em_tensor_sizes(x), want, 1e-6);
+  em_tensor_release(r);
+}
+
 static void test_scan(void **state) {
   (void)state;
   em_tensor *x = make_x(EM_FLOAT32), *r = NULL;
-  assert_ok(em_cumsum(&r, x, 2));
-  check(r, EM_FLOAT32, 3, S(2, 3, 4), CUMSUM_D2, 1e-6);
-  release(1, &r);
-  assert_ok(em_cumsum(&r, x, 0));
-  check(r, EM_FLOAT32, 3, S(2, 3, 4), CUMSUM_D0, 1e-6);
-  release(1, &r);
-  assert_ok(em_cumprod(&r, x, -2));
-  check(r, EM_FLOAT32, 3, S(2, 3, 4), CUMPROD_D1, 1e-6);
-  release(1, &r);
+  expect_scan(0, x, 2, EM_FLOAT32, CUMSUM_D2);
+  expect_scan(0, x, 0, EM_FLOAT32, CUMSUM_D0);
+  expect_scan(1, x, -2, EM_FLOAT32, CUMPROD_D1);
   em_tensor *t = NULL, *tc = NULL, *r2 = NULL; /* a transposed input */
   assert_ok(em_transpose(&t, x, 0, 2));
   assert_ok(em_clone(&tc, t));
@@ -787,17 +726,13 @@ static void test_scan(void **state) {
   check(r, EM_FLOAT32, 3, S(2, 3, 4), CUMSUM_D2, 1e-6);
   release(2, &r, &x);
   /* integers and bool give int64 */
-  x = make(2, S(2, 3), EM_INT32, ((const double[]){2000000000, 2000000000, 1, -3, 4, 5}));
-  assert_ok(em_cumsum(&r, x, 1));
-  check(r, EM_INT64, 2, S(2, 3), ((const double[]){2000000000, 4000000000.0, 4000000001.0, -3, 1, 6}), 0);
-  release(1, &r);
-  assert_ok(em_cumprod(&r, x, 0));
-  check(r, EM_INT64, 2, S(2, 3), ((const double[]){2000000000, 2000000000, 1, -6000000000.0, 8000000000.0, 5}), 0);
-  release(2, &r, &x);
-  x = make(1, S(4), EM_BOOL, ((const double[]){1, 0, 1, 1}));
-  assert_ok(em_cumsum(&r, x, 0));
-  check(r, EM_INT64, 1, S(4), ((const double[]){1, 1, 2, 3}), 0);
-  release(2, &r, &x);
+  x = make(2, S(2, 3), EM_INT32, V(2000000000, 2000000000, 1, -3, 4, 5));
+  expect_scan(0, x, 1, EM_INT64, V(2000000000, 4000000000.0, 4000000001.0, -3, 1, 6));
+  expect_scan(1, x, 0, EM_INT64, V(2000000000, 2000000000, 1, -6000000000.0, 8000000000.0, 5));
+  em_tensor_release(x);
+  x = make(1, S(4), EM_BOOL, V(1, 0, 1, 1));
+  expect_scan(0, x, 0, EM_INT64, V(1, 1, 2, 3));
+  em_tensor_release(x);
 }
 
 /* ---------------------------------------------------------------- sort, topk */
@@ -836,22 +771,22 @@ static void test_sort(void **state) {
   check(v, EM_FLOAT32, 3, S(2, 0, 4), NULL, 0);
   release(3, &v, &i, &x);
   /* stable on ties in both directions; NaN is the largest */
-  x = make(1, S(5), EM_INT32, ((const double[]){2, 1, 2, 1, 2}));
+  x = make(1, S(5), EM_INT32, V(2, 1, 2, 1, 2));
   assert_ok(em_sort(&v, &i, x, 0, 0, 0));
-  check(v, EM_INT32, 1, S(5), ((const double[]){1, 1, 2, 2, 2}), 0);
-  check(i, EM_INT64, 1, S(5), ((const double[]){1, 3, 0, 2, 4}), 0);
+  check(v, EM_INT32, 1, S(5), V(1, 1, 2, 2, 2), 0);
+  check(i, EM_INT64, 1, S(5), V(1, 3, 0, 2, 4), 0);
   release(2, &v, &i);
   assert_ok(em_sort(&v, &i, x, 0, 1, 0));
-  check(i, EM_INT64, 1, S(5), ((const double[]){0, 2, 4, 1, 3}), 0);
+  check(i, EM_INT64, 1, S(5), V(0, 2, 4, 1, 3), 0);
   release(3, &v, &i, &x);
-  x = make(1, S(5), EM_FLOAT64, ((const double[]){3, NAN, 1, NAN, 2}));
+  x = make(1, S(5), EM_FLOAT64, V(3, NAN, 1, NAN, 2));
   assert_ok(em_sort(&v, &i, x, 0, 0, 0));
-  check(v, EM_FLOAT64, 1, S(5), ((const double[]){1, 2, 3, NAN, NAN}), 0);
-  check(i, EM_INT64, 1, S(5), ((const double[]){2, 4, 0, 1, 3}), 0);
+  check(v, EM_FLOAT64, 1, S(5), V(1, 2, 3, NAN, NAN), 0);
+  check(i, EM_INT64, 1, S(5), V(2, 4, 0, 1, 3), 0);
   release(2, &v, &i);
   assert_ok(em_topk(&v, &i, x, 3, 0, 1, 0));
-  check(v, EM_FLOAT64, 1, S(3), ((const double[]){NAN, NAN, 3}), 0);
-  check(i, EM_INT64, 1, S(3), ((const double[]){1, 3, 0}), 0);
+  check(v, EM_FLOAT64, 1, S(3), V(NAN, NAN, 3), 0);
+  check(i, EM_INT64, 1, S(3), V(1, 3, 0), 0);
   release(3, &v, &i, &x);
   /* a long row: sorted, and each index points at its value */
   x = random_f32(1, S(5000), 0);

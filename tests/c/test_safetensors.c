@@ -22,7 +22,8 @@ static const char *in_dir(const char *name) {
   static char buf[4][256];
   static int next;
   char *b = buf[next++ & 3];
-  snprintf(b, 256, "%s/%s", dir, name);
+  int n = snprintf(b, 256, "%s/%s", dir, name);
+  assert_true(n > 0 && n < 256);
   return b;
 }
 

@@ -5,14 +5,17 @@ error messages.
 
 usage: test_cli.py path/to/ember
 """
+import atexit
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 
 EMBER = os.path.abspath(sys.argv[1])
 TMP = tempfile.mkdtemp(prefix="ember-cli-")
+atexit.register(shutil.rmtree, TMP, ignore_errors=True)
 failures = []
 
 
@@ -179,8 +182,8 @@ expect("info", run("info"), 0, err="", out_has=info_has)
 expect("info with --threads", run("--threads", "3", "info"), 0, out_has=("threads:   3",))
 expect("info takes no arguments", run("info", "extra"), 2, err_has=("unexpected argument 'extra'",))
 expect("info refuses -e", run("-e", "print(1)", "info"), 2, out="", err_has=("do not apply",))
-expect("run is not available yet", run("run", "pipelines/x.yaml", "a.b=1"), 2, out="",
-       err_has=("ember run: not available in this build yet",))
+expect("run names a missing pipeline file", run("run", "pipelines/x.yaml", "a.b=1"), 2, out="",
+       err_has=("ember run: cannot read the pipeline 'pipelines/x.yaml': no such file",))
 expect("launch is not available yet", run("launch", "-n", "2", "x.lua"), 2, out="",
        err_has=("ember launch: not available in this build yet",))
 script("info", "print('a script named info', ...)\n")

@@ -4,7 +4,10 @@
  * backend runs one parallel loop per tensor. Parameters without a gradient (NULL entry in
  * grads) are skipped, as PyTorch does. State tensors (momentum buffers, Adam moments) are
  * owned by the caller and created zero-filled with the parameter's shape; `step` counts
- * from 1. All tensors of one call must share dtype (float32/float64) and device. */
+ * from 1. Each parameter's gradient and state tensors share its shape and dtype
+ * (float32/float64), any strides; all tensors of one call share one device. Every
+ * tensor and hyper-parameter is checked before anything is written, so a failed call
+ * leaves all parameters and state as they were. */
 #ifndef EMBER_OPTIM_H
 #define EMBER_OPTIM_H
 
@@ -25,8 +28,10 @@ em_status em_optim_sgd(int n, em_tensor *const *params, em_tensor *const *grads,
 em_status em_optim_adam(int n, em_tensor *const *params, em_tensor *const *grads, em_tensor *const *exp_avgs,
                         em_tensor *const *exp_avg_sqs, double lr, double beta1, double beta2, double eps,
                         double weight_decay, int decoupled, int64_t step, int maximize);
-/* Global L2 norm of all gradients (float64 accumulation); scales them in place by
- * max_norm / (norm + 1e-6) when the norm exceeds max_norm. Returns the norm before clipping. */
+/* Global norm of all gradients (norm_type > 0, or INFINITY for max |g|; float64
+ * accumulation); scales them in place by max_norm / (norm + 1e-6) when that is below 1,
+ * as PyTorch's clip_grad_norm_ (a NaN norm leaves them as they are). NULL entries are
+ * skipped. *total_norm receives the norm before clipping. */
 em_status em_optim_clip_grad_norm(int n, em_tensor *const *grads, double max_norm, double norm_type,
                                   double *total_norm);
 /* EM_FFI_END */

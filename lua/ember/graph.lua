@@ -1,0 +1,366 @@
+-- ember.graph: graphs and PageRank, over runtime/graph (ember/graph.h).
+--
+--   local graph = ember.graph
+--   local g = graph.load('edges.txt', {format = 'snap', directed = true})
+--   local g = graph.kronecker{scale = 22, edge_factor = 16, seed = 1}
+--   local scores, info = g:pagerank{damping = 0.85, tol = 1e-6, max_iter = 100}
+--   for i, v in ipairs(graph.topk(scores, 10, g)) do print(i, v.vertex, v.score, v.label) end
+--   print(graph.compare_indegree(g, scores, 100).kendall_tau)
+--   g:save('edges.emg')                      -- reloads in seconds: graph.load('edges.emg')
+--
+-- Vertices have dense ids 1..n (the order of the files' own ids; a file numbering its
+-- vertices 0..n-1 keeps that order) and original ids (those of the file: SNAP's ids,
+-- Matrix Market's indices, a generator's labels). Score, degree and edge tensors are
+-- indexed by dense id; topk reports original ids. Edge tensors hold 1-based dense ids.
+--
+-- Options of load, kronecker, uniform and from_edges (unknown keys are errors):
+--   format = 'auto' | 'snap' | 'mtx' | 'sg' | 'ember'   (load only; auto: by extension)
+--   directed = true, reverse = false, drop_self_loops = false, drop_duplicates = false,
+--   reorder = 'degree' | 'none', progress = nil (on a terminal) | true | false,
+--   verify = true (ember files: check the checksums), labels = 'names.txt' (load only)
+-- g:pagerank options: damping, tol, max_iter, method = 'jacobi' | 'gauss-seidel' | 'gapbs',
+-- personalization = a tensor of n non-negative weights. The second result is a table:
+-- iterations, converged, residual, residuals (a list), seconds, setup_seconds,
+-- edges_per_second.
+local ffi = require 'ffi'
+local ember = require 'ember'
+
+local C = ember.C
+local graph = {}
+local box, new_tensor, throw = ember._box, ember._new, ember._throw
+local CPU = ffi.new('em_device', { C.EM_CPU, 0 })
+
+local function describe(x)
+  if ember.is_tensor(x) then return 'a tensor' end
+  if type(x) == 'string' then return string.format("'%s'", x) end
+  if type(x) == 'number' or type(x) == 'boolean' then return tostring(x) end
+  return type(x)
+end
+
+local function check(status)
+  if status ~= 0 then throw(ffi.string(C.em_last_error())) end
+end
+
+local function check_options(op, opts, allowed)
+  if opts == nil then return {} end
+  if type(opts) ~= 'table' then throw(string.format('%s: expected an options table, got %s', op, describe(opts))) end
+  for k in pairs(opts) do
+    if not allowed[k] then
+      local names = {}
+      for name in pairs(allowed) do names[#names + 1] = name end
+      table.sort(names)
+      throw(string.format("%s: unknown option '%s' (expected one of %s)", op, tostring(k), table.concat(names, ', ')))
+    end
+  end
+  return opts
+end
+
+local function need_int(op, name, x, min)
+  if type(x) ~= 'number' or x ~= math.floor(x) or x < min then
+    throw(string.format('%s: %s must be an integer >= %d, got %s', op, name, min, describe(x)))
+  end
+  return x
+end
+
+local function need_number(op, name, x)
+  if type(x) ~= 'number' then throw(string.format('%s: %s must be a number, got %s', op, name, describe(x))) end
+  return x
+end
+
+local function need_choice(op, name, x, choices)
+  local v = choices[x]
+  if v == nil then
+    local names = {}
+    for k in pairs(choices) do names[#names + 1] = "'" .. k .. "'" end
+    table.sort(names)
+    throw(string.format('%s: %s must be one of %s, got %s', op, name, table.concat(names, ', '), describe(x)))
+  end
+  return v
+end
+
+local function flag(op, name, x, default)
+  if x == nil then return default end
+  if type(x) ~= 'boolean' then throw(string.format('%s: %s must be true or false, got %s', op, name, describe(x))) end
+  return x and 1 or 0
+end
+
+local FORMATS = { auto = C.EM_GRAPH_FORMAT_AUTO, snap = C.EM_GRAPH_FORMAT_SNAP, mtx = C.EM_GRAPH_FORMAT_MTX,
+                  sg = C.EM_GRAPH_FORMAT_SG, ember = C.EM_GRAPH_FORMAT_EMBER }
+local REORDERS = { degree = C.EM_GRAPH_REORDER_DEGREE, none = C.EM_GRAPH_REORDER_NONE }
+local METHODS = { jacobi = C.EM_PAGERANK_JACOBI, ['gauss-seidel'] = C.EM_PAGERANK_GAUSS_SEIDEL,
+                  gapbs = C.EM_PAGERANK_GAPBS }
+local BUILD = { directed = true, reverse = true, drop_self_loops = true, drop_duplicates = true, reorder = true,
+                progress = true }
+
+-- em_graph_options from a Lua table (keys checked by the caller).
+local function graph_options(op, opts)
+  local o = ffi.new('em_graph_options')
+  C.em_graph_options_init(o)
+  if opts.format ~= nil then o.format = need_choice(op, 'format', opts.format, FORMATS) end
+  o.directed = flag(op, 'directed', opts.directed, 1)
+  o.reverse = flag(op, 'reverse', opts.reverse, 0)
+  o.drop_self_loops = flag(op, 'drop_self_loops', opts.drop_self_loops, 0)
+  o.drop_duplicates = flag(op, 'drop_duplicates', opts.drop_duplicates, 0)
+  if opts.reorder ~= nil then o.reorder = need_choice(op, 'reorder', opts.reorder, REORDERS) end
+  o.progress = flag(op, 'progress', opts.progress, -1)
+  o.verify = flag(op, 'verify', opts.verify, 1)
+  return o
+end
+
+-- ---------------------------------------------------------------- the Graph class
+local Graph = {}
+Graph.__index = Graph
+graph.Graph = Graph
+
+local gbox = ffi.new('em_graph*[1]')
+
+local function new_graph(status)
+  local p = gbox[0]
+  gbox[0] = nil
+  check(status)
+  return setmetatable({ _g = ffi.gc(p, C.em_graph_free) }, Graph)
+end
+
+local function handle(op, g)
+  if getmetatable(g) ~= Graph then throw(string.format('%s: expected a graph, got %s', op, describe(g))) end
+  if g._g == nil then throw(op .. ': the graph was freed with free()') end
+  return g._g
+end
+
+function Graph:num_vertices() return tonumber(C.em_graph_num_vertices(handle('num_vertices', self))) end
+function Graph:num_edges() return tonumber(C.em_graph_num_edges(handle('num_edges', self))) end
+function Graph:is_directed() return C.em_graph_is_directed(handle('is_directed', self)) ~= 0 end
+
+function Graph:__tostring()
+  if self._g == nil then return 'Graph(freed)' end
+  return string.format('Graph(%d vertices, %d arcs, %s)', self:num_vertices(), self:num_edges(),
+    self:is_directed() and 'directed' or 'undirected')
+end
+
+-- Releases the graph's memory now (later use is an error).
+function Graph:free()
+  local p = handle('free', self)
+  self._g = nil
+  C.em_graph_free(ffi.gc(p, nil))
+end
+
+local function need_vertex(op, g, v)
+  need_int(op, 'vertex', v, 1)
+  local n = tonumber(C.em_graph_num_vertices(g))
+  if v > n then throw(string.format('%s: vertex %d is out of range (the graph has %d vertices)', op, v, n)) end
+  return v - 1
+end
+
+-- The original id of dense vertex v (1-based).
+function Graph:original_id(v)
+  local g = handle('original_id', self)
+  return tonumber(C.em_graph_original_id(g, need_vertex('original_id', g, v)))
+end
+
+-- The dense vertex (1-based) of an original id, or nil when the graph has no such vertex.
+function Graph:find(original_id)
+  local g = handle('find', self)
+  need_int('find', 'original_id', original_id, -math.huge)
+  local v = ffi.new('int64_t[1]')
+  if C.em_graph_find_vertex(g, original_id, v) ~= 0 then return nil end
+  return tonumber(v[0]) + 1
+end
+
+function Graph:label(v)
+  local g = handle('label', self)
+  local s = C.em_graph_label(g, need_vertex('label', g, v))
+  return s ~= nil and ffi.string(s) or nil
+end
+
+function Graph:load_labels(path)
+  local g = handle('load_labels', self)
+  if type(path) ~= 'string' then throw('load_labels: expected a file path, got ' .. describe(path)) end
+  check(C.em_graph_load_labels(g, path))
+  return self
+end
+
+function Graph:save(path)
+  local g = handle('save', self)
+  if type(path) ~= 'string' then throw('save: expected a file path, got ' .. describe(path)) end
+  check(C.em_graph_save(g, path))
+  return self
+end
+
+-- in_degree, out_degree: int64 tensors by dense id.
+function Graph:degrees()
+  local g = handle('degrees', self)
+  local a, b = ffi.new('em_tensor*[1]'), ffi.new('em_tensor*[1]')
+  check(C.em_graph_degrees(g, a, b))
+  return ember._wrap(a[0]), ember._wrap(b[0])
+end
+
+function Graph:original_ids()
+  return new_tensor(C.em_graph_original_ids(handle('original_ids', self), box))
+end
+
+-- src, dst: int64 tensors of 1-based dense ids, sorted by (dst, src).
+function Graph:edges()
+  local g = handle('edges', self)
+  local a, b = ffi.new('em_tensor*[1]'), ffi.new('em_tensor*[1]')
+  check(C.em_graph_edges(g, a, b))
+  return ember._wrap(a[0]) + 1, ember._wrap(b[0]) + 1
+end
+
+local PAGERANK = { damping = true, tol = true, max_iter = true, method = true, personalization = true }
+
+function Graph:pagerank(opts)
+  local g = handle('pagerank', self)
+  opts = check_options('pagerank', opts, PAGERANK)
+  local po = ffi.new('em_pagerank_options')
+  C.em_pagerank_options_init(po)
+  if opts.damping ~= nil then po.damping = need_number('pagerank', 'damping', opts.damping) end
+  if opts.tol ~= nil then po.tol = need_number('pagerank', 'tol', opts.tol) end
+  if opts.max_iter ~= nil then po.max_iter = need_int('pagerank', 'max_iter', opts.max_iter, 1) end
+  if opts.method ~= nil then po.method = need_choice('pagerank', 'method', opts.method, METHODS) end
+  local p = opts.personalization
+  if p ~= nil then
+    if type(p) == 'table' then p = ember.tensor(p, { dtype = 'float64' }) end
+    if not ember.is_tensor(p) then
+      throw('pagerank: personalization must be a tensor (or a list) of weights, got ' .. describe(p))
+    end
+    po.personalization = p
+  end
+  local res = ffi.new('em_tensor*[1]')
+  local stats = ffi.new('em_pagerank_stats')
+  local scores = new_tensor(C.em_graph_pagerank(box, res, stats, g, po))
+  local residuals = ember._wrap(res[0])
+  local list = {}
+  local r = ffi.cast('const double *', C.em_tensor_data(residuals))
+  for i = 1, stats.iterations do list[i] = r[i - 1] end
+  return scores, {
+    iterations = stats.iterations, converged = stats.converged ~= 0, residual = stats.residual, residuals = list,
+    seconds = stats.seconds, setup_seconds = stats.setup_seconds, edges_per_second = stats.edges_per_second,
+  }
+end
+
+-- ---------------------------------------------------------------- building
+
+local LOAD = { format = true, verify = true, labels = true }
+for k in pairs(BUILD) do LOAD[k] = true end
+
+function graph.load(path, opts)
+  if type(path) ~= 'string' then throw('graph.load: expected a file path, got ' .. describe(path)) end
+  opts = check_options('graph.load', opts, LOAD)
+  local g = new_graph(C.em_graph_load(gbox, path, graph_options('graph.load', opts)))
+  if opts.labels ~= nil then g:load_labels(opts.labels) end
+  return g
+end
+
+local KRONECKER = { scale = true, edge_factor = true, seed = true }
+for k in pairs(BUILD) do KRONECKER[k] = true end
+
+function graph.kronecker(opts)
+  opts = check_options('graph.kronecker', opts, KRONECKER)
+  local scale = need_int('graph.kronecker', 'scale', opts.scale, 1)
+  local ef = need_int('graph.kronecker', 'edge_factor', opts.edge_factor or 16, 1)
+  local seed = need_int('graph.kronecker', 'seed', opts.seed or 1, 0)
+  return new_graph(C.em_graph_kronecker(gbox, scale, ef, seed, graph_options('graph.kronecker', opts)))
+end
+
+local UNIFORM = { vertices = true, edges = true, seed = true }
+for k in pairs(BUILD) do UNIFORM[k] = true end
+
+function graph.uniform(opts)
+  opts = check_options('graph.uniform', opts, UNIFORM)
+  local n = need_int('graph.uniform', 'vertices', opts.vertices, 1)
+  local m = need_int('graph.uniform', 'edges', opts.edges, 0)
+  local seed = need_int('graph.uniform', 'seed', opts.seed or 1, 0)
+  return new_graph(C.em_graph_uniform(gbox, n, m, seed, graph_options('graph.uniform', opts)))
+end
+
+-- 0-based ids as a C array (and the tensor holding them, to keep alive) from a list or an
+-- integer tensor of 1-based ids.
+local function ids_of(op, name, x)
+  if type(x) == 'table' then
+    local a = ffi.new('int64_t[?]', math.max(#x, 1))
+    for i = 1, #x do a[i - 1] = need_int(op, name .. '[' .. i .. ']', x[i], -math.huge) - 1 end
+    return a, #x, a
+  end
+  if not ember.is_tensor(x) then
+    throw(string.format('%s: %s must be a list or a tensor of ids, got %s', op, name, describe(x)))
+  end
+  local t = x:to('int64'):contiguous() - 1
+  return ffi.cast('const int64_t *', C.em_tensor_data(t)), tonumber(C.em_tensor_numel(t)), t
+end
+
+local FROM = { vertices = true }
+for k in pairs(BUILD) do FROM[k] = true end
+
+-- graph.from_edges(src, dst [, {vertices = n, ...}]): arcs src[i] -> dst[i] of 1-based
+-- dense ids (lists or integer tensors); n defaults to the largest id.
+function graph.from_edges(src, dst, opts)
+  local op = 'graph.from_edges'
+  opts = check_options(op, opts, FROM)
+  local sp, ns, keep_s = ids_of(op, 'src', src)
+  local dp, nd, keep_d = ids_of(op, 'dst', dst)
+  if ns ~= nd then throw(string.format('%s: %d sources but %d destinations', op, ns, nd)) end
+  local n = opts.vertices
+  if n ~= nil then need_int(op, 'vertices', n, 0) end
+  local largest = 0
+  for i = 0, ns - 1 do
+    local u, v = sp[i], dp[i]
+    if u < 0 or v < 0 or (n and (u >= n or v >= n)) then
+      throw(string.format('%s: edge %d is %d -> %d, expected ids in 1..%s', op, i + 1, tonumber(u) + 1,
+        tonumber(v) + 1, n and tostring(n) or 'n'))
+    end
+    largest = math.max(largest, tonumber(u) + 1, tonumber(v) + 1)
+  end
+  local g = new_graph(C.em_graph_from_edges(gbox, n or largest, ns, sp, dp, graph_options(op, opts)))
+  assert(keep_s and keep_d) -- the id arrays live until the call has returned
+  return g
+end
+
+-- ---------------------------------------------------------------- analysis
+
+-- The k best scores: a list of {vertex = original id, score =, label = name or nil,
+-- id = dense id (1-based)}. g may be nil (original ids are then the dense ids, 1-based).
+function graph.topk(scores, k, g)
+  if not ember.is_tensor(scores) then throw('graph.topk: expected a tensor of scores, got ' .. describe(scores)) end
+  need_int('graph.topk', 'k', k, 0)
+  local gp = g ~= nil and handle('graph.topk', g) or nil
+  local out = ffi.new('em_graph_ranked[?]', math.max(k, 1))
+  local count = ffi.new('int64_t[1]')
+  check(C.em_graph_topk(out, count, scores, k, gp))
+  local list = {}
+  for i = 0, tonumber(count[0]) - 1 do
+    local r = out[i]
+    list[i + 1] = { vertex = gp and tonumber(r.original_id) or tonumber(r.vertex) + 1, score = r.score,
+                    label = r.label ~= nil and ffi.string(r.label) or nil, id = tonumber(r.vertex) + 1 }
+  end
+  return list
+end
+
+local function comparison(c)
+  return { k = tonumber(c.k), overlap = tonumber(c.overlap), union_size = tonumber(c.union_size),
+           kendall_tau = c.kendall_tau }
+end
+
+-- How two rankings agree over their top k: {k, overlap, union_size, kendall_tau}.
+function graph.compare(a, b, k)
+  if not ember.is_tensor(a) or not ember.is_tensor(b) then
+    throw(string.format('graph.compare: expected two tensors of scores, got %s and %s', describe(a), describe(b)))
+  end
+  need_int('graph.compare', 'k', k, 1)
+  local c = ffi.new('em_rank_comparison')
+  check(C.em_graph_compare_rankings(c, a, b, k))
+  return comparison(c)
+end
+
+-- graph.compare(scores, in-degree, k): the question the Twitter study asked.
+function graph.compare_indegree(g, scores, k)
+  local gp = handle('graph.compare_indegree', g)
+  if not ember.is_tensor(scores) then
+    throw('graph.compare_indegree: expected a tensor of scores, got ' .. describe(scores))
+  end
+  need_int('graph.compare_indegree', 'k', k, 1)
+  local c = ffi.new('em_rank_comparison')
+  check(C.em_graph_compare_indegree(c, gp, scores, k))
+  return comparison(c)
+end
+
+return graph

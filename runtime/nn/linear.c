@@ -1,0 +1,68 @@
+/* linear.c - y = x @ w^T + b as one GEMM (addmm writes the bias into the result first and
+ * the product is added to it: no separate bias pass), recorded as one node whose backward
+ * is two GEMMs and a column sum. Leading dims of x are flattened into the GEMM's rows. */
+#include "nn_impl.h"
+
+static em_status linear_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
+  if (!go[0]) return EM_OK;
+  const em_tensor *x2 = n->saved[0], *w = n->saved[1];
+  em_tensor *g2 = NULL, *g2t = NULL, *gx = NULL, *gw = NULL, *gb = NULL;
+  int64_t shape[2] = {x2->sizes[0], w->sizes[0]};
+  em_status st = em_reshape(&g2, go[0], 2, shape);
+  if (!st && em_node_needs_input_grad(n, 0) && !(st = em_mm(&gx, g2, w))) {
+    st = em_nn_set_grad(n, 0, gx, &gi[0]);
+    gx = NULL;
+  }
+  if (!st && em_node_needs_input_grad(n, 1) && !(st = em_transpose(&g2t, g2, 0, 1)) && !(st = em_mm(&gw, g2t, x2))) {
+    gi[1] = gw;
+    gw = NULL;
+  }
+  if (!st && em_node_needs_input_grad(n, 2)) {
+    int dim0 = 0;
+    if (!(st = em_reduce(EM_SUM, &gb, NULL, g2, &dim0, 1, 0, 0))) {
+      gi[2] = gb;
+      gb = NULL;
+    }
+  }
+  em_tensor *tmp[] = {g2, g2t, gx, gw, gb};
+  em_nn_release(5, tmp);
+  return st;
+}
+
+em_status em_nn_linear(em_tensor **out, const em_tensor *x, const em_tensor *w, const em_tensor *b) {
+  const char *op = "linear";
+  em_status st;
+  if ((st = em_nn_check_out(op, out)) || (st = em_nn_check_float(op, x, "input")) ||
+      (st = em_nn_check_like(op, w, "weight", x)))
+    return st;
+  if (!w) return em_set_error(EM_ERR_ARGUMENT, "linear: expected a weight tensor, got nil");
+  if (w->ndim != 2)
+    return em_set_error(EM_ERR_SHAPE, "linear: expected the weight to be 2-d [out_features, in_features], got %s",
+                        EM_SHAPE(w));
+  int64_t nout = w->sizes[0], nin = w->sizes[1];
+  if ((st = em_nn_check_vector(op, b, "bias", nout, x))) return st;
+  if (x->ndim < 1 || x->sizes[x->ndim - 1] != nin)
+    return em_set_error(EM_ERR_SHAPE, "linear: input of shape %s does not fit weight of shape %s (expected the last dim to be %lld)",
+                        EM_SHAPE(x), EM_SHAPE(w), (long long)nin);
+  /* x as rows [M, in]; y as [M, out], then back to x's leading dims */
+  int64_t rows = 1, yshape[EM_MAX_DIMS];
+  for (int d = 0; d < x->ndim - 1; d++) rows *= yshape[d] = x->sizes[d];
+  yshape[x->ndim - 1] = nout;
+  int64_t xs[2] = {rows, nin};
+  em_tensor *x2 = NULL, *wt = NULL, *y2 = NULL;
+  if (!(st = em_reshape(&x2, x, 2, xs)) && !(st = em_transpose(&wt, w, 0, 1)))
+    st = b ? em_addmm(&y2, b, x2, wt, 1, 1) : em_mm(&y2, x2, wt);
+  if (!st) st = x->ndim == 2 ? (em_tensor_retain(y2), *out = y2, EM_OK) : em_reshape(out, y2, x->ndim, yshape);
+  const em_tensor *in[3] = {x, w, b};
+  if (!st && em_ag_any_requires_grad(3, in)) {
+    em_node *n = em_node_new("LinearBackward", linear_backward, 3, in, 1);
+    if (n && ((st = em_node_save(n, 0, x2)) || (st = em_node_save(n, 1, w)))) {
+      em_node_release(n);
+      n = NULL;
+    }
+    st = em_nn_record(out, n);
+  }
+  em_tensor *tmp[] = {x2, wt, y2};
+  em_nn_release(3, tmp);
+  return st;
+}

@@ -1,0 +1,130 @@
+/* test_graph_analysis.c - top-k (order, ties, NaN, ids) and ranking comparison (overlap
+ * and Kendall's tau-b, values checked against scipy.stats.kendalltau). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include "ember/graph.h"
+#include "test_graph_util.h"
+
+static em_tensor *vec(int64_t n, const double *v) {
+  em_tensor *t = NULL;
+  assert_int_equal(em_empty(&t, 1, &n, EM_FLOAT64, (em_device){EM_CPU, 0}), EM_OK);
+  memcpy(em_tensor_data(t), v, (size_t)n * sizeof *v);
+  return t;
+}
+
+static void test_topk(void **state) {
+  (void)state;
+  double v[] = {0.1, 0.5, NAN, 0.5, 0.2, -1};
+  em_tensor *t = vec(6, v);
+  em_graph_ranked top[6];
+  int64_t count = -1;
+  assert_int_equal(em_graph_topk(top, &count, t, 3, NULL), EM_OK);
+  assert_int_equal(count, 3);
+  int64_t want[] = {1, 3, 4}; /* ties: the smaller id first */
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(top[i].vertex, want[i]);
+    assert_int_equal(top[i].original_id, want[i]);
+    assert_null(top[i].label);
+  }
+  assert_true(top[0].score == 0.5 && top[2].score == 0.2);
+  assert_int_equal(em_graph_topk(top, &count, t, 100, NULL), EM_OK);
+  assert_int_equal(count, 6);
+  assert_int_equal(top[4].vertex, 5);  /* -1 */
+  assert_int_equal(top[5].vertex, 2);  /* NaN ranks last */
+  assert_int_equal(em_graph_topk(top, &count, t, 0, NULL), EM_OK);
+  assert_int_equal(count, 0);
+  /* integer scores (degrees) work too */
+  double deg[] = {3, 1, 2};
+  em_tensor *d64 = vec(3, deg), *i64 = NULL;
+  assert_int_equal(em_to(&i64, d64, EM_INT64, (em_device){EM_CPU, 0}), EM_OK);
+  assert_int_equal(em_graph_topk(top, &count, i64, 3, NULL), EM_OK);
+  assert_int_equal(top[0].vertex, 0);
+  assert_int_equal(top[1].vertex, 2);
+  assert_true(top[1].score == 2);
+  em_tensor_release(i64), em_tensor_release(d64);
+  tg_expect_error(em_graph_topk(top, &count, t, -1, NULL), EM_ERR_ARGUMENT, "k is -1", NULL);
+  int64_t sizes[] = {2, 3};
+  em_tensor *m = NULL;
+  assert_int_equal(em_view(&m, t, 2, sizes), EM_OK);
+  tg_expect_error(em_graph_topk(top, &count, m, 2, NULL), EM_ERR_SHAPE, "[2, 3]", "one dimension", NULL);
+  /* a graph fixes n and supplies original ids */
+  em_graph_options o = tg_opts(1);
+  em_graph *g = NULL;
+  assert_int_equal(em_graph_load(&g, tg_text("ids.txt", "100 200\n200 300\n"), &o), EM_OK);
+  tg_expect_error(em_graph_topk(top, &count, t, 2, g), EM_ERR_SHAPE, "6 scores for a graph of 3 vertices", NULL);
+  double w[] = {0.2, 0.7, 0.1};
+  em_tensor *x = vec(3, w);
+  assert_int_equal(em_graph_topk(top, &count, x, 1, g), EM_OK);
+  assert_int_equal(top[0].vertex, 1);
+  assert_int_equal(top[0].original_id, 200);
+  em_tensor_release(x), em_tensor_release(m), em_tensor_release(t);
+  em_graph_free(g);
+}
+
+static em_rank_comparison compare(int64_t n, const double *a, const double *b, int64_t k) {
+  em_tensor *ta = vec(n, a), *tb = vec(n, b);
+  em_rank_comparison c;
+  if (em_graph_compare_rankings(&c, ta, tb, k)) fail_msg("compare: %s", em_last_error());
+  em_tensor_release(ta), em_tensor_release(tb);
+  return c;
+}
+
+static void test_compare_rankings(void **state) {
+  (void)state;
+  double a[] = {1, 2, 3, 4, 5}, same[] = {10, 20, 30, 40, 50}, rev[] = {5, 4, 3, 2, 1}, mix[] = {1, 3, 2, 5, 4};
+  em_rank_comparison c = compare(5, a, same, 5);
+  assert_int_equal(c.overlap, 5);
+  assert_int_equal(c.union_size, 5);
+  assert_true(fabs(c.kendall_tau - 1) < 1e-12);
+  c = compare(5, a, rev, 5);
+  assert_true(fabs(c.kendall_tau + 1) < 1e-12);
+  c = compare(5, a, mix, 5); /* scipy: 0.6 */
+  assert_true(fabs(c.kendall_tau - 0.6) < 1e-12);
+  /* top 3 of each: {0,1,2} and {2,3,4}; tau-b over the union with ties (scipy: -4/9) */
+  double p[] = {10, 9, 8, 1, 1, 1}, q[] = {1, 1, 10, 9, 8, 1};
+  c = compare(6, p, q, 3);
+  assert_int_equal(c.k, 3);
+  assert_int_equal(c.overlap, 1);
+  assert_int_equal(c.union_size, 5);
+  assert_true(fabs(c.kendall_tau + 4.0 / 9.0) < 1e-12);
+  /* k beyond n is clipped; constant scores give no tau */
+  double flat[] = {1, 1, 1};
+  c = compare(3, flat, flat, 10);
+  assert_int_equal(c.k, 3);
+  assert_true(isnan(c.kendall_tau));
+  /* errors */
+  em_tensor *ta = vec(5, a), *tb = vec(3, flat);
+  tg_expect_error(em_graph_compare_rankings(&c, ta, tb, 2), EM_ERR_SHAPE, "rankings of 5 and 3 vertices", NULL);
+  tg_expect_error(em_graph_compare_rankings(&c, ta, ta, 0), EM_ERR_ARGUMENT, "k is 0", NULL);
+  em_tensor_release(ta), em_tensor_release(tb);
+}
+
+/* On a star every arc points at vertex 0: PageRank and in-degree agree on the leader. */
+static void test_compare_indegree(void **state) {
+  (void)state;
+  int64_t s[] = {1, 2, 3, 4, 2, 3, 4, 4}, d[] = {0, 0, 0, 0, 1, 1, 1, 2};
+  em_graph_options o = tg_opts(1);
+  em_graph *g = tg_graph(5, 8, s, d, &o);
+  em_tensor *x = NULL;
+  assert_int_equal(em_graph_pagerank(&x, NULL, NULL, g, NULL), EM_OK);
+  em_rank_comparison c;
+  assert_int_equal(em_graph_compare_indegree(&c, g, x, 3), EM_OK);
+  assert_int_equal(c.overlap, 3);
+  assert_true(fabs(c.kendall_tau - 1) < 1e-12); /* in-degrees 4, 3, 1, 0, 0 rank as the scores do */
+  tg_expect_error(em_graph_compare_indegree(&c, NULL, x, 3), EM_ERR_ARGUMENT, "graph is NULL", NULL);
+  em_tensor_release(x);
+  em_graph_free(g);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_topk),
+      cmocka_unit_test(test_compare_rankings),
+      cmocka_unit_test(test_compare_indegree),
+  };
+  return cmocka_run_group_tests(tests, tg_setup, tg_cleanup);
+}

@@ -1,0 +1,281 @@
+/* test_graph_pagerank.c - PageRank: closed-form answers on small graphs (dangling,
+ * self-loops, isolated vertices, personalisation, the GAPBS variant), agreement with a
+ * float64 power iteration on generated graphs, determinism, and every option error. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include "ember/graph.h"
+#include "test_graph_util.h"
+
+static const double D = 0.85;
+
+static em_pagerank_options tight(void) {
+  em_pagerank_options po;
+  em_pagerank_options_init(&po);
+  po.tol = 1e-9;
+  po.max_iter = 500;
+  return po;
+}
+
+/* Runs both vertex orders: the answers must not depend on the internal order. */
+static void check_scores(int64_t n, int64_t m, const int64_t *src, const int64_t *dst, const em_pagerank_options *po,
+                         const double *expect, double tol) {
+  for (int reorder = 0; reorder <= 1; reorder++) {
+    em_graph_options o = tg_opts(reorder);
+    em_graph *g = tg_graph(n, m, src, dst, &o);
+    float *x = tg_pagerank(g, po, NULL);
+    for (int64_t v = 0; v < n; v++)
+      if (fabs(x[v] - expect[v]) > tol)
+        fail_msg("reorder=%d: score[%lld] = %.9g, expected %.9g", reorder, (long long)v, x[v], expect[v]);
+    free(x);
+    em_graph_free(g);
+  }
+}
+
+static void test_cycle_is_uniform(void **state) {
+  (void)state;
+  int64_t s[] = {0, 1, 2}, d[] = {1, 2, 0};
+  double e[] = {1.0 / 3, 1.0 / 3, 1.0 / 3};
+  em_pagerank_options po = tight();
+  check_scores(3, 3, s, d, &po, e, 1e-7);
+}
+
+/* 0 -> 1, 1 dangling: x0 = (1-d)/2 + d x1/2 and x0 + x1 = 1 give x0 = 1/(2+d). */
+static void test_dangling_mass_goes_to_teleport(void **state) {
+  (void)state;
+  int64_t s[] = {0}, d[] = {1};
+  double e[] = {1 / (2 + D), (1 + D) / (2 + D)};
+  em_pagerank_options po = tight();
+  check_scores(2, 1, s, d, &po, e, 1e-7);
+}
+
+/* 0 -> 0, 0 -> 1, 1 -> 0: the self-loop counts in 0's out-degree; x1 = 1/(2+d). */
+static void test_self_loop(void **state) {
+  (void)state;
+  int64_t s[] = {0, 0, 1}, d[] = {0, 1, 0};
+  double e[] = {(1 + D) / (2 + D), 1 / (2 + D)};
+  em_pagerank_options po = tight();
+  check_scores(2, 3, s, d, &po, e, 1e-7);
+}
+
+/* 0 <-> 1 and an isolated vertex 2 (dangling): x2 = (1-d)/(3-d). */
+static void test_isolated_vertex(void **state) {
+  (void)state;
+  int64_t s[] = {0, 1}, d[] = {1, 0};
+  double x2 = (1 - D) / (3 - D), e[] = {(1 - x2) / 2, (1 - x2) / 2, x2};
+  em_pagerank_options po = tight();
+  check_scores(3, 2, s, d, &po, e, 1e-7);
+}
+
+static em_tensor *vector(int64_t n, const double *v) {
+  em_tensor *t = NULL;
+  assert_int_equal(em_empty(&t, 1, &n, EM_FLOAT64, (em_device){EM_CPU, 0}), EM_OK);
+  memcpy(em_tensor_data(t), v, (size_t)n * sizeof *v);
+  return t;
+}
+
+/* 0 <-> 1 teleporting to 0 only: x0 = 1/(1+d). Also a teleport vector that is not
+ * normalised (scaled by 5) and stored as float32: same answer. */
+static void test_personalization(void **state) {
+  (void)state;
+  int64_t s[] = {0, 1}, d[] = {1, 0};
+  double p[] = {5, 0}, e[] = {1 / (1 + D), D / (1 + D)};
+  em_tensor *pt = vector(2, p), *p32 = NULL;
+  assert_int_equal(em_to(&p32, pt, EM_FLOAT32, (em_device){EM_CPU, 0}), EM_OK);
+  em_pagerank_options po = tight();
+  po.personalization = pt;
+  check_scores(2, 2, s, d, &po, e, 1e-7);
+  po.personalization = p32;
+  check_scores(2, 2, s, d, &po, e, 1e-7);
+  /* 0 -> 1, 1 dangling, teleport to 1 only: nothing ever reaches 0 */
+  double p1[] = {0, 1}, e1[] = {0, 1};
+  em_tensor *pt1 = vector(2, p1);
+  po.personalization = pt1;
+  check_scores(2, 1, s, d, &po, e1, 1e-7);
+  em_tensor_release(pt);
+  em_tensor_release(p32);
+  em_tensor_release(pt1);
+}
+
+/* The GAP benchmark's definition: no dangling redistribution, the sum leaks. */
+static void test_gapbs_mode(void **state) {
+  (void)state;
+  int64_t s[] = {0}, d[] = {1};
+  double e[] = {(1 - D) / 2, (1 - D) / 2 + D * (1 - D) / 2};
+  em_pagerank_options po = tight();
+  po.method = EM_PAGERANK_GAPBS;
+  check_scores(2, 1, s, d, &po, e, 1e-7);
+}
+
+/* Gauss-Seidel reaches the Jacobi answer in fewer iterations. */
+static void test_gauss_seidel(void **state) {
+  (void)state;
+  em_graph_options o = tg_opts(EM_GRAPH_REORDER_DEGREE);
+  em_graph *g = NULL;
+  assert_int_equal(em_graph_kronecker(&g, 10, 8, 3, &o), EM_OK);
+  em_pagerank_options po = tight();
+  po.tol = 1e-7;
+  em_pagerank_stats sj, sg;
+  float *xj = tg_pagerank(g, &po, &sj);
+  po.method = EM_PAGERANK_GAUSS_SEIDEL;
+  float *xg = tg_pagerank(g, &po, &sg);
+  double *ref = tg_reference(g, D, NULL);
+  int64_t n = em_graph_num_vertices(g);
+  assert_true(sj.converged && sg.converged);
+  assert_true(sg.iterations < sj.iterations);
+  assert_true(tg_l1(xj, ref, n) < 1e-6);
+  assert_true(tg_l1(xg, ref, n) < 1e-6);
+  free(xj), free(xg), free(ref);
+  em_graph_free(g);
+}
+
+/* Generated graphs against the float64 reference, both vertex orders, with and without
+ * a teleport vector. */
+static void test_matches_float64_reference(void **state) {
+  (void)state;
+  for (int reorder = 0; reorder <= 1; reorder++) {
+    em_graph_options o = tg_opts(reorder);
+    em_graph *graphs[3] = {NULL};
+    assert_int_equal(em_graph_kronecker(&graphs[0], 11, 16, 1, &o), EM_OK);
+    assert_int_equal(em_graph_uniform(&graphs[1], 2000, 10000, 2, &o), EM_OK);
+    o.directed = 0;
+    o.drop_duplicates = 1;
+    assert_int_equal(em_graph_kronecker(&graphs[2], 10, 8, 4, &o), EM_OK);
+    for (int k = 0; k < 3; k++) {
+      em_graph *g = graphs[k];
+      int64_t n = em_graph_num_vertices(g);
+      em_pagerank_options po = tight();
+      po.tol = 1e-8;
+      float *x = tg_pagerank(g, &po, NULL);
+      double *ref = tg_reference(g, D, NULL);
+      double l1 = tg_l1(x, ref, n);
+      if (l1 > 1e-6) fail_msg("graph %d reorder %d: L1 %.3g from the float64 reference", k, reorder, l1);
+      double *p = malloc((size_t)n * sizeof *p);
+      for (int64_t v = 0; v < n; v++) p[v] = (double)(v % 7);
+      em_tensor *pt = vector(n, p);
+      po.personalization = pt;
+      float *xp = tg_pagerank(g, &po, NULL);
+      double *refp = tg_reference(g, D, p);
+      l1 = tg_l1(xp, refp, n);
+      if (l1 > 1e-6) fail_msg("graph %d reorder %d personalised: L1 %.3g", k, reorder, l1);
+      double sum = 0;
+      for (int64_t v = 0; v < n; v++) sum += x[v];
+      assert_true(fabs(sum - 1) < 1e-5);
+      free(x), free(ref), free(p), free(xp), free(refp);
+      em_tensor_release(pt);
+      em_graph_free(g);
+    }
+  }
+}
+
+/* Jacobi gives the same bits with 1 and 2 threads; residuals and stats are reported. */
+static void test_deterministic_and_reported(void **state) {
+  (void)state;
+  em_graph_options o = tg_opts(EM_GRAPH_REORDER_DEGREE);
+  em_graph *g = NULL;
+  assert_int_equal(em_graph_kronecker(&g, 13, 8, 9, &o), EM_OK);
+  int64_t n = em_graph_num_vertices(g);
+  em_pagerank_options po;
+  em_pagerank_options_init(&po);
+  po.tol = 0; /* fixed iterations */
+  po.max_iter = 15;
+  int saved = em_get_num_threads();
+  em_tensor *s1 = NULL, *s2 = NULL, *res = NULL;
+  em_pagerank_stats st;
+  em_set_num_threads(1);
+  assert_int_equal(em_graph_pagerank(&s1, NULL, NULL, g, &po), EM_OK);
+  em_set_num_threads(2);
+  assert_int_equal(em_graph_pagerank(&s2, &res, &st, g, &po), EM_OK);
+  em_set_num_threads(saved);
+  assert_memory_equal(em_tensor_data(s1), em_tensor_data(s2), (size_t)n * 4);
+  assert_int_equal(st.iterations, 15);
+  assert_int_equal(st.converged, 0);
+  assert_int_equal(em_tensor_numel(res), 15);
+  assert_int_equal(em_tensor_dtype(res), EM_FLOAT64);
+  const double *r = em_tensor_data(res);
+  assert_true(r[0] > 0.1 && r[14] < r[0] / 100);
+  assert_true(st.residual == r[14]);
+  assert_true(st.seconds > 0 && st.edges_per_second > 0);
+  /* converging stops early, with the last residual below tol */
+  po.tol = 1e-5;
+  em_tensor *s3 = NULL;
+  assert_int_equal(em_graph_pagerank(&s3, NULL, &st, g, &po), EM_OK);
+  assert_true(st.converged && st.residual < 1e-5 && st.iterations < 15);
+  /* a preallocated scores tensor is filled in place */
+  em_tensor *same = s3;
+  assert_int_equal(em_graph_pagerank(&s3, NULL, NULL, g, &po), EM_OK);
+  assert_ptr_equal(same, s3);
+  em_tensor_release(s1), em_tensor_release(s2), em_tensor_release(s3), em_tensor_release(res);
+  em_graph_free(g);
+}
+
+static void test_option_errors(void **state) {
+  (void)state;
+  int64_t s[] = {0, 1}, d[] = {1, 0};
+  em_graph_options o = tg_opts(1);
+  em_graph *g = tg_graph(2, 2, s, d, &o);
+  em_tensor *x = NULL;
+  em_pagerank_options po;
+  em_pagerank_options_init(&po);
+  po.damping = 1.5;
+  tg_expect_error(em_graph_pagerank(&x, NULL, NULL, g, &po), EM_ERR_ARGUMENT, "damping is 1.5", "[0, 1]", NULL);
+  em_pagerank_options_init(&po);
+  po.tol = -1;
+  tg_expect_error(em_graph_pagerank(&x, NULL, NULL, g, &po), EM_ERR_ARGUMENT, "tol is -1", NULL);
+  em_pagerank_options_init(&po);
+  po.max_iter = 0;
+  tg_expect_error(em_graph_pagerank(&x, NULL, NULL, g, &po), EM_ERR_ARGUMENT, "max_iter is 0", NULL);
+  em_pagerank_options_init(&po);
+  po.method = 7;
+  tg_expect_error(em_graph_pagerank(&x, NULL, NULL, g, &po), EM_ERR_ARGUMENT, "method is 7", NULL);
+  em_pagerank_options_init(&po);
+  double three[] = {1, 1, 1}, neg[] = {1, -2}, zero[] = {0, 0}, nan2[] = {NAN, 1};
+  em_tensor *p = vector(3, three);
+  po.personalization = p;
+  tg_expect_error(em_graph_pagerank(&x, NULL, NULL, g, &po), EM_ERR_SHAPE, "personalization", "[3]", "[2]", NULL);
+  em_tensor_release(p);
+  p = vector(2, neg);
+  po.personalization = p;
+  tg_expect_error(em_graph_pagerank(&x, NULL, NULL, g, &po), EM_ERR_ARGUMENT, "personalization[1] is -2", NULL);
+  em_tensor_release(p);
+  p = vector(2, nan2);
+  po.personalization = p;
+  tg_expect_error(em_graph_pagerank(&x, NULL, NULL, g, &po), EM_ERR_ARGUMENT, "personalization[0] is nan", NULL);
+  em_tensor_release(p);
+  p = vector(2, zero);
+  po.personalization = p;
+  tg_expect_error(em_graph_pagerank(&x, NULL, NULL, g, &po), EM_ERR_ARGUMENT, "sums to 0", NULL);
+  em_tensor_release(p);
+  assert_null(x);
+  /* a scores tensor of the wrong shape */
+  int64_t three_n = 3;
+  assert_int_equal(em_empty(&x, 1, &three_n, EM_FLOAT32, (em_device){EM_CPU, 0}), EM_OK);
+  tg_expect_error(em_graph_pagerank(&x, NULL, NULL, g, NULL), EM_ERR_SHAPE, NULL);
+  em_tensor_release(x);
+  x = NULL;
+  tg_expect_error(em_graph_pagerank(NULL, NULL, NULL, g, NULL), EM_ERR_ARGUMENT, "NULL", NULL);
+  em_graph_free(g);
+  /* no vertices */
+  g = tg_graph(0, 0, NULL, NULL, &o);
+  tg_expect_error(em_graph_pagerank(&x, NULL, NULL, g, NULL), EM_ERR_ARGUMENT, "no vertices", NULL);
+  em_graph_free(g);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_cycle_is_uniform),
+      cmocka_unit_test(test_dangling_mass_goes_to_teleport),
+      cmocka_unit_test(test_self_loop),
+      cmocka_unit_test(test_isolated_vertex),
+      cmocka_unit_test(test_personalization),
+      cmocka_unit_test(test_gapbs_mode),
+      cmocka_unit_test(test_gauss_seidel),
+      cmocka_unit_test(test_matches_float64_reference),
+      cmocka_unit_test(test_deterministic_and_reported),
+      cmocka_unit_test(test_option_errors),
+  };
+  return cmocka_run_group_tests(tests, tg_setup, tg_cleanup);
+}
