@@ -45,6 +45,7 @@ ember.ffi = ffi
 ember._VERSION = ffi.string(ember.C.em_version())
 
 package.loaded['ember'] = ember   -- submodules may require 'ember' while it loads
+require('ember.runtime')(ember)
 require('ember.tensor')(ember)
 require('ember.autograd')(ember)
 ember.nn = require('ember.nn')

@@ -53,22 +53,37 @@ static int use_threads(int64_t tasks) { return tasks > 1 && em_get_num_threads()
 
 /* One generic body per float type: T is the C type, S the BLAS prefix (s or d). */
 #define DEFINE_CONV(T, S)                                                                                        \
-  /* col[K, P] from x[Cg, H, W] (one group of one image) */                                                      \
+  /* col[K, P] from x[Cg, H, W] (one group of one image). Row (c, i, j) of col holds x[c]           \
+   * shifted by the kernel tap (i, j); padding reads as 0. With stride 1 and OW == W (same             \
+   * padding along W) a row is one contiguous copy of the plane, after which the columns that          \
+   * wrapped into the neighbouring image row are zeroed; other shapes copy row by row. */              \
   static void im2col_##S(T *restrict col, const T *restrict x, const conv_geom *g) {                             \
+    int flat = g->sh == 1 && g->sw == 1 && g->OW == g->W;                                                        \
     for (int64_t c = 0; c < g->Cg; c++)                                                                          \
       for (int64_t i = 0; i < g->kh; i++)                                                                        \
         for (int64_t j = 0; j < g->kw; j++) {                                                                    \
           T *row = col + ((c * g->kh + i) * g->kw + j) * g->P;                                                   \
-          int64_t off = j * g->dw - g->pw, lo, hi;                                                               \
+          const T *plane = x + c * g->H * g->W;                                                                  \
+          int64_t off = j * g->dw - g->pw, ioff = i * g->dh - g->ph, lo, hi, oh0, oh1;                           \
           valid_range(off, g->sw, g->W, g->OW, &lo, &hi);                                                        \
-          for (int64_t oh = 0; oh < g->OH; oh++) {                                                               \
-            T *dst = row + oh * g->OW;                                                                           \
-            int64_t ih = oh * g->sh - g->ph + i * g->dh;                                                         \
-            if (ih < 0 || ih >= g->H) {                                                                          \
-              for (int64_t ow = 0; ow < g->OW; ow++) dst[ow] = 0;                                                \
-              continue;                                                                                          \
+          valid_range(ioff, g->sh, g->H, g->OH, &oh0, &oh1);                                                     \
+          if (hi == lo) oh1 = oh0; /* no valid column: all zero */                                               \
+          for (int64_t q = 0; q < oh0 * g->OW; q++) row[q] = 0;                                                  \
+          for (int64_t q = oh1 * g->OW; q < g->P; q++) row[q] = 0;                                               \
+          if (flat && oh1 > oh0) {                                                                               \
+            T *dst = row + oh0 * g->OW;                                                                          \
+            const T *src = plane + (oh0 + ioff) * g->W + off;                                                    \
+            int64_t last = (oh1 - oh0 - 1) * g->OW + hi;                                                         \
+            for (int64_t q = lo; q < last; q++) dst[q] = src[q];                                                 \
+            for (int64_t r = 0; r < oh1 - oh0; r++) {                                                            \
+              for (int64_t q = 0; q < lo; q++) dst[r * g->OW + q] = 0;                                           \
+              for (int64_t q = hi; q < g->OW; q++) dst[r * g->OW + q] = 0;                                       \
             }                                                                                                    \
-            const T *src = x + (c * g->H + ih) * g->W + off;                                                     \
+            continue;                                                                                            \
+          }                                                                                                      \
+          for (int64_t oh = oh0; oh < oh1; oh++) {                                                               \
+            T *dst = row + oh * g->OW;                                                                           \
+            const T *src = plane + (oh * g->sh + ioff) * g->W + off;                                             \
             for (int64_t ow = 0; ow < lo; ow++) dst[ow] = 0;                                                     \
             if (g->sw == 1)                                                                                      \
               for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[ow];                                            \
@@ -78,20 +93,34 @@ static int use_threads(int64_t tasks) { return tasks > 1 && em_get_num_threads()
           }                                                                                                      \
         }                                                                                                        \
   }                                                                                                              \
-  /* x[Cg, H, W] = sum of col's entries over the positions they were read from */                               \
-  static void col2im_##S(T *restrict x, const T *restrict col, const conv_geom *g) {                             \
+  /* x[Cg, H, W] = the sum of col's entries over the positions they were read from. col is              \
+   * scratch: in the flat case its entries that fall on padding are zeroed, so that each row             \
+   * is added in one contiguous pass. */                                                                 \
+  static void col2im_##S(T *restrict x, T *restrict col, const conv_geom *g) {                                   \
+    int flat = g->sh == 1 && g->sw == 1 && g->OW == g->W;                                                        \
     memset(x, 0, sizeof(T) * g->Cg * g->H * g->W);                                                              \
     for (int64_t c = 0; c < g->Cg; c++)                                                                          \
       for (int64_t i = 0; i < g->kh; i++)                                                                        \
         for (int64_t j = 0; j < g->kw; j++) {                                                                    \
-          const T *row = col + ((c * g->kh + i) * g->kw + j) * g->P;                                             \
-          int64_t off = j * g->dw - g->pw, lo, hi;                                                               \
+          T *row = col + ((c * g->kh + i) * g->kw + j) * g->P;                                                   \
+          T *plane = x + c * g->H * g->W;                                                                        \
+          int64_t off = j * g->dw - g->pw, ioff = i * g->dh - g->ph, lo, hi, oh0, oh1;                           \
           valid_range(off, g->sw, g->W, g->OW, &lo, &hi);                                                        \
-          for (int64_t oh = 0; oh < g->OH; oh++) {                                                               \
-            int64_t ih = oh * g->sh - g->ph + i * g->dh;                                                         \
-            if (ih < 0 || ih >= g->H) continue;                                                                  \
+          valid_range(ioff, g->sh, g->H, g->OH, &oh0, &oh1);                                                     \
+          if (hi == lo) continue;                                                                                \
+          if (flat && oh1 > oh0) {                                                                               \
+            T *src = row + oh0 * g->OW, *dst = plane + (oh0 + ioff) * g->W + off;                                \
+            for (int64_t r = 0; r < oh1 - oh0; r++) {                                                            \
+              for (int64_t q = 0; q < lo; q++) src[r * g->OW + q] = 0;                                           \
+              for (int64_t q = hi; q < g->OW; q++) src[r * g->OW + q] = 0;                                       \
+            }                                                                                                    \
+            int64_t last = (oh1 - oh0 - 1) * g->OW + hi;                                                         \
+            for (int64_t q = lo; q < last; q++) dst[q] += src[q];                                                \
+            continue;                                                                                            \
+          }                                                                                                      \
+          for (int64_t oh = oh0; oh < oh1; oh++) {                                                               \
             const T *src = row + oh * g->OW;                                                                     \
-            T *dst = x + (c * g->H + ih) * g->W + off;                                                           \
+            T *dst = plane + (oh * g->sh + ioff) * g->W + off;                                                   \
             if (g->sw == 1)                                                                                      \
               for (int64_t ow = lo; ow < hi; ow++) dst[ow] += src[ow];                                           \
             else                                                                                                 \

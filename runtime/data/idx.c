@@ -179,8 +179,10 @@ static em_status read_idx(gzFile f, const char *path, int64_t limit, em_tensor *
   }
   int64_t got = read_bytes(f, path, raw, want);
   if (got >= 0 && got < want)
-    em_set_error(EM_ERR_FORMAT, OP ": '%s' is truncated: %lld data bytes expected (%lld items of the header's dims %s), "
-                 "the file holds %lld", path, (long long)want, (long long)items, dtext, (long long)got);
+    em_set_error(EM_ERR_FORMAT,
+                 OP ": '%s' is truncated: %lld data bytes expected (%lld items of the header's dims %s), "
+                 "the file holds %lld",
+                 path, (long long)want, (long long)items, dtext, (long long)got);
   int64_t rest = 0;
   if (got == want && limit < 0) {
     rest = count_rest(f, path);

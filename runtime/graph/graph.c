@@ -25,6 +25,12 @@ static void *alloc_aligned(size_t bytes, bool zero) {
   char *base = zero ? calloc(1, bytes + 128) : malloc(bytes + 128);
   if (!base) return NULL;
   char *p = (char *)(((uintptr_t)base + 127) & ~(uintptr_t)63); /* >= 64 bytes for the header */
+  /* Large arrays (CSR, scores, contributions) are read at random: 2 MiB pages spare the
+   * TLB. With transparent huge pages in "madvise" mode they must be asked for. */
+  if (bytes >= ((size_t)8 << 20)) {
+    uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, e = ((uintptr_t)p + bytes) & ~(uintptr_t)4095;
+    if (e > a) madvise((void *)a, e - a, MADV_HUGEPAGE);
+  }
   alloc_header *h = (alloc_header *)p - 1;
   h->bytes = bytes;
   h->offset = (size_t)(p - base);

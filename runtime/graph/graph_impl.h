@@ -164,7 +164,8 @@ uint64_t gr_xxh64(const void *data, size_t len, uint64_t seed);
 
 /* ---- PageRank's cache blocking of cold arcs (pr_tiles.c) */
 typedef struct gr_tiles {
-  int64_t seg;            /* source segment width; sources below seg are hot */
+  int64_t seg;            /* source segment width (1 << shift); sources below seg are hot */
+  int shift;
   int64_t nseg, dblock, nblocks;
   uint32_t *hot_len;      /* [n] hot prefix of each vertex's sources; NULL: no tiles */
   int64_t *tile_entry;    /* [nblocks * nseg + 1] first entry of tile (block, segment) */
@@ -174,6 +175,7 @@ typedef struct gr_tiles {
   int64_t cold_arcs;
 } gr_tiles;
 /* Leaves t->hot_len NULL when tiling would not pay. */
+extern int gr_tiles_slice; /* tests: > 0 forces tiles of this many vertices; < 0 disables */
 em_status gr_tiles_build(gr_tiles *t, const em_graph *g);
 void gr_tiles_gather(const gr_tiles *t, int64_t block, const float *contrib, float *acc, int64_t n);
 void gr_tiles_free(gr_tiles *t);

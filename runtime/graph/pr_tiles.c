@@ -20,6 +20,8 @@
 #include <unistd.h>
 #include "graph_impl.h"
 
+int gr_tiles_slice = 0;
+
 static int64_t l2_bytes(void) {
   long b = sysconf(_SC_LEVEL2_CACHE_SIZE);
   return b > (1 << 18) ? b : (2 << 20);
@@ -40,8 +42,8 @@ void gr_tiles_free(gr_tiles *t) {
   do {                                                                                 \
     int64_t j_ = (g)->offsets[v] + (t)->hot_len[v], e_ = (g)->offsets[(v) + 1];        \
     while (j_ < e_) {                                                                  \
-      int64_t SEG = (g)->sources[j_] / (t)->seg, BEGIN = j_;                           \
-      while (j_ < e_ && (g)->sources[j_] / (t)->seg == SEG) j_++;                      \
+      int64_t SEG = (g)->sources[j_] >> (t)->shift, BEGIN = j_;                        \
+      while (j_ < e_ && (g)->sources[j_] >> (t)->shift == SEG) j_++;                   \
       int64_t END = j_;                                                                \
       BODY;                                                                            \
     }                                                                                  \
@@ -49,10 +51,14 @@ void gr_tiles_free(gr_tiles *t) {
 
 em_status gr_tiles_build(gr_tiles *t, const em_graph *g) {
   memset(t, 0, sizeof *t);
-  int64_t n = g->n, slice = l2_bytes() / 2 / (int64_t)sizeof(float);
+  if (gr_tiles_slice < 0) return EM_OK;
+  int64_t n = g->n, slice = gr_tiles_slice ? gr_tiles_slice : l2_bytes() / 2 / (int64_t)sizeof(float);
   int64_t sources = 0; /* vertices with out-arcs: the contributions that are ever read */
   for (int64_t v = 0; v < n; v++) sources += g->out_degree[v] > 0;
   if (sources <= slice) return EM_OK; /* everything is hot already */
+  t->shift = 0; /* segments of a power of two: a shift, not a division, per arc */
+  while (((int64_t)2 << t->shift) <= slice) t->shift++;
+  slice = (int64_t)1 << t->shift;
   t->seg = slice;
   t->nseg = (n + slice - 1) / slice;
   t->dblock = slice;
@@ -85,7 +91,7 @@ em_status gr_tiles_build(gr_tiles *t, const em_graph *g) {
   /* Worth it? Tiles re-read each cold segment once per block; unblocked, every cold arc
    * costs about a cache line. Ask for a clear win (half the lines). */
   double reread = (double)t->nblocks * (double)(sources - t->seg) * sizeof(float);
-  if (reread > (double)cold * 64 / 2) {
+  if (!gr_tiles_slice && reread > (double)cold * 64 / 2) {
     gr_tiles_free(t);
     return EM_OK;
   }

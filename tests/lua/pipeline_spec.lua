@@ -121,6 +121,44 @@ data:
     assert.equal("ember run: cannot read the pipeline '" .. p .. "none.yaml': no such file", load_error(p .. 'none.yaml'))
   end)
 
+  it('build every layer kind into an nn.Sequential', function()
+    local dir = tmpdir()
+    local cfg = pipeline.load(write(dir .. '/all.yaml', [[
+job: train
+model:
+  - conv2d: {in: 1, out: 4, kernel: [3, 3], padding: 1, bias: false}
+  - batch_norm2d: 4
+  - gelu:
+  - max_pool2d: {kernel: 2, stride: 2}
+  - conv2d: {in: 4, out: 4, kernel: 3, padding: [1, 1], groups: 2}
+  - silu:
+  - avg_pool2d: 2
+  - adaptive_avg_pool2d: [3, 3]
+  - flatten:
+  - layer_norm: 36
+  - dropout: 0.1
+  - linear: {in: 36, out: 16, bias: true}
+  - batch_norm1d: {features: 16, momentum: 0.2}
+  - tanh:
+  - sigmoid:
+  - relu:
+  - linear: [16, 10]
+]]))
+    local model = require('ember.pipeline.model').build(cfg.model)
+    local text = tostring(model)
+    local pos = 1
+    for _, name in ipairs { 'Conv2d', 'BatchNorm2d', 'GELU', 'MaxPool2d', 'Conv2d', 'SiLU', 'AvgPool2d',
+      'AdaptiveAvgPool2d', 'Flatten', 'LayerNorm', 'Dropout', 'Linear', 'BatchNorm1d', 'Tanh', 'Sigmoid', 'ReLU',
+      'Linear' } do
+      local at = text:find(name .. '(', pos, true)
+      assert(at, name .. ' missing or out of order in ' .. text)
+      pos = at + 1
+    end
+    has(text, 'Conv2d(4, 4, kernel_size=(3, 3), stride=1, padding=(1, 1), groups=2)')
+    has(text, 'BatchNorm1d(16, eps=1e-05, momentum=0.2')
+    assert.same({ 2, 10 }, model(ember.randn(2, 1, 28, 28)).shape)
+  end)
+
   it('take key.path=value overrides read as YAML scalars', function()
     local dir = tmpdir()
     local path = write(dir .. '/o.yaml', base)

@@ -16,7 +16,10 @@
 -- The job's result is printed as one JSON line on stdout (keys in the module's
 -- result_order first, if it has one).
 -- ctx carries what the host provides: ctx.file, ctx.stdout/ctx.stderr (file handles),
--- ctx.log(fmt, ...) for plain progress lines on stderr, and what sections set up.
+-- ctx.log(fmt, ...) for plain progress lines on stderr, and what sections set up. The
+-- train job reads ctx.rank and ctx.world_size (data shards; only rank 0 writes files and the
+-- result) and ctx.wrap_model(model) (e.g. DistributedDataParallel), as a `distributed:`
+-- section would set them. A job returning nil prints nothing (ranks other than 0).
 --
 -- Keys every job has: job, seed (default 0), device ('cpu', 'cuda', 'cuda:N' or 'auto',
 -- which picks cuda when a device is present), threads (default: ember's default).

@@ -17,10 +17,12 @@ local M = {}
 
 local pos = S.integer { min = 1 }
 local nonneg = S.integer { min = 0 }
--- an int or a pair [h, w]
-local pair = function(min)
+-- An int or a pair [h, w]; opts adds default or optional.
+local function pair(min, opts)
   local one = S.integer { min = min }
-  return S.union({ one, S.list(one, { len = 2 }) }, { expect = string.format('an integer >= %d or a list [h, w] of them', min) })
+  local o = { expect = string.format('an integer >= %d or a list [h, w] of them', min) }
+  for k, v in pairs(opts or {}) do o[k] = v end
+  return S.union({ one, S.list(one, { len = 2 }) }, o)
 end
 local function unpair(v)
   if type(v) == 'table' then return v[1], v[2] end
@@ -36,13 +38,25 @@ local function pool(class)
   return {
     schema = S.union({
       pair(1),
-      S.record { kernel = pair(1), stride = S.union({ pair(1) }, { optional = true, expect = 'an integer >= 1 or [h, w]' }),
-        padding = S.union({ pair(0) }, { default = 0, expect = 'an integer >= 0 or [h, w]' }),
+      S.record { kernel = pair(1), stride = pair(1, { optional = true }), padding = pair(0, { default = 0 }),
         ceil_mode = S.boolean { default = false } },
     }, { expect = 'a kernel size (an integer or [h, w]) or {kernel:, stride:, padding:}' }),
     build = function(v, nn)
       if type(v) ~= 'table' or v.kernel == nil then v = { kernel = v, padding = 0, ceil_mode = false } end
       return nn[class](v.kernel, { stride = v.stride or v.kernel, padding = v.padding, ceil_mode = v.ceil_mode })
+    end,
+  }
+end
+
+-- batch_norm2d: 32 (the channel count) or {features: 32, eps:, momentum:}
+local function batch_norm(class)
+  return {
+    schema = S.union({ pos, S.record { features = pos, eps = S.number { gt = 0, default = 1e-5 },
+      momentum = S.number { min = 0, max = 1, default = 0.1 } } },
+      { expect = 'a feature count or {features:, eps:, momentum:}' }),
+    build = function(v, nn)
+      if type(v) == 'number' then return nn[class](v) end
+      return nn[class](v.features, { eps = v.eps, momentum = v.momentum })
     end,
   }
 end
@@ -60,8 +74,8 @@ M.layers = {
   },
   conv2d = {
     schema = S.record {
-      ['in'] = pos, out = pos, kernel = pair(1), stride = S.union({ pair(1) }, { default = 1 }),
-      padding = S.union({ pair(0) }, { default = 0 }), dilation = S.union({ pair(1) }, { default = 1 }),
+      ['in'] = pos, out = pos, kernel = pair(1), stride = pair(1, { default = 1 }),
+      padding = pair(0, { default = 0 }), dilation = pair(1, { default = 1 }),
       groups = S.integer { min = 1, default = 1 }, bias = S.boolean { default = true },
     },
     build = function(v, nn)
@@ -75,24 +89,11 @@ M.layers = {
     schema = pair(1),
     build = function(v, nn) return nn.AdaptiveAvgPool2d(v) end,
   },
-  batch_norm1d = {
-    schema = S.union({ pos, S.record { features = pos, eps = S.number { gt = 0, default = 1e-5 },
-      momentum = S.number { min = 0, max = 1, default = 0.1 } } }, { expect = 'a feature count or {features:, eps:, momentum:}' }),
-    build = function(v, nn)
-      if type(v) == 'number' then return nn.BatchNorm1d(v) end
-      return nn.BatchNorm1d(v.features, { eps = v.eps, momentum = v.momentum })
-    end,
-  },
-  batch_norm2d = {
-    schema = S.union({ pos, S.record { features = pos, eps = S.number { gt = 0, default = 1e-5 },
-      momentum = S.number { min = 0, max = 1, default = 0.1 } } }, { expect = 'a channel count or {features:, eps:, momentum:}' }),
-    build = function(v, nn)
-      if type(v) == 'number' then return nn.BatchNorm2d(v) end
-      return nn.BatchNorm2d(v.features, { eps = v.eps, momentum = v.momentum })
-    end,
-  },
+  batch_norm1d = batch_norm('BatchNorm1d'),
+  batch_norm2d = batch_norm('BatchNorm2d'),
   layer_norm = {
-    schema = S.union({ pos, S.list(pos, { min_len = 1 }) }, { expect = 'a size or a list of sizes (the normalised shape)' }),
+    schema = S.union({ pos, S.list(pos, { min_len = 1 }) },
+      { expect = 'a size or a list of sizes (the normalised shape)' }),
     build = function(v, nn) return nn.LayerNorm(v) end,
   },
   dropout = {
@@ -101,7 +102,8 @@ M.layers = {
     build = function(v, nn) return nn.Dropout(type(v) == 'table' and v.p or v) end,
   },
   flatten = {
-    schema = S.record({ start_dim = S.integer { default = 2 }, end_dim = S.integer { default = -1 } }, { default = {} }),
+    schema = S.record({ start_dim = S.integer { default = 2 }, end_dim = S.integer { default = -1 } },
+      { default = {} }),
     build = function(v, nn) return nn.Flatten(v.start_dim, v.end_dim) end,
   },
   relu = activation('ReLU'),

@@ -242,7 +242,8 @@ end
 function check(schema, v, ctx, path)
   if is_null(v) then
     if schema.default ~= nil and type(schema.default) ~= 'table' then return schema.default end
-    if schema.default ~= nil then return check(schema, copy_default(schema.default), ctx, path) end   -- fills nested defaults
+    -- a table default goes through the checks too, which fills in its nested defaults
+    if schema.default ~= nil then return check(schema, copy_default(schema.default), ctx, path) end
     if schema.optional or schema.kind == 'any' then return nil end
     if v == nil then fail(ctx, path, 'missing (expected ' .. schema.expect .. ')') end
     expected(ctx, path, schema, v)

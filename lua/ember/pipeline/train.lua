@@ -32,7 +32,8 @@ M.schema = {
     shuffle = S.boolean { default = true },
     seed = S.integer { min = 0, optional = true, doc = 'the order seed (default: the top-level seed)' },
     drop_last = S.boolean { default = false },
-    normalise = S.union({ S.boolean(), S.record { mean = S.number { default = 0 }, std = S.number { gt = 0, default = 1 } } },
+    normalise = S.union({ S.boolean(),
+      S.record { mean = S.number { default = 0 }, std = S.number { gt = 0, default = 1 } } },
       { default = true, expect = 'true, false or {mean:, std:}' }),
     limit = S.integer { min = 1, optional = true, doc = 'use the first N training samples' },
     test_limit = S.integer { min = 1, optional = true, doc = 'use the first N test samples' },
@@ -102,6 +103,11 @@ local function make_optimizer(o, params)
     weight_decay = o.weight_decay or (o.name == 'adamw' and 0.01 or 0) })
 end
 
+-- The one place loaders are made: a loader with another transport (the ZeroMQ pipeline)
+-- replaces this, keeping the interface documented in lua/ember/data.lua (epoch, state,
+-- load_state, num_batches, num_samples, close).
+function M.make_loader(opts) return require('ember').data.DataLoader(opts) end
+
 -- The learning rate at step (0-based, counted over the whole run).
 function M.lr_at(sched, base, step, steps_per_epoch, epochs)
   local warm = sched.warmup_epochs * steps_per_epoch
@@ -139,7 +145,8 @@ local function evaluate(ember, model, loader, label_smoothing)
     for batch in loader:epoch(0) do
       local out = model(batch.x)
       local b = batch.y.shape[1]
-      loss_sum = loss_sum + F.cross_entropy(out, batch.y, { reduction = 'sum', label_smoothing = label_smoothing }):item()
+      local loss = F.cross_entropy(out, batch.y, { reduction = 'sum', label_smoothing = label_smoothing })
+      loss_sum = loss_sum + loss:item()
       correct = correct + out:argmax(2):eq(batch.y):sum():item()
       n = n + b
     end
@@ -158,14 +165,20 @@ end
 -- ---------------------------------------------------------------- the job
 function M.run(cfg, ctx)
   local ember = require 'ember'
-  local nn, data = ember.nn, ember.data
+  local nn = ember.nn
   local F = nn.functional
   local t_start = progress.now()
 
+  -- Set by a `distributed:` section's setup, when there is one: this process's rank (0-based)
+  -- and the world size shard the data; wrap_model (e.g. DistributedDataParallel) wraps the
+  -- model; only the main rank writes checkpoints, metrics and the result.
+  local rank, world_size = ctx.rank or 0, ctx.world_size or 1
+  local is_main = rank == 0
+
   local train_set, test_set = make_datasets(cfg, ctx)
-  local loader = data.DataLoader { dataset = train_set, batch_size = cfg.data.batch_size, shuffle = cfg.data.shuffle,
-    seed = cfg.data.seed or cfg.seed, drop_last = cfg.data.drop_last }
-  local test_loader = data.DataLoader { dataset = test_set, batch_size = cfg.data.test_batch_size }
+  local loader = M.make_loader { dataset = train_set, batch_size = cfg.data.batch_size, shuffle = cfg.data.shuffle,
+    seed = cfg.data.seed or cfg.seed, drop_last = cfg.data.drop_last, rank = rank, world_size = world_size }
+  local test_loader = M.make_loader { dataset = test_set, batch_size = cfg.data.test_batch_size }
   local steps_per_epoch = loader:num_batches()
   if steps_per_epoch == 0 then
     S.fail(ctx, 'data.batch_size', string.format('the batch size %d leaves no batch in the %d training samples ' ..
@@ -195,9 +208,11 @@ function M.run(cfg, ctx)
     first_epoch, step, last = st.epoch + 1, st.step, st.metrics
     ctx.log('resumed from %s (epoch %d done)', resume_from, st.epoch)
   end
+  -- wrapped after loading: a checkpoint holds the plain model's names
+  local net = ctx.wrap_model and ctx.wrap_model(model) or model
 
   local metrics_path
-  if cfg.log.dir then
+  if cfg.log.dir and is_main then
     checkpoint.mkdirs(cfg.log.dir)
     metrics_path = cfg.log.dir .. '/metrics.jsonl'
   end
@@ -209,15 +224,15 @@ function M.run(cfg, ctx)
   local params = clip and model:parameters()
   model:train()
   for epoch = first_epoch, last_epoch do
-    local bar = progress.new { mode = cfg.log.progress, interval = cfg.log.interval, total = loader:num_samples(),
-      label = string.format('epoch %d/%d', epoch, cfg.epochs) }
+    local bar = progress.new { mode = is_main and cfg.log.progress or 'none', interval = cfg.log.interval,
+      total = loader:num_samples(), label = string.format('epoch %d/%d', epoch, cfg.epochs) }
     local loss_sum, correct, seen = 0, 0, 0
     local lr
     local t0 = progress.now()
     for batch in loader:epoch(epoch) do
       lr = M.lr_at(cfg.schedule, base_lr, step, steps_per_epoch, cfg.epochs)
       set_lr(opt, lr)
-      local out = model(batch.x)
+      local out = net(batch.x)
       local loss = F.cross_entropy(out, batch.y, { label_smoothing = smoothing })
       opt:zero_grad()
       loss:backward()
@@ -249,7 +264,7 @@ function M.run(cfg, ctx)
       append_line(metrics_path, json.encode(m, { order = { 'epoch', 'step', 'lr', 'train_loss', 'train_accuracy',
         'test_loss', 'test_accuracy' } }))
     end
-    if ckpt_dir then
+    if ckpt_dir and is_main then
       local rng = ember.get_rng_state()
       local opt_tensors, opt_meta = opt:state_dict()
       checkpoint.save(ckpt_dir, epoch, {
@@ -261,6 +276,9 @@ function M.run(cfg, ctx)
     last = m
   end
 
+  loader:close()
+  test_loader:close()
+  if not is_main then return nil end
   last = last or {}
   return {
     job = 'train',
