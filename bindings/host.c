@@ -23,6 +23,8 @@
  * weak, so that a build without them still links. */
 int luaopen_ember_yaml(lua_State *L) __attribute__((weak));
 void ember_select_blas_kernels(char **argv) __attribute__((weak));
+/* `ember launch` (bindings/launch.c): argv[0] is "launch"; returns the exit status. */
+int em_host_launch(int argc, char **argv);
 
 static const char *usage_text =
     "usage: ember [options] [script.lua [args...]]\n"
@@ -37,9 +39,11 @@ static const char *usage_text =
     "  ember info                     version, build features, BLAS, threads, devices, paths\n"
     "  ember run PIPELINE.yaml [key.path=value...]\n"
     "                                 run a YAML pipeline (ember run --help)\n"
+    "  ember reader --connect tcp://HOST:PORT PIPELINE.yaml\n"
+    "                                 serve a pipeline's data to trainers (ember reader --help)\n"
     "  ember launch -n N script.lua [args...]\n"
-    "                                 start N processes of a script through mpirun\n"
-    "                                 (not available in this build yet)\n"
+    "  ember launch -n N run PIPELINE.yaml [key.path=value...]\n"
+    "                                 start N processes through mpirun (ember launch --help)\n"
     "\n"
     "Options (before the script; -e, -l and -j run in the order given, then the script):\n"
     "  -e CODE         run the Lua code CODE (may be repeated)\n"
@@ -377,18 +381,12 @@ static int cmd_info(lua_State *L) {
   return 0;
 }
 
-static int cmd_not_yet(const char *name, const char *what) {
-  fprintf(stderr,
-          "ember %s: not available in this build yet (%s arrives with a later version of ember)\n",
-          name, what);
-  return 2;
-}
-
 /* `ember run PIPELINE.yaml [key.path=value...]`: the pipeline runner is Lua
- * (lua/ember/pipeline); main(args) returns the exit status. */
-static int cmd_run(lua_State *L, int argc, char **argv, int first) {
+ * (lua/ember/pipeline); `ember reader --connect ENDPOINT PIPELINE.yaml`: a data-pipeline
+ * reader (lua/ember/data/worker.lua). The module's main(args) returns the exit status. */
+static int cmd_lua_main(lua_State *L, const char *module, int argc, char **argv, int first) {
   lua_getglobal(L, "require");
-  lua_pushliteral(L, "ember.pipeline");
+  lua_pushstring(L, module);
   if (em_host_pcall(L, 1, 1)) {
     em_host_report(L);
     return 1;
@@ -408,19 +406,20 @@ static int cmd_run(lua_State *L, int argc, char **argv, int first) {
   return status;
 }
 
-/* `ember info|run|launch ...`: returns -1 when argv[o->script] is not a command. */
+/* `ember info|run|reader|launch ...`: returns -1 when argv[o->script] is not a command. */
 static int run_command(lua_State *L, int argc, char **argv, const options *o) {
   if (o->script >= argc || o->after_dashes) return -1;
   const char *name = argv[o->script];
   int is_info = !strcmp(name, "info"), is_run = !strcmp(name, "run");
-  int is_launch = !strcmp(name, "launch");
-  if (!is_info && !is_run && !is_launch) return -1;
+  int is_launch = !strcmp(name, "launch"), is_reader = !strcmp(name, "reader");
+  if (!is_info && !is_run && !is_launch && !is_reader) return -1;
   if (o->other) {
     fprintf(stderr, "ember %s: -e, -l, -i and -j do not apply to commands (see ember --help)\n", name);
     return 2;
   }
-  if (is_run) return cmd_run(L, argc, argv, o->script + 1);
-  if (is_launch) return cmd_not_yet("launch", "launching processes through mpirun");
+  if (is_run) return cmd_lua_main(L, "ember.pipeline", argc, argv, o->script + 1);
+  if (is_reader) return cmd_lua_main(L, "ember.data.worker", argc, argv, o->script + 1);
+  if (is_launch) return em_host_launch(argc - o->script, argv + o->script);
   if (o->script + 1 < argc) {
     fprintf(stderr, "ember info: unexpected argument '%s' (info takes none)\n", argv[o->script + 1]);
     return 2;

@@ -36,3 +36,28 @@ if(EMBER_GRAPH_PYTHON)
     COMMAND ${EMBER_GRAPH_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/graph/check_networkx.py $<TARGET_FILE:ember>)
   set_tests_properties(graph/networkx PROPERTIES ENVIRONMENT "EMBER_NUM_THREADS=2" SKIP_RETURN_CODE 77 TIMEOUT 120)
 endif()
+
+# ---- distributed (tests/dist/): multi-process tests through `ember launch` (mpirun) on 2 and
+# 4 ranks of one thread each, and Python drivers for timeouts (a stopped, killed or busy
+# rank) and the launcher itself. Need Open MPI (libopenmpi-dev, openmpi-bin). They share one
+# lock so that they do not oversubscribe a small machine together; about 30 s in all.
+find_program(EMBER_MPIRUN mpirun)
+if(EMBER_HAVE_MPI AND EMBER_MPIRUN)
+  foreach(script collectives ddp ddp_unused ddp_join)
+    foreach(np 2 4)
+      add_test(NAME dist/${script}_np${np}
+        COMMAND $<TARGET_FILE:ember_host> launch -n ${np} --threads 1 ${CMAKE_CURRENT_SOURCE_DIR}/dist/${script}.lua
+        WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+      set_tests_properties(dist/${script}_np${np} PROPERTIES TIMEOUT 90 RESOURCE_LOCK ember_mpi)
+    endforeach()
+  endforeach()
+  if(Python3_Interpreter_FOUND)
+    foreach(driver timeout launch)
+      add_test(NAME dist/${driver}
+        COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/dist/${driver}.py $<TARGET_FILE:ember_host>)
+      set_tests_properties(dist/${driver} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 RESOURCE_LOCK ember_mpi)
+    endforeach()
+  endif()
+else()
+  message(STATUS "Open MPI not found: the multi-process tests (tests/dist) are not registered")
+endif()

@@ -397,4 +397,8 @@ end
 
 function DataLoader:close() end
 
+-- The ZeroMQ pipeline (lua/ember/data/pipeline.lua): data.Loader, data.transforms, data.source,
+-- the file formats (data.npy, data.jpeg, data.tfrecord), loaded on first use.
+setmetatable(data, { __index = function(_, k) return require('ember.data.pipeline')[k] end })
+
 return data

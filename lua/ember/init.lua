@@ -52,4 +52,5 @@ ember.nn = require('ember.nn')
 ember.optim = require('ember.optim')
 require('ember.io')(ember)
 ember.data = require('ember.data')
+ember.dist = require('ember.dist')      -- loads no MPI until ember.dist.init()
 return ember

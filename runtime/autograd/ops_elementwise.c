@@ -1,6 +1,7 @@
 /* ops_elementwise.c - differentiable elementwise ops and their backward functions. */
 #include <math.h>
 #include "autograd_impl.h"
+#include "tensor/backend.h"
 
 static const char *binop_name[EM_NUM_BINOPS] = {
     [EM_ADD] = "AddBackward",      [EM_SUB] = "SubBackward",         [EM_MUL] = "MulBackward",
@@ -217,7 +218,14 @@ static em_status unary_backward(em_node *n, em_tensor *const *go, em_tensor **gi
     case EM_SIGMOID: /* out (1 - out) */
       ga = em_sc_binary(&sc, EM_MUL, g, em_sc_binary(&sc, EM_MUL, out, em_sc_rscalar(&sc, EM_SUB, 1.0, out)));
       break;
-    case EM_RELU: ga = em_sc_binary(&sc, EM_MUL, g, em_sc_scalar(&sc, EM_GT, out, 0.0)); break;
+    case EM_RELU: { /* one fused pass (g where out > 0), not a mask, a cast and a product */
+      em_tensor *r = NULL;
+      const em_backend *be = em_backend_for("relu", g->storage->device);
+      em_status st = be ? em_empty(&r, out->ndim, out->sizes, out->dtype, out->storage->device) : em_last_status();
+      if (!st) st = EM_BACKEND_CALL("relu", be, relu_backward, r, g, out);
+      ga = em_sc_track(&sc, r, st);
+      break;
+    }
     case EM_SIGN:
     case EM_FLOOR:
     case EM_CEIL:

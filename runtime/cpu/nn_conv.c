@@ -8,9 +8,11 @@
  * nothing of size N * K * P is ever stored. A 1x1 convolution with stride 1 and no
  * padding needs no unrolling: the image itself is col.
  *
- * Threads take whole images (OpenBLAS runs single-threaded inside a parallel region);
- * this beat one large multi-threaded GEMM over a batch-wide col, whose col is too big
- * for the caches. A batch of one image runs serially with OpenBLAS's own threads.
+ * Threads take whole images (OpenBLAS runs single-threaded inside a parallel region):
+ * on the 2-core target, letting OpenBLAS thread each per-image GEMM instead was several
+ * times slower (a barrier per small GEMM), and one GEMM over a batch-wide col would need
+ * N * K * P floats that no cache holds. A batch of one image runs serially with
+ * OpenBLAS's own threads.
  * Weight gradients are summed per fixed chunk of images and the chunks are added in
  * order, so the result does not depend on the thread count. */
 #include <cblas.h>
@@ -51,6 +53,12 @@ static void valid_range(int64_t off, int64_t s, int64_t W, int64_t OW, int64_t *
 
 static int use_threads(int64_t tasks) { return tasks > 1 && em_get_num_threads() > 1 && !omp_in_parallel(); }
 
+/* The per-thread unrolled images (K x P each) did not fit in memory. */
+static em_status col_oom(const conv_geom *g, int threads, size_t elsize) {
+  return em_set_error(EM_ERR_MEMORY, "conv2d: out of memory for %d unrolled images of %lld x %lld (%.1f MB)", threads,
+                      (long long)g->K, (long long)g->P, (double)threads * g->K * g->P * elsize / 1e6);
+}
+
 /* One generic body per float type: T is the C type, S the BLAS prefix (s or d). */
 #define DEFINE_CONV(T, S)                                                                                        \
   /* col[K, P] from x[Cg, H, W] (one group of one image). Row (c, i, j) of col holds x[c]           \
@@ -58,7 +66,7 @@ static int use_threads(int64_t tasks) { return tasks > 1 && em_get_num_threads()
    * padding along W) a row is one contiguous copy of the plane, after which the columns that          \
    * wrapped into the neighbouring image row are zeroed; other shapes copy row by row. */              \
   static void im2col_##S(T *restrict col, const T *restrict x, const conv_geom *g) {                             \
-    int flat = g->sh == 1 && g->sw == 1 && g->OW == g->W;                                                        \
+    int flat = g->sh == 1 && g->sw == 1 && g->OW == g->W;                                                      \
     for (int64_t c = 0; c < g->Cg; c++)                                                                          \
       for (int64_t i = 0; i < g->kh; i++)                                                                        \
         for (int64_t j = 0; j < g->kw; j++) {                                                                    \
@@ -97,7 +105,7 @@ static int use_threads(int64_t tasks) { return tasks > 1 && em_get_num_threads()
    * scratch: in the flat case its entries that fall on padding are zeroed, so that each row             \
    * is added in one contiguous pass. */                                                                 \
   static void col2im_##S(T *restrict x, T *restrict col, const conv_geom *g) {                                   \
-    int flat = g->sh == 1 && g->sw == 1 && g->OW == g->W;                                                        \
+    int flat = g->sh == 1 && g->sw == 1 && g->OW == g->W;                                                      \
     memset(x, 0, sizeof(T) * g->Cg * g->H * g->W);                                                              \
     for (int64_t c = 0; c < g->Cg; c++)                                                                          \
       for (int64_t i = 0; i < g->kh; i++)                                                                        \
@@ -128,6 +136,17 @@ static int use_threads(int64_t tasks) { return tasks > 1 && em_get_num_threads()
           }                                                                                                      \
         }                                                                                                        \
   }                                                                                                              \
+  /* sum of n values in 16 independent lanes (a single accumulator would keep the loop scalar) */            \
+  static T row_sum_##S(const T *r, int64_t n) {                                                                  \
+    T lane[16] = {0};                                                                                            \
+    int64_t q = 0;                                                                                               \
+    for (; q + 16 <= n; q += 16)                                                                                 \
+      for (int j = 0; j < 16; j++) lane[j] += r[q + j];                                                          \
+    for (int j = 0; q + j < n; j++) lane[j] += r[q + j];                                                         \
+    T s = 0;                                                                                                     \
+    for (int j = 0; j < 16; j++) s += lane[j];                                                                   \
+    return s;                                                                                                    \
+  }                                                                                                              \
   /* C[M, N] = A[M, K] @ B[K, N] (+ C when beta), row-major, A transposed when ta, B when tb */                  \
   static void gemm_##S(int ta, int tb, int64_t M, int64_t N, int64_t K, const T *A, const T *B, T beta, T *C) {  \
     cblas_##S##gemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M,       \
@@ -144,24 +163,22 @@ static int use_threads(int64_t tasks) { return tasks > 1 && em_get_num_threads()
       gemm_##S(0, 0, g->Cog, g->P, g->K, w + gi * g->Cog * g->K, g->direct ? xg : col, b ? 1 : 0, yg);           \
     }                                                                                                            \
   }                                                                                                              \
-  static void forward_##S(em_tensor *out, const em_tensor *xt, const em_tensor *wt, const em_tensor *bt,         \
-                          const conv_geom *g) {                                                                  \
+  static em_status forward_##S(em_tensor *out, const em_tensor *xt, const em_tensor *wt, const em_tensor *bt,    \
+                               const conv_geom *g) {                                                             \
     const T *x = (const T *)em_tensor_ptr(xt), *w = (const T *)em_tensor_ptr(wt);                                \
     const T *b = bt ? (const T *)em_tensor_ptr(bt) : NULL;                                                       \
     T *y = (T *)em_tensor_ptr(out);                                                                              \
     int64_t xs = g->C * g->H * g->W, ys = g->Co * g->P;                                                          \
-    if (use_threads(g->N)) {                                                                                     \
-      _Pragma("omp parallel num_threads(em_get_num_threads())") {                                                \
-        T *col = g->direct ? NULL : malloc(sizeof(T) * g->K * g->P);                                             \
-        _Pragma("omp for schedule(static)") for (int64_t n = 0; n < g->N; n++)                                   \
-            forward_image_##S(y + n * ys, x + n * xs, w, b, col, g);                                             \
-        free(col);                                                                                               \
-      }                                                                                                          \
-    } else {                                                                                                     \
-      T *col = g->direct ? NULL : malloc(sizeof(T) * g->K * g->P);                                               \
-      for (int64_t n = 0; n < g->N; n++) forward_image_##S(y + n * ys, x + n * xs, w, b, col, g);                \
-      free(col);                                                                                                 \
+    int par = use_threads(g->N), nt = par ? em_get_num_threads() : 1;                                            \
+    T *cols = g->direct ? NULL : malloc(sizeof(T) * nt * g->K * g->P);                                           \
+    if (!g->direct && !cols) return col_oom(g, nt, sizeof(T));                                                   \
+    _Pragma("omp parallel num_threads(nt) if(par)") {                                                            \
+      T *col = cols ? cols + omp_get_thread_num() * g->K * g->P : NULL;                                          \
+      _Pragma("omp for schedule(static)") for (int64_t n = 0; n < g->N; n++)                                     \
+          forward_image_##S(y + n * ys, x + n * xs, w, b, col, g);                                               \
     }                                                                                                            \
+    free(cols);                                                                                                  \
+    return EM_OK;                                                                                                \
   }                                                                                                              \
   /* gx of one image: gcol = w^T @ gy, folded back (or written straight into gx when direct) */                  \
   static void input_grad_image_##S(T *gx, const T *gy, const T *w, T *gcol, const conv_geom *g) {                \
@@ -182,12 +199,7 @@ static int use_threads(int64_t tasks) { return tasks > 1 && em_get_num_threads()
         gemm_##S(0, 1, g->Cog, g->K, g->P, gyg, g->direct ? xg : col, 1, gw + gi * g->Cog * g->K);               \
       }                                                                                                          \
       if (gb)                                                                                                    \
-        for (int64_t co = 0; co < g->Cog; co++) {                                                                \
-          T s = 0;                                                                                               \
-          const T *r = gyg + co * g->P;                                                                          \
-          for (int64_t q = 0; q < g->P; q++) s += r[q];                                                          \
-          gb[gi * g->Cog + co] += s;                                                                             \
-        }                                                                                                        \
+        for (int64_t co = 0; co < g->Cog; co++) gb[gi * g->Cog + co] += row_sum_##S(gyg + co * g->P, g->P);      \
     }                                                                                                            \
   }                                                                                                              \
   static em_status backward_##S(em_tensor *gxt, em_tensor *gwt, em_tensor *gbt, const em_tensor *gyt,            \
@@ -203,9 +215,14 @@ static int use_threads(int64_t tasks) { return tasks > 1 && em_get_num_threads()
     T *part = nchunk ? calloc((size_t)(nchunk * per), sizeof(T)) : NULL;                                         \
     if (nchunk && !part) return em_set_error(EM_ERR_MEMORY, "conv2d backward: out of memory");                  \
     int64_t tasks = nchunk ? nchunk : g->N;                                                                      \
-    int par = use_threads(tasks);                                                                                \
-    _Pragma("omp parallel num_threads(em_get_num_threads()) if(par)") {                                         \
-      T *col = g->direct ? NULL : malloc(sizeof(T) * g->K * g->P);                                               \
+    int par = use_threads(tasks), nt = par ? em_get_num_threads() : 1;                                           \
+    T *cols = g->direct ? NULL : malloc(sizeof(T) * nt * g->K * g->P);                                           \
+    if (!g->direct && !cols) {                                                                                   \
+      free(part);                                                                                                \
+      return col_oom(g, nt, sizeof(T));                                                                          \
+    }                                                                                                            \
+    _Pragma("omp parallel num_threads(nt) if(par)") {                                                            \
+      T *col = cols ? cols + omp_get_thread_num() * g->K * g->P : NULL;                                          \
       if (nchunk) {                                                                                              \
         _Pragma("omp for schedule(static)") for (int64_t c = 0; c < nchunk; c++) {                               \
           T *pw_ = part + c * per;                                                                               \
@@ -218,8 +235,8 @@ static int use_threads(int64_t tasks) { return tasks > 1 && em_get_num_threads()
         _Pragma("omp for schedule(static)") for (int64_t n = 0; n < g->N; n++)                                   \
             input_grad_image_##S(gx + n * xs, gy + n * ys, w, col, g);                                           \
       }                                                                                                          \
-      free(col);                                                                                                 \
     }                                                                                                            \
+    free(cols);                                                                                                  \
     if (nchunk || gwt || gbt) { /* gradients of an empty batch are zero */                                       \
       T *gw = gwt ? (T *)em_tensor_ptr(gwt) : NULL, *gb = gbt ? (T *)em_tensor_ptr(gbt) : NULL;                  \
       if (gw) memset(gw, 0, sizeof(T) * wsz);                                                                    \
@@ -244,9 +261,7 @@ em_status em_cpu_conv2d(em_tensor *out, const em_tensor *x, const em_tensor *w, 
   conv_geom g = geometry(x, w, out, p);
   if (em_tensor_numel(out) == 0) return EM_OK;
   if (g.K == 0) return em_cpu_fill(out, 0); /* (the caller rejects empty kernels) */
-  if (x->dtype == EM_FLOAT32) forward_s(out, x, w, b, &g);
-  else forward_d(out, x, w, b, &g);
-  return EM_OK;
+  return x->dtype == EM_FLOAT32 ? forward_s(out, x, w, b, &g) : forward_d(out, x, w, b, &g);
 }
 
 em_status em_cpu_conv2d_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy,

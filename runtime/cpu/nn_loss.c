@@ -28,7 +28,7 @@ typedef struct loss_geom {
   double wsum; /* the sum of the class weights (C without weights) */
 } loss_geom;
 
-static loss_geom geometry(const em_tensor *x, const em_tensor *target, const em_tensor *weight) {
+static loss_geom geometry(const em_tensor *x, const em_tensor *target) {
   loss_geom g = {x->sizes[0], x->sizes[1], 1, target->dtype == EM_INT64, 0};
   for (int d = 2; d < x->ndim; d++) g.S *= x->sizes[d];
   return g;
@@ -127,7 +127,7 @@ DEFINE_LOSS(double, d)
 
 em_status em_cpu_class_loss(em_tensor *out, em_tensor *lse, em_tensor *total_weight, const em_tensor *x,
                             const em_tensor *target, const em_tensor *weight, const em_class_loss_params *p) {
-  loss_geom g = geometry(x, target, weight);
+  loss_geom g = geometry(x, target);
   em_status st = check_targets(target, &g, p);
   if (st) return st;
   int64_t ns = g.N * g.S;
@@ -163,7 +163,7 @@ em_status em_cpu_class_loss(em_tensor *out, em_tensor *lse, em_tensor *total_wei
 em_status em_cpu_class_loss_backward(em_tensor *gx, const em_tensor *gout, const em_tensor *x, const em_tensor *lse,
                                      const em_tensor *total_weight, const em_tensor *target, const em_tensor *weight,
                                      const em_class_loss_params *p) {
-  loss_geom g = geometry(x, target, weight);
+  loss_geom g = geometry(x, target);
   int is32 = x->dtype == EM_FLOAT32;
   double scale = 1;
   if (p->reduction == 1) {

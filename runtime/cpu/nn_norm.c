@@ -27,22 +27,51 @@ static bn_geom bn_geometry(const em_tensor *x) {
   return g;
 }
 
+/* Sums over one row in 8 double lanes, so that the loops vectorise (one accumulator would
+ * chain every addition). sum2: sum of (x - k) and of (x - k)^2; dot: sum of d and of
+ * d * (x - k). */
+#define LANES 8
+#define DEFINE_SUMS(T, S_)                                                                          \
+  static void sum2_##S_(const T *x, int64_t n, double k, double *s1, double *s2) {                 \
+    double a[LANES] = {0}, b[LANES] = {0};                                                          \
+    int64_t i = 0;                                                                                  \
+    for (; i + LANES <= n; i += LANES)                                                              \
+      for (int j = 0; j < LANES; j++) {                                                             \
+        double v = (double)x[i + j] - k;                                                            \
+        a[j] += v, b[j] += v * v;                                                                   \
+      }                                                                                             \
+    for (int j = 0; i + j < n; j++) {                                                               \
+      double v = (double)x[i + j] - k;                                                              \
+      a[j] += v, b[j] += v * v;                                                                     \
+    }                                                                                               \
+    for (int j = 1; j < LANES; j++) a[0] += a[j], b[0] += b[j];                                     \
+    *s1 += a[0], *s2 += b[0];                                                                       \
+  }                                                                                                 \
+  static void dot_##S_(const T *d, const T *x, const T *w, int64_t n, double k, double *s1, double *s2) { \
+    double a[LANES] = {0}, b[LANES] = {0};                                                          \
+    int64_t i = 0;                                                                                  \
+    for (; i + LANES <= n; i += LANES)                                                              \
+      for (int j = 0; j < LANES; j++) {                                                             \
+        double dv = (double)d[i + j] * (w ? (double)w[i + j] : 1.0);                                \
+        a[j] += dv, b[j] += dv * ((double)x[i + j] - k);                                            \
+      }                                                                                             \
+    for (int j = 0; i + j < n; j++) {                                                               \
+      double dv = (double)d[i + j] * (w ? (double)w[i + j] : 1.0);                                  \
+      a[j] += dv, b[j] += dv * ((double)x[i + j] - k);                                              \
+    }                                                                                               \
+    for (int j = 1; j < LANES; j++) a[0] += a[j], b[0] += b[j];                                     \
+    *s1 += a[0], *s2 += b[0];                                                                       \
+  }
+DEFINE_SUMS(float, s)
+DEFINE_SUMS(double, d)
+
 #define DEFINE_NORM(T, S_)                                                                                        \
   static void bn_stats_##S_(T *mean, T *var, const T *x, bn_geom g) {                                            \
     int par = use_threads(g.C, g.N * g.C * g.S);                                                                 \
     _Pragma("omp parallel for schedule(static) if(par) num_threads(em_get_num_threads())")                      \
     for (int64_t c = 0; c < g.C; c++) {                                                                          \
       double k = x[c * g.S], s1 = 0, s2 = 0;                                                                     \
-      for (int64_t n = 0; n < g.N; n++) {                                                                        \
-        const T *r = x + (n * g.C + c) * g.S;                                                                    \
-        double a = 0, b = 0;                                                                                     \
-        for (int64_t i = 0; i < g.S; i++) {                                                                      \
-          double v = (double)r[i] - k;                                                                           \
-          a += v;                                                                                                \
-          b += v * v;                                                                                            \
-        }                                                                                                        \
-        s1 += a, s2 += b;                                                                                        \
-      }                                                                                                          \
+      for (int64_t n = 0; n < g.N; n++) sum2_##S_(x + (n * g.C + c) * g.S, g.S, k, &s1, &s2);                   \
       double m = (double)(g.N * g.S), d = s1 / m, v = s2 / m - d * d;                                            \
       mean[c] = (T)(k + d);                                                                                      \
       var[c] = (T)(v > 0 ? v : 0);                                                                               \
@@ -69,15 +98,8 @@ static bn_geom bn_geometry(const em_tensor *x) {
     _Pragma("omp parallel for schedule(static) if(par) num_threads(em_get_num_threads())")                      \
     for (int64_t c = 0; c < g.C; c++) {                                                                          \
       double sdy = 0, sdyx = 0, m = mean[c];                                                                     \
-      for (int64_t n = 0; n < g.N; n++) {                                                                        \
-        const T *r = x + (n * g.C + c) * g.S, *d = gy + (n * g.C + c) * g.S;                                     \
-        double a = 0, b = 0;                                                                                     \
-        for (int64_t i = 0; i < g.S; i++) {                                                                      \
-          a += d[i];                                                                                             \
-          b += (double)d[i] * ((double)r[i] - m);                                                                \
-        }                                                                                                        \
-        sdy += a, sdyx += b;                                                                                     \
-      }                                                                                                          \
+      for (int64_t n = 0; n < g.N; n++)                                                                          \
+        dot_##S_(gy + (n * g.C + c) * g.S, x + (n * g.C + c) * g.S, NULL, g.S, m, &sdy, &sdyx);                  \
       sums[2 * c] = sdy, sums[2 * c + 1] = sdyx;                                                                 \
       double invstd = 1.0 / sqrt((double)var[c] + eps);                                                          \
       if (gb) gb[c] = (T)sdy;                                                                                    \
@@ -111,10 +133,10 @@ static bn_geom bn_geometry(const em_tensor *x) {
     for (int64_t r = 0; r < M; r++) {                                                                            \
       const T *restrict xr = x + r * D;                                                                          \
       T *restrict yr = y + r * D;                                                                                \
-      double s = 0, q = 0;                                                                                       \
-      for (int64_t i = 0; i < D; i++) s += xr[i];                                                                \
+      double s = 0, q = 0, s_ = 0, q_ = 0; /* two passes: the mean, then the spread about it */                 \
+      sum2_##S_(xr, D, 0, &s, &q_);                                                                              \
       double m = s / (double)D;                                                                                  \
-      for (int64_t i = 0; i < D; i++) q += ((double)xr[i] - m) * ((double)xr[i] - m);                            \
+      sum2_##S_(xr, D, m, &s_, &q);                                                                              \
       double rs = 1.0 / sqrt(q / (double)D + eps);                                                               \
       mean[r] = (T)m, rstd[r] = (T)rs;                                                                           \
       T tm = (T)m, trs = (T)rs;                                                                                  \
@@ -137,13 +159,9 @@ static bn_geom bn_geometry(const em_tensor *x) {
         const T *restrict xr = x + r * D, *restrict dr = gy + r * D;                                             \
         T *restrict o = gx + r * D;                                                                              \
         T m = mean[r], rs = rstd[r];                                                                             \
-        double a = 0, b = 0; /* sums of gy * w and gy * w * xhat */                                              \
-        for (int64_t i = 0; i < D; i++) {                                                                        \
-          double dw = (double)dr[i] * (w ? (double)w[i] : 1.0);                                                  \
-          a += dw;                                                                                               \
-          b += dw * ((double)xr[i] - (double)m) * (double)rs;                                                    \
-        }                                                                                                        \
-        T ma = (T)(a / (double)D), mb = (T)(b / (double)D);                                                      \
+        double a = 0, b = 0; /* sums of gy * w and gy * w * (x - mean) */                                        \
+        dot_##S_(dr, xr, w, D, (double)m, &a, &b);                                                               \
+        T ma = (T)(a / (double)D), mb = (T)(b * (double)rs / (double)D);                                         \
         for (int64_t i = 0; i < D; i++) {                                                                        \
           T xhat = (xr[i] - m) * rs;                                                                             \
           o[i] = ((w ? dr[i] * w[i] : dr[i]) - ma - xhat * mb) * rs;                                             \

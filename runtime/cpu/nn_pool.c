@@ -75,14 +75,15 @@ static inline double value_d(uint64_t u) {
 }
 
 #define DEFINE_POOL(T, U, S)                                                                                    \
-  /* one output row of a 2x2, stride 2 pool: branch-free selects on bit masks (random data                   \
-   * defeats branch prediction, and GCC keeps ternaries as branches in the scalar tail that                    \
-   * short rows live in), on restrict parameters so that the loop vectorises */                                 \
-  static __attribute__((noinline)) void max2x2_row_##S(T *restrict yr, int32_t *restrict ir, const T *restrict r0, \
-                                                       const T *restrict r1, int64_t OW, int32_t at0, int32_t W) { \
-    for (int64_t ow = 0; ow < OW; ow++) {                                                                      \
-      int32_t j = (int32_t)(2 * ow), at = at0 + j;                                                             \
-      T v[4] = {r0[j], r0[j + 1], r1[j], r1[j + 1]};                                                           \
+  /* a whole plane of a 2x2, stride 2 pool; base[q] is output q's top-left input. One loop               \
+   * over the plane (rows are too short to vectorise one by one) with branch-free selects on             \
+   * bit masks (random data defeats branch prediction), so that it vectorises with gathers. */           \
+  static __attribute__((noinline)) void max2x2_plane_##S(T *restrict y, int32_t *restrict idx,                   \
+                                                         const T *restrict x, const int32_t *restrict base,      \
+                                                         int64_t n, int32_t W) {                                 \
+    for (int64_t q = 0; q < n; q++) {                                                                          \
+      int32_t at = base[q];                                                                                    \
+      T v[4] = {x[at], x[at + 1], x[at + W], x[at + W + 1]};                                                   \
       int32_t pos[4] = {at, at + 1, at + W, at + W + 1};                                                       \
       U m = bits_##S(v[0]);                                                                                    \
       uint32_t mi = (uint32_t)at;                                                                              \
@@ -93,22 +94,18 @@ static inline double value_d(uint64_t u) {
         m = (bits_##S(v[k]) & kv) | (m & ~kv);                                                                 \
         mi = ((uint32_t)pos[k] & ki) | (mi & ~ki);                                                             \
       }                                                                                                        \
-      yr[ow] = value_##S(m);                                                                                   \
-      ir[ow] = (int32_t)mi;                                                                                    \
+      y[q] = value_##S(m);                                                                                     \
+      idx[q] = (int32_t)mi;                                                                                    \
     }                                                                                                          \
   }                                                                                                            \
   static void max_plane_##S(T *restrict y, int32_t *restrict idx, const T *restrict x, const pool_geom *g,     \
-                            const em_pool2d_params *p) {                                                       \
-    int kh = p->kernel[0], kw = p->kernel[1], sh = p->stride[0], sw = p->stride[1];                            \
-    int dh = p->dilation[0], dw = p->dilation[1];                                                              \
-    if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && dh == 1 && dw == 1 && p->pad[0] == 0 && p->pad[1] == 0 &&  \
-        2 * g->OH <= g->H && 2 * g->OW <= g->W) { /* the common 2x2 case: whole windows, no padding */         \
-      for (int64_t oh = 0; oh < g->OH; oh++) {                                                                 \
-        const T *r0 = x + 2 * oh * g->W, *r1 = r0 + g->W;                                                      \
-        max2x2_row_##S(y + oh * g->OW, idx + oh * g->OW, r0, r1, g->OW, (int32_t)(2 * oh * g->W), (int32_t)g->W); \
-      }                                                                                                        \
+                            const em_pool2d_params *p, const int32_t *base) {                                  \
+    if (base) {                                                                                                \
+      max2x2_plane_##S(y, idx, x, base, g->OH * g->OW, (int32_t)g->W);                                         \
       return;                                                                                                  \
     }                                                                                                          \
+    int kh = p->kernel[0], kw = p->kernel[1], sh = p->stride[0], sw = p->stride[1];                            \
+    int dh = p->dilation[0], dw = p->dilation[1];                                                              \
     for (int64_t oh = 0; oh < g->OH; oh++) {                                                                   \
       int64_t hs = oh * sh - p->pad[0], he = hs + (int64_t)(kh - 1) * dh + 1;                                  \
       if (he > g->H) he = g->H;                                                                                \
@@ -162,22 +159,34 @@ static inline double value_d(uint64_t u) {
 DEFINE_POOL(float, uint32_t, s)
 DEFINE_POOL(double, uint64_t, d)
 
+/* The 2x2, stride 2 case with whole windows and no padding (the usual one) gets its own loop. */
+static int is_2x2(const pool_geom *g, const em_pool2d_params *p) {
+  return p->kernel[0] == 2 && p->kernel[1] == 2 && p->stride[0] == 2 && p->stride[1] == 2 && p->dilation[0] == 1 &&
+         p->dilation[1] == 1 && p->pad[0] == 0 && p->pad[1] == 0 && 2 * g->OH <= g->H && 2 * g->OW <= g->W;
+}
+
 em_status em_cpu_max_pool2d(em_tensor *out, em_tensor *indices, const em_tensor *x, const em_pool2d_params *p) {
   pool_geom g = geometry(x, out);
   int64_t in = g.H * g.W, on = g.OH * g.OW;
-  int32_t *idx = (int32_t *)em_tensor_ptr(indices);
+  int32_t *idx = (int32_t *)em_tensor_ptr(indices), *base = NULL;
+  if (is_2x2(&g, p)) { /* each output's top-left input, shared by every plane */
+    if (!(base = malloc(sizeof *base * (on ? on : 1)))) return em_set_error(EM_ERR_MEMORY, "max_pool2d: out of memory");
+    for (int64_t oh = 0; oh < g.OH; oh++)
+      for (int64_t ow = 0; ow < g.OW; ow++) base[oh * g.OW + ow] = (int32_t)(2 * oh * g.W + 2 * ow);
+  }
   int par = use_threads(g.planes, g.planes * in);
   if (x->dtype == EM_FLOAT32) {
     const float *xp = (const float *)em_tensor_ptr(x);
     float *yp = (float *)em_tensor_ptr(out);
 #pragma omp parallel for schedule(static) if (par) num_threads(em_get_num_threads())
-    for (int64_t c = 0; c < g.planes; c++) max_plane_s(yp + c * on, idx + c * on, xp + c * in, &g, p);
+    for (int64_t c = 0; c < g.planes; c++) max_plane_s(yp + c * on, idx + c * on, xp + c * in, &g, p, base);
   } else {
     const double *xp = (const double *)em_tensor_ptr(x);
     double *yp = (double *)em_tensor_ptr(out);
 #pragma omp parallel for schedule(static) if (par) num_threads(em_get_num_threads())
-    for (int64_t c = 0; c < g.planes; c++) max_plane_d(yp + c * on, idx + c * on, xp + c * in, &g, p);
+    for (int64_t c = 0; c < g.planes; c++) max_plane_d(yp + c * on, idx + c * on, xp + c * in, &g, p, base);
   }
+  free(base);
   return EM_OK;
 }
 

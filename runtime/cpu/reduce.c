@@ -14,9 +14,10 @@
  *  - outer: when the innermost kept dim is contiguous and the reduced dims are not (sum
  *    over dim 0 of a matrix), whole rows are accumulated into a strip of outputs, so
  *    memory is read row by row, never column by column.
- * Accumulators: double for float sums, products and norms (float32 sums do not degrade
- * with size); int64 with wrap-around for integer sums and products (as PyTorch); the
- * value itself (as double or int64, both exact) for max and min.
+ * Accumulators: double for float sums, products and norms, so float32 sums do not degrade
+ * with size (contiguous float32 sums first add groups of four in float: see
+ * seg_sum_f32_grouped); int64 with wrap-around for integer sums and products (as
+ * PyTorch); the value itself (as double or int64, both exact) for max and min.
  * Two-pass ops run the walk twice: logsumexp (max, then sum of exp(x - max)) and
  * variance (mean, then sum of squared deviations); the first pass leaves one double per
  * output, the "center", that the second reads. */
@@ -164,6 +165,28 @@ DEF_ALL_KINDS(i32, int32_t, int64_t, i, UPD_IADD, UPD_IMUL, UPD_MAX_I, UPD_MIN_I
 DEF_ALL_KINDS(i64, int64_t, int64_t, i, UPD_IADD, UPD_IMUL, UPD_MAX_I, UPD_MIN_I, NAN_I)
 DEF_ALL_KINDS(u8, uint8_t, int64_t, i, UPD_IADD, UPD_IMUL, UPD_MAX_I, UPD_MIN_I, NAN_I)
 
+/* float32 sums, the hot case: converting every element to double costs more than reading
+ * it from memory, so groups of four (x[i], x[i+32], x[i+64], x[i+96]) are first added in
+ * float as a two-level tree, then converted and accumulated in double lanes. Each group
+ * adds at most two float roundings of its own magnitude, so the error still does not
+ * grow with the number of elements. Strided and short runs take the plain kernel. */
+static void seg_sum_f32_grouped(red_state *st, const char *xp, int64_t n, int64_t s, int64_t pos, double p) {
+  if (s != (int64_t)sizeof(float) || n < 4 * LANES) {
+    seg_sum_f32(st, xp, n, s, pos, p);
+    return;
+  }
+  const float *restrict x = (const float *)xp;
+  double lane[LANES] = {0};
+  int64_t i = 0;
+  for (; i + 4 * LANES <= n; i += 4 * LANES)
+    for (int j = 0; j < LANES; j++)
+      lane[j] += (double)((x[i + j] + x[i + LANES + j]) + (x[i + 2 * LANES + j] + x[i + 3 * LANES + j]));
+  for (int j = 0; i + j < n; j++) lane[j % LANES] += x[i + j];
+  for (int w = LANES / 2; w; w /= 2)
+    for (int j = 0; j < w; j++) lane[j] += lane[j + w];
+  st->f += lane[0];
+}
+
 /* Float-only kinds: norms (the order p picks the update), squared deviations from the
  * center, and exp(x - center). */
 #define DEF_FLOAT_KINDS(N, T)                                                                   \
@@ -220,9 +243,14 @@ DEF_ALL_KINDS(u8, uint8_t, int64_t, i, UPD_IADD, UPD_IMUL, UPD_MAX_I, UPD_MIN_I,
 DEF_FLOAT_KINDS(f32, float)
 DEF_FLOAT_KINDS(f64, double)
 
+#define SEG_SUM_f32 seg_sum_f32_grouped
+#define SEG_SUM_f64 seg_sum_f64
+#define SEG_SUM_i32 seg_sum_i32
+#define SEG_SUM_i64 seg_sum_i64
+#define SEG_SUM_u8 seg_sum_u8
 #define ROW_ALL(N)                                                                              \
   {                                                                                             \
-    [K_SUM] = {seg_sum_##N, strip_sum_##N}, [K_PROD] = {seg_prod_##N, strip_prod_##N},           \
+    [K_SUM] = {SEG_SUM_##N, strip_sum_##N}, [K_PROD] = {seg_prod_##N, strip_prod_##N},           \
     [K_MAXV] = {seg_maxv_##N, strip_maxv_##N}, [K_MINV] = {seg_minv_##N, strip_minv_##N},       \
     [K_MAXI] = {seg_maxi_##N, strip_maxi_##N}, [K_MINI] = {seg_mini_##N, strip_mini_##N},       \
     [K_ANY] = {seg_any_##N, strip_any_##N}, [K_ALL] = {seg_all_##N, strip_all_##N},             \
@@ -416,6 +444,9 @@ static void walk_runs(const red_job *job, const red_layout *L, red_state *st, co
   }
 }
 
+/* Work items are handed out dynamically, in chunks of about 16K elements: on a shared
+ * machine a thread that loses its core leaves its share to the others instead of holding
+ * up the whole op. Which thread computes an item never changes its result. */
 static int use_threads(int64_t work, int64_t elements) {
   return work > 1 && elements >= EM_PARALLEL_GRAIN && em_get_num_threads() > 1 && !omp_in_parallel();
 }
@@ -425,7 +456,8 @@ static em_status inner_walk(const red_job *job, const red_layout *L) {
   red_state *partial = NULL;
   if (nblocks > 1 && !(partial = malloc((size_t)work * sizeof *partial)))
     return em_set_error(EM_ERR_MEMORY, "reduce: out of memory for %lld partial results", (long long)work);
-#pragma omp parallel for schedule(static) num_threads(em_get_num_threads()) \
+  int64_t per_item = L->nred < RED_BLOCK ? L->nred : RED_BLOCK, chunk = 16384 / per_item + 1;
+#pragma omp parallel for schedule(dynamic, chunk) num_threads(em_get_num_threads()) \
     if (use_threads(work, L->nout * L->nred))
   for (int64_t w = 0; w < work; w++) {
     int64_t j = w / nblocks, b = w % nblocks;
@@ -470,7 +502,7 @@ static em_status outer_walk(const red_job *job, const red_layout *L) {
 #pragma omp atomic write
       failed = 1;
     }
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic)
     for (int64_t w = 0; w < work; w++) {
       if (!b) continue;
       int64_t o = w / nstrips, c0 = (w % nstrips) * strip, n = width - c0 < strip ? width - c0 : strip;

@@ -40,12 +40,20 @@ static int use_threads(int64_t work, int64_t elements) {
   return work > 1 && elements >= EM_PARALLEL_GRAIN && em_get_num_threads() > 1 && !omp_in_parallel();
 }
 
+/* Items per dynamic chunk (about 16K elements): on a shared machine a thread that loses
+ * its core leaves its rows to the others instead of holding up the whole op. */
+static int64_t chunk_of(dim_layout l) {
+  int64_t per_item = l.n * (l.inner == 1 ? 1 : (l.inner < STRIP ? l.inner : STRIP));
+  return 16384 / (per_item ? per_item : 1) + 1;
+}
+
 /* ---- softmax ----
  * Numerically stable: exp(x - max). A NaN anywhere in a row makes the row NaN, as in
- * PyTorch, because it flows through the sum. float32 uses the vectorisable em_vexpf
- * (within 2 ulp of libm); float64 uses libm's exp. Row sums go to double every CHUNK
+ * PyTorch, because it flows through the sum. float32 uses the vectorisable
+ * em_vexpf_nonpos (within 2 ulp of libm; probabilities under FLT_MIN become 0); float64
+ * uses libm's exp. Row sums go to double every CHUNK
  * elements. */
-#define EXP_f32(v) em_vexpf(v)
+#define EXP_f32(v) em_vexpf_nonpos(v) /* v = x - max <= 0 */
 #define EXP_f64(v) exp(v)
 
 /* Each loop below does one thing, with no stores under a condition, so that GCC and
@@ -125,8 +133,8 @@ static int use_threads(int64_t work, int64_t elements) {
     }                                                                                       \
   }                                                                                         \
   static void softmax_##N(T *y, const T *x, dim_layout l, int log_out) {                    \
-    int64_t nstrips = (l.inner + STRIP - 1) / STRIP, work = work_items(l);                  \
-    _Pragma("omp parallel for schedule(static) num_threads(em_get_num_threads()) if (use_threads(work, l.outer * l.n * l.inner))") \
+    int64_t nstrips = (l.inner + STRIP - 1) / STRIP, work = work_items(l), chunk = chunk_of(l); \
+    _Pragma("omp parallel for schedule(dynamic, chunk) num_threads(em_get_num_threads()) if (use_threads(work, l.outer * l.n * l.inner))") \
     for (int64_t w = 0; w < work; w++) {                                                    \
       if (l.inner == 1) {                                                                   \
         softmax_row_##N(y + w * l.n, x + w * l.n, l.n, log_out);                            \
@@ -164,8 +172,8 @@ em_status em_cpu_softmax(em_tensor *out, const em_tensor *a, int dim, int log_ou
   static void scan_##N(OUT *y, const T *x, dim_layout l, int prod) {                        \
     typedef ACC_T ACC;                                                                      \
     typedef UACC_T UACC;                                                                    \
-    int64_t nstrips = (l.inner + STRIP - 1) / STRIP, work = work_items(l);                  \
-    _Pragma("omp parallel for schedule(static) num_threads(em_get_num_threads()) if (use_threads(work, l.outer * l.n * l.inner))") \
+    int64_t nstrips = (l.inner + STRIP - 1) / STRIP, work = work_items(l), chunk = chunk_of(l); \
+    _Pragma("omp parallel for schedule(dynamic, chunk) num_threads(em_get_num_threads()) if (use_threads(work, l.outer * l.n * l.inner))") \
     for (int64_t w = 0; w < work; w++) {                                                    \
       if (l.inner == 1) {                                                                   \
         const T *xr = x + w * l.n;                                                          \

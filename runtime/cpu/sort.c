@@ -57,7 +57,7 @@
         _Pragma("omp atomic write")                                                         \
         failed = 1;                                                                         \
       }                                                                                     \
-      _Pragma("omp for schedule(static)")                                                   \
+      _Pragma("omp for schedule(dynamic)") /* a thread that loses its core holds up less */  \
       for (int64_t r = 0; r < job->rows; r++) {                                             \
         if (!buf) continue;                                                                 \
         int64_t off[3];                                                                     \

@@ -27,7 +27,8 @@ struct gr_builder {
   int pass;               /* 0 count, 1 fill */
   bool directed, reverse, drop_loops, per_worker;
   int64_t n;
-  uint32_t **in_cnt;      /* per worker [n] by dense id: counts, then fill cursors */
+  uint32_t **in_cnt;      /* per worker [n] by dense id: counts, then each worker's first slot */
+  int64_t **cursor;       /* per worker [n] by dense id: the next slot to fill (absolute) */
   uint32_t **out_cnt;     /* per worker [n] */
   int64_t *in_shared;     /* atomic strategy [n]: counts, then absolute fill cursors */
   int64_t *out_shared;    /* atomic strategy [n] */
@@ -47,10 +48,8 @@ static inline void count_arc(gr_builder *b, int w, uint32_t u, uint32_t v) {
 }
 
 static inline void fill_arc(gr_builder *b, int w, uint32_t u, uint32_t v) {
-  uint32_t iu = b->newid ? b->newid[u] : u, iv = b->newid ? b->newid[v] : v;
-  int64_t pos = b->per_worker ? b->offsets[iv] + b->in_cnt[w][v]++
-                              : __atomic_fetch_add(&b->in_shared[v], 1, __ATOMIC_RELAXED);
-  b->sources[pos] = iu;
+  int64_t pos = b->per_worker ? b->cursor[w][v]++ : __atomic_fetch_add(&b->in_shared[v], 1, __ATOMIC_RELAXED);
+  b->sources[pos] = b->newid ? b->newid[u] : u;
 }
 
 void gr_sink_flush(gr_sink *s) {
@@ -81,11 +80,11 @@ static em_status run_pass(gr_builder *b, int workers, gr_progress *prog) {
   em_status first = EM_OK;
   int first_worker = workers;
   char msg[512] = "";
-  bool oom = false;
-#pragma omp parallel num_threads(workers)
+  int oom = 0;
+#pragma omp parallel num_threads(workers) reduction(| : oom)
   {
     uint32_t *buf = malloc(2 * SINK_CAP * sizeof *buf);
-    if (!buf) oom = true;
+    oom |= !buf;
 #pragma omp for schedule(static, 1)
     for (int w = 0; w < workers; w++) {
       if (!buf) continue;
@@ -163,11 +162,11 @@ static int64_t sort_and_dedup(em_graph *g, bool dedup, int workers) {
     if (g->offsets[v + 1] - g->offsets[v] > max_deg) max_deg = g->offsets[v + 1] - g->offsets[v];
   uint32_t *kept = dedup ? gr_alloc((size_t)n * sizeof *kept) : NULL;
   if (dedup && !kept) return -1;
-  bool oom = false;
-#pragma omp parallel num_threads(workers)
+  int oom = 0;
+#pragma omp parallel num_threads(workers) reduction(| : oom)
   {
     uint32_t *tmp = max_deg > 2048 ? malloc((size_t)max_deg * sizeof *tmp) : NULL;
-    if (max_deg > 2048 && !tmp) oom = true;
+    oom |= max_deg > 2048 && !tmp;
 #pragma omp for schedule(dynamic, 256)
     for (int64_t v = 0; v < n; v++) {
       uint32_t *a = g->sources + g->offsets[v];
@@ -224,8 +223,11 @@ static void builder_free(gr_builder *b, int workers) {
   for (int w = 0; w < workers; w++) {
     if (b->in_cnt) gr_free(b->in_cnt[w]);
     if (b->out_cnt) gr_free(b->out_cnt[w]);
+    if (b->cursor) gr_free(b->cursor[w]);
   }
   free(b->in_cnt);
+  free(b->cursor);
+  b->cursor = NULL;
   free(b->out_cnt);
   gr_free(b->in_shared);
   gr_free(b->out_shared);
@@ -237,8 +239,8 @@ static void builder_free(gr_builder *b, int workers) {
  * indeg, and per-worker counts turned into each worker's first slot within a vertex. */
 static em_status merge_counts(gr_builder *b, em_graph *g, int64_t *indeg, int workers) {
   int64_t n = b->n;
-  bool too_big = false;
-#pragma omp parallel for schedule(static) num_threads(workers)
+  int too_big = 0;
+#pragma omp parallel for schedule(static) reduction(| : too_big) num_threads(workers)
   for (int64_t v = 0; v < n; v++) {
     uint64_t in = 0, out = 0;
     if (b->per_worker) {
@@ -252,7 +254,7 @@ static em_status merge_counts(gr_builder *b, em_graph *g, int64_t *indeg, int wo
       in = (uint64_t)b->in_shared[v];
       out = (uint64_t)b->out_shared[v];
     }
-    if (in > UINT32_MAX || out > UINT32_MAX) too_big = true;
+    too_big |= in > UINT32_MAX || out > UINT32_MAX;
     indeg[v] = (int64_t)in;
     g->out_degree[v] = (uint32_t)out;
   }
@@ -311,8 +313,22 @@ static em_status lay_out(gr_builder *b, em_graph *g, int64_t *indeg, bool reorde
   for (int64_t i = 0; i < n; i++) g->offsets[i + 1] += g->offsets[i];
   g->m = g->offsets[n];
   b->offsets = g->offsets;
-  if (!b->per_worker) /* absolute cursors, by dense id */
+  if (!b->per_worker) { /* absolute cursors, by dense id */
     for (int64_t v = 0; v < n; v++) b->in_shared[v] = g->offsets[b->newid ? b->newid[v] : v];
+  } else { /* each worker's absolute cursors: one random access per arc in the fill pass, not three */
+    b->cursor = calloc((size_t)workers, sizeof *b->cursor);
+    if (!b->cursor) return gr_oom(b->src->op, (size_t)workers * 8);
+    for (int w = 0; w < workers; w++) {
+      b->cursor[w] = gr_alloc((size_t)(n ? n : 1) * sizeof **b->cursor);
+      if (!b->cursor[w]) return gr_oom(b->src->op, (size_t)n * 8);
+      int64_t *c = b->cursor[w];
+      const uint32_t *first = b->in_cnt[w];
+#pragma omp parallel for schedule(static) num_threads(workers)
+      for (int64_t v = 0; v < n; v++) c[v] = g->offsets[b->newid ? b->newid[v] : v] + first[v];
+      gr_free(b->in_cnt[w]);
+      b->in_cnt[w] = NULL;
+    }
+  }
   g->sources = gr_alloc((size_t)(g->m ? g->m : 1) * sizeof *g->sources);
   if (!g->sources) return gr_oom(b->src->op, (size_t)g->m * 4);
   b->sources = g->sources;
@@ -346,7 +362,7 @@ em_status gr_build(em_graph **out, const gr_source *src, const em_graph_options 
     goto fail;
   }
   gr_progress prog;
-  gr_progress_init(&prog, opts->progress, src->op, src->what, 2 * src->num_chunks);
+  gr_progress_init(&prog, opts->progress, src->op, src->what, "building the CSR", 2 * src->num_chunks);
   if ((st = alloc_counters(&b, workers)) || (st = run_pass(&b, workers, &prog))) goto fail;
   if ((st = merge_counts(&b, g, indeg, workers))) goto fail;
   if ((st = lay_out(&b, g, indeg, opts->reorder == EM_GRAPH_REORDER_DEGREE, workers))) goto fail;

@@ -128,7 +128,12 @@ static em_status scan_kronecker(void *ctx, int64_t chunk, gr_sink *sink) {
       for (int i = 0; i < 8 && l + i < c->scale; i++)
         for (int k = 0; k < LANES; k++) descend((words[i / 2][k] >> (16 * (i % 2))) & 0xffff, l + i, &a[k], &b[k]);
     }
-    for (int k = 0; k < LANES; k++) gr_sink_push(sink, (uint32_t)permute(c, a[k]), (uint32_t)permute(c, b[k]));
+    uint32_t pu[LANES], pv[LANES]; /* a loop of its own, so that it vectorises */
+    for (int k = 0; k < LANES; k++) {
+      pu[k] = (uint32_t)permute(c, a[k]);
+      pv[k] = (uint32_t)permute(c, b[k]);
+    }
+    for (int k = 0; k < LANES; k++) gr_sink_push(sink, pu[k], pv[k]);
   }
   for (; e < end; e++) {
     uint32_t u, v;

@@ -118,10 +118,11 @@ void gr_quote_line(char *buf, size_t cap, const char *s, const char *end) {
   buf[w] = 0;
 }
 
-void gr_progress_init(gr_progress *p, int mode, const char *op, const char *what, int64_t total) {
+void gr_progress_init(gr_progress *p, int mode, const char *op, const char *what, const char *stage, int64_t total) {
   p->on = mode == 1 || (mode < 0 && isatty(STDERR_FILENO));
   p->op = op;
   p->what = what;
+  p->stage = stage;
   p->total = total > 0 ? total : 1;
   atomic_init(&p->done, 0);
   atomic_init(&p->printing, 0);
@@ -136,7 +137,7 @@ void gr_progress_add(gr_progress *p, int64_t delta) {
   double now = gr_now();
   if (now - p->last >= 0.5) {
     p->last = now;
-    fprintf(stderr, "\r%s: %s %5.1f%% (%.0f s)", p->op, p->what, 100.0 * (double)done / (double)p->total,
+    fprintf(stderr, "\r%s: %s: %s %5.1f%% (%.0f s)", p->op, p->what, p->stage, 100.0 * (double)done / (double)p->total,
             now - p->start);
     fflush(stderr);
   }
@@ -144,7 +145,7 @@ void gr_progress_add(gr_progress *p, int64_t delta) {
 }
 
 void gr_progress_end(gr_progress *p) {
-  if (p->on) fprintf(stderr, "\r%s: %s done in %.1f s      \n", p->op, p->what, gr_now() - p->start);
+  if (p->on) fprintf(stderr, "\r%s: %s: %s done in %.1f s      \n", p->op, p->what, p->stage, gr_now() - p->start);
 }
 
 /* ---- options and loading */
@@ -322,12 +323,12 @@ em_status em_graph_edges(const em_graph *g, em_tensor **src, em_tensor **dst) {
   int64_t max_deg = 0;
   for (int64_t i = 0; i < g->n; i++)
     if (g->offsets[i + 1] - g->offsets[i] > max_deg) max_deg = g->offsets[i + 1] - g->offsets[i];
-  bool failed = false;
-#pragma omp parallel num_threads(gr_threads())
+  int failed = 0;
+#pragma omp parallel num_threads(gr_threads()) reduction(| : failed)
   {
     /* sources are sorted by internal id; with a reordering they are re-sorted by dense id */
     uint32_t *buf = g->to_dense ? gr_alloc((size_t)(2 * max_deg + 1) * sizeof *buf) : NULL;
-    if (g->to_dense && !buf) failed = true;
+    failed |= g->to_dense && !buf;
 #pragma omp for schedule(dynamic, 1024)
     for (int64_t v = 0; v < g->n; v++) {
       if (g->to_dense && !buf) continue;

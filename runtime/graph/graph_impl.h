@@ -52,13 +52,13 @@ int gr_threads(void);
 /* Reports progress on stderr (see em_graph_options.progress). Any thread may add. */
 typedef struct gr_progress {
   bool on;
-  const char *op, *what;
+  const char *op, *what, *stage;
   int64_t total;
   atomic_llong done;
   atomic_int printing;
   double start, last;
 } gr_progress;
-void gr_progress_init(gr_progress *p, int mode, const char *op, const char *what, int64_t total);
+void gr_progress_init(gr_progress *p, int mode, const char *op, const char *what, const char *stage, int64_t total);
 void gr_progress_add(gr_progress *p, int64_t delta);
 void gr_progress_end(gr_progress *p);
 

@@ -6,16 +6,22 @@
  * scores sum to 1. The GAP benchmark's variant drops the dangling term (that mass leaks).
  *
  * Scores are float32; the per-vertex sums, the residual, the total and the dangling mass
- * accumulate in double. Each iteration has two parallel passes:
- *   1. gather: y(v) from the contributions c(u) = x(u) / outdeg(u) of v's in-neighbours
- *      (precomputed: one multiply per vertex instead of a divide per arc);
- *   2. normalise: y /= sum(y), residual = |y - x|_1, next contributions, dangling mass.
- * Work is cut into fixed vertex blocks of about equal arcs; every reduction is summed
- * per block, then over blocks in order, so Jacobi results are the same bits whatever the
- * thread count. Gauss-Seidel updates x and c in place during pass 1 (reading neighbours'
- * fresh values, possibly from another thread: chaotic relaxation, converging in fewer
- * iterations but not bit-reproducible). The graph's internal order (by out-degree) keeps
- * the most-read contributions together in cache. */
+ * accumulate in double. A Jacobi iteration is one pass over the vertices: the new score
+ * from the in-neighbours' contributions c(u) = x(u) / outdeg(u) (precomputed: a multiply
+ * per vertex instead of a divide per arc), its residual against the old score, and its
+ * contribution for the next iteration (into a second buffer). The new scores are
+ * normalised by the next pass, which scales what it gathers, rather than by a pass of
+ * their own: the sum is 1 up to rounding, and the scale only stops rounding drift.
+ * Work is cut into fixed vertex blocks of about equal arcs; every reduction is summed per
+ * block, then over blocks in order, so Jacobi results are the same bits whatever the
+ * thread count. Gauss-Seidel updates x and c in place (reading neighbours' fresh values,
+ * possibly from another thread: chaotic relaxation, fewer iterations, not
+ * bit-reproducible), then normalises in a second pass.
+ *
+ * Speed (Kronecker scale 22, see bench/graph): the graph's internal order by out-degree
+ * keeps the most-read contributions together in cache; arcs from the remaining sources
+ * are cache-blocked (pr_tiles.c); large arrays ask for 2 MiB pages (graph.c), which
+ * the random reads of contributions need more than anything else. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -25,6 +31,8 @@
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
+
+#define PR_PARALLEL_WORK (1 << 18) /* arcs + vertices below which one thread iterates */
 
 typedef struct pr_run {
   const em_graph *g;
@@ -212,7 +220,7 @@ static void swap(float **a, float **b) {
 static int iterate(pr_run *r, const em_pagerank_options *o, double *residual, int *converged, double *scale_out) {
   const em_graph *g = r->g;
   /* small graphs: waking threads each pass costs more than the pass */
-  int threads = g->m + g->n < (1 << 16) ? 1 : gr_threads(), iters = 0;
+  int threads = g->m + g->n < PR_PARALLEL_WORK ? 1 : gr_threads(), iters = 0;
   bool gapbs = r->method == EM_PAGERANK_GAPBS, gs = r->method == EM_PAGERANK_GAUSS_SEIDEL;
   const float x0 = (float)(1.0 / (double)g->n);
   double dangling = 0, scale = 1;
@@ -298,7 +306,7 @@ em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagera
     goto done;
   }
   if ((st = make_blocks(&r)) || (opts->personalization && (st = teleport(&r, opts->personalization)))) goto done;
-  if (opts->method != EM_PAGERANK_GAUSS_SEIDEL && g->m + g->n >= (1 << 16)) {
+  if (opts->method != EM_PAGERANK_GAUSS_SEIDEL && g->m + g->n >= PR_PARALLEL_WORK) {
     if ((st = gr_tiles_build(&r.tiles, g))) goto done;
     if (r.tiles.hot_len && !(r.acc = gr_alloc((size_t)n * sizeof *r.acc))) {
       st = gr_oom(op, (size_t)n * 4);

@@ -228,11 +228,15 @@ em_status gr_load_mtx(em_graph **out, const char *path, const em_graph_options *
     st = gr_oom(c.op, (size_t)chunks * sizeof *c.errors);
     goto done;
   }
+  gr_progress prog;
+  gr_progress_init(&prog, opts->progress, c.op, path, "checking entries", chunks);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(gr_threads())
   for (int64_t k = 0; k < chunks; k++) {
     scan_chunk(&c, k, NULL);
     gr_text_release(&c.text, k);
+    gr_progress_add(&prog, 1);
   }
+  gr_progress_end(&prog);
   if ((st = gr_text_report(&c.text, c.errors))) goto done;
   uint64_t entries = 0;
   for (int64_t k = 0; k < chunks; k++) entries += (uint64_t)c.entries[k];

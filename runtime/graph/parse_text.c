@@ -177,13 +177,10 @@ static em_status map_sparse(snap_ctx *c, int64_t total_edges, int64_t **original
   if (!c->id_pos || !c->ids) return gr_oom(c->op, (size_t)total_edges * 16);
   int64_t pos = 0;
   for (int64_t k = 0; k < chunks; k++) c->id_pos[k] = pos, pos += 2 * c->edges[k];
-  em_status st = EM_OK;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(gr_threads())
-  for (int64_t k = 0; k < chunks; k++) {
-    em_status s = scan_chunk(c, k, SCAN_COLLECT, NULL);
-    if (s) st = s;
-  }
-  if (st) return em_set_error(st, "%s: %s changed while it was read", c->op, c->text.path);
+  int failed = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(| : failed) num_threads(gr_threads())
+  for (int64_t k = 0; k < chunks; k++) failed |= scan_chunk(c, k, SCAN_COLLECT, NULL) != EM_OK;
+  if (failed) return em_set_error(EM_ERR_FORMAT, "%s: %s changed while it was read", c->op, c->text.path);
   gr_sort_u64(c->ids, pos);
   int64_t n = 0;
   for (int64_t i = 0; i < pos; i++)
@@ -233,13 +230,14 @@ em_status gr_load_snap(em_graph **out, const char *path, const em_graph_options 
     goto done;
   }
   gr_progress prog;
-  gr_progress_init(&prog, opts->progress, c.op, path, chunks);
+  gr_progress_init(&prog, opts->progress, c.op, path, "checking lines", chunks);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(gr_threads())
   for (int64_t k = 0; k < chunks; k++) {
     scan_chunk(&c, k, SCAN_CHECK, NULL);
     gr_text_release(&c.text, k);
     gr_progress_add(&prog, 1);
   }
+  gr_progress_end(&prog);
   if ((st = gr_text_report(&c.text, c.errors))) goto done;
   int64_t edges = 0, lines = c.text.first_line - 1;
   uint64_t max_id = 0;

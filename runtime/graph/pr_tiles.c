@@ -14,7 +14,8 @@
  * sources are sorted, so the hot ones come first) and adds the block's partial sum.
  * A tile re-reads its segment's contributions once per block, so tiling is used only
  * when that costs well under what the scattered reads cost (not on graphs whose cold
- * sources alone outgrow the cache many times over). */
+ * sources alone outgrow the cache many times over), and only when the copy takes at
+ * most half the memory of the CSR's sources. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -70,17 +71,16 @@ em_status gr_tiles_build(gr_tiles *t, const em_graph *g) {
   if (!t->hot_len || !t->tile_entry || !t->tile_arc) goto oom;
   /* hot prefixes, and the entries and arcs of each tile (counted at tile + 1) */
   int64_t cold = 0;
+  const uint32_t seg = (uint32_t)t->seg;
 #pragma omp parallel for schedule(dynamic, 1) reduction(+ : cold) num_threads(gr_threads())
   for (int64_t b = 0; b < t->nblocks; b++) {
     int64_t v1 = (b + 1) * t->dblock < n ? (b + 1) * t->dblock : n;
     for (int64_t v = b * t->dblock; v < v1; v++) {
-      int64_t lo = g->offsets[v], hi = g->offsets[v + 1];
-      while (lo < hi) { /* first source >= seg (the list is sorted) */
-        int64_t mid = lo + (hi - lo) / 2;
-        if (g->sources[mid] < t->seg) lo = mid + 1;
-        else hi = mid;
-      }
-      t->hot_len[v] = (uint32_t)(lo - g->offsets[v]);
+      /* the list is sorted: the cold sources are its tail, read backwards (a bisection
+       * would miss the cache at every probe) */
+      int64_t first = g->offsets[v], j = g->offsets[v + 1];
+      while (j > first && g->sources[j - 1] >= seg) j--;
+      t->hot_len[v] = (uint32_t)(j - first);
       FOR_COLD_RUNS(g, t, v, s, begin, end, {
         t->tile_entry[b * t->nseg + s + 1]++;
         t->tile_arc[b * t->nseg + s + 1] += end - begin;
@@ -90,16 +90,18 @@ em_status gr_tiles_build(gr_tiles *t, const em_graph *g) {
   }
   /* Worth it? Tiles re-read each cold segment once per block; unblocked, every cold arc
    * costs about a cache line. Ask for a clear win (half the lines). */
-  double reread = (double)t->nblocks * (double)(sources - t->seg) * sizeof(float);
-  if (!gr_tiles_slice && reread > (double)cold * 64 / 2) {
-    gr_tiles_free(t);
-    return EM_OK;
-  }
   for (int64_t k = 0; k < ntiles; k++) {
     t->tile_entry[k + 1] += t->tile_entry[k];
     t->tile_arc[k + 1] += t->tile_arc[k];
   }
   int64_t entries = t->tile_entry[ntiles];
+  /* The copy costs memory too: at most half the CSR's sources array. */
+  double reread = (double)t->nblocks * (double)(sources - t->seg) * sizeof(float);
+  double bytes = (double)cold * 4 + (double)entries * 8;
+  if (!gr_tiles_slice && (reread > (double)cold * 64 / 2 || bytes > (double)g->m * 2)) {
+    gr_tiles_free(t);
+    return EM_OK;
+  }
   t->dst = gr_alloc((size_t)(entries ? entries : 1) * sizeof *t->dst);
   t->count = gr_alloc((size_t)(entries ? entries : 1) * sizeof *t->count);
   t->src = gr_alloc((size_t)(cold ? cold : 1) * sizeof *t->src);

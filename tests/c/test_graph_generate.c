@@ -163,6 +163,33 @@ static void test_uniform(void **state) {
   em_graph_free(g);
 }
 
+/* The degree order: out-degrees above the counting sort's buckets (65535) are ordered by a
+ * comparison sort; ties go to the smaller id. */
+static void test_degree_order(void **state) {
+  (void)state;
+  const int64_t n = 10, m = 70000 + 66000 + 3 + 3;
+  int64_t *s = malloc(m * sizeof *s), *d = malloc(m * sizeof *d), k = 0;
+  for (int64_t i = 0; i < 70000; i++) s[k] = 5, d[k++] = i % n;
+  for (int64_t i = 0; i < 66000; i++) s[k] = 8, d[k++] = i % n;
+  for (int64_t i = 0; i < 3; i++) s[k] = 2, d[k++] = i, s[k] = 1, d[k++] = i;
+  em_graph_options o = tg_opts(EM_GRAPH_REORDER_DEGREE);
+  em_graph *g = tg_graph(n, m, s, d, &o);
+  assert_int_equal(g->to_internal[5], 0);
+  assert_int_equal(g->to_internal[8], 1);
+  assert_int_equal(g->to_internal[1], 2); /* degree 3, the smaller id first */
+  assert_int_equal(g->to_internal[2], 3);
+  assert_int_equal(g->to_internal[0], 4); /* the rest: out-degree 0, by id */
+  assert_int_equal(g->to_internal[9], 9);
+  for (int64_t v = 0; v < n; v++) assert_int_equal(g->to_dense[g->to_internal[v]], v);
+  em_tensor *out = NULL;
+  assert_int_equal(em_graph_degrees(g, NULL, &out), EM_OK);
+  assert_int_equal(((int64_t *)em_tensor_data(out))[5], 70000);
+  assert_int_equal(((int64_t *)em_tensor_data(out))[8], 66000);
+  em_tensor_release(out);
+  free(s), free(d);
+  em_graph_free(g);
+}
+
 static void test_errors(void **state) {
   (void)state;
   em_graph_options o = tg_opts(1);
@@ -183,7 +210,7 @@ static void test_errors(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_deterministic), cmocka_unit_test(test_kronecker_reference),
-      cmocka_unit_test(test_options_match_reference), cmocka_unit_test(test_uniform), cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_options_match_reference), cmocka_unit_test(test_uniform), cmocka_unit_test(test_degree_order), cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, tg_setup, tg_cleanup);
 }

@@ -177,7 +177,7 @@ static void test_deterministic_and_reported(void **state) {
   (void)state;
   em_graph_options o = tg_opts(EM_GRAPH_REORDER_DEGREE);
   em_graph *g = NULL;
-  assert_int_equal(em_graph_kronecker(&g, 13, 8, 9, &o), EM_OK);
+  assert_int_equal(em_graph_kronecker(&g, 15, 8, 9, &o), EM_OK); /* big enough for threads */
   int64_t n = em_graph_num_vertices(g);
   em_pagerank_options po;
   em_pagerank_options_init(&po);
@@ -271,14 +271,15 @@ static void test_cache_blocking(void **state) {
   (void)state;
   em_graph_options o = tg_opts(EM_GRAPH_REORDER_DEGREE);
   em_graph *g = NULL;
-  assert_int_equal(em_graph_kronecker(&g, 12, 16, 11, &o), EM_OK);
+  assert_int_equal(em_graph_kronecker(&g, 14, 16, 11, &o), EM_OK); /* big enough for threads */
   int64_t n = em_graph_num_vertices(g);
   em_pagerank_options po = tight();
   po.tol = 1e-8;
+  po.max_iter = 120;
   int saved = em_get_num_threads();
   gr_tiles_slice = -1;
   float *plain = tg_pagerank(g, &po, NULL);
-  gr_tiles_slice = 100;
+  gr_tiles_slice = 1000;
   em_set_num_threads(1);
   float *one = tg_pagerank(g, &po, NULL);
   em_set_num_threads(2);

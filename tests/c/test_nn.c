@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 #include "ember/nn.h"
@@ -236,6 +237,15 @@ static void test_conv_pool_forward(void **state) {
   x = F64(13, 1, 2, 5, 7);
   assert_int_equal(em_nn_adaptive_avg_pool2d(&y, x, 3, 4), EM_OK);
   CHECK_REF(y, REF_ADAPTIVE);
+  release(2, x, y), y = NULL;
+  /* a NaN wins its windows, as in PyTorch (the 2x2 path and the general one) */
+  x = F64(14, 1, 1, 4, 4);
+  ((double *)em_tensor_data(x))[6] = NAN;
+  assert_int_equal(em_nn_max_pool2d(&y, x, 2, 2, 2, 2, 0, 0, 1, 1, 0), EM_OK);
+  assert_true(isnan(at(y, 1)) && !isnan(at(y, 0)) && !isnan(at(y, 2)) && !isnan(at(y, 3)));
+  em_tensor_release(y), y = NULL;
+  assert_int_equal(em_nn_max_pool2d(&y, x, 3, 3, 1, 1, 1, 1, 1, 1, 0), EM_OK);
+  for (int i = 0; i < 16; i++) assert_int_equal(isnan(at(y, i)) != 0, abs(i / 4 - 1) <= 1 && abs(i % 4 - 2) <= 1);
   release(2, x, y);
 }
 
@@ -420,6 +430,10 @@ static void test_gradcheck_conv_pool_linear(void **state) {
   em_manual_seed(5);
   SET_I(2, 1, 1, 1, 1, 2, 2);
   run_check("conv2d stride/pad/dilation/groups", f_conv, GRAD64(1, 2, 4, 5, 5), GRAD64(2, 4, 2, 3, 2), GRAD64(3, 4));
+  SET_I(1, 1, 1, 1, 1, 1, 1);
+  run_check("conv2d 3x3 same padding", f_conv, GRAD64(22, 2, 3, 5, 4), GRAD64(23, 2, 3, 3, 3), GRAD64(24, 2));
+  SET_I(1, 1, 2, 2, 2, 2, 1);
+  run_check("conv2d dilated same padding", f_conv, GRAD64(25, 1, 2, 6, 5), GRAD64(26, 3, 2, 3, 3), NULL);
   SET_I(1, 2, 0, 1, 2, 1, 1);
   run_check("conv2d unbatched, weight only", f_conv, F64(4, 3, 6, 5), GRAD64(5, 2, 3, 2, 2), NULL);
   SET_I(1, 1, 0, 0, 1, 1, 1);
@@ -700,14 +714,89 @@ static void test_conv_float32_and_threads(void **state) {
   release(8, x64, w64, x32, w32, y64, y32, gw[0], gw[1]);
 }
 
-int main(void) {
+/* The threaded paths (inputs above the parallel grain) give bit-identical outputs and
+ * gradients with 1 and 2 threads. */
+static em_status f_bn_train(em_tensor **o, em_tensor **in) {
+  return em_nn_batch_norm(o, in[0], in[1], in[2], NULL, NULL, 1, 0.1, 1e-5);
+}
+static em_status f_ln(em_tensor **o, em_tensor **in) { return em_nn_layer_norm(o, in[0], 1, in[1], in[2], 1e-5); }
+static em_status f_ce_big(em_tensor **o, em_tensor **in) {
+  return em_nn_cross_entropy(o, in[0], g_t[0], NULL, -100, 0.1, EM_REDUCTION_MEAN, 0);
+}
+static em_status f_bag_big(em_tensor **o, em_tensor **in) {
+  return em_nn_embedding_bag(o, in[0], g_t[0], g_t[1], EM_BAG_MEAN, NULL, 0);
+}
+
+static void check_threads(const char *name, op_fn f, int n_in, em_tensor **in) {
+  em_tensor *out[2] = {NULL, NULL}, *grads[2][3] = {{NULL}};
+  for (int th = 0; th < 2; th++) {
+    em_set_num_threads(th + 1);
+    em_tensor *s = NULL;
+    if (f(&out[th], in)) fail_msg("%s: %s", name, em_last_error());
+    assert_int_equal(em_ag_reduce(EM_SUM, &s, NULL, out[th], NULL, 0, 0, 0), EM_OK);
+    assert_int_equal(em_backward(s, NULL, 0), EM_OK);
+    for (int k = 0; k < n_in; k++) {
+      grads[th][k] = em_grad(in[k]);
+      em_set_grad(in[k], NULL);
+    }
+    em_tensor_release(s);
+  }
   em_set_num_threads(1);
+  if (memcmp(em_tensor_data(out[0]), em_tensor_data(out[1]), em_tensor_numel(out[0]) * 4))
+    fail_msg("%s: the output differs with 2 threads", name);
+  for (int k = 0; k < n_in; k++) {
+    if (memcmp(em_tensor_data(grads[0][k]), em_tensor_data(grads[1][k]), em_tensor_numel(in[k]) * 4))
+      fail_msg("%s: the gradient of input %d differs with 2 threads", name, k);
+    release(2, grads[0][k], grads[1][k]);
+  }
+  release(2, out[0], out[1]);
+}
+
+static em_tensor *big32(int ndim, const int64_t *sizes, int k) { return filled(ndim, sizes, k, 1, 0, EM_FLOAT32, 1); }
+
+static void test_thread_independence(void **state) {
+  (void)state;
+  em_tensor *in[3] = {big32(4, (int64_t[]){8, 16, 32, 32}, 1), NULL, NULL};
+  SET_I(3, 3, 2, 2, 1, 1, 2, 2);
+  check_threads("max_pool2d", f_maxpool, 1, in);
+  SET_I(2, 2, 2, 2, 0, 0, 1, 1);
+  check_threads("max_pool2d 2x2", f_maxpool, 1, in);
+  SET_I(3, 3, 2, 2, 1, 1, 1, 0);
+  check_threads("avg_pool2d", f_avgpool, 1, in);
+  in[1] = big32(1, (int64_t[]){16}, 2), in[2] = big32(1, (int64_t[]){16}, 3);
+  check_threads("batch_norm", f_bn_train, 3, in);
+  release(3, in[0], in[1], in[2]);
+  in[0] = big32(2, (int64_t[]){512, 200}, 4), in[1] = big32(1, (int64_t[]){200}, 5), in[2] = big32(1, (int64_t[]){200}, 6);
+  check_threads("layer_norm", f_ln, 3, in);
+  release(2, in[1], in[2]), in[1] = in[2] = NULL;
+  int64_t n = 512, t[512];
+  for (int i = 0; i < 512; i++) t[i] = (i * 7) % 200;
+  g_t[0] = ints(1, &n, t);
+  check_threads("cross_entropy", f_ce_big, 1, in);
+  em_tensor_release(g_t[0]);
+  int64_t L = 4096, idx[4096], off[256];
+  for (int i = 0; i < 4096; i++) idx[i] = (i * 37) % 512;
+  for (int b = 0; b < 256; b++) off[b] = b * 16;
+  g_t[0] = ints(1, &L, idx), g_t[1] = ints(1, (int64_t[]){256}, off);
+  check_threads("embedding_bag", f_bag_big, 1, in);
+  release(3, in[0], g_t[0], g_t[1]);
+}
+
+/* A failed check can leave grad mode off or two threads on: each test starts afresh. */
+static int fresh(void **state) {
+  (void)state;
+  em_set_grad_enabled(1);
+  em_set_num_threads(1);
+  return 0;
+}
+
+int main(void) {
+#define T(f) cmocka_unit_test_setup(f, fresh)
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_conv_pool_forward),         cmocka_unit_test(test_norm_linear_embedding_forward),
-      cmocka_unit_test(test_loss_forward),              cmocka_unit_test(test_gradcheck_conv_pool_linear),
-      cmocka_unit_test(test_gradcheck_norm_dropout_embedding), cmocka_unit_test(test_gradcheck_losses),
-      cmocka_unit_test(test_errors),                    cmocka_unit_test(test_empty_and_ignored),
-      cmocka_unit_test(test_dropout),                   cmocka_unit_test(test_conv_float32_and_threads),
+      T(test_conv_pool_forward), T(test_norm_linear_embedding_forward), T(test_loss_forward),
+      T(test_gradcheck_conv_pool_linear), T(test_gradcheck_norm_dropout_embedding), T(test_gradcheck_losses),
+      T(test_errors), T(test_empty_and_ignored), T(test_dropout), T(test_conv_float32_and_threads),
+      T(test_thread_independence),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

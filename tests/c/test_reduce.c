@@ -558,6 +558,15 @@ static void test_sum_accuracy(void **state) {
   assert_ok(em_reduce(EM_MEAN, &r, NULL, a, NULL, 0, 0, 0));
   assert_true((float)item(r) == 0.1f);
   release(2, &r, &a);
+  /* random values: within about one float rounding of the exact sum (a running float
+   * sum is off by 3e-6 here) */
+  a = random_f32(1, S(3000003), 0.5f);
+  const float *x = em_tensor_data(a);
+  double exact = 0;
+  for (int64_t i = 0; i < 3000003; i++) exact += x[i];
+  assert_ok(em_reduce(EM_SUM, &r, NULL, a, NULL, 0, 0, 0));
+  if (fabs(item(r) - exact) > 1e-7 * fabs(exact)) fail_msg("sum %.9g, exact %.9g", item(r), exact);
+  release(2, &r, &a);
 }
 
 /* Runs op with 1 and with 2 threads; the results must be bit for bit equal. */
@@ -629,6 +638,21 @@ static void test_vexpf(void **state) {
   assert_true(em_vexpf(-INFINITY) == 0.0f);
   float sub = em_vexpf(-100), ref = (float)exp(-100.0); /* a subnormal result */
   assert_true(fabsf(sub - ref) <= 2e-45f);
+  /* the softmax variant, for x <= 0: the same accuracy down to FLT_MIN, then 0 */
+  worst = 0;
+  for (int64_t k = 0; k <= 2000000; k++) {
+    float x = (float)(-87.33 * (double)k / 2000000.0);
+    float got = em_vexpf_nonpos(x), want = (float)exp((double)x);
+    int32_t gi, wi;
+    memcpy(&gi, &got, 4);
+    memcpy(&wi, &want, 4);
+    if (llabs((int64_t)gi - (int64_t)wi) > worst) worst = llabs((int64_t)gi - (int64_t)wi);
+  }
+  if (worst > 2) fail_msg("em_vexpf_nonpos is %lld ulp from libm", (long long)worst);
+  assert_true(em_vexpf_nonpos(0) == 1.0f);
+  assert_true(em_vexpf_nonpos(-87.4f) == 0.0f && em_vexpf_nonpos(-1e30f) == 0.0f);
+  assert_true(em_vexpf_nonpos(-INFINITY) == 0.0f);
+  assert_true(isnan(em_vexpf_nonpos(NAN)));
 }
 
 static void test_softmax(void **state) {

@@ -87,8 +87,10 @@ data:
     assert.equal(p .. "lr.yaml:7: optim.lr: expected a number > 0, got 'fast'",
       err_of('lr.yaml', base:gsub('lr: 0.1', 'lr: fast')))
     assert.equal(p .. 'neg.yaml:7: optim.lr: expected a number > 0, got -1', err_of('neg.yaml', base:gsub('lr: 0.1', 'lr: -1')))
-    assert.equal(p .. 'unk.yaml:10: data.colour: unknown key (expected one of: batch_size, dataset, drop_last, ' ..
-      'limit, normalise, root, seed, shuffle, test_batch_size, test_limit)', err_of('unk.yaml', base .. '  colour: red\n'))
+    assert.equal(p .. 'unk.yaml:10: data.colour: unknown key (expected one of: batch_size, curve, dataset, drop_last, ' ..
+      'endpoint, heartbeat, heartbeat_timeout, limit, normalise, on_bad_record, order, prefetch, remainder, root, seed, ' ..
+      'shared_memory, shuffle, source, test_batch_size, test_limit, timeout, transforms, worker_queue, workers)',
+      err_of('unk.yaml', base .. '  colour: red\n'))   -- the data pipeline's keys: lua/ember/data/yaml.lua
     assert.equal(p .. "top.yaml:10: epoch: unknown key (expected one of: checkpoint, data, device, epochs, evaluate, " ..
       "job, log, loss, model, optim, resume, schedule, seed, stop_after_epoch, threads)",
       err_of('top.yaml', base .. 'epoch: 3\n'))

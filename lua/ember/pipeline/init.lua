@@ -38,6 +38,7 @@ pipeline.jobs = {
   train = 'ember.pipeline.train',
 }
 pipeline.sections = {
+  distributed = 'ember.pipeline.distributed',
 }
 
 pipeline.schema = S

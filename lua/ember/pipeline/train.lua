@@ -76,6 +76,9 @@ M.schema = {
     expect = 'true (the latest checkpoint of checkpoint.dir), false, or a checkpoint file' }),
 }
 
+-- The data pipeline's keys (workers, source, transforms, endpoint, ...): lua/ember/data/yaml.lua.
+require('ember.data.yaml').extend_schema(M.schema.data)
+
 M.result_order = { 'job', 'test_accuracy', 'test_loss', 'train_loss', 'train_accuracy', 'train_samples_per_s',
   'peak_rss_mb', 'epochs', 'seconds' }
 
@@ -176,8 +179,10 @@ function M.run(cfg, ctx)
   local is_main = rank == 0
 
   local train_set, test_set = make_datasets(cfg, ctx)
-  local loader = M.make_loader { dataset = train_set, batch_size = cfg.data.batch_size, shuffle = cfg.data.shuffle,
-    seed = cfg.data.seed or cfg.seed, drop_last = cfg.data.drop_last, rank = rank, world_size = world_size }
+  local data_yaml = require 'ember.data.yaml'   -- readers over ZeroMQ when data: asks for them
+  local loader = data_yaml.wants_pipeline(cfg.data) and data_yaml.train_loader(cfg, rank, world_size) or
+    M.make_loader { dataset = train_set, batch_size = cfg.data.batch_size, shuffle = cfg.data.shuffle,
+      seed = cfg.data.seed or cfg.seed, drop_last = cfg.data.drop_last, rank = rank, world_size = world_size }
   local test_loader = M.make_loader { dataset = test_set, batch_size = cfg.data.test_batch_size }
   local steps_per_epoch = loader:num_batches()
   if steps_per_epoch == 0 then
@@ -245,13 +250,15 @@ function M.run(cfg, ctx)
       correct = correct + out:argmax(2):eq(batch.y):sum():item()
       seen = seen + b
       step = step + 1
-      bar:update(seen, { loss = loss_sum / seen, _order = { 'loss' } })
+      bar:update(seen, { loss = loss_sum / seen, data = loader.progress_text and loader:progress_text() or nil,
+        _order = { 'loss', 'data' } })
     end
     local dt = progress.now() - t0
     train_time, train_samples, epochs_run = train_time + dt, train_samples + seen, epochs_run + 1
 
     local m = { epoch = epoch, step = step, lr = lr, train_loss = loss_sum / math.max(seen, 1),
       train_accuracy = correct / math.max(seen, 1), train_samples_per_s = seen / dt, train_seconds = dt }
+    m.data = loader.epoch_stats and loader:epoch_stats() or nil   -- per-stage seconds of the pipeline
     if cfg.evaluate then
       local te = progress.now()
       m.test_loss, m.test_accuracy = evaluate(ember, model, test_loader, smoothing)

@@ -40,7 +40,9 @@ em_status em_nn_batch_norm(em_tensor **out, const em_tensor *x, const em_tensor 
 /* Normalises over the last n_dims dims; weight and bias (may be NULL) have those dims' shape. */
 em_status em_nn_layer_norm(em_tensor **out, const em_tensor *x, int n_dims, const em_tensor *weight,
                            const em_tensor *bias, double eps);
-/* Zeroes elements with probability p and scales the rest by 1/(1-p) (Philox stream). */
+/* Zeroes elements with probability p and scales the rest by 1/(1-p) (Philox stream: the
+ * same seed gives the same mask whatever the thread count). Outside training, or with
+ * p = 0, *out is x itself (a new reference), as PyTorch returns its input. */
 em_status em_nn_dropout(em_tensor **out, const em_tensor *x, double p, int training);
 
 /* weight [num, dim]; indices of any shape -> [..., dim]. padding_idx (counted from base)
@@ -55,7 +57,9 @@ em_status em_nn_embedding_bag(em_tensor **out, const em_tensor *weight, const em
                               int base);
 
 /* logits [N, C] (or [N, C, d...]), target class indices [N] (int64, from base) or class
- * probabilities of the logits' shape. weight [C] or NULL. */
+ * probabilities of the logits' shape. weight [C] or NULL. ignore_index is compared with
+ * the target values as stored (so -100 means "none" from any base); probability targets
+ * take no ignore_index (pass a value below base). */
 em_status em_nn_cross_entropy(em_tensor **out, const em_tensor *logits, const em_tensor *target,
                               const em_tensor *weight, int64_t ignore_index, double label_smoothing,
                               em_reduction reduction, int base);

@@ -1,0 +1,313 @@
+-- ember.dist: process groups and collectives over runtime/dist (ember/dist.h).
+--
+--   ember launch -n 4 train.lua            -- 4 local processes through mpirun
+--
+--   local dist = ember.dist
+--   dist.init()                            -- {backend = 'auto', timeout = 600}
+--   print(dist.rank(), dist.world_size())  -- 0-based ranks, as every launcher numbers them
+--   local t = ember.ones(4) * (dist.rank() + 1)
+--   dist.all_reduce(t, 'sum')              -- in place: every rank holds 1 + 2 + ... + n
+--   dist.broadcast(t, 0)                   -- rank 0's values everywhere
+--   local all = dist.all_gather(t)         -- [world_size, 4]
+--   local h = dist.all_reduce(t, 'avg', {async = true}); ...; h:wait()
+--   local evens = dist.new_group{0, 2}     -- a subgroup: evens:all_reduce(t), evens:rank()
+--
+-- Backends: 'auto' picks 'mpi' when a launcher (ember launch, mpirun, srun) started the
+-- process, else 'self' (a world of one process: scripts written for many ranks run on one
+-- unchanged). 'nccl' (GPU tensors) arrives with the CUDA backend.
+--
+-- Functions: init(opts), is_initialized(), finalize(), backend(), rank([group]),
+-- world_size([group]), local_rank(), env() (what the launcher said, without init),
+-- world(), new_group(ranks), and the collectives all_reduce(t [, op] [, opts]),
+-- broadcast(t [, root] [, opts]), all_gather(t [, opts]), reduce_scatter(t [, op] [, opts]),
+-- barrier([opts]), send(t, dst [, opts]), recv(t, src [, opts]). op is 'sum' (default),
+-- 'avg', 'max', 'min' or 'product'. opts: group (default the world), async (return a
+-- handle instead of waiting: h:wait([timeout]) returns the result, h:test() says whether it
+-- is done), tag (send/recv, default 0), out (all_gather/reduce_scatter: the result tensor).
+-- Tensors must be contiguous; results are bit-identical on every rank.
+--
+-- Timeouts: a collective that does not complete within the timeout (init{timeout = s},
+-- EMBER_DIST_TIMEOUT, default 600 s) prints which ranks did not take part and ends the whole
+-- job (exit status 124): MPI cannot cancel a collective, and a dead or stuck rank must not
+-- hang the others. A script that fails on one rank ends the job too (at exit, a non-zero
+-- status aborts every rank instead of waiting for them in MPI_Finalize).
+--
+-- Multi-node: start ember under mpirun or srun directly, one process per device, e.g.
+--   mpirun -np 16 --hostfile hosts --bind-to none -x EMBER_NUM_THREADS=8 ember train.lua
+--   srun -N 4 --ntasks-per-node=4 --mpi=pmix ember train.lua
+-- (ember launch is the single-machine shortcut: see `ember launch --help`.)
+local ffi = require 'ffi'
+local ember = require 'ember'
+
+local C, I = ember.C, ember._I
+local throw, describe, is_tensor, check = I.throw, I.describe, I.is_tensor, I.check
+local check_opts, option_set = I.check_opts, I.option_set
+
+local dist = {}
+
+local REDOPS = { sum = C.EM_DIST_SUM, avg = C.EM_DIST_AVG, max = C.EM_DIST_MAX, min = C.EM_DIST_MIN,
+  product = C.EM_DIST_PRODUCT }
+
+local function raise() throw(ffi.string(C.em_last_error())) end
+
+-- ---------------------------------------------------------------- the world
+local INIT_OPTS = option_set('backend', 'timeout')
+-- init([{backend = 'auto', timeout = seconds}]): joins the job's world. Calling it again
+-- is harmless.
+function dist.init(opts)
+  check_opts('dist.init', opts, INIT_OPTS, 1)
+  local backend = opts and opts.backend or 'auto'
+  if type(backend) ~= 'string' then throw('dist.init: backend must be a string (auto, mpi, self, nccl), got ' ..
+    describe(backend)) end
+  local timeout = opts and opts.timeout or 0
+  if type(timeout) ~= 'number' or timeout < 0 or timeout ~= timeout then
+    throw('dist.init: timeout must be a number of seconds > 0, got ' .. tostring(timeout))
+  end
+  if C.em_dist_init(backend, timeout) ~= 0 then raise() end
+  return dist
+end
+
+function dist.is_initialized() return C.em_dist_is_initialized() ~= 0 end
+
+function dist.finalize() check(C.em_dist_finalize()) end
+
+function dist.backend()
+  local name = C.em_dist_backend_name()
+  return name ~= nil and ffi.string(name) or nil
+end
+
+-- env(): what the launcher told this process, before (and without) init.
+function dist.env()
+  local e = ffi.new('em_dist_env')
+  C.em_dist_env_detect(e)
+  return { rank = e.rank, world_size = e.world_size, local_rank = e.local_rank, local_size = e.local_size,
+    launcher = ffi.string(e.launcher) }
+end
+
+local function world_ptr(op)
+  local w = C.em_dist_world()
+  if w == nil then throw(op .. ': call ember.dist.init() first') end
+  return w
+end
+
+-- ---------------------------------------------------------------- groups
+local Group = {}
+Group.__index = Group
+dist.Group = Group
+
+local function group_ptr(op, g)
+  if g == nil then return world_ptr(op) end
+  if getmetatable(g) ~= Group then throw(op .. ': expected a group from dist.new_group for option group, got ' ..
+    describe(g)) end
+  if g._world then return world_ptr(op) end
+  return g._ptr
+end
+
+function dist.world()
+  world_ptr('dist.world')
+  return setmetatable({ _world = true }, Group)
+end
+
+-- new_group(ranks): ranks of the world (0-based), numbered in the new group in the order
+-- listed. Every rank must call it, members or not; on non-members g:rank() is -1.
+function dist.new_group(ranks, opts)
+  check_opts('new_group', opts, option_set('group'), 2)
+  if type(ranks) ~= 'table' or #ranks == 0 then throw('new_group: expected a list of ranks, got ' .. describe(ranks)) end
+  local arr = ffi.new('int[?]', #ranks)
+  for i, r in ipairs(ranks) do
+    if type(r) ~= 'number' or r ~= math.floor(r) then
+      throw(string.format('new_group: rank at position %d is %s, expected an integer', i, describe(r)))
+    end
+    arr[i - 1] = r
+  end
+  local out = ffi.new('em_dist_group*[1]')
+  if C.em_dist_new_group(out, group_ptr('new_group', opts and opts.group), #ranks, arr) ~= 0 then raise() end
+  local g = setmetatable({ _ptr = ffi.gc(out[0], C.em_dist_group_release), ranks = ranks }, Group)
+  return g
+end
+
+function dist.rank(g) return C.em_dist_rank(group_ptr('rank', g)) end
+function dist.world_size(g) return C.em_dist_size(group_ptr('world_size', g)) end
+function dist.local_rank() return C.em_dist_local_rank() end
+function Group:rank() return C.em_dist_rank(group_ptr('rank', self)) end
+function Group:size() return C.em_dist_size(group_ptr('size', self)) end
+
+-- ---------------------------------------------------------------- handles
+local Work = {}
+Work.__index = Work
+dist.Work = Work
+
+local work_box = ffi.new('em_dist_work*[1]')
+
+-- The work out-parameter for a call: the box with opts.async, else NULL (the C call waits).
+local function wb(opts) return opts and opts.async and work_box or nil end
+
+-- The end of a collective: raises its error; returns the result tensor, or with
+-- opts.async a handle that keeps the result.
+local function finish(op, opts, result, status)
+  local w = work_box[0]
+  work_box[0] = nil
+  if status ~= 0 then raise() end
+  if opts and opts.async then
+    return setmetatable({ _ptr = ffi.gc(w, C.em_dist_work_release), result = result, op = op }, Work)
+  end
+  return result
+end
+
+-- wait([timeout]): blocks until done (a timeout shortens the deadline; expiry ends the
+-- job); returns the result tensor (nil for barrier and send).
+function Work:wait(timeout)
+  if timeout ~= nil and (type(timeout) ~= 'number' or timeout <= 0) then
+    throw('wait: timeout must be a number of seconds > 0, got ' .. describe(timeout))
+  end
+  if C.em_dist_work_wait(self._ptr, timeout or 0) ~= 0 then raise() end
+  return self.result
+end
+
+-- test(): true when done, false while pending; raises the error of a failed operation.
+function Work:test()
+  local r = C.em_dist_work_test(self._ptr)
+  if r < 0 then raise() end
+  return r == 1
+end
+Work.is_completed = Work.test
+
+-- ---------------------------------------------------------------- collectives
+local function redop(op, name)
+  if name == nil then return C.EM_DIST_SUM end
+  local r = REDOPS[name]
+  if not r then
+    throw(string.format("%s: unknown reduction %s (expected 'sum', 'avg', 'max', 'min' or 'product')", op,
+      type(name) == 'string' and ("'" .. name .. "'") or describe(name)))
+  end
+  return r
+end
+
+local function need_tensor(op, t)
+  if not is_tensor(t) then throw(string.format('%s: expected a tensor, got %s', op, describe(t))) end
+end
+
+local OPTS = option_set('group', 'async')
+local P2P_OPTS = option_set('group', 'async', 'tag')
+local OUT_OPTS = option_set('group', 'async', 'out')
+
+-- Lets op's optional middle argument be skipped: f(t, opts) as f(t, nil, opts).
+local function shift(a, b)
+  if type(a) == 'table' and b == nil then return nil, a end
+  return a, b
+end
+
+function dist.all_reduce(t, op, opts)
+  op, opts = shift(op, opts)
+  need_tensor('all_reduce', t)
+  check_opts('all_reduce', opts, OPTS, 3)
+  local g = group_ptr('all_reduce', opts and opts.group)
+  return finish('all_reduce', opts, t, C.em_dist_all_reduce(g, t, redop('all_reduce', op), wb(opts)))
+end
+
+function dist.broadcast(t, root, opts)
+  root, opts = shift(root, opts)
+  need_tensor('broadcast', t)
+  check_opts('broadcast', opts, OPTS, 3)
+  root = root or 0
+  if type(root) ~= 'number' or root ~= math.floor(root) then
+    throw('broadcast: root must be a rank (0-based integer), got ' .. describe(root))
+  end
+  local g = group_ptr('broadcast', opts and opts.group)
+  return finish('broadcast', opts, t, C.em_dist_broadcast(g, t, root, wb(opts)))
+end
+
+local function new_result(op, dims, like)
+  local sizes = ffi.new('int64_t[?]', #dims)
+  for i, d in ipairs(dims) do sizes[i - 1] = d end
+  return I.new(C.em_empty(I.box, #dims, sizes, C.em_tensor_dtype(like), C.em_tensor_device(like)))
+end
+
+-- all_gather(t [, {out =}]): [world_size, t.shape...], rank 0's tensor first.
+function dist.all_gather(t, opts)
+  need_tensor('all_gather', t)
+  check_opts('all_gather', opts, OUT_OPTS, 2)
+  local g = group_ptr('all_gather', opts and opts.group)
+  local out = opts and opts.out
+  if out == nil then
+    local dims = { C.em_dist_size(g) }
+    for _, d in ipairs(t.shape) do dims[#dims + 1] = d end
+    out = new_result('all_gather', dims, t)
+  else
+    need_tensor('all_gather', out)
+  end
+  return finish('all_gather', opts, out, C.em_dist_all_gather(g, out, t, wb(opts)))
+end
+
+-- reduce_scatter(t [, op] [, {out =}]): rank r receives the reduction of the r-th of
+-- world_size equal blocks of t (its first dim split, or t flattened).
+function dist.reduce_scatter(t, op, opts)
+  op, opts = shift(op, opts)
+  need_tensor('reduce_scatter', t)
+  check_opts('reduce_scatter', opts, OUT_OPTS, 3)
+  local g = group_ptr('reduce_scatter', opts and opts.group)
+  local r = redop('reduce_scatter', op)
+  local out = opts and opts.out
+  if out == nil then
+    local n, shape = C.em_dist_size(g), t.shape
+    local dims
+    if #shape >= 1 and shape[1] % n == 0 then
+      dims = { shape[1] / n }
+      for i = 2, #shape do dims[i] = shape[i] end
+    elseif t:numel() % n == 0 then
+      dims = { t:numel() / n }
+    else
+      -- the C call reports the problem
+      dims = { 0 }
+    end
+    out = new_result('reduce_scatter', dims, t)
+  else
+    need_tensor('reduce_scatter', out)
+  end
+  return finish('reduce_scatter', opts, out, C.em_dist_reduce_scatter(g, out, t, r, wb(opts)))
+end
+
+function dist.barrier(opts)
+  check_opts('barrier', opts, OPTS, 1)
+  return finish('barrier', opts, nil, C.em_dist_barrier(group_ptr('barrier', opts and opts.group), wb(opts)))
+end
+
+local function p2p(op, fn, t, peer, opts)
+  need_tensor(op, t)
+  check_opts(op, opts, P2P_OPTS, 3)
+  if type(peer) ~= 'number' or peer ~= math.floor(peer) then
+    throw(string.format('%s: expected a rank (0-based integer) for argument 2, got %s', op, describe(peer)))
+  end
+  local tag = opts and opts.tag or 0
+  if type(tag) ~= 'number' or tag ~= math.floor(tag) then throw(op .. ': tag must be an integer, got ' .. describe(tag)) end
+  return finish(op, opts, op == 'recv' and t or nil, fn(group_ptr(op, opts and opts.group), t, peer, tag, wb(opts)))
+end
+
+function dist.send(t, dst, opts) return p2p('send', C.em_dist_send, t, dst, opts) end
+function dist.recv(t, src, opts) return p2p('recv', C.em_dist_recv, t, src, opts) end
+
+-- Group methods: the same collectives on that group.
+for _, name in ipairs { 'all_reduce', 'broadcast', 'all_gather', 'reduce_scatter', 'send', 'recv' } do
+  local f = dist[name]
+  Group[name] = function(self, t, a, b)
+    local x, o = a, b
+    if type(a) == 'table' and b == nil then x, o = nil, a end
+    local opts = {}
+    for k, v in pairs(o or {}) do opts[k] = v end
+    opts.group = self
+    if name == 'all_gather' then return f(t, opts) end
+    return f(t, x, opts)
+  end
+end
+function Group:barrier(opts)
+  local o = {}
+  for k, v in pairs(opts or {}) do o[k] = v end
+  o.group = self
+  return dist.barrier(o)
+end
+
+-- nn.DistributedDataParallel lives with the rest of nn but is registered here, so that the
+-- nn library itself does not depend on dist.
+if ember.nn then ember.nn.DistributedDataParallel = require('ember.nn.ddp')(ember, ember.nn) end
+
+return dist

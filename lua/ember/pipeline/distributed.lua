@@ -1,0 +1,59 @@
+-- ember.pipeline.distributed: the `distributed:` section of a pipeline file.
+--
+--   distributed:
+--     backend: auto          # auto, mpi, self (one process) or nccl (with the CUDA backend)
+--     bucket_cap_mb: 25
+--     find_unused_parameters: false
+--     broadcast_buffers: true
+--     comm_hook: none        # none, fp16 or bf16: gradients travel compressed
+--     timeout: 600           # seconds a collective may take before the job is aborted
+--
+--   ember launch -n 2 run pipelines/fashion_mnist_mlp.yaml
+--
+-- Its setup joins the world (ember.dist.init), tells the job this process's rank and the
+-- world size (a train job then reads its own shard of the data, reshuffled each epoch from
+-- the seed and the epoch, and only rank 0 writes checkpoints, metrics and the result) and
+-- wraps the model in nn.DistributedDataParallel. data.batch_size is per rank: the global
+-- batch is batch_size x world size.
+--
+-- A file without the section gets it anyway, with these defaults, when a launcher started
+-- several processes (ember launch, mpirun, srun); a single process runs without it.
+local S = require 'ember.pipeline.schema'
+
+local M = { doc = 'data-parallel training over several processes (ember launch -n N run ...)' }
+
+local launched = false
+do
+  local ok, ember = pcall(require, 'ember')
+  if ok and ember.dist then launched = ember.dist.env().world_size > 1 end
+end
+
+M.jobs = { train = true }
+M.schema = S.record({
+  backend = S.enum({ 'auto', 'mpi', 'self', 'nccl' }, { default = 'auto' }),
+  bucket_cap_mb = S.number { gt = 0, default = 25, doc = 'gradient bucket size (the first bucket is 1 MB)' },
+  find_unused_parameters = S.boolean { default = false },
+  broadcast_buffers = S.boolean { default = true, doc = "rank 0's buffers (batch-norm statistics) each step" },
+  gradient_as_bucket_view = S.boolean { default = true },
+  comm_hook = S.enum({ 'none', 'fp16', 'bf16' }, { default = 'none' }),
+  timeout = S.number { gt = 0, optional = true, doc = 'seconds a collective may take (default 600)' },
+}, launched and { default = {} } or { optional = true })
+
+function M.setup(sec, cfg, ctx)
+  local ember = require 'ember'
+  local dist = ember.dist
+  dist.init { backend = sec.backend, timeout = sec.timeout }
+  ctx.rank, ctx.world_size = dist.rank(), dist.world_size()
+  ctx.wrap_model = function(model)
+    return ember.nn.DistributedDataParallel(model, { bucket_cap_mb = sec.bucket_cap_mb,
+      find_unused_parameters = sec.find_unused_parameters, broadcast_buffers = sec.broadcast_buffers,
+      gradient_as_bucket_view = sec.gradient_as_bucket_view,
+      comm_hook = sec.comm_hook ~= 'none' and sec.comm_hook or nil })
+  end
+  if ctx.rank == 0 and ctx.world_size > 1 then
+    ctx.log('distributed: %d ranks (%s), %d samples per step', ctx.world_size, dist.backend(),
+      (cfg.data and cfg.data.batch_size or 0) * ctx.world_size)
+  end
+end
+
+return M

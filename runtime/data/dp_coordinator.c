@@ -1,0 +1,802 @@
+/* dp_coordinator.c - the trainer's coordinator thread: readers, leases, credits, order.
+ *
+ * One loop polls the ROUTER socket, the ZAP socket (CurveZMQ client keys) and the eventfd
+ * the consumer writes to. Each turn it handles what arrived, then, at most every 50 ms,
+ * sends heartbeats, declares silent readers lost and reaps spawned readers that exited;
+ * then it leases pending items while credits remain, and queues finished items for the
+ * consumer in the planned order (or as they came).
+ *
+ * Items move PENDING -> LEASED -> READY -> QUEUED -> DONE. A lost reader's leases go back
+ * to PENDING (re-issued, lowest item first); a second result for an item that is no longer
+ * PENDING or LEASED is a duplicate and dropped. Credits: leases outstanding plus items
+ * READY or QUEUED never exceed `prefetch`, so memory stays bounded whatever the speed of
+ * the consumer. */
+#ifdef EMBER_HAVE_ZMQ
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "core/core_impl.h"
+#include "dp_loader_impl.h"
+
+#define MAX_FRAMES 8
+#define TICK_S 0.05
+
+/* ---------------------------------------------------------------- small helpers */
+void dp_wake(int efd) {
+  uint64_t one = 1;
+  ssize_t r = write(efd, &one, sizeof one);
+  (void)r; /* a full counter (never in practice) still wakes the poller */
+}
+
+void dp_plan_free(dp_plan *p) {
+  if (!p) return;
+  free(p->ids);
+  free(p->item_pos);
+  free(p->item_len);
+  p->ids = p->item_pos = p->item_len = NULL;
+}
+
+void dp_batch_destroy(em_loader_batch *b) {
+  if (!b) return;
+  for (int i = 0; i < b->ntensors; i++) em_tensor_release(b->tensors[i]);
+  em_tensor_release(b->ids);
+  free(b);
+}
+
+/* A received message: up to MAX_FRAMES frames, the routing id first. */
+typedef struct frames {
+  zmq_msg_t f[MAX_FRAMES];
+  int n, more;
+} frames;
+
+static int recv_frames(void *sock, frames *m) {
+  m->n = 0;
+  m->more = 0;
+  for (;;) {
+    zmq_msg_t tmp;
+    zmq_msg_init(&tmp);
+    if (zmq_msg_recv(&tmp, sock, m->n == 0 ? ZMQ_DONTWAIT : 0) < 0) {
+      zmq_msg_close(&tmp);
+      return m->n > 0 ? 1 : 0;
+    }
+    int more = zmq_msg_more(&tmp);
+    if (m->n < MAX_FRAMES) {
+      m->f[m->n++] = tmp;
+    } else {
+      zmq_msg_close(&tmp);
+      m->more = 1; /* too many frames: the message is malformed */
+    }
+    if (!more) return 1;
+  }
+}
+
+static void close_frames(frames *m) {
+  for (int i = 0; i < m->n; i++) zmq_msg_close(&m->f[i]);
+  m->n = 0;
+}
+
+/* Sends [rid][hdr][extra (optional)] to a reader; returns 0, or -1 with errno. */
+static int send_to(dp_coord *c, const dp_worker *w, const uint8_t *rid, size_t rid_len, const dp_hdr *h,
+                   const void *extra, size_t extra_len) {
+  if (w) rid = w->rid, rid_len = w->rid_len;
+  if (zmq_send(c->router, rid, rid_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) return -1;
+  if (zmq_send(c->router, h, sizeof *h, (extra ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0) return -1;
+  if (extra && zmq_send(c->router, extra, extra_len, ZMQ_DONTWAIT) < 0) return -1;
+  return 0;
+}
+
+static dp_hdr header(em_loader *l, int kind) {
+  dp_hdr h;
+  dp_hdr_init(&h, kind);
+  h.session = l->c.session;
+  return h;
+}
+
+/* ---------------------------------------------------------------- readers */
+static dp_worker *find_worker(dp_coord *c, const zmq_msg_t *rid) {
+  size_t n = zmq_msg_size((zmq_msg_t *)rid);
+  for (dp_worker *w = c->workers; w; w = w->next)
+    if (w->rid_len == n && !memcmp(w->rid, zmq_msg_data((zmq_msg_t *)rid), n)) return w;
+  return NULL;
+}
+
+static void stats_workers(em_loader *l) {
+  pthread_mutex_lock(&l->mu);
+  l->stats.workers = l->c.nworkers;
+  l->stats.leased = l->c.total_leases;
+  pthread_mutex_unlock(&l->mu);
+}
+
+/* Forgets reader w: its leases go back to PENDING where no other lease is out. */
+static void lose_worker(em_loader *l, dp_worker *w, const char *why) {
+  dp_coord *c = &l->c;
+  int64_t reissued = 0;
+  for (int i = 0; i < w->nleases; i++) {
+    dp_lease_ref r = w->leases[i];
+    c->total_leases--;
+    if (r.plan != c->plan.id || !c->items) continue;
+    dp_item *it = &c->items[r.item];
+    it->leases--;
+    if (it->state == IT_LEASED && it->leases == 0) {
+      it->state = IT_PENDING;
+      if (r.item < c->next_pending) c->next_pending = r.item;
+      reissued++;
+    }
+  }
+  for (dp_worker **p = &c->workers; *p; p = &(*p)->next)
+    if (*p == w) {
+      *p = w->next;
+      break;
+    }
+  c->nworkers--;
+  pthread_mutex_lock(&l->mu);
+  l->stats.reissued += reissued;
+  l->stats.workers_lost++;
+  snprintf(l->last_loss, sizeof l->last_loss, "reader pid %lld on %s (%s) lost: %s", (long long)w->pid, w->host,
+           w->name, why);
+  pthread_mutex_unlock(&l->mu);
+  if (w->shm) { /* a dead reader's arena would stay in /dev/shm: remove it */
+    if (!em_process_alive(w->pid)) dp_shm_unlink(dp_shm_map_name(w->shm));
+    dp_shm_map_release(w->shm);
+  }
+  free(w->leases);
+  free(w);
+  stats_workers(l);
+}
+
+static int is_child(em_loader *l, int64_t pid) {
+  int found = 0;
+  pthread_mutex_lock(&l->mu);
+  for (int i = 0; i < l->nchildren; i++) found |= l->children[i] == pid;
+  pthread_mutex_unlock(&l->mu);
+  return found;
+}
+
+static void reject(em_loader *l, const zmq_msg_t *rid, const char *reason) {
+  dp_hdr h = header(l, DP_REJECT);
+  send_to(&l->c, NULL, zmq_msg_data((zmq_msg_t *)rid), zmq_msg_size((zmq_msg_t *)rid), &h, reason, strlen(reason));
+  pthread_mutex_lock(&l->mu);
+  l->stats.workers_rejected++;
+  snprintf(l->last_reject, sizeof l->last_reject, "%s", reason);
+  pthread_mutex_unlock(&l->mu);
+}
+
+static void on_hello(em_loader *l, frames *m) {
+  dp_coord *c = &l->c;
+  if (m->n != 4 || zmq_msg_size(&m->f[2]) != sizeof(dp_hello)) return;
+  dp_hello hello;
+  memcpy(&hello, zmq_msg_data(&m->f[2]), sizeof hello);
+  hello.host[63] = hello.boot_id[39] = hello.name[63] = 0;
+  char fp[1024];
+  dp_text(fp, sizeof fp, zmq_msg_data(&m->f[3]), zmq_msg_size(&m->f[3]));
+  dp_worker *w = find_worker(c, &m->f[0]);
+  if (w && w->nonce == hello.nonce) { /* a repeated hello: the welcome was lost */
+  } else {
+    if (w) lose_worker(l, w, "it said hello again as a new reader");
+    char why[600];
+    if (hello.dataset_size != l->o.dataset_size) {
+      snprintf(why, sizeof why, "reader %s (pid %lld on %s) has %lld samples, this trainer's dataset has %lld",
+               hello.name, (long long)hello.pid, hello.host, (long long)hello.dataset_size,
+               (long long)l->o.dataset_size);
+      reject(l, &m->f[0], why);
+      return;
+    }
+    if (strcmp(fp, l->fingerprint)) {
+      snprintf(why, sizeof why, "reader %s (pid %lld on %s) reads different data: %.200s; this trainer: %.200s",
+               hello.name, (long long)hello.pid, hello.host, fp, l->fingerprint);
+      reject(l, &m->f[0], why);
+      return;
+    }
+    size_t rid_len = zmq_msg_size(&m->f[0]);
+    w = calloc(1, sizeof *w);
+    if (!w || rid_len > sizeof w->rid) {
+      free(w);
+      return;
+    }
+    memcpy(w->rid, zmq_msg_data(&m->f[0]), rid_len);
+    w->rid_len = rid_len;
+    w->nonce = hello.nonce;
+    w->pid = hello.pid;
+    memcpy(w->host, hello.host, sizeof w->host);
+    memcpy(w->name, hello.name, sizeof w->name);
+    w->same_host = !strcmp(hello.host, c->host) && !strcmp(hello.boot_id, c->boot_id);
+    w->spawned = w->same_host && is_child(l, w->pid);
+    w->joined = dp_now();
+    w->next = c->workers;
+    c->workers = w;
+    c->nworkers++;
+    pthread_mutex_lock(&l->mu);
+    l->stats.workers_seen++;
+    pthread_mutex_unlock(&l->mu);
+    stats_workers(l);
+  }
+  w->last_seen = dp_now();
+  dp_hdr h = header(l, DP_WELCOME);
+  h.heartbeat_s = l->o.heartbeat_s;
+  h.heartbeat_timeout_s = l->o.heartbeat_timeout_s;
+  h.flags = (l->o.skip_bad ? DP_FLAG_SKIP_BAD : 0) |
+            (l->o.shared_memory && w->same_host && (hello.pid > 0) ? DP_FLAG_SHM : 0);
+  send_to(c, w, NULL, 0, &h, NULL, 0);
+}
+
+/* Drops the lease (plan, item) from w's list; returns 1 if it was there. */
+static int take_lease(dp_coord *c, dp_worker *w, uint64_t plan, int64_t item) {
+  if (!w) return 0;
+  for (int i = 0; i < w->nleases; i++)
+    if (w->leases[i].plan == plan && w->leases[i].item == item) {
+      w->leases[i] = w->leases[--w->nleases];
+      c->total_leases--;
+      return 1;
+    }
+  return 0;
+}
+
+/* The item a result is for, if it is still wanted; NULL for a stale or duplicate result. */
+static dp_item *wanted_item(em_loader *l, dp_worker *w, const dp_hdr *h) {
+  dp_coord *c = &l->c;
+  int held = take_lease(c, w, h->plan, h->item);
+  if (h->session != c->session || h->plan != c->plan.id || !c->items || h->item < 0 || h->item >= c->plan.n_items)
+    return NULL;
+  dp_item *it = &c->items[h->item];
+  if (held) it->leases--;
+  if (it->state != IT_PENDING && it->state != IT_LEASED) {
+    pthread_mutex_lock(&l->mu);
+    l->stats.duplicates++;
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+  }
+  return it;
+}
+
+static void item_ready(dp_coord *c, dp_item *it, int64_t index) {
+  it->state = IT_READY;
+  c->ready++;
+  c->arrived[c->n_arrived++] = index;
+}
+
+/* The bytes of a received batch stay in their message: tensors borrow them, and the last
+ * tensor released closes it. */
+typedef struct dp_msg_hold {
+  zmq_msg_t msg;
+  atomic_int refs;
+  int64_t counted;
+} dp_msg_hold;
+
+static void hold_release(void *data, void *ctx) {
+  (void)data;
+  dp_msg_hold *h = ctx;
+  if (atomic_fetch_sub(&h->refs, 1) != 1) return;
+  em_memory_count(-h->counted);
+  zmq_msg_close(&h->msg);
+  free(h);
+}
+
+/* Checks a BATCH's descriptions, ids and sizes and builds the consumer's batch; NULL when
+ * anything does not add up (the message is dropped and the item leased again). */
+static em_loader_batch *build_batch(em_loader *l, frames *m, const dp_hdr *h, const dp_item *it, dp_worker *w,
+                                    char *why, size_t why_cap) {
+  dp_coord *c = &l->c;
+  int nt = h->ntensors;
+  int64_t n = h->n;
+  int64_t pos = c->plan.item_pos[h->item], len = c->plan.item_len[h->item];
+  (void)it;
+  if (nt < (n ? 1 : 0) || nt > DP_MAX_TENSORS || zmq_msg_size(&m->f[2]) != (size_t)nt * sizeof(dp_tdesc)) {
+    snprintf(why, why_cap, "bad tensor descriptions");
+    return NULL;
+  }
+  if (n < 0 || n > len || h->skipped < 0 || zmq_msg_size(&m->f[3]) != (size_t)n * sizeof(int64_t)) {
+    snprintf(why, why_cap, "%lld rows for an item of %lld samples", (long long)n, (long long)len);
+    return NULL;
+  }
+  /* the kept ids are the item's ids, in order, some left out */
+  const int64_t *kept = zmq_msg_data(&m->f[3]), *want = c->plan.ids + pos;
+  int64_t j = 0;
+  for (int64_t i = 0; i < n; i++) {
+    while (j < len && want[j] != kept[i]) j++;
+    if (j == len) {
+      snprintf(why, why_cap, "sample id %lld was not leased in this item", (long long)kept[i]);
+      return NULL;
+    }
+    j++;
+  }
+  const dp_tdesc *d = zmq_msg_data(&m->f[2]);
+  const uint8_t *base;
+  uint64_t avail;
+  dp_msg_hold *hold = NULL;
+  int shm = zmq_msg_size(&m->f[4]) == sizeof(dp_shm_ref) && h->flags & DP_FLAG_SHM;
+  dp_shm_ref ref;
+  if (shm) {
+    memcpy(&ref, zmq_msg_data(&m->f[4]), sizeof ref);
+    ref.name[63] = 0;
+    if (!w || !w->same_host) {
+      snprintf(why, why_cap, "shared memory from a reader on another host");
+      return NULL;
+    }
+    if (!w->shm || strcmp(dp_shm_map_name(w->shm), ref.name) || dp_shm_map_bytes(w->shm) != ref.arena_bytes) {
+      if (w->shm) dp_shm_map_release(w->shm);
+      w->shm = dp_shm_map_open(ref.name, ref.arena_bytes);
+      if (!w->shm) {
+        snprintf(why, why_cap, "cannot map its shared memory '%s': %s", ref.name, em_last_error());
+        return NULL;
+      }
+    }
+    if (ref.offset > ref.arena_bytes || ref.nbytes > ref.arena_bytes - ref.offset) {
+      snprintf(why, why_cap, "a shared-memory slot outside the arena");
+      return NULL;
+    }
+    base = (const uint8_t *)dp_shm_map_data(w->shm) + ref.offset;
+    avail = ref.nbytes;
+  } else { /* the tensors will borrow the message: move it to the heap first (small
+              messages keep their bytes inside zmq_msg_t, so the address moves with it) */
+    hold = calloc(1, sizeof *hold);
+    if (!hold) {
+      snprintf(why, why_cap, "out of memory");
+      return NULL;
+    }
+    zmq_msg_init(&hold->msg);
+    zmq_msg_move(&hold->msg, &m->f[4]);
+    atomic_init(&hold->refs, 1); /* this function's own reference, dropped below */
+    base = zmq_msg_data(&hold->msg);
+    avail = zmq_msg_size(&hold->msg);
+    hold->counted = (int64_t)avail;
+    em_memory_count(hold->counted);
+  }
+  em_loader_batch *b = calloc(1, sizeof *b);
+  if (!b) {
+    if (hold) hold_release(NULL, hold);
+    snprintf(why, why_cap, "out of memory");
+    return NULL;
+  }
+  b->item = h->item;
+  b->samples = n;
+  int ok = 1;
+  for (int i = 0; i < nt && ok; i++) {
+    em_tensor_desc dd = d[i].d;
+    dd.name[31] = 0;
+    int64_t bytes = dp_desc_bytes(&dd);
+    ok = bytes >= 0 && dd.sizes[0] == n && d[i].offset >= 0 && d[i].nbytes == bytes &&
+         (uint64_t)d[i].offset <= avail && (uint64_t)bytes <= avail - (uint64_t)d[i].offset;
+    if (!ok) {
+      snprintf(why, why_cap, "tensor %d ('%s') does not fit the %llu bytes sent", i, dd.name,
+               (unsigned long long)avail);
+      break;
+    }
+    memcpy(b->names[i], dd.name, 32);
+    const uint8_t *src = base + d[i].offset;
+    size_t esize = em_dtype_size((em_dtype)dd.dtype);
+    em_status st;
+    if (hold && ((uintptr_t)src % esize) == 0) { /* zero copy: the tensor borrows the message */
+      atomic_fetch_add(&hold->refs, 1);
+      st = em_from_blob(&b->tensors[i], (void *)src, dd.ndim, dd.sizes, NULL, (em_dtype)dd.dtype,
+                        (em_device){EM_CPU, 0}, hold_release, hold);
+      if (st) atomic_fetch_sub(&hold->refs, 1);
+    } else { /* shared memory (the slot is reused) or a misaligned frame: copy */
+      st = em_empty(&b->tensors[i], dd.ndim, dd.sizes, (em_dtype)dd.dtype, (em_device){EM_CPU, 0});
+      if (!st) memcpy(em_tensor_data(b->tensors[i]), src, (size_t)bytes);
+    }
+    if (st) {
+      snprintf(why, why_cap, "%s", em_last_error());
+      ok = 0;
+      break;
+    }
+    b->ntensors = i + 1;
+    b->bytes += bytes;
+  }
+  if (ok) {
+    int64_t sz = n;
+    ok = !em_empty(&b->ids, 1, &sz, EM_INT64, (em_device){EM_CPU, 0});
+    if (ok) memcpy(em_tensor_data(b->ids), kept, (size_t)n * sizeof(int64_t));
+  }
+  if (hold) hold_release(NULL, hold);
+  if (!ok) {
+    dp_batch_destroy(b);
+    return NULL;
+  }
+  return b;
+}
+
+static void on_batch(em_loader *l, frames *m, dp_worker *w) {
+  dp_coord *c = &l->c;
+  dp_hdr h;
+  memcpy(&h, zmq_msg_data(&m->f[1]), sizeof h);
+  int shm = h.flags & DP_FLAG_SHM;
+  dp_item *it = m->n == 5 ? wanted_item(l, w, &h) : NULL;
+  if (w) w->last_seen = dp_now();
+  char why[256] = "";
+  em_loader_batch *b = it ? build_batch(l, m, &h, it, w, why, sizeof why) : NULL;
+  if (shm && w && zmq_msg_size(&m->f[4]) == sizeof(dp_shm_ref)) { /* the slot is free again */
+    dp_shm_ref ref;
+    memcpy(&ref, zmq_msg_data(&m->f[4]), sizeof ref);
+    dp_hdr r = header(l, DP_SLOTS);
+    r.n = 1;
+    send_to(c, w, NULL, 0, &r, &ref.slot, sizeof ref.slot);
+  }
+  if (it && !b) { /* a malformed batch: treat the item as not done */
+    if (it->state == IT_LEASED && it->leases == 0) {
+      it->state = IT_PENDING;
+      if (h.item < c->next_pending) c->next_pending = h.item;
+    }
+    pthread_mutex_lock(&l->mu);
+    snprintf(l->last_reject, sizeof l->last_reject, "a batch from reader pid %lld was dropped: %s",
+             w ? (long long)w->pid : -1LL, why);
+    pthread_mutex_unlock(&l->mu);
+    return;
+  }
+  if (!b) return;
+  it->batch = b;
+  item_ready(c, it, h.item);
+  if (w) w->batches++;
+  pthread_mutex_lock(&l->mu);
+  l->stats.received++;
+  l->stats.skipped += h.skipped;
+  l->stats.shm_batches += shm ? 1 : 0;
+  l->stats.read_s += h.times[0];
+  l->stats.decode_s += h.times[1];
+  l->stats.transform_s += h.times[2];
+  l->stats.send_s += h.times[3];
+  pthread_mutex_unlock(&l->mu);
+}
+
+static void on_error(em_loader *l, frames *m, dp_worker *w) {
+  dp_hdr h;
+  memcpy(&h, zmq_msg_data(&m->f[1]), sizeof h);
+  char text[900];
+  dp_text(text, sizeof text, m->n >= 3 ? zmq_msg_data(&m->f[2]) : "", m->n >= 3 ? zmq_msg_size(&m->f[2]) : 0);
+  if (h.kind == DP_FATAL) {
+    pthread_mutex_lock(&l->mu);
+    snprintf(l->fatal, sizeof l->fatal, "a reader failed: %s", text);
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    if (w) lose_worker(l, w, "it failed");
+    return;
+  }
+  dp_item *it = wanted_item(l, w, &h);
+  if (!it) return;
+  char *msg = malloc(1024);
+  if (!msg) return;
+  snprintf(msg, 1024, "%s (reader pid %lld on %s)", text, w ? (long long)w->pid : -1LL, w ? w->host : "?");
+  it->error = msg;
+  item_ready(&l->c, it, h.item);
+}
+
+static void on_message(em_loader *l, frames *m) {
+  dp_coord *c = &l->c;
+  if (m->more || m->n < 2 || !dp_hdr_valid(zmq_msg_data(&m->f[1]), zmq_msg_size(&m->f[1]))) return;
+  dp_hdr h;
+  memcpy(&h, zmq_msg_data(&m->f[1]), sizeof h);
+  double now = dp_now();
+  c->last_message = now;
+  if (h.kind == DP_HELLO) {
+    on_hello(l, m);
+    return;
+  }
+  dp_worker *w = find_worker(c, &m->f[0]);
+  if (w) w->last_seen = now;
+  switch (h.kind) {
+    case DP_BATCH: on_batch(l, m, w); break;
+    case DP_ERROR:
+    case DP_FATAL: on_error(l, m, w); break;
+    default: break; /* HEARTBEAT: last_seen is all */
+  }
+  if (!w && h.kind != DP_FATAL) { /* a reader this trainer does not know (lost, or a restart) */
+    dp_hdr r = header(l, DP_RESET);
+    send_to(c, NULL, zmq_msg_data(&m->f[0]), zmq_msg_size(&m->f[0]), &r, NULL, 0);
+  }
+}
+
+/* ---------------------------------------------------------------- ZAP (CurveZMQ keys) */
+static int allowed_key(em_loader *l, const uint8_t *key32) {
+  if (!l->curve_clients || !*l->curve_clients) return 1;
+  char z85[41];
+  if (!zmq_z85_encode(z85, key32, 32)) return 0;
+  const char *p = l->curve_clients;
+  while (*p) {
+    size_t n = strcspn(p, ",");
+    if (n == 40 && !memcmp(p, z85, 40)) return 1;
+    p += n + (p[n] == ',');
+  }
+  return 0;
+}
+
+static void on_zap(em_loader *l) {
+  frames m;
+  if (!recv_frames(l->c.zap, &m)) return;
+  int ok = m.n >= 7 && zmq_msg_size(&m.f[6]) == 32 && allowed_key(l, zmq_msg_data(&m.f[6]));
+  const char *code = ok ? "200" : "400", *text = ok ? "OK" : "client key not allowed";
+  zmq_send(l->c.zap, "1.0", 3, ZMQ_SNDMORE);
+  if (m.n >= 2)
+    zmq_send(l->c.zap, zmq_msg_data(&m.f[1]), zmq_msg_size(&m.f[1]), ZMQ_SNDMORE);
+  else
+    zmq_send(l->c.zap, "", 0, ZMQ_SNDMORE);
+  zmq_send(l->c.zap, code, 3, ZMQ_SNDMORE);
+  zmq_send(l->c.zap, text, strlen(text), ZMQ_SNDMORE);
+  zmq_send(l->c.zap, "", 0, ZMQ_SNDMORE);
+  zmq_send(l->c.zap, "", 0, 0);
+  if (!ok) {
+    pthread_mutex_lock(&l->mu);
+    l->stats.workers_rejected++;
+    snprintf(l->last_reject, sizeof l->last_reject, "a reader's CurveZMQ key is not in the allowed list");
+    pthread_mutex_unlock(&l->mu);
+  }
+  close_frames(&m);
+}
+
+/* ---------------------------------------------------------------- the epoch */
+static void drop_items(dp_coord *c) {
+  if (!c->items) return;
+  for (int64_t i = 0; i < c->plan.n_items; i++) {
+    dp_batch_destroy(c->items[i].batch);
+    free(c->items[i].error);
+  }
+  free(c->items);
+  free(c->arrived);
+  c->items = NULL;
+  c->arrived = NULL;
+}
+
+static void install_plan(em_loader *l, dp_plan *p) {
+  dp_coord *c = &l->c;
+  drop_items(c);
+  dp_plan_free(&c->plan);
+  c->plan = *p;
+  free(p);
+  c->items = calloc((size_t)c->plan.n_items + 1, sizeof *c->items);
+  c->arrived = calloc((size_t)c->plan.n_items + 1, sizeof *c->arrived);
+  c->next_pending = c->next_push = c->pushed = c->ready = 0;
+  c->n_arrived = c->arrived_head = 0;
+  c->end_pushed = 0;
+  if (!c->items || !c->arrived) { /* out of memory: the consumer hears of it */
+    pthread_mutex_lock(&l->mu);
+    snprintf(l->fatal, sizeof l->fatal, "out of memory for the plan of %lld items", (long long)c->plan.n_items);
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    c->plan.n_items = 0;
+  }
+}
+
+static int64_t outstanding(em_loader *l) {
+  pthread_mutex_lock(&l->mu);
+  int64_t queued = l->queued;
+  pthread_mutex_unlock(&l->mu);
+  return l->c.total_leases + l->c.ready + queued;
+}
+
+static dp_worker *pick_worker(dp_coord *c, int queue) {
+  dp_worker *best = NULL;
+  for (dp_worker *w = c->workers; w; w = w->next)
+    if (w->nleases < queue && (!best || w->nleases < best->nleases)) best = w;
+  return best;
+}
+
+static void lease_items(em_loader *l) {
+  dp_coord *c = &l->c;
+  if (!c->items) return;
+  int64_t out = outstanding(l), max_out = out;
+  while (out < l->o.prefetch) {
+    while (c->next_pending < c->plan.n_items && c->items[c->next_pending].state != IT_PENDING) c->next_pending++;
+    if (c->next_pending >= c->plan.n_items) break;
+    dp_worker *w = pick_worker(c, l->o.worker_queue);
+    if (!w) break;
+    int64_t k = c->next_pending;
+    if (w->nleases == w->cap) {
+      int cap = w->cap ? 2 * w->cap : 4;
+      dp_lease_ref *p = realloc(w->leases, (size_t)cap * sizeof *p);
+      if (!p) break;
+      w->leases = p;
+      w->cap = cap;
+    }
+    dp_hdr h = header(l, DP_LEASE);
+    h.plan = c->plan.id;
+    h.epoch = c->plan.epoch;
+    h.seed = c->plan.seed;
+    h.item = k;
+    h.n = c->plan.item_len[k];
+    h.flags = l->o.skip_bad ? DP_FLAG_SKIP_BAD : 0;
+    if (send_to(c, w, NULL, 0, &h, c->plan.ids + c->plan.item_pos[k], (size_t)h.n * sizeof(int64_t))) {
+      if (errno != EHOSTUNREACH) break; /* its queue is full: later */
+      lose_worker(l, w, "its connection closed");
+      continue;
+    }
+    w->leases[w->nleases++] = (dp_lease_ref){c->plan.id, k};
+    c->items[k].state = IT_LEASED;
+    c->items[k].leases++;
+    c->total_leases++;
+    out++;
+    if (out > max_out) max_out = out;
+  }
+  pthread_mutex_lock(&l->mu);
+  if (max_out > l->stats.max_outstanding) l->stats.max_outstanding = max_out;
+  l->stats.leased = c->total_leases;
+  pthread_mutex_unlock(&l->mu);
+}
+
+static void push_out(em_loader *l, dp_out *o) {
+  pthread_mutex_lock(&l->mu);
+  if (l->tail)
+    l->tail->next = o;
+  else
+    l->head = o;
+  l->tail = o;
+  if (o->kind == DP_OUT_BATCH) l->queued++;
+  pthread_cond_broadcast(&l->cv);
+  pthread_mutex_unlock(&l->mu);
+}
+
+/* Hands finished items to the consumer: in plan order, or oldest arrival first. */
+static void push_ready(em_loader *l) {
+  dp_coord *c = &l->c;
+  if (!c->items) return;
+  for (;;) {
+    int64_t k;
+    if (l->o.in_order) {
+      if (c->next_push >= c->plan.n_items) break;
+      k = c->next_push;
+      if (c->items[k].state != IT_READY) break;
+      c->next_push++;
+    } else {
+      if (c->arrived_head >= c->n_arrived) break;
+      k = c->arrived[c->arrived_head++];
+    }
+    dp_item *it = &c->items[k];
+    if (it->batch && it->batch->samples == 0) { /* every record was bad and skipped */
+      dp_batch_destroy(it->batch);
+      it->batch = NULL;
+      it->state = IT_DONE;
+      c->ready--;
+      c->pushed++;
+      continue;
+    }
+    dp_out *o = calloc(1, sizeof *o);
+    if (!o) break;
+    o->generation = c->plan.id;
+    if (it->error) {
+      o->kind = DP_OUT_ERROR;
+      o->message = it->error;
+      it->error = NULL;
+    } else {
+      o->kind = DP_OUT_BATCH;
+      o->batch = it->batch;
+      o->batch->generation = c->plan.id;
+      it->batch = NULL;
+    }
+    it->state = IT_QUEUED;
+    c->ready--;
+    c->pushed++;
+    push_out(l, o);
+  }
+  if (!c->end_pushed && c->pushed == c->plan.n_items) {
+    dp_out *o = calloc(1, sizeof *o);
+    if (o) {
+      o->kind = DP_OUT_END;
+      o->generation = c->plan.id;
+      c->end_pushed = 1;
+      push_out(l, o);
+    }
+  }
+  pthread_mutex_lock(&l->mu);
+  l->waiting_item = l->o.in_order ? c->next_push : -1;
+  l->n_items = c->plan.n_items;
+  l->cur_epoch = c->plan.epoch;
+  l->stats.buffered = c->ready + l->queued;
+  pthread_mutex_unlock(&l->mu);
+}
+
+/* ---------------------------------------------------------------- timers */
+/* Spawned readers that exited: only our own pids are waited for (waiting for any child
+ * would steal the exit status of the caller's other children, os.execute's say). */
+static void reap_children(em_loader *l) {
+  int64_t pids[DP_MAX_CHILDREN];
+  pthread_mutex_lock(&l->mu);
+  int n = l->nchildren;
+  memcpy(pids, l->children, (size_t)n * sizeof pids[0]);
+  pthread_mutex_unlock(&l->mu);
+  for (int k = 0; k < n; k++) {
+    int status;
+    if (waitpid((pid_t)pids[k], &status, WNOHANG) != (pid_t)pids[k]) continue;
+    char text[128];
+    if (WIFSIGNALED(status))
+      snprintf(text, sizeof text, "killed by signal %d", WTERMSIG(status));
+    else
+      snprintf(text, sizeof text, "exited with status %d", WEXITSTATUS(status));
+    pthread_mutex_lock(&l->mu);
+    for (int i = 0; i < l->nchildren; i++)
+      if (l->children[i] == pids[k]) {
+        l->children[i] = l->children[--l->nchildren];
+        break;
+      }
+    snprintf(l->last_exit, sizeof l->last_exit, "reader pid %lld %s", (long long)pids[k], text);
+    l->respawn_wanted++;
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    for (dp_worker *w = l->c.workers; w; w = w->next)
+      if (w->same_host && w->pid == pids[k]) {
+        lose_worker(l, w, text);
+        break;
+      }
+  }
+}
+
+static void tick(em_loader *l, double now) {
+  dp_coord *c = &l->c;
+  reap_children(l);
+  for (dp_worker *w = c->workers, *next; w; w = next) {
+    next = w->next;
+    if (now - w->last_seen > l->o.heartbeat_timeout_s) {
+      char why[96];
+      snprintf(why, sizeof why, "no message for %.1f s (heartbeat timeout)", now - w->last_seen);
+      lose_worker(l, w, why);
+    }
+  }
+  if (now - c->last_heartbeat >= l->o.heartbeat_s) {
+    c->last_heartbeat = now;
+    dp_hdr h = header(l, DP_HEARTBEAT);
+    for (dp_worker *w = c->workers, *next; w; w = next) {
+      next = w->next;
+      if (send_to(c, w, NULL, 0, &h, NULL, 0) && errno == EHOSTUNREACH) lose_worker(l, w, "its connection closed");
+    }
+  }
+  pthread_mutex_lock(&l->mu);
+  l->last_message = c->last_message;
+  pthread_mutex_unlock(&l->mu);
+}
+
+/* ---------------------------------------------------------------- the loop */
+void *dp_coordinator_main(void *arg) {
+  em_loader *l = arg;
+  dp_coord *c = &l->c;
+  dp_host_identity(c->host, c->boot_id);
+  double last_tick = 0;
+  for (;;) {
+    zmq_pollitem_t items[3] = {{c->router, 0, ZMQ_POLLIN, 0}, {NULL, l->efd, ZMQ_POLLIN, 0},
+                               {c->zap, 0, ZMQ_POLLIN, 0}};
+    int n = c->zap ? 3 : 2;
+    if (zmq_poll(items, n, (long)(TICK_S * 1000)) < 0 && zmq_errno() == ETERM) break;
+    if (items[1].revents & ZMQ_POLLIN) {
+      uint64_t v;
+      ssize_t r = read(l->efd, &v, sizeof v);
+      (void)r;
+    }
+    pthread_mutex_lock(&l->mu);
+    int stop = l->stop;
+    dp_plan *p = l->pending;
+    l->pending = NULL;
+    pthread_mutex_unlock(&l->mu);
+    if (stop) {
+      dp_plan_free(p);
+      free(p);
+      break;
+    }
+    if (p) install_plan(l, p);
+    if (n == 3 && (items[2].revents & ZMQ_POLLIN)) on_zap(l);
+    for (int i = 0; i < 512; i++) { /* bounded, so timers and the consumer are served */
+      frames m;
+      if (!recv_frames(c->router, &m)) break;
+      on_message(l, &m);
+      close_frames(&m);
+    }
+    double now = dp_now();
+    if (now - last_tick >= TICK_S) {
+      last_tick = now;
+      tick(l, now);
+    }
+    push_ready(l);
+    lease_items(l);
+  }
+  dp_hdr bye = header(l, DP_BYE);
+  while (c->workers) {
+    dp_worker *w = c->workers;
+    send_to(c, w, NULL, 0, &bye, NULL, 0);
+    c->workers = w->next;
+    if (w->shm) dp_shm_map_release(w->shm);
+    free(w->leases);
+    free(w);
+  }
+  drop_items(c);
+  dp_plan_free(&c->plan);
+  return NULL;
+}
+#endif

@@ -1,0 +1,143 @@
+/* dp_loader_impl.h - the trainer side's shared state: what the consumer (the caller of
+ * em_loader_next, dp_loader.c) and the coordinator thread (dp_coordinator.c) exchange.
+ *
+ * Threads: the consumer and the coordinator share only what sits under `mu` (the queue of
+ * batches ready for the consumer, the command for the next epoch, statistics, failures).
+ * The consumer wakes the coordinator by writing to an eventfd that the coordinator polls
+ * with its sockets; the coordinator wakes the consumer through the condition variable.
+ * Everything in dp_coord belongs to the coordinator thread alone. */
+#ifndef EMBER_DP_LOADER_IMPL_H
+#define EMBER_DP_LOADER_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/types.h>
+#include <zmq.h>
+#include "dp_wire.h"
+
+#define DP_MAX_TENSORS 16
+#define DP_MAX_CHILDREN 256
+
+struct em_loader_batch {
+  uint64_t generation;
+  int64_t item;
+  int64_t samples;
+  int64_t bytes;
+  int ntensors;
+  char names[DP_MAX_TENSORS][32];
+  em_tensor *tensors[DP_MAX_TENSORS];
+  em_tensor *ids;
+};
+
+/* What the consumer's queue holds. */
+enum { DP_OUT_BATCH, DP_OUT_ERROR, DP_OUT_END };
+typedef struct dp_out {
+  int kind;
+  uint64_t generation;
+  em_loader_batch *batch;
+  char *message;
+  struct dp_out *next;
+} dp_out;
+
+/* An epoch's plan as em_loader_begin hands it over. */
+typedef struct dp_plan {
+  uint64_t id, epoch, seed;
+  int64_t n_ids, n_items;
+  int64_t *ids, *item_pos, *item_len;
+} dp_plan;
+
+enum { IT_PENDING, IT_LEASED, IT_READY, IT_QUEUED, IT_DONE };
+typedef struct dp_item {
+  int state;
+  int leases;            /* outstanding leases (more than one after a re-issue) */
+  em_loader_batch *batch;
+  char *error;           /* a failed item: the message the consumer raises */
+} dp_item;
+
+typedef struct dp_lease_ref {
+  uint64_t plan;
+  int64_t item;
+} dp_lease_ref;
+
+typedef struct dp_worker {
+  uint8_t rid[256];
+  size_t rid_len;
+  uint64_t nonce;
+  int64_t pid;
+  char host[64], name[64];
+  int same_host, spawned;
+  double last_seen, joined;
+  int nleases, cap;
+  dp_lease_ref *leases;
+  struct dp_shm_map *shm;
+  int64_t batches;
+  struct dp_worker *next;
+} dp_worker;
+
+typedef struct dp_coord {
+  void *router, *zap;
+  uint64_t session;
+  dp_worker *workers;
+  int nworkers;
+  dp_plan plan;             /* the current epoch (ids NULL before the first) */
+  dp_item *items;
+  int64_t next_pending;     /* no PENDING item below this one */
+  int64_t next_push;        /* in order: the next item the consumer gets */
+  int64_t pushed, ready;    /* items queued for the consumer; READY, not yet queued */
+  int64_t *arrived;         /* arrival order: READY items, oldest first */
+  int64_t n_arrived, arrived_head;
+  int end_pushed;
+  int64_t total_leases;
+  char host[64], boot_id[40];
+  double last_heartbeat, last_message;
+} dp_coord;
+
+struct em_loader {
+  em_loader_options o;
+  char *endpoints_opt, *fingerprint, *curve_public, *curve_secret, *curve_clients;
+  void *zctx;
+  pthread_t thread;
+  int thread_started;
+  int efd;
+  char dir[128];            /* private directory (ipc socket, spawn files) */
+  char endpoints[1024];
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  /* --- under mu --- */
+  dp_out *head, *tail;
+  int64_t queued;           /* batches in the queue */
+  uint64_t generation;      /* em_loader_begin count */
+  int ended;                /* the current generation's END was taken */
+  dp_plan *pending;         /* a plan for the coordinator to take */
+  int stop;
+  char fatal[1024];
+  char last_loss[256], last_reject[512], last_exit[256];
+  em_loader_stats stats;
+  int respawn_wanted;
+  int64_t children[DP_MAX_CHILDREN];
+  int nchildren;
+  double last_message;       /* when a reader last said anything */
+  int64_t waiting_item, n_items;
+  uint64_t cur_epoch;
+  /* --- consumer only --- */
+  char **argv;
+  int argc, restarts_left, spawned_any;
+  dp_coord c;
+};
+
+/* dp_coordinator.c */
+void *dp_coordinator_main(void *arg);
+void dp_batch_destroy(em_loader_batch *b);
+void dp_plan_free(dp_plan *p);
+void dp_wake(int efd);
+/* Shared memory (dp_shm.c): the trainer's view of a reader's arena. */
+struct dp_shm_map;
+struct dp_shm_map *dp_shm_map_open(const char *name, uint64_t bytes);
+void dp_shm_map_release(struct dp_shm_map *m);
+const void *dp_shm_map_data(const struct dp_shm_map *m);
+uint64_t dp_shm_map_bytes(const struct dp_shm_map *m);
+const char *dp_shm_map_name(const struct dp_shm_map *m);
+void dp_shm_unlink(const char *name);
+
+#endif

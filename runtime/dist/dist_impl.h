@@ -1,0 +1,102 @@
+/* dist_impl.h - process groups and work handles, shared by the generic layer
+ * (the files of runtime/dist), the backends (self here, MPI in runtime/dist/mpi as a plugin, NCCL
+ * later) and the data-parallel reducer (runtime/ddp).
+ *
+ * The generic layer checks arguments, numbers collectives and makes handles; a backend
+ * only moves data. Each group holds one backend per device type (the table below): a
+ * collective picks the entry of its tensor's device, so NCCL slots in for CUDA tensors
+ * without touching any caller. */
+#ifndef EMBER_DIST_IMPL_H
+#define EMBER_DIST_IMPL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include "ember/dist.h"
+
+#define EM_DIST_EXIT_TIMEOUT 124   /* exit status of a job aborted by a timeout */
+#define EM_DIST_MSG 768
+
+typedef enum em_dist_opkind {
+  EM_DIST_OP_ALL_REDUCE = 0, EM_DIST_OP_BROADCAST, EM_DIST_OP_ALL_GATHER, EM_DIST_OP_REDUCE_SCATTER,
+  EM_DIST_OP_BARRIER, EM_DIST_OP_SEND, EM_DIST_OP_RECV, EM_DIST_NUM_OPS
+} em_dist_opkind;
+
+typedef enum em_dist_state { EM_WORK_PENDING = 0, EM_WORK_DONE, EM_WORK_FAILED } em_dist_state;
+
+/* One collective or point-to-point operation in flight. */
+struct em_dist_work {
+  atomic_int refcount;
+  atomic_int state;          /* em_dist_state */
+  em_dist_opkind kind;
+  em_dist_redop redop;
+  int peer;                  /* root (broadcast), dst (send), src (recv): group ranks */
+  int tag;
+  em_tensor *in, *out;       /* retained until completion; in == out for in-place ops */
+  em_dist_group *group;      /* retained */
+  int64_t seq;               /* collectives: 1, 2, ... per group on this rank; p2p: 0 */
+  double posted_at;          /* em_dist_now() */
+  _Atomic double deadline;   /* posted_at + timeout; em_dist_work_wait may shorten it */
+  double started_at;         /* when the backend began moving data (after earlier work) */
+  double finished_at;
+  em_status status;
+  char message[EM_DIST_MSG];
+  struct em_dist_work *next; /* backend queue link */
+  void *backend_data;
+};
+
+/* A backend: one per process-group kind and device type. Functions run on the calling
+ * thread except that completions may arrive from a backend thread (em_dist_work_done). */
+typedef struct em_dist_backend {
+  const char *name;
+  /* The world: fills rank/size/local_rank and the world group's private state. */
+  em_status (*init)(double timeout_s, int *rank, int *size, int *local_rank, void **world_impl);
+  /* Collective over parent: members get their rank in the new group, others -1. */
+  em_status (*new_group)(void *parent_impl, int group_id, int n, const int *ranks, void **impl, int *rank);
+  void (*free_group)(void *impl);
+  /* Starts w (already checked and numbered). Completion: em_dist_work_done, on any thread. */
+  em_status (*post)(void *group_impl, em_dist_work *w);
+  /* exit_status 0: finish pending work and shut down cleanly; else end the job now with
+   * that status (the other ranks may be blocked in a collective with this one). */
+  void (*shutdown)(int exit_status);
+  /* Ends every process of the job after printing message (this process's view of why). */
+  void (*abort_job)(const char *message, int exit_status);
+} em_dist_backend;
+
+struct em_dist_group {
+  atomic_int refcount;
+  int id;                    /* creation number, equal on every rank */
+  int rank, size;            /* rank -1: this process is not a member */
+  int *world_ranks;          /* world rank of each member */
+  double timeout;
+  atomic_llong seq;          /* collectives posted */
+  atomic_llong completed;    /* collectives completed */
+  const em_dist_backend *backend[EM_NUM_DEVICE_TYPES];
+  void *impl[EM_NUM_DEVICE_TYPES];
+  char name[48];
+};
+
+/* ---- for backends ---- */
+/* Marks w finished (st == EM_OK: done; otherwise failed with msg) and wakes its waiters;
+ * releases the tensors it held. Safe from any thread. */
+void em_dist_work_done(em_dist_work *w, em_status st, const char *msg);
+/* How many threads are blocked in em_dist_work_wait right now: a backend thread may poll
+ * harder while someone waits, and leave the CPU to computation while nobody does. */
+int em_dist_num_waiters(void);
+/* The world group (NULL before init), for backends resolving ids of other groups. */
+em_dist_group *em_dist_world_group(void);
+/* "all_reduce", "broadcast", ... */
+const char *em_dist_op_name(em_dist_opkind kind);
+/* "all_reduce #12 on the world group (940 KB of float32)" into buf. */
+void em_dist_describe(const em_dist_work *w, char *buf, size_t cap);
+
+/* The built-in backend for a world of one process. */
+const em_dist_backend *em_dist_self_backend(void);
+/* The MPI plugin's entry point (libember_mpi.so). */
+typedef const em_dist_backend *(*em_dist_backend_entry)(void);
+
+/* ---- for the reducer ---- */
+/* Posts an operation on g (checks done by the caller); *work receives the handle. */
+em_status em_dist_post(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out, em_dist_redop op,
+                       int peer, int tag, em_dist_work **work);
+
+#endif

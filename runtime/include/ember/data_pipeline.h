@@ -1,0 +1,276 @@
+/* ember/data_pipeline.h - the ZeroMQ data pipeline: reader workers deliver whole batches to
+ * trainers, exactly once per epoch, with backpressure, and the file formats and
+ * augmentations they run.
+ *
+ * Trainer side (em_loader, runtime/data/dp_loader.c and dp_coordinator.c). A coordinator
+ * thread binds a ROUTER socket; readers connect DEALER sockets. For each epoch the caller
+ * gives the plan (the rank's sample ids in order) cut into numbered work items; the
+ * coordinator leases items to readers only while fewer than `prefetch` items are leased or
+ * waiting to be consumed (credits), and at most `worker_queue` to one reader. A reader
+ * sends each batch back as one multipart message: a header, the tensor descriptions, the
+ * kept sample ids and the raw tensor bytes (or, for a reader on the same host, a slot of
+ * its shared-memory arena). Batches are handed to the consumer in the planned order (or as
+ * they come), duplicates (an item re-issued after its reader was lost, then finished twice)
+ * are dropped, and taking a batch frees its credit. Readers and the coordinator exchange
+ * heartbeats; a reader silent for heartbeat_timeout_s, or a spawned one that exited, is
+ * lost and its leases go to the others. A consumer waiting longer than its timeout gets an
+ * error that says what the pipeline is doing, never a hang.
+ *
+ * Reader side (em_reader, runtime/data/dp_reader.c). An I/O thread owns the DEALER sockets
+ * (one per trainer served), answers heartbeats while the dataset code runs, and forwards
+ * leases to the caller and batches to the trainers. The caller (the Lua worker loop,
+ * lua/ember/data/worker.lua) asks for a lease, gets tensors that live in the outgoing
+ * message (em_reader_alloc: no copy on send), fills them and sends them.
+ *
+ * Wire format: runtime/data/dp_wire.h. All hosts must be little-endian (x86-64, ARM64).
+ *
+ * Formats (runtime/data/npy.c, tfrecord.c, jpeg.c, source.c) are read through em_source,
+ * which fills a batch's tensors in one call: read, decode, augment (runtime/data/
+ * transforms.c: random crop, flip, normalise), timed per stage. Randomness is keyed by
+ * (seed, epoch, sample id) through em_sample_rng (Philox, counter words 2-3), so a batch is
+ * the same whichever reader made it and however many there are.
+ *
+ * Without ZeroMQ at build time the em_loader and em_reader calls fail with
+ * EM_ERR_UNSUPPORTED; without libturbojpeg, the JPEG calls do. */
+#ifndef EMBER_DATA_PIPELINE_H
+#define EMBER_DATA_PIPELINE_H
+
+#include "core.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* EM_FFI_BEGIN */
+typedef struct em_tensor em_tensor;
+typedef struct em_loader em_loader;
+typedef struct em_loader_batch em_loader_batch;
+typedef struct em_reader em_reader;
+typedef struct em_source em_source;
+
+/* One tensor of a batch: its name, dtype and shape (sizes[0] is the batch dim). */
+typedef struct em_tensor_desc {
+  char name[32];
+  int32_t dtype;
+  int32_t ndim;
+  int64_t sizes[8];
+} em_tensor_desc;
+
+/* Seconds spent per stage; readers report theirs with each batch. */
+typedef struct em_stage_times {
+  double read, decode, transform, send;
+} em_stage_times;
+
+/* ---------------------------------------------------------------- per-sample randomness */
+/* Draw k of sample `id` in epoch `epoch` is Philox block (k, id >> 32, id, epoch ^ tag)
+ * keyed by seed: a pure function of (seed, epoch, id, k). */
+typedef struct em_sample_rng {
+  uint64_t seed;
+  uint64_t epoch;
+  int64_t id;
+  uint64_t counter;
+} em_sample_rng;
+uint64_t em_sample_rng_u64(em_sample_rng *r);
+double em_sample_rng_uniform(em_sample_rng *r);             /* [0, 1) */
+int64_t em_sample_rng_below(em_sample_rng *r, int64_t n);    /* [0, n) */
+double em_sample_rng_normal(em_sample_rng *r);               /* mean 0, std 1 */
+
+/* ---------------------------------------------------------------- plans */
+/* The sample ids (int64, counted from base) rank `rank` of world_size delivers in epoch
+ * `epoch`: the epoch's order (a (seed, epoch) permutation when shuffle, else 0..n-1), then
+ * every world_size-th entry from position rank. remainder 0 drops the n % world_size last
+ * entries so every rank gets n / world_size; 1 pads the order by repeating its first entries
+ * so every rank gets ceil(n / world_size). With shuffle and world_size 1 this is
+ * em_data_randperm(n, seed, epoch) (the in-process DataLoader's order). */
+em_status em_data_epoch_plan(em_tensor **out, int64_t n, uint64_t seed, uint64_t epoch, int shuffle, int64_t rank,
+                             int64_t world_size, int pad, int64_t base);
+
+/* ---------------------------------------------------------------- trainer side */
+typedef struct em_loader_options {
+  const char *endpoints;        /* comma-separated ZeroMQ bind addresses for remote readers
+                                   ("tcp://127.0.0.1:5555", "tcp://127.0.0.1:*"); NULL or "": none */
+  int32_t local_ipc;            /* 1: also bind a private ipc endpoint (spawned readers) */
+  int32_t prefetch;             /* credits: items leased or waiting to be consumed, >= 1 */
+  int32_t worker_queue;         /* items leased to one reader at once, >= 1 */
+  int32_t in_order;             /* 1: the planned order; 0: as batches come */
+  int32_t shared_memory;        /* 1: same-host readers may send through shared memory */
+  int32_t skip_bad;             /* told to readers: skip bad records (count them) instead of failing */
+  double heartbeat_s;           /* heartbeat interval, > 0 */
+  double heartbeat_timeout_s;   /* silence after which a reader is lost, > heartbeat_s */
+  int64_t dataset_size;         /* readers must report this size */
+  const char *fingerprint;      /* ... and this description of the data (transforms, format) */
+  const char *curve_public_key; /* Z85, 40 characters; both NULL: no CurveZMQ */
+  const char *curve_secret_key;
+  const char *curve_clients;    /* comma-separated Z85 public keys allowed; NULL or "": any
+                                   reader that knows the server's public key */
+} em_loader_options;
+
+typedef struct em_loader_stats {
+  int64_t batches, samples, bytes;   /* delivered to the consumer */
+  int64_t received, duplicates, reissued, skipped, shm_batches;
+  int64_t workers, workers_seen, workers_lost, workers_rejected, respawned;
+  int64_t leased, buffered, max_outstanding;   /* now, and the most ever leased + buffered */
+  double read_s, decode_s, transform_s, send_s;   /* summed over readers */
+  double wait_s;                                   /* the consumer, blocked in em_loader_next */
+} em_loader_stats;
+
+em_status em_loader_create(em_loader **out, const em_loader_options *options);
+/* Closes: tells readers goodbye, stops spawned readers (SIGTERM, then SIGKILL), joins. */
+void em_loader_free(em_loader *l);
+/* The bound endpoints, comma-separated, ports resolved ("ipc://..." first when local_ipc). */
+const char *em_loader_endpoints(const em_loader *l);
+/* A directory only this user can enter, removed by em_loader_free (NULL without local_ipc):
+ * the ipc socket lives there, and the loader's files for its spawned readers. */
+const char *em_loader_private_dir(const em_loader *l);
+/* Starts n readers on this host: argv (argc words, argv[0] the executable) with
+ * die-with-parent set; a spawned reader that exits is replaced while restarts remain. */
+em_status em_loader_spawn(em_loader *l, int n, int argc, const char *const *argv, int max_restarts);
+/* Pids of the live spawned readers; returns how many (at most max written). */
+int em_loader_worker_pids(em_loader *l, int64_t *pids, int max);
+/* Starts epoch `epoch`: ids (n_ids sample ids, plan order) and n_items work items, item i
+ * being the item_len[i] ids from position item_pos[i]. Batches of a previous epoch not yet
+ * taken are dropped. The arrays are copied. */
+em_status em_loader_begin(em_loader *l, uint64_t epoch, uint64_t seed, const int64_t *ids, int64_t n_ids,
+                          const int64_t *item_pos, const int64_t *item_len, int64_t n_items);
+/* The next batch of the epoch (*out NULL when every item was delivered). Waits at most
+ * timeout_s for it, then fails with a description of the pipeline's state. */
+em_status em_loader_next(em_loader *l, em_loader_batch **out, double timeout_s);
+void em_loader_get_stats(em_loader *l, em_loader_stats *out);
+
+int64_t em_loader_batch_item(const em_loader_batch *b);
+int64_t em_loader_batch_samples(const em_loader_batch *b);
+int em_loader_batch_count(const em_loader_batch *b);
+const char *em_loader_batch_name(const em_loader_batch *b, int i);
+/* Tensor i (a new reference over the received bytes; valid after the batch is freed). */
+em_status em_loader_batch_tensor(em_tensor **out, const em_loader_batch *b, int i);
+/* The sample ids actually delivered (int64, as planned; bad records skipped are absent). */
+em_status em_loader_batch_ids(em_tensor **out, const em_loader_batch *b);
+void em_loader_batch_free(em_loader_batch *b);
+
+/* ---------------------------------------------------------------- reader side */
+typedef struct em_reader_options {
+  const char *connect;          /* comma-separated trainer endpoints */
+  const char *name;             /* shown in the trainers' messages */
+  int64_t parent_pid;           /* > 0: a spawned reader; it stops when that process is gone
+                                   or its trainer says goodbye or falls silent */
+  double heartbeat_s, heartbeat_timeout_s;
+  int32_t shared_memory;        /* 1: offer shared memory to trainers on this host */
+  const char *curve_server_key; /* the trainers' Z85 public key; NULL: no CurveZMQ */
+  const char *curve_public_key; /* this reader's keys (NULL: a fresh pair) */
+  const char *curve_secret_key;
+} em_reader_options;
+
+typedef struct em_lease {
+  int32_t status;     /* 0: nothing within the timeout, 1: a lease, 2: stop */
+  int32_t trainer;    /* which connection it came from */
+  int32_t skip_bad;   /* the trainer's bad-record policy */
+  int32_t pad_;
+  uint64_t session, plan, epoch, seed;
+  int64_t item, n;
+  const int64_t *ids; /* n sample ids, valid until the next em_reader_next */
+} em_lease;
+
+em_status em_reader_create(em_reader **out, const em_reader_options *options);
+/* Starts saying hello (the dataset is loaded): trainers check size and fingerprint. */
+em_status em_reader_ready(em_reader *r, int64_t dataset_size, const char *fingerprint);
+/* Waits up to timeout_s for a lease (or a reason to stop). */
+em_status em_reader_next(em_reader *r, em_lease *lease, double timeout_s);
+/* Tensors for lease's batch, in its outgoing message: descs[i].sizes[0] rows each. They are
+ * freed (em_tensor_free) when the batch is sent. tensors receives n new references. */
+em_status em_reader_alloc(em_reader *r, const em_lease *lease, int n, const em_tensor_desc *descs,
+                          em_tensor **tensors);
+/* Sends the allocated batch: its first `kept` rows, for the samples kept_ids. */
+em_status em_reader_send(em_reader *r, const em_lease *lease, int64_t kept, const int64_t *kept_ids,
+                         int64_t skipped, const em_stage_times *times);
+/* Reports that lease's item failed (a bad record): the trainer raises message. */
+em_status em_reader_send_error(em_reader *r, const em_lease *lease, const char *message);
+/* Tells every trainer this reader cannot work (its dataset failed to load, say). */
+em_status em_reader_fatal(em_reader *r, const char *message);
+void em_reader_free(em_reader *r);
+
+/* A CurveZMQ key pair, 40-character Z85 strings (41 bytes with the terminator). */
+em_status em_curve_keypair(char *public_key, char *secret_key);
+
+/* ---------------------------------------------------------------- processes */
+int em_process_alive(int64_t pid);
+em_status em_process_signal(int64_t pid, int sig);
+int64_t em_process_self(void);
+
+/* ---------------------------------------------------------------- formats */
+/* CRC-32C (Castagnoli), as TFRecord and other storage formats use it. */
+uint32_t em_data_crc32c(const void *data, size_t n, uint32_t crc);
+/* TFRecord framing around a record's CRC: ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
+uint32_t em_data_tfrecord_mask(uint32_t crc);
+/* A .npy file (little-endian or byte dtypes, C order) as a tensor; float16 and bool too. */
+em_status em_data_read_npy(em_tensor **out, const char *path);
+em_status em_data_write_npy(const char *path, const em_tensor *t);
+/* JPEG bytes (a uint8 tensor) from a uint8 image [H, W] or [H, W, 3]; and back, decoded to
+ * [H, W, channels] (channels 1 or 3; 0 keeps the file's). */
+em_status em_data_jpeg_encode(em_tensor **out, const em_tensor *image, int quality);
+em_status em_data_jpeg_decode(em_tensor **out, const void *data, size_t n, int channels, const char *what);
+
+/* ---------------------------------------------------------------- augmentation */
+/* Applied per sample, in this order: pad (zeros) and crop (random offsets from the sample's
+ * rng when random_crop, else centred) to crop_h x crop_w (0: no crop), flip left-right with
+ * probability flip_p, then normalise ((x / 255 - mean[c]) / std[c] into float32) when
+ * normalise, else keep uint8. Input: uint8 [C, H, W] (or [H, W, C] when channels_last).
+ * Output: [C, crop_h, crop_w], channels first. Draws: crop y, crop x, then flip. */
+typedef struct em_augment {
+  int32_t crop_h, crop_w, pad, random_crop;
+  double flip_p;
+  int32_t normalise, channels;   /* channels: 0 keeps the input's; 1 or 3 convert */
+  double mean[4], std[4];        /* per channel; scale 1 / (255 std) and shift -mean / std are
+                                    rounded to float32 once, as ember.data's gather_normalize does */
+} em_augment;
+em_status em_data_augment(em_tensor **out, const em_tensor *image, int channels_last, const em_augment *aug,
+                          em_sample_rng *rng);
+
+/* ---------------------------------------------------------------- sources */
+/* A source is a dataset in one of the built-in formats; sample i (0-based) is an image or
+ * a raw row plus an int64 label. Labels read from files get label_offset added (1 turns
+ * 0-based classes into ember's 1-based ones). */
+typedef struct em_source_options {
+  const char *format;      /* "idx", "npy", "tfrecord", "jpeg" */
+  const char *paths;       /* newline-separated: idx: images, labels; npy: x, [y];
+                              tfrecord: shard files; jpeg: files (see labels) or one
+                              directory with a folder per class */
+  const int64_t *labels;   /* jpeg files: one label each (NULL: none) */
+  int64_t limit;           /* > 0: the first `limit` samples */
+  int64_t label_offset;
+  const char *image_key;   /* tfrecord: the tf.Example features (default "image", "label") */
+  const char *label_key;
+  int32_t encoded;         /* tfrecord: 1 the image feature holds JPEG bytes, 0 raw bytes */
+  int32_t channels_last;   /* npy / raw images: [H, W, C] rather than [C, H, W] */
+  int32_t channels;        /* decoded JPEG channels: 1 or 3 */
+  int32_t ndim;            /* raw tfrecord images: the sample shape */
+  int64_t shape[4];
+} em_source_options;
+
+em_status em_source_open(em_source **out, const em_source_options *options);
+void em_source_free(em_source *s);
+int64_t em_source_size(const em_source *s);
+/* What fill writes for aug (NULL: raw samples): descs[0] "x", descs[1] "y" when the source
+ * has labels; sizes[0] = rows. Returns the number of tensors (1 or 2) or -1 on error. */
+int em_source_describe(em_source *s, const em_augment *aug, int64_t rows, em_tensor_desc *descs);
+/* Reads ids[0..n) (counted from base) into rows of x (and y), augmenting with rng keyed by
+ * (seed, epoch, id). skip_bad: a bad record is left out and counted in *skipped (its
+ * message in the error slot, status EM_OK), else the call fails naming file and offset.
+ * *kept receives the rows written and kept_ids their ids (may be NULL). */
+em_status em_source_fill(em_source *s, const int64_t *ids, int64_t n, int64_t base, const em_augment *aug,
+                         uint64_t seed, uint64_t epoch, em_tensor *x, em_tensor *y, int skip_bad, int64_t *kept,
+                         int64_t *kept_ids, int64_t *skipped, em_stage_times *times);
+/* One sample as tensors (x as the augmentation leaves it; *y may stay NULL without labels). */
+em_status em_source_get(em_source *s, int64_t index, int64_t base, const em_augment *aug, em_sample_rng *rng,
+                        em_tensor **x, em_tensor **y);
+
+/* Copies src into row `row` of dst (dst's dims after the first must equal src's; dtypes
+ * are converted). Batch assembly for datasets that return samples one at a time. */
+em_status em_data_put_row(em_tensor *dst, int64_t row, const em_tensor *src);
+em_status em_data_put_row_number(em_tensor *dst, int64_t row, double value);
+/* EM_FFI_END */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

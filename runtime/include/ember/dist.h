@@ -1,0 +1,153 @@
+/* ember/dist.h - process groups, collectives and the data-parallel gradient reducer.
+ *
+ * Process groups (runtime/dist). One API for collectives over a group of ranks; each
+ * group holds one backend per device type, chosen when the world is initialised:
+ *   cpu   "mpi"  (runtime/dist/mpi, its own shared object libember_mpi.so, loaded on
+ *                 demand so that processes that never call em_dist_init never load libmpi);
+ *                 non-blocking MPI progressed by one communication thread;
+ *         "self" (a world of one process: no launcher, no MPI);
+ *   cuda  "nccl" (arrives with the CUDA backend; the slot is in the table already).
+ * Ranks are 0-based everywhere, as every launcher numbers them.
+ *
+ * Every collective is asynchronous underneath. With work == NULL the call waits for it;
+ * otherwise *work receives a handle (wait, test, release). A handle keeps its tensors
+ * alive until it completes. Tensors must be contiguous; in-place collectives (all_reduce,
+ * broadcast, recv) write into the tensor given. Results are bit-identical on every rank.
+ *
+ * Timeouts: each collective must complete within the group's timeout (default 600 s,
+ * EMBER_DIST_TIMEOUT, or the value given to em_dist_init). MPI cannot cancel a collective,
+ * so a timeout prints which ranks did not take part ("all_reduce #12 on the world group:
+ * timed out after 30 s on rank 0 waiting for rank 1 (no answer: dead or stopped)") and
+ * aborts the whole job with exit status 124: a dead or stuck rank never hangs the others.
+ *
+ * Data-parallel reducer (runtime/ddp), the engine under nn.DistributedDataParallel:
+ * parameters are grouped into buckets in reverse order (the first bucket up to
+ * first_bucket_bytes, then up to bucket_bytes, per dtype); leaf hooks mark parameters
+ * ready during backward, and a full bucket starts its allreduce at once, in bucket order
+ * on every rank, while backward goes on. Gradients are views into the buckets; the
+ * 1/world_size average is applied while each gradient is copied into its bucket. */
+#ifndef EMBER_DIST_H
+#define EMBER_DIST_H
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* EM_FFI_BEGIN */
+typedef struct em_dist_group em_dist_group;
+typedef struct em_dist_work em_dist_work;
+typedef struct em_ddp em_ddp;
+
+typedef enum em_dist_redop {
+  EM_DIST_SUM = 0, EM_DIST_AVG, EM_DIST_MAX, EM_DIST_MIN, EM_DIST_PRODUCT,
+  EM_DIST_NUM_REDOPS
+} em_dist_redop;
+
+/* What the launcher says about this process, read from Open MPI, PMI, Slurm or torchrun
+ * variables (in that order); a process started on its own is rank 0 of 1. launcher is
+ * "openmpi", "pmi", "slurm", "torchrun" or "none". Needs no initialisation. */
+typedef struct em_dist_env {
+  int32_t rank, world_size, local_rank, local_size;
+  const char *launcher;
+} em_dist_env;
+void em_dist_env_detect(em_dist_env *out);
+
+/* ---- the world ----
+ * backend: "auto" (mpi when a launcher started several processes or MPI's variables are
+ * set, else self), "mpi", "self" or "nccl". timeout_s <= 0: the default. */
+em_status em_dist_init(const char *backend, double timeout_s);
+int em_dist_is_initialized(void);
+const char *em_dist_backend_name(void);          /* of the CPU backend; NULL before init */
+em_status em_dist_finalize(void);                /* waits for pending work; also run at exit */
+em_dist_group *em_dist_world(void);              /* borrowed; NULL before init */
+int em_dist_local_rank(void);
+
+/* ---- groups ----
+ * A subgroup of parent's ranks (listed in the order that numbers them in the new group).
+ * Collective over parent: every rank of parent calls it with the same list. Ranks outside
+ * the list receive a group whose rank is -1 (collectives on it are errors). */
+em_status em_dist_new_group(em_dist_group **out, em_dist_group *parent, int n, const int *ranks);
+void em_dist_group_retain(em_dist_group *g);
+void em_dist_group_release(em_dist_group *g);
+int em_dist_rank(const em_dist_group *g);        /* -1: not a member */
+int em_dist_size(const em_dist_group *g);
+int em_dist_world_rank_of(const em_dist_group *g, int rank);
+double em_dist_timeout(const em_dist_group *g);
+em_status em_dist_set_timeout(em_dist_group *g, double timeout_s);
+
+/* ---- collectives (work may be NULL: wait) ---- */
+em_status em_dist_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, em_dist_work **work);
+em_status em_dist_broadcast(em_dist_group *g, em_tensor *t, int root, em_dist_work **work);
+/* out holds size(g) * numel(in) elements of in's dtype, rank 0's block first. */
+em_status em_dist_all_gather(em_dist_group *g, em_tensor *out, const em_tensor *in, em_dist_work **work);
+/* in holds size(g) * numel(out) elements; rank r receives the reduction of block r. */
+em_status em_dist_reduce_scatter(em_dist_group *g, em_tensor *out, const em_tensor *in, em_dist_redop op,
+                                 em_dist_work **work);
+em_status em_dist_barrier(em_dist_group *g, em_dist_work **work);
+em_status em_dist_send(em_dist_group *g, const em_tensor *t, int dst, int tag, em_dist_work **work);
+em_status em_dist_recv(em_dist_group *g, em_tensor *t, int src, int tag, em_dist_work **work);
+
+/* ---- handles ----
+ * wait: until done; timeout_s > 0 shortens the deadline (expiry aborts the job, as above).
+ * test: 1 done, 0 pending, -1 failed (em_last_error says why). */
+em_status em_dist_work_wait(em_dist_work *w, double timeout_s);
+int em_dist_work_test(em_dist_work *w);
+void em_dist_work_release(em_dist_work *w);
+const char *em_dist_redop_name(em_dist_redop op);
+double em_dist_now(void);                        /* seconds on a monotonic clock */
+
+/* ---- data-parallel reducer ---- */
+typedef enum em_ddp_comm_hook { EM_DDP_HOOK_NONE = 0, EM_DDP_HOOK_FP16, EM_DDP_HOOK_BF16 } em_ddp_comm_hook;
+
+typedef struct em_ddp_options {
+  int64_t bucket_bytes;          /* cap of every bucket after the first */
+  int64_t first_bucket_bytes;    /* cap of the first bucket (PyTorch: 1 MiB) */
+  int32_t find_unused_parameters;
+  int32_t gradient_as_bucket_view;
+  int32_t comm_hook;             /* em_ddp_comm_hook */
+  int32_t rebuild_buckets;       /* once, after the first synchronised iteration */
+} em_ddp_options;
+
+/* Checks that every rank holds the same parameters (count, names, shapes, dtypes) and the
+ * same options (an error naming the first mismatch, on every rank), broadcasts rank 0's
+ * parameters and buffers, builds the buckets and installs the leaf hooks. names may be
+ * NULL (parameters are then called by position). */
+em_status em_ddp_new(em_ddp **out, em_dist_group *g, int n_params, em_tensor *const *params,
+                     const char *const *names, int n_buffers, em_tensor *const *buffers, const em_ddp_options *opts);
+void em_ddp_release(em_ddp *d);
+
+/* Before a forward pass: raises the error left by the previous iteration (unused
+ * parameters, ...), rebuilds the buckets once, and inside join runs the round that tells
+ * ranks which have run out of data what to shadow. sync: this iteration's backward
+ * reduces (0 inside no_sync). n_buffers/buffers: broadcast from the authoritative rank
+ * (rank 0, or inside join the lowest rank still training); n_buffers = 0: none. */
+em_status em_ddp_pre_forward(em_ddp *d, int sync, int joining, int n_buffers, em_tensor *const *buffers);
+/* After the forward pass, when the coming backward must reduce: arms the hooks. With
+ * find_unused_parameters, walks the graph from the outputs and marks the parameters
+ * it does not reach as ready. */
+em_status em_ddp_pre_backward(em_ddp *d, int n_outputs, em_tensor *const *outputs);
+/* Waits for this iteration's reduction if the hooks did not finish it (e.g. unused
+ * parameters without find_unused_parameters: then an error names them). */
+em_status em_ddp_finish(em_ddp *d);
+/* join: one shadow round on a rank that has run out of data. *others_active receives 1
+ * while some rank still trains (this rank then took part in its iteration's collectives
+ * with zero gradients), 0 once every rank has joined; then rank `authoritative`'s
+ * parameters and buffers are broadcast so all ranks end equal. */
+em_status em_ddp_join_round(em_ddp *d, int n_buffers, em_tensor *const *buffers, int *others_active);
+
+/* Introspection: counts, bucket layout and timings for tests and benchmarks.
+ * stats: [0] synchronised iterations, [1] seconds of communication (bucket launch to
+ * completion, overlapping intervals merged), [2] seconds backward waited for it
+ * (exposed), [3] buckets launched, [4] bytes reduced, [5] rebuilt (0/1). */
+int em_ddp_num_buckets(const em_ddp *d);
+int em_ddp_bucket_params(const em_ddp *d, int bucket, int *indices, int cap);
+void em_ddp_stats(const em_ddp *d, double *stats, int n);
+void em_ddp_reset_stats(em_ddp *d);
+/* EM_FFI_END */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

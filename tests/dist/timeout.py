@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""tests/dist/timeout.py EMBER - a dead or stuck rank never hangs the others.
+
+Runs tests/dist/stuck.lua under `ember launch -n 2 --timeout 2` with rank 1 stopped
+(SIGSTOP), killed (SIGKILL; mpirun in recovery mode, so that nothing but the timeout ends
+rank 0) or busy outside any collective, and checks that rank 0 ends the job within seconds
+with an error naming rank 1 and saying why. A kill without recovery mode ends the job at
+once (mpirun stops every rank). Exits 77 (skipped) without mpirun."""
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+EMBER = sys.argv[1]
+HERE = os.path.dirname(os.path.abspath(__file__))
+if not shutil.which(os.environ.get("EMBER_MPIRUN", "mpirun")):
+    print("mpirun not found: skipped")
+    sys.exit(77)
+
+failures = []
+
+
+def run(mode, *extra):
+    cmd = [EMBER, "launch", "-n", "2", "--timeout", "2", *extra, os.path.join(HERE, "stuck.lua"), mode]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    return p.returncode, p.stdout + p.stderr, time.monotonic() - t0
+
+
+def expect(name, result, status=None, has=(), lacks=(), within=20.0):
+    code, out, seconds = result
+    problems = []
+    if status is not None and code != status:
+        problems.append(f"exit status {code}, expected {status}")
+    for s in has:
+        if s not in out:
+            problems.append(f"output lacks {s!r}")
+    for s in lacks:
+        if s in out:
+            problems.append(f"output has {s!r}")
+    if seconds > within:
+        problems.append(f"took {seconds:.1f} s, expected under {within} s")
+    print(f"{'ok  ' if not problems else 'FAIL'} {name} ({seconds:.1f} s, exit {code})")
+    if problems:
+        failures.append(name)
+        print("  " + "\n  ".join(problems) + "\n--- output\n" + out)
+
+
+timeout_msg = "[0] ember.dist: all_reduce #8 on the world group (712 B of float32): timed out after 2 s on rank 0"
+expect("a stopped rank", run("stop"), status=124,
+       has=(timeout_msg, "waiting for rank 1 (no answer: dead, stopped or hung)", "aborting the job"),
+       lacks=("finished: that is wrong",))
+expect("a killed rank, mpirun in recovery mode", run("kill", "--mpi-arg=--enable-recovery"),
+       has=(timeout_msg, "waiting for rank 1 (no answer: dead, stopped or hung)"),
+       lacks=("finished: that is wrong",))
+expect("a rank busy outside collectives", run("busy"), status=124,
+       has=(timeout_msg, "waiting for rank 1 (alive, but has not reached it: its last collective on this group is #7)"),
+       lacks=("finished: that is wrong",))
+code, out, seconds = run("kill")
+expect("a killed rank, plain launch: every rank stopped at once", (code, out, seconds), status=137,
+       has=("[1] rank 1 goes away: kill",), lacks=("finished: that is wrong", "timed out"), within=10.0)
+sys.exit(1 if failures else 0)
