@@ -1,5 +1,6 @@
 /* backend.c - the CPU backend's dispatch table and host allocator. */
 #include <malloc.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include "cpu_impl.h"
 
@@ -16,8 +17,20 @@ __attribute__((constructor)) static void tune_malloc(void) {
   mallopt(M_TOP_PAD, 64 << 20);
 }
 
+/* Large blocks are 2 MiB aligned and asked to be backed by transparent huge pages: a fresh
+ * 64 MB result then costs 32 page faults instead of 16384, which is most of the time of an
+ * out-of-place elementwise op on it. */
+#define HUGE_PAGE ((size_t)2 << 20)
+#define HUGE_FROM ((size_t)4 << 20)
+
 void *em_cpu_alloc(size_t nbytes, em_device device) {
   (void)device;
+  if (nbytes >= HUGE_FROM) {
+    size_t rounded = (nbytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    void *p = aligned_alloc(HUGE_PAGE, rounded);
+    if (p) madvise(p, rounded, MADV_HUGEPAGE); /* advice only: failure is harmless */
+    return p;
+  }
   size_t rounded = (nbytes + 63) & ~(size_t)63; /* aligned_alloc wants a multiple */
   return aligned_alloc(64, rounded);
 }
