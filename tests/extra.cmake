@@ -61,3 +61,9 @@ if(EMBER_HAVE_MPI AND EMBER_MPIRUN)
 else()
   message(STATUS "Open MPI not found: the multi-process tests (tests/dist) are not registered")
 endif()
+
+# ---- README: every ```lua block of README.md runs (lead)
+add_test(NAME readme/lua_blocks
+  COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/readme/check_readme.py $<TARGET_FILE:ember_host>
+          ${CMAKE_SOURCE_DIR}/README.md)
+set_tests_properties(readme/lua_blocks PROPERTIES ENVIRONMENT "EMBER_NUM_THREADS=2")

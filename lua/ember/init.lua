@@ -10,7 +10,7 @@ ffi.cdef(require 'ember.cdefs')
 -- kernels; it reads OPENBLAS_CORETYPE when it loads. The ember host sets it before
 -- OpenBLAS loads; from a stock luajit, OpenBLAS loads with libember below, so set it here.
 local function select_blas_kernels()
-  if os.getenv('OPENBLAS_CORETYPE') then return end
+  if os.getenv('OPENBLAS_CORETYPE') or os.getenv('EMBER_NO_REEXEC') then return end
   local f = io.open('/proc/cpuinfo', 'r')
   if not f then return end
   local flags = ''
@@ -21,9 +21,12 @@ local function select_blas_kernels()
   local core
   if flags:find(' avx512f ') and flags:find(' avx512bw ') and flags:find(' avx512vl ') then core = 'SkylakeX'
   elseif flags:find(' avx2 ') and flags:find(' fma ') then core = 'Haswell' end
-  if core then
-    ffi.cdef('int setenv(const char *name, const char *value, int overwrite);')
-    ffi.C.setenv('OPENBLAS_CORETYPE', core, 1)
+  ffi.cdef('int setenv(const char *name, const char *value, int overwrite);')
+  if core then ffi.C.setenv('OPENBLAS_CORETYPE', core, 1) end
+  -- OpenMP's threads sleep between parallel regions instead of spinning (see
+  -- bindings/blas_env.c for the figures); libgomp also loads with libember.
+  if not os.getenv('OMP_WAIT_POLICY') and not os.getenv('GOMP_SPINCOUNT') then
+    ffi.C.setenv('OMP_WAIT_POLICY', 'passive', 1)
   end
 end
 
