@@ -55,5 +55,6 @@ ember.nn = require('ember.nn')
 ember.optim = require('ember.optim')
 require('ember.io')(ember)
 ember.data = require('ember.data')
+ember.graph = require('ember.graph')
 ember.dist = require('ember.dist')      -- loads no MPI until ember.dist.init()
 return ember
