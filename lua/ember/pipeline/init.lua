@@ -36,6 +36,7 @@ local pipeline = {}
 
 pipeline.jobs = {
   train = 'ember.pipeline.train',
+  pagerank = 'ember.pipeline.pagerank',
 }
 pipeline.sections = {
   distributed = 'ember.pipeline.distributed',
