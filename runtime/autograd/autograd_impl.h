@@ -92,6 +92,11 @@ static inline bool em_node_needs_input_grad(const em_node *n, int i) { return n-
 em_status em_ag_sum_to(em_tensor **out, const em_tensor *grad, int ndim, const int64_t *shape);
 /* Takes over g and stores in *slot its sum over broadcast dims cast to input i's dtype. */
 em_status em_ag_finish_input_grad(em_node *n, int i, em_tensor *g, em_tensor **slot);
+/* Makes n the history of *out; when n is NULL (recording failed) releases *out and
+ * returns the error, so a failed op never hands back a half-recorded result. */
+em_status em_ag_finish_record(em_tensor **out, em_node *n);
+/* Differentiable ops always allocate: a given output is an error while recording. */
+em_status em_ag_check_out_free(const char *op, em_tensor **out);
 /* Refuses an in-place write to t while recording, when t needs grad. */
 em_status em_ag_check_inplace(const char *op, const em_tensor *t);
 

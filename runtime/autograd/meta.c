@@ -331,3 +331,17 @@ em_status em_ag_finish_input_grad(em_node *n, int i, em_tensor *g, em_tensor **s
   if (!st) *slot = cast;
   return st;
 }
+
+em_status em_ag_finish_record(em_tensor **out, em_node *n) {
+  if (!n) {
+    em_tensor_release(*out);
+    *out = NULL;
+    return em_last_status();
+  }
+  return em_ag_set_history(*out, n, 0);
+}
+
+em_status em_ag_check_out_free(const char *op, em_tensor **out) {
+  if (*out) return em_set_error(EM_ERR_ARGUMENT, "%s: an output tensor cannot be given while recording gradients", op);
+  return EM_OK;
+}

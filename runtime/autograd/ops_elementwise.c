@@ -22,22 +22,6 @@ static const char *unop_name[EM_NUM_UNOPS] = {
 
 static int is_differentiable_binop(em_binop op) { return op <= EM_FMOD; }
 
-/* Records node as out's history, or undoes out when recording fails. */
-static em_status finish_record(em_tensor **out, em_node *n) {
-  if (!n) {
-    em_tensor_release(*out);
-    *out = NULL;
-    return em_last_status();
-  }
-  return em_ag_set_history(*out, n, 0);
-}
-
-static em_status check_out_free(const char *op, em_tensor **out) {
-  if (*out)
-    return em_set_error(EM_ERR_ARGUMENT, "%s: an output tensor cannot be given while recording gradients", op);
-  return EM_OK;
-}
-
 /* ---- a op b ---- */
 
 static em_status binary_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
@@ -107,7 +91,7 @@ em_status em_ag_binary(em_binop op, em_tensor **out, const em_tensor *a, const e
   const em_tensor *in[2] = {a, b};
   bool record = is_differentiable_binop(op) && em_ag_any_requires_grad(2, in);
   em_status st;
-  if (record && (st = check_out_free(binop_name[op], out))) return st;
+  if (record && (st = em_ag_check_out_free(binop_name[op], out))) return st;
   if ((st = em_binary(op, out, a, b)) || !record) return st;
   em_node *n = em_node_new(binop_name[op], binary_backward, 2, in, 1);
   if (n) {
@@ -117,7 +101,7 @@ em_status em_ag_binary(em_binop op, em_tensor **out, const em_tensor *a, const e
     if (op != EM_ADD && op != EM_SUB) em_node_save(n, 1, b);
     if (op == EM_DIV || op == EM_POW) em_node_save(n, 2, *out);
   }
-  return finish_record(out, n);
+  return em_ag_finish_record(out, n);
 }
 
 /* ---- a op s, s op a ---- */
@@ -179,7 +163,7 @@ em_status em_ag_binary_scalar(em_binop op, em_tensor **out, const em_tensor *a, 
   const em_tensor *in[1] = {a};
   bool record = is_differentiable_binop(op) && em_ag_any_requires_grad(1, in);
   em_status st;
-  if (record && (st = check_out_free(binop_name[op], out))) return st;
+  if (record && (st = em_ag_check_out_free(binop_name[op], out))) return st;
   if ((st = em_binary_scalar(op, out, a, s, reversed)) || !record) return st;
   em_node *n = em_node_new(binop_name[op], scalar_backward, 1, in, 1);
   if (n) {
@@ -191,7 +175,7 @@ em_status em_ag_binary_scalar(em_binop op, em_tensor **out, const em_tensor *a, 
       em_node_save(n, 0, a);
     if (op == EM_DIV || op == EM_POW) em_node_save(n, 2, *out);
   }
-  return finish_record(out, n);
+  return em_ag_finish_record(out, n);
 }
 
 /* ---- unary ---- */
@@ -272,7 +256,7 @@ em_status em_ag_unary(em_unop op, em_tensor **out, const em_tensor *a) {
   const em_tensor *in[1] = {a};
   bool record = op != EM_LOGICAL_NOT && em_ag_any_requires_grad(1, in);
   em_status st;
-  if (record && (st = check_out_free(unop_name[op], out))) return st;
+  if (record && (st = em_ag_check_out_free(unop_name[op], out))) return st;
   if ((st = em_unary(op, out, a)) || !record) return st;
   em_node *n = em_node_new(unop_name[op], unary_backward, 1, in, 1);
   if (n) {
@@ -288,7 +272,7 @@ em_status em_ag_unary(em_unop op, em_tensor **out, const em_tensor *a) {
         em_node_save(n, 0, a);
     }
   }
-  return finish_record(out, n);
+  return em_ag_finish_record(out, n);
 }
 
 /* ---- where, clamp ---- */
@@ -316,11 +300,11 @@ em_status em_ag_where(em_tensor **out, const em_tensor *cond, const em_tensor *a
   const em_tensor *in[2] = {a, b};
   bool record = em_ag_any_requires_grad(2, in);
   em_status st;
-  if (record && (st = check_out_free("where", out))) return st;
+  if (record && (st = em_ag_check_out_free("where", out))) return st;
   if ((st = em_where(out, cond, a, b)) || !record) return st;
   em_node *n = em_node_new("WhereBackward", where_backward, 2, in, 1);
   if (n) em_node_save(n, 0, cond);
-  return finish_record(out, n);
+  return em_ag_finish_record(out, n);
 }
 
 static em_status clamp_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
@@ -347,7 +331,7 @@ em_status em_ag_clamp(em_tensor **out, const em_tensor *a, double low, double hi
   const em_tensor *in[1] = {a};
   bool record = em_ag_any_requires_grad(1, in);
   em_status st;
-  if (record && (st = check_out_free("clamp", out))) return st;
+  if (record && (st = em_ag_check_out_free("clamp", out))) return st;
   if ((st = em_clamp(out, a, low, high)) || !record) return st;
   em_node *n = em_node_new("ClampBackward", clamp_backward, 1, in, 1);
   if (n) {
@@ -355,5 +339,5 @@ em_status em_ag_clamp(em_tensor **out, const em_tensor *a, double low, double hi
     n->d[0] = low;
     n->d[1] = high;
   }
-  return finish_record(out, n);
+  return em_ag_finish_record(out, n);
 }

@@ -3,20 +3,6 @@
 #include <string.h>
 #include "autograd_impl.h"
 
-static em_status finish_record(em_tensor **out, em_node *n) {
-  if (!n) {
-    em_tensor_release(*out);
-    *out = NULL;
-    return em_last_status();
-  }
-  return em_ag_set_history(*out, n, 0);
-}
-
-static em_status check_out_free(const char *op, em_tensor **out) {
-  if (*out) return em_set_error(EM_ERR_ARGUMENT, "%s: an output tensor cannot be given while recording gradients", op);
-  return EM_OK;
-}
-
 /* Saves the reduced dims as a bit mask in n->i[1] and keepdim in n->i[2]. */
 static void save_dims(em_node *n, const em_tensor *a, const int *dims, int ndims, int keepdim) {
   int64_t mask = 0;
@@ -94,7 +80,7 @@ em_status em_ag_reduce(em_redop op, em_tensor **out, em_tensor **indices, const 
                  op == EM_LOGSUMEXP) &&
                 em_ag_any_requires_grad(1, in);
   em_status st;
-  if (record && (st = check_out_free(redop_name(op), out))) return st;
+  if (record && (st = em_ag_check_out_free(redop_name(op), out))) return st;
   if ((st = em_reduce(op, out, indices, a, dims, ndims, keepdim, base)) || !record) return st;
   em_node *n = em_node_new(redop_name(op), reduce_backward, 1, in, 1);
   if (n) {
@@ -105,7 +91,7 @@ em_status em_ag_reduce(em_redop op, em_tensor **out, em_tensor **indices, const 
       em_node_save(n, 2, *out);
     }
   }
-  return finish_record(out, n);
+  return em_ag_finish_record(out, n);
 }
 
 /* ---- norm, var/std ---- */
@@ -140,7 +126,7 @@ em_status em_ag_norm(em_tensor **out, const em_tensor *a, double p, const int *d
   const em_tensor *in[1] = {a};
   bool record = em_ag_any_requires_grad(1, in);
   em_status st;
-  if (record && (st = check_out_free("norm", out))) return st;
+  if (record && (st = em_ag_check_out_free("norm", out))) return st;
   if ((st = em_norm(out, a, p, dims, ndims, keepdim)) || !record) return st;
   if (isinf(p) || p == 0) {
     em_tensor_release(*out);
@@ -154,7 +140,7 @@ em_status em_ag_norm(em_tensor **out, const em_tensor *a, double p, const int *d
     em_node_save(n, 0, a);
     em_node_save(n, 2, *out);
   }
-  return finish_record(out, n);
+  return em_ag_finish_record(out, n);
 }
 
 static em_status var_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
@@ -181,7 +167,7 @@ em_status em_ag_var(em_tensor **out, const em_tensor *a, const int *dims, int nd
   const em_tensor *in[1] = {a};
   bool record = em_ag_any_requires_grad(1, in);
   em_status st;
-  if (record && (st = check_out_free(take_sqrt ? "std" : "var", out))) return st;
+  if (record && (st = em_ag_check_out_free(take_sqrt ? "std" : "var", out))) return st;
   if ((st = em_var(out, a, dims, ndims, correction, keepdim, take_sqrt)) || !record) return st;
   em_node *n = em_node_new(take_sqrt ? "StdBackward" : "VarBackward", var_backward, 1, in, 1);
   if (n) {
@@ -191,7 +177,7 @@ em_status em_ag_var(em_tensor **out, const em_tensor *a, const int *dims, int nd
     em_node_save(n, 0, a);
     if (take_sqrt) em_node_save(n, 2, *out);
   }
-  return finish_record(out, n);
+  return em_ag_finish_record(out, n);
 }
 
 /* ---- cumsum: the gradient is the reversed cumulative sum ---- */
@@ -214,11 +200,11 @@ em_status em_ag_cumsum(em_tensor **out, const em_tensor *a, int dim) {
   const em_tensor *in[1] = {a};
   bool record = em_ag_any_requires_grad(1, in);
   em_status st;
-  if (record && (st = check_out_free("cumsum", out))) return st;
+  if (record && (st = em_ag_check_out_free("cumsum", out))) return st;
   if ((st = em_cumsum(out, a, dim)) || !record) return st;
   em_node *n = em_node_new("CumsumBackward", cumsum_backward, 1, in, 1);
   if (n) n->i[0] = dim < 0 ? dim + (a->ndim ? a->ndim : 1) : dim;
-  return finish_record(out, n);
+  return em_ag_finish_record(out, n);
 }
 
 /* ---- softmax / log_softmax ---- */
@@ -241,7 +227,7 @@ em_status em_ag_softmax(em_tensor **out, const em_tensor *a, int dim, int log) {
   const em_tensor *in[1] = {a};
   bool record = em_ag_any_requires_grad(1, in);
   em_status st;
-  if (record && (st = check_out_free(log ? "log_softmax" : "softmax", out))) return st;
+  if (record && (st = em_ag_check_out_free(log ? "log_softmax" : "softmax", out))) return st;
   if ((st = em_softmax(out, a, dim, log)) || !record) return st;
   em_node *n = em_node_new(log ? "LogSoftmaxBackward" : "SoftmaxBackward", softmax_backward, 1, in, 1);
   if (n) {
@@ -249,7 +235,7 @@ em_status em_ag_softmax(em_tensor **out, const em_tensor *a, int dim, int log) {
     n->i[1] = log;
     em_node_save(n, 2, *out);
   }
-  return finish_record(out, n);
+  return em_ag_finish_record(out, n);
 }
 
 /* ---- matmul, addmm ---- */
@@ -290,14 +276,14 @@ em_status em_ag_matmul(em_tensor **out, const em_tensor *a, const em_tensor *b) 
   const em_tensor *in[2] = {a, b};
   bool record = em_ag_any_requires_grad(2, in);
   em_status st;
-  if (record && (st = check_out_free("matmul", out))) return st;
+  if (record && (st = em_ag_check_out_free("matmul", out))) return st;
   if ((st = em_matmul(out, a, b)) || !record) return st;
   em_node *n = em_node_new("MatmulBackward", matmul_backward, 2, in, 1);
   if (n) {
     em_node_save(n, 0, a);
     em_node_save(n, 1, b);
   }
-  return finish_record(out, n);
+  return em_ag_finish_record(out, n);
 }
 
 static em_status addmm_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
@@ -327,7 +313,7 @@ em_status em_ag_addmm(em_tensor **out, const em_tensor *c, const em_tensor *a, c
   const em_tensor *in[3] = {c, a, b};
   bool record = em_ag_any_requires_grad(3, in);
   em_status st;
-  if (record && (st = check_out_free("addmm", out))) return st;
+  if (record && (st = em_ag_check_out_free("addmm", out))) return st;
   if ((st = em_addmm(out, c, a, b, beta, alpha)) || !record) return st;
   em_node *n = em_node_new("AddmmBackward", addmm_backward, 3, in, 1);
   if (n) {
@@ -337,5 +323,5 @@ em_status em_ag_addmm(em_tensor **out, const em_tensor *c, const em_tensor *a, c
     n->d[0] = beta;
     n->d[1] = alpha;
   }
-  return finish_record(out, n);
+  return em_ag_finish_record(out, n);
 }

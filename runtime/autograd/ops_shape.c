@@ -3,15 +3,6 @@
 #include <string.h>
 #include "autograd_impl.h"
 
-static em_status finish_record(em_tensor **out, em_node *n) {
-  if (!n) {
-    em_tensor_release(*out);
-    *out = NULL;
-    return em_last_status();
-  }
-  return em_ag_set_history(*out, n, 0);
-}
-
 #define RECORDING(name, nin, ...)                                                                          \
   const em_tensor *in_[nin] = {__VA_ARGS__};                                                                 \
   bool record_ = em_ag_any_requires_grad(nin, in_);                                                          \
@@ -37,7 +28,7 @@ static em_status identity_backward(em_node *n, em_tensor *const *go, em_tensor *
 
 static em_status record_simple(em_tensor **out, const em_tensor *a, const char *name, em_backward_fn fn) {
   const em_tensor *in[1] = {a};
-  return finish_record(out, em_node_new(name, fn, 1, in, 1));
+  return em_ag_finish_record(out, em_node_new(name, fn, 1, in, 1));
 }
 
 #define RESHAPE_LIKE(fname, name, call)                        \
@@ -112,7 +103,7 @@ em_status em_ag_narrow(em_tensor **out, const em_tensor *a, int dim, int64_t sta
     if (start < 0) start += a->sizes[dim];
     n->i[0] = 0, n->i[1] = dim, n->i[2] = start, n->i[3] = length;
   }
-  return finish_record(out, n);
+  return em_ag_finish_record(out, n);
 }
 
 em_status em_ag_select(em_tensor **out, const em_tensor *a, int dim, int64_t index) {
@@ -125,7 +116,7 @@ em_status em_ag_select(em_tensor **out, const em_tensor *a, int dim, int64_t ind
     if (index < 0) index += a->sizes[dim];
     n->i[0] = 1, n->i[1] = dim, n->i[2] = index;
   }
-  return finish_record(out, n);
+  return em_ag_finish_record(out, n);
 }
 
 /* ---- transpose / permute ---- */
@@ -145,7 +136,7 @@ em_status em_ag_permute(em_tensor **out, const em_tensor *a, int ndim, const int
   if (st || !record_) return st;
   em_node *n = em_node_new("PermuteBackward", permute_backward, 1, in_, 1);
   for (int d = 0; n && d < ndim; d++) n->i[d] = dims[d] < 0 ? dims[d] + ndim : dims[d];
-  return finish_record(out, n);
+  return em_ag_finish_record(out, n);
 }
 
 em_status em_ag_transpose(em_tensor **out, const em_tensor *a, int dim0, int dim1) {
@@ -162,7 +153,7 @@ em_status em_ag_transpose(em_tensor **out, const em_tensor *a, int dim0, int dim
       n->i[dim0] = dim1, n->i[dim1] = dim0;
     }
   }
-  return finish_record(out, n);
+  return em_ag_finish_record(out, n);
 }
 
 /* ---- cat / stack: each input gets its slice of the gradient ---- */
@@ -204,7 +195,7 @@ static em_status cat_backward(em_node *n, em_tensor *const *go, em_tensor **gi) 
 static em_status record_cat(em_tensor **out, em_tensor *const *tensors, int n, int dim, int stacked) {
   em_node *node = em_node_new(stacked ? "StackBackward" : "CatBackward", cat_backward, n,
                               (const em_tensor *const *)tensors, 1);
-  if (!node) return finish_record(out, NULL);
+  if (!node) return em_ag_finish_record(out, NULL);
   cat_ctx *c = calloc(1, sizeof *c);
   if (c) {
     c->lengths = calloc(n, sizeof *c->lengths);
@@ -214,7 +205,7 @@ static em_status record_cat(em_tensor **out, em_tensor *const *tensors, int n, i
     if (c) free(c->lengths), free(c->dtypes), free(c);
     em_node_release(node);
     em_set_error(EM_ERR_MEMORY, "cat: out of memory recording the graph");
-    return finish_record(out, NULL);
+    return em_ag_finish_record(out, NULL);
   }
   int nd = (*out)->ndim;
   c->dim = dim < 0 ? dim + nd : dim;
@@ -227,7 +218,7 @@ static em_status record_cat(em_tensor **out, em_tensor *const *tensors, int n, i
   }
   node->ctx = c;
   node->release_ctx = cat_release;
-  return finish_record(out, node);
+  return em_ag_finish_record(out, node);
 }
 
 em_status em_ag_cat(em_tensor **out, em_tensor *const *tensors, int n, int dim) {
@@ -274,7 +265,7 @@ static em_status record_index(em_tensor **out, const em_tensor *a, const em_tens
     n->i[1] = dim < 0 ? dim + a->ndim : dim;
     n->i[2] = base;
   }
-  return finish_record(out, n);
+  return em_ag_finish_record(out, n);
 }
 
 em_status em_ag_index_select(em_tensor **out, const em_tensor *a, int dim, const em_tensor *index, int base) {
@@ -315,5 +306,5 @@ em_status em_ag_masked_fill(em_tensor **out, const em_tensor *a, const em_tensor
   if (!record_) return EM_OK;
   em_node *n = em_node_new("MaskedFillBackward", masked_fill_backward, 1, in_, 1);
   if (n) em_node_save(n, 0, mask);
-  return finish_record(out, n);
+  return em_ag_finish_record(out, n);
 }
