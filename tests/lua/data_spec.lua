@@ -4,20 +4,9 @@
 local ffi = require 'ffi'
 local data = ember.data
 
-local function tmpdir()
-  local dir = os.tmpname()
-  os.remove(dir)
-  assert(os.execute('mkdir -p ' .. dir) == 0)
-  finally(function() os.execute('rm -rf ' .. dir) end)
-  return dir
-end
+local tmpdir = test_tmpdir
 
-local function write(path, bytes)
-  local f = assert(io.open(path, 'wb'))
-  f:write(bytes)
-  f:close()
-  return path
-end
+local write = test_write
 
 local function read(path)
   local f = assert(io.open(path, 'rb'))

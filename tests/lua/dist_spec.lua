@@ -108,7 +108,10 @@ describe('DistributedDataParallel on one process', function()
 
   it('reports an unused parameter by name at the next forward', function()
     local Net = nn.Module:extend('Net')
-    function Net:init() self.used, self.idle = nn.Linear(3, 2), nn.Linear(3, 2) end
+    function Net:init()
+      self.used = nn.Linear(3, 2)
+      self.idle = nn.Linear(3, 2)
+    end
     function Net:forward(x) return self.used(x) end
     local ddp = nn.DistributedDataParallel(Net())
     F.mse_loss(ddp(ember.ones(1, 3)), ember.zeros(1, 2)):backward()

@@ -11,20 +11,9 @@ local function error_of(fn, ...)
   return tostring(err)
 end
 
-local function tmpdir()
-  local dir = os.tmpname()
-  os.remove(dir)
-  assert(os.execute('mkdir -p ' .. dir) == 0)
-  finally(function() os.execute('rm -rf ' .. dir) end)
-  return dir
-end
+local tmpdir = test_tmpdir
 
-local function write(path, text)
-  local f = assert(io.open(path, 'wb'))
-  f:write(text)
-  f:close()
-  return path
-end
+local write = test_write
 
 describe('ember.graph', function()
   it('ranks a hand-checked graph with 1-based ids', function()

@@ -169,3 +169,93 @@ describe('the data: section of a pipeline file', function()
     assert.is_true(m.data.transform_s > 0)
   end)
 end)
+
+describe('the trainer', function()
+  -- libzmq straight through the FFI: a peer that sends what no reader would.
+  local ffi = require 'ffi'
+  pcall(ffi.cdef, [[
+    void *zmq_ctx_new(void); int zmq_ctx_term(void *ctx); void *zmq_socket(void *ctx, int type);
+    int zmq_connect(void *s, const char *endpoint); int zmq_close(void *s);
+    int zmq_setsockopt(void *s, int option, const void *value, size_t len);
+    int zmq_send(void *s, const void *buf, size_t len, int flags);
+    int zmq_recv(void *s, void *buf, size_t len, int flags);
+    typedef struct test_dp_hdr {
+      uint32_t magic; uint16_t version, kind; uint32_t flags; int32_t ntensors;
+      uint64_t session, plan, epoch; int64_t item, n; uint64_t seed; int64_t skipped;
+      double times[4]; double heartbeat_s, heartbeat_timeout_s;
+    } test_dp_hdr;
+    typedef struct test_dp_hello {
+      int64_t pid, dataset_size; uint64_t nonce; char host[64], boot_id[40], name[64];
+    } test_dp_hello;
+  ]])
+  local DEALER, SNDMORE, LINGER, RCVTIMEO = 5, 2, 17, 27
+  local zmq
+
+  local function frames(sock, list)
+    for i, f in ipairs(list) do
+      local n = type(f) == 'string' and #f or ffi.sizeof(f)
+      local data = f
+      zmq.zmq_send(sock, data, n, i < #list and SNDMORE or 0)
+    end
+  end
+
+  it('drops malformed messages and serves its readers on', function()
+    local ok, lib = pcall(ffi.load, 'libzmq.so.5')
+    if not ok then return pending('libzmq.so.5 not found') end
+    zmq = lib
+    local dir = F.tmpdir()
+    local spec = F.npy_images(dir, 16, 4, 4)
+    local l = loader { dataset = spec, batch_size = 4, endpoint = 'tcp://127.0.0.1:*', timeout = 30,
+      heartbeat = 0.05, heartbeat_timeout = 0.5 }
+    local ctx = zmq.zmq_ctx_new()
+    local s = zmq.zmq_socket(ctx, DEALER)
+    local zero, wait = ffi.new('int[1]', 0), ffi.new('int[1]', 2000)
+    zmq.zmq_setsockopt(s, LINGER, zero, 4)
+    zmq.zmq_setsockopt(s, RCVTIMEO, wait, 4)
+    finally(function() zmq.zmq_close(s); zmq.zmq_ctx_term(ctx) end)
+    assert.equal(0, zmq.zmq_connect(s, l:endpoint()))
+    local h = ffi.new('test_dp_hdr')
+    h.magic, h.version = 0x50444d45, 1
+    -- noise: a short frame, a wrong magic, too many frames, a hello of the wrong size
+    frames(s, { 'hello' })
+    local bad = ffi.new('test_dp_hdr', h)
+    bad.magic = 1
+    frames(s, { bad })
+    local many = {}
+    for i = 1, 12 do many[i] = 'x' end
+    frames(s, many)
+    h.kind = 1
+    frames(s, { h, 'short', 'fp' })
+    -- a proper hello, then a lease answered with a batch that claims more than it holds
+    local hello = ffi.new('test_dp_hello')
+    hello.pid, hello.dataset_size, hello.nonce = 999999, 16, 12345
+    ffi.copy(hello.name, 'impostor')
+    frames(s, { h, hello, require('ember.data.source').fingerprint(l.spec) })
+    local it = l:epoch(1)
+    local buf = ffi.new('char[4096]')
+    local lease = ffi.new('test_dp_hdr')
+    local got
+    repeat   -- the welcome, then a lease
+      got = zmq.zmq_recv(s, buf, 4096, 0)
+      assert.is_true(got >= 0, 'no message from the trainer')
+      ffi.copy(lease, buf, ffi.sizeof(lease))
+      if lease.kind == 5 then zmq.zmq_recv(s, buf, 4096, 0) end
+    until lease.kind == 5
+    local reply = ffi.new('test_dp_hdr', lease)
+    reply.kind, reply.ntensors, reply.n = 6, 1, 4
+    local desc = ffi.new('struct { em_tensor_desc d; int64_t offset, nbytes; }')
+    desc.d.dtype, desc.d.ndim, desc.d.sizes[0], desc.d.sizes[1] = ember.C.EM_UINT8, 2, 4, 1000000
+    desc.nbytes = 4000000
+    local ids = ffi.new('int64_t[4]', 1, 2, 3, 4)
+    frames(s, { reply, desc, ffi.string(ids, 32), 'tiny' })
+    -- then it goes silent: its lease comes back when it is lost, and a real reader serves all
+    F.start_reader(string.format('--connect %s %s', l:endpoint(), pipeline_file(dir)))
+    local all = {}
+    for b in it do for i = 1, b.ids:numel() do all[#all + 1] = b.ids[i]:item() end end
+    F.exactly_once(all, 16)
+    local st = l:stats()
+    assert.equal(4, st.batches)
+    assert.equal(2, st.workers_seen)
+    assert.equal(1, st.workers_lost)
+  end)
+end)

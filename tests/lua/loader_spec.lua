@@ -127,6 +127,29 @@ describe('ember.data.Loader', function()
     assert.equal(s.batches, 20)
   end)
 
+  it('leases again an item a reader is stuck on while it still heartbeats', function()
+    local dir = F.tmpdir()
+    -- the first reader to meet sample 3 blocks in it for a minute (mkdir decides who is first)
+    local ds = F.write(dir .. '/stuck.lua', string.format([[
+      local ffi = require 'ffi'
+      pcall(ffi.cdef, 'int mkdir(const char *path, unsigned int mode); unsigned int sleep(unsigned int s);')
+      return { size = function() return 12 end,
+        get = function(self, i)
+          if i == 3 and ffi.C.mkdir('%s/first', 448) == 0 then ffi.C.sleep(60) end
+          return { x = ember.tensor({ i }) }
+        end }
+    ]], dir))
+    local l = loader { dataset = ds, batch_size = 2, num_workers = 2, heartbeat = 0.05, heartbeat_timeout = 5,
+      lease_timeout = 0.5, timeout = 30 }
+    local t0 = F.now()
+    local _, all = F.collect(l, 1)
+    F.exactly_once(all, 12)
+    assert.is_true(F.now() - t0 < 20)
+    local s = l:stats()
+    assert.is_true(s.reissued >= 1)
+    assert.equal(0, s.workers_lost)   -- it was never silent
+  end)
+
   it('holds at most `prefetch` batches for a slow consumer', function()
     local dir = F.tmpdir()
     local spec = F.npy_images(dir, 64, 8, 8)

@@ -11,28 +11,11 @@ local KRON = 'pipelines/pagerank_kron.yaml'
 local FILE = 'pipelines/pagerank_file.yaml'
 local D = 0.85
 
-local function tmpdir()
-  local dir = os.tmpname()
-  os.remove(dir)
-  assert(os.execute('mkdir -p ' .. dir) == 0)
-  finally(function() os.execute('rm -rf ' .. dir) end)
-  return dir
-end
+local tmpdir = test_tmpdir
 
-local function write(path, text)
-  local f = assert(io.open(path, 'wb'))
-  f:write(text)
-  f:close()
-  return path
-end
+local write = test_write
 
-local function read(path)
-  local f = io.open(path, 'rb')
-  if not f then return nil end
-  local s = f:read('*a')
-  f:close()
-  return s
-end
+local read = test_read
 
 local function has(msg, text)
   assert(msg:find(text, 1, true), string.format('expected the text to contain %q, got %q', text, msg))

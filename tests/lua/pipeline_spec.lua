@@ -8,28 +8,11 @@ local train = require 'ember.pipeline.train'
 local EMBER = (os.getenv('EMBER_BUILD_DIR') or 'build') .. '/ember'
 local MLP = 'pipelines/fashion_mnist_mlp.yaml'
 
-local function tmpdir()
-  local dir = os.tmpname()
-  os.remove(dir)
-  assert(os.execute('mkdir -p ' .. dir) == 0)
-  finally(function() os.execute('rm -rf ' .. dir) end)
-  return dir
-end
+local tmpdir = test_tmpdir
 
-local function write(path, text)
-  local f = assert(io.open(path, 'w'))
-  f:write(text)
-  f:close()
-  return path
-end
+local write = test_write
 
-local function read(path)
-  local f = io.open(path, 'r')
-  if not f then return nil end
-  local s = f:read('*a')
-  f:close()
-  return s
-end
+local read = test_read
 
 local function load_error(path, overrides)
   local ok, err = pcall(pipeline.load, path, overrides)
