@@ -79,6 +79,10 @@ fi
 # variables keep any library from starting a pool of another size.
 export EMBER_NUM_THREADS="$threads" OMP_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads" \
        MKL_NUM_THREADS="$threads"
+# The same OpenMP wait policy for every program: ember's host sets passive itself (threads
+# sleep between parallel regions, which a shared machine needs); PyTorch and the C
+# references get it too, so that no side wins or loses by its spinning. Override to compare.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 
 # blas_gemm must run the same OpenBLAS kernels as ember. The ember host picks OpenBLAS's
 # core type itself when OPENBLAS_CORETYPE is unset (bindings/blas_env.c), so ask it which

@@ -63,6 +63,10 @@ raw="$build/bench-results/train_fmnist-$(date +%Y%m%d-%H%M%S).jsonl"
 : >"$raw"
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 
+# The same OpenMP wait policy for both sides (ember's host sets passive itself; spinning
+# threads collapse on a shared machine, PyTorch's as much as ember's). Override to compare.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
+
 # One JSON line per run: {"impl", "model", "threads", "train_samples_per_s", ...}.
 run_ember() {   # model threads
   local out

@@ -49,7 +49,7 @@ if world > 1 then dist.barrier() end
 local dt = now() - t0
 local s = world > 1 and model:stats() or {}
 if rank == 0 then
-  print(string.format('{"model":"%s","ranks":%d,"threads":%d,"batch_per_rank":%d,"steps":%d,"seconds":%.4f,' ..
+  print(string.format('{"impl":"ember","model":"%s","ranks":%d,"threads":%d,"batch_per_rank":%d,"steps":%d,"seconds":%.4f,' ..
     '"step_ms":%.4f,"global_samples_per_s":%.1f,"comm_ms_per_step":%.4f,"exposed_ms_per_step":%.4f,' ..
     '"hidden_share":%.4f,"buckets":%d}',
     model_name, world, ember.C.em_get_num_threads(), batch, steps, dt, dt / steps * 1e3, steps * batch * world / dt,

@@ -1,0 +1,85 @@
+-- loader_bench.lua: samples/s, batches/s and MB/s that ember's loaders deliver to a consumer
+-- that only takes the batches (the cost of feeding data, nothing else).
+--   build/ember bench/data/loader_bench.lua [raw|jpeg|all] [epochs] [batch]
+-- raw:  Fashion-MNIST uint8 [128, 1, 28, 28] + int64 labels, no transforms: the in-process
+--       DataLoader, the Loader in process, and 1 and 2 reader processes (shared memory on
+--       and off).
+-- jpeg: the same images as JPEG records in a TFRecord shard (made here, in /tmp), decoded
+--       and randomly cropped to 24x24 (padding 2) and flipped: in process, 1 and 2 readers.
+-- Prints one JSON line per configuration.
+local ffi = require 'ffi'
+local json = require 'ember.pipeline.json'
+local progress = require 'ember.pipeline.progress'
+local data = ember.data
+
+local what = arg[1] or 'all'
+local epochs = tonumber(arg[2] or 3)
+local bs = tonumber(arg[3] or 128)
+local ROOT = '/usr/share/datasets/fashion-mnist'
+
+local function run(name, loader, extra)
+  -- epoch 0 warms up (reader start, page faults); the rest are timed
+  local bytes, samples, batches = 0, 0, 0
+  for b in loader:epoch(0) do end
+  local t0 = progress.now()
+  for e = 1, epochs do
+    for b in loader:epoch(e) do
+      batches = batches + 1
+      local n = b.ids:numel()
+      samples = samples + n
+      bytes = bytes + b.x:numel() * (b.x.dtype == 'float32' and 4 or 1) + n * 8
+    end
+  end
+  local dt = progress.now() - t0
+  local line = { bench = name, samples_per_s = samples / dt, batches_per_s = batches / dt, mb_per_s = bytes / dt / 1e6,
+    bytes_per_sample = bytes / samples, seconds = dt, batch = bs }
+  for k, v in pairs(extra or {}) do line[k] = v end
+  if loader.stats then
+    local s = loader:stats()
+    line.shm_batches, line.reissued = s.shm_batches, s.reissued
+  end
+  print(json.encode(line, { order = { 'bench', 'samples_per_s', 'batches_per_s', 'mb_per_s' } }))
+  io.stdout:flush()
+  if loader.close then loader:close() end
+end
+
+if what == 'raw' or what == 'all' then
+  local ds = data.datasets.FashionMNIST { normalise = false }
+  run('raw/DataLoader in process', data.DataLoader { dataset = ds, batch_size = bs, shuffle = true, seed = 1 })
+  ds = nil
+  collectgarbage()
+  local base = { dataset = 'fashion-mnist', batch_size = bs, shuffle = true, seed = 1, timeout = 120 }
+  local function with(t) local o = {} for k, v in pairs(base) do o[k] = v end for k, v in pairs(t) do o[k] = v end return o end
+  run('raw/Loader in process', data.Loader(with {}))
+  for _, nw in ipairs { 1, 2 } do
+    run(string.format('raw/Loader %d reader%s, shared memory', nw, nw > 1 and 's' or ''), data.Loader(with { num_workers = nw }),
+      { workers = nw })
+    run(string.format('raw/Loader %d reader%s, socket', nw, nw > 1 and 's' or ''),
+      data.Loader(with { num_workers = nw, shared_memory = false }), { workers = nw })
+  end
+end
+
+if what == 'jpeg' or what == 'all' then
+  local shard = os.getenv('JPEG_SHARD') or '/tmp/ember-bench-fmnist-jpeg.tfrecord'
+  local f = io.open(shard, 'rb')
+  if f then
+    f:close()
+  else   -- 60,000 JPEGs (quality 90) of the training images, one TFRecord shard
+    local images = data.read_idx(ROOT .. '/train-images-idx3-ubyte.gz')
+    local labels = data.read_idx(ROOT .. '/train-labels-idx1-ubyte.gz')
+    local records = {}
+    for i = 1, images.shape[1] do
+      records[i] = data.tfrecord.example { image = data.jpeg.encode(images[i], 90), label = labels[i]:item() }
+    end
+    data.tfrecord.write(shard, records)
+  end
+  local aug = { { random_crop = { size = 24, padding = 2 } }, { flip = 0.5 } }
+  local base = { dataset = { format = 'tfrecord', files = { shard } }, transforms = aug, batch_size = bs,
+    shuffle = true, seed = 1, timeout = 120 }
+  local function with(t) local o = {} for k, v in pairs(base) do o[k] = v end for k, v in pairs(t) do o[k] = v end return o end
+  run('jpeg/Loader in process', data.Loader(with {}))
+  for _, nw in ipairs { 1, 2 } do
+    run(string.format('jpeg/Loader %d reader%s', nw, nw > 1 and 's' or ''), data.Loader(with { num_workers = nw }),
+      { workers = nw })
+  end
+end
