@@ -179,6 +179,8 @@ extern int gr_tiles_slice; /* tests: > 0 forces tiles of this many vertices; < 0
 em_status gr_tiles_build(gr_tiles *t, const em_graph *g);
 void gr_tiles_gather(const gr_tiles *t, int64_t block, const float *contrib, float *acc, int64_t n);
 void gr_tiles_free(gr_tiles *t);
+/* Tests: 1 forces PageRank's prefetching gather (untiled), -1 disables it, 0 decides. */
+extern int gr_pr_prefetch;
 
 /* ---- format readers (one file each) */
 em_status gr_load_snap(em_graph **out, const char *path, const em_graph_options *opts);

@@ -34,6 +34,8 @@
 
 #define PR_PARALLEL_WORK (1 << 18) /* arcs + vertices below which one thread iterates */
 
+int gr_pr_prefetch = 0;
+
 typedef struct pr_run {
   const em_graph *g;
   int method;
@@ -45,6 +47,7 @@ typedef struct pr_run {
   double *bsum, *bres, *bdang; /* per block */
   gr_tiles tiles;       /* cold arcs, cache-blocked (Jacobi and GAPBS; see pr_tiles.c) */
   float *acc;           /* [n] each vertex's cold sum, when tiled */
+  bool prefetch;        /* untiled, and the contributions outgrow L2: prefetch them */
 } pr_run;
 
 static em_status check_options(const em_graph *g, const em_pagerank_options *o) {
@@ -136,6 +139,21 @@ static inline __attribute__((always_inline)) double gather(const float *restrict
   return s;
 }
 
+/* The same sum for graphs whose contributions outgrow the caches (and are not tiled):
+ * each read of a contribution is a trip to memory, so the reads PREFETCH arcs ahead (in
+ * the flat sources array, across vertices) are requested early. */
+#define PREFETCH 128
+static inline __attribute__((always_inline)) double gather_prefetch(const float *restrict contrib,
+                                                                   const uint32_t *restrict sources, int64_t begin,
+                                                                   int64_t end, int64_t m) {
+  double s = 0;
+  for (int64_t j = begin; j < end; j++) {
+    __builtin_prefetch(contrib + sources[j + PREFETCH < m ? j + PREFETCH : m - 1]);
+    s += contrib[sources[j]];
+  }
+  return s;
+}
+
 /* Jacobi and GAPBS, one pass over block b: the new score from the in-neighbours'
  * contributions (scaled by `scale`, the normalisation of the previous iteration, applied
  * here rather than in a pass of its own), its residual against the old normalised score,
@@ -153,7 +171,9 @@ static void sweep_jacobi(pr_run *r, int64_t b, double coef, double scale) {
   double sum = 0, res = 0, dang = 0;
   for (int64_t v = r->block[b]; v < r->block[b + 1]; v++) {
     double t = tele ? coef * tele[v] : uniform;
-    double in = hot ? acc[v] + gather(contrib, src + off[v], hot[v]) : gather(contrib, src + off[v], off[v + 1] - off[v]);
+    double in = hot           ? acc[v] + gather(contrib, src + off[v], hot[v])
+                : r->prefetch ? gather_prefetch(contrib, src, off[v], off[v + 1], g->m)
+                              : gather(contrib, src + off[v], off[v + 1] - off[v]);
     float nv = (float)(d * in + t);
     y[v] = nv;
     sum += nv;
@@ -312,6 +332,7 @@ em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagera
       st = gr_oom(op, (size_t)n * 4);
       goto done;
     }
+    r.prefetch = !r.tiles.hot_len && (gr_pr_prefetch ? gr_pr_prefetch > 0 : (size_t)n * sizeof(float) > ((size_t)4 << 20));
   }
 #pragma omp parallel for schedule(static) num_threads(gr_threads())
   for (int64_t v = 0; v < n; v++) r.inv_deg[v] = g->out_degree[v] ? 1.0f / (float)g->out_degree[v] : 0.0f;

@@ -64,6 +64,14 @@ em_status gr_tiles_build(gr_tiles *t, const em_graph *g) {
   t->nseg = (n + slice - 1) / slice;
   t->dblock = slice;
   t->nblocks = (n + slice - 1) / slice;
+  /* The cold arcs are those of sources seg.. (out-degrees say how many, before any pass):
+   * give up early when the copy alone would outgrow its memory budget (see below). */
+  int64_t hot_arcs = 0;
+  for (int64_t u = 0; u < slice && u < n; u++) hot_arcs += g->out_degree[u];
+  if (!gr_tiles_slice && (double)(g->m - hot_arcs) * 4 > (double)g->m * 2) {
+    memset(t, 0, sizeof *t);
+    return EM_OK;
+  }
   int64_t ntiles = t->nblocks * t->nseg;
   t->hot_len = gr_alloc((size_t)n * sizeof *t->hot_len);
   t->tile_entry = gr_calloc((size_t)(ntiles + 1) * sizeof *t->tile_entry);

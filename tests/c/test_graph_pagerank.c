@@ -279,6 +279,9 @@ static void test_cache_blocking(void **state) {
   int saved = em_get_num_threads();
   gr_tiles_slice = -1;
   float *plain = tg_pagerank(g, &po, NULL);
+  gr_pr_prefetch = 1; /* the untiled path for large graphs */
+  float *prefetched = tg_pagerank(g, &po, NULL);
+  gr_pr_prefetch = 0;
   gr_tiles_slice = 1000;
   em_set_num_threads(1);
   float *one = tg_pagerank(g, &po, NULL);
@@ -294,10 +297,11 @@ static void test_cache_blocking(void **state) {
   assert_memory_equal(one, two, (size_t)n * 4);
   assert_true(tg_l1(one, ref, n) < 1e-6);
   assert_true(tg_l1(plain, ref, n) < 1e-6);
+  assert_true(tg_l1(prefetched, ref, n) < 1e-6);
   double diff = 0;
   for (int64_t v = 0; v < n; v++) diff += fabs((double)gapbs_tiled[v] - gapbs_plain[v]);
   assert_true(diff < 1e-6);
-  free(plain), free(one), free(two), free(gapbs_tiled), free(gapbs_plain), free(ref);
+  free(plain), free(prefetched), free(one), free(two), free(gapbs_tiled), free(gapbs_plain), free(ref);
   em_graph_free(g);
 }
 
