@@ -73,6 +73,25 @@ if what == 'jpeg' or what == 'all' then
     end
     data.tfrecord.write(shard, records)
   end
+  -- the decode rate of one core (read + CRC + protobuf + JPEG decode, no loader): the
+  -- ceiling for this workload is cores x this rate
+  do
+    local source = require 'ember.data.source'
+    local p = source.open(source.normalise({ format = 'tfrecord', files = { shard } }, nil, nil))
+    local n = 20000
+    local ids = ffi.new('int64_t[?]', bs)
+    local x = ember.empty({ bs, 1, 28, 28 }, { dtype = 'uint8' })
+    local y = ember.empty({ bs }, { dtype = 'int64' })
+    local kept, skipped, times = ffi.new('int64_t[1]'), ffi.new('int64_t[1]'), ffi.new('em_stage_times')
+    local t0 = progress.now()
+    for k = 0, n / bs - 1 do
+      for i = 0, bs - 1 do ids[i] = (k * bs * 7919 + i * 104729) % 60000 + 1 end
+      ember.C.em_source_fill(p.source.src, ids, bs, 1, nil, 0, 0, x, y, 0, kept, nil, skipped, times)
+    end
+    local dt = progress.now() - t0
+    print(json.encode({ bench = 'jpeg decode, one core', samples_per_s = math.floor(n / bs) * bs / dt,
+      read_s = times.read, decode_s = times.decode }))
+  end
   local aug = { { random_crop = { size = 24, padding = 2 } }, { flip = 0.5 } }
   local base = { dataset = { format = 'tfrecord', files = { shard } }, transforms = aug, batch_size = bs,
     shuffle = true, seed = 1, timeout = 120 }

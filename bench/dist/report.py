@@ -46,6 +46,7 @@ if ar:
     print("busbw in GB/s = bytes / time x 2(n-1)/n; MPI: MPI_Allreduce polling (Open MPI's default), yield: with "
           "mpi_yield_when_idle=1; e/MPI = ember busbw / the better MPI busbw")
 
+ov = [r for r in rows if r.get("bench") == "ddp_overhead"]
 dd = [r for r in rows if "global_samples_per_s" in r]
 if dd:
     print("\nDDP step, Fashion-MNIST, batch %s per rank, 1 thread per rank: median global samples/s"
@@ -83,6 +84,25 @@ if dd:
     print("eff = samples/s at n ranks / (n x samples/s at 1 rank); e/torch = ember / PyTorch samples/s; comm = "
           "bucket allreduce time per step (launch to completion), exposed = the part backward waited for, "
           "hidden = 1 - exposed/comm")
+if ov:
+    print("\nsynchronisation cost alone (sync and no_sync blocks alternating in one run, medians of blocks): "
+          "the efficiency if each rank had its core to itself")
+    print("%5s %5s %13s %13s %9s %13s %13s %9s" % ("model", "ranks", "ember sync ms", "no_sync ms", "eff",
+                                                  "torch sync ms", "no_sync ms", "eff"))
+    report["paired"] = []
+    for model in ("mlp", "cnn"):
+        for n in sorted({r["ranks"] for r in ov if r["model"] == model}):
+            row = {"model": model, "ranks": n}
+            for impl in ("ember", "torch"):
+                sel = [r for r in ov if r["model"] == model and r["ranks"] == n and r["impl"] == impl]
+                row[impl + "_sync_ms"] = med([r["step_sync_ms"] for r in sel])
+                row[impl + "_nosync_ms"] = med([r["step_nosync_ms"] for r in sel])
+                row[impl + "_paired_efficiency"] = med([r["paired_efficiency"] for r in sel])
+            report["paired"].append(row)
+            print("%5s %5d %13s %13s %9s %13s %13s %9s" % (
+                model, n, fmt(row["ember_sync_ms"], "%.3f"), fmt(row["ember_nosync_ms"], "%.3f"),
+                fmt(row["ember_paired_efficiency"]), fmt(row["torch_sync_ms"], "%.3f"),
+                fmt(row["torch_nosync_ms"], "%.3f"), fmt(row["torch_paired_efficiency"])))
 print("load average: before %s, after %s (2 shared cores: compare ratios, rerun with -r when high)"
       % (load_before, load_after))
 print(json.dumps({"dist_bench": report}))

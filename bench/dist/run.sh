@@ -83,11 +83,11 @@ if [[ ",$parts," == *,ddp,* ]]; then
       "$ember" launch -n "$2" --threads 1 --no-prefix bench/dist/ddp_fmnist.lua "$1" "$3" "$4" 128
     fi | grep '^{' | tag "$r"
   }
-  run_torch() {   # model ranks steps warmup
+  run_torch() {   # model ranks steps warmup [paired]
     local port=$((29500 + RANDOM % 2000)) pids=() k
     for ((k = 0; k < $2; k++)); do
       RANK=$k WORLD_SIZE=$2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
-        "$python" bench/dist/torch_ddp_fmnist.py "$1" "$3" "$4" 128 1 >"$log.$k" 2>&1 &
+        "$python" bench/dist/torch_ddp_fmnist.py "$1" "$3" "$4" 128 1 ${5:-} >"$log.$k" 2>&1 &
       pids+=($!)
     done
     for k in "${pids[@]}"; do wait "$k" || { echo "dist/run.sh: torch failed:" >&2; cat "$log".* >&2; return 0; }; done
@@ -103,6 +103,13 @@ if [[ ",$parts," == *,ddp,* ]]; then
         echo "dist/run.sh: ddp round $r/$rounds, $m, $n rank(s)" >&2
         if ((r % 2)); then run_ember "$m" "$n" "$s" "$w"; run_torch "$m" "$n" "$s" "$w"
         else run_torch "$m" "$n" "$s" "$w"; run_ember "$m" "$n" "$s" "$w"; fi
+        if [[ "$n" != 1 ]]; then
+          # the synchronisation cost alone: sync and no_sync blocks alternating in one run
+          blocks=$([[ $m == mlp ]] && echo 10 || echo 3) per=$([[ $m == mlp ]] && echo 25 || echo 5)
+          "$ember" launch -n "$n" --threads 1 --no-prefix bench/dist/ddp_overhead.lua "$m" "$blocks" "$per" \
+            | grep '^{' | tag "$r"
+          run_torch "$m" "$n" "$blocks" "$per" paired
+        fi
       done
     done
   done

@@ -6,7 +6,10 @@ DistributedDataParallel (gloo) on the Fashion-MNIST MLP or CNN of
 reshuffled per epoch. One process per rank, started by bench/dist/run.sh with RANK,
 WORLD_SIZE, MASTER_ADDR and MASTER_PORT set; with WORLD_SIZE=1 it runs without DDP (the
 baseline of the scaling efficiency). Rank 0 prints one JSON line.
-  torch_ddp_fmnist.py mlp|cnn steps warmup batch threads"""
+  torch_ddp_fmnist.py mlp|cnn steps warmup batch threads [paired]
+With `paired` (several ranks only), blocks of synchronised steps alternate with blocks of
+no_sync steps, as bench/dist/ddp_overhead.lua does for ember: steps counts the blocks,
+warmup the steps per block."""
 import gzip, json, os, struct, sys, time
 import numpy as np
 import torch
@@ -45,6 +48,50 @@ else:
 net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
 opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
 n = xtr.shape[0] // world * world
+paired = len(sys.argv) > 6 and sys.argv[6] == "paired" and world > 1
+
+
+def batches():
+    epoch = 0
+    while True:
+        epoch += 1
+        g = torch.Generator().manual_seed(epoch)
+        mine = torch.randperm(n, generator=g)[rank::world]
+        for i in range(0, len(mine) - bs + 1, bs):
+            ids = mine[i:i + bs]
+            yield xtr[ids].view(shape), ytr[ids]
+
+
+if paired:
+    import contextlib
+    it = batches()
+
+    def one(sync):
+        x, y = next(it)
+        opt.zero_grad(set_to_none=True)
+        with (contextlib.nullcontext() if sync else net.no_sync()):
+            F.cross_entropy(net(x), y).backward()
+        opt.step()
+
+    for _ in range(10):
+        one(True)
+    times = {True: [], False: []}
+    for k in range(2 * steps):
+        sync = k % 2 == 0
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(warmup):
+            one(sync)
+        if sync:
+            dist.barrier()
+        times[sync].append((time.perf_counter() - t0) / warmup)
+    ts, tn = sorted(times[True])[len(times[True]) // 2], sorted(times[False])[len(times[False]) // 2]
+    if rank == 0:
+        print(json.dumps({"impl": "torch", "bench": "ddp_overhead", "model": kind, "ranks": world,
+                          "step_sync_ms": ts * 1e3, "step_nosync_ms": tn * 1e3, "sync_overhead": ts / tn - 1,
+                          "paired_efficiency": tn / ts}))
+    dist.destroy_process_group()
+    sys.exit(0)
 
 done, epoch, t0 = 0, 0, None
 while done < steps + warmup:

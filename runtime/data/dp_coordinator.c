@@ -97,10 +97,15 @@ static dp_hdr header(em_loader *l, int kind) {
 }
 
 /* ---------------------------------------------------------------- readers */
+/* A reader has two connections: control ('R' + nonce: hello, heartbeats, leases) and data
+ * ('D' + nonce: its batches, sent straight from its main thread). Both find it. */
 static dp_worker *find_worker(dp_coord *c, const zmq_msg_t *rid) {
   size_t n = zmq_msg_size((zmq_msg_t *)rid);
+  const uint8_t *p = zmq_msg_data((zmq_msg_t *)rid);
   for (dp_worker *w = c->workers; w; w = w->next)
-    if (w->rid_len == n && !memcmp(w->rid, zmq_msg_data((zmq_msg_t *)rid), n)) return w;
+    if (w->rid_len == n && n > 1 && (p[0] == w->rid[0] || (p[0] == 'D' && w->rid[0] == 'R')) &&
+        !memcmp(w->rid + 1, p + 1, n - 1))
+      return w;
   return NULL;
 }
 
@@ -139,10 +144,7 @@ static void lose_worker(em_loader *l, dp_worker *w, const char *why) {
   snprintf(l->last_loss, sizeof l->last_loss, "reader pid %lld on %s (%s) lost: %s", (long long)w->pid, w->host,
            w->name, why);
   pthread_mutex_unlock(&l->mu);
-  if (w->shm) { /* a dead reader's arena would stay in /dev/shm: remove it */
-    if (!em_process_alive(w->pid)) dp_shm_unlink(dp_shm_map_name(w->shm));
-    dp_shm_map_release(w->shm);
-  }
+  if (w->shm) dp_shm_map_release(w->shm);
   free(w->leases);
   free(w);
   stats_workers(l);
@@ -258,147 +260,6 @@ static void item_ready(dp_coord *c, dp_item *it, int64_t index) {
   c->arrived[c->n_arrived++] = index;
 }
 
-/* The bytes of a received batch stay in their message: tensors borrow them, and the last
- * tensor released closes it. */
-typedef struct dp_msg_hold {
-  zmq_msg_t msg;
-  atomic_int refs;
-  int64_t counted;
-} dp_msg_hold;
-
-static void hold_release(void *data, void *ctx) {
-  (void)data;
-  dp_msg_hold *h = ctx;
-  if (atomic_fetch_sub(&h->refs, 1) != 1) return;
-  em_memory_count(-h->counted);
-  zmq_msg_close(&h->msg);
-  free(h);
-}
-
-/* Checks a BATCH's descriptions, ids and sizes and builds the consumer's batch; NULL when
- * anything does not add up (the message is dropped and the item leased again). */
-static em_loader_batch *build_batch(em_loader *l, frames *m, const dp_hdr *h, const dp_item *it, dp_worker *w,
-                                    char *why, size_t why_cap) {
-  dp_coord *c = &l->c;
-  int nt = h->ntensors;
-  int64_t n = h->n;
-  int64_t pos = c->plan.item_pos[h->item], len = c->plan.item_len[h->item];
-  (void)it;
-  if (nt < (n ? 1 : 0) || nt > DP_MAX_TENSORS || zmq_msg_size(&m->f[2]) != (size_t)nt * sizeof(dp_tdesc)) {
-    snprintf(why, why_cap, "bad tensor descriptions");
-    return NULL;
-  }
-  if (n < 0 || n > len || h->skipped < 0 || zmq_msg_size(&m->f[3]) != (size_t)n * sizeof(int64_t)) {
-    snprintf(why, why_cap, "%lld rows for an item of %lld samples", (long long)n, (long long)len);
-    return NULL;
-  }
-  /* the kept ids are the item's ids, in order, some left out */
-  const int64_t *kept = zmq_msg_data(&m->f[3]), *want = c->plan.ids + pos;
-  int64_t j = 0;
-  for (int64_t i = 0; i < n; i++) {
-    while (j < len && want[j] != kept[i]) j++;
-    if (j == len) {
-      snprintf(why, why_cap, "sample id %lld was not leased in this item", (long long)kept[i]);
-      return NULL;
-    }
-    j++;
-  }
-  const dp_tdesc *d = zmq_msg_data(&m->f[2]);
-  const uint8_t *base;
-  uint64_t avail;
-  dp_msg_hold *hold = NULL;
-  int shm = zmq_msg_size(&m->f[4]) == sizeof(dp_shm_ref) && h->flags & DP_FLAG_SHM;
-  dp_shm_ref ref;
-  if (shm) {
-    memcpy(&ref, zmq_msg_data(&m->f[4]), sizeof ref);
-    ref.name[63] = 0;
-    if (!w || !w->same_host) {
-      snprintf(why, why_cap, "shared memory from a reader on another host");
-      return NULL;
-    }
-    if (!w->shm || strcmp(dp_shm_map_name(w->shm), ref.name) || dp_shm_map_bytes(w->shm) != ref.arena_bytes) {
-      if (w->shm) dp_shm_map_release(w->shm);
-      w->shm = dp_shm_map_open(ref.name, ref.arena_bytes);
-      if (!w->shm) {
-        snprintf(why, why_cap, "cannot map its shared memory '%s': %s", ref.name, em_last_error());
-        return NULL;
-      }
-    }
-    if (ref.offset > ref.arena_bytes || ref.nbytes > ref.arena_bytes - ref.offset) {
-      snprintf(why, why_cap, "a shared-memory slot outside the arena");
-      return NULL;
-    }
-    base = (const uint8_t *)dp_shm_map_data(w->shm) + ref.offset;
-    avail = ref.nbytes;
-  } else { /* the tensors will borrow the message: move it to the heap first (small
-              messages keep their bytes inside zmq_msg_t, so the address moves with it) */
-    hold = calloc(1, sizeof *hold);
-    if (!hold) {
-      snprintf(why, why_cap, "out of memory");
-      return NULL;
-    }
-    zmq_msg_init(&hold->msg);
-    zmq_msg_move(&hold->msg, &m->f[4]);
-    atomic_init(&hold->refs, 1); /* this function's own reference, dropped below */
-    base = zmq_msg_data(&hold->msg);
-    avail = zmq_msg_size(&hold->msg);
-    hold->counted = (int64_t)avail;
-    em_memory_count(hold->counted);
-  }
-  em_loader_batch *b = calloc(1, sizeof *b);
-  if (!b) {
-    if (hold) hold_release(NULL, hold);
-    snprintf(why, why_cap, "out of memory");
-    return NULL;
-  }
-  b->item = h->item;
-  b->samples = n;
-  int ok = 1;
-  for (int i = 0; i < nt && ok; i++) {
-    em_tensor_desc dd = d[i].d;
-    dd.name[31] = 0;
-    int64_t bytes = dp_desc_bytes(&dd);
-    ok = bytes >= 0 && dd.sizes[0] == n && d[i].offset >= 0 && d[i].nbytes == bytes &&
-         (uint64_t)d[i].offset <= avail && (uint64_t)bytes <= avail - (uint64_t)d[i].offset;
-    if (!ok) {
-      snprintf(why, why_cap, "tensor %d ('%s') does not fit the %llu bytes sent", i, dd.name,
-               (unsigned long long)avail);
-      break;
-    }
-    memcpy(b->names[i], dd.name, 32);
-    const uint8_t *src = base + d[i].offset;
-    size_t esize = em_dtype_size((em_dtype)dd.dtype);
-    em_status st;
-    if (hold && ((uintptr_t)src % esize) == 0) { /* zero copy: the tensor borrows the message */
-      atomic_fetch_add(&hold->refs, 1);
-      st = em_from_blob(&b->tensors[i], (void *)src, dd.ndim, dd.sizes, NULL, (em_dtype)dd.dtype,
-                        (em_device){EM_CPU, 0}, hold_release, hold);
-      if (st) atomic_fetch_sub(&hold->refs, 1);
-    } else { /* shared memory (the slot is reused) or a misaligned frame: copy */
-      st = em_empty(&b->tensors[i], dd.ndim, dd.sizes, (em_dtype)dd.dtype, (em_device){EM_CPU, 0});
-      if (!st) memcpy(em_tensor_data(b->tensors[i]), src, (size_t)bytes);
-    }
-    if (st) {
-      snprintf(why, why_cap, "%s", em_last_error());
-      ok = 0;
-      break;
-    }
-    b->ntensors = i + 1;
-    b->bytes += bytes;
-  }
-  if (ok) {
-    int64_t sz = n;
-    ok = !em_empty(&b->ids, 1, &sz, EM_INT64, (em_device){EM_CPU, 0});
-    if (ok) memcpy(em_tensor_data(b->ids), kept, (size_t)n * sizeof(int64_t));
-  }
-  if (hold) hold_release(NULL, hold);
-  if (!ok) {
-    dp_batch_destroy(b);
-    return NULL;
-  }
-  return b;
-}
-
 static void on_batch(em_loader *l, frames *m, dp_worker *w) {
   dp_coord *c = &l->c;
   dp_hdr h;
@@ -407,7 +268,7 @@ static void on_batch(em_loader *l, frames *m, dp_worker *w) {
   dp_item *it = m->n == 5 ? wanted_item(l, w, &h) : NULL;
   if (w) w->last_seen = dp_now();
   char why[256] = "";
-  em_loader_batch *b = it ? build_batch(l, m, &h, it, w, why, sizeof why) : NULL;
+  em_loader_batch *b = it ? dp_build_batch(l, m->f, &h, w, why, sizeof why) : NULL;
   if (shm && w && zmq_msg_size(&m->f[4]) == sizeof(dp_shm_ref)) { /* the slot is free again */
     dp_shm_ref ref;
     memcpy(&ref, zmq_msg_data(&m->f[4]), sizeof ref);
@@ -484,7 +345,12 @@ static void on_message(em_loader *l, frames *m) {
   }
   if (!w && h.kind != DP_FATAL) { /* a reader this trainer does not know (lost, or a restart) */
     dp_hdr r = header(l, DP_RESET);
-    send_to(c, NULL, zmq_msg_data(&m->f[0]), zmq_msg_size(&m->f[0]), &r, NULL, 0);
+    uint8_t rid[256];
+    size_t n = zmq_msg_size(&m->f[0]);
+    if (n > sizeof rid) return;
+    memcpy(rid, zmq_msg_data(&m->f[0]), n);
+    if (n > 1 && rid[0] == 'D') rid[0] = 'R'; /* the data connection never reads: tell the control one */
+    send_to(c, NULL, rid, n, &r, NULL, 0);
   }
 }
 
@@ -546,7 +412,7 @@ static void install_plan(em_loader *l, dp_plan *p) {
   free(p);
   c->items = calloc((size_t)c->plan.n_items + 1, sizeof *c->items);
   c->arrived = calloc((size_t)c->plan.n_items + 1, sizeof *c->arrived);
-  c->next_pending = c->next_push = c->pushed = c->ready = 0;
+  c->next_pending = c->next_push = c->pushed = c->ready = c->scan_from = 0;
   c->n_arrived = c->arrived_head = 0;
   c->end_pushed = 0;
   if (!c->items || !c->arrived) { /* out of memory: the consumer hears of it */
@@ -602,6 +468,7 @@ static void lease_items(em_loader *l) {
       continue;
     }
     w->leases[w->nleases++] = (dp_lease_ref){c->plan.id, k};
+    c->items[k].leased_at = dp_now();
     c->items[k].state = IT_LEASED;
     c->items[k].leases++;
     c->total_leases++;
@@ -720,9 +587,34 @@ static void reap_children(em_loader *l) {
   }
 }
 
+/* Items leased longer than lease_timeout_s go to PENDING again (the old lease stays
+ * counted until its reader answers or is lost; a late answer is a duplicate). */
+static void expire_leases(em_loader *l, double now) {
+  dp_coord *c = &l->c;
+  if (!(l->o.lease_timeout_s > 0) || !c->items || now - c->last_lease_check < 0.25) return;
+  c->last_lease_check = now;
+  while (c->scan_from < c->plan.n_items && c->items[c->scan_from].state >= IT_QUEUED) c->scan_from++;
+  int64_t expired = 0;
+  for (int64_t k = c->scan_from; k < c->plan.n_items && k < c->next_pending + 4096; k++) {
+    dp_item *it = &c->items[k];
+    if (it->state == IT_LEASED && now - it->leased_at > l->o.lease_timeout_s) {
+      it->state = IT_PENDING;
+      if (k < c->next_pending) c->next_pending = k;
+      expired++;
+    }
+  }
+  if (!expired) return;
+  pthread_mutex_lock(&l->mu);
+  l->stats.reissued += expired;
+  snprintf(l->last_loss, sizeof l->last_loss, "%lld item(s) leased more than %.1f s ago were leased again",
+           (long long)expired, l->o.lease_timeout_s);
+  pthread_mutex_unlock(&l->mu);
+}
+
 static void tick(em_loader *l, double now) {
   dp_coord *c = &l->c;
   reap_children(l);
+  expire_leases(l, now);
   for (dp_worker *w = c->workers, *next; w; w = next) {
     next = w->next;
     if (now - w->last_seen > l->o.heartbeat_timeout_s) {

@@ -66,6 +66,23 @@ static void remove_dir(const char *dir) {
   rmdir(dir);
 }
 
+/* The private directories of trainers that died without closing (kill -9): their pid is
+ * in the name, so the next loader on this host removes them. */
+static void remove_stale_dirs(void) {
+  DIR *d = opendir("/tmp");
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    int pid = 0, used = 0;
+    if (sscanf(e->d_name, "ember-loader-%d-%n", &pid, &used) != 1 || used == 0 || pid <= 0) continue;
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;
+    char path[300];
+    snprintf(path, sizeof path, "/tmp/%s", e->d_name);
+    remove_dir(path);
+  }
+  closedir(d);
+}
+
 /* Binds one endpoint and appends its resolved address to l->endpoints. */
 static em_status bind_one(em_loader *l, const char *ep) {
   if (zmq_bind(l->c.router, ep) != 0) return zmq_fail("cannot bind", ep);
@@ -96,7 +113,8 @@ static em_status setup_sockets(em_loader *l) {
       return zmq_fail("cannot enable CurveZMQ", NULL);
   }
   if (o->local_ipc) {
-    snprintf(l->dir, sizeof l->dir, "/tmp/ember-loader-XXXXXX");
+    remove_stale_dirs();
+    snprintf(l->dir, sizeof l->dir, "/tmp/ember-loader-%d-XXXXXX", (int)getpid());
     if (!mkdtemp(l->dir)) {
       l->dir[0] = 0;
       return em_set_error(EM_ERR_IO, OP ": cannot create a private directory in /tmp: %s", strerror(errno));
@@ -463,8 +481,11 @@ em_status em_loader_next(em_loader *l, em_loader_batch **out, double timeout_s) 
     pthread_cond_timedwait(&l->cv, &l->mu, &ts);
   }
   l->stats.wait_s += dp_now() - t0;
+  /* A credit came back. While enough leases are out, the next batch to arrive wakes the
+   * coordinator anyway and it leases then: a wake-up per batch would only cost switches. */
+  int wake = l->stats.leased <= l->o.worker_queue || l->queued <= 1 || st;
   pthread_mutex_unlock(&l->mu);
-  dp_wake(l->efd); /* a credit came back */
+  if (wake) dp_wake(l->efd);
   return st;
 }
 

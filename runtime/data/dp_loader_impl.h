@@ -50,6 +50,7 @@ enum { IT_PENDING, IT_LEASED, IT_READY, IT_QUEUED, IT_DONE };
 typedef struct dp_item {
   int state;
   int leases;            /* outstanding leases (more than one after a re-issue) */
+  double leased_at;      /* the latest lease */
   em_loader_batch *batch;
   char *error;           /* a failed item: the message the consumer raises */
 } dp_item;
@@ -89,7 +90,8 @@ typedef struct dp_coord {
   int end_pushed;
   int64_t total_leases;
   char host[64], boot_id[40];
-  double last_heartbeat, last_message;
+  double last_heartbeat, last_message, last_lease_check;
+  int64_t scan_from;        /* items below are done: the lease-timeout scan starts here */
 } dp_coord;
 
 struct em_loader {
@@ -126,6 +128,10 @@ struct em_loader {
   dp_coord c;
 };
 
+/* dp_batch.c: frames f[0..4] (routing id, header, descriptions, ids, data or slot) of a
+ * BATCH for a wanted item; NULL with why filled when something does not add up. */
+em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_worker *w, char *why,
+                                size_t why_cap);
 /* dp_coordinator.c */
 void *dp_coordinator_main(void *arg);
 void dp_batch_destroy(em_loader_batch *b);
@@ -133,11 +139,10 @@ void dp_plan_free(dp_plan *p);
 void dp_wake(int efd);
 /* Shared memory (dp_shm.c): the trainer's view of a reader's arena. */
 struct dp_shm_map;
-struct dp_shm_map *dp_shm_map_open(const char *name, uint64_t bytes);
+struct dp_shm_map *dp_shm_map_open(const char *name, int64_t pid, uint64_t bytes);
 void dp_shm_map_release(struct dp_shm_map *m);
 const void *dp_shm_map_data(const struct dp_shm_map *m);
 uint64_t dp_shm_map_bytes(const struct dp_shm_map *m);
 const char *dp_shm_map_name(const struct dp_shm_map *m);
-void dp_shm_unlink(const char *name);
 
 #endif

@@ -38,7 +38,8 @@ typedef struct rd_msg {
 } rd_msg;
 
 typedef struct rd_conn {
-  void *sock;
+  void *sock;   /* control: the I/O thread's */
+  void *data;   /* batches and errors, sent by the caller's thread */
   int welcomed, shm_ok, skip_bad, refused;
   uint64_t session;
   double hb, hb_timeout, last_seen, last_hello, last_hb, refused_at;
@@ -184,8 +185,10 @@ static void on_trainer_message(em_reader *r, int ci, zmq_msg_t *f, int n) {
       break;
     }
     case DP_SLOTS:
-      if (n == 2 && r->arena && zmq_msg_size(&f[1]) == (size_t)h.n * sizeof(int64_t)) {
-        const int64_t *s = zmq_msg_data(&f[1]);
+      if (n == 2 && r->arena && h.n >= 0 && h.n <= DP_ARENA_SLOTS &&
+          zmq_msg_size(&f[1]) == (size_t)h.n * sizeof(int64_t)) {
+        int64_t s[DP_ARENA_SLOTS]; /* copied: frames need not be aligned */
+        memcpy(s, zmq_msg_data(&f[1]), (size_t)h.n * sizeof(int64_t));
         for (int64_t i = 0; i < h.n; i++)
           if (s[i] >= 0 && s[i] < r->arena->nslots && r->arena->owner[s[i]] == ci &&
               r->arena->state[s[i]] == SLOT_SENT)
@@ -340,25 +343,34 @@ static em_status zmq_fail(const char *what, const char *arg) {
                       zmq_strerror(zmq_errno()));
 }
 
-static em_status open_conn(em_reader *r, const char *endpoint, uint64_t nonce) {
-  if (r->nconn == RD_MAX_CONN) return em_set_error(EM_ERR_ARGUMENT, OP ": more than %d trainers", RD_MAX_CONN);
-  rd_conn *c = &r->conn[r->nconn];
-  c->sock = zmq_socket(r->zctx, ZMQ_DEALER);
-  if (!c->sock) return zmq_fail("cannot create a socket", NULL);
-  r->nconn++;
-  int one = 1, linger = 1000;
-  uint8_t rid[9] = {'R'};
+/* A DEALER to endpoint with routing id kind + nonce ('R' control, 'D' data). */
+static em_status dealer(em_reader *r, void **out, char kind, const char *endpoint, uint64_t nonce) {
+  void *s = zmq_socket(r->zctx, ZMQ_DEALER);
+  if (!s) return zmq_fail("cannot create a socket", NULL);
+  *out = s;
+  int one = 1, linger = 200, send_wait = 2000;
+  uint8_t rid[9] = {(uint8_t)kind};
   memcpy(rid + 1, &nonce, 8);
-  zmq_setsockopt(c->sock, ZMQ_ROUTING_ID, rid, sizeof rid);
-  zmq_setsockopt(c->sock, ZMQ_IMMEDIATE, &one, sizeof one);
-  zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(s, ZMQ_ROUTING_ID, rid, sizeof rid);
+  zmq_setsockopt(s, ZMQ_IMMEDIATE, &one, sizeof one);
+  zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(s, ZMQ_SNDTIMEO, &send_wait, sizeof send_wait);
   if (r->curve_server[0]) {
-    if (zmq_setsockopt(c->sock, ZMQ_CURVE_SERVERKEY, r->curve_server, 40) ||
-        zmq_setsockopt(c->sock, ZMQ_CURVE_PUBLICKEY, r->curve_public, 40) ||
-        zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, r->curve_secret, 40))
+    if (zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, r->curve_server, 40) ||
+        zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, r->curve_public, 40) ||
+        zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, r->curve_secret, 40))
       return zmq_fail("cannot set the CurveZMQ keys", NULL);
   }
-  if (zmq_connect(c->sock, endpoint) != 0) return zmq_fail("cannot connect to", endpoint);
+  if (zmq_connect(s, endpoint) != 0) return zmq_fail("cannot connect to", endpoint);
+  return EM_OK;
+}
+
+static em_status open_conn(em_reader *r, const char *endpoint, uint64_t nonce) {
+  if (r->nconn == RD_MAX_CONN) return em_set_error(EM_ERR_ARGUMENT, OP ": more than %d trainers", RD_MAX_CONN);
+  rd_conn *c = &r->conn[r->nconn++];
+  em_status st = dealer(r, &c->sock, 'R', endpoint, nonce);
+  if (!st) st = dealer(r, &c->data, 'D', endpoint, nonce);
+  if (st) return st;
   c->hb = r->o.heartbeat_s > 0 ? r->o.heartbeat_s : 0.5;
   c->hb_timeout = r->o.heartbeat_timeout_s > c->hb ? r->o.heartbeat_timeout_s : 10 * c->hb;
   c->last_seen = dp_now();
@@ -456,7 +468,10 @@ void em_reader_free(em_reader *r) {
     wake(r->efd);
     pthread_join(r->io, NULL);
   }
-  for (int i = 0; i < r->nconn; i++) zmq_close(r->conn[i].sock);
+  for (int i = 0; i < r->nconn; i++) {
+    if (r->conn[i].sock) zmq_close(r->conn[i].sock);
+    if (r->conn[i].data) zmq_close(r->conn[i].data);
+  }
   if (r->zctx) zmq_ctx_term(r->zctx);
   if (r->efd >= 0) close(r->efd);
   free_msg(r->cur);
@@ -609,6 +624,17 @@ static void queue_out(em_reader *r, rd_msg *m) {
   wake(r->efd);
 }
 
+/* Batches and errors go out on the data connection, from the caller's thread: no hand-over
+ * to the I/O thread, and the batch's message is sent as it is (zmq takes it, no copy). A
+ * send blocks at most 2 s (ZMQ_SNDTIMEO) when the trainer is not reachable, and is then
+ * dropped: the trainer leases the item again when it loses this reader. */
+static void send_direct(em_reader *r, rd_msg *m) {
+  void *sock = r->conn[m->conn].data;
+  for (int i = 0; i < m->nframes; i++)
+    if (zmq_msg_send(&m->f[i], sock, i + 1 < m->nframes ? ZMQ_SNDMORE : 0) < 0) break;
+  free_msg(m);
+}
+
 static rd_msg *new_out(em_reader *r, int conn, const dp_hdr *h) {
   rd_msg *m = calloc(1, sizeof *m);
   if (!m) return NULL;
@@ -695,7 +721,7 @@ em_status em_reader_send(em_reader *r, const em_lease *lease, int64_t kept, cons
     r->have_data = 0;
   }
   drop_batch(r);
-  queue_out(r, m);
+  send_direct(r, m);
   r->last_send_s = dp_now() - t0;
   return EM_OK;
 }
@@ -707,7 +733,7 @@ em_status em_reader_send_error(em_reader *r, const em_lease *lease, const char *
   rd_msg *m = new_out(r, r->cur->conn, &h);
   if (!m) return em_set_error(EM_ERR_MEMORY, OP ": out of memory");
   add_frame(m, message ? message : "", message ? strlen(message) : 0);
-  queue_out(r, m);
+  send_direct(r, m);
   return EM_OK;
 }
 

@@ -9,7 +9,8 @@
 enum { SLOT_FREE, SLOT_FILLING, SLOT_SENT };
 
 typedef struct dp_arena {
-  char name[64];
+  char name[64];               /* /proc/<pid>/fd/<fd>: how a trainer on this host opens it */
+  int fd;                      /* a memfd */
   uint8_t *base;
   uint64_t bytes, slot_bytes;
   int nslots;

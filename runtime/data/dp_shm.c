@@ -1,14 +1,15 @@
 /* dp_shm.c - shared memory between a reader and a trainer on the same host.
  *
- * A reader owns an arena (a POSIX shared-memory object cut into equal slots). It fills a
- * slot with a batch and sends only the header through ZeroMQ; the trainer maps the arena
- * (once), copies the batch out into its own tensors and hands the slot back (SLOTS). So a
- * batch crosses with one copy on each side and no socket traffic for its bytes. The
- * trainer copies rather than lending the slot to its tensors: a tensor's lifetime follows
- * Lua's garbage collector, and a slot held until the next collection would stall the
- * reader. The reader unlinks the arena when it closes; the trainer unlinks the arena of a
- * reader that died (dp_shm_map_release with unlink). */
+ * A reader owns an arena (a memfd cut into equal slots). It fills a slot with a batch and
+ * sends only the header through ZeroMQ; the trainer maps the arena (once, by opening
+ * /proc/<reader pid>/fd/<fd>), copies the batch out into its own tensors and hands the slot
+ * back (SLOTS). So a batch crosses with one copy on each side and no socket traffic for its
+ * bytes. The trainer copies rather than lending the slot to its tensors: a tensor's lifetime
+ * follows Lua's garbage collector, and a slot held until the next collection would stall the
+ * reader. A memfd has no name in /dev/shm, so a reader killed by any signal leaves nothing
+ * behind: the memory goes when the last process mapping it unmaps it. */
 #ifdef EMBER_HAVE_ZMQ
+#define _GNU_SOURCE /* memfd_create */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -27,12 +28,16 @@ struct dp_shm_map {
   uint64_t bytes;
 };
 
-struct dp_shm_map *dp_shm_map_open(const char *name, uint64_t bytes) {
-  if (strncmp(name, "/ember-", 7) || strchr(name + 1, '/') || bytes == 0) {
-    em_set_error(EM_ERR_ARGUMENT, "shared memory: '%s' is not an ember reader's arena", name);
+struct dp_shm_map *dp_shm_map_open(const char *name, int64_t pid, uint64_t bytes) {
+  char want[64];
+  int fdnum = -1, used = 0;
+  snprintf(want, sizeof want, "/proc/%lld/fd/", (long long)pid);
+  if (strncmp(name, want, strlen(want)) || sscanf(name + strlen(want), "%d%n", &fdnum, &used) != 1 ||
+      name[strlen(want) + (size_t)used] || fdnum < 0 || bytes == 0) {
+    em_set_error(EM_ERR_ARGUMENT, "shared memory: '%s' is not an arena of reader pid %lld", name, (long long)pid);
     return NULL;
   }
-  int fd = shm_open(name, O_RDONLY, 0);
+  int fd = open(name, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     em_set_error(EM_ERR_IO, "shared memory: cannot open '%s': %s", name, strerror(errno));
     return NULL;
@@ -68,8 +73,6 @@ void dp_shm_map_release(struct dp_shm_map *m) {
   free(m);
 }
 
-void dp_shm_unlink(const char *name) { shm_unlink(name); }
-
 const void *dp_shm_map_data(const struct dp_shm_map *m) { return m->base; }
 uint64_t dp_shm_map_bytes(const struct dp_shm_map *m) { return m->bytes; }
 const char *dp_shm_map_name(const struct dp_shm_map *m) { return m->name; }
@@ -80,26 +83,20 @@ dp_arena *dp_arena_create(uint64_t slot_bytes, int nslots) {
   slot_bytes = (slot_bytes + 4095) & ~(uint64_t)4095;
   dp_arena *a = calloc(1, sizeof *a);
   if (!a) return NULL;
-  snprintf(a->name, sizeof a->name, "/ember-%d-%016llx", (int)getpid(), (unsigned long long)dp_random64());
-  int fd = shm_open(a->name, O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) {
-    free(a);
-    return NULL;
-  }
+  a->fd = memfd_create("ember-reader-arena", MFD_CLOEXEC);
   a->bytes = slot_bytes * (uint64_t)nslots;
-  if (ftruncate(fd, (off_t)a->bytes) != 0) {
-    close(fd);
-    shm_unlink(a->name);
+  if (a->fd < 0 || ftruncate(a->fd, (off_t)a->bytes) != 0) {
+    if (a->fd >= 0) close(a->fd);
     free(a);
     return NULL;
   }
-  a->base = mmap(NULL, a->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
+  a->base = mmap(NULL, a->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
   if (a->base == MAP_FAILED) {
-    shm_unlink(a->name);
+    close(a->fd);
     free(a);
     return NULL;
   }
+  snprintf(a->name, sizeof a->name, "/proc/%d/fd/%d", (int)getpid(), a->fd);
   a->slot_bytes = slot_bytes;
   a->nslots = nslots;
   return a;
@@ -108,7 +105,7 @@ dp_arena *dp_arena_create(uint64_t slot_bytes, int nslots) {
 void dp_arena_destroy(dp_arena *a) {
   if (!a) return;
   munmap(a->base, a->bytes);
-  shm_unlink(a->name);
+  close(a->fd);
   free(a);
 }
 #endif

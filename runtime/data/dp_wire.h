@@ -82,7 +82,7 @@ typedef struct dp_tdesc {
 } dp_tdesc;
 
 typedef struct dp_shm_ref {
-  char name[64];       /* shm_open name of the reader's arena */
+  char name[64];       /* the reader's arena: /proc/<pid>/fd/<memfd> */
   uint64_t arena_bytes;
   int64_t slot;
   uint64_t offset;     /* of the slot in the arena */

@@ -494,6 +494,7 @@ em_status em_source_fill(em_source *s, const int64_t *ids, int64_t n, int64_t ba
   int64_t *yd = s->has_labels ? em_tensor_data(y) : NULL;
   double t_read = 0, t_decode = 0, t0 = dp_now();
   int64_t k = 0, bad = 0;
+  int plain_copy = !augments(aug);
   char first_bad[1024] = "";
   for (int64_t i = 0; i < n; i++) {
     int64_t id = ids[i] - base;
@@ -518,10 +519,10 @@ em_status em_source_fill(em_source *s, const int64_t *ids, int64_t n, int64_t ba
     }
     em_sample_rng rng = {seed, epoch, ids[i], 0};
     uint8_t *dst = xd + k * xrow;
-    if (s->image)
+    if (s->image && (plain_copy == 0 || (s->last && c > 1)))
       dp_augment_sample(px, c, h, w, s->last, aug, &rng, dst);
-    else
-      memcpy(dst, px, (size_t)s->row_bytes);
+    else /* raw rows, and images kept as they are (channels first already): one copy */
+      memcpy(dst, px, (size_t)xrow);
     if (yd) yd[k] = label + s->label_offset;
     if (kept_ids) kept_ids[k] = ids[i];
     k++;

@@ -179,7 +179,11 @@ static void launch_in_order(em_ddp *d) {
       buf = b->wire;
     }
     b->launched_at = em_dist_now();
-    if (!st) st = em_dist_post(d->group, EM_DIST_OP_ALL_REDUCE, buf, buf, EM_DIST_SUM, -1, 0, &b->work);
+    /* the last bucket is waited for at once: its wait starts it, no thread is woken */
+    if (!st && d->n_ready == d->n)
+      st = em_dist_post_then_wait(d->group, EM_DIST_OP_ALL_REDUCE, buf, buf, EM_DIST_SUM, &b->work);
+    else if (!st)
+      st = em_dist_post(d->group, EM_DIST_OP_ALL_REDUCE, buf, buf, EM_DIST_SUM, -1, 0, &b->work);
     if (st) hook_fail(d, st, "starting the allreduce of a bucket%s failed: %s", NULL);
     d->st_buckets++;
     d->st_bytes += (double)em_tensor_numel(buf) * em_dtype_size(buf->dtype);

@@ -38,6 +38,7 @@ struct em_dist_work {
   _Atomic double deadline;   /* posted_at + timeout; em_dist_work_wait may shorten it */
   double started_at;         /* when the backend began moving data (after earlier work) */
   double finished_at;
+  int blocking;              /* the caller waits at once (no handle): no need to wake a thread */
   em_status status;
   char message[EM_DIST_MSG];
   struct em_dist_work *next; /* backend queue link */
@@ -60,6 +61,10 @@ typedef struct em_dist_backend {
   void (*shutdown)(int exit_status);
   /* Ends every process of the job after printing message (this process's view of why). */
   void (*abort_job)(const char *message, int exit_status);
+  /* Optional: one round of progress on the calling thread (a thread waiting for a work
+   * drives the backend itself instead of sleeping until another thread wakes it).
+   * Returns 1 if anything completed or started, 0 if not, -1 if the backend cannot. */
+  int (*progress)(void);
 } em_dist_backend;
 
 struct em_dist_group {
@@ -98,5 +103,9 @@ typedef const em_dist_backend *(*em_dist_backend_entry)(void);
 /* Posts an operation on g (checks done by the caller); *work receives the handle. */
 em_status em_dist_post(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out, em_dist_redop op,
                        int peer, int tag, em_dist_work **work);
+/* The same, for a caller that waits for the work right after (and keeps the handle): no
+ * backend thread is woken to start it, the wait does. */
+em_status em_dist_post_then_wait(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out,
+                                 em_dist_redop op, em_dist_work **work);
 
 #endif

@@ -10,6 +10,7 @@
  * it passes, since MPI cannot cancel a collective); as a backstop, a waiter that sees the
  * deadline long gone asks the backend to abort itself. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,8 +98,8 @@ void em_dist_describe(const em_dist_work *w, char *buf, size_t cap) {
 
 /* ---------------------------------------------------------------- posting */
 
-em_status em_dist_post(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out, em_dist_redop op,
-                       int peer, int tag, em_dist_work **work) {
+static em_status post_work(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out, em_dist_redop op,
+                           int peer, int tag, em_dist_work **work, int caller_waits) {
   reap();
   const em_tensor *t = in ? in : out;
   em_device_type dev = t ? (em_device_type)t->storage->device.type : EM_CPU;
@@ -126,6 +127,7 @@ em_status em_dist_post(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_
   em_dist_group_retain(g);
   if (kind != EM_DIST_OP_SEND && kind != EM_DIST_OP_RECV) w->seq = atomic_fetch_add(&g->seq, 1) + 1;
   w->posted_at = em_dist_now();
+  w->blocking = caller_waits;
   atomic_store(&w->deadline, w->posted_at + g->timeout);
   em_status st = be->post(g->impl[dev], w);
   if (st) {
@@ -141,6 +143,16 @@ em_status em_dist_post(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_
   st = em_dist_work_wait(w, 0);
   em_dist_work_release(w);
   return st;
+}
+
+em_status em_dist_post(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out, em_dist_redop op,
+                       int peer, int tag, em_dist_work **work) {
+  return post_work(g, kind, in, out, op, peer, tag, work, work == NULL);
+}
+
+em_status em_dist_post_then_wait(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out,
+                                 em_dist_redop op, em_dist_work **work) {
+  return post_work(g, kind, in, out, op, -1, 0, work, 1);
 }
 
 /* ---------------------------------------------------------------- checks */
@@ -283,6 +295,35 @@ em_status em_dist_work_wait(em_dist_work *w, double timeout_s) {
   }
   if (atomic_load(&w->state) != EM_WORK_PENDING) goto finished;
   atomic_fetch_add(&waiters, 1);
+  const em_dist_backend *be = w->group->backend[w->in ? w->in->storage->device.type : EM_CPU];
+  if (be && be->progress) {
+    /* Drive the backend from this thread: no hand-off, no wake-up; the backend enforces
+     * the deadline (and ends the job) from here too. Poll hard for the first 100 us (a small collective is done by then, and a yield on a
+     * busy machine can cost a whole time slice), then yield now and then, and after 1 ms
+     * (a rank is waiting for a slower one) sleep between rounds, so that the core goes to
+     * whoever can use it: on a machine with as many ranks as cores, the slower rank. Any
+     * progress starts the sequence again. */
+    double phase = em_dist_now();
+    long nap = 0;
+    unsigned idle = 0;
+    while (atomic_load(&w->state) == EM_WORK_PENDING) {
+      int r = be->progress();
+      if (r < 0) break;                  /* the backend cannot: sleep below */
+      if (r > 0) {
+        phase = em_dist_now(), idle = 0, nap = 0;
+        continue;
+      }
+      double waited = em_dist_now() - phase;
+      if (waited < 100e-6) continue;
+      if (waited < 1e-3) {
+        if (++idle % 16 == 0) sched_yield();
+        continue;
+      }
+      nap = nap ? (nap * 2 > 200000 ? 200000 : nap * 2) : 10000;
+      struct timespec ts = {0, nap};
+      nanosleep(&ts, NULL);
+    }
+  }
   pthread_mutex_lock(&done_lock);
   while (atomic_load(&w->state) == EM_WORK_PENDING) {
     struct timespec ts;

@@ -168,4 +168,22 @@ do
   equivalence('after the failures', nil, { steps = 1 })
 end
 
+-- ---------------------------------------------------------------- DDP inside subgroups
+if W % 2 == 0 then
+  local pairs_of = {}
+  for r = 0, W - 1, 2 do pairs_of[#pairs_of + 1] = dist.new_group { r, r + 1 } end
+  local mine = pairs_of[math.floor(rank / 2) + 1]
+  local net = make(60 + rank)
+  local d = nn.DistributedDataParallel(net, { group = mine })
+  local opt = ember.optim.SGD(d:parameters(), { lr = 0.1 })
+  for step = 1, 2 do
+    local X, Y = global_batch(70 + step)
+    opt:zero_grad(); F.cross_entropy(d(shard(X)), shard(Y)):backward(); opt:step()
+  end
+  local w = dist.all_gather(net:parameters()[1])
+  local partner = rank % 2 == 0 and rank + 1 or rank - 1
+  check(w[rank + 1]:eq(w[partner + 1]):all():item(), "the pair trains one model")
+  if W >= 4 then check(not w[1]:eq(w[3]):all():item(), 'different pairs train different models') end
+end
+
 U.done('ddp')

@@ -19,11 +19,14 @@
 --   endpoint = nil        also bind these ZeroMQ endpoints (a string or a list) for readers
 --                         started by hand (`ember reader --connect ...`); loopback unless
 --                         you name another interface
---   prefetch = 4 x workers  batches leased or waiting at once (the memory bound)
---   worker_queue = 2      leases one reader holds at once
+--   prefetch = 8 x workers  batches leased or waiting at once (the memory bound)
+--   worker_queue = 4      leases one reader holds at once (hides the round trip)
 --   order = 'planned'     or 'arrival' (batches as they come; ids tell which)
 --   timeout = 60          seconds to wait for a batch before failing with the pipeline's state
---   heartbeat = 0.5, heartbeat_timeout = 5   seconds
+--   heartbeat = 0.5, heartbeat_timeout = 5   seconds; a silent reader is lost, its leases
+--                         go to the others
+--   lease_timeout = 120   seconds after which an item is leased again to another reader
+--                         (one that heartbeats but is stuck in its dataset code)
 --   on_bad_record = 'error' | 'skip'         skipped records are counted in stats()
 --   shared_memory = true  same-host readers hand batches over through shared memory
 --   max_restarts          spawned readers replaced after they exit (default 3 x num_workers)
@@ -53,7 +56,8 @@ M.Loader_class = Loader
 local OPTS = { dataset = true, dataset_options = true, transforms = true, batch_size = true, shuffle = true,
   seed = true, drop_last = true, rank = true, world_size = true, remainder = true, num_workers = true, endpoint = true,
   prefetch = true, worker_queue = true, order = true, timeout = true, heartbeat = true, heartbeat_timeout = true,
-  on_bad_record = true, shared_memory = true, max_restarts = true, curve = true, dataset_size = true }
+  on_bad_record = true, shared_memory = true, max_restarts = true, curve = true, dataset_size = true,
+  lease_timeout = true }
 
 local function is_int(x) return type(x) == 'number' and x == math.floor(x) and x > -math.huge and x < math.huge end
 
@@ -175,13 +179,14 @@ function Loader:_start(opts, endpoints)
   local o = ffi.new('em_loader_options')
   o.endpoints = endpoints
   o.local_ipc = nw > 0 and 1 or 0
-  o.prefetch = int_opt(op, opts, 'prefetch', 4 * math.max(nw, 1), 1)
-  o.worker_queue = int_opt(op, opts, 'worker_queue', 2, 1)
+  o.prefetch = int_opt(op, opts, 'prefetch', 8 * math.max(nw, 1), 1)
+  o.worker_queue = int_opt(op, opts, 'worker_queue', 4, 1)
   o.in_order = self.in_order and 1 or 0
   o.shared_memory = bool_opt(op, opts, 'shared_memory', true) and 1 or 0
   o.skip_bad = self.skip_bad and 1 or 0
   o.heartbeat_s = num_opt(op, opts, 'heartbeat', 0.5)
   o.heartbeat_timeout_s = num_opt(op, opts, 'heartbeat_timeout', math.max(5, 4 * o.heartbeat_s))
+  o.lease_timeout_s = num_opt(op, opts, 'lease_timeout', 120)
   o.dataset_size = self.size
   local fp = source.fingerprint(self.spec)
   o.fingerprint = fp
@@ -272,27 +277,37 @@ function Loader:_items(e)
 end
 
 -- ---------------------------------------------------------------- delivery bookkeeping
--- Which items of the current epoch were delivered: position = the first not delivered;
--- done = later items delivered (arrival order), as {position, count} runs.
+-- Which items of the current epoch were delivered. O(1) per batch; state() turns it into
+-- position (the first position not delivered) and done ({position, count} runs delivered
+-- after it, which only the arrival order leaves).
 function Loader:_mark(k)
   local it = self._items_list
+  if not it then return end
   self._done_items[k] = true
   while self._next_undone <= #it and self._done_items[self._next_undone] do self._next_undone = self._next_undone + 1 end
   if self._next_undone > #it then
     self._epoch, self._position, self._done = self._cur_epoch + 1, 0, nil
-    return
+    self._items_list = nil
   end
-  self._position = it[self._next_undone][1]
+end
+
+-- Position and done runs of the epoch in progress (from the items delivered so far).
+function Loader:_progress()
+  local it = self._items_list
+  if not it then return self._epoch, self._position, self._done end
+  local pos = it[self._next_undone][1]
   local done = {}
   for j = self._next_undone + 1, #it do
     if self._done_items[j] then done[#done + 1] = { it[j][1], it[j][2] } end
   end
   for _, run in ipairs(self._resumed_done or {}) do
-    if run[1] >= self._position then done[#done + 1] = run end
+    if run[1] >= pos then done[#done + 1] = run end
   end
-  self._done = #done > 0 and done or nil
+  table.sort(done, function(a, b) return a[1] < b[1] end)
+  return self._cur_epoch, pos, #done > 0 and done or nil
 end
 
+-- A batch as a table of tensors (they outlive the C batch, which the caller frees).
 local function batch_table(b)
   local batch = {}
   for i = 0, C.em_loader_batch_count(b) - 1 do
@@ -311,7 +326,10 @@ function Loader:epoch(e)
   self._cur_epoch, self._items_list, self._done_items, self._next_undone = e, items, {}, 1
   self._resumed_done = resumed_done
   self._epoch, self._position, self._done = e, start, resumed_done
-  if #items == 0 then self._epoch, self._position, self._done = e + 1, 0, nil end
+  if #items == 0 then
+    self._epoch, self._position, self._done = e + 1, 0, nil
+    self._items_list = nil
+  end
   self._epoch_stats = self:stats()
   local plan = self:plan(e)
   if self.producer then return self:_local_epoch(e, plan, items) end
@@ -330,13 +348,15 @@ function Loader:epoch(e)
     if st ~= 0 then throw(ffi.string(C.em_last_error())) end
     local b = bbox[0]
     if b == nil then   -- every item is delivered (or was all bad records, skipped)
-      if self._generation == generation then self._epoch, self._position, self._done = e + 1, 0, nil end
+      if self._generation == generation then
+        self._epoch, self._position, self._done = e + 1, 0, nil
+        self._items_list = nil
+      end
       return nil
     end
-    local ok, batch = pcall(batch_table, b)
+    local batch = batch_table(b)   -- fails only out of memory (then the batch is lost with the run)
     local item = tonumber(C.em_loader_batch_item(b))
     C.em_loader_batch_free(b)
-    if not ok then error(batch, 0) end
     self:_mark(item + 1)
     return batch
   end
@@ -361,6 +381,7 @@ function Loader:_local_epoch(e, plan, items)
     return t, keep
   end
   return function()
+    local _ = plan   -- the ids pointer above points into it: keep it alive with the iterator
     while true do
       if self._generation ~= generation then return nil end
       k = k + 1
@@ -400,10 +421,11 @@ end
 
 -- ---------------------------------------------------------------- state and statistics
 function Loader:state()
-  local s = { seed = self.seed, epoch = self._epoch, position = self._position, num_samples = self:num_samples() }
-  if self._done then
+  local epoch, position, done = self:_progress()
+  local s = { seed = self.seed, epoch = epoch, position = position, num_samples = self:num_samples() }
+  if done then
     s.done = {}
-    for i, run in ipairs(self._done) do s.done[i] = { run[1], run[2] } end
+    for i, run in ipairs(done) do s.done[i] = { run[1], run[2] } end
   end
   return s
 end
@@ -424,6 +446,7 @@ function Loader:load_state(s)
   if s.done ~= nil and type(s.done) ~= 'table' then throw(op .. ': done must be a list of {position, count}') end
   self.seed = s.seed
   self._epoch, self._position, self._done = s.epoch, s.position, s.done
+  self._items_list = nil
   self._resume = { epoch = s.epoch, position = s.position, done = s.done }
 end
 

@@ -336,11 +336,19 @@ function Producer:size() return self.n end
 
 local function dtype_name(dt) return ffi.string(C.em_dtype_name(dt)) end
 
--- A batch from a built-in source: one C call.
+-- A batch from a built-in source: one C call. The descriptions and the kept ids live in
+-- buffers of the producer, valid until its next batch (the caller sends them first).
 function Producer:produce_source(job)
-  local descs, nd = self.source:describe(self.aug, job.n)
+  if not self.descs then self.descs = ffi.new('em_tensor_desc[2]') end
+  local descs = self.descs
+  local nd = C.em_source_describe(self.source.src, self.aug, job.n, descs)
+  if nd < 0 then error(ffi.string(C.em_last_error()), 0) end
   local t = job.alloc(nd, descs)
-  local kept_ids = ffi.new('int64_t[?]', job.n)
+  if not self.kept_cap or self.kept_cap < job.n then
+    self.kept_cap = job.n
+    self.kept_buf = ffi.new('int64_t[?]', job.n)
+  end
+  local kept_ids = self.kept_buf
   ffi.fill(self.times, ffi.sizeof('em_stage_times'))
   self.skipped[0] = 0
   local st = C.em_source_fill(self.source.src, job.ids, job.n, 1, self.aug, job.seed, job.epoch, t[0], nd > 1 and t[1] or nil,

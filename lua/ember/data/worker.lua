@@ -107,27 +107,42 @@ local function load_config(a)
   local yaml = require 'ember.data.yaml'
   local spec = yaml.spec_of(cfg.data, cfg)
   local d = cfg.data or {}
-  return spec, { heartbeat = d.heartbeat, heartbeat_timeout = d.heartbeat_timeout,
-    curve = d.curve and { server_key = d.curve.server_key } or nil, shared_memory = d.shared_memory }
+  local curve
+  if d.curve then   -- the trainers' public key, given or read from their key file; our own pair
+    local server = d.curve.server_key or (d.curve.server_keys and (M.read_keys(d.curve.server_keys)))
+    local pub, sec
+    if d.curve.reader_keys then pub, sec = M.read_keys(d.curve.reader_keys) end
+    curve = { server_key = server, public_key = pub, secret_key = sec }
+  end
+  return spec, { heartbeat = d.heartbeat, heartbeat_timeout = d.heartbeat_timeout, curve = curve,
+    shared_memory = d.shared_memory }
 end
 
--- The loop: a lease in, a batch (or the error of a bad record) out.
+-- The loop: a lease in, a batch (or the error of a bad record) out. Nothing is allocated
+-- per batch here: the tensors live in the outgoing message (em_reader_alloc), and the
+-- references this loop holds are dropped as soon as the batch is sent.
 local function serve(reader, producer, name)
   local lease = ffi.new('em_lease')
-  local tensors_box
-  local function alloc(nd, descs)
-    tensors_box = ffi.new('em_tensor *[?]', nd)
-    if C.em_reader_alloc(reader, lease, nd, descs, tensors_box) ~= 0 then error(ffi.string(C.em_last_error()), 0) end
-    for i = 0, nd - 1 do ffi.gc(tensors_box[i], C.em_tensor_release) end
-    return tensors_box
+  local tensors, held = ffi.new('em_tensor *[16]'), 0
+  local function release()
+    for i = 0, held - 1 do C.em_tensor_release(tensors[i]) end
+    held = 0
   end
+  local job = {
+    alloc = function(nd, descs)
+      if C.em_reader_alloc(reader, lease, nd, descs, tensors) ~= 0 then error(ffi.string(C.em_last_error()), 0) end
+      held = nd
+      return tensors
+    end,
+  }
   while true do
     C.em_reader_next(reader, lease, 1.0)
     if lease.status == 2 then return ffi.string(C.em_last_error()) end
     if lease.status == 1 then
-      local job = { ids = lease.ids, n = tonumber(lease.n), seed = lease.seed, epoch = lease.epoch,
-        skip_bad = lease.skip_bad ~= 0, alloc = alloc }
+      job.ids, job.n, job.seed, job.epoch, job.skip_bad = lease.ids, tonumber(lease.n), lease.seed, lease.epoch,
+        lease.skip_bad ~= 0
       local ok, kept, kept_ids, skipped, times = pcall(producer.produce, producer, job)
+      release()
       local st
       if ok then
         st = C.em_reader_send(reader, lease, kept, kept_ids, skipped, times)
@@ -135,7 +150,6 @@ local function serve(reader, producer, name)
         st = C.em_reader_send_error(reader, lease, string.format('%s: %s', name, tostring(kept)))
       end
       if st ~= 0 then io.stderr:write('ember reader: ', ffi.string(C.em_last_error()), '\n') end
-      tensors_box = nil
     end
   end
 end

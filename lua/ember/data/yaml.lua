@@ -44,12 +44,13 @@ M.fields = {
   transforms = S.list(S.any(), { optional = true, check = transforms_check,
     doc = 'random_crop, center_crop, flip, normalise, grayscale, rgb (ember.data.source)' }),
   workers = S.integer { min = 0, default = 0, doc = 'reader processes started on this host' },
-  prefetch = S.integer { min = 1, optional = true, doc = 'batches leased or waiting at once (default 4 x workers)' },
-  worker_queue = S.integer { min = 1, default = 2, doc = 'leases one reader holds at once' },
+  prefetch = S.integer { min = 1, optional = true, doc = 'batches leased or waiting at once (default 8 x workers)' },
+  worker_queue = S.integer { min = 1, default = 4, doc = 'leases one reader holds at once' },
   order = S.enum({ 'planned', 'arrival' }, { default = 'planned' }),
   timeout = S.number { gt = 0, default = 60, doc = 'seconds to wait for a batch before failing' },
   heartbeat = S.number { gt = 0, default = 0.5 },
   heartbeat_timeout = S.number { gt = 0, default = 5 },
+  lease_timeout = S.number { gt = 0, default = 120, doc = 'seconds before an item is leased again elsewhere' },
   on_bad_record = S.enum({ 'error', 'skip' }, { default = 'error' }),
   shared_memory = S.boolean { default = true },
   remainder = S.enum({ 'drop', 'pad' }, { default = 'drop', doc = 'ranks: drop or pad the samples left over' }),
@@ -107,14 +108,19 @@ function M.train_loader(cfg, rank, world_size)
     curve = { public_key = pub, secret_key = sec, clients = d.curve.clients }
   end
   local data = require('ember').data
-  return data.Loader {
+  local loader = data.Loader {
     dataset = spec.dataset, dataset_options = spec.options, transforms = spec.transforms,
     batch_size = d.batch_size, shuffle = d.shuffle, seed = d.seed or cfg.seed, drop_last = d.drop_last,
     rank = rank, world_size = world_size, remainder = d.remainder, num_workers = d.workers, endpoint = d.endpoint,
     prefetch = d.prefetch, worker_queue = d.worker_queue, order = d.order, timeout = d.timeout,
-    heartbeat = d.heartbeat, heartbeat_timeout = d.heartbeat_timeout, on_bad_record = d.on_bad_record,
+    heartbeat = d.heartbeat, heartbeat_timeout = d.heartbeat_timeout, lease_timeout = d.lease_timeout,
+    on_bad_record = d.on_bad_record,
     shared_memory = d.shared_memory, curve = curve,
   }
+  if d.endpoint and rank == 0 then   -- where `ember reader --connect` should point (ports resolved)
+    io.stderr:write('data: readers connect to ', (loader:endpoint():gsub('^ipc://[^,]*,?', '')), '\n')
+  end
+  return loader
 end
 
 return M

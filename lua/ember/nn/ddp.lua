@@ -106,6 +106,7 @@ return function(ember, nn)
     rawset(self, 'broadcast_buffers', option(opts, 'broadcast_buffers', true, 'boolean'))
     rawset(self, '_require_sync', true)
     rawset(self, '_joining', false)
+    rawset(self, '_has_buffers', nb > 0)
   end
 
   -- The tensors in a forward's result (a tensor, or tables of them, nested).
@@ -120,6 +121,7 @@ return function(ember, nn)
   end
 
   local function buffer_args(self)
+    if not self._has_buffers then return nil, 0 end
     local list = self.module:buffers()
     if #list == 0 then return nil, 0 end
     return tensor_array(list)
@@ -200,6 +202,12 @@ return function(ember, nn)
       out[b + 1] = names
     end
     return out
+  end
+
+  -- The reducer holds the parameters it was built with: converting them afterwards would
+  -- leave it reducing the old tensors.
+  function DDP:to()
+    throw('DistributedDataParallel: move or convert the model (model:to(...)) before wrapping it')
   end
 
   function DDP:extra_repr() return '' end

@@ -2,7 +2,7 @@
  *
  * Every operation is non-blocking (MPI_Iallreduce, MPI_Ibcast, MPI_Iallgather,
  * MPI_Ireduce_scatter_block, MPI_Ibarrier, MPI_Isend/Irecv), posted and tested by the
- * communication thread (mpi_thread.c). Reductions are MPI's own for the standard dtypes
+ * progress engine (mpi_thread.c). Reductions are MPI's own for the standard dtypes
  * (so the result is bit-identical on every rank: each algorithm combines the same
  * operands in the same order everywhere, and floating-point addition commutes), and
  * ember's for float16/bfloat16 (summed in float32, rounded once per step). 'avg' is a sum
@@ -298,6 +298,7 @@ static const em_dist_backend mpi_backend = {
     .post = mpi_post,
     .shutdown = em_mpi_thread_stop,
     .abort_job = em_mpi_abort_job,
+    .progress = em_mpi_progress,
 };
 
 __attribute__((visibility("default"))) const em_dist_backend *em_dist_mpi_backend(void) { return &mpi_backend; }

@@ -1,13 +1,14 @@
 /* mpi_impl.h - the MPI backend (libember_mpi.so), shared by its two files:
  *   mpi_backend.c  the backend table (called on user threads), datatypes and reductions,
  *                  turning a work into MPI_I* calls and finishing it;
- *   mpi_thread.c   the communication thread: the only thread that calls MPI.
+ *   mpi_thread.c   the communication thread and the progress engine.
  *
- * Threading: one dedicated thread initialises MPI, posts every operation (non-blocking),
- * progresses them with MPI_Test, enforces deadlines and finalizes. It asks for
- * MPI_THREAD_SERIALIZED; since no other thread ever calls MPI, FUNNELED would do, and
- * MULTIPLE (locks on every MPI call in Open MPI) is not needed. User threads hand it
- * tasks through a queue and wait on condition variables. */
+ * Threading: the communication thread initialises and finalizes MPI. Every MPI call in
+ * between is made under one lock by the thread driving progress: a user thread waiting
+ * for a work, or else the communication thread. Calls are never concurrent, so the backend
+ * asks for MPI_THREAD_SERIALIZED; MPI_THREAD_MULTIPLE (a lock inside every MPI call in Open
+ * MPI, and concurrent progress that buys nothing here) is not needed. User threads hand
+ * work over through a queue; posting never blocks on MPI. */
 #ifndef EMBER_DIST_MPI_IMPL_H
 #define EMBER_DIST_MPI_IMPL_H
 
@@ -15,7 +16,7 @@
 #include <pthread.h>
 #include "dist/dist_impl.h"
 
-/* A group as MPI sees it. Owned by the communication thread once created. */
+/* A group as MPI sees it; used under the MPI lock once created. */
 typedef struct mpi_group {
   int id;
   MPI_Comm comm;             /* MPI_COMM_NULL on ranks outside the group */
@@ -59,7 +60,7 @@ typedef struct inflight {
   struct inflight *next;
 } inflight;
 
-/* ---- mpi_backend.c, run on the communication thread ---- */
+/* ---- mpi_backend.c, run under the MPI lock ---- */
 /* Hands w to MPI; on failure completes w with the error. Adds an inflight entry. */
 void em_mpi_start_work(em_dist_work *w, mpi_group *g);
 /* MPI_Test on f's requests; 1 when all are done (f's work then completed and f freed). */
@@ -73,13 +74,15 @@ void em_mpi_error_text(int code, char *buf, size_t cap);
 /* ---- mpi_thread.c ---- */
 /* Starts the thread and MPI (blocking until MPI is up). */
 em_status em_mpi_thread_start(double timeout_s, int *rank, int *size, int *local_rank, mpi_group **world);
+/* One round of progress on the calling thread (the backend's progress entry). */
+int em_mpi_progress(void);
 /* Queues a task; for synchronous kinds waits until the thread has run it. */
 em_status em_mpi_submit(mpi_task *t, int wait);
-/* The inflight list (thread only). */
+/* The inflight list (under the MPI lock). */
 void em_mpi_track(inflight *f);
 void em_mpi_thread_stop(int exit_status);
 void em_mpi_abort_job(const char *message, int exit_status);
-/* Registry lookups (thread only). */
+/* Registry lookups (under the MPI lock). */
 void em_mpi_register_group(mpi_group *g);
 void em_mpi_unregister_group(mpi_group *g);
 extern MPI_Comm em_mpi_world_comm;

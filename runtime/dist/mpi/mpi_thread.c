@@ -1,20 +1,25 @@
-/* mpi_thread.c - the communication thread: the one thread that calls MPI.
+/* mpi_thread.c - the communication thread, and progress driven by waiting threads.
  *
- * It initialises MPI, then loops: take the tasks user threads queued (in order), post
- * them as non-blocking MPI operations, MPI_Test everything in flight (Open MPI has no
- * progress thread of its own: these tests are what moves the data), enforce deadlines,
- * answer other ranks' status queries. While operations are in flight it polls
- * continuously if a user thread is waiting for one (or the machine has cores to spare);
- * while nobody waits (a data-parallel backward is still computing) it backs off with
- * short sleeps, so that on a machine with no spare core it does not take the CPU from
- * the computation it overlaps with. With nothing in flight it sleeps on a condition
- * variable, waking every 20 ms to answer queries.
+ * Every MPI call after initialisation runs under one lock (S.mpi), taken by whichever
+ * thread drives progress; MPI sees one caller at a time (MPI_THREAD_SERIALIZED). A round of
+ * progress takes the tasks user threads queued (in order), posts them as non-blocking MPI
+ * operations, MPI_Tests everything in flight (Open MPI has no progress thread of its own:
+ * these tests are what moves the data), enforces deadlines and answers other ranks' status
+ * queries.
  *
- * Timeouts. Every work carries a deadline. When one passes, this thread asks each rank
- * that should take part, on a private communicator, how far it got (a rank's thread
- * answers with the last collective it posted on that group), waits up to 1.5 s for the
- * answers, prints which ranks are missing and why, and aborts the job with MPI_Abort
- * (exit status 124): a collective cannot be cancelled, so the job cannot go on. */
+ * Who drives it: a thread that waits for a work does, itself, polling until its work is
+ * done (no hand-off to another thread and no wake-up afterwards: a blocking collective
+ * costs about what MPI's own costs). While nobody waits (asynchronous work, such as the
+ * buckets a data-parallel backward starts while it goes on computing), the communication
+ * thread does: polling continuously when this rank has a core to spare, otherwise with
+ * short sleeps between rounds, so that it does not take the CPU from the computation it
+ * overlaps with. With nothing in flight it sleeps, waking every 20 ms to answer queries.
+ *
+ * Timeouts. Every work carries a deadline. When one passes, the thread driving progress
+ * asks each rank that should take part, on a private communicator, how far it got (a
+ * rank's answer is the last collective it posted on that group), waits up to 1.5 s for the
+ * answers, prints which ranks are missing and why, and aborts the job with MPI_Abort (exit
+ * status 124): a collective cannot be cancelled, so the job cannot go on. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <sched.h>
@@ -29,6 +34,7 @@
 #define TAG_ANSWER 2
 #define QUERY_GRACE_S 1.5
 #define IDLE_WAKE_MS 20
+#define ASIDE_WAKE_MS 1
 #define MAX_BACKOFF_NS 200000
 
 MPI_Comm em_mpi_world_comm = MPI_COMM_NULL;
@@ -37,7 +43,8 @@ int em_mpi_world_rank, em_mpi_world_size;
 static struct {
   pthread_t thread;
   int running;                     /* the thread exists */
-  pthread_mutex_t lock;
+  pthread_mutex_t mpi;             /* held around every MPI call after MPI_Init */
+  pthread_mutex_t lock;            /* the queue, task completion, start-up, stop */
   pthread_cond_t cond;             /* queue not empty, task done, init done */
   mpi_task *head, *tail;
   atomic_int queued;
@@ -55,13 +62,14 @@ static struct {
   /* the thread's own */
   MPI_Comm ctrl;
   inflight *inflight, *inflight_tail;
+  atomic_int n_inflight;
   mpi_group *groups;
   MPI_Request qreq;
   int64_t qbuf[2];
   int64_t *answers;                /* [world_size][3], one outgoing answer buffer per asker */
   double last_query_check;
   int spin;
-} S = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+} S = {.mpi = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
 /* ---------------------------------------------------------------- registry */
 
@@ -89,6 +97,7 @@ void em_mpi_track(inflight *f) {
   if (S.inflight_tail) S.inflight_tail->next = f;
   else S.inflight = f;
   S.inflight_tail = f;
+  atomic_fetch_add(&S.n_inflight, 1);
 }
 
 /* ---------------------------------------------------------------- status queries */
@@ -296,6 +305,7 @@ static int progress_all(void) {
       if (prev) prev->next = next;
       else S.inflight = next;
       if (S.inflight_tail == f) S.inflight_tail = prev;
+      atomic_fetch_sub(&S.n_inflight, 1);
       progressed = 1;
     } else {
       prev = f;
@@ -321,45 +331,82 @@ static void do_abort(void) {
   _exit(S.abort_status);
 }
 
+/* One round of progress; the caller holds S.mpi. Returns 1 if anything started or ended. */
+static int progress_once(void) {
+  mpi_task *tasks = NULL;
+  if (atomic_load(&S.queued)) {
+    pthread_mutex_lock(&S.lock);
+    tasks = S.head;
+    S.head = S.tail = NULL;
+    atomic_store(&S.queued, 0);
+    pthread_mutex_unlock(&S.lock);
+  }
+  int progressed = tasks != NULL;
+  while (tasks) {
+    mpi_task *next = tasks->next;
+    run_task(tasks);
+    tasks = next;
+  }
+  if (S.inflight) progressed |= progress_all();
+  double now = em_dist_now();
+  if (!S.inflight || now - S.last_query_check > 0.005) {
+    service_queries();
+    S.last_query_check = now;
+  }
+  check_deadlines(now);
+  return progressed;
+}
+
+/* The backend's progress entry: a round on the calling (waiting) thread, unless another
+ * thread is in the middle of one. */
+int em_mpi_progress(void) {
+  if (!S.running) return -1;
+  if (pthread_mutex_trylock(&S.mpi)) return 0;
+  if (atomic_load(&S.abort_requested)) do_abort();
+  int r = progress_once();
+  pthread_mutex_unlock(&S.mpi);
+  return r;
+}
+
+static void timed_wait_ms(int ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += ms * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+  pthread_cond_timedwait(&S.cond, &S.lock, &ts);
+}
+
 static void loop(void) {
   unsigned idle = 0;
   long backoff = 0;
   for (;;) {
-    if (atomic_load(&S.abort_requested)) do_abort();
-    mpi_task *tasks = NULL;
-    if (atomic_load(&S.queued) || !S.inflight) {
-      pthread_mutex_lock(&S.lock);
-      if (!S.head && !S.inflight && !S.stopping && !atomic_load(&S.abort_requested)) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += IDLE_WAKE_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&S.cond, &S.lock, &ts);
+    /* Sleep while there is nothing to do, or while a waiting thread drives progress. */
+    pthread_mutex_lock(&S.lock);
+    for (;;) {
+      if (atomic_load(&S.abort_requested)) break;
+      int busy = S.head || atomic_load(&S.n_inflight) > 0;
+      if (S.stopping && !busy) {
+        pthread_mutex_unlock(&S.lock);
+        return;
       }
-      tasks = S.head;
-      S.head = S.tail = NULL;
-      atomic_store(&S.queued, 0);
-      int stopping = S.stopping;
-      pthread_mutex_unlock(&S.lock);
-      if (stopping && !tasks && !S.inflight) return;
+      if (busy && em_dist_num_waiters() == 0) break;
+      if (!busy) {
+        timed_wait_ms(IDLE_WAKE_MS);
+        if (!S.head && !S.stopping) break;   /* woke with nothing queued: answer queries */
+      } else {
+        timed_wait_ms(ASIDE_WAKE_MS);
+      }
     }
-    int progressed = tasks != NULL;
-    while (tasks) {
-      mpi_task *next = tasks->next;
-      run_task(tasks);
-      tasks = next;
-    }
-    if (S.inflight) progressed |= progress_all();
-    double now = em_dist_now();
-    if (!S.inflight || now - S.last_query_check > 0.005) {
-      service_queries();
-      S.last_query_check = now;
-    }
-    check_deadlines(now);
-    /* pacing */
-    if (progressed || !S.inflight) {
+    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_lock(&S.mpi);
+    if (atomic_load(&S.abort_requested)) do_abort();
+    int progressed = progress_once();
+    int inflight = S.inflight != NULL;
+    pthread_mutex_unlock(&S.mpi);
+    /* pacing: nobody waits (else this thread would be asleep) */
+    if (progressed || !inflight) {
       idle = 0, backoff = 0;
-    } else if (S.spin || em_dist_num_waiters() > 0) {
+    } else if (S.spin) {
       if ((++idle & 63) == 0) sched_yield();
     } else if (++idle > 16) {
       backoff = backoff ? (backoff * 2 > MAX_BACKOFF_NS ? MAX_BACKOFF_NS : backoff * 2) : 5000;
@@ -434,6 +481,7 @@ static void *comm_main(void *arg) {
   loop();
 
   /* clean shutdown: nothing is in flight any more */
+  pthread_mutex_lock(&S.mpi);
   MPI_Cancel(&S.qreq);
   MPI_Wait(&S.qreq, MPI_STATUS_IGNORE);
   for (mpi_group *g = S.groups; g; g = g->next)
@@ -442,6 +490,7 @@ static void *comm_main(void *arg) {
   MPI_Comm_free(&S.ctrl);
   MPI_Comm_free(&em_mpi_world_comm);
   MPI_Finalize();
+  pthread_mutex_unlock(&S.mpi);
   return NULL;
 }
 
@@ -449,6 +498,12 @@ static void *comm_main(void *arg) {
 
 em_status em_mpi_thread_start(double timeout_s, int *rank, int *size, int *local_rank, mpi_group **world) {
   S.timeout = timeout_s;
+  /* Open MPI's non-blocking allreduce (libnbc) takes its binomial tree for every in-place
+   * call on fewer than 4 ranks: the whole buffer goes to one rank and back, about twice
+   * the time of reduce-scatter + allgather on a large bucket. Unless the user chose an
+   * algorithm, take reduce-scatter + allgather (Rabenseifner's; libnbc falls back to its
+   * ring below one element per rank). Set before MPI starts, on this thread. */
+  setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
   if (pthread_create(&S.thread, NULL, comm_main, NULL))
     return em_set_error(EM_ERR_RUNTIME, "dist.init: cannot start the communication thread (%s)", strerror(errno));
   pthread_mutex_lock(&S.lock);
@@ -477,7 +532,8 @@ em_status em_mpi_submit(mpi_task *t, int wait) {
   else S.head = t;
   S.tail = t;
   atomic_store(&S.queued, 1);
-  pthread_cond_broadcast(&S.cond);
+  /* a blocking work is posted by its caller's own wait; anything else wakes the thread */
+  if (!(t->kind == TASK_WORK && t->work->blocking)) pthread_cond_broadcast(&S.cond);
   if (wait)
     while (!t->done) pthread_cond_wait(&S.cond, &S.lock);
   pthread_mutex_unlock(&S.lock);
@@ -496,10 +552,9 @@ void em_mpi_abort_job(const char *message, int exit_status) {
   atomic_store(&S.abort_requested, 1);
   pthread_cond_broadcast(&S.cond);
   pthread_mutex_unlock(&S.lock);
-  /* the thread kills the job; should it be stuck inside MPI, leave anyway */
-  sleep(10);
-  if (message) fprintf(stderr, "%s\n", message);
-  _exit(exit_status);
+  /* whoever drives progress lets go of MPI between rounds */
+  pthread_mutex_lock(&S.mpi);
+  do_abort();
 }
 
 void em_mpi_thread_stop(int exit_status) {

@@ -98,6 +98,8 @@ typedef struct em_loader_options {
   int32_t skip_bad;             /* told to readers: skip bad records (count them) instead of failing */
   double heartbeat_s;           /* heartbeat interval, > 0 */
   double heartbeat_timeout_s;   /* silence after which a reader is lost, > heartbeat_s */
+  double lease_timeout_s;       /* an item leased this long is leased again to another reader
+                                   (a reader that heartbeats but is stuck); 0: never */
   int64_t dataset_size;         /* readers must report this size */
   const char *fingerprint;      /* ... and this description of the data (transforms, format) */
   const char *curve_public_key; /* Z85, 40 characters; both NULL: no CurveZMQ */

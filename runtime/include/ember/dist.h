@@ -4,7 +4,8 @@
  * group holds one backend per device type, chosen when the world is initialised:
  *   cpu   "mpi"  (runtime/dist/mpi, its own shared object libember_mpi.so, loaded on
  *                 demand so that processes that never call em_dist_init never load libmpi);
- *                 non-blocking MPI progressed by one communication thread;
+ *                 non-blocking MPI, progressed by the thread that waits for a result or,
+ *                 while nobody waits, by a communication thread;
  *         "self" (a world of one process: no launcher, no MPI);
  *   cuda  "nccl" (arrives with the CUDA backend; the slot is in the table already).
  * Ranks are 0-based everywhere, as every launcher numbers them.
