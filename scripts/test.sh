@@ -16,6 +16,6 @@ if [ "${SANITIZE:-1}" != 0 ]; then
   # The multi-process MPI tests (dist/) run in the release pass only for now: under ASan one
   # 2-rank DDP run was seen to hang at exit after all its checks passed (issue 5, open).
   ctest --test-dir build-asan --output-on-failure -j "$JOBS" -E '^dist/'
-  
+
 fi
 echo "== all tests passed"
