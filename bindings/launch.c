@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char *launch_usage =
@@ -255,13 +256,28 @@ static int run_prefixed(char **cmd, int nproc, int prefix) {
       return 1;
     }
   }
-  int open_fds = 2;
+  /* Read until both pipes close, or until mpirun has exited and the pipes have been quiet
+   * for a moment: a process a rank started in the background may hold them open for long. */
+  int open_fds = 2, status = 0, exited = 0;
+  double quiet_since = 0;
   while (open_fds > 0) {
     struct pollfd p[2] = {{s[0].fd, POLLIN, 0}, {s[1].fd, POLLIN, 0}};
-    if (poll(p, 2, -1) < 0) {
+    int ready = poll(p, 2, 100);
+    if (ready < 0) {
       if (errno == EINTR) continue;
       break;
     }
+    if (!exited && waitpid(pid, &status, WNOHANG) == pid) exited = 1;
+    if (ready == 0) {
+      struct timespec now;
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      double t = now.tv_sec + now.tv_nsec * 1e-9;
+      if (!exited) continue;
+      if (!quiet_since) quiet_since = t;
+      if (t - quiet_since > 0.5) break;
+      continue;
+    }
+    quiet_since = 0;
     for (int k = 0; k < 2; k++) {
       if (s[k].fd < 0 || !(p[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       char chunk[65536];
@@ -276,12 +292,12 @@ static int run_prefixed(char **cmd, int nproc, int prefix) {
     }
   }
   for (int k = 0; k < 2; k++) {
+    if (s[k].fd >= 0) close(s[k].fd);
     flush_all(&s[k]);
     for (int r = 0; r <= nproc; r++) free(s[k].lines[r].data);
     free(s[k].lines);
   }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  while (!exited && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;

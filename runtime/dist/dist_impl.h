@@ -38,7 +38,12 @@ struct em_dist_work {
   _Atomic double deadline;   /* posted_at + timeout; em_dist_work_wait may shorten it */
   double started_at;         /* when the backend began moving data (after earlier work) */
   double finished_at;
-  int blocking;              /* the caller waits at once (no handle): no need to wake a thread */
+  int on_stack;              /* a direct call's work on the caller's stack: nobody else waits */
+  int blocking;              /* the caller waits at once: no need to wake a thread */
+  int direct;                /* a plain blocking call (no handle): the backend may run it as
+                              * its own blocking collective. Decided by the call alone, so the
+                              * same on every rank (MPI matches blocking and non-blocking
+                              * collectives only with their own kind) */
   em_status status;
   char message[EM_DIST_MSG];
   struct em_dist_work *next; /* backend queue link */
@@ -65,6 +70,9 @@ typedef struct em_dist_backend {
    * drives the backend itself instead of sleeping until another thread wakes it).
    * Returns 1 if anything completed or started, 0 if not, -1 if the backend cannot. */
   int (*progress)(void);
+  /* Optional: runs w, a plain blocking call (w->direct) on the caller's stack, to completion
+   * on the calling thread and returns 1; or returns 0 (then w is posted as usual). */
+  int (*run_direct)(void *group_impl, em_dist_work *w);
 } em_dist_backend;
 
 struct em_dist_group {

@@ -23,6 +23,7 @@
 static pthread_mutex_t done_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER;
 static em_dist_work *graveyard;   /* finished handles nobody references, freed on a user thread */
+static atomic_int graveyard_used;
 static atomic_int waiters;
 
 int em_dist_num_waiters(void) { return atomic_load_explicit(&waiters, memory_order_relaxed); }
@@ -44,7 +45,9 @@ static void free_work(em_dist_work *w) {
 }
 
 static void reap(void) {
+  if (!atomic_load_explicit(&graveyard_used, memory_order_relaxed)) return;
   pthread_mutex_lock(&done_lock);
+  atomic_store(&graveyard_used, 0);
   em_dist_work *w = graveyard;
   graveyard = NULL;
   pthread_mutex_unlock(&done_lock);
@@ -65,12 +68,17 @@ void em_dist_work_done(em_dist_work *w, em_status st, const char *msg) {
   w->status = st;
   if (st) snprintf(w->message, sizeof w->message, "%s", msg ? msg : "failed");
   if (w->kind != EM_DIST_OP_SEND && w->kind != EM_DIST_OP_RECV) atomic_fetch_add(&w->group->completed, 1);
+  if (w->on_stack) {   /* its caller is the thread completing it: nobody to wake */
+    atomic_store(&w->state, st ? EM_WORK_FAILED : EM_WORK_DONE);
+    return;
+  }
   pthread_mutex_lock(&done_lock);
   atomic_store(&w->state, st ? EM_WORK_FAILED : EM_WORK_DONE);
   pthread_cond_broadcast(&done_cond);
   if (atomic_fetch_sub(&w->refcount, 1) == 1) {
     w->next = graveyard;
     graveyard = w;
+    atomic_store(&graveyard_used, 1);
   }
   pthread_mutex_unlock(&done_lock);
 }
@@ -111,6 +119,23 @@ static em_status post_work(em_dist_group *g, em_dist_opkind kind, em_tensor *in,
                         dev == EM_CUDA ? "cuda" : "cpu",
                         dev == EM_CUDA ? " (NCCL arrives with the CUDA backend)" : "");
   }
+  int64_t seq = kind != EM_DIST_OP_SEND && kind != EM_DIST_OP_RECV ? atomic_fetch_add(&g->seq, 1) + 1 : 0;
+  double now = em_dist_now();
+  if (!work && be->run_direct) {
+    /* A plain blocking call the backend may run at once on this thread: no handle on the
+     * heap, no queue; the tensors are the caller's for the duration of the call. */
+    em_dist_work d;
+    memset(&d, 0, sizeof d);
+    atomic_init(&d.refcount, 2);
+    atomic_init(&d.state, EM_WORK_PENDING);
+    d.kind = kind, d.redop = op, d.peer = peer, d.tag = tag, d.in = in, d.out = out, d.group = g;
+    d.seq = seq, d.posted_at = now, d.blocking = d.direct = d.on_stack = 1;
+    atomic_init(&d.deadline, now + g->timeout);
+    if (be->run_direct(g->impl[dev], &d)) {
+      if (atomic_load(&d.state) == EM_WORK_FAILED) return em_set_error(d.status, "%s", d.message);
+      return EM_OK;
+    }
+  }
   em_dist_work *w = calloc(1, sizeof *w);
   if (!w) return em_set_error(EM_ERR_MEMORY, "%s: out of memory", op_names[kind]);
   atomic_init(&w->refcount, 2);   /* the caller's and the backend's */
@@ -125,9 +150,10 @@ static em_status post_work(em_dist_group *g, em_dist_opkind kind, em_tensor *in,
   if (out != in) em_tensor_retain(out);
   w->group = g;
   em_dist_group_retain(g);
-  if (kind != EM_DIST_OP_SEND && kind != EM_DIST_OP_RECV) w->seq = atomic_fetch_add(&g->seq, 1) + 1;
-  w->posted_at = em_dist_now();
+  w->seq = seq;
+  w->posted_at = now;
   w->blocking = caller_waits;
+  w->direct = work == NULL;
   atomic_store(&w->deadline, w->posted_at + g->timeout);
   em_status st = be->post(g->impl[dev], w);
   if (st) {
@@ -299,10 +325,10 @@ em_status em_dist_work_wait(em_dist_work *w, double timeout_s) {
   if (be && be->progress) {
     /* Drive the backend from this thread: no hand-off, no wake-up; the backend enforces
      * the deadline (and ends the job) from here too. Poll hard for the first 100 us (a small collective is done by then, and a yield on a
-     * busy machine can cost a whole time slice), then yield now and then, and after 1 ms
-     * (a rank is waiting for a slower one) sleep between rounds, so that the core goes to
-     * whoever can use it: on a machine with as many ranks as cores, the slower rank. Any
-     * progress starts the sequence again. */
+     * busy machine can cost a whole time slice), then yield now and then, and after 5 ms
+     * (a rank is waiting for a much slower one) nap between rounds, so that the core goes to
+     * whoever can use it. Naps stay short: the peer's data moves only while this side polls
+     * too. Any progress starts the sequence again. */
     double phase = em_dist_now();
     long nap = 0;
     unsigned idle = 0;
@@ -315,11 +341,11 @@ em_status em_dist_work_wait(em_dist_work *w, double timeout_s) {
       }
       double waited = em_dist_now() - phase;
       if (waited < 100e-6) continue;
-      if (waited < 1e-3) {
+      if (waited < 5e-3) {
         if (++idle % 16 == 0) sched_yield();
         continue;
       }
-      nap = nap ? (nap * 2 > 200000 ? 200000 : nap * 2) : 10000;
+      nap = nap ? (nap * 2 > 50000 ? 50000 : nap * 2) : 10000;
       struct timespec ts = {0, nap};
       nanosleep(&ts, NULL);
     }

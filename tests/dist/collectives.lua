@@ -53,7 +53,10 @@ for _, dtype in ipairs { 'float32', 'float64', 'int32', 'int64', 'float16', 'bfl
         local t = filled(n, dtype, rank)
         local r = dist.all_reduce(t, op)
         check(r == t, 'all_reduce returns its tensor')
-        equal(t, expected(n, dtype, op), string.format('all_reduce %s %s n=%d', op, dtype, n))
+        local want = expected(n, dtype, op)
+        -- half-precision products round at every step of the reduction: one ulp of slack
+        local tol = (op == 'product' and dtype:find('16') and n > 0) and want:to('float64'):abs():max():item() / 64 or 0
+        U.near(t, want, tol, string.format('all_reduce %s %s n=%d', op, dtype, n))
       end
     end
   end

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """tests/dist/timeout.py EMBER - a dead or stuck rank never hangs the others.
 
-Runs tests/dist/stuck.lua under `ember launch -n 2 --timeout 2` with rank 1 stopped
+Runs tests/dist/stuck.lua under `ember launch -n 2 --timeout 3` with rank 1 stopped
 (SIGSTOP), killed (SIGKILL; mpirun in recovery mode, so that nothing but the timeout ends
-rank 0) or busy outside any collective, and checks that rank 0 ends the job within seconds
-with an error naming rank 1 and saying why. A kill without recovery mode ends the job at
-once (mpirun stops every rank). Exits 77 (skipped) without mpirun."""
+rank 0), busy outside any collective, or lingering instead of finishing, and checks that
+rank 0 ends the job within seconds with an error naming rank 1 and saying why. A kill
+without recovery mode ends the job at once (mpirun stops every rank). Exits 77 (skipped)
+without mpirun."""
 import os
 import shutil
 import subprocess
@@ -22,7 +23,7 @@ failures = []
 
 
 def run(mode, *extra):
-    cmd = [EMBER, "launch", "-n", "2", "--timeout", "2", *extra, os.path.join(HERE, "stuck.lua"), mode]
+    cmd = [EMBER, "launch", "-n", "2", "--timeout", "3", *extra, os.path.join(HERE, "stuck.lua"), mode]
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     return p.returncode, p.stdout + p.stderr, time.monotonic() - t0
@@ -47,7 +48,7 @@ def expect(name, result, status=None, has=(), lacks=(), within=20.0):
         print("  " + "\n  ".join(problems) + "\n--- output\n" + out)
 
 
-timeout_msg = "[0] ember.dist: all_reduce #8 on the world group (712 B of float32): timed out after 2 s on rank 0"
+timeout_msg = "[0] ember.dist: all_reduce #8 on the world group (712 B of float32): timed out after 3 s on rank 0"
 expect("a stopped rank", run("stop"), status=124,
        has=(timeout_msg, "waiting for rank 1 (no answer: dead, stopped or hung)", "aborting the job"),
        lacks=("finished: that is wrong",))
@@ -56,6 +57,10 @@ expect("a killed rank, mpirun in recovery mode", run("kill", "--mpi-arg=--enable
        lacks=("finished: that is wrong",))
 expect("a rank busy outside collectives", run("busy"), status=124,
        has=(timeout_msg, "waiting for rank 1 (alive, but has not reached it: its last collective on this group is #7)"),
+       lacks=("finished: that is wrong",))
+expect("a rank that does not finish: the end of the job is a meeting too", run("late"), status=124,
+       has=("[0] ember.dist: the end of the job (every rank meets before MPI_Finalize): timed out after 3 s on rank 0, "
+            "waiting for rank 1 (alive, but still running: its last collective on this group is #",),
        lacks=("finished: that is wrong",))
 code, out, seconds = run("kill")
 expect("a killed rank, plain launch: every rank stopped at once", (code, out, seconds), status=137,

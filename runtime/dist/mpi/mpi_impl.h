@@ -56,13 +56,22 @@ typedef struct inflight {
   MPI_Request small[4];
   MPI_Datatype dt;
   int64_t count;             /* elements received/reduced per rank */
-  double deadline_fallback;  /* for group creation */
+  double deadline_fallback;  /* for group creation and the final barrier */
+  int finalizing;            /* the barrier before MPI_Finalize */
   struct inflight *next;
 } inflight;
 
 /* ---- mpi_backend.c, run under the MPI lock ---- */
-/* Hands w to MPI; on failure completes w with the error. Adds an inflight entry. */
-void em_mpi_start_work(em_dist_work *w, mpi_group *g);
+/* Hands w to MPI; on failure completes w with the error. Adds an inflight entry, or with
+ * may_block (the calling thread waits for w anyway and is not the communication thread)
+ * runs a small blocking collective to completion at once. */
+void em_mpi_start_work(em_dist_work *w, mpi_group *g, int may_block);
+/* Whether w runs as MPI's own blocking collective (a plain blocking call of up to 256 KB
+ * per rank), and running it (under the MPI lock). */
+int em_mpi_direct_eligible(const em_dist_work *w);
+void em_mpi_run_blocking(em_dist_work *w, mpi_group *g);
+/* The backend's run_direct entry (mpi_thread.c). */
+int em_mpi_run_direct(void *group_impl, em_dist_work *w);
 /* MPI_Test on f's requests; 1 when all are done (f's work then completed and f freed). */
 int em_mpi_try_finish(inflight *f);
 /* Custom reductions for float16/bfloat16, created after MPI_Init, freed before finalize. */
@@ -76,6 +85,9 @@ void em_mpi_error_text(int code, char *buf, size_t cap);
 em_status em_mpi_thread_start(double timeout_s, int *rank, int *size, int *local_rank, mpi_group **world);
 /* One round of progress on the calling thread (the backend's progress entry). */
 int em_mpi_progress(void);
+/* Around a blocking MPI call: the communication thread watches its deadline. */
+void em_mpi_watch_begin(const em_dist_work *w);
+void em_mpi_watch_end(void);
 /* Queues a task; for synchronous kinds waits until the thread has run it. */
 em_status em_mpi_submit(mpi_task *t, int wait);
 /* The inflight list (under the MPI lock). */

@@ -38,6 +38,7 @@
 #define MAX_BACKOFF_NS 200000
 
 MPI_Comm em_mpi_world_comm = MPI_COMM_NULL;
+static __thread int on_comm_thread;   /* this thread is the communication thread */
 int em_mpi_world_rank, em_mpi_world_size;
 
 static struct {
@@ -69,6 +70,11 @@ static struct {
   int64_t *answers;                /* [world_size][3], one outgoing answer buffer per asker */
   double last_query_check;
   int spin;
+  int finalizing;                  /* past the end of the program: in the final barrier */
+  /* the blocking call a waiting thread is inside, watched by the communication thread */
+  atomic_int watching;
+  _Atomic double watch_deadline, watch_posted;
+  em_dist_work watch_copy;         /* what the watched work was, described only on timeout */
 } S = {.mpi = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
 /* ---------------------------------------------------------------- registry */
@@ -113,7 +119,7 @@ static void service_queries(void) {
     int64_t *a = &S.answers[3 * src];
     a[0] = S.qbuf[0];
     a[1] = g ? g->posted_seq : -1;
-    a[2] = g ? g->completed_seq : -1;
+    a[2] = S.finalizing ? -2 : g ? g->completed_seq : -1;   /* -2: this rank has finished */
     MPI_Request r;
     if (MPI_Isend(a, 3, MPI_INT64_T, src, TAG_ANSWER, S.ctrl, &r) == MPI_SUCCESS) MPI_Request_free(&r);
     MPI_Irecv(S.qbuf, 2, MPI_INT64_T, MPI_ANY_SOURCE, TAG_QUERY, S.ctrl, &S.qreq);
@@ -137,6 +143,7 @@ static void report_timeout(inflight *f, double now) {
   em_dist_work *w = f->w;
   char what[320];
   if (w) em_dist_describe(w, what, sizeof what);
+  else if (f->finalizing) snprintf(what, sizeof what, "the end of the job (every rank meets before MPI_Finalize)");
   else snprintf(what, sizeof what, "new_group on %s", g->id ? "a subgroup" : "the world group");
   double posted = w ? w->posted_at : f->deadline_fallback - S.timeout;
   int p2p = w && (w->kind == EM_DIST_OP_SEND || w->kind == EM_DIST_OP_RECV);
@@ -181,11 +188,14 @@ static void report_timeout(inflight *f, double now) {
   int listed = 0;
   for (int i = 0; i < np && n < (int)sizeof msg - 300; i++) {
     int64_t *a = &ans[3 * i];
-    if (answered[i] && !p2p && a[1] >= seq) continue;  /* that rank has reached it */
+    if (answered[i] && (f->finalizing ? a[2] == -2 : !p2p && a[1] >= seq)) continue;  /* it has reached it */
     n += snprintf(msg + n, sizeof msg - n, "%s", listed ? "; " : ", waiting for ");
     n += rank_text(msg + n, sizeof msg - n, g, peers[i]);
     if (!answered[i])
       n += snprintf(msg + n, sizeof msg - n, " (no answer: dead, stopped or hung)");
+    else if (f->finalizing)
+      n += snprintf(msg + n, sizeof msg - n, " (alive, but still running: its last collective on this group is #%lld)",
+                    (long long)a[1]);
     else if (p2p)
       n += snprintf(msg + n, sizeof msg - n, " (alive, its last collective on this group is #%lld, but no matching %s)",
                     (long long)a[1], w->kind == EM_DIST_OP_RECV ? "send arrived" : "receive was posted");
@@ -248,7 +258,7 @@ static void split_group(mpi_task *t) {
 static void run_task(mpi_task *t) {
   switch (t->kind) {
     case TASK_WORK:
-      em_mpi_start_work(t->work, t->group);
+      em_mpi_start_work(t->work, t->group, !on_comm_thread);
       free(t);
       break;
     case TASK_NEW_GROUP: {
@@ -331,14 +341,58 @@ static void do_abort(void) {
   _exit(S.abort_status);
 }
 
+void em_mpi_watch_begin(const em_dist_work *w) {
+  /* the fields a description needs; the tensors and group stay alive while watched */
+  S.watch_copy.kind = w->kind;
+  S.watch_copy.seq = w->seq;
+  S.watch_copy.peer = w->peer;
+  S.watch_copy.tag = w->tag;
+  S.watch_copy.in = w->in;
+  S.watch_copy.out = w->out;
+  S.watch_copy.group = w->group;
+  atomic_store(&S.watch_posted, w->posted_at);
+  atomic_store(&S.watch_deadline, atomic_load(&w->deadline));
+  atomic_store(&S.watching, 1);
+}
+
+void em_mpi_watch_end(void) { atomic_store(&S.watching, 0); }
+
+/* On the communication thread, which cannot call MPI while the watched thread is inside a
+ * call: a deadline passed there ends the job without asking the other ranks. */
+static void check_watch(void) {
+  if (!atomic_load(&S.watching)) return;
+  double now = em_dist_now();
+  if (now <= atomic_load(&S.watch_deadline)) return;
+  char what[320];
+  em_dist_describe(&S.watch_copy, what, sizeof what);
+  fprintf(stderr,
+          "ember.dist: %s: timed out after %.3g s on rank %d inside a blocking MPI call (a small blocking "
+          "collective, run by MPI itself: the ranks that did not take part cannot be named); aborting the job\n",
+          what, now - atomic_load(&S.watch_posted), em_mpi_world_rank);
+  fflush(stderr);
+  alarm(10);   /* should MPI_Abort not get through while another thread is inside MPI */
+  MPI_Abort(MPI_COMM_WORLD, EM_DIST_EXIT_TIMEOUT);
+  _exit(EM_DIST_EXIT_TIMEOUT);
+}
+
 /* One round of progress; the caller holds S.mpi. Returns 1 if anything started or ended. */
 static int progress_once(void) {
   mpi_task *tasks = NULL;
   if (atomic_load(&S.queued)) {
     pthread_mutex_lock(&S.lock);
     tasks = S.head;
-    S.head = S.tail = NULL;
-    atomic_store(&S.queued, 0);
+    if (on_comm_thread) {
+      /* Works whose caller waits are started by that caller (see em_mpi_start_work); this
+       * thread takes only what comes before the first of them, and order is kept. */
+      mpi_task **cut = &tasks;
+      while (*cut && !((*cut)->kind == TASK_WORK && (*cut)->work->blocking)) cut = &(*cut)->next;
+      S.head = *cut;
+      if (!S.head) S.tail = NULL;
+      *cut = NULL;
+    } else {
+      S.head = S.tail = NULL;
+    }
+    atomic_store(&S.queued, S.head != NULL);
     pthread_mutex_unlock(&S.lock);
   }
   int progressed = tasks != NULL;
@@ -349,7 +403,7 @@ static int progress_once(void) {
   }
   if (S.inflight) progressed |= progress_all();
   double now = em_dist_now();
-  if (!S.inflight || now - S.last_query_check > 0.005) {
+  if (now - S.last_query_check > 0.005) {
     service_queries();
     S.last_query_check = now;
   }
@@ -366,6 +420,18 @@ int em_mpi_progress(void) {
   int r = progress_once();
   pthread_mutex_unlock(&S.mpi);
   return r;
+}
+
+/* A plain blocking collective on the calling thread: after whatever was queued before it
+ * (order), as MPI's blocking collective. 0 when not eligible (posted as usual). */
+int em_mpi_run_direct(void *group_impl, em_dist_work *w) {
+  if (!S.running || !em_mpi_direct_eligible(w)) return 0;
+  pthread_mutex_lock(&S.mpi);
+  if (atomic_load(&S.abort_requested)) do_abort();
+  if (atomic_load(&S.queued)) progress_once();   /* post what came first */
+  em_mpi_run_blocking(w, group_impl);
+  pthread_mutex_unlock(&S.mpi);
+  return 1;
 }
 
 static void timed_wait_ms(int ms) {
@@ -390,7 +456,10 @@ static void loop(void) {
         return;
       }
       if (busy && em_dist_num_waiters() == 0) break;
-      if (!busy) {
+      if (atomic_load(&S.watching)) {
+        timed_wait_ms(ASIDE_WAKE_MS);
+        check_watch();
+      } else if (!busy) {
         timed_wait_ms(IDLE_WAKE_MS);
         if (!S.head && !S.stopping) break;   /* woke with nothing queued: answer queries */
       } else {
@@ -398,7 +467,11 @@ static void loop(void) {
       }
     }
     pthread_mutex_unlock(&S.lock);
-    pthread_mutex_lock(&S.mpi);
+    if (pthread_mutex_trylock(&S.mpi)) {   /* a waiting thread drives MPI (maybe inside a call) */
+      check_watch();
+      sleep_ns(ASIDE_WAKE_MS * 1000000L);
+      continue;
+    }
     if (atomic_load(&S.abort_requested)) do_abort();
     int progressed = progress_once();
     int inflight = S.inflight != NULL;
@@ -425,6 +498,27 @@ static int choose_spin(int local_size) {
   return cpus / (local_size > 0 ? local_size : 1) > em_get_num_threads();
 }
 
+/* Before MPI_Finalize, whose own wait for the other ranks has no timeout: every rank
+ * meets here, and a rank that never comes is reported (and the job ended) rather than
+ * hanging this one at exit. */
+static void final_barrier(void) {
+  inflight f;
+  memset(&f, 0, sizeof f);
+  f.g = S.world;
+  f.finalizing = 1;
+  f.deadline_fallback = em_dist_now() + S.timeout;
+  S.finalizing = 1;
+  if (MPI_Ibarrier(em_mpi_world_comm, &f.small[0]) != MPI_SUCCESS) return;
+  for (;;) {
+    int flag = 0;
+    if (MPI_Test(&f.small[0], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag) return;
+    service_queries();
+    double now = em_dist_now();
+    if (now > f.deadline_fallback) report_timeout(&f, now);
+    sleep_ns(50000);
+  }
+}
+
 static void init_failed(const char *fmt, int code) {
   char text[400] = "";
   if (code) em_mpi_error_text(code, text, sizeof text);
@@ -438,6 +532,7 @@ static void init_failed(const char *fmt, int code) {
 
 static void *comm_main(void *arg) {
   (void)arg;
+  on_comm_thread = 1;
   int provided = 0;
   int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
   if (rc != MPI_SUCCESS) {
@@ -482,6 +577,7 @@ static void *comm_main(void *arg) {
 
   /* clean shutdown: nothing is in flight any more */
   pthread_mutex_lock(&S.mpi);
+  final_barrier();
   MPI_Cancel(&S.qreq);
   MPI_Wait(&S.qreq, MPI_STATUS_IGNORE);
   for (mpi_group *g = S.groups; g; g = g->next)
