@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ember/core.h"
+#include "ember/cuda.h"
 
 #ifndef EMBER_VERSION
 #define EMBER_VERSION "0.0.0"
@@ -48,7 +49,8 @@ em_status em_device_parse(const char *name, em_device *out) {
 
 int em_device_count(em_device_type type) {
   if (type == EM_CPU) return 1;
-  return 0;  /* the CUDA backend reports its devices when it is built */
+  if (type == EM_CUDA) return em_cuda_device_count();   /* 0 without the plugin or a GPU */
+  return 0;
 }
 
 int em_device_available(em_device device) {

@@ -1,26 +1,23 @@
 /* backend.c - finds the dispatch table of a device. */
 #include "backend.h"
+#include "cuda/cuda_plugin.h"
 
 extern const em_backend em_cpu_backend;
-#ifdef EMBER_HAVE_CUDA
-extern const em_backend em_cuda_backend;
-#endif
 
 const em_backend *em_backend_for(const char *op, em_device device) {
   if (device.type == EM_CPU) return &em_cpu_backend;
-#ifdef EMBER_HAVE_CUDA
-  if (device.type == EM_CUDA && em_device_available(device)) return &em_cuda_backend;
-#endif
-  if (device.type == EM_CUDA)
-    em_set_error(EM_ERR_DEVICE, "%s: device cuda:%d is not available (%d CUDA devices found%s)", op, device.index,
-                 em_device_count(EM_CUDA),
-#ifdef EMBER_HAVE_CUDA
-                 ""
-#else
-                 "; this ember was built without the CUDA backend"
-#endif
-    );
-  else
-    em_set_error(EM_ERR_DEVICE, "%s: unknown device type %d", op, device.type);
+  if (device.type == EM_CUDA) {
+    const char *why = NULL;
+    const em_cuda_plugin *p = em_cuda_plugin_get(&why);
+    int count = p ? p->device_count(&why) : 0;
+    if (p && device.index >= 0 && device.index < count) return p->backend;
+    if (count > 0)
+      em_set_error(EM_ERR_DEVICE, "%s: device cuda:%d does not exist (%d CUDA devices)", op, device.index, count);
+    else
+      em_set_error(EM_ERR_DEVICE, "%s: device cuda:%d is not available: %s", op, device.index,
+                   why ? why : "no CUDA device found");
+    return NULL;
+  }
+  em_set_error(EM_ERR_DEVICE, "%s: unknown device type %d", op, device.type);
   return NULL;
 }

@@ -10,6 +10,10 @@
 
 #include "tensor_impl.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum em_random_kind {
   EM_RANDOM_UNIFORM, EM_RANDOM_NORMAL, EM_RANDOM_INT, EM_RANDOM_BERNOULLI,
   EM_RANDOM_PERM /* t (1-d, n elements) receives a permutation of 0..n-1 */
@@ -175,4 +179,7 @@ const em_backend *em_backend_for(const char *op, em_device device);
                : em_set_error(EM_ERR_UNSUPPORTED, "%s: not supported on device %s",          \
                               (op_name), (be)->name))
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -4,9 +4,19 @@
 #ifndef EMBER_TENSOR_IMPL_H
 #define EMBER_TENSOR_IMPL_H
 
+#ifdef __cplusplus
+/* The CUDA plugin's .cu files are C++: the same layout through std::atomic. */
+#include <atomic>
+typedef std::atomic<int> atomic_int;
+#else
 #include <stdatomic.h>
 #include <stdbool.h>
+#endif
 #include "ember/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct em_storage {
   atomic_int refcount;
@@ -68,4 +78,7 @@ em_status em_broadcast_to(const char *op, em_tensor **out, const em_tensor *a, i
 /* Undo a result allocated by em_prepare_out after a failure. */
 void em_discard_out(em_tensor **out, bool allocated);
 
+#ifdef __cplusplus
+}
+#endif
 #endif
