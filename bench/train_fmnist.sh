@@ -8,7 +8,9 @@
 # checkpoints, no metrics files) and ../shared/bench/torch_fmnist.py, each at `threads`
 # threads and at 1 thread, alternating who goes first so that load from other users of a
 # shared machine falls on both. Same models, batch 128, SGD with momentum 0.9, data in
-# memory, full batches only, all epochs timed (evaluation excluded on both sides).
+# memory, full batches only, all epochs timed (evaluation excluded on both sides). Like the
+# PyTorch script, which indexes tensors in memory, ember assembles batches in the training
+# process (data.workers=0); the ZeroMQ readers are measured by bench/data/run.sh.
 # The headline ratio is ember at `threads` threads over PyTorch at the better of its 1- and
 # `threads`-thread medians (PyTorch on 2 busy cores is often faster on one thread); the
 # same-thread and best-vs-best ratios are printed too. Then one JSON line
@@ -71,7 +73,7 @@ export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 run_ember() {   # model threads
   local out
   if out="$(EMBER_NUM_THREADS="$2" OMP_NUM_THREADS="$2" OPENBLAS_NUM_THREADS="$2" \
-      "$build/ember" run "pipelines/fashion_mnist_$1.yaml" epochs="$epochs" checkpoint.dir=null log.dir=null \
+      "$build/ember" run "pipelines/fashion_mnist_$1.yaml" epochs="$epochs" data.workers=0 checkpoint.dir=null log.dir=null \
       log.progress=none 2>"$log")"; then
     printf '{"impl":"ember","model":"%s","threads":%s,"result":%s}\n' "$1" "$2" "$out" >>"$raw"
   else

@@ -126,8 +126,30 @@ static inline double value_d(uint64_t u) {
       }                                                                                                        \
     }                                                                                                          \
   }                                                                                                            \
+  /* When the input is tiled by the 2x2 blocks of the outputs (the usual MaxPool2d(2)), each  \
+   * input element belongs to one block: one pass writes gy or 0 to all of them, instead of   \
+   * zeroing the plane and scattering. Returns 0 (nothing to trust) when an index lies       \
+   * outside its block, i.e. the windows were not 2x2 tiles. */                              \
+  static int max2x2_backward_plane_##S(T *restrict gx, const T *restrict gy, const int32_t *restrict idx,      \
+                                       int64_t OH, int64_t OW) {                                               \
+    const int64_t W = 2 * OW;                                                                                  \
+    for (int64_t oh = 0; oh < OH; oh++) {                                                                      \
+      T *restrict r0 = gx + 2 * oh * W, *restrict r1 = r0 + W;                                                 \
+      for (int64_t ow = 0; ow < OW; ow++) {                                                                    \
+        int64_t q = oh * OW + ow, d = idx[q] - (2 * oh * W + 2 * ow);                                          \
+        if (d != 0 && d != 1 && d != W && d != W + 1) return 0;                                                \
+        T g = gy[q];                                                                                           \
+        r0[2 * ow] = d == 0 ? g : 0;                                                                           \
+        r0[2 * ow + 1] = d == 1 ? g : 0;                                                                       \
+        r1[2 * ow] = d == W ? g : 0;                                                                           \
+        r1[2 * ow + 1] = d == W + 1 ? g : 0;                                                                   \
+      }                                                                                                        \
+    }                                                                                                          \
+    return 1;                                                                                                  \
+  }                                                                                                            \
   static void max_backward_plane_##S(T *restrict gx, const T *restrict gy, const int32_t *restrict idx,        \
-                                     int64_t in, int64_t out) {                                                \
+                                     int64_t in, int64_t out, int64_t OH, int64_t OW, int tiled) {             \
+    if (tiled && max2x2_backward_plane_##S(gx, gy, idx, OH, OW)) return;                                       \
     memset(gx, 0, sizeof(T) * in);                                                                             \
     for (int64_t o = 0; o < out; o++)                                                                          \
       if (idx[o] >= 0) gx[idx[o]] += gy[o];                                                                    \
@@ -195,16 +217,19 @@ em_status em_cpu_max_pool2d_backward(em_tensor *gx, const em_tensor *gy, const e
   int64_t in = g.H * g.W, on = g.OH * g.OW;
   const int32_t *idx = (const int32_t *)em_tensor_ptr(indices);
   int par = use_threads(g.planes, g.planes * in);
+  int tiled = g.H == 2 * g.OH && g.W == 2 * g.OW;
   if (gx->dtype == EM_FLOAT32) {
     float *gxp = (float *)em_tensor_ptr(gx);
     const float *gyp = (const float *)em_tensor_ptr(gy);
 #pragma omp parallel for schedule(static) if (par) num_threads(em_get_num_threads())
-    for (int64_t c = 0; c < g.planes; c++) max_backward_plane_s(gxp + c * in, gyp + c * on, idx + c * on, in, on);
+    for (int64_t c = 0; c < g.planes; c++)
+      max_backward_plane_s(gxp + c * in, gyp + c * on, idx + c * on, in, on, g.OH, g.OW, tiled);
   } else {
     double *gxp = (double *)em_tensor_ptr(gx);
     const double *gyp = (const double *)em_tensor_ptr(gy);
 #pragma omp parallel for schedule(static) if (par) num_threads(em_get_num_threads())
-    for (int64_t c = 0; c < g.planes; c++) max_backward_plane_d(gxp + c * in, gyp + c * on, idx + c * on, in, on);
+    for (int64_t c = 0; c < g.planes; c++)
+      max_backward_plane_d(gxp + c * in, gyp + c * on, idx + c * on, in, on, g.OH, g.OW, tiled);
   }
   return EM_OK;
 }

@@ -444,6 +444,10 @@ static void test_gradcheck_conv_pool_linear(void **state) {
   run_check("max_pool2d pad/dilation/ceil", f_maxpool, GRAD64(12, 1, 2, 5, 6), NULL, NULL);
   SET_I(2, 2, 2, 2, 0, 0, 1, 1);
   run_check("max_pool2d 2x2 unbatched", f_maxpool, GRAD64(13, 2, 4, 6), NULL, NULL);
+  /* 4x4 windows, stride 2, pad 1: the input is twice the output's size, as with 2x2 tiles,
+   * but a maximum may lie outside "its" tile (the backward's one-pass path must not apply) */
+  SET_I(4, 4, 2, 2, 1, 1, 1, 1);
+  run_check("max_pool2d 4x4 stride 2 over an even input", f_maxpool, GRAD64(16, 2, 2, 6, 8), NULL, NULL);
   SET_I(3, 3, 2, 2, 1, 1, 1, 0);
   run_check("avg_pool2d exclude pad, ceil", f_avgpool, GRAD64(14, 1, 2, 5, 6), NULL, NULL);
   SET_I(3, 2, 2, 1, 1, 1, 0, 1);

@@ -96,6 +96,22 @@ describe('Module', function()
     raises(function() nn.Module()(1) end, 'Module: forward is not implemented')
   end)
 
+  it('runs ReLU then MaxPool2d in Sequential with the values and gradients of the written order', function()
+    ember.manual_seed(3)
+    local conv = nn.Conv2d(1, 3, 3, { padding = 1 })
+    local model = nn.Sequential{ conv, nn.ReLU(), nn.MaxPool2d(2, { ceil_mode = true }), nn.Flatten() }
+    local x = ember.randn(2, 1, 7, 7)
+    local y = model(x)
+    y:sum():backward()
+    local g = conv.weight.grad:clone()
+    conv.weight.grad = nil
+    local want = nn.Flatten()(F.max_pool2d(F.relu(conv(x)), 2, { ceil_mode = true }))
+    want:sum():backward()
+    assert.are.same(want.shape, y.shape)
+    assert.are.equal(0, (y - want):abs():max():item())
+    assert.are.equal(0, (g - conv.weight.grad):abs():max():item())
+  end)
+
   it('prints the tree as PyTorch does', function()
     local model = nn.Sequential{ nn.Linear(4, 8), nn.ReLU(), nn.Dropout(0.25),
       nn.Sequential{ { 'conv', nn.Conv2d(1, 2, 3, { padding = 1 }) }, { 'pool', nn.MaxPool2d(2) } } }

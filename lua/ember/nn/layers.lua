@@ -73,8 +73,25 @@ return function(ember, nn)
     return self
   end
 
+  -- ReLU followed by MaxPool2d runs as MaxPool2d then ReLU: max commutes with a monotone
+  -- function, so values and gradients are the same, and the ReLU (forward and backward)
+  -- touches a quarter of the elements (about 8% of a Fashion-MNIST CNN step).
+  local function relu_then_pool(a, b)
+    return getmetatable(a) == nn.ReLU and getmetatable(b) == nn.MaxPool2d
+  end
   function Sequential:forward(x, ...)
-    for _, n in ipairs(self._modules.names) do x = self._modules.map[n](x, ...) end
+    local names, map = self._modules.names, self._modules.map
+    local i, n = 1, #names
+    while i <= n do
+      local m = map[names[i]]
+      if i < n and relu_then_pool(m, map[names[i + 1]]) then
+        x = m(map[names[i + 1]](x, ...), ...)
+        i = i + 2
+      else
+        x = m(x, ...)
+        i = i + 1
+      end
+    end
     return x
   end
 
