@@ -363,14 +363,7 @@ static int cmd_info(lua_State *L) {
   printf("%-10s %d\n", "threads:", em_get_num_threads());
   printf("devices:\n");
   printf("  cpu:     1 (%d threads)\n", em_get_num_threads());
-  int ncuda = em_device_count(EM_CUDA);
-  if (ncuda > 0) {
-    printf("  cuda:    %d device%s:", ncuda, ncuda == 1 ? "" : "s");
-    for (int i = 0; i < ncuda; i++) printf(" cuda:%d", i);
-    printf("\n");
-  } else {
-    printf("  cuda:    none (no driver/GPU found)\n");
-  }
+  em_host_print_cuda();
   lua_getglobal(L, "jit");
   lua_getfield(L, -1, "version");
   lua_getfield(L, -2, "arch");

@@ -4,6 +4,7 @@
 #define EMBER_BINDINGS_HOST_H
 
 #include <lua.h>
+#include <stddef.h>
 
 /* Message handler for lua_pcall: turns the error value into "message\nstack traceback:...". */
 int em_host_traceback(lua_State *L);
@@ -22,6 +23,11 @@ int em_host_load_ember(lua_State *L);
 /* bindings/blas_env.c: sets OPENBLAS_CORETYPE for this CPU and re-executes the program
  * once, before anything else runs (OpenBLAS reads it when it loads). */
 void ember_select_blas_kernels(char **argv);
+
+/* bindings/cuda_info.c: the GPU lines of `ember info`, and the REPL banner's device list
+ * ("cpu, cuda x1 (NVIDIA H200, 140 GiB)" or "cpu (cuda: none)"). */
+void em_host_print_cuda(void);
+void em_host_gpu_summary(char *buf, size_t n);
 
 /* Runs the interactive loop on stdin: prompts, line editing, history and completion when
  * stdin is a terminal, plain statement-by-statement reading when it is not. Returns the

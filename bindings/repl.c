@@ -508,12 +508,8 @@ static int ref_field(lua_State *L, const char *module, const char *field) {
 }
 
 static void print_banner(lua_State *L) {
-  int ncuda = em_device_count(EM_CUDA);
-  char devices[64];
-  if (ncuda > 0)
-    snprintf(devices, sizeof devices, "cpu, cuda x%d", ncuda);
-  else
-    snprintf(devices, sizeof devices, "cpu (cuda: none)");
+  char devices[384];
+  em_host_gpu_summary(devices, sizeof devices);
   lua_getglobal(L, "jit");
   lua_getfield(L, -1, "version");
   const char *jit = lua_isstring(L, -1) ? lua_tostring(L, -1) : LUAJIT_VERSION;

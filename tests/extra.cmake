@@ -67,6 +67,20 @@ if(EMBER_HAVE_MPI AND EMBER_MPIRUN)
         ENVIRONMENT "${dist_env}")
     endforeach()
   endforeach()
+  # NCCL (tests/dist/nccl_*.lua, against MPI on the CPU): one GPU per rank, so the scripts
+  # exit 77 (skipped) when there are fewer GPUs than ranks; one GPU runs the 1-rank cases.
+  if(EMBER_HAVE_CUDA AND EMBER_NCCL_LIBRARY AND EMBER_NCCL_INCLUDE_DIR)
+    foreach(case nccl_collectives:1 nccl_collectives:2 nccl_ddp:1 nccl_ddp:2 nccl_timeout:2)
+      string(REPLACE ":" ";" parts ${case})
+      list(GET parts 0 script)
+      list(GET parts 1 np)
+      add_test(NAME dist/${script}_np${np}
+        COMMAND $<TARGET_FILE:ember_host> launch -n ${np} --threads 1 ${CMAKE_CURRENT_SOURCE_DIR}/dist/${script}.lua
+        WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+      set_tests_properties(dist/${script}_np${np} PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77 RESOURCE_LOCK ember_mpi
+        ENVIRONMENT "${dist_env}")
+    endforeach()
+  endif()
   if(Python3_Interpreter_FOUND)
     foreach(driver timeout launch)
       add_test(NAME dist/${driver}
@@ -77,6 +91,21 @@ if(EMBER_HAVE_MPI AND EMBER_MPIRUN)
   endif()
 else()
   message(STATUS "Open MPI not found: the multi-process tests (tests/dist) are not registered")
+endif()
+
+# ---- the NCCL backend's bookkeeping on the CPU: runtime/cuda/gpu/nccl_backend.c linked
+# with fake CUDA, NCCL and device-layer functions (tests/c/nccl_backend_fake.c says what it
+# covers). Needs the headers only; the GPU itself is tested by tests/dist/nccl_*.lua.
+if(EMBER_HAVE_CUDA AND EMBER_NCCL_LIBRARY AND EMBER_NCCL_INCLUDE_DIR)
+  add_executable(test_nccl_backend ${CMAKE_CURRENT_SOURCE_DIR}/c/nccl_backend_fake.c
+                 ${CMAKE_SOURCE_DIR}/runtime/cuda/gpu/nccl_backend.c)
+  target_compile_definitions(test_nccl_backend PRIVATE EMBER_HAVE_NCCL)
+  target_include_directories(test_nccl_backend PRIVATE ${CMAKE_SOURCE_DIR}/runtime/include ${CMAKE_SOURCE_DIR}/runtime
+                             ${CUDAToolkit_INCLUDE_DIRS} ${EMBER_NCCL_INCLUDE_DIR})
+  target_link_libraries(test_nccl_backend PRIVATE ember ${CMOCKA_LIBRARY} Threads::Threads m)
+  set_target_properties(test_nccl_backend PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  add_test(NAME c/test_nccl_backend COMMAND test_nccl_backend)
+  set_tests_properties(c/test_nccl_backend PROPERTIES TIMEOUT 60)
 endif()
 
 # ---- README: every ```lua block of README.md runs (lead)

@@ -14,7 +14,20 @@
 --
 -- Backends: 'auto' picks 'mpi' when a launcher (ember launch, mpirun, srun) started the
 -- process, else 'self' (a world of one process: scripts written for many ranks run on one
--- unchanged). 'nccl' (GPU tensors) arrives with the CUDA backend.
+-- unchanged); collectives on CUDA tensors go to NCCL, connected on each group's first CUDA
+-- collective. 'nccl' is 'auto' with NCCL required (an error without the CUDA plugin, NCCL
+-- or a GPU): it makes GPU local_rank() mod the GPU count current and connects the world's
+-- communicator during init. 'mpi' reduces CPU tensors only. NCCL takes one GPU per rank:
+-- put each rank's tensors on its own GPU ('cuda:' .. dist.local_rank() % GPU count; with
+-- 'nccl' that GPU is also the current one). backend() names the CPU backend,
+-- backend('cuda') the one for CUDA tensors.
+--
+-- CUDA tensors: a collective runs on a communication stream of the tensor's GPU that first
+-- waits for the work already queued on the current stream; wait() returns once it is done
+-- on the GPU. A timeout aborts the group's NCCL communicator and fails the collective with
+-- an error naming it, the rank and the seconds (later CUDA collectives on that group fail).
+-- send/recv of CUDA tensors match in posting order (tags are not used) and each holds the
+-- stream until its peer's match runs: order them so that pairs meet (even ranks send first).
 --
 -- Functions: init(opts), is_initialized(), finalize(), backend(), rank([group]),
 -- world_size([group]), local_rank(), env() (what the launcher said, without init),
@@ -71,8 +84,17 @@ function dist.is_initialized() return C.em_dist_is_initialized() ~= 0 end
 
 function dist.finalize() check(C.em_dist_finalize()) end
 
-function dist.backend()
-  local name = C.em_dist_backend_name()
+-- backend([device]): the backend of CPU tensors ('mpi', 'self'), or of device's tensors
+-- ('cuda': 'nccl' or 'self'); nil before init or when that device has none.
+function dist.backend(device)
+  local name
+  if device == nil or device == 'cpu' then
+    name = C.em_dist_backend_name()
+  elseif device == 'cuda' then
+    name = C.em_dist_device_backend_name(C.EM_CUDA)
+  else
+    throw("dist.backend: expected 'cpu' or 'cuda', got " .. describe(device))
+  end
   return name ~= nil and ffi.string(name) or nil
 end
 

@@ -19,9 +19,12 @@
 --   reorder = 'degree' | 'none', progress = nil (on a terminal) | true | false,
 --   verify = true (ember files: check the checksums), labels = 'names.txt' (load only)
 -- g:pagerank options: damping, tol, max_iter, method = 'jacobi' | 'gauss-seidel' | 'gapbs',
--- personalization = a tensor of n non-negative weights. The second result is a table:
--- iterations, converged, residual, residuals (a list), seconds, setup_seconds,
--- edges_per_second.
+-- personalization = a tensor of n non-negative weights, device = 'cpu' | 'cuda' | 'cuda:N'
+-- (the iterations run on that GPU; the scores come back as a CPU tensor; Gauss-Seidel runs
+-- as Jacobi there). The second result is a table: iterations, converged, residual,
+-- residuals (a list), seconds, setup_seconds, edges_per_second, method (the one that ran),
+-- engine ('cpu', 'cuda:custom' or 'cuda:cusparse', see EMBER_PAGERANK_GPU in
+-- runtime/cuda/gpu/pagerank.cu), device.
 local ffi = require 'ffi'
 local ember = require 'ember'
 
@@ -206,7 +209,9 @@ function Graph:edges()
   return ember._wrap(a[0]) + 1, ember._wrap(b[0]) + 1
 end
 
-local PAGERANK = { damping = true, tol = true, max_iter = true, method = true, personalization = true }
+local PAGERANK = { damping = true, tol = true, max_iter = true, method = true, personalization = true, device = true }
+local METHOD_NAMES = {}
+for name, v in pairs(METHODS) do METHOD_NAMES[tonumber(v)] = name end
 
 function Graph:pagerank(opts)
   local g = handle('pagerank', self)
@@ -217,6 +222,7 @@ function Graph:pagerank(opts)
   if opts.tol ~= nil then po.tol = need_number('pagerank', 'tol', opts.tol) end
   if opts.max_iter ~= nil then po.max_iter = need_int('pagerank', 'max_iter', opts.max_iter, 1) end
   if opts.method ~= nil then po.method = need_choice('pagerank', 'method', opts.method, METHODS) end
+  if opts.device ~= nil then po.device = ember._parse_device(opts.device, 'pagerank') end
   local p = opts.personalization
   if p ~= nil then
     if type(p) == 'table' then p = ember.tensor(p, { dtype = 'float64' }) end
@@ -235,6 +241,8 @@ function Graph:pagerank(opts)
   return scores, {
     iterations = stats.iterations, converged = stats.converged ~= 0, residual = stats.residual, residuals = list,
     seconds = stats.seconds, setup_seconds = stats.setup_seconds, edges_per_second = stats.edges_per_second,
+    method = METHOD_NAMES[tonumber(stats.method)], engine = stats.engine ~= nil and ffi.string(stats.engine) or nil,
+    device = ember._device_name(po.device),
   }
 end
 

@@ -51,8 +51,10 @@ package.loaded['ember'] = ember   -- submodules may require 'ember' while it loa
 require('ember.runtime')(ember)
 require('ember.tensor')(ember)
 require('ember.autograd')(ember)
+ember.cuda = require('ember.cuda')      -- loads the CUDA plugin only when asked something
 ember.nn = require('ember.nn')
 ember.optim = require('ember.optim')
+require('ember.amp')(ember)      -- autocast, GradScaler
 require('ember.io')(ember)
 ember.data = require('ember.data')
 ember.graph = require('ember.graph')

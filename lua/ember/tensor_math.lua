@@ -299,11 +299,12 @@ return function(ember, I)
 
   -- ---------------------------------------------------------------- linear algebra
   -- While recording, mm/bmm/mv/dot/outer go through em_ag_matmul (the only recorded
-  -- product) after the rank checks that their own runtime functions would make.
+  -- product) after the rank checks that their own runtime functions would make; so they
+  -- do under autocast (ember.amp), whose cast policy em_ag_matmul applies.
   local function linalg(name, fn, ranks)
     Tensor[name] = function(a, b)
       need_tensor(name, b, 1)
-      if ranks and recording(a, b) then
+      if ranks and (recording(a, b) or C.em_autocast_is_enabled(-1) ~= 0) then
         local na, nb = C.em_tensor_ndim(a), C.em_tensor_ndim(b)
         if na ~= ranks[1] or nb ~= ranks[2] then
           throw(string.format('%s: expected %d-d and %d-d tensors, got %d-d and %d-d', name, ranks[1], ranks[2], na, nb))

@@ -167,42 +167,77 @@ return function(ember, I)
     return new_tensor(C.em_clone(box, t))
   end
 
-  -- copy_(src): copies src into t (broadcasting, converting dtype); a number fills.
-  function Tensor.copy_(t, src)
+  -- copy_(src [, {non_blocking = true}]): copies src into t (broadcasting, converting
+  -- dtype); a number fills. non_blocking: a copy between pinned host memory and a GPU
+  -- returns once queued (see ember.cuda).
+  local COPY_OPTS = option_set('non_blocking')
+  function Tensor.copy_(t, src, opts)
     if type(src) == 'number' or type(src) == 'boolean' then return Tensor.fill_(t, src) end
     need_tensor('copy_', src, 1)
+    check_opts('copy_', opts, COPY_OPTS, 2)
     check_inplace('copy_', t, src)
-    check(C.em_copy_(t, src))
+    if opts and opts.non_blocking then
+      check(C.em_copy_async(t, src, 1))
+    else
+      check(C.em_copy_(t, src))
+    end
     return t
   end
 
-  local TO_OPTS = option_set('dtype', 'device')
-  -- to('float64'), to('cuda:0'), to('float64', 'cpu'), to(other), to{dtype =, device =}:
-  -- t itself (a new handle) when nothing changes, else a converted copy.
-  local function to_arg(op, x, n, dtype, device)
+  local TO_OPTS = option_set('dtype', 'device', 'non_blocking')
+  -- to('float64'), to('cuda:0'), to('float64', 'cpu'), to(other), to{dtype =, device =},
+  -- to('cuda', {non_blocking = true}): t itself (a new handle) when nothing changes, else a
+  -- converted copy. non_blocking applies to a move between a GPU and the host (not while
+  -- recording gradients): from pinned memory it returns once queued, and to the host it
+  -- gives a pinned tensor, valid once the stream has reached the copy.
+  local function to_arg(op, x, n, dtype, device, non_blocking)
     local tx = type(x)
-    if x == nil then return dtype, device end
+    if x == nil then return dtype, device, non_blocking end
     if tx == 'string' then
-      if is_dtype_name(x) then return parse_dtype(x, op), device end
+      if is_dtype_name(x) then return parse_dtype(x, op), device, non_blocking end
       if C.em_device_parse(x, ffi.new('em_device')) ~= 0 then
         throw(string.format("%s: unknown dtype or device '%s' (expected a dtype such as 'float32' or a device " ..
           "such as 'cpu' or 'cuda:0')", op, x))
       end
-      return dtype, parse_device(x, op)
+      return dtype, parse_device(x, op), non_blocking
     end
-    if tx == 'cdata' and is_tensor(x) then return C.em_tensor_dtype(x), C.em_tensor_device(x) end
+    if tx == 'cdata' and is_tensor(x) then return C.em_tensor_dtype(x), C.em_tensor_device(x), non_blocking end
     if tx == 'table' then
       check_opts(op, x, TO_OPTS, n)
-      return x.dtype and parse_dtype(x.dtype, op) or dtype, x.device and parse_device(x.device, op) or device
+      return x.dtype and parse_dtype(x.dtype, op) or dtype, x.device and parse_device(x.device, op) or device,
+        non_blocking or x.non_blocking == true
     end
     arg_error(op, n, 'a dtype, a device, a tensor or {dtype =, device =}', x)
   end
-  function Tensor.to(t, a, b)
-    alive('to', t)
-    local dtype, device = to_arg('to', a, 1, C.em_tensor_dtype(t), C.em_tensor_device(t))
-    dtype, device = to_arg('to', b, 2, dtype, device)
+
+  -- Without a GPU, a move to one fails here with the reason rather than deep in an allocation.
+  local function check_target(op, device)
+    if device.type == C.EM_CUDA and C.em_cuda_is_available() == 0 then
+      throw(string.format('%s: no CUDA device is available (%s)', op, ffi.string(C.em_cuda_unavailable_reason())))
+    end
+  end
+
+  local function convert_to(op, t, a, b, c)
+    alive(op, t)
+    local dtype, device, nb = to_arg(op, a, 1, C.em_tensor_dtype(t), C.em_tensor_device(t), false)
+    dtype, device, nb = to_arg(op, b, 2, dtype, device, nb)
+    dtype, device, nb = to_arg(op, c, 3, dtype, device, nb)
+    check_target(op, device)
+    local from = C.em_tensor_device(t)
+    if nb and (from.type ~= device.type or from.index ~= device.index) and not recording(t) then
+      local ndim, sizes = C.em_tensor_ndim(t), C.em_tensor_sizes(t)
+      local out
+      if device.type == C.EM_CPU then
+        out = new_tensor(C.em_empty_pinned(box, ndim, sizes, dtype))
+      else
+        out = new_tensor(C.em_empty(box, ndim, sizes, dtype, device))
+      end
+      check(C.em_copy_async(out, t, 1))
+      return out
+    end
     return new_view(C.em_ag_to(box, t, dtype, device), t)
   end
+  function Tensor.to(t, a, b, c) return convert_to('to', t, a, b, c) end
 
   local function converter(name)
     local dtype = parse_dtype(name)
@@ -212,9 +247,17 @@ return function(ember, I)
   Tensor.half, Tensor.bfloat16 = converter('float16'), converter('bfloat16')
   Tensor.int, Tensor.long = converter('int32'), converter('int64')
   Tensor.byte, Tensor.bool = converter('uint8'), converter('bool')
-  function Tensor.cpu(t) return Tensor.to(t, 'cpu') end
-  function Tensor.cuda(t, index)
-    return Tensor.to(t, index and ('cuda:' .. need_integer('cuda', index, 1)) or 'cuda')
+  function Tensor.cpu(t, opts) return convert_to('cpu', t, 'cpu', opts) end
+  -- cuda([i] [, {non_blocking = true}]): to GPU i, by default the current device.
+  function Tensor.cuda(t, index, opts)
+    if type(index) == 'table' then index, opts = nil, index end
+    local name = 'cuda'
+    if index ~= nil then
+      name = 'cuda:' .. need_integer('cuda', index, 1)
+    elseif C.em_cuda_is_available() ~= 0 then
+      name = 'cuda:' .. tonumber(C.em_cuda_current_device())
+    end
+    return convert_to('cuda', t, name, opts)
   end
   -- type() is the dtype's name; type(dtype) converts, as to(dtype) does.
   function Tensor.type(t, dtype)

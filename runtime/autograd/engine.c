@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "autocast.h"
 #include "autograd_impl.h"
 
 typedef struct {
@@ -109,7 +110,7 @@ static void clear_buffer(em_node *n) {
   n->buffer = NULL;
 }
 
-em_status em_backward(em_tensor *root, const em_tensor *grad, int retain_graph) {
+static em_status run_backward(em_tensor *root, const em_tensor *grad, int retain_graph) {
   em_status st = em_check_tensor("backward", root, "tensor");
   if (st) return st;
   em_autograd_meta *m = root->autograd;
@@ -259,5 +260,14 @@ em_status em_backward(em_tensor *root, const em_tensor *grad, int retain_graph) 
   free(all.items);
   free(stack.items);
   free(ready.items);
+  return st;
+}
+
+/* Backward runs in the dtypes the forward chose: autocast (autocast.h) is off while it runs,
+ * also for Lua backward functions and hooks, whatever region backward is called in. */
+em_status em_backward(em_tensor *root, const em_tensor *grad, int retain_graph) {
+  em_autocast_saved saved = em_autocast_suspend();
+  em_status st = run_backward(root, grad, retain_graph);
+  em_autocast_resume(saved);
   return st;
 }

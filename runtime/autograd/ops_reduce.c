@@ -2,6 +2,7 @@
 #include <math.h>
 #include <string.h>
 #include "autograd_impl.h"
+#include "autocast.h"
 
 /* Saves the reduced dims as a bit mask in n->i[1] and keepdim in n->i[2]. */
 static void save_dims(em_node *n, const em_tensor *a, const int *dims, int ndims, int keepdim) {
@@ -75,6 +76,11 @@ static const char *redop_name(em_redop op) {
 
 em_status em_ag_reduce(em_redop op, em_tensor **out, em_tensor **indices, const em_tensor *a, const int *dims,
                        int ndims, int keepdim, int base) {
+  em_autocast_ops ac;
+  if ((op == EM_SUM || op == EM_MEAN || op == EM_PROD || op == EM_LOGSUMEXP) &&
+      em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 1, &a))
+    return em_autocast_finish(&ac, ac.status ? ac.status
+                                             : em_ag_reduce(op, out, indices, ac.t[0], dims, ndims, keepdim, base));
   const em_tensor *in[1] = {a};
   bool record = (op == EM_SUM || op == EM_MEAN || op == EM_PROD || op == EM_MAX || op == EM_MIN ||
                  op == EM_LOGSUMEXP) &&
@@ -123,6 +129,9 @@ static em_status norm_backward(em_node *n, em_tensor *const *go, em_tensor **gi)
 }
 
 em_status em_ag_norm(em_tensor **out, const em_tensor *a, double p, const int *dims, int ndims, int keepdim) {
+  em_autocast_ops ac;
+  if (em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 1, &a))
+    return em_autocast_finish(&ac, ac.status ? ac.status : em_ag_norm(out, ac.t[0], p, dims, ndims, keepdim));
   const em_tensor *in[1] = {a};
   bool record = em_ag_any_requires_grad(1, in);
   em_status st;
@@ -164,6 +173,10 @@ static em_status var_backward(em_node *n, em_tensor *const *go, em_tensor **gi) 
 
 em_status em_ag_var(em_tensor **out, const em_tensor *a, const int *dims, int ndims, double correction, int keepdim,
                     int take_sqrt) {
+  em_autocast_ops ac;
+  if (em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 1, &a))
+    return em_autocast_finish(
+        &ac, ac.status ? ac.status : em_ag_var(out, ac.t[0], dims, ndims, correction, keepdim, take_sqrt));
   const em_tensor *in[1] = {a};
   bool record = em_ag_any_requires_grad(1, in);
   em_status st;
@@ -197,6 +210,9 @@ static em_status cumsum_backward(em_node *n, em_tensor *const *go, em_tensor **g
 }
 
 em_status em_ag_cumsum(em_tensor **out, const em_tensor *a, int dim) {
+  em_autocast_ops ac;
+  if (em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 1, &a))
+    return em_autocast_finish(&ac, ac.status ? ac.status : em_ag_cumsum(out, ac.t[0], dim));
   const em_tensor *in[1] = {a};
   bool record = em_ag_any_requires_grad(1, in);
   em_status st;
@@ -224,6 +240,9 @@ static em_status softmax_backward(em_node *n, em_tensor *const *go, em_tensor **
 }
 
 em_status em_ag_softmax(em_tensor **out, const em_tensor *a, int dim, int log) {
+  em_autocast_ops ac;
+  if (em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 1, &a))
+    return em_autocast_finish(&ac, ac.status ? ac.status : em_ag_softmax(out, ac.t[0], dim, log));
   const em_tensor *in[1] = {a};
   bool record = em_ag_any_requires_grad(1, in);
   em_status st;
@@ -273,6 +292,9 @@ static em_status matmul_backward(em_node *n, em_tensor *const *go, em_tensor **g
 }
 
 em_status em_ag_matmul(em_tensor **out, const em_tensor *a, const em_tensor *b) {
+  em_autocast_ops ac;
+  if (em_autocast_prepare(&ac, EM_AUTOCAST_LOWER, 2, (const em_tensor *[]){a, b}))
+    return em_autocast_finish(&ac, ac.status ? ac.status : em_ag_matmul(out, ac.t[0], ac.t[1]));
   const em_tensor *in[2] = {a, b};
   bool record = em_ag_any_requires_grad(2, in);
   em_status st;
@@ -310,6 +332,9 @@ static em_status addmm_backward(em_node *n, em_tensor *const *go, em_tensor **gi
 
 em_status em_ag_addmm(em_tensor **out, const em_tensor *c, const em_tensor *a, const em_tensor *b, double beta,
                       double alpha) {
+  em_autocast_ops ac;
+  if (em_autocast_prepare(&ac, EM_AUTOCAST_LOWER, 3, (const em_tensor *[]){c, a, b}))
+    return em_autocast_finish(&ac, ac.status ? ac.status : em_ag_addmm(out, ac.t[0], ac.t[1], ac.t[2], beta, alpha));
   const em_tensor *in[3] = {c, a, b};
   bool record = em_ag_any_requires_grad(3, in);
   em_status st;

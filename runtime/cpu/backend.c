@@ -74,6 +74,7 @@ const em_backend em_cpu_backend = {
     .optim_sgd = em_cpu_optim_sgd,
     .optim_adam = em_cpu_optim_adam,
     .optim_grad_norm = em_cpu_optim_grad_norm,
+    .amp_unscale = em_cpu_amp_unscale,
     .conv2d = em_cpu_conv2d,
     .conv2d_backward = em_cpu_conv2d_backward,
     .max_pool2d = em_cpu_max_pool2d,

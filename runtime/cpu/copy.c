@@ -1,4 +1,5 @@
 /* copy.c - CPU copy with dtype conversion, fill and arange. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cpu_impl.h"
@@ -168,6 +169,8 @@ em_status em_cpu_arange(em_tensor *t, double start, double step) {
   char *p = em_tensor_ptr(t);
   size_t size = em_dtype_size(t->dtype);
   int64_t s = t->ndim ? t->strides[0] * (int64_t)size : (int64_t)size;
-  for (int64_t i = 0; i < n; i++) encode(t->dtype, start + (double)i * step, p + i * s);
+  /* one rounding, written as the fma that gcc would contract it to on FMA hardware and
+   * that the CUDA backend computes, so that no build or device differs */
+  for (int64_t i = 0; i < n; i++) encode(t->dtype, fma((double)i, step, start), p + i * s);
   return EM_OK;
 }

@@ -109,6 +109,8 @@ em_status em_cpu_optim_sgd(int n, em_tensor *const *params, const em_tensor *con
 em_status em_cpu_optim_adam(int n, em_tensor *const *params, const em_tensor *const *grads,
                             em_tensor *const *exp_avgs, em_tensor *const *exp_avg_sqs, const em_adam_args *args);
 em_status em_cpu_optim_grad_norm(int n, const em_tensor *const *grads, double p, double *acc);
+/* loss scaling: unscale gradients and look for infs/NaNs (amp.c) */
+em_status em_cpu_amp_unscale(int n, em_tensor *const *grads, double inv_scale, int *found_inf);
 /* nn kernels: convolution (nn_conv.c), pooling (nn_pool.c), normalisation (nn_norm.c),
  * class-index losses and ReLU's backward (nn_loss.c), embedding bags (nn_embedding.c) */
 em_status em_cpu_conv2d(em_tensor *out, const em_tensor *x, const em_tensor *w, const em_tensor *b,

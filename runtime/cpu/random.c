@@ -7,7 +7,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
-#include "core/philox.h"
+#include "core/philox_dist.h"
 #include "cpu_impl.h"
 
 #define CHUNK 2048 /* elements per chunk; even, so that a chunk never splits a block */
@@ -73,11 +73,6 @@ static void store(em_tensor *t, int contiguous, int64_t begin, int64_t n, const 
   }
 }
 
-/* The 64 bits of element i: lanes (0,1) of its block when i is even, (2,3) when odd. */
-static inline uint64_t lane_bits(em_philox4 r, int64_t i) {
-  return i & 1 ? em_philox_u64(r.x[2], r.x[3]) : em_philox_u64(r.x[0], r.x[1]);
-}
-
 /* Raw 64-bit draws of logical elements [begin, begin + n), begin even: one Philox call
  * per pair of elements. */
 static void draw_bits(const em_random_params *p, int64_t begin, int64_t n, uint64_t *bits) {
@@ -90,22 +85,16 @@ static void draw_bits(const em_random_params *p, int64_t begin, int64_t n, uint6
 
 /* ---- generators: turn the draws of n elements into values ---- */
 
+/* The values come from core/philox_dist.h, which the CUDA backend shares: same bits on
+ * every device and every build (no fma left to the compiler, no libm under Box-Muller). */
 static void gen_uniform(const em_random_params *p, em_dtype dtype, const uint64_t *bits, int64_t n, double *v) {
   double low = p->a, span = p->b - p->a;
   if (dtype == EM_FLOAT32) {
-    /* 24 bits, then round once to float; rounding can reach high, so step back. */
-    float top = nextafterf((float)p->b, -INFINITY);
-    if (top < (float)low) top = (float)low;
-    for (int64_t i = 0; i < n; i++) {
-      float f = (float)(low + span * em_philox_float01((uint32_t)(bits[i] >> 32)));
-      v[i] = span > 0 && f > top ? top : f;
-    }
+    float top = em_philox_uniform_top_f32(p->a, p->b);
+    for (int64_t i = 0; i < n; i++) v[i] = em_philox_uniform_f32(bits[i], low, span, top);
   } else {
     double top = nextafter(p->b, -INFINITY);
-    for (int64_t i = 0; i < n; i++) {
-      double d = low + span * em_philox_double01(bits[i]);
-      v[i] = span > 0 && d > top ? top : d;
-    }
+    for (int64_t i = 0; i < n; i++) v[i] = em_philox_uniform_f64(bits[i], low, span, top);
   }
 }
 
@@ -113,30 +102,27 @@ static void gen_uniform(const em_random_params *p, em_dtype dtype, const uint64_
 static void gen_normal(const em_random_params *p, em_dtype dtype, const uint64_t *bits, int64_t n, double *v) {
   for (int64_t i = 0; i < n; i += 2) {
     uint64_t b0 = bits[i], b1 = i + 1 < n ? bits[i + 1] : 0;
-    double z0, z1;
     if (dtype == EM_FLOAT32) {
-      float radius = sqrtf(-2.0f * logf(em_philox_float_open0((uint32_t)(b0 >> 32))));
-      float theta = 6.2831853071795864f * em_philox_float01((uint32_t)(b1 >> 32));
-      z0 = (double)(radius * cosf(theta)), z1 = (double)(radius * sinf(theta));
-      v[i] = (float)(p->a + p->b * z0);
-      if (i + 1 < n) v[i + 1] = (float)(p->a + p->b * z1);
+      float z0, z1;
+      em_philox_normal_f32(b0, b1, p->a, p->b, &z0, &z1);
+      v[i] = z0;
+      if (i + 1 < n) v[i + 1] = z1;
     } else {
-      double radius = sqrt(-2.0 * log(em_philox_double_open0(b0)));
-      double theta = 6.283185307179586 * em_philox_double01(b1);
-      z0 = radius * cos(theta), z1 = radius * sin(theta);
-      v[i] = p->a + p->b * z0;
-      if (i + 1 < n) v[i + 1] = p->a + p->b * z1;
+      double z0, z1;
+      em_philox_normal_f64(b0, b1, p->a, p->b, &z0, &z1);
+      v[i] = z0;
+      if (i + 1 < n) v[i + 1] = z1;
     }
   }
 }
 
 static void gen_int(const em_random_params *p, const uint64_t *bits, int64_t n, int64_t *v) {
   uint64_t range = (uint64_t)p->high - (uint64_t)p->low; /* high > low: no overflow in uint64 */
-  for (int64_t i = 0; i < n; i++) v[i] = (int64_t)((uint64_t)p->low + em_philox_below(bits[i], range));
+  for (int64_t i = 0; i < n; i++) v[i] = em_philox_int(bits[i], p->low, range);
 }
 
 static void gen_bernoulli(const em_random_params *p, const uint64_t *bits, int64_t n, double *v) {
-  for (int64_t i = 0; i < n; i++) v[i] = em_philox_double01(bits[i]) < p->a;
+  for (int64_t i = 0; i < n; i++) v[i] = em_philox_bernoulli(bits[i], p->a);
 }
 
 static void fill_chunk(em_tensor *t, int contiguous, const em_random_params *p, int64_t begin, int64_t n) {
@@ -156,20 +142,12 @@ static void fill_chunk(em_tensor *t, int contiguous, const em_random_params *p, 
   store(t, contiguous, begin, n, p->kind == EM_RANDOM_INT ? NULL : buf.d, p->kind == EM_RANDOM_INT ? buf.i : NULL);
 }
 
-/* Fisher-Yates from the last position down; step i draws element i's 64 bits, so the
- * permutation depends on (seed, offset, n) alone. Serial by nature. */
+/* Fisher-Yates (core/philox_dist.h): depends on (seed, offset, n) alone. Serial by nature. */
 static em_status fill_perm(em_tensor *t, const em_random_params *p) {
   int64_t n = em_tensor_numel(t);
   int64_t *perm = malloc((size_t)n * sizeof *perm);
   if (!perm) return em_set_error(EM_ERR_MEMORY, "randperm: out of memory for %lld elements", (long long)n);
-  for (int64_t i = 0; i < n; i++) perm[i] = i;
-  for (int64_t i = n - 1; i > 0; i--) {
-    em_philox4 r = em_philox_block(p->seed, p->offset + (uint64_t)i / 2);
-    int64_t j = (int64_t)em_philox_below(lane_bits(r, i), (uint64_t)i + 1);
-    int64_t tmp = perm[i];
-    perm[i] = perm[j];
-    perm[j] = tmp;
-  }
+  em_philox_shuffle(perm, n, p->seed, p->offset);
   store(t, em_tensor_is_contiguous(t), 0, n, NULL, perm);
   free(perm);
   return EM_OK;

@@ -184,25 +184,35 @@ static void free_pinned(void *ptr, void *ctx) {
   if (p) p->host_free_pinned(ptr);
 }
 
+em_status em_empty_pinned(em_tensor **out, int ndim, const int64_t *sizes, em_dtype dtype) {
+  *out = NULL;
+  if (ndim < 0 || ndim > EM_MAX_DIMS)
+    return em_set_error(EM_ERR_ARGUMENT, "pin_memory: %d dims, expected 0..%d", ndim, EM_MAX_DIMS);
+  if ((int)dtype < 0 || dtype >= EM_NUM_DTYPES) return em_set_error(EM_ERR_DTYPE, "pin_memory: invalid dtype %d", dtype);
+  for (int d = 0; d < ndim; d++)
+    if (sizes[d] < 0)
+      return em_set_error(EM_ERR_ARGUMENT, "pin_memory: size %lld at dim %d, expected >= 0", (long long)sizes[d], d);
+  const em_cuda_plugin *p = usable("pin_memory");
+  if (!p) return em_last_status();
+  size_t nbytes = (size_t)em_shape_numel(ndim, sizes) * em_dtype_size(dtype);
+  void *mem = p->host_alloc_pinned(nbytes ? nbytes : 1);
+  if (!mem) return em_last_status();
+  em_status st = em_from_blob(out, mem, ndim, sizes, NULL, dtype, (em_device){EM_CPU, 0}, free_pinned, NULL);
+  if (st) p->host_free_pinned(mem);
+  return st;
+}
+
 em_status em_pin_memory(em_tensor **out, const em_tensor *a) {
+  *out = NULL;
   em_status st = em_check_tensor("pin_memory", a, "tensor");
   if (st) return st;
   if (a->storage->device.type != EM_CPU)
     return em_set_error(EM_ERR_DEVICE, "pin_memory: only CPU tensors can be pinned (this one is on cuda:%d)",
                         a->storage->device.index);
-  const em_cuda_plugin *p = usable("pin_memory");
-  if (!p) return em_last_status();
-  int64_t numel = em_tensor_numel(a);
-  size_t nbytes = (size_t)numel * em_dtype_size(a->dtype);
-  void *mem = p->host_alloc_pinned(nbytes ? nbytes : 1);
-  if (!mem) return em_last_status();
   em_tensor *t = NULL;
-  if ((st = em_from_blob(&t, mem, a->ndim, a->sizes, NULL, a->dtype, (em_device){EM_CPU, 0}, free_pinned, NULL))) {
-    p->host_free_pinned(mem);
-    return st;
-  }
+  if ((st = em_empty_pinned(&t, a->ndim, a->sizes, a->dtype))) return st;
   if ((st = em_copy_(t, a))) {
-    em_tensor_free(t);
+    em_tensor_release(t);
     return st;
   }
   *out = t;

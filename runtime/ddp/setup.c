@@ -22,13 +22,16 @@ static em_status new_cpu(em_tensor **out, int64_t n, em_dtype dtype) {
   return em_zeros(out, 1, &n, dtype, (em_device){EM_CPU, 0});
 }
 
-/* Copies the tensors of dtype dt into consecutive slices of flat (pack) or back (unpack). */
-static em_status copy_slices(em_tensor *flat, int n, em_tensor *const *ts, em_dtype dt, int pack) {
+static int same_device(em_device a, em_device b) { return a.type == b.type && a.index == b.index; }
+
+/* Copies the tensors of dtype dt on device dev into consecutive slices of flat (pack) or
+ * back (unpack). */
+static em_status copy_slices(em_tensor *flat, int n, em_tensor *const *ts, em_dtype dt, em_device dev, int pack) {
   em_status st = EM_OK;
   int64_t off = 0;
   for (int i = 0; i < n && !st; i++) {
     em_tensor *t = ts[i];
-    if (t->dtype != dt) continue;
+    if (t->dtype != dt || !same_device(t->storage->device, dev)) continue;
     int64_t strides[EM_MAX_DIMS];
     em_contiguous_strides(t->ndim, t->sizes, strides);
     em_tensor *slice = NULL;
@@ -40,22 +43,29 @@ static em_status copy_slices(em_tensor *flat, int n, em_tensor *const *ts, em_dt
   return st;
 }
 
-/* Broadcasts the tensors from root, one collective per dtype: packed into a flat buffer,
- * sent, unpacked. */
+/* Broadcasts the tensors from root, one collective per dtype and device (in the order of
+ * the first tensor of each, the same on every rank of a matching model): packed into a
+ * flat buffer on that device, sent by that device's backend, unpacked. */
 static em_status broadcast_tensors(em_ddp *d, int n, em_tensor *const *ts, int root) {
   em_status st = EM_OK;
   for (int dt = 0; dt < EM_NUM_DTYPES && !st; dt++) {
-    int64_t total = 0;
-    em_device dev = {EM_CPU, 0};
-    for (int i = 0; i < n; i++)
-      if (ts[i]->dtype == (em_dtype)dt) total += em_tensor_numel(ts[i]), dev = ts[i]->storage->device;
-    if (!total) continue;
-    em_tensor *flat = NULL;
-    if ((st = em_empty(&flat, 1, &total, dt, dev))) break;
-    if (d->rank == root) st = copy_slices(flat, n, ts, dt, 1);
-    if (!st) st = em_dist_post(d->group, EM_DIST_OP_BROADCAST, flat, flat, EM_DIST_SUM, root, 0, NULL);
-    if (!st && d->rank != root) st = copy_slices(flat, n, ts, dt, 0);
-    em_tensor_release(flat);
+    for (int first = 0; first < n && !st; first++) {
+      if (ts[first]->dtype != (em_dtype)dt) continue;
+      em_device dev = ts[first]->storage->device;
+      int seen = 0;   /* this device was done with an earlier tensor */
+      for (int j = 0; j < first && !seen; j++) seen = ts[j]->dtype == (em_dtype)dt && same_device(ts[j]->storage->device, dev);
+      if (seen) continue;
+      int64_t total = 0;
+      for (int i = first; i < n; i++)
+        if (ts[i]->dtype == (em_dtype)dt && same_device(ts[i]->storage->device, dev)) total += em_tensor_numel(ts[i]);
+      if (!total) continue;
+      em_tensor *flat = NULL;
+      if ((st = em_empty(&flat, 1, &total, dt, dev))) break;
+      if (d->rank == root) st = copy_slices(flat, n, ts, dt, dev, 1);
+      if (!st) st = em_dist_post(d->group, EM_DIST_OP_BROADCAST, flat, flat, EM_DIST_SUM, root, 0, NULL);
+      if (!st && d->rank != root) st = copy_slices(flat, n, ts, dt, dev, 0);
+      em_tensor_release(flat);
+    }
   }
   return st;
 }
@@ -178,10 +188,10 @@ static em_status check_param(em_dist_group *g, int i, em_tensor *p, const char *
   if (p->dtype != EM_FLOAT32 && p->dtype != EM_FLOAT64)
     return em_set_error(EM_ERR_DTYPE, "DistributedDataParallel: parameter '%s' has dtype %s (expected float32 or "
                         "float64)", name, em_dtype_name(p->dtype));
-  if (!g->backend[p->storage->device.type])
-    return em_set_error(EM_ERR_DEVICE, "DistributedDataParallel: parameter '%s' is on a device the process group "
-                        "has no backend for", name);
-  return EM_OK;
+  void *impl;   /* attaches NCCL to the group for CUDA parameters (no communication yet) */
+  char op[300];
+  snprintf(op, sizeof op, "DistributedDataParallel: parameter '%s'", name);
+  return em_dist_group_backend(g, (em_device_type)p->storage->device.type, &impl, op) ? EM_OK : em_last_status();
 }
 
 void em_ddp_release(em_ddp *d) {

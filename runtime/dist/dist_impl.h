@@ -1,6 +1,6 @@
 /* dist_impl.h - process groups and work handles, shared by the generic layer
  * (the files of runtime/dist), the backends (self here, MPI in runtime/dist/mpi as a plugin, NCCL
- * later) and the data-parallel reducer (runtime/ddp).
+ * in the CUDA plugin, runtime/cuda/gpu/nccl_backend.c) and the data-parallel reducer (runtime/ddp).
  *
  * The generic layer checks arguments, numbers collectives and makes handles; a backend
  * only moves data. Each group holds one backend per device type (the table below): a
@@ -73,6 +73,10 @@ typedef struct em_dist_backend {
   /* Optional: runs w, a plain blocking call (w->direct) on the caller's stack, to completion
    * on the calling thread and returns 1; or returns 0 (then w is posted as usual). */
   int (*run_direct)(void *group_impl, em_dist_work *w);
+  /* Device backends (NCCL for CUDA tensors) have no init or new_group: the world's CPU
+   * backend numbers the ranks. attach makes g's state on first use, without talking to
+   * other ranks (the first collective on g connects it, through g's CPU backend). */
+  em_status (*attach)(em_dist_group *g, void **impl);
 } em_dist_backend;
 
 struct em_dist_group {
@@ -102,7 +106,11 @@ const char *em_dist_op_name(em_dist_opkind kind);
 /* "all_reduce #12 on the world group (940 KB of float32)" into buf. */
 void em_dist_describe(const em_dist_work *w, char *buf, size_t cap);
 
-/* The built-in backend for a world of one process. */
+/* The backend of g for tensors on dev, attaching a device backend (NCCL) to g on first
+ * use; NULL with the error set (op named) when g has none. *impl receives g's state. */
+const em_dist_backend *em_dist_group_backend(em_dist_group *g, em_device_type dev, void **impl, const char *op);
+
+/* The built-in backend for a world of one process (any device: its copies dispatch). */
 const em_dist_backend *em_dist_self_backend(void);
 /* The MPI plugin's entry point (libember_mpi.so). */
 typedef const em_dist_backend *(*em_dist_backend_entry)(void);

@@ -1,11 +1,23 @@
 /* group.c - the world and its subgroups: launcher discovery, backend choice, loading the
- * MPI plugin, shutdown at exit.
+ * MPI plugin, attaching NCCL for CUDA tensors, shutdown at exit.
  *
  * The MPI backend is a separate shared object (libember_mpi.so next to libember.so, or
  * EMBER_MPI_PLUGIN) opened with dlopen the first time a process initialises the world
  * with it. So a plain ember process never loads libmpi: Open MPI's start-up, its memory
  * hooks and its fork warnings stay out of single-process runs, and a build without MPI
  * still has every other feature.
+ *
+ * CUDA tensors go to NCCL, which lives in the CUDA plugin (runtime/cuda/gpu/nccl_backend.c)
+ * and comes from its table (em_cuda_plugin.nccl_backend). The CPU backend still numbers the
+ * ranks and carries everything else (control messages, the NCCL id of each group):
+ *   'auto'  attaches NCCL to a group on its first CUDA collective (every rank makes that
+ *           collective at the same point of its sequence, so connecting there is safe); a
+ *           process that never reduces a CUDA tensor never loads the CUDA plugin for it. In a
+ *           world of one process the self backend takes CUDA tensors too.
+ *   'nccl'  requires NCCL and a GPU (a clear error otherwise), makes the local rank's GPU
+ *           (local_rank mod the device count) the current device and connects the world's
+ *           communicator during init.
+ *   'mpi'   CPU tensors only: a CUDA collective is an error that says which backend to use.
  *
  * At exit (on_exit, which sees the exit status): status 0 finishes pending work and
  * finalizes MPI; any other status ends the whole job at once, because the other ranks may
@@ -17,16 +29,24 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "cuda/cuda_plugin.h"
 #include "dist/dist_impl.h"
 #include "tensor/tensor_impl.h"
 
 #define DEFAULT_TIMEOUT_S 600.0
+
+/* How CUDA tensors are reduced (see the top of the file). */
+enum { CUDA_NONE = 0, CUDA_AUTO, CUDA_NCCL };
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static em_dist_group *world;
 static const em_dist_backend *cpu_backend;
 static int local_rank_value;
 static int finalized_mpi;      /* MPI cannot be initialised twice in one process */
+static char init_name[16];     /* what init resolved the backend to: self, mpi or nccl */
+static int cuda_mode;
+static const em_dist_backend *cuda_backend;   /* attached to groups on first use */
+static pthread_mutex_t attach_lock = PTHREAD_MUTEX_INITIALIZER;
 static int exit_handler_set;
 static atomic_int next_group_id = 1;
 
@@ -112,16 +132,102 @@ static em_status load_mpi_plugin(const em_dist_backend **out) {
   return EM_OK;
 }
 
+/* ---------------------------------------------------------------- the NCCL backend */
+
+/* NCCL from the CUDA plugin, with the reason when there is none: no plugin, a plugin
+ * built without NCCL, or no GPU. */
+static em_status load_nccl(const char *op, const em_dist_backend **out) {
+  const char *why = NULL;
+  const em_cuda_plugin *p = em_cuda_plugin_get(&why);
+  if (!p) return em_set_error(EM_ERR_UNSUPPORTED, "%s: backend 'nccl' is not available: %s", op, why);
+  const em_dist_backend *be = p->nccl_backend ? p->nccl_backend() : NULL;
+  if (!be)
+    return em_set_error(EM_ERR_UNSUPPORTED,
+                        "%s: backend 'nccl' is not available: the CUDA plugin was built without NCCL (install NCCL "
+                        "where CMake finds it, e.g. /usr/local/cuda, and rebuild ember)",
+                        op);
+  why = NULL;
+  if (p->device_count(&why) <= 0)
+    return em_set_error(EM_ERR_DEVICE,
+                        "%s: backend 'nccl' is not available: no CUDA device is available (%s); use backend 'mpi' or "
+                        "'auto' for CPU tensors",
+                        op, why && *why ? why : "none found");
+  *out = be;
+  return EM_OK;
+}
+
+const em_dist_backend *em_dist_group_backend(em_dist_group *g, em_device_type dev, void **impl, const char *op) {
+  const em_dist_backend *be = g->backend[dev];
+  if (be) {
+    atomic_thread_fence(memory_order_acquire);   /* pairs with the release below */
+    *impl = g->impl[dev];
+    return be;
+  }
+  if (!world) {
+    em_set_error(EM_ERR_RUNTIME, "%s: the distributed world was finalized", op);
+    return NULL;
+  }
+  if (dev != EM_CUDA || cuda_mode == CUDA_NONE) {
+    em_set_error(EM_ERR_DEVICE,
+                 "%s: %s has no backend for %s tensors: the world was initialised with backend '%s', which reduces "
+                 "CPU tensors only (use dist.init{backend = 'nccl'} or 'auto' for CUDA tensors)",
+                 op, g->name, dev == EM_CUDA ? "CUDA" : "CPU", init_name);
+    return NULL;
+  }
+  pthread_mutex_lock(&attach_lock);
+  em_status st = EM_OK;
+  if (!g->backend[dev]) {
+    if (!cuda_backend) st = load_nccl(op, &cuda_backend);
+    void *state = NULL;
+    if (!st && cuda_backend->attach) st = cuda_backend->attach(g, &state);
+    if (!st) {
+      g->impl[dev] = state;
+      atomic_thread_fence(memory_order_release);   /* readers that see the backend see its state */
+      g->backend[dev] = cuda_backend;
+    }
+  }
+  pthread_mutex_unlock(&attach_lock);
+  if (st) return NULL;
+  *impl = g->impl[dev];
+  return g->backend[dev];
+}
+
+const char *em_dist_device_backend_name(int device_type) {
+  if (!world || device_type < 0 || device_type >= EM_NUM_DEVICE_TYPES) return NULL;
+  const em_dist_backend *be = world->backend[device_type];
+  if (be) return be->name;
+  return device_type == EM_CUDA && cuda_mode == CUDA_AUTO ? "nccl" : NULL;
+}
+
+/* dist.init{backend = 'nccl'}: the local rank's GPU becomes current, and the world's
+ * communicator connects now (a one-element all_reduce), so that a setup problem shows here
+ * and not in the middle of the first backward. */
+static em_status connect_world_nccl(int local_rank) {
+  int n = em_cuda_device_count();
+  em_status st = n > 0 ? em_cuda_set_device(local_rank % n) : EM_OK;
+  em_tensor *t = NULL;
+  int64_t one = 1;
+  if (!st) st = em_zeros(&t, 1, &one, EM_FLOAT32, (em_device){EM_CUDA, n > 0 ? local_rank % n : 0});
+  if (!st) st = em_dist_all_reduce(world, t, EM_DIST_SUM, NULL);
+  em_tensor_release(t);
+  if (st) return em_set_error(st, "dist.init: connecting NCCL (local rank %d, cuda:%d): %s", local_rank,
+                              n > 0 ? local_rank % n : 0, em_last_error());
+  return EM_OK;
+}
+
 /* ---------------------------------------------------------------- init / finalize */
 
 static void shutdown_world(int exit_status) {
   pthread_mutex_lock(&init_lock);
   em_dist_group *w = world;
-  const em_dist_backend *be = cpu_backend;
+  const em_dist_backend *be = cpu_backend, *dev_be = cuda_backend;
   world = NULL;
   cpu_backend = NULL;
+  cuda_mode = CUDA_NONE;
   pthread_mutex_unlock(&init_lock);
   if (!w) return;
+  /* GPU work first: it may still need the CPU backend (a group's NCCL id) */
+  if (dev_be && dev_be != be && dev_be != em_dist_self_backend()) dev_be->shutdown(exit_status);
   if (be) {
     if (be != em_dist_self_backend()) finalized_mpi = 1;
     be->shutdown(exit_status);
@@ -137,15 +243,22 @@ static void exit_handler(int status, void *arg) {
   shutdown_world(status);
 }
 
-static em_status choose_backend(const char *name, const em_dist_env *env, const char **chosen) {
-  if (!name || !*name || !strcmp(name, "auto")) {
+/* The CPU backend (*chosen: self or mpi), how CUDA tensors are reduced (*mode) and the
+ * name init reports (*resolved). */
+static em_status choose_backend(const char *name, const em_dist_env *env, const char **chosen, int *mode,
+                                const char **resolved) {
+  int is_auto = !name || !*name || !strcmp(name, "auto"), is_nccl = name && !strcmp(name, "nccl");
+  if (is_auto || is_nccl) {
     if (!strcmp(env->launcher, "torchrun") && env->world_size > 1)
       return em_set_error(EM_ERR_UNSUPPORTED,
                           "dist.init: started torchrun-style (RANK/WORLD_SIZE set, %d processes) without an MPI "
-                          "launcher: CPU collectives need MPI (start with `ember launch -n N`, mpirun or srun); "
-                          "the NCCL rendezvous arrives with the CUDA backend",
+                          "launcher: ember's CPU collectives and NCCL's id exchange need MPI (start with `ember "
+                          "launch -n N`, mpirun or srun; a ZeroMQ rendezvous at MASTER_ADDR:MASTER_PORT is not "
+                          "implemented yet)",
                           env->world_size);
     *chosen = strcmp(env->launcher, "none") ? "mpi" : "self";
+    *mode = is_nccl ? CUDA_NCCL : CUDA_AUTO;
+    *resolved = is_nccl ? "nccl" : *chosen;
     return EM_OK;
   }
   if (!strcmp(name, "mpi") || !strcmp(name, "self")) {
@@ -153,22 +266,22 @@ static em_status choose_backend(const char *name, const em_dist_env *env, const 
       return em_set_error(EM_ERR_ARGUMENT,
                           "dist.init: backend 'self' runs a world of one process, but the launcher (%s) started %d",
                           env->launcher, env->world_size);
-    *chosen = name;
+    *chosen = *resolved = name;
+    *mode = !strcmp(name, "self") ? CUDA_AUTO : CUDA_NONE;
     return EM_OK;
   }
-  if (!strcmp(name, "nccl"))
-    return em_set_error(EM_ERR_UNSUPPORTED,
-                        "dist.init: backend 'nccl' is not available in this build (it arrives with the CUDA backend); "
-                        "use 'mpi' or 'auto'");
   return em_set_error(EM_ERR_ARGUMENT, "dist.init: unknown backend '%s' (expected auto, mpi, self or nccl)", name);
 }
 
 em_status em_dist_init(const char *backend, double timeout_s) {
   em_dist_env env;
   em_dist_env_detect(&env);
-  const char *chosen = NULL;
-  em_status st = choose_backend(backend, &env, &chosen);
+  const char *chosen = NULL, *resolved = NULL;
+  int mode = CUDA_NONE;
+  em_status st = choose_backend(backend, &env, &chosen, &mode, &resolved);
   if (st) return st;
+  const em_dist_backend *nccl = NULL;
+  if (mode == CUDA_NCCL && (st = load_nccl("dist.init", &nccl))) return st;   /* before MPI starts */
   if (timeout_s <= 0) {
     const char *t = getenv("EMBER_DIST_TIMEOUT");
     char *end = NULL;
@@ -177,11 +290,11 @@ em_status em_dist_init(const char *backend, double timeout_s) {
   }
   pthread_mutex_lock(&init_lock);
   if (world) {
-    int same = !strcmp(cpu_backend->name, chosen);
+    int same = !strcmp(init_name, resolved);
     pthread_mutex_unlock(&init_lock);
     if (same || !backend || !strcmp(backend, "auto")) return EM_OK;  /* already initialised */
     return em_set_error(EM_ERR_ARGUMENT, "dist.init: already initialised with backend '%s', cannot switch to '%s'",
-                        em_dist_backend_name(), chosen);
+                        init_name, resolved);
   }
   const em_dist_backend *be = NULL;
   if (!strcmp(chosen, "self")) {
@@ -215,16 +328,21 @@ em_status em_dist_init(const char *backend, double timeout_s) {
   g->timeout = timeout_s;
   g->backend[EM_CPU] = be;
   g->impl[EM_CPU] = impl;
+  /* a world of one: CUDA tensors need no communicator either */
+  if (be == em_dist_self_backend() && mode == CUDA_AUTO) g->backend[EM_CUDA] = be;
   snprintf(g->name, sizeof g->name, "the world group");
   world = g;
   cpu_backend = be;
+  cuda_mode = mode;
+  if (nccl) cuda_backend = nccl;
+  snprintf(init_name, sizeof init_name, "%s", resolved);
   local_rank_value = local;
   if (!exit_handler_set) {
     on_exit(exit_handler, NULL);
     exit_handler_set = 1;
   }
   pthread_mutex_unlock(&init_lock);
-  return EM_OK;
+  return mode == CUDA_NCCL ? connect_world_nccl(local) : EM_OK;
 }
 
 int em_dist_is_initialized(void) { return world != NULL; }
@@ -271,7 +389,7 @@ em_status em_dist_new_group(em_dist_group **out, em_dist_group *parent, int n, c
   snprintf(g->name, sizeof g->name, "group %d", g->id);
   for (int d = 0; d < EM_NUM_DEVICE_TYPES; d++) {
     const em_dist_backend *be = parent->backend[d];
-    if (!be) continue;
+    if (!be || !be->new_group) continue;   /* device backends attach on first use */
     int r = -1;
     em_status st = be->new_group(parent->impl[d], g->id, n, ranks, &g->impl[d], &r);
     if (st) {

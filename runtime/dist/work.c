@@ -111,14 +111,9 @@ static em_status post_work(em_dist_group *g, em_dist_opkind kind, em_tensor *in,
   reap();
   const em_tensor *t = in ? in : out;
   em_device_type dev = t ? (em_device_type)t->storage->device.type : EM_CPU;
-  const em_dist_backend *be = g->backend[dev];
-  if (!be) {
-    if (!em_dist_world())
-      return em_set_error(EM_ERR_RUNTIME, "%s: the distributed world was finalized", op_names[kind]);
-    return em_set_error(EM_ERR_DEVICE, "%s: %s has no backend for %s tensors%s", op_names[kind], g->name,
-                        dev == EM_CUDA ? "cuda" : "cpu",
-                        dev == EM_CUDA ? " (NCCL arrives with the CUDA backend)" : "");
-  }
+  void *impl = NULL;
+  const em_dist_backend *be = em_dist_group_backend(g, dev, &impl, op_names[kind]);
+  if (!be) return em_last_status();
   int64_t seq = kind != EM_DIST_OP_SEND && kind != EM_DIST_OP_RECV ? atomic_fetch_add(&g->seq, 1) + 1 : 0;
   double now = em_dist_now();
   if (!work && be->run_direct) {
@@ -131,7 +126,7 @@ static em_status post_work(em_dist_group *g, em_dist_opkind kind, em_tensor *in,
     d.kind = kind, d.redop = op, d.peer = peer, d.tag = tag, d.in = in, d.out = out, d.group = g;
     d.seq = seq, d.posted_at = now, d.blocking = d.direct = d.on_stack = 1;
     atomic_init(&d.deadline, now + g->timeout);
-    if (be->run_direct(g->impl[dev], &d)) {
+    if (be->run_direct(impl, &d)) {
       if (atomic_load(&d.state) == EM_WORK_FAILED) return em_set_error(d.status, "%s", d.message);
       return EM_OK;
     }
@@ -155,7 +150,7 @@ static em_status post_work(em_dist_group *g, em_dist_opkind kind, em_tensor *in,
   w->blocking = caller_waits;
   w->direct = work == NULL;
   atomic_store(&w->deadline, w->posted_at + g->timeout);
-  em_status st = be->post(g->impl[dev], w);
+  em_status st = be->post(impl, w);
   if (st) {
     /* never reached the backend: both references are ours */
     atomic_store(&w->refcount, 1);

@@ -182,6 +182,13 @@ void gr_tiles_free(gr_tiles *t);
 /* Tests: 1 forces PageRank's prefetching gather (untiled), -1 disables it, 0 decides. */
 extern int gr_pr_prefetch;
 
+/* ---- PageRank's pieces shared with the GPU path (pagerank_cuda.c) */
+/* The personalization vector p checked and normalised, in internal order (*out gr_alloc'd). */
+em_status gr_pagerank_teleport(const em_graph *g, const em_tensor *p, double **out);
+/* em_graph_pagerank with opts->device a CUDA device (options already checked). */
+em_status gr_pagerank_cuda(em_tensor **scores, em_tensor **residuals, em_pagerank_stats *stats, const em_graph *g,
+                           const em_pagerank_options *opts);
+
 /* ---- format readers (one file each) */
 em_status gr_load_snap(em_graph **out, const char *path, const em_graph_options *opts);
 em_status gr_load_mtx(em_graph **out, const char *path, const em_graph_options *opts);

@@ -18,6 +18,9 @@
  * possibly from another thread: chaotic relaxation, fewer iterations, not
  * bit-reproducible), then normalises in a second pass.
  *
+ * With opts->device a CUDA device, the same iteration runs in the CUDA plugin
+ * (pagerank_cuda.c prepares its job; runtime/cuda/gpu/pagerank.cu).
+ *
  * Speed (Kronecker scale 22, see bench/graph): the graph's internal order by out-degree
  * keeps the most-read contributions together in cache; arcs from the remaining sources
  * are cache-blocked (pr_tiles.c); large arrays ask for 2 MiB pages (graph.c), which
@@ -60,13 +63,17 @@ static em_status check_options(const em_graph *g, const em_pagerank_options *o) 
     return em_set_error(EM_ERR_ARGUMENT, "%s: method is %d, expected 0 (jacobi), 1 (gauss-seidel) or 2 (gapbs)", op,
                         o->method);
   if (g->n == 0) return em_set_error(EM_ERR_ARGUMENT, "%s: the graph has no vertices", op);
+  if ((o->device.type != EM_CPU && o->device.type != EM_CUDA) || o->device.index < 0)
+    return em_set_error(EM_ERR_DEVICE, "%s: device type %d index %d, expected cpu or cuda:N", op, o->device.type,
+                        o->device.index);
   return EM_OK;
 }
 
 /* Teleport vector in internal order, normalised; checks its values. */
-static em_status teleport(pr_run *r, const em_tensor *p) {
+static em_status teleport(pr_run *r, const em_tensor *p) { return gr_pagerank_teleport(r->g, p, &r->tele); }
+
+em_status gr_pagerank_teleport(const em_graph *g, const em_tensor *p, double **out) {
   const char *op = "graph pagerank";
-  const em_graph *g = r->g;
   double *v;
   em_status st = gr_tensor_values("graph pagerank: personalization", p, g->n, &v);
   if (st) return st;
@@ -83,12 +90,13 @@ static em_status teleport(pr_run *r, const em_tensor *p) {
     gr_free(v);
     return em_set_error(EM_ERR_ARGUMENT, "%s: the personalization vector sums to 0, expected a positive sum", op);
   }
-  r->tele = gr_alloc((size_t)g->n * sizeof *r->tele);
-  if (!r->tele) {
+  double *tele = gr_alloc((size_t)g->n * sizeof *tele);
+  if (!tele) {
     gr_free(v);
     return gr_oom(op, (size_t)g->n * 8);
   }
-  for (int64_t i = 0; i < g->n; i++) r->tele[gr_internal(g, i)] = v[i] / sum;
+  for (int64_t i = 0; i < g->n; i++) tele[gr_internal(g, i)] = v[i] / sum;
+  *out = tele;
   gr_free(v);
   return EM_OK;
 }
@@ -286,7 +294,7 @@ static int iterate(pr_run *r, const em_pagerank_options *o, double *residual, in
 
 void em_pagerank_options_init(em_pagerank_options *opts) {
   *opts = (em_pagerank_options){.damping = 0.85, .tol = 1e-6, .max_iter = 100, .method = EM_PAGERANK_JACOBI,
-                                .personalization = NULL};
+                                .personalization = NULL, .device = {EM_CPU, 0}};
 }
 
 static void run_free(pr_run *r) {
@@ -312,6 +320,7 @@ em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagera
   if (!opts) em_pagerank_options_init(&defaults), opts = &defaults;
   em_status st = check_options(g, opts);
   if (st) return st;
+  if (opts->device.type == EM_CUDA) return gr_pagerank_cuda(scores, residuals, stats, g, opts);
   double t0 = gr_now();
   int64_t n = g->n;
   pr_run r = {.g = g, .method = opts->method, .damping = opts->damping};
@@ -368,6 +377,8 @@ em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagera
     stats->seconds = t2 - t1;
     stats->setup_seconds = t1 - t0;
     stats->edges_per_second = t2 > t1 ? (double)g->m * iters / (t2 - t1) : 0;
+    stats->method = opts->method;
+    stats->engine = "cpu";
   }
 done:
   free(residual);

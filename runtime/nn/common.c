@@ -13,6 +13,8 @@ em_status em_nn_check_out(const char *op, em_tensor **out) {
 em_status em_nn_check_float(const char *op, const em_tensor *t, const char *what) {
   em_status st = em_check_tensor(op, t, what);
   if (st) return st;
+  /* float16/bfloat16 are computed by the CUDA backend (autocast); the CPU only stores them */
+  if ((t->dtype == EM_FLOAT16 || t->dtype == EM_BFLOAT16) && t->storage->device.type != EM_CPU) return EM_OK;
   if (t->dtype != EM_FLOAT32 && t->dtype != EM_FLOAT64)
     return em_set_error(EM_ERR_DTYPE, "%s: expected the %s to be float32 or float64, got %s", op, what,
                         em_dtype_name(t->dtype));

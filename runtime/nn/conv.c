@@ -1,6 +1,7 @@
 /* conv.c - 2-d convolution (PyTorch's conv2d: stride, padding, dilation, groups). The
  * kernels (forward, and one backward call for the input, weight and bias gradients that
  * are wanted) are the backend's; see cpu/nn_conv.c. */
+#include "autograd/autocast.h"
 #include "nn_impl.h"
 
 static void params_to_node(em_node *n, const em_conv2d_params *p) {
@@ -60,6 +61,11 @@ static int64_t conv_out(int64_t in, int64_t k, int s, int pad, int dil) {
 
 em_status em_nn_conv2d(em_tensor **out, const em_tensor *x, const em_tensor *w, const em_tensor *b, int stride_h,
                        int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w, int groups) {
+  em_autocast_ops ac;
+  if (em_autocast_prepare(&ac, EM_AUTOCAST_LOWER, 3, (const em_tensor *[]){x, w, b}))
+    return em_autocast_finish(&ac, ac.status ? ac.status
+                                             : em_nn_conv2d(out, ac.t[0], ac.t[1], ac.t[2], stride_h, stride_w, pad_h,
+                                                            pad_w, dilation_h, dilation_w, groups));
   const char *op = "conv2d";
   em_status st;
   if ((st = em_nn_check_out(op, out)) || (st = em_nn_check_float(op, x, "input")) ||

@@ -1,6 +1,7 @@
 /* linear.c - y = x @ w^T + b as one GEMM (addmm writes the bias into the result first and
  * the product is added to it: no separate bias pass), recorded as one node whose backward
  * is two GEMMs and a column sum. Leading dims of x are flattened into the GEMM's rows. */
+#include "autograd/autocast.h"
 #include "nn_impl.h"
 
 static em_status linear_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
@@ -18,8 +19,16 @@ static em_status linear_backward(em_node *n, em_tensor *const *go, em_tensor **g
     gw = NULL;
   }
   if (!st && em_node_needs_input_grad(n, 2)) {
-    int dim0 = 0;
-    if (!(st = em_reduce(EM_SUM, &gb, NULL, g2, &dim0, 1, 0, 0))) {
+    /* float16/bfloat16 (autocast on a GPU): the column sum runs in float32, as the tensor
+     * core sums float32/float64 only, and is rounded once */
+    int dim0 = 0, half = g2->dtype == EM_FLOAT16 || g2->dtype == EM_BFLOAT16;
+    em_tensor *g32 = NULL, *gb32 = NULL;
+    if (half) st = em_to(&g32, g2, EM_FLOAT32, g2->storage->device);
+    if (!st) st = em_reduce(EM_SUM, half ? &gb32 : &gb, NULL, half ? g32 : g2, &dim0, 1, 0, 0);
+    if (!st && half) st = em_to(&gb, gb32, g2->dtype, g2->storage->device);
+    em_tensor_release(g32);
+    em_tensor_release(gb32);
+    if (!st) {
       gi[2] = gb;
       gb = NULL;
     }
@@ -30,6 +39,9 @@ static em_status linear_backward(em_node *n, em_tensor *const *go, em_tensor **g
 }
 
 em_status em_nn_linear(em_tensor **out, const em_tensor *x, const em_tensor *w, const em_tensor *b) {
+  em_autocast_ops ac;
+  if (em_autocast_prepare(&ac, EM_AUTOCAST_LOWER, 3, (const em_tensor *[]){x, w, b}))
+    return em_autocast_finish(&ac, ac.status ? ac.status : em_nn_linear(out, ac.t[0], ac.t[1], ac.t[2]));
   const char *op = "linear";
   em_status st;
   if ((st = em_nn_check_out(op, out)) || (st = em_nn_check_float(op, x, "input")) ||

@@ -7,6 +7,7 @@
  * composing it from relu/abs would give the wrong subgradient at logits of exactly 0. */
 #include <math.h>
 #include <string.h>
+#include "autograd/autocast.h"
 #include "nn_impl.h"
 
 static em_status check_reduction(const char *op, em_reduction r) {
@@ -129,6 +130,11 @@ static em_status soft_cross_entropy(em_tensor **out, const em_tensor *x, const e
 em_status em_nn_cross_entropy(em_tensor **out, const em_tensor *logits, const em_tensor *target,
                               const em_tensor *weight, int64_t ignore_index, double label_smoothing,
                               em_reduction reduction, int base) {
+  em_autocast_ops ac;
+  if (em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 3, (const em_tensor *[]){logits, target, weight}))
+    return em_autocast_finish(&ac, ac.status ? ac.status
+                                             : em_nn_cross_entropy(out, ac.t[0], ac.t[1], ac.t[2], ignore_index,
+                                                                   label_smoothing, reduction, base));
   const char *op = "cross_entropy";
   em_status st;
   if ((st = em_nn_check_out(op, out)) || (st = em_nn_check_float(op, logits, "input")) ||
@@ -153,6 +159,10 @@ em_status em_nn_cross_entropy(em_tensor **out, const em_tensor *logits, const em
 
 em_status em_nn_nll_loss(em_tensor **out, const em_tensor *log_probs, const em_tensor *target,
                          const em_tensor *weight, int64_t ignore_index, em_reduction reduction, int base) {
+  em_autocast_ops ac;
+  if (em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 3, (const em_tensor *[]){log_probs, target, weight}))
+    return em_autocast_finish(
+        &ac, ac.status ? ac.status : em_nn_nll_loss(out, ac.t[0], ac.t[1], ac.t[2], ignore_index, reduction, base));
   const char *op = "nll_loss";
   em_status st;
   if ((st = em_nn_check_out(op, out)) || (st = em_nn_check_float(op, log_probs, "input")) ||
@@ -167,6 +177,9 @@ em_status em_nn_nll_loss(em_tensor **out, const em_tensor *log_probs, const em_t
 /* ---- mse_loss: composed, (input - target)^2 then the reduction ---- */
 
 em_status em_nn_mse_loss(em_tensor **out, const em_tensor *input, const em_tensor *target, em_reduction reduction) {
+  em_autocast_ops ac;
+  if (em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 2, (const em_tensor *[]){input, target}))
+    return em_autocast_finish(&ac, ac.status ? ac.status : em_nn_mse_loss(out, ac.t[0], ac.t[1], reduction));
   const char *op = "mse_loss";
   em_status st;
   if ((st = em_nn_check_out(op, out)) || (st = em_nn_check_float(op, input, "input")) ||
@@ -237,6 +250,11 @@ static em_status check_broadcast(const char *what, const em_tensor *t, const em_
 em_status em_nn_binary_cross_entropy_with_logits(em_tensor **out, const em_tensor *logits, const em_tensor *target,
                                                  const em_tensor *weight, const em_tensor *pos_weight,
                                                  em_reduction reduction) {
+  em_autocast_ops ac;
+  if (em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 4, (const em_tensor *[]){logits, target, weight, pos_weight}))
+    return em_autocast_finish(&ac, ac.status ? ac.status
+                                             : em_nn_binary_cross_entropy_with_logits(out, ac.t[0], ac.t[1], ac.t[2],
+                                                                                      ac.t[3], reduction));
   const char *op = "binary_cross_entropy_with_logits";
   em_status st;
   if ((st = em_nn_check_out(op, out)) || (st = em_nn_check_float(op, logits, "input")) ||

@@ -13,7 +13,7 @@
 
 /* *out must be a place for a new result: non-NULL and holding NULL. */
 em_status em_nn_check_out(const char *op, em_tensor **out);
-/* t is a live float32 or float64 tensor. */
+/* t is a live float32 or float64 tensor (or float16/bfloat16 off the CPU). */
 em_status em_nn_check_float(const char *op, const em_tensor *t, const char *what);
 /* t (may be NULL) is a live tensor with like's dtype and device. */
 em_status em_nn_check_like(const char *op, const em_tensor *t, const char *what, const em_tensor *like);

@@ -2,6 +2,7 @@
  * evaluation with the running statistics) and layer_norm. Each records one node whose
  * backward is one backend call (cpu/nn_norm.c). */
 #include <math.h>
+#include "autograd/autocast.h"
 #include "nn_impl.h"
 
 /* ---- batch norm ---- */
@@ -39,6 +40,11 @@ static em_status update_running(em_tensor *running, const em_tensor *value, doub
 em_status em_nn_batch_norm(em_tensor **out, const em_tensor *x, const em_tensor *weight, const em_tensor *bias,
                            em_tensor *running_mean, em_tensor *running_var, int training, double momentum,
                            double eps) {
+  em_autocast_ops ac;
+  if (em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 3, (const em_tensor *[]){x, weight, bias}))
+    return em_autocast_finish(&ac, ac.status ? ac.status
+                                             : em_nn_batch_norm(out, ac.t[0], ac.t[1], ac.t[2], running_mean,
+                                                                running_var, training, momentum, eps));
   const char *op = "batch_norm";
   em_status st;
   if ((st = em_nn_check_out(op, out)) || (st = em_nn_check_float(op, x, "input"))) return st;
@@ -144,6 +150,9 @@ static em_status check_param(const em_tensor *t, const char *what, const em_tens
 
 em_status em_nn_layer_norm(em_tensor **out, const em_tensor *x, int n_dims, const em_tensor *weight,
                            const em_tensor *bias, double eps) {
+  em_autocast_ops ac;
+  if (em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 3, (const em_tensor *[]){x, weight, bias}))
+    return em_autocast_finish(&ac, ac.status ? ac.status : em_nn_layer_norm(out, ac.t[0], n_dims, ac.t[1], ac.t[2], eps));
   const char *op = "layer_norm";
   em_status st;
   if ((st = em_nn_check_out(op, out)) || (st = em_nn_check_float(op, x, "input"))) return st;

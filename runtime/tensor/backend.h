@@ -119,6 +119,10 @@ typedef struct em_backend {
   em_status (*optim_adam)(int n, em_tensor *const *params, const em_tensor *const *grads, em_tensor *const *exp_avgs,
                           em_tensor *const *exp_avg_sqs, const em_adam_args *args);
   em_status (*optim_grad_norm)(int n, const em_tensor *const *grads, double p, double *acc);
+  /* loss scaling: multiplies every gradient (floating, any strides; NULL entries skipped)
+   * by inv_scale in place, and sets *found_inf to 1 when any value was inf or NaN before
+   * the multiplication, else 0: one pass over all gradients, one host synchronisation */
+  em_status (*amp_unscale)(int n, em_tensor *const *grads, double inv_scale, int *found_inf);
   /* nn (runtime/nn): contiguous operands of one float dtype, NCHW images, results
    * allocated (contiguous) by the caller; NULL optional inputs are absent and NULL
    * gradient outputs are not wanted. conv2d: x [N, C, H, W], w [Co, C / groups, kH, kW],

@@ -96,10 +96,13 @@ em_status em_linspace(em_tensor **out, double start, double end, int64_t steps, 
   if (steps < 0) return em_set_error(EM_ERR_ARGUMENT, "linspace: steps is %lld, expected >= 0", (long long)steps);
   double step = steps > 1 ? (end - start) / (double)(steps - 1) : 0;
   em_status st = affine_fill("linspace", out, steps, start, step, dtype, device);
-  /* Pin the last element to `end` exactly, as numpy does. */
-  if (!st && steps > 1 && device.type == EM_CPU) {
+  /* Pin the last element to `end` exactly, as numpy does (one element copied on a GPU). */
+  if (!st && steps > 1) {
     int64_t last = steps - 1;
-    em_tensor_set(*out, &last, end);
+    if ((st = em_tensor_set(*out, &last, end))) {
+      em_tensor_release(*out);
+      *out = NULL;
+    }
   }
   return st;
 }

@@ -53,11 +53,12 @@ static bool is_float_unop(em_unop op) {
   }
 }
 
-/* float16/bfloat16 are storage types: math on them is refused with the fix in the message. */
+/* float16/bfloat16 are storage types on the CPU: math on them is refused there with the fix
+ * in the message. The CUDA backend computes them in float (autocast, ember.amp). */
 static em_status check_math_dtype(const char *op, const em_tensor *t) {
   if ((int)t->dtype < 0 || t->dtype >= EM_NUM_DTYPES)
     return em_set_error(EM_ERR_DTYPE, "%s: invalid dtype %d", op, (int)t->dtype);
-  if (t->dtype == EM_FLOAT16 || t->dtype == EM_BFLOAT16)
+  if ((t->dtype == EM_FLOAT16 || t->dtype == EM_BFLOAT16) && t->storage->device.type == EM_CPU)
     return em_set_error(EM_ERR_DTYPE, "%s: %s tensors are storage only and do not support math; convert with "
                         "to('float32') first", op, em_dtype_name(t->dtype));
   return EM_OK;

@@ -4,7 +4,8 @@
  *   out[batch..., M, N] = alpha * a[batch..., M, K] @ b[batch..., K, N] + beta * out.
  * A 1-d left operand is promoted to [1, K] and a 1-d right operand to [K, 1]; the unit
  * dim is removed from the result (numpy). Batch dims broadcast. Operands are promoted to
- * one dtype; float16/bfloat16 (storage-only) and bool are rejected. */
+ * one dtype; bool is rejected, and so are float16/bfloat16 on the CPU (storage-only there;
+ * the CUDA backend multiplies them with float accumulation, for autocast). */
 #include "backend.h"
 
 static int same_device(const em_tensor *a, const em_tensor *b) {
@@ -22,7 +23,7 @@ static em_status check_operands(const char *op, const em_tensor *a, const em_ten
     return em_set_error(EM_ERR_DEVICE, "%s: the operands are on different devices", op);
   em_dtype d = em_dtype_promote(a->dtype, b->dtype);
   if (c) d = em_dtype_promote(d, c->dtype);
-  if (d == EM_FLOAT16 || d == EM_BFLOAT16)
+  if ((d == EM_FLOAT16 || d == EM_BFLOAT16) && a->storage->device.type == EM_CPU)
     return em_set_error(EM_ERR_DTYPE, "%s: dtype %s is storage-only; convert the operands with to('float32') first", op,
                         em_dtype_name(d));
   if (d == EM_BOOL)

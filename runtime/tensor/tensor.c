@@ -12,13 +12,21 @@ em_status em_storage_new(em_storage **out, size_t nbytes, em_device device) {
   if (!be) return em_last_status();
   em_storage *s = calloc(1, sizeof *s);
   if (!s) return em_set_error(EM_ERR_MEMORY, "allocate: out of host memory for a storage header");
-  /* Always allocate at least one byte so data is never NULL. */
+  /* Always allocate at least one byte so data is never NULL. A device allocator says
+   * itself why it failed (asked, in use, cached): its message is kept. An error set
+   * before (a caller cleaning up after a failure) survives a successful allocation. */
+  char earlier[1024];
+  em_status earlier_status = device.type != EM_CPU ? em_last_status() : EM_OK;
+  if (earlier_status != EM_OK) snprintf(earlier, sizeof earlier, "%s", em_last_error());
+  if (device.type != EM_CPU) em_clear_error();
   s->data = be->alloc(nbytes ? nbytes : 1, device);
   if (!s->data) {
     free(s);
+    if (device.type != EM_CPU && em_last_status() != EM_OK) return em_last_status();
     return em_set_error(EM_ERR_MEMORY, "allocate: out of memory asking for %zu bytes on %s (ember holds %lld bytes)",
                         nbytes, be->name, (long long)em_memory_allocated());
   }
+  if (earlier_status != EM_OK) em_set_error(earlier_status, "%s", earlier);
   atomic_init(&s->refcount, 1);
   s->device = device;
   s->nbytes = nbytes;
@@ -127,8 +135,6 @@ int em_tensor_is_contiguous(const em_tensor *t) {
 static em_status element_offset(const char *op, const em_tensor *t, const int64_t *index, int64_t *off) {
   em_status st = em_check_tensor(op, t, "tensor");
   if (st) return st;
-  if (t->storage->device.type != EM_CPU)
-    return em_set_error(EM_ERR_DEVICE, "%s: element access needs a CPU tensor", op);
   int64_t o = t->offset;
   for (int d = 0; d < t->ndim; d++) {
     if (index[d] < 0 || index[d] >= t->sizes[d])
@@ -168,20 +174,59 @@ static void store_double(void *base, em_dtype dtype, int64_t i, double v) {
   }
 }
 
+/* The element of t at storage offset off, through a one-element copy when t is on a device
+ * (which waits for the device: reading a value back is a synchronisation point). */
+static em_status read_element(const em_tensor *t, int64_t off, void *buf) {
+  size_t size = em_dtype_size(t->dtype);
+  if (t->storage->device.type == EM_CPU) {
+    memcpy(buf, (const char *)t->storage->data + off * (int64_t)size, size);
+    return EM_OK;
+  }
+  em_tensor *view = em_tensor_wrap(t->storage, t->dtype, 0, NULL, NULL, off), *host = NULL;
+  if (!view) return em_last_status();
+  em_status st = em_empty(&host, 0, NULL, t->dtype, (em_device){EM_CPU, 0});
+  if (!st) st = em_copy_(host, view);
+  if (!st) memcpy(buf, host->storage->data, size);
+  em_tensor_release(host);
+  em_tensor_release(view);
+  return st;
+}
+
+static em_status write_element(em_tensor *t, int64_t off, const void *buf) {
+  size_t size = em_dtype_size(t->dtype);
+  if (t->storage->device.type == EM_CPU) {
+    memcpy((char *)t->storage->data + off * (int64_t)size, buf, size);
+    return EM_OK;
+  }
+  em_tensor *view = em_tensor_wrap(t->storage, t->dtype, 0, NULL, NULL, off), *host = NULL;
+  if (!view) return em_last_status();
+  em_status st = em_empty(&host, 0, NULL, t->dtype, (em_device){EM_CPU, 0});
+  if (!st) {
+    memcpy(host->storage->data, buf, size);
+    st = em_copy_(view, host);
+  }
+  em_tensor_release(host);
+  em_tensor_release(view);
+  return st;
+}
+
 em_status em_tensor_get(const em_tensor *t, const int64_t *index, double *value) {
-  int64_t off;
+  int64_t off = 0;
+  _Alignas(8) unsigned char buf[8];
   em_status st = element_offset("get", t, index, &off);
+  if (!st) st = read_element(t, off, buf);
   if (st) return st;
-  *value = load_as_double(t->storage->data, t->dtype, off);
+  *value = load_as_double(buf, t->dtype, 0);
   return EM_OK;
 }
 
 em_status em_tensor_set(em_tensor *t, const int64_t *index, double value) {
-  int64_t off;
+  int64_t off = 0;
+  _Alignas(8) unsigned char buf[8];
   em_status st = element_offset("set", t, index, &off);
   if (st) return st;
-  store_double(t->storage->data, t->dtype, off, value);
-  return EM_OK;
+  store_double(buf, t->dtype, 0, value);
+  return write_element(t, off, buf);
 }
 
 em_status em_tensor_item(const em_tensor *t, double *value) {
@@ -199,11 +244,10 @@ em_status em_tensor_item_int64(const em_tensor *t, int64_t *value) {
   if (st) return st;
   if (em_tensor_numel(t) != 1)
     return em_set_error(EM_ERR_SHAPE, "item: expected a tensor with one element, got shape %s", EM_SHAPE(t));
-  if (t->storage->device.type != EM_CPU)
-    return em_set_error(EM_ERR_DEVICE, "item: element access needs a CPU tensor");
-  const char *p = em_tensor_ptr(t);
-  if (t->dtype == EM_INT64) *value = *(const int64_t *)p;
-  else *value = (int64_t)load_as_double(p, t->dtype, 0);
+  _Alignas(8) unsigned char buf[8];
+  if ((st = read_element(t, t->offset, buf))) return st;   /* one element: it sits at the offset */
+  if (t->dtype == EM_INT64) memcpy(value, buf, sizeof *value);
+  else *value = (int64_t)load_as_double(buf, t->dtype, 0);
   return EM_OK;
 }
 

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <cmocka.h>
 #include "ember/autograd.h"
+#include "ember/cuda.h"
 #include "ember/dist.h"
 
 static const em_device CPU = {EM_CPU, 0};
@@ -59,6 +60,35 @@ static void test_env_detect(void **state) {
   clear_launcher();
 }
 
+/* dist.init{backend = 'nccl'} where NCCL cannot run (no GPU here; or no CUDA plugin, or one
+ * built without NCCL): a clear error that says which, before any backend starts. */
+static void check_nccl_refused(void) {
+  em_status st = em_dist_init("nccl", 0);
+  const char *msg = em_last_error();
+  assert_true(st == EM_ERR_DEVICE || st == EM_ERR_UNSUPPORTED);
+  assert_non_null(strstr(msg, "dist.init: backend 'nccl' is not available: "));
+  if (st == EM_ERR_DEVICE) assert_non_null(strstr(msg, "no CUDA device is available"));
+  else assert_true(strstr(msg, "CUDA backend is not built") || strstr(msg, "built without NCCL"));
+}
+
+static void test_backend_selection(void **state) {
+  (void)state;
+  clear_launcher();
+  if (em_cuda_device_count() > 0) skip();   /* 'nccl' would start: tests/dist/nccl_*.lua cover it */
+  check_nccl_refused();
+  assert_false(em_dist_is_initialized());   /* nothing was started */
+  assert_null(em_dist_device_backend_name(EM_CUDA));
+  /* torchrun-style several processes without MPI: said before NCCL is even looked at */
+  setenv("RANK", "1", 1), setenv("WORLD_SIZE", "2", 1), setenv("LOCAL_RANK", "1", 1);
+  assert_int_equal(em_dist_init("nccl", 0), EM_ERR_UNSUPPORTED);
+  assert_non_null(strstr(em_last_error(), "torchrun-style"));
+  assert_non_null(strstr(em_last_error(), "MASTER_ADDR:MASTER_PORT is not implemented"));
+  clear_launcher();
+  assert_int_equal(em_dist_init("gloo", 0), EM_ERR_ARGUMENT);
+  assert_non_null(strstr(em_last_error(), "expected auto, mpi, self or nccl"));
+  assert_false(em_dist_is_initialized());
+}
+
 static em_tensor *vec(int64_t n, em_dtype dtype) {
   em_tensor *t = NULL;
   assert_int_equal(em_ones(&t, 1, &n, dtype, CPU), EM_OK);
@@ -72,10 +102,23 @@ static void test_self_world(void **state) {
   assert_int_equal(em_dist_all_reduce(NULL, t, EM_DIST_SUM, NULL), EM_ERR_RUNTIME);
   assert_non_null(strstr(em_last_error(), "call dist.init first"));
   assert_int_equal(em_dist_init("bogus", 0), EM_ERR_ARGUMENT);
-  assert_int_equal(em_dist_init("nccl", 0), EM_ERR_UNSUPPORTED);
+  if (em_cuda_device_count() == 0) check_nccl_refused();
+  assert_null(em_dist_device_backend_name(EM_CPU));
   assert_int_equal(em_dist_init("self", 5), EM_OK);
   assert_int_equal(em_dist_init("auto", 0), EM_OK);   /* again: no-op */
   assert_string_equal(em_dist_backend_name(), "self");
+  /* a world of one takes CUDA tensors on the self backend too (no communicator needed) */
+  assert_string_equal(em_dist_device_backend_name(EM_CPU), "self");
+  assert_string_equal(em_dist_device_backend_name(EM_CUDA), "self");
+  assert_null(em_dist_device_backend_name(7));
+  /* switching is refused (without a GPU, 'nccl' itself is refused first) */
+  em_status switched = em_dist_init("nccl", 0);
+  if (em_cuda_device_count() > 0) {
+    assert_int_equal(switched, EM_ERR_ARGUMENT);
+    assert_non_null(strstr(em_last_error(), "already initialised with backend 'self', cannot switch to 'nccl'"));
+  } else {
+    assert_true(switched == EM_ERR_DEVICE || switched == EM_ERR_UNSUPPORTED);
+  }
   em_dist_group *w = em_dist_world();
   assert_int_equal(em_dist_rank(w), 0);
   assert_int_equal(em_dist_size(w), 1);
@@ -163,6 +206,7 @@ static void test_self_world(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_env_detect),
+      cmocka_unit_test(test_backend_selection),
       cmocka_unit_test(test_self_world),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -9,6 +9,8 @@ local rank, W = dist.rank(), dist.world_size()
 local check, equal, fails = U.check, U.equal, U.fails
 
 check(dist.backend() == 'mpi', 'backend %s', tostring(dist.backend()))
+check(dist.backend('cuda') == 'nccl', 'auto: CUDA tensors go to NCCL (attached on first use), got %s',
+  tostring(dist.backend('cuda')))
 check(W >= 2, 'run me on 2 or more ranks')
 local env = dist.env()
 check(env.rank == rank and env.world_size == W and env.launcher == 'openmpi', 'env() %d %d %s', env.rank,
@@ -223,7 +225,13 @@ do
   fails(function() dist.broadcast(ember.ones(2), W) end, { 'broadcast', 'root ' .. W, 'out of range' }, 'bad root')
   fails(function() dist.all_reduce({}) end, 'expected a tensor', 'not a tensor')
   fails(function() dist.all_reduce(ember.ones(2), 'sum', { bogus = 1 }) end, "unknown option 'bogus'", 'bad option')
-  fails(function() dist.init { backend = 'nccl' } end, { "'nccl' is not available", 'CUDA' }, 'nccl')
+  if ember.device_count('cuda') == 0 then
+    fails(function() dist.init { backend = 'nccl' } end, { "'nccl' is not available", 'CUDA' }, 'nccl without a GPU')
+  else
+    fails(function() dist.init { backend = 'nccl' } end, "already initialised with backend 'mpi', cannot switch to 'nccl'",
+      'nccl after mpi')
+  end
+  fails(function() dist.init { backend = 'gloo' } end, "unknown backend 'gloo'", 'gloo')
   fails(function() dist.init { backend = 'self' } end, "'self' runs a world of one process", 'self under a launcher')
   fails(function() dist.init { backend = 'tcp' } end, "unknown backend 'tcp'", 'unknown backend')
   local freed = ember.ones(3)

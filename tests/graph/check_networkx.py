@@ -40,9 +40,9 @@ class GraphOptions(C.Structure):
                  "verify")]
 
 
-class PagerankOptions(C.Structure):
+class PagerankOptions(C.Structure):  # em_pagerank_options, field for field (init writes all of them)
     _fields_ = [("damping", C.c_double), ("tol", C.c_double), ("max_iter", C.c_int32), ("method", C.c_int32),
-                ("personalization", C.c_void_p)]
+                ("personalization", C.c_void_p), ("device_type", C.c_int32), ("device_index", C.c_int32)]
 
 
 class Comparison(C.Structure):

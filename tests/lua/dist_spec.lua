@@ -16,9 +16,22 @@ describe('before init', function()
       'DistributedDataParallel: bucket_cap_mb must be a number > 0, got -1')
   end)
 
+  it("picks NCCL for a pipeline on cuda under backend 'auto'", function()
+    local section = require 'ember.pipeline.distributed'
+    assert.equal('nccl', section.backend_for('auto', 'cuda'))
+    assert.equal('nccl', section.backend_for('auto', 'cuda:1'))
+    assert.equal('auto', section.backend_for('auto', 'cpu'))
+    assert.equal('mpi', section.backend_for('mpi', 'cuda'))   -- an explicit choice stays
+    assert.equal('self', section.backend_for('self', 'cuda'))
+  end)
+
   it('checks init options', function()
     raises(function() dist.init { backend = 'tcp' } end, "dist.init: unknown backend 'tcp'")
-    raises(function() dist.init { backend = 'nccl' } end, "dist.init: backend 'nccl' is not available")
+    if ember.device_count('cuda') == 0 then
+      -- no GPU: refused with the reason, before anything starts
+      raises(function() dist.init { backend = 'nccl' } end, "dist.init: backend 'nccl' is not available: ")
+      assert.is_false(dist.is_initialized())
+    end
     raises(function() dist.init { timeout = -1 } end, 'dist.init: timeout must be a number of seconds > 0')
     raises(function() dist.init { bogus = 1 } end, "dist.init: unknown option 'bogus'")
   end)
@@ -29,6 +42,9 @@ describe('a world of one process', function()
 
   it('has rank 0 of 1 on the self backend', function()
     assert.equal('self', dist.backend())
+    assert.equal('self', dist.backend('cpu'))
+    assert.equal('self', dist.backend('cuda'))   -- a world of one needs no communicator
+    raises(function() dist.backend('tpu') end, "dist.backend: expected 'cpu' or 'cuda'")
     assert.same({ 0, 1, 0 }, { dist.rank(), dist.world_size(), dist.local_rank() })
     dist.init()   -- again: harmless
     raises(function() dist.init { backend = 'mpi' } end, "dist.init: already initialised with backend 'self'")

@@ -1,6 +1,16 @@
 -- Loaded by busted before every spec: makes `ember` global and adds shared assertions.
 ember = require 'ember'
 
+-- One suite, two devices: EMBER_TEST_DEVICE=cuda (or cuda:1) runs the specs that use
+-- `test_device` on a GPU; the default is 'cpu'. A spec makes its inputs with
+-- {device = test_device} or moves them with on_device(t), and compares results on the CPU
+-- (t:cpu(), or any read such as totable/item, which copies back by itself).
+test_device = os.getenv('EMBER_TEST_DEVICE') or 'cpu'
+if test_device == '' then test_device = 'cpu' end
+
+-- t on test_device (t itself when it is already there).
+function on_device(t) return t:to(test_device) end
+
 -- File helpers shared by the specs. test_tmpdir() must be called inside an `it` block:
 -- the folder is removed when that test ends.
 function test_tmpdir()

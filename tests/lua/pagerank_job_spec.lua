@@ -336,8 +336,11 @@ output:
     q = edit('  input:', '  generate: {scale: 4}\n  input:')
     assert.are.equal(q .. ':3: graph: expected one of generate: or input:, got both (an override can clear one: ' ..
       'graph.input=null)', load_error(q))
-    q = edit('pagerank:', 'device: cuda\npagerank:')
-    assert.are.equal(q .. ":7: device: expected one of cpu, got 'cuda'", load_error(q))
+    -- PageRank runs on GPUs too: any device name loads; whether it exists is checked by run
+    q = edit('pagerank:', 'device: cuda:1\npagerank:')
+    assert.are.equal('cuda:1', pipeline.load(q).device)
+    q = edit('pagerank:', 'device: gpu\npagerank:')
+    assert.are.equal(q .. ":7: device: expected cpu, cuda, cuda:N or auto, got 'gpu'", load_error(q))
     assert.are.equal(p .. ': override graph.generate.kind=uniform: graph.generate.scale: missing (expected an ' ..
       'integer >= 1 and <= 31)', load_error(p, { 'graph.input=null', 'graph.generate.kind=uniform' }))
   end)
@@ -356,6 +359,25 @@ output:
     assert.are.equal(20, pipeline.load(KRON).graph.generate.scale)
     cfg = pipeline.load(FILE, { 'graph.input=null', 'graph.generate.scale=5' })
     assert.are.equal(5, cfg.graph.generate.scale)
+  end)
+
+  it('ranks on the device asked for: auto picks a GPU when there is one', function()
+    local dir = tmpdir()
+    local gpus = ember.device_count('cuda')
+    local r = run_ok(dir, { FILE, 'device=auto', 'output.top_k=3' })
+    assert.are.equal(gpus > 0 and 'cuda' or 'cpu', r.device)
+    assert.are.equal(gpus > 0 and 'cuda:custom' or 'cpu', r.engine)
+    assert.is_true(r.converged)
+    if gpus == 0 then
+      local status, out, err = ember_run(dir, { FILE, 'device=cuda' })
+      assert.are.equal(2, status)
+      assert.are.equal('', out)
+      has(err, "device: 'cuda' requested, but no CUDA device is available (use cpu or auto)")
+    else
+      local cpu = run_ok(dir, { FILE, 'device=cpu', 'output.top_k=3' })
+      assert.are.equal(cpu.iterations, r.iterations)
+      for i = 1, 3 do assert.are.equal(cpu.top_k[i].vertex, r.top_k[i].vertex) end
+    end
   end)
 
   it('exits 2 with the message on stderr and nothing on stdout', function()

@@ -318,6 +318,12 @@ return function(ember, nn)
   end
   function Module:float() return self:to('float32') end
   function Module:double() return self:to('float64') end
+  -- cuda([i]): to GPU i (default: the current device); cpu(): back to the host.
+  function Module:cuda(i)
+    if i ~= nil then return self:to('cuda:' .. I.need_integer('cuda', i, 1)) end
+    return self:to(ember.cuda.is_available() and ('cuda:' .. ember.cuda.current_device()) or 'cuda')
+  end
+  function Module:cpu() return self:to('cpu') end
 
   -- ---------------------------------------------------------------- state
   -- state_dict(): name -> tensor for every parameter and persistent buffer (detached

@@ -1,7 +1,7 @@
 -- ember.pipeline.distributed: the `distributed:` section of a pipeline file.
 --
 --   distributed:
---     backend: auto          # auto, mpi, self (one process) or nccl (with the CUDA backend)
+--     backend: auto          # auto (nccl when device is cuda, else mpi), mpi, self (one process) or nccl
 --     bucket_cap_mb: 25
 --     find_unused_parameters: false
 --     broadcast_buffers: true
@@ -39,11 +39,23 @@ M.schema = S.record({
   timeout = S.number { gt = 0, optional = true, doc = 'seconds a collective may take (default 600)' },
 }, launched and { default = {} } or { optional = true })
 
+-- The backend for a job on `device` (cfg.device, already resolved: 'cpu', 'cuda', 'cuda:N'):
+-- auto means NCCL on a GPU, which also gives each local rank its own GPU.
+function M.backend_for(backend, device)
+  if backend == 'auto' and type(device) == 'string' and device:match('^cuda') then return 'nccl' end
+  return backend
+end
+
 function M.setup(sec, cfg, ctx)
   local ember = require 'ember'
   local dist = ember.dist
-  dist.init { backend = sec.backend, timeout = sec.timeout }
+  local backend = M.backend_for(sec.backend, cfg.device)
+  dist.init { backend = backend, timeout = sec.timeout }
   ctx.rank, ctx.world_size = dist.rank(), dist.world_size()
+  if backend == 'nccl' and cfg.device == 'cuda' then
+    -- one GPU per local rank (NCCL refuses two ranks on one GPU); init made it current
+    cfg.device = 'cuda:' .. (dist.local_rank() % ember.device_count('cuda'))
+  end
   ctx.wrap_model = function(model)
     return ember.nn.DistributedDataParallel(model, { bucket_cap_mb = sec.bucket_cap_mb,
       find_unused_parameters = sec.find_unused_parameters, broadcast_buffers = sec.broadcast_buffers,
@@ -51,8 +63,9 @@ function M.setup(sec, cfg, ctx)
       comm_hook = sec.comm_hook ~= 'none' and sec.comm_hook or nil })
   end
   if ctx.rank == 0 and ctx.world_size > 1 then
-    ctx.log('distributed: %d ranks (%s), %d samples per step', ctx.world_size, dist.backend(),
-      (cfg.data and cfg.data.batch_size or 0) * ctx.world_size)
+    local gpu = cfg.device ~= 'cpu' and dist.backend('cuda')
+    ctx.log('distributed: %d ranks (%s%s), %d samples per step', ctx.world_size, dist.backend(),
+      gpu and (', ' .. gpu .. ' for CUDA tensors') or '', (cfg.data and cfg.data.batch_size or 0) * ctx.world_size)
   end
 end
 

@@ -37,8 +37,8 @@ local function flags(o)
 end
 
 M.schema = {
-  -- the common key, narrowed: the graph engine ranks on the CPU
-  device = S.enum({ 'cpu' }, { default = 'cpu', doc = 'PageRank runs on the CPU' }),
+  -- device: the common key (cpu, cuda, cuda:N or auto): where the iterations run; the
+  -- graph is built on the CPU and copied to the GPU for the ranking
   graph = S.record({
     generate = S.record(flags {
       kind = S.enum({ 'kronecker', 'uniform' }, { default = 'kronecker' }),
@@ -332,11 +332,13 @@ function M.run(cfg, ctx)
   local personalization = pr.personalization and read_personalization(ember, pr.personalization, g) or nil
   local threads = tonumber(ember.C.em_get_num_threads())
   local scores, info = g:pagerank { damping = pr.damping, tol = pr.tol, max_iter = pr.max_iter, method = pr.method,
-    personalization = personalization }
+    personalization = personalization, device = cfg.device }
   scores = scores:contiguous()
   local ms = info.iterations > 0 and 1e3 * info.seconds / info.iterations or 0
-  log('pagerank: %s, %d threads: %d iterations, %s (residual %.3g), %.3f s, %.2f ms/iteration, %.3f GE/s', pr.method,
-    threads, info.iterations, info.converged and 'converged' or 'not converged', info.residual, info.seconds, ms,
+  local where = cfg.device == 'cpu' and string.format('%d threads', threads) or
+    string.format('%s (%s%s)', cfg.device, info.engine, info.method ~= pr.method and (', as ' .. info.method) or '')
+  log('pagerank: %s, %s: %d iterations, %s (residual %.3g), %.3f s, %.2f ms/iteration, %.3f GE/s', pr.method,
+    where, info.iterations, info.converged and 'converged' or 'not converged', info.residual, info.seconds, ms,
     info.edges_per_second / 1e9)
 
   local out = cfg.output
@@ -376,6 +378,7 @@ function M.run(cfg, ctx)
     seconds = info.seconds, setup_seconds = info.setup_seconds, ms_per_iteration = ms,
     edges_per_second = info.edges_per_second, build_seconds = build_seconds, graph_from = from,
     peak_rss_mb = progress.peak_rss_mb(), threads = threads, method = pr.method, damping = pr.damping,
+    device = cfg.device, engine = info.engine, method_run = info.method,
     top_k = top, compare_indegree = comparison, scores_file = out.scores, ids_file = ids_file,
   }
 end

@@ -59,6 +59,10 @@ void em_gpu_register_index(em_backend *be);       /* index_select ... count_nonz
 void em_gpu_register_blas(em_backend *be);        /* gemm */
 void em_gpu_register_nn(em_backend *be);          /* conv, pool, norms, losses, embedding_bag */
 void em_gpu_register_optim(em_backend *be);       /* optim_sgd, optim_adam, optim_grad_norm */
+/* The plugin table's PageRank entry (pagerank.cu); em_gpu_fill_plugin may call it too. */
+void em_gpu_fill_plugin_pagerank(em_cuda_plugin *p);
+/* The plugin table's NCCL process-group slot (nccl_backend.c; NULL without NCCL). */
+void em_gpu_fill_plugin_nccl(em_cuda_plugin *p);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,8 @@ WEAK void em_gpu_register_optim(em_backend *be);
 
 /* The rest of the plugin table (device.c, allocator.c, copy, pagerank.cu). */
 WEAK void em_gpu_fill_plugin(em_cuda_plugin *p);
+WEAK void em_gpu_fill_plugin_pagerank(em_cuda_plugin *p);   /* pagerank.cu */
+WEAK void em_gpu_fill_plugin_nccl(em_cuda_plugin *p);   /* nccl_backend.c */
 
 static em_backend backend = {.name = "cuda"};
 static em_cuda_plugin plugin = {.abi = EM_CUDA_PLUGIN_ABI, .backend = &backend};
@@ -35,6 +37,8 @@ const em_cuda_plugin *em_cuda_plugin_entry(void) {
     if (regs[i]) regs[i](&backend);
   plugin.device_count = no_devices;
   if (em_gpu_fill_plugin) em_gpu_fill_plugin(&plugin);
+  if (em_gpu_fill_plugin_pagerank) em_gpu_fill_plugin_pagerank(&plugin);
+  if (em_gpu_fill_plugin_nccl) em_gpu_fill_plugin_nccl(&plugin);
   ready = 1;
   return &plugin;
 }

@@ -47,6 +47,23 @@ em_status em_backward(em_tensor *root, const em_tensor *grad, int retain_graph);
 int64_t em_add_leaf_hook(em_tensor *leaf, em_leaf_hook fn, void *ctx);
 em_status em_remove_leaf_hook(em_tensor *leaf, int64_t id);
 
+/* Autocast (mixed precision, after torch.autocast): thread-local, per device type, off by
+ * default. While it is on for a device type, ops on that device's tensors apply a cast
+ * policy to their floating operands:
+ *  - matmul/addmm (em_ag_*), em_nn_linear, em_nn_conv2d compute in the autocast dtype:
+ *    float32 (and the other half type) operands are cast to it, float64 ones are left
+ *    alone, and the results come out in it;
+ *  - softmax/log_softmax, the losses, layer/batch norm and the sum/mean/prod/logsumexp/
+ *    norm/var/cumsum reductions compute in float32: float16/bfloat16 operands are cast up.
+ * Casts are recorded by autograd, so gradients flow back to float32 parameters as float32.
+ * dtype: EM_FLOAT16 or EM_BFLOAT16 (ignored when disabling). The CPU backend has no
+ * float16/bfloat16 math, so enabling autocast for EM_CPU fails with EM_ERR_UNSUPPORTED
+ * (disabling it is fine); EM_CUDA may be enabled without a GPU (CPU tensors are not
+ * affected by it). Backward passes use the dtypes the forward chose, whatever the state. */
+em_status em_autocast_set(em_device_type device_type, int enabled, em_dtype dtype);
+int em_autocast_is_enabled(int device_type);   /* device_type < 0: on for any device type */
+em_dtype em_autocast_get_dtype(em_device_type device_type);   /* float16 on cuda unless set */
+
 /* ---- differentiable ops ---- */
 em_status em_ag_binary(em_binop op, em_tensor **out, const em_tensor *a, const em_tensor *b);
 em_status em_ag_binary_scalar(em_binop op, em_tensor **out, const em_tensor *a, double s, int reversed);

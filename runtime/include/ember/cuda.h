@@ -91,6 +91,9 @@ em_status em_cuda_event_elapsed_ms(em_cuda_event *start, em_cuda_event *end, dou
 /* Pinned (page-locked) host memory: a CPU tensor copied to or from a GPU without a
  * staging copy, and asynchronously with non_blocking. */
 em_status em_pin_memory(em_tensor **out, const em_tensor *a);
+/* A new CPU tensor in pinned memory, uninitialised (the destination of a non_blocking
+ * copy from a GPU). */
+em_status em_empty_pinned(em_tensor **out, int ndim, const int64_t *sizes, em_dtype dtype);
 int em_tensor_is_pinned(const em_tensor *t);
 /* Copies src into dst (any devices, same shape); non_blocking: return once queued on the
  * current stream when the host side is pinned (otherwise it is a synchronous copy). */

@@ -7,7 +7,14 @@
  *                 non-blocking MPI, progressed by the thread that waits for a result or,
  *                 while nobody waits, by a communication thread;
  *         "self" (a world of one process: no launcher, no MPI);
- *   cuda  "nccl" (arrives with the CUDA backend; the slot is in the table already).
+ *   cuda  "nccl" (in the CUDA plugin, runtime/cuda/gpu/nccl_backend.c): collectives on a
+ *                 communication stream of the tensor's GPU that first waits for the work
+ *                 queued before on the current stream; a group's communicator connects on
+ *                 its first CUDA collective (its NCCL id travels over the CPU backend), or
+ *                 during init with backend "nccl". One GPU per rank: NCCL refuses two ranks
+ *                 of one communicator on the same GPU. A timeout aborts the communicator
+ *                 and fails the work (later CUDA collectives on that group fail too);
+ *         "self" in a world of one process.
  * Ranks are 0-based everywhere, as every launcher numbers them.
  *
  * Every collective is asynchronous underneath. With work == NULL the call waits for it;
@@ -16,7 +23,9 @@
  * broadcast, recv) write into the tensor given. Results are bit-identical on every rank.
  *
  * Timeouts: each collective must complete within the group's timeout (default 600 s,
- * EMBER_DIST_TIMEOUT, or the value given to em_dist_init). MPI cannot cancel a collective,
+ * EMBER_DIST_TIMEOUT, or the value given to em_dist_init). NCCL aborts its communicator and
+ * fails the work with an error naming the collective, the rank and the seconds (the
+ * error ends the script, which ends the job). MPI cannot cancel a collective,
  * so a timeout prints which ranks did not take part ("all_reduce #12 on the world group:
  * timed out after 30 s on rank 0 waiting for rank 1 (no answer: dead or stopped)") and
  * aborts the whole job with exit status 124: a dead or stuck rank never hangs the others.
@@ -57,10 +66,17 @@ void em_dist_env_detect(em_dist_env *out);
 
 /* ---- the world ----
  * backend: "auto" (mpi when a launcher started several processes or MPI's variables are
- * set, else self), "mpi", "self" or "nccl". timeout_s <= 0: the default. */
+ * set, else self; CUDA tensors through NCCL, attached on a group's first CUDA collective),
+ * "mpi" (CPU tensors only), "self" or "nccl" (the CPU backend as for auto, plus NCCL
+ * required: an error without the CUDA plugin, NCCL or a GPU; the current device becomes
+ * local_rank mod the GPU count and the world's communicator connects during init).
+ * timeout_s <= 0: the default. */
 em_status em_dist_init(const char *backend, double timeout_s);
 int em_dist_is_initialized(void);
 const char *em_dist_backend_name(void);          /* of the CPU backend; NULL before init */
+/* The backend for tensors of a device type (EM_CPU, EM_CUDA): "mpi", "self", "nccl"; NULL
+ * before init or when that device has none. */
+const char *em_dist_device_backend_name(int device_type);
 em_status em_dist_finalize(void);                /* waits for pending work; also run at exit */
 em_dist_group *em_dist_world(void);              /* borrowed; NULL before init */
 int em_dist_local_rank(void);
@@ -87,11 +103,17 @@ em_status em_dist_all_gather(em_dist_group *g, em_tensor *out, const em_tensor *
 em_status em_dist_reduce_scatter(em_dist_group *g, em_tensor *out, const em_tensor *in, em_dist_redop op,
                                  em_dist_work **work);
 em_status em_dist_barrier(em_dist_group *g, em_dist_work **work);
+/* On CUDA tensors (NCCL) sends and receives match in the order they are posted (tag is not
+ * used), and each holds its communication stream until the peer's match runs: post them so
+ * that pairs meet (e.g. even ranks send first, odd ranks receive first). */
 em_status em_dist_send(em_dist_group *g, const em_tensor *t, int dst, int tag, em_dist_work **work);
 em_status em_dist_recv(em_dist_group *g, em_tensor *t, int src, int tag, em_dist_work **work);
 
 /* ---- handles ----
  * wait: until done; timeout_s > 0 shortens the deadline (expiry aborts the job, as above).
+ * For CUDA tensors "done" means finished on the GPU (the host saw the communication
+ * stream's event), so work queued afterwards on any stream reads the result. Tensors stay
+ * referenced until then, so their memory is not reused while NCCL still reads or writes it.
  * test: 1 done, 0 pending, -1 failed (em_last_error says why). */
 em_status em_dist_work_wait(em_dist_work *w, double timeout_s);
 int em_dist_work_test(em_dist_work *w);

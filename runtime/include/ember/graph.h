@@ -98,6 +98,7 @@ typedef struct em_pagerank_options {
   int32_t max_iter;                 /* 100 */
   int32_t method;                   /* em_pagerank_method */
   const em_tensor *personalization; /* NULL: uniform; else [n] float, >= 0, by dense id */
+  em_device device;                 /* cpu (the default) or cuda:N (the CUDA plugin's kernels) */
 } em_pagerank_options;
 
 typedef struct em_pagerank_stats {
@@ -105,15 +106,19 @@ typedef struct em_pagerank_stats {
   int32_t converged;        /* 1 when the residual fell below tol */
   double residual;          /* the last iteration's L1 change */
   double seconds;           /* the iterations */
-  double setup_seconds;     /* buffers, contributions, teleport vector */
+  double setup_seconds;     /* buffers, contributions, teleport vector; GPU: copying the graph */
   double edges_per_second;  /* arcs * iterations / seconds */
+  int32_t method;           /* the method that ran: on a GPU Gauss-Seidel runs as Jacobi */
+  int32_t reserved;
+  const char *engine;       /* what computed the scores: "cpu", "cuda:custom" or "cuda:cusparse" */
 } em_pagerank_stats;
 
 void em_pagerank_options_init(em_pagerank_options *opts);
 /* Scores: float32 [n] by dense id, summing to 1 (except EM_PAGERANK_GAPBS). Dangling mass
  * is spread like the teleport vector (the igraph and networkx definition). residuals
  * (float64 [iterations], may be NULL) receives the L1 change of each iteration; stats may
- * be NULL. opts may be NULL: defaults. */
+ * be NULL. opts may be NULL: defaults. With opts->device a GPU, the iterations run there
+ * (the graph is copied over for the call); scores and residuals are CPU tensors either way. */
 em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagerank_stats *stats,
                             const em_graph *g, const em_pagerank_options *opts);
 

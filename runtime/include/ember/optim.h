@@ -34,6 +34,12 @@ em_status em_optim_adam(int n, em_tensor *const *params, em_tensor *const *grads
  * skipped. *total_norm receives the norm before clipping. */
 em_status em_optim_clip_grad_norm(int n, em_tensor *const *grads, double max_norm, double norm_type,
                                   double *total_norm);
+/* Loss scaling (GradScaler, lua/ember/amp.lua): multiplies every gradient by inv_scale in
+ * place and sets *found_inf to 1 when any of them held an inf or NaN (checked before the
+ * multiplication), else 0. One fused pass over all gradients (floating dtypes, any strides,
+ * one device; NULL entries skipped); on a GPU, handing found_inf to the host is the one
+ * synchronisation of the step. */
+em_status em_amp_unscale_(int n, em_tensor *const *grads, double inv_scale, int *found_inf);
 /* EM_FFI_END */
 
 #ifdef __cplusplus

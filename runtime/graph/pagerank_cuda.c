@@ -1,0 +1,105 @@
+/* pagerank_cuda.c - PageRank on a GPU: prepares the CUDA plugin's job from the graph
+ * (runtime/cuda/cuda_plugin.h, em_cuda_pagerank_job) and turns its answer into the same
+ * tensors and stats as the CPU path of pagerank.c.
+ *
+ * The plugin gets the CSR as the graph holds it (internal order), the out-degrees and the
+ * teleport vector mapped to internal order; it returns the scores in internal order, which
+ * are put back in dense order here exactly as the CPU path does. Everything the plugin
+ * cannot do (no plugin, no GPU, a plugin without PageRank) is an error naming the device. */
+#include <stdlib.h>
+#include <string.h>
+#include "cuda/cuda_plugin.h"
+#include "graph_impl.h"
+#include "tensor/tensor_impl.h"
+
+static const char *const op = "graph pagerank";
+
+/* The plugin, or NULL with an error that says why the device cannot run PageRank. */
+static const em_cuda_plugin *plugin_for(em_device device) {
+  const char *why = NULL;
+  const em_cuda_plugin *p = em_cuda_plugin_get(&why);
+  int count = p ? p->device_count(&why) : 0;
+  if (count <= 0) {
+    em_set_error(EM_ERR_DEVICE, "%s: device cuda:%d is not available: %s", op, device.index,
+                 why && *why ? why : "no CUDA device found");
+    return NULL;
+  }
+  if (device.index >= count) {
+    em_set_error(EM_ERR_DEVICE, "%s: device cuda:%d does not exist (%d CUDA devices)", op, device.index, count);
+    return NULL;
+  }
+  if (!p->pagerank) {
+    em_set_error(EM_ERR_UNSUPPORTED, "%s: this CUDA plugin was built without PageRank (runtime/cuda/gpu/pagerank.cu)",
+                 op);
+    return NULL;
+  }
+  return p;
+}
+
+/* The teleport vector as the plugin takes it: float32, internal order, summing to 1. */
+static em_status teleport_f32(const em_graph *g, const em_tensor *personalization, float **out) {
+  *out = NULL;
+  if (!personalization) return EM_OK;
+  double *t;
+  em_status st = gr_pagerank_teleport(g, personalization, &t);
+  if (st) return st;
+  float *f = gr_alloc((size_t)g->n * sizeof *f);
+  if (!f) {
+    gr_free(t);
+    return gr_oom(op, (size_t)g->n * sizeof *f);
+  }
+  for (int64_t v = 0; v < g->n; v++) f[v] = (float)t[v];
+  gr_free(t);
+  *out = f;
+  return EM_OK;
+}
+
+em_status gr_pagerank_cuda(em_tensor **scores, em_tensor **residuals, em_pagerank_stats *stats, const em_graph *g,
+                           const em_pagerank_options *opts) {
+  const em_cuda_plugin *p = plugin_for(opts->device);
+  if (!p) return em_last_status();
+  int64_t n = g->n;
+  em_pagerank_stats local;
+  memset(&local, 0, sizeof local);
+  float *tele = NULL, *internal = gr_alloc((size_t)n * sizeof *internal);
+  double *residual = malloc((size_t)opts->max_iter * sizeof *residual);
+  em_status st = EM_OK;
+  if (!internal || !residual) {
+    st = gr_oom(op, (size_t)n * sizeof *internal + (size_t)opts->max_iter * sizeof *residual);
+    goto done;
+  }
+  if ((st = teleport_f32(g, opts->personalization, &tele))) goto done;
+  em_cuda_pagerank_job job = {
+      .device = opts->device.index, .n = n, .m = g->m, .offsets = g->offsets, .sources = g->sources,
+      .out_degree = g->out_degree, .teleport = tele, .damping = opts->damping, .tol = opts->tol,
+      .max_iter = opts->max_iter, .method = opts->method, .scores = internal, .residuals = residual,
+      .stats = &local};
+  if ((st = p->pagerank(&job))) goto done;
+  if (!local.engine) local.engine = "cuda";
+
+  bool allocated = false;
+  if ((st = em_prepare_out(op, scores, 1, &n, EM_FLOAT32, (em_device){EM_CPU, 0}, &allocated))) goto done;
+  if (!em_tensor_is_contiguous(*scores)) {
+    em_discard_out(scores, allocated);
+    st = em_set_error(EM_ERR_ARGUMENT, "%s: the scores tensor given must be contiguous", op);
+    goto done;
+  }
+  float *out = em_tensor_data(*scores);
+#pragma omp parallel for schedule(static) num_threads(gr_threads())
+  for (int64_t i = 0; i < n; i++) out[gr_dense(g, i)] = internal[i];
+  if (residuals) {
+    int64_t k = local.iterations;
+    *residuals = NULL;
+    if ((st = em_empty(residuals, 1, &k, EM_FLOAT64, (em_device){EM_CPU, 0}))) {
+      em_discard_out(scores, allocated);
+      goto done;
+    }
+    memcpy(em_tensor_data(*residuals), residual, (size_t)k * sizeof *residual);
+  }
+  if (stats) *stats = local;
+done:
+  gr_free(internal);
+  gr_free(tele);
+  free(residual);
+  return st;
+}
