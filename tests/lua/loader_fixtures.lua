@@ -16,7 +16,7 @@ function F.tmpdir()
   local dir = os.tmpname()
   os.remove(dir)
   assert(os.execute('mkdir -p ' .. dir) == 0)
-  F.finally(function() os.execute('rm -rf ' .. dir) end)
+  F.defer(function() os.execute('rm -rf ' .. dir) end)
   return dir
 end
 
@@ -110,13 +110,25 @@ function F.wait_for(cond, timeout)
 end
 
 -- Starts `ember reader ARGS` in the background; returns its pid (killed when the test ends).
+-- busted keeps one finally per test (each call replaces the one before): F.defer(fn)
+-- collects the test's clean-ups and registers one finally that runs them all, newest first.
+F.deferred = {}
+function F.defer(fn)
+  F.deferred[#F.deferred + 1] = fn
+  F.finally(function()
+    local list = F.deferred
+    F.deferred = {}
+    for i = #list, 1, -1 do pcall(list[i]) end
+  end)
+end
+
 function F.start_reader(args, log)
   local out = os.tmpname()
   local cmd = string.format("%s reader %s > %s 2>&1 & echo $! > %s", F.EMBER, args, log or '/dev/null', out)
   assert(os.execute(cmd) == 0)
   local pid = tonumber(F.read(out))
   os.remove(out)
-  F.finally(function() os.execute('kill -9 ' .. pid .. ' 2>/dev/null') end)
+  F.defer(function() os.execute('kill -9 ' .. pid .. ' 2>/dev/null') end)
   return pid
 end
 

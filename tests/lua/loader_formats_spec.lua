@@ -12,7 +12,7 @@ local PYTHON = '/usr/bin/python3'
 
 local function loader(opts)
   local l = data.Loader(opts)
-  finally(function() l:close() end)
+  F.defer(function() l:close() end)
   return l
 end
 

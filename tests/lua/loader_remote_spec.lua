@@ -11,7 +11,7 @@ local data = ember.data
 
 local function loader(opts)
   local l = data.Loader(opts)
-  finally(function() l:close() end)
+  F.defer(function() l:close() end)
   return l
 end
 
@@ -212,7 +212,7 @@ describe('the trainer', function()
     local zero, wait = ffi.new('int[1]', 0), ffi.new('int[1]', 2000)
     zmq.zmq_setsockopt(s, LINGER, zero, 4)
     zmq.zmq_setsockopt(s, RCVTIMEO, wait, 4)
-    finally(function() zmq.zmq_close(s); zmq.zmq_ctx_term(ctx) end)
+    F.defer(function() zmq.zmq_close(s); zmq.zmq_ctx_term(ctx) end)
     assert.equal(0, zmq.zmq_connect(s, l:endpoint()))
     local h = ffi.new('test_dp_hdr')
     h.magic, h.version = 0x50444d45, 1

@@ -12,7 +12,7 @@ local AUG = { { random_crop = { size = 6, padding = 1 } }, { flip = 0.5 }, { nor
 
 local function loader(opts)
   local l = data.Loader(opts)
-  finally(function() l:close() end)
+  F.defer(function() l:close() end)
   return l
 end
 
@@ -263,7 +263,7 @@ describe('ember.data.Loader', function()
     local out = dir .. '/trainer.pid'
     assert(os.execute(string.format('%s %s > /dev/null 2>&1 & echo $! > %s', F.EMBER, script, out)) == 0)
     local trainer = tonumber(F.read(out))
-    finally(function() os.execute('kill -9 ' .. trainer .. ' 2>/dev/null') end)
+    F.defer(function() os.execute('kill -9 ' .. trainer .. ' 2>/dev/null') end)
     assert.is_true(F.wait_for(function() return F.read(dir .. '/pids') ~= nil end, 20))
     local pids = {}
     for p in F.read(dir .. '/pids'):gmatch('%d+') do pids[#pids + 1] = tonumber(p) end
