@@ -65,9 +65,10 @@ raw="$build/bench-results/train_fmnist-$(date +%Y%m%d-%H%M%S).jsonl"
 : >"$raw"
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 
-# The same OpenMP wait policy for both sides (ember's host sets passive itself; spinning
-# threads collapse on a shared machine, PyTorch's as much as ember's). Override to compare.
-export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
+# Each side with its own OpenMP wait policy: PyTorch's libgomp spins for a long while,
+# ember's host spins briefly when the cores are free as it starts and sleeps at once when
+# they are not (bindings/blas_env.c). WAIT_POLICY=passive (or active) imposes one on both.
+if [[ -n "${WAIT_POLICY:-}" ]]; then export OMP_WAIT_POLICY="$WAIT_POLICY"; fi
 
 # One JSON line per run: {"impl", "model", "threads", "train_samples_per_s", ...}.
 run_ember() {   # model threads
