@@ -20,52 +20,8 @@ local N = 1031           -- not a multiple of any vector width: the vector path'
 local LARGE = 10000000   -- large enough for many blocks per SM, small enough for CI
 
 -- ---------------------------------------------------------------- comparisons
--- An error message without its position, and with the backend's device named alike
--- ("not supported for bool tensors on the CPU" / "... on cuda").
-local function strip(msg)
-  msg = tostring(msg):gsub('^.-_spec%.lua:%d+: ', '')
-  return (msg:gsub('on the CPU', 'on <device>'):gsub('on cuda', 'on <device>'))
-end
-
-local function describe_mismatch(what, c, g, same)
-  local bad = same:logical_not():flatten():nonzero()
-  local first = bad:numel() > 0 and bad:flatten():totable()[1] or 1
-  local cf, gf = c:flatten(), g:flatten()
-  return string.format('%s: %d of %d elements differ; first (flat position %d): cpu %s, cuda %s', what, bad:numel(),
-    c:numel(), first, tostring(cf:narrow(1, first, 1):totable()[1]), tostring(gf:narrow(1, first, 1):totable()[1]))
-end
-
--- The float16/bfloat16 and bool values as something the CPU's eq takes exactly.
-local function comparable(t)
-  if t.dtype == 'float16' or t.dtype == 'bfloat16' then return t:to('float32') end
-  return t
-end
-
-local function same_meta(what, cpu, gpu)
-  assert(gpu.device:match('^cuda'), what .. ': the result is on ' .. tostring(gpu.device) .. ', expected cuda')
-  assert(cpu.dtype == gpu.dtype, string.format('%s: dtype %s on cpu, %s on cuda', what, cpu.dtype, gpu.dtype))
-  assert.are.same(cpu.shape, gpu.shape)
-end
-
--- Equal everywhere (NaN matches NaN).
-local function check_equal(what, cpu, gpu)
-  same_meta(what, cpu, gpu)
-  if cpu:numel() == 0 then return end
-  local c, g = comparable(cpu), comparable(gpu:to('cpu'))
-  local same = c:eq(g)
-  if c:is_floating_point() then same = same:logical_or(c:ne(c):logical_and(g:ne(g))) end
-  if not same:all():item() then error(describe_mismatch(what, c, g, same), 2) end
-end
-
--- |cpu - cuda| <= atol + rtol |cpu|, or equal (infinities), or both NaN.
-local function check_close(what, cpu, gpu, rtol, atol)
-  same_meta(what, cpu, gpu)
-  if cpu:numel() == 0 then return end
-  local c, g = cpu:to('float64'), gpu:to('cpu'):to('float64')
-  local same = c:eq(g):logical_or(c:ne(c):logical_and(g:ne(g)))
-  same = same:logical_or((c - g):abs():le(c:abs():mul(rtol):add(atol)))
-  if not same:all():item() then error(describe_mismatch(what, c, g, same), 2) end
-end
+local DC = dofile(debug.getinfo(1, 'S').source:match('^@(.*[/\\])') .. 'device_compare.lua')
+local strip, check_equal, check_close = DC.strip, DC.check_equal, DC.check_close
 
 -- Runs f on the CPU operands and on their cuda twins: the same error, or results that
 -- agree (exactly, or within tol = {rtol, atol}).

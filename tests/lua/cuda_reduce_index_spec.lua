@@ -21,48 +21,9 @@ end
 local LARGE = 10000000
 
 -- ---------------------------------------------------------------- comparisons
-local function strip(msg)
-  msg = tostring(msg):gsub('^.-_spec%.lua:%d+: ', '')
-  return (msg:gsub('on the CPU', 'on <device>'):gsub('on cuda', 'on <device>'))
-end
+local DC = dofile(debug.getinfo(1, 'S').source:match('^@(.*[/\\])') .. 'device_compare.lua')
+local strip, check_equal, check_close = DC.strip, DC.check_equal, DC.check_close
 
-local function comparable(t)
-  if t.dtype == 'float16' or t.dtype == 'bfloat16' then return t:to('float32') end
-  return t
-end
-
-local function mismatch(what, c, g, same)
-  local bad = same:logical_not():flatten():nonzero()
-  local first = bad:flatten():totable()[1]
-  local cf, gf = c:flatten(), g:flatten()
-  return string.format('%s: %d of %d elements differ; first (flat position %d): cpu %s, cuda %s', what, bad:numel(),
-    c:numel(), first, tostring(cf:narrow(1, first, 1):totable()[1]), tostring(gf:narrow(1, first, 1):totable()[1]))
-end
-
-local function same_meta(what, cpu, gpu)
-  assert(gpu.device:match('^cuda'), what .. ': the result is on ' .. tostring(gpu.device) .. ', expected cuda')
-  assert(cpu.dtype == gpu.dtype, string.format('%s: dtype %s on cpu, %s on cuda', what, cpu.dtype, gpu.dtype))
-  assert.are.same(cpu.shape, gpu.shape)
-end
-
-local function check_equal(what, cpu, gpu)
-  same_meta(what, cpu, gpu)
-  if cpu:numel() == 0 then return end
-  local c, g = comparable(cpu), comparable(gpu:to('cpu'))
-  local same = c:eq(g)
-  if c:is_floating_point() then same = same:logical_or(c:ne(c):logical_and(g:ne(g))) end
-  if not same:all():item() then error(mismatch(what, c, g, same), 2) end
-end
-
--- |cpu - cuda| <= atol + rtol |cpu|, or equal (infinities), or both NaN
-local function check_close(what, cpu, gpu, rtol, atol)
-  same_meta(what, cpu, gpu)
-  if cpu:numel() == 0 then return end
-  local c, g = cpu:to('float64'), gpu:to('cpu'):to('float64')
-  local same = c:eq(g):logical_or(c:ne(c):logical_and(g:ne(g)))
-  same = same:logical_or((c - g):abs():le(c:abs():mul(rtol):add(atol)))
-  if not same:all():item() then error(mismatch(what, c, g, same), 2) end
-end
 
 local function tol_of(t)
   if t.dtype == 'float32' then return { 4e-6, 1e-6 } end
