@@ -143,27 +143,6 @@ static mat matrix_of(const em_tensor *t) {
   return m;
 }
 
-/* A contiguous copy of t (only its layout when copy_values is 0) whose matrices BLAS can
- * read. Broadcast (zero-stride) batch dims stay broadcast, so a shared operand is copied
- * once, not once per batch. */
-static em_status contiguous_matrices(const em_tensor *t, int copy_values, em_tensor **out) {
-  int64_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS];
-  for (int d = 0; d < t->ndim; d++) sizes[d] = d < t->ndim - 2 && t->strides[d] == 0 ? 1 : t->sizes[d];
-  em_tensor *src = em_tensor_wrap(t->storage, t->dtype, t->ndim, sizes, t->strides, t->offset), *tmp = NULL;
-  if (!src) return em_last_status();
-  em_status st = em_empty(&tmp, t->ndim, sizes, t->dtype, t->storage->device);
-  if (!st && copy_values) st = em_cpu_copy(tmp, src);
-  em_tensor_release(src);
-  if (st) {
-    em_tensor_release(tmp);
-    return st;
-  }
-  for (int d = 0; d < t->ndim; d++) strides[d] = sizes[d] == t->sizes[d] ? tmp->strides[d] : 0;
-  *out = em_tensor_wrap(tmp->storage, t->dtype, t->ndim, t->sizes, strides, 0);
-  em_tensor_release(tmp);
-  return *out ? EM_OK : em_last_status();
-}
-
 /* Per-GEMM work (M*N*K) under which OpenBLAS runs one thread anyway: then the batches,
  * not the GEMMs, are spread over the threads. */
 #define SMALL_GEMM (64 * 64 * 64)
@@ -189,7 +168,7 @@ em_status em_cpu_gemm(em_tensor *out, const em_tensor *a, const em_tensor *b, do
     job.m[i] = matrix_of(job.ops[i]);
     if (!is_float || blas_layout(&job.m[i])) continue;
     /* BLAS cannot read this one as it lies: work on a contiguous copy. */
-    if ((st = contiguous_matrices(job.ops[i], i > 0 || beta != 0, &copies[i]))) break;
+    if ((st = em_compact_matrices(job.ops[i], 1, i > 0 || beta != 0, &copies[i]))) break;
     job.ops[i] = copies[i];
     job.m[i] = matrix_of(copies[i]);
     blas_layout(&job.m[i]);

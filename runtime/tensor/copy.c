@@ -59,3 +59,25 @@ em_status em_to(em_tensor **out, const em_tensor *a, em_dtype dtype, em_device d
   }
   return st;
 }
+
+/* A contiguous copy of t (only its layout when copy_values is 0) whose matrices a BLAS can
+ * read. With keep_broadcast, broadcast (zero-stride) batch dims stay broadcast: a shared
+ * operand is held and copied once, not once per batch, and viewed with stride 0 again. */
+em_status em_compact_matrices(const em_tensor *t, int keep_broadcast, int copy_values, em_tensor **out) {
+  int64_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS];
+  for (int d = 0; d < t->ndim; d++)
+    sizes[d] = keep_broadcast && d < t->ndim - 2 && t->strides[d] == 0 ? 1 : t->sizes[d];
+  em_tensor *src = em_tensor_wrap(t->storage, t->dtype, t->ndim, sizes, t->strides, t->offset), *tmp = NULL;
+  if (!src) return em_last_status();
+  em_status st = em_empty(&tmp, t->ndim, sizes, t->dtype, t->storage->device);
+  if (!st && copy_values) st = em_copy_(tmp, src);
+  em_tensor_release(src);
+  if (st) {
+    em_tensor_release(tmp);
+    return st;
+  }
+  for (int d = 0; d < t->ndim; d++) strides[d] = sizes[d] == t->sizes[d] ? tmp->strides[d] : 0;
+  *out = em_tensor_wrap(tmp->storage, t->dtype, t->ndim, t->sizes, strides, 0);
+  em_tensor_release(tmp);
+  return *out ? EM_OK : em_last_status();
+}

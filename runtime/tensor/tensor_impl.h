@@ -75,6 +75,9 @@ em_status em_broadcast_shapes(const char *op, int na, const int64_t *a, int nb, 
 /* A view of a expanded to (ndim, sizes) with zero strides where broadcast. */
 em_status em_broadcast_to(const char *op, em_tensor **out, const em_tensor *a, int ndim,
                           const int64_t *sizes);
+/* A contiguous copy of t (only its layout when copy_values is 0) for BLAS backends; with
+ * keep_broadcast, zero-stride batch dims stay broadcast (copied once). runtime/tensor/copy.c */
+em_status em_compact_matrices(const em_tensor *t, int keep_broadcast, int copy_values, em_tensor **out);
 /* Undo a result allocated by em_prepare_out after a failure. */
 void em_discard_out(em_tensor **out, bool allocated);
 

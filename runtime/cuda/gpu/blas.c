@@ -144,28 +144,6 @@ static int repeats_elements(const em_tensor *t) {
   return 0;
 }
 
-/* A contiguous copy of t (only its layout when copy_values is 0) that cuBLAS can read.
- * An input's broadcast (zero-stride) batch dims stay broadcast, so that a shared operand
- * is copied once; an output's copy has a place for every product. */
-static em_status contiguous_matrices(const em_tensor *t, int is_output, int copy_values, em_tensor **out) {
-  int64_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS];
-  for (int d = 0; d < t->ndim; d++)
-    sizes[d] = !is_output && d < t->ndim - 2 && t->strides[d] == 0 ? 1 : t->sizes[d];
-  em_tensor *src = em_tensor_wrap(t->storage, t->dtype, t->ndim, sizes, t->strides, t->offset), *tmp = NULL;
-  if (!src) return em_last_status();
-  em_status st = em_empty(&tmp, t->ndim, sizes, t->dtype, t->storage->device);
-  if (!st && copy_values) st = em_copy_(tmp, src);
-  em_tensor_release(src);
-  if (st) {
-    em_tensor_release(tmp);
-    return st;
-  }
-  for (int d = 0; d < t->ndim; d++) strides[d] = sizes[d] == t->sizes[d] ? tmp->strides[d] : 0;
-  *out = em_tensor_wrap(tmp->storage, t->dtype, t->ndim, t->sizes, strides, 0);
-  em_tensor_release(tmp);
-  return *out ? EM_OK : em_last_status();
-}
-
 /* ---- the call */
 
 typedef struct gemm_types {
@@ -264,7 +242,7 @@ em_status em_gpu_gemm(em_tensor *out, const em_tensor *a, const em_tensor *b, do
     if (em_gemm_matrix_layout(matrix_of(ops[i]), &trans, &ld) && !(i == 0 && repeats_elements(out))) continue;
     /* cuBLAS cannot read this one as it lies: work on a contiguous copy (the output's
      * values are needed only when beta reads them) */
-    if (!(st = contiguous_matrices(ops[i], i == 0, i > 0 || beta != 0, &copies[i]))) ops[i] = copies[i];
+    if (!(st = em_compact_matrices(ops[i], i != 0, i > 0 || beta != 0, &copies[i]))) ops[i] = copies[i];
   }
   gemm_call call;
   if (!st && !em_gemm_plan(matrix_of(ops[0]), matrix_of(ops[1]), matrix_of(ops[2]), &call.plan))
