@@ -34,9 +34,10 @@ typedef struct ddp_bucket {
   int64_t numel;
   em_tensor *flat;       /* [numel]: the gradients (views point here) */
   em_tensor *wire;       /* fp16/bf16 copy sent by the compression hooks, or NULL */
+  em_dist_symm *symm;    /* flat's memory, mapped by every rank (reduced in place), or NULL */
   int pending;           /* parameters not ready yet this iteration */
   em_dist_work *work;
-  double launched_at;
+  double launched_at, finished_at;
 } ddp_bucket;
 
 struct em_ddp {
@@ -47,7 +48,9 @@ struct em_ddp {
   int nb;
   ddp_bucket *b;
   em_ddp_options o;
-  double scale;          /* 1 / world: the average, applied while copying into buckets */
+  double scale;          /* 1 / world: the average, applied while copying into buckets
+                          * (MPI) or by the reduction (buckets in shared memory) */
+  char shm_why[200];     /* why the buckets are not in shared memory, when they are not */
   /* pointer -> index of the parameters, for the graph walk */
   const em_tensor **lookup_keys;
   int *lookup_vals;

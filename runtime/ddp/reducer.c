@@ -6,10 +6,17 @@
  * .grad becomes a view of its slice, so the gradient is reduced where the optimizer reads
  * it: no copy back.
  *
+ * Buckets of CPU float gradients live in symmetric memory (runtime/dist/symmetric.c) when
+ * every rank is on one host: each rank's bucket is mapped by all, and the allreduce sums
+ * each slice straight from the other ranks' buckets, on the thread running backward. That
+ * replaces MPI's copies into and out of its own shared queues, which on a machine whose
+ * cores all compute cost more than the sums themselves (and a communication thread would
+ * only take turns with backward on the same cores).
+ *
  * During a synchronised backward, the leaf hook of a parameter copies its gradient into
- * its slice, multiplied by 1/world_size (the average, folded into a copy that happens
- * anyway; when .grad already is the slice the product is taken in place), and counts the
- * bucket down. A bucket whose count reaches zero starts its allreduce at once, but only
+ * its slice, multiplied by 1/world_size for an MPI bucket (the average, folded into a copy
+ * that happens anyway; when .grad already is the slice the product is taken in place; a
+ * shared bucket's reduction applies it instead), and counts the bucket down. A bucket whose count reaches zero starts its allreduce at once, but only
  * after every bucket before it has started: buckets reach MPI in the same order on every
  * rank whatever order the hooks fire in. When the last parameter is ready, the hook waits
  * for the buckets still in flight, so backward returns with every gradient reduced and the
@@ -46,12 +53,38 @@ void em_ddp_free_buckets(ddp_bucket *b, int nb) {
     }
     em_tensor_release(b[i].flat);
     em_tensor_release(b[i].wire);
+    em_dist_symm_release(b[i].symm);
     free(b[i].params);
   }
   free(b);
 }
 
 static int same_device(em_device a, em_device b) { return a.type == b.type && a.index == b.index; }
+
+/* A bucket in symmetric memory where it can be (b->flat set), or nothing (b->flat NULL).
+ * Collective: every rank decides alike, from the same layout and options, and
+ * em_dist_symm_new agrees on the rest. */
+static em_status shared_bucket(em_ddp *d, ddp_bucket *b, int64_t numel) {
+  if (!d->o.shared_memory || d->world < 2 || d->o.comm_hook != EM_DDP_HOOK_NONE || b->device.type != EM_CPU ||
+      !em_dist_symm_supports(b->dtype) || !em_dist_symm_enabled()) {
+    if (!d->shm_why[0])
+      snprintf(d->shm_why, sizeof d->shm_why, "%s",
+               !d->o.shared_memory ? "shared_memory = false" : d->world < 2 ? "one rank"
+               : d->o.comm_hook != EM_DDP_HOOK_NONE ? "a comm_hook compresses the buckets"
+               : b->device.type != EM_CPU ? "the bucket is not on the CPU"
+               : !em_dist_symm_supports(b->dtype) ? "the bucket's dtype is not float32 or float64"
+                                                   : "EMBER_DIST_SHM=0");
+    return EM_OK;
+  }
+  char why[200];
+  em_status st = em_dist_symm_new(d->group, numel * (int64_t)em_dtype_size(b->dtype), &b->symm, why, sizeof why);
+  if (st) return st;
+  if (!b->symm) {
+    if (!d->shm_why[0]) snprintf(d->shm_why, sizeof d->shm_why, "%s", why);
+    return EM_OK;
+  }
+  return em_dist_symm_tensor(&b->flat, b->symm, b->dtype, numel);
+}
 
 /* Lays the parameters out in buckets in `order` (n indices): a bucket closes when it
  * reaches its cap (first_bucket_bytes for the first bucket of a dtype, then bucket_bytes),
@@ -96,7 +129,7 @@ em_status em_ddp_build_buckets(em_ddp *d, const int *order) {
     b[j].params = malloc(sizeof(int) * b[j].n_params);
     int64_t len = b[j].numel;
     if (!b[j].params) st = em_set_error(EM_ERR_MEMORY, "DistributedDataParallel: out of memory building buckets");
-    else st = em_zeros(&b[j].flat, 1, &len, b[j].dtype, b[j].device);
+    else if (!(st = shared_bucket(d, &b[j], len)) && !b[j].flat) st = em_zeros(&b[j].flat, 1, &len, b[j].dtype, b[j].device);
     if (!st && d->o.comm_hook != EM_DDP_HOOK_NONE)
       st = em_zeros(&b[j].wire, 1, &len, d->o.comm_hook == EM_DDP_HOOK_FP16 ? EM_FLOAT16 : EM_BFLOAT16, b[j].device);
     b[j].n_params = 0;
@@ -158,11 +191,12 @@ static int is_slice(const em_tensor *g, const em_tensor *view) {
  * 1/world. hooked: the gradient came from this backward, so .grad becomes the slice. */
 static em_status fill_slice(em_ddp *d, ddp_param *p, int hooked) {
   em_tensor *g = em_grad(p->param), *view = p->view;
+  double scale = d->b[p->bucket].symm ? 1.0 : d->scale;
   em_status st;
   if (!g) st = em_fill(view, 0);
-  else if (is_slice(g, view)) st = d->scale != 1.0 ? em_binary_scalar(EM_MUL, &view, view, d->scale, 0) : EM_OK;
+  else if (is_slice(g, view)) st = scale != 1.0 ? em_binary_scalar(EM_MUL, &view, view, scale, 0) : EM_OK;
   else {
-    st = d->scale != 1.0 ? em_binary_scalar(EM_MUL, &view, g, d->scale, 0) : em_copy_(view, g);
+    st = scale != 1.0 ? em_binary_scalar(EM_MUL, &view, g, scale, 0) : em_copy_(view, g);
     if (!st && hooked && d->o.gradient_as_bucket_view) st = em_set_grad(p->param, view);
   }
   em_tensor_release(g);
@@ -179,8 +213,13 @@ static void launch_in_order(em_ddp *d) {
       buf = b->wire;
     }
     b->launched_at = em_dist_now();
+    if (!st && b->symm)   /* reduced here and now, in place in every rank's bucket */
+    {
+      st = em_dist_symm_all_reduce(b->symm, b->flat, d->scale, &b->launched_at, &b->finished_at);
+      d->st_exposed += b->finished_at - b->launched_at;   /* backward waited for all of it */
+    }
     /* the last bucket is waited for at once: its wait starts it, no thread is woken */
-    if (!st && d->n_ready == d->n)
+    else if (!st && d->n_ready == d->n)
       st = em_dist_post_then_wait(d->group, EM_DIST_OP_ALL_REDUCE, buf, buf, EM_DIST_SUM, &b->work);
     else if (!st)
       st = em_dist_post(d->group, EM_DIST_OP_ALL_REDUCE, buf, buf, EM_DIST_SUM, -1, 0, &b->work);
@@ -254,12 +293,16 @@ static em_status finish_iteration(em_ddp *d) {
   }
   for (int i = 0; i < d->nb; i++) {
     ddp_bucket *b = &d->b[i];
-    if (!b->work) continue;
-    em_status s2 = em_dist_work_wait(b->work, 0);
-    if (!st) st = s2;
-    double fin = b->work->finished_at;
-    em_dist_work_release(b->work);
-    b->work = NULL;
+    if (b->work) {
+      em_status s2 = em_dist_work_wait(b->work, 0);
+      if (!st) st = s2;
+      b->finished_at = b->work->finished_at;
+      em_dist_work_release(b->work);
+      b->work = NULL;
+    } else if (!b->symm || i >= d->next_launch) {
+      continue;
+    }
+    double fin = b->finished_at;
     if (b->launched_at > span_end) {
       if (span_end > span_start) comm += span_end - span_start;
       span_start = b->launched_at;
@@ -475,7 +518,10 @@ em_status em_ddp_shadow_backward(em_ddp *d) {
   for (int i = 0; i < d->nb && !st; i++) {
     ddp_bucket *b = &d->b[i];
     em_tensor *buf = b->wire ? b->wire : b->flat;
-    if (!(st = em_fill(buf, 0))) st = em_dist_post(d->group, EM_DIST_OP_ALL_REDUCE, buf, buf, EM_DIST_SUM, -1, 0, &b->work);
+    if ((st = em_fill(buf, 0))) break;
+    /* a shared bucket's reduction applies the average on whichever rank sums each slice */
+    if (b->symm) st = em_dist_symm_all_reduce(b->symm, buf, d->scale, NULL, NULL);
+    else st = em_dist_post(d->group, EM_DIST_OP_ALL_REDUCE, buf, buf, EM_DIST_SUM, -1, 0, &b->work);
   }
   em_ddp_drain(d);
   return st;
@@ -484,12 +530,20 @@ em_status em_ddp_shadow_backward(em_ddp *d) {
 /* ---------------------------------------------------------------- statistics */
 
 void em_ddp_stats(const em_ddp *d, double *stats, int n) {
-  double v[6] = {0};
+  double v[7] = {0};
   if (d) {
     v[0] = d->st_iters, v[1] = d->st_comm, v[2] = d->st_exposed, v[3] = d->st_buckets, v[4] = d->st_bytes;
     v[5] = d->rebuilt;
+    for (int i = 0; i < d->nb; i++) v[6] += d->b[i].symm != NULL;
   }
-  for (int i = 0; i < n && i < 6; i++) stats[i] = v[i];
+  for (int i = 0; i < n && i < 7; i++) stats[i] = v[i];
+}
+
+const char *em_ddp_shared_memory_note(const em_ddp *d) {
+  if (!d) return "";
+  for (int i = 0; i < d->nb; i++)
+    if (!d->b[i].symm) return d->shm_why[0] ? d->shm_why : "not shared";
+  return "";
 }
 
 void em_ddp_reset_stats(em_ddp *d) {

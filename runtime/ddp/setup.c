@@ -81,9 +81,9 @@ static char *signature(const em_ddp *d) {
   char *s = malloc(cap);
   if (!s) return NULL;
   len += snprintf(s + len, cap - len, "bucket_cap_bytes %lld, first_bucket_bytes %lld, find_unused_parameters %d, "
-                                      "gradient_as_bucket_view %d, comm_hook %d\n",
+                                      "gradient_as_bucket_view %d, comm_hook %d, shared_memory %d\n",
                   (long long)d->o.bucket_bytes, (long long)d->o.first_bucket_bytes, d->o.find_unused_parameters,
-                  d->o.gradient_as_bucket_view, d->o.comm_hook);
+                  d->o.gradient_as_bucket_view, d->o.comm_hook, d->o.shared_memory);
   for (int i = 0; i < d->n; i++) {
     char t[600];
     describe_tensor(t, sizeof t, d->p[i].name, d->p[i].param);

@@ -77,6 +77,13 @@ typedef struct em_dist_backend {
    * backend numbers the ranks. attach makes g's state on first use, without talking to
    * other ranks (the first collective on g connects it, through g's CPU backend). */
   em_status (*attach)(em_dist_group *g, void **impl);
+  /* Optional, for collectives on g that ran outside the backend (symmetric.c): seq was
+   * posted (completed 0) or completed (1), so that the backend's answers to other ranks'
+   * timeout queries about this rank's progress stay true. */
+  void (*note_seq)(void *group_impl, int64_t seq, int completed);
+  /* Optional: w, run outside the backend, passed its deadline: explain who is missing as
+   * for the backend's own collectives, and end the job. Does not return. */
+  void (*report_timeout)(void *group_impl, em_dist_work *w);
 } em_dist_backend;
 
 struct em_dist_group {
@@ -123,5 +130,26 @@ em_status em_dist_post(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_
  * backend thread is woken to start it, the wait does. */
 em_status em_dist_post_then_wait(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out,
                                  em_dist_redop op, em_dist_work **work);
+
+/* ---- symmetric memory (symmetric.c) ----
+ * A buffer of `bytes` on every member of g, each member's mapped by all members, when all
+ * of them share one host: collectives on it read and write the other ranks' memory
+ * directly. Collective over g. *out is NULL (EM_OK) when the members cannot share memory
+ * (one rank, other hosts, EMBER_DIST_SHM=0, a mapping refused): why says which, and every
+ * member gets NULL alike. */
+typedef struct em_dist_symm em_dist_symm;
+em_status em_dist_symm_new(em_dist_group *g, int64_t bytes, em_dist_symm **out, char *why, size_t why_cap);
+void em_dist_symm_retain(em_dist_symm *s);
+void em_dist_symm_release(em_dist_symm *s);
+void *em_dist_symm_data(const em_dist_symm *s);          /* this rank's buffer */
+int em_dist_symm_enabled(void);                         /* EMBER_DIST_SHM is not 0 */
+int em_dist_symm_supports(em_dtype dtype);              /* dtypes the allreduce sums */
+/* A flat CPU tensor over the first numel elements of this rank's buffer (holds s). */
+em_status em_dist_symm_tensor(em_tensor **out, em_dist_symm *s, em_dtype dtype, int64_t numel);
+/* Sums t (a contiguous float32/float64 tensor inside s's buffer) over the members, times
+ * scale, into every member's t, on the calling thread; every member calls it in the same
+ * order relative to its other collectives on s's group. started/finished (may be NULL)
+ * receive em_dist_now() at entry and exit. */
+em_status em_dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, double *started, double *finished);
 
 #endif

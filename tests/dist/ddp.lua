@@ -36,9 +36,9 @@ local function shard(t) return t:narrow(1, rank * B + 1, B) end
 -- Trains a DDP model and the reference for `steps` steps, comparing after each.
 local function equivalence(what, opts, cfg)
   cfg = cfg or {}
-  local net = make(10 + rank, cfg.dtype)         -- a different start on every rank
+  local net = make(10 + rank, cfg.dtype, cfg.hidden)   -- a different start on every rank
   local ddp = nn.DistributedDataParallel(net, opts)
-  local ref = make(10, cfg.dtype)                 -- rank 0's start
+  local ref = make(10, cfg.dtype, cfg.hidden)          -- rank 0's start
   params_near(net, ref, 0, what .. ': start-up broadcast')
   local opt = ember.optim.SGD(ddp:parameters(), { lr = 0.2, momentum = 0.9 })
   local ropt = ember.optim.SGD(ref:parameters(), { lr = 0.2, momentum = 0.9 })
@@ -62,6 +62,9 @@ local s = ddp:stats()
 check(s.iterations == 5 and s.rebuilt and s.comm_seconds > 0 and s.buckets_launched == 5, 'stats %s %s %s %s',
   s.iterations, tostring(s.rebuilt), s.comm_seconds, s.buckets_launched)
 check(#ddp:buckets() == 1, 'one bucket under the default cap')
+-- every rank runs on this host: the bucket lives in shared memory, reduced in place
+check(s.shared_buckets == 1 and s.shared_memory_note == '', 'shared buckets %s (%s)', s.shared_buckets,
+  s.shared_memory_note)
 local sd = ddp:state_dict()
 check(sd['module.0.weight'] ~= nil and sd['module.4.bias'] ~= nil, 'state_dict names start with module.')
 
@@ -78,6 +81,15 @@ equivalence('huge buckets', { bucket_cap_mb = 1000, first_bucket_mb = 1000 })
 equivalence('no rebuild', { rebuild_buckets = false, bucket_cap_mb = 1e-6, first_bucket_mb = 1e-6 })
 equivalence('gradients copied back', { gradient_as_bucket_view = false, bucket_cap_mb = 1e-6 })
 equivalence('zero_grad keeps the views', nil, { set_to_none = false })
+-- shared-memory buckets: float32; slices of a bucket not divisible by the ranks or by the
+-- 16-float lines each rank's slice is rounded to; against the same buckets through MPI
+equivalence('float32 in shared memory', { bucket_cap_mb = 1e-6 }, { dtype = 'float32', tol = 1e-5 })
+ddp = equivalence('odd-sized shared bucket', nil, { hidden = 101, steps = 3 })
+check(ddp:stats().shared_buckets == 1, 'odd-sized bucket shared')
+ddp = equivalence('buckets through MPI', { shared_memory = false, bucket_cap_mb = 1e-6 })
+s = ddp:stats()
+check(s.shared_buckets == 0 and s.shared_memory_note == 'shared_memory = false', 'MPI buckets: %s (%s)',
+  s.shared_buckets, s.shared_memory_note)
 -- compression: float32 model, looser tolerance, still identical on every rank
 equivalence('fp16 compression', { comm_hook = 'fp16', bucket_cap_mb = 1e-6 }, { dtype = 'float32', tol = 2e-3 })
 equivalence('bf16 compression', { comm_hook = 'bf16' }, { dtype = 'float32', tol = 2e-2 })

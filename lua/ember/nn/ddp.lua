@@ -21,7 +21,10 @@
 -- ranks before each training forward), gradient_as_bucket_view (true: .grad is a view of
 -- the bucket, no copy back), comm_hook ('fp16' or 'bf16': buckets travel compressed),
 -- rebuild_buckets (true: after the first iteration, buckets follow the order in which
--- gradients really arrived, rank 0's order), group (a dist.new_group; default the world).
+-- gradients really arrived, rank 0's order), group (a dist.new_group; default the world),
+-- shared_memory (true: when every rank runs on one host, CPU float32/float64 buckets live
+-- in memory all ranks map, and each rank sums its slice of every bucket straight from the
+-- others' memory while backward runs; no MPI copies. EMBER_DIST_SHM=0 turns it off too).
 --
 -- Methods: model(...) / forward(...), no_sync(fn, ...) (backward inside fn accumulates
 -- locally; the next synchronised backward reduces the sum), join(fn) (uneven inputs: fn
@@ -42,7 +45,7 @@ return function(ember, nn)
   local DDP = nn.Module:extend('DistributedDataParallel')
 
   local OPTS = I.option_set('bucket_cap_mb', 'first_bucket_mb', 'find_unused_parameters', 'broadcast_buffers',
-    'gradient_as_bucket_view', 'comm_hook', 'rebuild_buckets', 'group')
+    'gradient_as_bucket_view', 'comm_hook', 'rebuild_buckets', 'group', 'shared_memory')
   local HOOKS = { fp16 = C.EM_DDP_HOOK_FP16, bf16 = C.EM_DDP_HOOK_BF16 }
 
   local function option(opts, key, default, kind)
@@ -77,6 +80,7 @@ return function(ember, nn)
     o.find_unused_parameters = option(opts, 'find_unused_parameters', false, 'boolean') and 1 or 0
     o.gradient_as_bucket_view = option(opts, 'gradient_as_bucket_view', true, 'boolean') and 1 or 0
     o.rebuild_buckets = option(opts, 'rebuild_buckets', true, 'boolean') and 1 or 0
+    o.shared_memory = option(opts, 'shared_memory', true, 'boolean') and 1 or 0
     o.comm_hook = hook and HOOKS[hook] or C.EM_DDP_HOOK_NONE
     local dist = ember.dist
     if not dist.is_initialized() then dist.init() end
@@ -179,15 +183,18 @@ return function(ember, nn)
   end
 
   -- stats(): {iterations, comm_seconds, exposed_seconds, hidden_share, buckets_launched,
-  -- bytes_reduced, rebuilt}. hidden_share: the part of communication time that backward
-  -- did not wait for. reset_stats() starts again.
+  -- bytes_reduced, rebuilt, shared_buckets, shared_memory_note}. hidden_share: the part of
+  -- communication time that backward did not wait for (0 for buckets in shared memory:
+  -- backward's own thread reduces them). shared_memory_note: why some bucket is not in
+  -- shared memory ('' when all are). reset_stats() starts again.
   function DDP:stats()
-    local v = ffi.new('double[6]')
-    C.em_ddp_stats(self._reducer, v, 6)
+    local v = ffi.new('double[7]')
+    C.em_ddp_stats(self._reducer, v, 7)
     local comm, exposed = v[1], v[2]
     return { iterations = v[0], comm_seconds = comm, exposed_seconds = exposed,
       hidden_share = comm > 0 and math.max(0, 1 - exposed / comm) or 0, buckets_launched = v[3],
-      bytes_reduced = v[4], rebuilt = v[5] ~= 0 }
+      bytes_reduced = v[4], rebuilt = v[5] ~= 0, shared_buckets = v[6],
+      shared_memory_note = ffi.string(C.em_ddp_shared_memory_note(self._reducer)) }
   end
   function DDP:reset_stats() C.em_ddp_reset_stats(self._reducer) end
 

@@ -361,6 +361,8 @@ static const em_dist_backend mpi_backend = {
     .abort_job = em_mpi_abort_job,
     .progress = em_mpi_progress,
     .run_direct = em_mpi_run_direct,
+    .note_seq = em_mpi_note_seq,
+    .report_timeout = em_mpi_report_timeout,
 };
 
 __attribute__((visibility("default"))) const em_dist_backend *em_dist_mpi_backend(void) { return &mpi_backend; }

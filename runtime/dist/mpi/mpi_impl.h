@@ -22,8 +22,8 @@ typedef struct mpi_group {
   MPI_Comm comm;             /* MPI_COMM_NULL on ranks outside the group */
   int rank, size;
   int *world_ranks;
-  int64_t posted_seq;        /* last collective handed to MPI (queries read these) */
-  int64_t completed_seq;
+  _Atomic int64_t posted_seq;     /* last collective handed to MPI or run in shared memory */
+  _Atomic int64_t completed_seq;  /* (queries read these; set from any thread) */
   struct mpi_group *next;    /* registry */
 } mpi_group;
 
@@ -94,6 +94,10 @@ em_status em_mpi_submit(mpi_task *t, int wait);
 void em_mpi_track(inflight *f);
 void em_mpi_thread_stop(int exit_status);
 void em_mpi_abort_job(const char *message, int exit_status);
+/* For collectives run outside MPI (runtime/dist/symmetric.c): progress for queries, and
+ * a timeout diagnosed and reported as for MPI's own (does not return). */
+void em_mpi_note_seq(void *group_impl, int64_t seq, int completed);
+void em_mpi_report_timeout(void *group_impl, em_dist_work *w);
 /* Registry lookups (under the MPI lock). */
 void em_mpi_register_group(mpi_group *g);
 void em_mpi_unregister_group(mpi_group *g);

@@ -215,6 +215,21 @@ static void report_timeout(inflight *f, double now) {
   _exit(EM_DIST_EXIT_TIMEOUT);
 }
 
+void em_mpi_note_seq(void *group_impl, int64_t seq, int completed) {
+  mpi_group *g = group_impl;
+  if (completed) g->completed_seq = seq;
+  else g->posted_seq = seq;
+}
+
+void em_mpi_report_timeout(void *group_impl, em_dist_work *w) {
+  inflight f;
+  memset(&f, 0, sizeof f);
+  f.w = w;
+  f.g = group_impl;
+  pthread_mutex_lock(&S.mpi);
+  report_timeout(&f, em_dist_now());
+}
+
 /* ---------------------------------------------------------------- tasks */
 
 static void finish_task(mpi_task *t, em_status st, const char *err) {

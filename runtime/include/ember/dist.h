@@ -35,7 +35,10 @@
  * first_bucket_bytes, then up to bucket_bytes, per dtype); leaf hooks mark parameters
  * ready during backward, and a full bucket starts its allreduce at once, in bucket order
  * on every rank, while backward goes on. Gradients are views into the buckets; the
- * 1/world_size average is applied while each gradient is copied into its bucket. */
+ * 1/world_size average is applied while each gradient is copied into its bucket, or, for
+ * buckets in shared memory (CPU float32/float64 buckets when every rank is on one host),
+ * in the reduction itself: each rank sums its slice of the bucket straight from the other
+ * ranks' memory, on the thread running backward. */
 #ifndef EMBER_DIST_H
 #define EMBER_DIST_H
 
@@ -131,6 +134,9 @@ typedef struct em_ddp_options {
   int32_t gradient_as_bucket_view;
   int32_t comm_hook;             /* em_ddp_comm_hook */
   int32_t rebuild_buckets;       /* once, after the first synchronised iteration */
+  int32_t shared_memory;         /* CPU float buckets of ranks on one host live in memory
+                                  * every rank maps, and are reduced in place (no MPI copies;
+                                  * EMBER_DIST_SHM=0 turns it off) */
 } em_ddp_options;
 
 /* Checks that every rank holds the same parameters (count, names, shapes, dtypes) and the
@@ -163,11 +169,15 @@ em_status em_ddp_join_round(em_ddp *d, int n_buffers, em_tensor *const *buffers,
 /* Introspection: counts, bucket layout and timings for tests and benchmarks.
  * stats: [0] synchronised iterations, [1] seconds of communication (bucket launch to
  * completion, overlapping intervals merged), [2] seconds backward waited for it
- * (exposed), [3] buckets launched, [4] bytes reduced, [5] rebuilt (0/1). */
+ * (exposed), [3] buckets launched, [4] bytes reduced, [5] rebuilt (0/1), [6] buckets in
+ * shared memory now. */
 int em_ddp_num_buckets(const em_ddp *d);
 int em_ddp_bucket_params(const em_ddp *d, int bucket, int *indices, int cap);
 void em_ddp_stats(const em_ddp *d, double *stats, int n);
 void em_ddp_reset_stats(em_ddp *d);
+/* Why some bucket is not in shared memory ("shared_memory = false", "rank 1 runs on
+ * another host", ...), or "" when all are. */
+const char *em_ddp_shared_memory_note(const em_ddp *d);
 /* EM_FFI_END */
 
 #ifdef __cplusplus

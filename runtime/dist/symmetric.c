@@ -1,0 +1,333 @@
+/* symmetric.c - symmetric memory: a buffer of the same size on every member of a group,
+ * each member's mapped into every member's address space, for ranks that share a host.
+ *
+ * Why: the data-parallel reducer's buckets live here (runtime/ddp). A bucket allreduce
+ * through MPI copies each rank's bucket into MPI's shared-memory queues, reduces, and copies
+ * the result back out; with the buckets themselves shared, rank r reduces its own slice of
+ * the bucket straight from every rank's memory and writes the sum back into every rank's
+ * bucket. Each rank reads and writes numel elements once and nothing else moves; the 1/world
+ * average is folded into that same pass. (PyTorch's SymmetricMemory, and NCCL's registered
+ * buffers, rest on the same idea.)
+ *
+ * Each member makes a memfd (no name in /dev/shm: a process killed by any signal leaves
+ * nothing behind), the members exchange (pid, fd) through the group's CPU backend, and each
+ * maps the others' through /proc/<pid>/fd/<fd>. When any member cannot (another host, another
+ * container, EMBER_DIST_SHM=0), every member learns it in the same collective and the caller
+ * falls back to its backend.
+ *
+ * Synchronisation: the first cache line of each segment holds an epoch counter written only
+ * by its owner. An allreduce is two meetings: every rank announces its bucket is written
+ * (epoch 2k-1) and waits for all others to announce the same; each reduces its slice; every
+ * rank announces it is done (epoch 2k) and waits again, after which every bucket holds the
+ * sum and the next iteration may write its own bucket. Sums run in rank order and each
+ * slice is written by one rank, so the result is bit-identical everywhere.
+ *
+ * A meeting spins briefly (the peer is usually microseconds away), then yields, then
+ * sleeps, so that more ranks than cores still make progress. A collective numbered and
+ * timed like any other: a member that does not arrive before the group's timeout is
+ * diagnosed by the group's CPU backend as for its own collectives (which ranks are missing
+ * and why) and the job ends with status 124. */
+#define _GNU_SOURCE /* memfd_create */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "dist/dist_impl.h"
+#include "tensor/tensor_impl.h"
+
+#define SYMM_HEADER 4096   /* the control line, padded to a page so data stays page-aligned */
+#define SPIN_POLLS 4000    /* ~tens of microseconds of pause before yielding the core */
+#define YIELD_POLLS 2000   /* then sched_yield; then sleeps of growing length */
+#define MAX_SLEEP_NS 200000
+
+typedef struct symm_ctl {
+  _Atomic uint64_t epoch;   /* 2k-1: bucket k written; 2k: slice of allreduce k reduced */
+} symm_ctl;
+
+struct em_dist_symm {
+  atomic_int refcount;
+  em_dist_group *group;     /* retained */
+  int rank, size;
+  int64_t bytes;            /* data bytes per member */
+  size_t map_bytes;         /* header + data, page-rounded */
+  char **base;              /* [size]: each member's segment in this process */
+  uint64_t epoch;           /* this rank's count of meetings */
+};
+
+/* ---------------------------------------------------------------- set-up */
+
+static uint64_t fnv1a(uint64_t h, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+  return h;
+}
+
+/* Equal for processes that can share memory: the host name and the kernel's boot id. */
+static int64_t host_key(void) {
+  char buf[300] = "";
+  uint64_t h = 0xcbf29ce484222325ull;
+  if (gethostname(buf, sizeof buf - 1) == 0) h = fnv1a(h, buf, strlen(buf));
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    h = fnv1a(h, buf, n);
+  }
+  return (int64_t)(h & 0x7fffffffffffffffull);
+}
+
+static void unmap_all(em_dist_symm *s) {
+  if (!s->base) return;
+  for (int r = 0; r < s->size; r++)
+    if (s->base[r]) munmap(s->base[r], s->map_bytes);
+  free(s->base);
+  s->base = NULL;
+}
+
+static em_status cpu_tensor(em_tensor **out, int64_t n) {
+  return em_zeros(out, 1, &n, EM_INT64, (em_device){EM_CPU, 0});
+}
+
+int em_dist_symm_enabled(void) {
+  const char *v = getenv("EMBER_DIST_SHM");
+  return !(v && (!strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "false")));
+}
+
+em_status em_dist_symm_new(em_dist_group *g, int64_t bytes, em_dist_symm **out, char *why, size_t why_cap) {
+  *out = NULL;
+  if (why_cap) why[0] = 0;
+  if (!g || g->rank < 0 || bytes < 0) return em_set_error(EM_ERR_ARGUMENT, "symmetric memory: bad arguments");
+  if (g->size < 2) {
+    snprintf(why, why_cap, "one rank");
+    return EM_OK;
+  }
+  em_dist_symm *s = calloc(1, sizeof *s);
+  em_tensor *info = NULL, *all = NULL, *flag = NULL;
+  int fd = -1;
+  em_status st = EM_OK;
+  if (!s || !(s->base = calloc(g->size, sizeof *s->base))) {
+    free(s);
+    return em_set_error(EM_ERR_MEMORY, "symmetric memory: out of memory");
+  }
+  atomic_init(&s->refcount, 1);
+  s->rank = g->rank;
+  s->size = g->size;
+  s->bytes = bytes;
+  long page = sysconf(_SC_PAGESIZE);
+  s->map_bytes = (size_t)((SYMM_HEADER + bytes + page - 1) / page * page);
+
+  /* this rank's segment; a failure is not an error yet, every rank must hear of it */
+  int ok = em_dist_symm_enabled();
+  if (!ok) snprintf(why, why_cap, "EMBER_DIST_SHM=0");
+  if (ok) {
+    fd = memfd_create("ember-symmetric", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)s->map_bytes) != 0) ok = 0;
+    else {
+      void *p = mmap(NULL, s->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p == MAP_FAILED) ok = 0;
+      else s->base[s->rank] = p;
+    }
+    if (!ok) snprintf(why, why_cap, "rank %d could not make a shared segment of %lld bytes: %s", s->rank,
+                      (long long)s->map_bytes, strerror(errno));
+  }
+  /* [ok, host, pid, fd] from everyone */
+  if ((st = cpu_tensor(&info, 4)) || (st = cpu_tensor(&all, 4 * (int64_t)g->size)) || (st = cpu_tensor(&flag, 1)))
+    goto done;
+  int64_t *mine = em_tensor_data(info), *each = em_tensor_data(all);
+  mine[0] = ok, mine[1] = host_key(), mine[2] = getpid(), mine[3] = fd;
+  if ((st = em_dist_post(g, EM_DIST_OP_ALL_GATHER, info, all, EM_DIST_SUM, -1, 0, NULL))) goto done;
+  for (int r = 0; r < g->size && ok; r++) {
+    if (!each[4 * r]) {
+      ok = 0;
+      if (!why[0]) snprintf(why, why_cap, "rank %d has no shared segment", r);
+    } else if (each[4 * r + 1] != mine[1]) {
+      ok = 0;
+      snprintf(why, why_cap, "rank %d runs on another host", r);
+    }
+  }
+  /* map the others' */
+  for (int r = 0; r < g->size && ok; r++) {
+    if (r == s->rank) continue;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%lld/fd/%lld", (long long)each[4 * r + 2], (long long)each[4 * r + 3]);
+    int pfd = open(path, O_RDWR | O_CLOEXEC);
+    struct stat sb;
+    if (pfd < 0 || fstat(pfd, &sb) != 0 || (size_t)sb.st_size != s->map_bytes) {
+      ok = 0;
+      snprintf(why, why_cap, "rank %d cannot open rank %d's segment %s: %s", s->rank, r, path,
+               pfd < 0 ? strerror(errno) : "wrong size");
+    } else {
+      void *p = mmap(NULL, s->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+      if (p == MAP_FAILED) {
+        ok = 0;
+        snprintf(why, why_cap, "rank %d cannot map rank %d's segment: %s", s->rank, r, strerror(errno));
+      } else {
+        s->base[r] = p;
+      }
+    }
+    if (pfd >= 0) close(pfd);
+  }
+  /* everyone mapped everyone (or nobody goes on); the fds are no longer needed after this */
+  ((int64_t *)em_tensor_data(flag))[0] = ok;
+  if ((st = em_dist_post(g, EM_DIST_OP_ALL_REDUCE, flag, flag, EM_DIST_MIN, -1, 0, NULL))) goto done;
+  if (((int64_t *)em_tensor_data(flag))[0] == 1) {
+    s->group = g;
+    em_dist_group_retain(g);
+    *out = s;
+    s = NULL;
+  } else if (!why[0]) {
+    snprintf(why, why_cap, "another rank could not share memory");
+  }
+done:
+  if (fd >= 0) close(fd);
+  em_tensor_release(info);
+  em_tensor_release(all);
+  em_tensor_release(flag);
+  if (s) {
+    unmap_all(s);
+    free(s);
+  }
+  return st;
+}
+
+void em_dist_symm_retain(em_dist_symm *s) {
+  if (s) atomic_fetch_add(&s->refcount, 1);
+}
+
+void em_dist_symm_release(em_dist_symm *s) {
+  if (!s || atomic_fetch_sub(&s->refcount, 1) != 1) return;
+  unmap_all(s);
+  em_dist_group_release(s->group);
+  free(s);
+}
+
+void *em_dist_symm_data(const em_dist_symm *s) { return s ? s->base[s->rank] + SYMM_HEADER : NULL; }
+
+static void release_from_tensor(void *data, void *ctx) {
+  (void)data;
+  em_dist_symm_release(ctx);
+}
+
+em_status em_dist_symm_tensor(em_tensor **out, em_dist_symm *s, em_dtype dtype, int64_t numel) {
+  if (numel * (int64_t)em_dtype_size(dtype) > s->bytes)
+    return em_set_error(EM_ERR_ARGUMENT, "symmetric memory: %lld elements of %s do not fit in %lld bytes",
+                        (long long)numel, em_dtype_name(dtype), (long long)s->bytes);
+  em_dist_symm_retain(s);
+  em_status st = em_from_blob(out, em_dist_symm_data(s), 1, &numel, NULL, dtype, (em_device){EM_CPU, 0},
+                              release_from_tensor, s);
+  if (st) em_dist_symm_release(s);
+  return st;
+}
+
+/* ---------------------------------------------------------------- meetings */
+
+static symm_ctl *ctl(const em_dist_symm *s, int r) { return (symm_ctl *)s->base[r]; }
+
+static void nap(long ns) {
+  struct timespec ts = {0, ns};
+  nanosleep(&ts, NULL);
+}
+
+/* Announces epoch e and waits until every member has. On timeout the group's CPU backend
+ * explains who is missing and ends the job; without such a backend, an error. */
+static em_status meet(em_dist_symm *s, uint64_t e, em_dist_work *w) {
+  atomic_store_explicit(&ctl(s, s->rank)->epoch, e, memory_order_release);
+  for (int r = 0; r < s->size; r++) {
+    if (r == s->rank) continue;
+    _Atomic uint64_t *peer = &ctl(s, r)->epoch;
+    long polls = 0, sleep_ns = 1000;
+    while (atomic_load_explicit(peer, memory_order_acquire) < e) {
+      polls++;
+      if (polls < SPIN_POLLS) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+        continue;
+      }
+      if (polls < SPIN_POLLS + YIELD_POLLS) sched_yield();
+      else {
+        nap(sleep_ns);
+        if (sleep_ns < MAX_SLEEP_NS) sleep_ns *= 2;
+      }
+      if (em_dist_now() > atomic_load(&w->deadline)) {
+        em_dist_group *g = s->group;
+        const em_dist_backend *be = g->backend[EM_CPU];
+        if (be && be->report_timeout) be->report_timeout(g->impl[EM_CPU], w);   /* does not return */
+        char what[320];
+        em_dist_describe(w, what, sizeof what);
+        return em_set_error(EM_ERR_RUNTIME, "ember.dist: %s: timed out after %.3g s on rank %d, waiting for rank %d",
+                            what, em_dist_now() - w->posted_at, s->rank, r);
+      }
+    }
+  }
+  return EM_OK;
+}
+
+/* ---------------------------------------------------------------- allreduce */
+
+#define BLOCK 512   /* elements summed in registers/L1 before being written back to every rank */
+
+#define DEFINE_REDUCE(NAME, T)                                                                      \
+  static void NAME(char *const *base, int n, int64_t byte_off, int64_t lo, int64_t hi, T scale) { \
+    T acc[BLOCK];                                                                                 \
+    for (int64_t i = lo; i < hi; i += BLOCK) {                                                    \
+      int64_t m = hi - i < BLOCK ? hi - i : BLOCK;                                                \
+      const T *a = (const T *)(base[0] + byte_off) + i, *b = (const T *)(base[1] + byte_off) + i; \
+      for (int64_t k = 0; k < m; k++) acc[k] = a[k] + b[k];                                       \
+      for (int r = 2; r < n; r++) {                                                               \
+        const T *c = (const T *)(base[r] + byte_off) + i;                                         \
+        for (int64_t k = 0; k < m; k++) acc[k] += c[k];                                           \
+      }                                                                                           \
+      if (scale != 1)                                                                             \
+        for (int64_t k = 0; k < m; k++) acc[k] *= scale;                                          \
+      for (int r = 0; r < n; r++) memcpy((T *)(base[r] + byte_off) + i, acc, sizeof(T) * m);      \
+    }                                                                                             \
+  }
+DEFINE_REDUCE(reduce_f32, float)
+DEFINE_REDUCE(reduce_f64, double)
+
+int em_dist_symm_supports(em_dtype dtype) { return dtype == EM_FLOAT32 || dtype == EM_FLOAT64; }
+
+em_status em_dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, double *started, double *finished) {
+  em_dist_group *g = s->group;
+  char *data = em_dist_symm_data(s);
+  size_t es = em_dtype_size(t->dtype);
+  int64_t numel = em_tensor_numel(t);
+  char *at = (char *)em_tensor_data(t);
+  if (!em_dist_symm_supports(t->dtype) || !em_tensor_is_contiguous(t) || at < data ||
+      at + numel * (int64_t)es > data + s->bytes)
+    return em_set_error(EM_ERR_ARGUMENT, "symmetric all_reduce: the tensor (%s %s) is not a contiguous float tensor in "
+                        "this group's symmetric memory", em_dtype_name(t->dtype), EM_SHAPE(t));
+  /* numbered like every collective on g, so that timeouts name it and answers to other
+   * ranks' queries about this rank's progress stay true */
+  em_dist_work w;
+  memset(&w, 0, sizeof w);
+  w.kind = EM_DIST_OP_ALL_REDUCE, w.redop = EM_DIST_SUM, w.in = w.out = t, w.group = g, w.on_stack = 1;
+  w.seq = atomic_fetch_add(&g->seq, 1) + 1;
+  w.posted_at = em_dist_now();
+  atomic_init(&w.deadline, w.posted_at + g->timeout);
+  const em_dist_backend *be = g->backend[EM_CPU];
+  if (be && be->note_seq) be->note_seq(g->impl[EM_CPU], w.seq, 0);
+  if (started) *started = w.posted_at;
+
+  s->epoch += 2;
+  em_status st = meet(s, s->epoch - 1, &w);
+  if (!st) {
+    /* this rank's slice: boundaries on 64-byte lines, so no two ranks write one line */
+    int64_t line = 64 / (int64_t)es, n = s->size;
+    int64_t lo = numel * s->rank / n / line * line, hi = s->rank == n - 1 ? numel : numel * (s->rank + 1) / n / line * line;
+    int64_t off = (int64_t)(at - data) + SYMM_HEADER;
+    if (t->dtype == EM_FLOAT32) reduce_f32(s->base, (int)n, off, lo, hi, (float)scale);
+    else reduce_f64(s->base, (int)n, off, lo, hi, scale);
+    st = meet(s, s->epoch, &w);
+  }
+  atomic_fetch_add(&g->completed, 1);
+  if (be && be->note_seq) be->note_seq(g->impl[EM_CPU], w.seq, 1);
+  if (finished) *finished = em_dist_now();
+  return st;
+}
