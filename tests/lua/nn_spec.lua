@@ -112,6 +112,46 @@ describe('Module', function()
     assert.are.equal(0, (g - conv.weight.grad):abs():max():item())
   end)
 
+  it('routes max_pool2d gradients to the max of each window, in float32 as in float64', function()
+    -- the 2x2 tiled backward (one branch-free pass) and the general scatter, against a
+    -- gradient built by hand: each window's gy goes to its largest input
+    ember.manual_seed(4)
+    local H, W = 8, 6
+    for _, case in ipairs { { 2, 2, 0 }, { 3, 2, 1 }, { 2, 1, 0 } } do
+      local k, s, pad = case[1], case[2], case[3]
+      for _, dt in ipairs { 'float32', 'float64' } do
+        local x = ember.randn(2, 3, H, W):to(dt):requires_grad_()
+        local y = F.max_pool2d(x, k, { stride = s, padding = pad })
+        local OH, OW = y.shape[3], y.shape[4]
+        local gy = ember.randn(2, 3, OH, OW):to(dt)
+        y:backward(gy)
+        local xs, gs, got = x:detach():reshape(-1):totable(), gy:reshape(-1):totable(), x.grad:reshape(-1):totable()
+        local want = {}
+        for i = 1, #xs do want[i] = 0 end
+        for plane = 0, 5 do
+          for oh = 0, OH - 1 do
+            for ow = 0, OW - 1 do
+              local best, at = -math.huge, nil
+              for h = oh * s - pad, oh * s - pad + k - 1 do
+                for w = ow * s - pad, ow * s - pad + k - 1 do
+                  if h >= 0 and h < H and w >= 0 and w < W then
+                    local i = plane * H * W + h * W + w + 1
+                    if xs[i] > best then best, at = xs[i], i end
+                  end
+                end
+              end
+              want[at] = want[at] + gs[plane * OH * OW + oh * OW + ow + 1]
+            end
+          end
+        end
+        for i = 1, #xs do
+          assert(math.abs(got[i] - want[i]) <= 1e-6 * (1 + math.abs(want[i])),
+            string.format('kernel %d stride %d padding %d %s: element %d got %g want %g', k, s, pad, dt, i, got[i], want[i]))
+        end
+      end
+    end
+  end)
+
   it('prints the tree as PyTorch does', function()
     local model = nn.Sequential{ nn.Linear(4, 8), nn.ReLU(), nn.Dropout(0.25),
       nn.Sequential{ { 'conv', nn.Conv2d(1, 2, 3, { padding = 1 }) }, { 'pool', nn.MaxPool2d(2) } } }
