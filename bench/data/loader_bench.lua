@@ -1,12 +1,14 @@
 -- loader_bench.lua: samples/s, batches/s and MB/s that ember's loaders deliver to a consumer
 -- that only takes the batches (the cost of feeding data, nothing else).
 --   build/ember bench/data/loader_bench.lua [raw|jpeg|all] [epochs] [batch]
--- raw:  Fashion-MNIST uint8 [128, 1, 28, 28] + int64 labels, no transforms: the in-process
+-- raw:  Fashion-MNIST uint8 [batch, 1, 28, 28] + int64 labels, no transforms: the in-process
 --       DataLoader, the Loader in process, and 1 and 2 reader processes (shared memory on
 --       and off).
 -- jpeg: the same images as JPEG records in a TFRecord shard (made here, in /tmp), decoded
 --       and randomly cropped to 24x24 (padding 2) and flipped: in process, 1 and 2 readers.
--- Prints one JSON line per configuration.
+-- Prints one JSON line per configuration, with cpu_us_per_batch: the CPU time of the
+-- trainer process (all its threads) and of its reader processes over the timed epochs,
+-- per batch; on a shared machine it varies less than the wall-clock rates.
 local ffi = require 'ffi'
 local json = require 'ember.pipeline.json'
 local progress = require 'ember.pipeline.progress'
@@ -17,10 +19,39 @@ local epochs = tonumber(arg[2] or 3)
 local bs = tonumber(arg[3] or 128)
 local ROOT = '/usr/share/datasets/fashion-mnist'
 
+pcall(ffi.cdef, [[
+struct bench_timeval { long tv_sec; long tv_usec; };
+struct bench_rusage { struct bench_timeval ru_utime, ru_stime; long rest[14]; };
+int getrusage(int who, struct bench_rusage *usage);
+long sysconf(int name);
+]])
+local CLK_TCK = tonumber(ffi.C.sysconf(2)) -- _SC_CLK_TCK
+
+-- CPU seconds of this process (every thread) and of the given reader processes
+-- (/proc/PID/stat, utime + stime: clock ticks, 10 ms; a timed run is many of them).
+local function cpu_seconds(pids)
+  local r = ffi.new('struct bench_rusage')
+  ffi.C.getrusage(0, r)
+  local s = tonumber(r.ru_utime.tv_sec) + tonumber(r.ru_utime.tv_usec) * 1e-6 + tonumber(r.ru_stime.tv_sec) +
+    tonumber(r.ru_stime.tv_usec) * 1e-6
+  for _, pid in ipairs(pids) do
+    local f = io.open('/proc/' .. pid .. '/stat')
+    if f then
+      local fields = {}
+      for w in f:read('*a'):match('%) (.*)$'):gmatch('%S+') do fields[#fields + 1] = w end
+      f:close()
+      s = s + (tonumber(fields[12]) + tonumber(fields[13])) / CLK_TCK
+    end
+  end
+  return s
+end
+
 local function run(name, loader, extra)
   -- epoch 0 warms up (reader start, page faults); the rest are timed
   local bytes, samples, batches = 0, 0, 0
   for b in loader:epoch(0) do end
+  local pids = loader.workers and loader:workers() or {}
+  local cpu0 = cpu_seconds(pids)
   local t0 = progress.now()
   for e = 1, epochs do
     for b in loader:epoch(e) do
@@ -31,12 +62,13 @@ local function run(name, loader, extra)
     end
   end
   local dt = progress.now() - t0
+  local cpu = cpu_seconds(pids) - cpu0
   local line = { bench = name, samples_per_s = samples / dt, batches_per_s = batches / dt, mb_per_s = bytes / dt / 1e6,
-    bytes_per_sample = bytes / samples, seconds = dt, batch = bs }
+    bytes_per_sample = bytes / samples, seconds = dt, batch = bs, cpu_us_per_batch = cpu / batches * 1e6 }
   for k, v in pairs(extra or {}) do line[k] = v end
   if loader.stats then
     local s = loader:stats()
-    line.shm_batches, line.reissued = s.shm_batches, s.reissued
+    line.shm_batches, line.shm_lent, line.reissued = s.shm_batches, s.shm_lent, s.reissued
   end
   print(json.encode(line, { order = { 'bench', 'samples_per_s', 'batches_per_s', 'mb_per_s' } }))
   io.stdout:flush()

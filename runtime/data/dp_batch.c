@@ -4,8 +4,9 @@
  * the ids must be the item's own (in order, some left out when records were skipped), and a
  * shared-memory slot must lie inside the arena of that very reader. Inline bytes are not
  * copied: the tensors borrow the message (aligned, as readers lay tensors out at multiples
- * of 64 bytes) and the last one released closes it. Bytes in shared memory are copied, so
- * the slot goes back to the reader at once. */
+ * of 64 bytes) and the last one released closes it. Bytes in shared memory are borrowed the
+ * same way (the slot goes back when the last tensor is released, dp_shm.c), unless that
+ * reader's free slots run low: then they are copied and the slot goes back at once. */
 #ifdef EMBER_HAVE_ZMQ
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,9 +33,10 @@ static void hold_release(void *data, void *ctx) {
 
 /* Checks a BATCH's descriptions, ids and sizes and builds the consumer's batch; NULL when
  * anything does not add up (the message is dropped and the item leased again). */
-em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_worker *w, char *why,
-                                size_t why_cap) {
+em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_worker *w, int *slot_lent,
+                                char *why, size_t why_cap) {
   dp_coord *c = &l->c;
+  *slot_lent = 0;
   int nt = h->ntensors;
   int64_t n = h->n;
   int64_t pos = c->plan.item_pos[h->item], len = c->plan.item_len[h->item];
@@ -72,6 +74,7 @@ em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_
   const uint8_t *base;
   uint64_t avail;
   dp_msg_hold *hold = NULL;
+  dp_loan *loan = NULL;
   int shm = zmq_msg_size(&f[4]) == sizeof(dp_shm_ref) && h->flags & DP_FLAG_SHM;
   dp_shm_ref ref;
   if (shm) {
@@ -82,9 +85,12 @@ em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_
       em_tensor_release(ids);
       return NULL;
     }
-    if (!w->shm || strcmp(dp_shm_map_name(w->shm), ref.name) || dp_shm_map_bytes(w->shm) != ref.arena_bytes) {
-      if (w->shm) dp_shm_map_release(w->shm);
-      w->shm = dp_shm_map_open(ref.name, w->pid, ref.arena_bytes);
+    if (!w->shm || strcmp(dp_shm_map_name(w->shm), ref.name) || dp_shm_map_bytes(w->shm) != ref.arena_bytes ||
+        dp_shm_map_id(w->shm) != ref.arena_id) {
+      if (w->shm) dp_shm_map_release(w->shm); /* tensors still viewing it keep it mapped */
+      w->lent = 0;
+      w->nfree = 0; /* slots of the old arena */
+      w->shm = dp_shm_map_open(ref.name, w->pid, ref.arena_bytes, ref.arena_id);
       if (!w->shm) {
         snprintf(why, why_cap, "cannot map its shared memory '%s': %s", ref.name, em_last_error());
         em_tensor_release(ids);
@@ -98,6 +104,16 @@ em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_
     }
     base = (const uint8_t *)dp_shm_map_data(w->shm) + ref.offset;
     avail = ref.nbytes;
+    /* Lend the slot while the reader keeps enough free ones for the leases it holds (and
+     * one being filled); past that, copy: a batch kept long, or a collector that runs
+     * late, then costs a copy rather than the reader's shared memory. */
+    if (l->lender && w->lent < ref.nslots - l->o.worker_queue - 2) {
+      loan = dp_loan_new(l->lender, w->shm, ref.slot, (int64_t)ref.nbytes);
+      if (loan) {
+        w->lent++;
+        *slot_lent = 1;
+      }
+    }
   } else { /* the tensors will borrow the message: move it to the heap first (small
               messages keep their bytes inside zmq_msg_t, so the address moves with it) */
     hold = calloc(1, sizeof *hold);
@@ -117,6 +133,7 @@ em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_
   em_loader_batch *b = calloc(1, sizeof *b);
   if (!b) {
     if (hold) hold_release(NULL, hold);
+    if (loan) dp_loan_release(NULL, loan);
     em_tensor_release(ids);
     snprintf(why, why_cap, "out of memory");
     return NULL;
@@ -144,7 +161,12 @@ em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_
       st = em_from_blob(&b->tensors[i], (void *)src, dd.ndim, dd.sizes, NULL, (em_dtype)dd.dtype,
                         (em_device){EM_CPU, 0}, hold_release, hold);
       if (st) atomic_fetch_sub(&hold->refs, 1);
-    } else { /* shared memory (the slot is reused) or a misaligned frame: copy */
+    } else if (loan && ((uintptr_t)src % esize) == 0) { /* zero copy: the tensor borrows the slot */
+      dp_loan_retain(loan);
+      st = em_from_blob(&b->tensors[i], (void *)src, dd.ndim, dd.sizes, NULL, (em_dtype)dd.dtype,
+                        (em_device){EM_CPU, 0}, dp_loan_release, loan);
+      if (st) dp_loan_release(NULL, loan);
+    } else { /* shared memory past the lending limit, or a misaligned frame: copy */
       st = em_empty(&b->tensors[i], dd.ndim, dd.sizes, (em_dtype)dd.dtype, (em_device){EM_CPU, 0});
       if (!st) memcpy(em_tensor_data(b->tensors[i]), src, (size_t)bytes);
     }
@@ -158,6 +180,7 @@ em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_
   }
   b->ids = ids;
   if (hold) hold_release(NULL, hold);
+  if (loan) dp_loan_release(NULL, loan); /* this function's reference: the tensors hold theirs */
   if (!ok) {
     dp_batch_destroy(b);
     return NULL;

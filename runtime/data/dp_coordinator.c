@@ -79,14 +79,60 @@ static void close_frames(frames *m) {
   m->n = 0;
 }
 
-/* Sends [rid][hdr][extra (optional)] to a reader; returns 0, or -1 with errno. */
-static int send_to(dp_coord *c, const dp_worker *w, const uint8_t *rid, size_t rid_len, const dp_hdr *h,
-                   const void *extra, size_t extra_len) {
+/* Sends [rid][hdr][extra (optional)][extra2 (optional)] to a reader; returns 0, or -1
+ * with errno. */
+static int send_to2(dp_coord *c, const dp_worker *w, const uint8_t *rid, size_t rid_len, const dp_hdr *h,
+                    const void *extra, size_t extra_len, const void *extra2, size_t extra2_len) {
   if (w) rid = w->rid, rid_len = w->rid_len;
   if (zmq_send(c->router, rid, rid_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) return -1;
   if (zmq_send(c->router, h, sizeof *h, (extra ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0) return -1;
-  if (extra && zmq_send(c->router, extra, extra_len, ZMQ_DONTWAIT) < 0) return -1;
+  if (extra && zmq_send(c->router, extra, extra_len, (extra2 ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0) return -1;
+  if (extra && extra2 && zmq_send(c->router, extra2, extra2_len, ZMQ_DONTWAIT) < 0) return -1;
   return 0;
+}
+
+static int send_to(dp_coord *c, const dp_worker *w, const uint8_t *rid, size_t rid_len, const dp_hdr *h,
+                   const void *extra, size_t extra_len) {
+  return send_to2(c, w, rid, rid_len, h, extra, extra_len, NULL, 0);
+}
+
+/* Shared-memory slots the trainer is done with go back to their reader in batches: on the
+ * next LEASE to that reader (a third frame), or in a SLOTS message once several have
+ * gathered or the reader has no lease left to carry them. A message per slot cost a
+ * wake-up of both processes' I/O threads per batch. A reader short of slots meanwhile
+ * sends inline (slower, never stuck). */
+static void send_slots(dp_coord *c, dp_worker *w) {
+  if (!w->nfree) return;
+  dp_hdr h;
+  dp_hdr_init(&h, DP_SLOTS);
+  h.session = c->session;
+  h.n = w->nfree;
+  send_to(c, w, NULL, 0, &h, w->free_slots, (size_t)w->nfree * sizeof(int64_t));
+  w->nfree = 0; /* a failed send: the reader is going; its slots go with it */
+}
+
+static void give_back_slot(dp_coord *c, dp_worker *w, int64_t slot) {
+  if (w->nfree == DP_FREE_SLOTS_MAX) send_slots(c, w);
+  w->free_slots[w->nfree++] = slot;
+}
+
+/* A slot whose tensors were all released: back to its reader, if that reader and its
+ * arena are still the ones it came from. */
+static void slot_returned(void *ctx, struct dp_shm_map *map, int64_t slot) {
+  dp_coord *c = ctx;
+  for (dp_worker *w = c->workers; w; w = w->next)
+    if (w->shm == map) {
+      w->lent--;
+      give_back_slot(c, w, slot);
+      return;
+    }
+}
+
+/* End of a turn: slots no lease carried go now if enough have gathered or no lease is out
+ * to that reader (the next lease may be far off). */
+static void flush_slots(dp_coord *c) {
+  for (dp_worker *w = c->workers; w; w = w->next)
+    if (w->nfree >= DP_FREE_SLOTS_BATCH || (w->nfree && w->nleases == 0)) send_slots(c, w);
 }
 
 static dp_hdr header(em_loader *l, int kind) {
@@ -176,7 +222,9 @@ static void on_hello(em_loader *l, frames *m) {
   char fp[1024];
   dp_text(fp, sizeof fp, zmq_msg_data(&m->f[3]), zmq_msg_size(&m->f[3]));
   dp_worker *w = find_worker(c, &m->f[0]);
-  if (w && w->nonce == hello.nonce) { /* a repeated hello: the welcome was lost */
+  if (w && w->nonce == hello.nonce) { /* a repeated hello: the welcome was lost, or the reader forgot
+                                           this trainer and set aside (LOST) every slot it had sent */
+    w->nfree = 0;
   } else {
     if (w) lose_worker(l, w, "it said hello again as a new reader");
     char why[600];
@@ -268,13 +316,12 @@ static void on_batch(em_loader *l, frames *m, dp_worker *w) {
   dp_item *it = m->n == 5 ? wanted_item(l, w, &h) : NULL;
   if (w) w->last_seen = dp_now();
   char why[256] = "";
-  em_loader_batch *b = it ? dp_build_batch(l, m->f, &h, w, why, sizeof why) : NULL;
-  if (shm && w && zmq_msg_size(&m->f[4]) == sizeof(dp_shm_ref)) { /* the slot is free again */
+  int lent = 0;
+  em_loader_batch *b = it ? dp_build_batch(l, m->f, &h, w, &lent, why, sizeof why) : NULL;
+  if (shm && w && !lent && zmq_msg_size(&m->f[4]) == sizeof(dp_shm_ref)) { /* the slot is free again */
     dp_shm_ref ref;
     memcpy(&ref, zmq_msg_data(&m->f[4]), sizeof ref);
-    dp_hdr r = header(l, DP_SLOTS);
-    r.n = 1;
-    send_to(c, w, NULL, 0, &r, &ref.slot, sizeof ref.slot);
+    give_back_slot(c, w, ref.slot);
   }
   if (it && !b) { /* a malformed batch: treat the item as not done */
     if (it->state == IT_LEASED && it->leases == 0) {
@@ -295,6 +342,7 @@ static void on_batch(em_loader *l, frames *m, dp_worker *w) {
   l->stats.received++;
   l->stats.skipped += h.skipped;
   l->stats.shm_batches += shm ? 1 : 0;
+  l->stats.shm_lent += lent;
   l->stats.read_s += h.times[0];
   l->stats.decode_s += h.times[1];
   l->stats.transform_s += h.times[2];
@@ -434,13 +482,19 @@ static int64_t outstanding(em_loader *l) {
 static dp_worker *pick_worker(dp_coord *c, int queue) {
   dp_worker *best = NULL;
   for (dp_worker *w = c->workers; w; w = w->next)
-    if (w->nleases < queue && (!best || w->nleases < best->nleases)) best = w;
+    if (w->topping_up && w->nleases < queue && (!best || w->nleases < best->nleases)) best = w;
   return best;
 }
 
 static void lease_items(em_loader *l) {
   dp_coord *c = &l->c;
   if (!c->items) return;
+  /* Leases go out in bursts: a reader is topped up to worker_queue once it is down to
+   * half of it, not after every batch it sends. Two or more LEASE messages sent together
+   * cross to the reader in one wake-up of each side's I/O threads, where one at a time
+   * cost those wake-ups per batch; the reader still holds leases to work on meanwhile. */
+  int low = l->o.worker_queue - (l->o.worker_queue + 1) / 2;
+  for (dp_worker *w = c->workers; w; w = w->next) w->topping_up = w->nleases <= low;
   int64_t out = outstanding(l), max_out = out;
   while (out < l->o.prefetch) {
     while (c->next_pending < c->plan.n_items && c->items[c->next_pending].state != IT_PENDING) c->next_pending++;
@@ -462,11 +516,13 @@ static void lease_items(em_loader *l) {
     h.item = k;
     h.n = c->plan.item_len[k];
     h.flags = l->o.skip_bad ? DP_FLAG_SKIP_BAD : 0;
-    if (send_to(c, w, NULL, 0, &h, c->plan.ids + c->plan.item_pos[k], (size_t)h.n * sizeof(int64_t))) {
+    if (send_to2(c, w, NULL, 0, &h, c->plan.ids + c->plan.item_pos[k], (size_t)h.n * sizeof(int64_t),
+                 w->nfree ? w->free_slots : NULL, (size_t)w->nfree * sizeof(int64_t))) {
       if (errno != EHOSTUNREACH) break; /* its queue is full: later */
       lose_worker(l, w, "its connection closed");
       continue;
     }
+    w->nfree = 0; /* the slots went with the lease */
     w->leases[w->nleases++] = (dp_lease_ref){c->plan.id, k};
     c->items[k].leased_at = dp_now();
     c->items[k].state = IT_LEASED;
@@ -675,8 +731,10 @@ void *dp_coordinator_main(void *arg) {
       last_tick = now;
       tick(l, now);
     }
+    if (l->lender) dp_lender_drain(l->lender, slot_returned, c);
     push_ready(l);
     lease_items(l);
+    flush_slots(c);
   }
   dp_hdr bye = header(l, DP_BYE);
   while (c->workers) {

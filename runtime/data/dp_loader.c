@@ -167,6 +167,7 @@ em_status em_loader_create(em_loader **out, const em_loader_options *options) {
   } else {
     st = setup_sockets(l);
   }
+  if (!st && !(l->lender = dp_lender_new())) st = em_set_error(EM_ERR_MEMORY, OP ": out of memory");
   if (!st) {
     l->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (l->efd < 0) st = em_set_error(EM_ERR_RUNTIME, OP ": eventfd: %s", strerror(errno));
@@ -320,6 +321,7 @@ void em_loader_free(em_loader *l) {
     dp_plan_free(l->pending);
     free(l->pending);
   }
+  dp_lender_close(l->lender); /* tensors still lent keep their mapping; their slots go nowhere */
   free_argv(l);
   free(l->endpoints_opt);
   free(l->fingerprint);
@@ -481,9 +483,10 @@ em_status em_loader_next(em_loader *l, em_loader_batch **out, double timeout_s) 
     pthread_cond_timedwait(&l->cv, &l->mu, &ts);
   }
   l->stats.wait_s += dp_now() - t0;
-  /* A credit came back. While enough leases are out, the next batch to arrive wakes the
-   * coordinator anyway and it leases then: a wake-up per batch would only cost switches. */
-  int wake = l->stats.leased <= l->o.worker_queue || l->queued <= 1 || st;
+  /* A credit came back. While more leases are out than readers, the next batch to arrive
+   * wakes the coordinator anyway and it leases then (every turn does): a wake-up per batch
+   * would only cost switches. With a lease or less per reader, one may be about to idle. */
+  int wake = l->stats.leased <= (l->stats.workers > 0 ? l->stats.workers : 1) || st;
   pthread_mutex_unlock(&l->mu);
   if (wake) dp_wake(l->efd);
   return st;
@@ -494,6 +497,7 @@ void em_loader_get_stats(em_loader *l, em_loader_stats *out) {
   pthread_mutex_lock(&l->mu);
   *out = l->stats;
   pthread_mutex_unlock(&l->mu);
+  out->slots_lent = dp_lender_lent(l->lender);
 }
 
 /* ---------------------------------------------------------------- batches */

@@ -17,6 +17,8 @@
 
 #define DP_MAX_TENSORS 16
 #define DP_MAX_CHILDREN 256
+#define DP_FREE_SLOTS_MAX 64   /* slots given back in one message, at most */
+#define DP_FREE_SLOTS_BATCH 4  /* without a lease to carry them, slots go back this many at once */
 
 struct em_loader_batch {
   uint64_t generation;
@@ -71,6 +73,10 @@ typedef struct dp_worker {
   int nleases, cap;
   dp_lease_ref *leases;
   struct dp_shm_map *shm;
+  int64_t lent;          /* slots of its arena lent to batch tensors now */
+  int64_t free_slots[DP_FREE_SLOTS_MAX]; /* its shared-memory slots to give back */
+  int nfree;
+  int topping_up;        /* lease_items: this turn, it may get leases */
   int64_t batches;
   struct dp_worker *next;
 } dp_worker;
@@ -101,6 +107,7 @@ struct em_loader {
   pthread_t thread;
   int thread_started;
   int efd;
+  struct dp_lender *lender; /* shared-memory slots lent to batch tensors (dp_shm.c) */
   char dir[128];            /* private directory (ipc socket, spawn files) */
   char endpoints[1024];
 
@@ -129,9 +136,11 @@ struct em_loader {
 };
 
 /* dp_batch.c: frames f[0..4] (routing id, header, descriptions, ids, data or slot) of a
- * BATCH for a wanted item; NULL with why filled when something does not add up. */
-em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_worker *w, char *why,
-                                size_t why_cap);
+ * BATCH for a wanted item; NULL with why filled when something does not add up. *slot_lent
+ * is set when its shared-memory slot went to the tensors (and comes back through the
+ * lender, even when the batch failed): the caller must not give it back itself. */
+em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_worker *w, int *slot_lent,
+                                char *why, size_t why_cap);
 /* dp_coordinator.c */
 void *dp_coordinator_main(void *arg);
 void dp_batch_destroy(em_loader_batch *b);
@@ -139,8 +148,21 @@ void dp_plan_free(dp_plan *p);
 void dp_wake(int efd);
 /* Shared memory (dp_shm.c): the trainer's view of a reader's arena. */
 struct dp_shm_map;
-struct dp_shm_map *dp_shm_map_open(const char *name, int64_t pid, uint64_t bytes);
-void dp_shm_map_release(struct dp_shm_map *m);
+struct dp_shm_map *dp_shm_map_open(const char *name, int64_t pid, uint64_t bytes, uint64_t id);
+void dp_shm_map_retain(struct dp_shm_map *m);
+void dp_shm_map_release(struct dp_shm_map *m); /* the last reference unmaps */
+uint64_t dp_shm_map_id(const struct dp_shm_map *m);
+/* Slots lent to tensors (dp_shm.c): a loan per batch, released by its tensors' deleters
+ * from any thread; the coordinator drains what came back each turn. */
+typedef struct dp_lender dp_lender;
+typedef struct dp_loan dp_loan;
+dp_lender *dp_lender_new(void);
+void dp_lender_close(dp_lender *ln);
+int64_t dp_lender_lent(dp_lender *ln);
+dp_loan *dp_loan_new(dp_lender *ln, struct dp_shm_map *map, int64_t slot, int64_t bytes);
+void dp_loan_retain(dp_loan *o);
+void dp_loan_release(void *data, void *ctx);
+void dp_lender_drain(dp_lender *ln, void (*give)(void *ctx, struct dp_shm_map *map, int64_t slot), void *ctx);
 const void *dp_shm_map_data(const struct dp_shm_map *m);
 uint64_t dp_shm_map_bytes(const struct dp_shm_map *m);
 const char *dp_shm_map_name(const struct dp_shm_map *m);

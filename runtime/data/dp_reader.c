@@ -25,6 +25,7 @@
 #define OP "reader"
 #define RD_MAX_CONN 16
 #define RD_MAX_FRAMES 5
+#define RD_MAX_SLOTS_BACK 64 /* slot numbers in one SLOTS message or LEASE, at most */
 
 typedef struct rd_msg {
   struct rd_msg *next;
@@ -109,7 +110,8 @@ static int send_frames(void *sock, const dp_hdr *h, const void *extra, size_t n,
 }
 
 /* ---------------------------------------------------------------- the I/O thread */
-/* Under mu: a trainer went away; what was queued or lent to it is void. */
+/* Under mu: a trainer went away; what was queued for it is void. Slots it was sent stay out
+ * of use (LOST): the trainer, if it lives, may still have tensors viewing them. */
 static void forget_conn(em_reader *r, int ci) {
   r->conn[ci].welcomed = 0;
   for (rd_msg **p = &r->leases; *p;) {
@@ -125,7 +127,19 @@ static void forget_conn(em_reader *r, int ci) {
   for (rd_msg *m = r->leases; m; m = m->next) r->leases_tail = m;
   if (r->arena)
     for (int s = 0; s < r->arena->nslots; s++)
-      if (r->arena->state[s] == SLOT_SENT && r->arena->owner[s] == ci) r->arena->state[s] = SLOT_FREE;
+      if (r->arena->state[s] == SLOT_SENT && r->arena->owner[s] == ci) r->arena->state[s] = SLOT_LOST;
+}
+
+/* Under mu: slots a trainer gives back (a SLOTS message, or the third frame of a LEASE). */
+static void free_slots(em_reader *r, int ci, const zmq_msg_t *frame) {
+  size_t bytes = zmq_msg_size((zmq_msg_t *)frame);
+  if (!r->arena || bytes % sizeof(int64_t) || bytes > RD_MAX_SLOTS_BACK * sizeof(int64_t)) return;
+  int64_t s[RD_MAX_SLOTS_BACK]; /* copied: frames need not be aligned */
+  size_t n = bytes / sizeof(int64_t);
+  memcpy(s, zmq_msg_data((zmq_msg_t *)frame), bytes);
+  for (size_t i = 0; i < n; i++)
+    if (s[i] >= 0 && s[i] < r->arena->nslots && r->arena->owner[s[i]] == ci && r->arena->state[s[i]] == SLOT_SENT)
+      r->arena->state[s[i]] = SLOT_FREE;
 }
 
 static void on_trainer_message(em_reader *r, int ci, zmq_msg_t *f, int n) {
@@ -166,9 +180,10 @@ static void on_trainer_message(em_reader *r, int ci, zmq_msg_t *f, int n) {
       c->last_hello = 0;
       break;
     case DP_LEASE: {
-      if (!c->welcomed || h.session != c->session || n != 2 || h.n < 1 ||
+      if (!c->welcomed || h.session != c->session || (n != 2 && n != 3) || h.n < 1 ||
           zmq_msg_size(&f[1]) != (size_t)h.n * sizeof(int64_t))
         break;
+      if (n == 3) free_slots(r, ci, &f[2]);
       rd_msg *m = calloc(1, sizeof *m);
       if (m) m->ids = malloc(zmq_msg_size(&f[1]));
       if (!m || !m->ids) {
@@ -185,15 +200,7 @@ static void on_trainer_message(em_reader *r, int ci, zmq_msg_t *f, int n) {
       break;
     }
     case DP_SLOTS:
-      if (n == 2 && r->arena && h.n >= 0 && h.n <= DP_ARENA_SLOTS &&
-          zmq_msg_size(&f[1]) == (size_t)h.n * sizeof(int64_t)) {
-        int64_t s[DP_ARENA_SLOTS]; /* copied: frames need not be aligned */
-        memcpy(s, zmq_msg_data(&f[1]), (size_t)h.n * sizeof(int64_t));
-        for (int64_t i = 0; i < h.n; i++)
-          if (s[i] >= 0 && s[i] < r->arena->nslots && r->arena->owner[s[i]] == ci &&
-              r->arena->state[s[i]] == SLOT_SENT)
-            r->arena->state[s[i]] = SLOT_FREE;
-      }
+      if (n == 2 && h.n >= 0 && zmq_msg_size(&f[1]) == (size_t)h.n * sizeof(int64_t)) free_slots(r, ci, &f[1]);
       break;
     case DP_BYE:
       forget_conn(r, ci);
@@ -544,22 +551,25 @@ static int current(const em_reader *r, const em_lease *lease) {
 }
 
 /* A free slot of an arena big enough for `bytes`, making or remaking the arena while no
- * slot is in use; -1: send inline. */
+ * slot is sent or being filled (too small, or only LOST slots left); -1: send inline. */
 static int take_slot(em_reader *r, uint64_t bytes) {
   int slot = -1;
   pthread_mutex_lock(&r->mu);
   dp_arena *a = r->arena;
-  if (a && a->slot_bytes < bytes) {
-    int busy = 0;
-    for (int s = 0; s < a->nslots; s++) busy |= a->state[s] != SLOT_FREE;
-    if (!busy) {
-      dp_arena_destroy(a);
+  if (a) {
+    int busy = 0, free_slots = 0;
+    for (int s = 0; s < a->nslots; s++) {
+      busy |= a->state[s] == SLOT_SENT || a->state[s] == SLOT_FILLING;
+      free_slots += a->state[s] == SLOT_FREE;
+    }
+    if (!busy && (a->slot_bytes < bytes || !free_slots)) {
+      dp_arena_destroy(a); /* a trainer mapping it keeps its memory until it unmaps */
       r->arena = a = NULL;
     }
   }
-  if (!a) r->arena = a = dp_arena_create(bytes + bytes / 8, 8);
+  if (!a) r->arena = a = dp_arena_create(bytes + bytes / 8, 0);
   if (a && a->slot_bytes >= bytes)
-    for (int s = 0; s < a->nslots; s++)
+    for (int s = 0; s < a->nslots; s++) /* the lowest: recently used, likely still in cache */
       if (a->state[s] == SLOT_FREE) {
         a->state[s] = SLOT_FILLING;
         slot = s;
@@ -702,6 +712,8 @@ em_status em_reader_send(em_reader *r, const em_lease *lease, int64_t kept, cons
     memset(&ref, 0, sizeof ref);
     pthread_mutex_lock(&r->mu);
     snprintf(ref.name, sizeof ref.name, "%s", r->arena->name);
+    ref.arena_id = r->arena->id;
+    ref.nslots = r->arena->nslots;
     ref.arena_bytes = r->arena->bytes;
     ref.slot = r->slot;
     ref.offset = (uint64_t)r->slot * r->arena->slot_bytes;

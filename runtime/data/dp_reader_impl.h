@@ -4,12 +4,20 @@
 
 #include "dp_wire.h"
 
-#define DP_ARENA_SLOTS 16
+#define DP_ARENA_SLOTS 256
+/* An arena has as many slots as fit this many bytes (8 to DP_ARENA_SLOTS): the trainer
+ * lends slots to its batch tensors until Lua's collector frees them, which for small
+ * batches is after some 16 MB of tensors (lua/ember/tensor.lua, nudge_gc). */
+#define DP_ARENA_BYTES (32ull << 20)
 
-enum { SLOT_FREE, SLOT_FILLING, SLOT_SENT };
+/* LOST: sent to a trainer this reader has forgotten. That trainer may still read it (its
+ * tensors view it), so it is never filled again; an arena with nothing but LOST slots left
+ * is replaced by a new one (the old memory lives on in the trainer's mapping). */
+enum { SLOT_FREE, SLOT_FILLING, SLOT_SENT, SLOT_LOST };
 
 typedef struct dp_arena {
   char name[64];               /* /proc/<pid>/fd/<fd>: how a trainer on this host opens it */
+  uint64_t id;                 /* random: tells this arena from an earlier one with the same fd */
   int fd;                      /* a memfd */
   uint8_t *base;
   uint64_t bytes, slot_bytes;
@@ -18,6 +26,7 @@ typedef struct dp_arena {
   int owner[DP_ARENA_SLOTS];   /* the connection a SENT slot went to */
 } dp_arena;
 
+/* nslots 0: as many as fit DP_ARENA_BYTES, 8 to DP_ARENA_SLOTS. */
 dp_arena *dp_arena_create(uint64_t slot_bytes, int nslots);
 void dp_arena_destroy(dp_arena *a);
 

@@ -14,6 +14,7 @@
  *     REJECT     [hdr][reason text]
  *     RESET      [hdr]                        "who are you?": say hello again
  *     LEASE      [hdr][ids, int64 x n]        work item `item` of epoch `epoch`
+ *                [hdr][ids, int64 x n][slot numbers, int64 x k]  and shared-memory slots given back
  *     SLOTS      [hdr][slot numbers, int64 x n]  shared-memory slots read and free again
  *     HEARTBEAT  [hdr]
  *     BYE        [hdr]                        the trainer is closing
@@ -28,7 +29,7 @@
 #include "ember/data_pipeline.h"
 
 #define DP_MAGIC 0x50444d45u /* "EMDP" */
-#define DP_VERSION 1
+#define DP_VERSION 2 /* 2: a LEASE may carry slots given back; dp_shm_ref names its arena */
 #define DP_ALIGN 64          /* tensors start at multiples of this in a batch's bytes */
 
 enum dp_kind {
@@ -83,6 +84,8 @@ typedef struct dp_tdesc {
 
 typedef struct dp_shm_ref {
   char name[64];       /* the reader's arena: /proc/<pid>/fd/<memfd> */
+  uint64_t arena_id;   /* one per arena: a remade arena may get the old one's fd number */
+  int64_t nslots;      /* slots in the arena: how many the trainer may keep lent to tensors */
   uint64_t arena_bytes;
   int64_t slot;
   uint64_t offset;     /* of the slot in the arena */

@@ -303,6 +303,66 @@ describe('ember.data.Loader', function()
     for i = 1, 10 do assert.is_true(count[i] >= 1) end
   end)
 
+  it('lends shared-memory slots to batch tensors: kept batches stay intact, the rest come back', function()
+    local ffi = require 'ffi'
+    local dir = F.tmpdir()
+    local spec = F.npy_images(dir, 64, 8, 8)
+    local l = loader { dataset = spec, batch_size = 4, shuffle = true, seed = 5, num_workers = 1, timeout = 30 }
+    -- the pixels F.npy_images wrote for each id in the batch
+    local function intact(b)
+      local p, ids = ffi.cast('uint8_t *', b.x:data_ptr()), b.ids
+      for k = 0, ids:numel() - 1 do
+        local i = ids[k + 1]:item() - 1
+        for r = 0, 7 do
+          for c = 0, 7 do
+            if p[(k * 8 + r) * 8 + c] ~= (7 * i + 3 * r + c) % 256 then return false end
+          end
+        end
+      end
+      return true
+    end
+    -- 1: every batch of 20 epochs kept (320, more than the arena's slots): past the lending
+    -- limit the trainer copies, and the reader never stalls
+    local kept = {}
+    for e = 1, 20 do
+      for b in l:epoch(e) do
+        assert.is_true(intact(b))
+        kept[#kept + 1] = b
+      end
+    end
+    local s = l:stats()
+    assert.equal(320, s.batches)
+    assert.equal(320, s.shm_batches)
+    assert.is_true(s.shm_lent > 100 and s.shm_lent < 320, 'lent ' .. s.shm_lent)
+    assert.equal(s.shm_lent, s.slots_lent)
+    for _, b in ipairs(kept) do assert.is_true(intact(b)) end
+    -- 2: keep one batch in ten; the others go to the collector, their slots back to the
+    -- reader, which fills them again many times over while the kept ones must not change
+    local few = {}
+    for i = 1, #kept, 10 do few[#few + 1] = kept[i] end
+    kept = nil
+    collectgarbage()
+    collectgarbage()
+    local lent_kept = l:stats().slots_lent
+    assert.is_true(lent_kept <= #few)
+    for e = 21, 60 do
+      for b in l:epoch(e) do assert.is_true(intact(b)) end
+      collectgarbage()
+      for _, b in ipairs(few) do assert.is_true(intact(b)) end
+    end
+    s = l:stats()
+    assert.equal(960, s.shm_batches)   -- slots came back: the reader never had to send inline
+    assert.is_true(s.shm_lent >= 640 + 100, 'lent ' .. s.shm_lent)   -- lending resumed
+    assert.equal(lent_kept, s.slots_lent)   -- only the kept batches hold slots
+    -- 3: lent tensors outlive the loader and its reader, and are the trainer's to write
+    l:close()
+    collectgarbage()
+    for _, b in ipairs(few) do assert.is_true(intact(b)) end
+    local p = ffi.cast('uint8_t *', few[1].x:data_ptr())
+    p[0] = p[0] + 1
+    assert.is_false(intact(few[1]))
+  end)
+
   it('checks its options', function()
     local dir = F.tmpdir()
     local spec = F.npy_images(dir, 4, 2, 2)
