@@ -13,8 +13,10 @@
 --   local evens = dist.new_group{0, 2}     -- a subgroup: evens:all_reduce(t), evens:rank()
 --
 -- Backends: 'auto' picks 'mpi' when a launcher (ember launch, mpirun, srun) started the
--- process, else 'self' (a world of one process: scripts written for many ranks run on one
--- unchanged); collectives on CUDA tensors go to NCCL, connected on each group's first CUDA
+-- process, 'tcp' when it was started torchrun-style (RANK, WORLD_SIZE, MASTER_ADDR,
+-- MASTER_PORT set, no MPI: a ZeroMQ rendezvous at MASTER_ADDR:MASTER_PORT and collectives
+-- over TCP, runtime/dist/tcp_*.c), else 'self' (a world of one process: scripts written for
+-- many ranks run on one unchanged); collectives on CUDA tensors go to NCCL, connected on each group's first CUDA
 -- collective. 'nccl' is 'auto' with NCCL required (an error without the CUDA plugin, NCCL
 -- or a GPU): it makes GPU local_rank() mod the GPU count current and connects the world's
 -- communicator during init. 'mpi' reduces CPU tensors only. NCCL takes one GPU per rank:
@@ -70,7 +72,7 @@ local INIT_OPTS = option_set('backend', 'timeout')
 function dist.init(opts)
   check_opts('dist.init', opts, INIT_OPTS, 1)
   local backend = opts and opts.backend or 'auto'
-  if type(backend) ~= 'string' then throw('dist.init: backend must be a string (auto, mpi, self, nccl), got ' ..
+  if type(backend) ~= 'string' then throw('dist.init: backend must be a string (auto, mpi, tcp, self, nccl), got ' ..
     describe(backend)) end
   local timeout = opts and opts.timeout or 0
   if type(timeout) ~= 'number' or timeout < 0 or timeout ~= timeout then
@@ -84,7 +86,7 @@ function dist.is_initialized() return C.em_dist_is_initialized() ~= 0 end
 
 function dist.finalize() check(C.em_dist_finalize()) end
 
--- backend([device]): the backend of CPU tensors ('mpi', 'self'), or of device's tensors
+-- backend([device]): the backend of CPU tensors ('mpi', 'tcp', 'self'), or of device's tensors
 -- ('cuda': 'nccl' or 'self'); nil before init or when that device has none.
 function dist.backend(device)
   local name

@@ -119,6 +119,9 @@ const em_dist_backend *em_dist_group_backend(em_dist_group *g, em_device_type de
 
 /* The built-in backend for a world of one process (any device: its copies dispatch). */
 const em_dist_backend *em_dist_self_backend(void);
+/* The ZeroMQ backend for torchrun-style starts (runtime/dist/tcp_*.c); NULL in a build
+ * without ZeroMQ. */
+const em_dist_backend *em_dist_tcp_backend(void);
 /* The MPI plugin's entry point (libember_mpi.so). */
 typedef const em_dist_backend *(*em_dist_backend_entry)(void);
 

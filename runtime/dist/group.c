@@ -18,6 +18,9 @@
  *           (local_rank mod the device count) the current device and connects the world's
  *           communicator during init.
  *   'mpi'   CPU tensors only: a CUDA collective is an error that says which backend to use.
+ *   'tcp'   (or 'zmq') CPU collectives over ZeroMQ, for processes started torchrun-style
+ *           (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) without MPI: what 'auto' and 'nccl'
+ *           pick for such a start (runtime/dist/tcp_*.c). CPU tensors only when named.
  *
  * At exit (on_exit, which sees the exit status): status 0 finishes pending work and
  * finalizes MPI; any other status ends the whole job at once, because the other ranks may
@@ -248,17 +251,29 @@ static void exit_handler(int status, void *arg) {
 static em_status choose_backend(const char *name, const em_dist_env *env, const char **chosen, int *mode,
                                 const char **resolved) {
   int is_auto = !name || !*name || !strcmp(name, "auto"), is_nccl = name && !strcmp(name, "nccl");
+  int torchrun = !strcmp(env->launcher, "torchrun");
   if (is_auto || is_nccl) {
-    if (!strcmp(env->launcher, "torchrun") && env->world_size > 1)
+    /* torchrun-style (RANK/WORLD_SIZE, no MPI launcher): the ZeroMQ rendezvous at
+     * MASTER_ADDR:MASTER_PORT and CPU collectives over TCP (runtime/dist/tcp_*.c); NCCL's
+     * id then travels over those. */
+    if (torchrun && !em_dist_tcp_backend())
       return em_set_error(EM_ERR_UNSUPPORTED,
                           "dist.init: started torchrun-style (RANK/WORLD_SIZE set, %d processes) without an MPI "
-                          "launcher: ember's CPU collectives and NCCL's id exchange need MPI (start with `ember "
-                          "launch -n N`, mpirun or srun; a ZeroMQ rendezvous at MASTER_ADDR:MASTER_PORT is not "
-                          "implemented yet)",
+                          "launcher, but this ember was built without ZeroMQ (libzmq3-dev), which the rendezvous at "
+                          "MASTER_ADDR:MASTER_PORT needs; rebuild with it, or start with `ember launch -n N`, mpirun "
+                          "or srun",
                           env->world_size);
-    *chosen = strcmp(env->launcher, "none") ? "mpi" : "self";
+    *chosen = torchrun ? "tcp" : strcmp(env->launcher, "none") ? "mpi" : "self";
     *mode = is_nccl ? CUDA_NCCL : CUDA_AUTO;
     *resolved = is_nccl ? "nccl" : *chosen;
+    return EM_OK;
+  }
+  if (!strcmp(name, "tcp") || !strcmp(name, "zmq")) {
+    if (!em_dist_tcp_backend())
+      return em_set_error(EM_ERR_UNSUPPORTED, "dist.init: backend '%s' is not available: this ember was built "
+                          "without ZeroMQ (install libzmq3-dev and rebuild)", name);
+    *chosen = *resolved = "tcp";
+    *mode = CUDA_NONE;
     return EM_OK;
   }
   if (!strcmp(name, "mpi") || !strcmp(name, "self")) {
@@ -270,7 +285,7 @@ static em_status choose_backend(const char *name, const em_dist_env *env, const 
     *mode = !strcmp(name, "self") ? CUDA_AUTO : CUDA_NONE;
     return EM_OK;
   }
-  return em_set_error(EM_ERR_ARGUMENT, "dist.init: unknown backend '%s' (expected auto, mpi, self or nccl)", name);
+  return em_set_error(EM_ERR_ARGUMENT, "dist.init: unknown backend '%s' (expected auto, mpi, tcp, self or nccl)", name);
 }
 
 em_status em_dist_init(const char *backend, double timeout_s) {
@@ -299,6 +314,8 @@ em_status em_dist_init(const char *backend, double timeout_s) {
   const em_dist_backend *be = NULL;
   if (!strcmp(chosen, "self")) {
     be = em_dist_self_backend();
+  } else if (!strcmp(chosen, "tcp")) {
+    be = em_dist_tcp_backend();
   } else {
     if (finalized_mpi) {
       pthread_mutex_unlock(&init_lock);

@@ -8,13 +8,16 @@ dist.init { timeout = 30 }
 local rank, W = dist.rank(), dist.world_size()
 local check, equal, fails = U.check, U.equal, U.fails
 
-check(dist.backend() == 'mpi', 'backend %s', tostring(dist.backend()))
+-- under mpirun (ember launch) 'auto' picks MPI; started torchrun-style (RANK, WORLD_SIZE,
+-- MASTER_ADDR, MASTER_PORT: tests/dist/torchrun.py) it picks the ZeroMQ backend 'tcp'
+local env = dist.env()
+local B = env.launcher == 'torchrun' and 'tcp' or 'mpi'
+check(dist.backend() == B, 'backend %s, expected %s', tostring(dist.backend()), B)
 check(dist.backend('cuda') == 'nccl', 'auto: CUDA tensors go to NCCL (attached on first use), got %s',
   tostring(dist.backend('cuda')))
 check(W >= 2, 'run me on 2 or more ranks')
-local env = dist.env()
-check(env.rank == rank and env.world_size == W and env.launcher == 'openmpi', 'env() %d %d %s', env.rank,
-  env.world_size, env.launcher)
+check(env.rank == rank and env.world_size == W and env.launcher == (B == 'mpi' and 'openmpi' or 'torchrun'),
+  'env() %d %d %s', env.rank, env.world_size, env.launcher)
 check(dist.local_rank() == rank, 'local rank %d', dist.local_rank())
 dist.init()   -- a second init is harmless
 
@@ -228,12 +231,14 @@ do
   if ember.device_count('cuda') == 0 then
     fails(function() dist.init { backend = 'nccl' } end, { "'nccl' is not available", 'CUDA' }, 'nccl without a GPU')
   else
-    fails(function() dist.init { backend = 'nccl' } end, "already initialised with backend 'mpi', cannot switch to 'nccl'",
-      'nccl after mpi')
+    fails(function() dist.init { backend = 'nccl' } end, "already initialised with backend '" .. B ..
+      "', cannot switch to 'nccl'", 'nccl after ' .. B)
   end
   fails(function() dist.init { backend = 'gloo' } end, "unknown backend 'gloo'", 'gloo')
   fails(function() dist.init { backend = 'self' } end, "'self' runs a world of one process", 'self under a launcher')
-  fails(function() dist.init { backend = 'tcp' } end, "unknown backend 'tcp'", 'unknown backend')
+  local other = B == 'mpi' and 'tcp' or 'mpi'
+  fails(function() dist.init { backend = other } end, "already initialised with backend '" .. B ..
+    "', cannot switch to '" .. other .. "'", 'another backend')
   local freed = ember.ones(3)
   freed:free()
   fails(function() dist.all_reduce(freed) end, 'freed', 'freed tensor')

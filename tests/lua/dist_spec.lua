@@ -26,7 +26,13 @@ describe('before init', function()
   end)
 
   it('checks init options', function()
-    raises(function() dist.init { backend = 'tcp' } end, "dist.init: unknown backend 'tcp'")
+    raises(function() dist.init { backend = 'gloo' } end, "dist.init: unknown backend 'gloo'")
+    -- the ZeroMQ backend needs a torchrun-style start (or a build with ZeroMQ)
+    local ok, err = pcall(dist.init, { backend = 'tcp' })
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("backend 'tcp' needs WORLD_SIZE", 1, true) or
+      tostring(err):find('without ZeroMQ', 1, true), tostring(err))
+    assert.is_false(dist.is_initialized())
     if ember.device_count('cuda') == 0 then
       -- no GPU: refused with the reason, before anything starts
       raises(function() dist.init { backend = 'nccl' } end, "dist.init: backend 'nccl' is not available: ")

@@ -1,11 +1,13 @@
 -- ember.pipeline.distributed: the `distributed:` section of a pipeline file.
 --
 --   distributed:
---     backend: auto          # auto (nccl when device is cuda, else mpi), mpi, self (one process) or nccl
+--     backend: auto          # auto (nccl when device is cuda, else mpi, or tcp when started
+--                            # torchrun-style), mpi, tcp, self (one process) or nccl
 --     bucket_cap_mb: 25
 --     find_unused_parameters: false
 --     broadcast_buffers: true
 --     comm_hook: none        # none, fp16 or bf16: gradients travel compressed
+--     shared_memory: true    # ranks on one host sum CPU buckets in memory they all map
 --     timeout: 600           # seconds a collective may take before the job is aborted
 --
 --   ember launch -n 2 run pipelines/fashion_mnist_mlp.yaml
@@ -30,12 +32,13 @@ end
 
 M.jobs = { train = true }
 M.schema = S.record({
-  backend = S.enum({ 'auto', 'mpi', 'self', 'nccl' }, { default = 'auto' }),
+  backend = S.enum({ 'auto', 'mpi', 'tcp', 'self', 'nccl' }, { default = 'auto' }),
   bucket_cap_mb = S.number { gt = 0, default = 25, doc = 'gradient bucket size (the first bucket is 1 MB)' },
   find_unused_parameters = S.boolean { default = false },
   broadcast_buffers = S.boolean { default = true, doc = "rank 0's buffers (batch-norm statistics) each step" },
   gradient_as_bucket_view = S.boolean { default = true },
   comm_hook = S.enum({ 'none', 'fp16', 'bf16' }, { default = 'none' }),
+  shared_memory = S.boolean { default = true, doc = 'ranks on one host reduce CPU buckets in shared memory' },
   timeout = S.number { gt = 0, optional = true, doc = 'seconds a collective may take (default 600)' },
 }, launched and { default = {} } or { optional = true })
 
@@ -60,7 +63,7 @@ function M.setup(sec, cfg, ctx)
     return ember.nn.DistributedDataParallel(model, { bucket_cap_mb = sec.bucket_cap_mb,
       find_unused_parameters = sec.find_unused_parameters, broadcast_buffers = sec.broadcast_buffers,
       gradient_as_bucket_view = sec.gradient_as_bucket_view,
-      comm_hook = sec.comm_hook ~= 'none' and sec.comm_hook or nil })
+      comm_hook = sec.comm_hook ~= 'none' and sec.comm_hook or nil, shared_memory = sec.shared_memory })
   end
   if ctx.rank == 0 and ctx.world_size > 1 then
     local gpu = cfg.device ~= 'cpu' and dist.backend('cuda')
