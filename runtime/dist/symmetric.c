@@ -42,7 +42,7 @@
 #include "tensor/tensor_impl.h"
 
 #define SYMM_HEADER 4096   /* the control line, padded to a page so data stays page-aligned */
-#define SPIN_POLLS 4000    /* ~tens of microseconds of pause before yielding the core */
+#define SPIN_POLLS 2000    /* ~50-100 us of pause before yielding the core */
 #define YIELD_POLLS 2000   /* then sched_yield; then sleeps of growing length */
 #define MAX_SLEEP_NS 200000
 
@@ -58,6 +58,8 @@ struct em_dist_symm {
   size_t map_bytes;         /* header + data, page-rounded */
   char **base;              /* [size]: each member's segment in this process */
   uint64_t epoch;           /* this rank's count of meetings */
+  long spin_polls;          /* 0 when the members outnumber the cores: spinning would only
+                             * keep a waited-for rank off its core */
 };
 
 /* ---------------------------------------------------------------- set-up */
@@ -177,6 +179,7 @@ em_status em_dist_symm_new(em_dist_group *g, int64_t bytes, em_dist_symm **out, 
   if ((st = em_dist_post(g, EM_DIST_OP_ALL_REDUCE, flag, flag, EM_DIST_MIN, -1, 0, NULL))) goto done;
   if (((int64_t *)em_tensor_data(flag))[0] == 1) {
     s->group = g;
+    s->spin_polls = g->size <= sysconf(_SC_NPROCESSORS_ONLN) ? SPIN_POLLS : 0;
     em_dist_group_retain(g);
     *out = s;
     s = NULL;
@@ -243,13 +246,13 @@ static em_status meet(em_dist_symm *s, uint64_t e, em_dist_work *w) {
     long polls = 0, sleep_ns = 1000;
     while (atomic_load_explicit(peer, memory_order_acquire) < e) {
       polls++;
-      if (polls < SPIN_POLLS) {
+      if (polls < s->spin_polls) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
         continue;
       }
-      if (polls < SPIN_POLLS + YIELD_POLLS) sched_yield();
+      if (polls < s->spin_polls + YIELD_POLLS) sched_yield();
       else {
         nap(sleep_ns);
         if (sleep_ns < MAX_SLEEP_NS) sleep_ns *= 2;

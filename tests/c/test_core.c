@@ -274,6 +274,26 @@ static void test_from_blob_and_free(void **state) {
   em_tensor_release(f);
 }
 
+/* Large CPU blocks are cached by size (runtime/cpu/backend.c): a freed one comes back for
+ * the next request of the same rounded size, and a request of another size gets other
+ * memory; a reused block holds what its new owner writes. */
+static void test_large_block_reuse(void **state) {
+  (void)state;
+  int64_t n = (int64_t)3 << 20, m = (int64_t)5 << 20; /* 12 MB and 20 MB of float32 */
+  em_tensor *a = NULL, *b = NULL, *c = NULL;
+  assert_int_equal(em_full(&a, 1, &n, 1.5, EM_FLOAT32, CPU), EM_OK);
+  void *pa = em_tensor_data(a);
+  em_tensor_release(a);
+  assert_int_equal(em_empty(&b, 1, &m, EM_FLOAT32, CPU), EM_OK);
+  assert_ptr_not_equal(em_tensor_data(b), pa);
+  assert_int_equal(em_full(&c, 1, &n, 2.5, EM_FLOAT32, CPU), EM_OK);
+  assert_ptr_equal(em_tensor_data(c), pa);
+  const float *v = em_tensor_data(c);
+  assert_true(v[0] == 2.5f && v[n - 1] == 2.5f);
+  em_tensor_release(b);
+  em_tensor_release(c);
+}
+
 static void test_as_strided_bounds(void **state) {
   (void)state;
   em_tensor *a = NULL, *v = NULL;
@@ -297,6 +317,7 @@ int main(void) {
       cmocka_unit_test(test_large_copy_parallel),
       cmocka_unit_test(test_from_blob_and_free),
       cmocka_unit_test(test_as_strided_bounds),
+      cmocka_unit_test(test_large_block_reuse),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
