@@ -169,16 +169,17 @@ static void test_matmul_out_layouts(void **state) {
     }
 }
 
-/* Bigger shapes against a plain loop: tiny GEMMs in a batch (parallel over batches), a
- * mid-size one (OpenBLAS threads it), permuted batch dims. */
+/* Bigger shapes against a plain loop: tiny GEMMs in a batch (parallel over batches), mid-
+ * size ones cut into slabs of rows or of columns, one per thread (sizes that are not
+ * multiples of the 16-row slab alignment, transposed operands), permuted batch dims. */
 static void test_matmul_against_loop(void **state) {
   (void)state;
-  const int64_t shapes[][4] = {{64, 8, 8, 8}, {1, 100, 200, 50}, {3, 33, 17, 65}};
-  for (int s = 0; s < 3; s++) {
+  const int64_t shapes[][4] = {{64, 8, 8, 8}, {1, 100, 200, 50}, {3, 33, 17, 65}, {1, 130, 70, 150}, {1, 150, 40, 131}};
+  for (int s = 0; s < 5; s++) {
     int64_t B = shapes[s][0], M = shapes[s][1], K = shapes[s][2], N = shapes[s][3];
     int64_t sa[3] = {B, M, K}, sb[3] = {B, K, N};
-    em_tensor *a = make(3, sa, EM_FLOAT64, s == 2 ? TRANSPOSED : CONTIGUOUS, 1);
-    em_tensor *b = make(3, sb, EM_FLOAT64, s == 2 ? STRIDED : CONTIGUOUS, 2), *r = NULL;
+    em_tensor *a = make(3, sa, EM_FLOAT64, s == 2 || s == 4 ? TRANSPOSED : CONTIGUOUS, 1);
+    em_tensor *b = make(3, sb, EM_FLOAT64, s == 2 ? STRIDED : s == 3 ? TRANSPOSED : CONTIGUOUS, 2), *r = NULL;
     assert_int_equal(em_bmm(&r, a, b), EM_OK);
     double *expected = calloc((size_t)(B * M * N), sizeof(double));
     for (int64_t q = 0; q < B; q++)
