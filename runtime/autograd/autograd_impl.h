@@ -67,6 +67,7 @@ typedef struct em_autograd_meta {
   em_leaf_hook_entry *hooks;
   int n_hooks, cap_hooks;
   em_tensor *self;              /* the tensor this record belongs to (weak) */
+  em_tensor *grad_dest;         /* em_set_grad_destination (strong), or NULL */
 } em_autograd_meta;
 
 /* ---- for differentiable ops ---- */
@@ -88,6 +89,11 @@ void em_node_release(em_node *n);
 /* Frees saved tensors and custom state (after a backward without retain_graph). */
 void em_node_drop_saved(em_node *n);
 static inline bool em_node_needs_input_grad(const em_node *n, int i) { return n->next[i].node != NULL; }
+/* The tensor input i's gradient may be written into (a new reference), or NULL: its
+ * leaf's grad destination, when input i is a leaf that has no .grad, no gradient from
+ * elsewhere in this backward yet, and a destination of shape `shape` and dtype `dtype`.
+ * A backward function that fills it returns it as the input's gradient. */
+em_tensor *em_node_grad_destination(const em_node *n, int i, int ndim, const int64_t *shape, em_dtype dtype);
 /* Sums grad over broadcast dims so that it has the given shape (new reference). */
 em_status em_ag_sum_to(em_tensor **out, const em_tensor *grad, int ndim, const int64_t *shape);
 /* Takes over g and stores in *slot its sum over broadcast dims cast to input i's dtype. */

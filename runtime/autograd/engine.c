@@ -87,7 +87,8 @@ static em_status run_accumulator(em_node *n) {
   if (m->grad) {
     em_tensor *acc = m->grad;
     if ((st = em_binary(EM_ADD, &acc, m->grad, g))) return st; /* in place */
-  } else if (g->dtype != leaf->dtype || !em_tensor_is_contiguous(g) || atomic_load(&g->refcount) > 1) {
+  } else if (g != m->grad_dest &&
+             (g->dtype != leaf->dtype || !em_tensor_is_contiguous(g) || atomic_load(&g->refcount) > 1)) {
     /* Own a fresh contiguous copy: the buffer may alias a saved tensor or a broadcast view. */
     if ((st = em_to(&m->grad, g, leaf->dtype, leaf->storage->device))) return st;
     if (m->grad == g) {

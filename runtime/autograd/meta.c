@@ -137,6 +137,7 @@ em_status em_node_save(em_node *n, int slot, const em_tensor *t) {
 static void meta_free(void *p) {
   em_autograd_meta *m = p;
   em_tensor_release(m->grad);
+  em_tensor_release(m->grad_dest);
   if (m->grad_fn) {
     for (int k = 0; k < EM_NODE_MAX_OUTPUTS; k++)
       if (m->grad_fn->retain[k] == m->self) m->grad_fn->retain[k] = NULL;
@@ -231,6 +232,41 @@ em_status em_set_grad(em_tensor *t, em_tensor *grad) {
   em_tensor_release(m->grad);
   m->grad = grad;
   return EM_OK;
+}
+
+em_status em_set_grad_destination(em_tensor *leaf, em_tensor *dest) {
+  em_status st = em_check_tensor("set_grad_destination", leaf, "tensor");
+  if (st) return st;
+  if (dest) {
+    if ((st = em_check_tensor("set_grad_destination", dest, "destination"))) return st;
+    if (dest->ndim != leaf->ndim || memcmp(dest->sizes, leaf->sizes, sizeof(int64_t) * leaf->ndim) ||
+        dest->dtype != leaf->dtype || !em_tensor_is_contiguous(dest) ||
+        dest->storage->device.type != leaf->storage->device.type ||
+        dest->storage->device.index != leaf->storage->device.index)
+      return em_set_error(EM_ERR_ARGUMENT,
+                          "set_grad_destination: the destination (%s %s) must be contiguous, with the tensor's shape "
+                          "%s, dtype %s and device", em_dtype_name(dest->dtype), EM_SHAPE(dest), EM_SHAPE(leaf),
+                          em_dtype_name(leaf->dtype));
+  }
+  em_autograd_meta *m = em_ag_meta(leaf, dest != NULL);
+  if (!m) return dest ? em_set_error(EM_ERR_MEMORY, "set_grad_destination: out of memory") : EM_OK;
+  em_tensor_retain(dest);
+  em_tensor_release(m->grad_dest);
+  m->grad_dest = dest;
+  return EM_OK;
+}
+
+em_tensor *em_node_grad_destination(const em_node *n, int i, int ndim, const int64_t *shape, em_dtype dtype) {
+  const em_node *acc = n->next[i].node;
+  if (!acc || acc->backward || !acc->leaf) return NULL;   /* not a leaf's accumulator */
+  const em_autograd_meta *m = acc->leaf->autograd;
+  em_tensor *d = m ? m->grad_dest : NULL;
+  /* not when a gradient for the leaf arrived already in this backward: it may be d itself */
+  if (!d || m->grad || (acc->buffer && acc->buffer[0]) || d->dtype != dtype || d->ndim != ndim ||
+      memcmp(d->sizes, shape, sizeof(int64_t) * ndim))
+    return NULL;
+  em_tensor_retain(d);
+  return d;
 }
 
 em_status em_retain_grad(em_tensor *t) {

@@ -157,6 +157,9 @@ em_status em_ddp_build_buckets(em_ddp *d, const int *order) {
     p->offset = views[i]->offset;
     em_tensor_release(p->view);
     p->view = views[i];
+    /* ops that can write a gradient in place (linear) write it into the bucket: the hook
+     * then finds .grad already there, with nothing to copy */
+    if (d->o.gradient_as_bucket_view && em_set_grad_destination(p->param, p->view)) em_clear_error();
   }
   em_ddp_free_buckets(d->b, d->nb);
   d->b = b;

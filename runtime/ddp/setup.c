@@ -201,6 +201,8 @@ void em_ddp_release(em_ddp *d) {
     ddp_param *p = &d->p[i];
     if (p->param) {
       if (p->hook_id > 0) em_remove_leaf_hook(p->param, p->hook_id);
+      em_autograd_meta *m = p->param->autograd;
+      if (m && p->view && m->grad_dest == p->view) em_set_grad_destination(p->param, NULL);
       em_tensor_release(p->param);
     }
     em_tensor_release(p->view);

@@ -14,7 +14,10 @@ static em_status linear_backward(em_node *n, em_tensor *const *go, em_tensor **g
     st = em_nn_set_grad(n, 0, gx, &gi[0]);
     gx = NULL;
   }
-  if (!st && em_node_needs_input_grad(n, 1) && !(st = em_transpose(&g2t, g2, 0, 1)) && !(st = em_mm(&gw, g2t, x2))) {
+  /* the weight's gradient is written into its grad destination when it has one (a DDP
+   * bucket's slice): no copy into the bucket afterwards */
+  if (!st && em_node_needs_input_grad(n, 1) && !(st = em_transpose(&g2t, g2, 0, 1)) &&
+      !(gw = em_node_grad_destination(n, 1, 2, w->sizes, g2->dtype), st = em_mm(&gw, g2t, x2))) {
     gi[1] = gw;
     gw = NULL;
   }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include "ember/autograd.h"
 #include "ember/nn.h"
 #include "gradcheck.h"
 
@@ -787,6 +788,63 @@ static void test_thread_independence(void **state) {
 }
 
 /* A failed check can leave grad mode off or two threads on: each test starts afresh. */
+/* A weight with a grad destination (what DDP sets to its bucket slice) gets linear's
+ * gradient written there, with the values of the gradient made without one; a weight used
+ * twice, or one that already has a .grad, gets a gradient of its own as before. */
+static void test_linear_grad_destination(void **state) {
+  (void)state;
+  int64_t sx[2] = {5, 3}, sw[2] = {4, 3};
+  em_tensor *x = randn64(2, sx, 0), *w = randn64(2, sw, 1), *dest = NULL, *y = NULL, *y2 = NULL, *s = NULL;
+  /* the reference gradient, without a destination */
+  assert_int_equal(em_nn_linear(&y, x, w, NULL), EM_OK);
+  assert_int_equal(em_ag_reduce(EM_SUM, &s, NULL, y, NULL, 0, 0, 0), EM_OK);
+  assert_int_equal(em_backward(s, NULL, 0), EM_OK);
+  em_tensor *want = em_grad(w);
+  em_tensor_release(y), em_tensor_release(s), y = s = NULL;
+  assert_int_equal(em_set_grad(w, NULL), EM_OK);
+  /* into the destination */
+  assert_int_equal(em_full(&dest, 2, sw, NAN, EM_FLOAT64, (em_device){EM_CPU, 0}), EM_OK);
+  assert_int_equal(em_set_grad_destination(w, dest), EM_OK);
+  assert_int_equal(em_nn_linear(&y, x, w, NULL), EM_OK);
+  assert_int_equal(em_ag_reduce(EM_SUM, &s, NULL, y, NULL, 0, 0, 0), EM_OK);
+  assert_int_equal(em_backward(s, NULL, 0), EM_OK);
+  em_tensor *g = em_grad(w);
+  assert_ptr_equal(em_tensor_data(g), em_tensor_data(dest));
+  for (int i = 0; i < 12; i++)
+    assert_float_equal(((double *)em_tensor_data(g))[i], ((double *)em_tensor_data(want))[i], 1e-12);
+  em_tensor_release(g), em_tensor_release(y), em_tensor_release(s), y = s = NULL;
+  /* a second backward accumulates into .grad (it exists now): twice the gradient */
+  assert_int_equal(em_nn_linear(&y, x, w, NULL), EM_OK);
+  assert_int_equal(em_ag_reduce(EM_SUM, &s, NULL, y, NULL, 0, 0, 0), EM_OK);
+  assert_int_equal(em_backward(s, NULL, 0), EM_OK);
+  g = em_grad(w);
+  for (int i = 0; i < 12; i++)
+    assert_float_equal(((double *)em_tensor_data(g))[i], 2 * ((double *)em_tensor_data(want))[i], 1e-12);
+  em_tensor_release(g), em_tensor_release(y), em_tensor_release(s), y = s = NULL;
+  /* the weight used twice in one graph, on x and on 2x: the sum of both uses (3 times the
+   * gradient), not the second use written over the first */
+  assert_int_equal(em_set_grad(w, NULL), EM_OK);
+  em_tensor *x2 = NULL;
+  assert_int_equal(em_binary_scalar(EM_MUL, &x2, x, 2.0, 0), EM_OK);
+  assert_int_equal(em_nn_linear(&y, x, w, NULL), EM_OK);
+  assert_int_equal(em_nn_linear(&y2, x2, w, NULL), EM_OK);
+  em_tensor *both = NULL;
+  assert_int_equal(em_ag_binary(EM_ADD, &both, y, y2), EM_OK);
+  assert_int_equal(em_ag_reduce(EM_SUM, &s, NULL, both, NULL, 0, 0, 0), EM_OK);
+  assert_int_equal(em_backward(s, NULL, 0), EM_OK);
+  g = em_grad(w);
+  for (int i = 0; i < 12; i++)
+    assert_float_equal(((double *)em_tensor_data(g))[i], 3 * ((double *)em_tensor_data(want))[i], 1e-12);
+  em_tensor_release(x2);
+  /* a destination of another shape is refused */
+  int64_t bad[2] = {3, 4};
+  em_tensor *wrong = NULL;
+  assert_int_equal(em_zeros(&wrong, 2, bad, EM_FLOAT64, (em_device){EM_CPU, 0}), EM_OK);
+  assert_int_equal(em_set_grad_destination(w, wrong), EM_ERR_ARGUMENT);
+  em_tensor *tmp[] = {g, y, y2, both, s, x, w, dest, want, wrong};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++) em_tensor_release(tmp[i]);
+}
+
 static int fresh(void **state) {
   (void)state;
   em_set_grad_enabled(1);
@@ -800,7 +858,7 @@ int main(void) {
       T(test_conv_pool_forward), T(test_norm_linear_embedding_forward), T(test_loss_forward),
       T(test_gradcheck_conv_pool_linear), T(test_gradcheck_norm_dropout_embedding), T(test_gradcheck_losses),
       T(test_errors), T(test_empty_and_ignored), T(test_dropout), T(test_conv_float32_and_threads),
-      T(test_thread_independence),
+      T(test_thread_independence), T(test_linear_grad_destination),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,6 +36,13 @@ int em_is_leaf(const em_tensor *t);
 em_tensor *em_grad(const em_tensor *t);
 em_status em_set_grad(em_tensor *t, em_tensor *grad);   /* grad may be NULL (set to none) */
 em_status em_retain_grad(em_tensor *t);                  /* keep .grad on a non-leaf */
+/* Where a leaf's gradient should be written when backward finds it without a .grad: ops
+ * that can (linear's weight gradient) write their result straight into dest, which
+ * becomes .grad with no copy. The data-parallel reducer points each parameter at its slice
+ * of a bucket, so that gradients are born in the bucket. dest must have the leaf's shape
+ * and dtype and be contiguous; NULL clears it. Its memory is overwritten by any backward
+ * that starts the leaf's gradient afresh. */
+em_status em_set_grad_destination(em_tensor *leaf, em_tensor *dest);
 const char *em_grad_fn_name(const em_tensor *t);          /* NULL for leaves */
 em_status em_detach(em_tensor **out, const em_tensor *a);  /* shares storage, no history */
 
