@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include "ember/core.h"
 #include "ember/cuda.h"
 
@@ -87,6 +88,14 @@ __attribute__((constructor)) static void ember_init(void) { init_threads_from_en
 
 static atomic_llong bytes_allocated;
 static atomic_llong bytes_peak;
+
+int64_t em_parallel_grain = 32768;
+
+__attribute__((constructor)) static void choose_parallel_grain(void) {
+  const char *v = getenv("EMBER_PARALLEL_GRAIN"), *wait = getenv("OMP_WAIT_POLICY");
+  if (v && atoll(v) > 0) em_parallel_grain = atoll(v);
+  else em_parallel_grain = wait && !strcasecmp(wait, "passive") ? 32768 : 8192;
+}
 
 void em_memory_count(int64_t delta) {
   long long now = atomic_fetch_add(&bytes_allocated, delta) + delta;
