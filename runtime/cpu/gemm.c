@@ -158,6 +158,7 @@ static mat matrix_of(const em_tensor *t) {
  * OpenBLAS's kernels. Beyond SPLIT_MAX, OpenBLAS's threading is left to it. */
 #define SPLIT_MAX ((int64_t)1 << 28)
 #define SPLIT_MIN_SLAB 32
+#define SPLIT_MAX_SHARED ((int64_t)1 << 20)
 
 static mat slab(mat m, int rows_not_cols, int64_t from, int64_t to, size_t es) {
   if (rows_not_cols) {
@@ -181,6 +182,9 @@ static int run_split(const gemm_job *job, int threads) {
   /* every thread packs the whole of the operand it does not split: duplicate the smaller
    * (a slab of rows shares b, K x N; a slab of columns shares a, M x K) */
   int by_rows = rows_ok && (!cols_ok || M > N);
+  /* ... and only when that copy stays small next to a core's cache: packing a large
+   * operand twice costs more than OpenBLAS's meetings (the CNN's 128 x 3136 layer) */
+  if ((by_rows ? K * N : M * K) * (int64_t)em_dtype_size(job->dtype) > SPLIT_MAX_SHARED) return 0;
   int64_t len = by_rows ? M : N;
   size_t es = em_dtype_size(job->dtype);
 #pragma omp parallel num_threads(threads)
