@@ -67,6 +67,14 @@ if(EMBER_HAVE_MPI AND EMBER_MPIRUN)
         ENVIRONMENT "${dist_env}")
     endforeach()
   endforeach()
+  # the same collectives with shared memory off: plain all_reduce and DDP buckets through MPI
+  foreach(script collectives ddp)
+    add_test(NAME dist/${script}_np2_no_shm
+      COMMAND $<TARGET_FILE:ember_host> launch -n 2 --threads 1 ${CMAKE_CURRENT_SOURCE_DIR}/dist/${script}.lua
+      WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+    set_tests_properties(dist/${script}_np2_no_shm PROPERTIES TIMEOUT 90 RESOURCE_LOCK ember_mpi
+      ENVIRONMENT "${dist_env};EMBER_DIST_SHM=0")
+  endforeach()
   # NCCL (tests/dist/nccl_*.lua, against MPI on the CPU): one GPU per rank, so the scripts
   # exit 77 (skipped) when there are fewer GPUs than ranks; one GPU runs the 1-rank cases.
   if(EMBER_HAVE_CUDA AND EMBER_NCCL_LIBRARY AND EMBER_NCCL_INCLUDE_DIR)
@@ -113,3 +121,25 @@ add_test(NAME readme/lua_blocks
   COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/readme/check_readme.py $<TARGET_FILE:ember_host>
           ${CMAKE_SOURCE_DIR}/README.md)
 set_tests_properties(readme/lua_blocks PROPERTIES ENVIRONMENT "EMBER_NUM_THREADS=2")
+
+# ---- torchrun-style starts without MPI: the ZeroMQ backend ('tcp', runtime/dist/tcp_*.c).
+# The dist/ scripts on 2 and 4 local processes given RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT
+# (tests/dist/torchrun.py, a free port each), and its failure cases: killed, stopped and busy
+# ranks, bad start-ups (tests/dist/tcp_failures.py). Share the dist tests' lock.
+find_package(Python3 COMPONENTS Interpreter)
+if(EMBER_HAVE_ZMQ AND Python3_Interpreter_FOUND)
+  foreach(script collectives ddp)
+    foreach(np 2 4)
+      add_test(NAME dist/tcp_${script}_np${np}
+        COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/dist/torchrun.py $<TARGET_FILE:ember_host> ${np}
+                ${CMAKE_CURRENT_SOURCE_DIR}/dist/${script}.lua
+        WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+      set_tests_properties(dist/tcp_${script}_np${np} PROPERTIES TIMEOUT 120 RESOURCE_LOCK ember_mpi
+        ENVIRONMENT "${dist_env}")
+    endforeach()
+  endforeach()
+  add_test(NAME dist/tcp_failures
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/dist/tcp_failures.py $<TARGET_FILE:ember_host>)
+  set_tests_properties(dist/tcp_failures PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 RESOURCE_LOCK ember_mpi
+    ENVIRONMENT "${dist_env}")
+endif()

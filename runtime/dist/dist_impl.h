@@ -96,6 +96,8 @@ struct em_dist_group {
   atomic_llong completed;    /* collectives completed */
   const em_dist_backend *backend[EM_NUM_DEVICE_TYPES];
   void *impl[EM_NUM_DEVICE_TYPES];
+  struct em_dist_symm *symm; /* scratch in symmetric memory for plain CPU all_reduce */
+  int symm_state;            /* 0 not tried, 1 symm ready, -1 the ranks cannot share memory */
   char name[48];
 };
 
@@ -154,5 +156,9 @@ em_status em_dist_symm_tensor(em_tensor **out, em_dist_symm *s, em_dtype dtype, 
  * order relative to its other collectives on s's group. started/finished (may be NULL)
  * receive em_dist_now() at entry and exit. */
 em_status em_dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, double *started, double *finished);
+/* A blocking all_reduce of t on g through g's scratch symmetric memory: returns 1 when it
+ * ran (*st says how), 0 when it does not apply (not a CPU tensor of a supported dtype, or
+ * g's ranks cannot share memory): then the caller posts it to the backend. */
+int em_dist_symm_try_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, em_status *st);
 
 #endif

@@ -48,6 +48,8 @@
 
 typedef struct symm_ctl {
   _Atomic uint64_t epoch;   /* 2k-1: bucket k written; 2k: slice of allreduce k reduced */
+  int64_t numel;            /* this rank's allreduce k, published with epoch 2k-1 so that */
+  int32_t dtype, op;        /* the others can refuse a mismatched call instead of summing garbage */
 } symm_ctl;
 
 struct em_dist_symm {
@@ -58,6 +60,7 @@ struct em_dist_symm {
   size_t map_bytes;         /* header + data, page-rounded */
   char **base;              /* [size]: each member's segment in this process */
   uint64_t epoch;           /* this rank's count of meetings */
+  int group_weak;           /* the group owns this symm (its scratch): no reference back */
   long spin_polls;          /* 0 when the members outnumber the cores: spinning would only
                              * keep a waited-for rank off its core */
 };
@@ -205,7 +208,7 @@ void em_dist_symm_retain(em_dist_symm *s) {
 void em_dist_symm_release(em_dist_symm *s) {
   if (!s || atomic_fetch_sub(&s->refcount, 1) != 1) return;
   unmap_all(s);
-  em_dist_group_release(s->group);
+  if (!s->group_weak) em_dist_group_release(s->group);
   free(s);
 }
 
@@ -237,9 +240,16 @@ static void nap(long ns) {
 }
 
 /* Announces epoch e and waits until every member has. On timeout the group's CPU backend
- * explains who is missing and ends the job; without such a backend, an error. */
+ * explains who is missing and ends the job; without such a backend, an error. At an odd
+ * epoch (data written) each member's call is compared with this one's. */
 static em_status meet(em_dist_symm *s, uint64_t e, em_dist_work *w) {
-  atomic_store_explicit(&ctl(s, s->rank)->epoch, e, memory_order_release);
+  symm_ctl *mine = ctl(s, s->rank);
+  if (e & 1) {
+    mine->numel = em_tensor_numel(w->in);
+    mine->dtype = (int32_t)w->in->dtype;
+    mine->op = (int32_t)w->redop;
+  }
+  atomic_store_explicit(&mine->epoch, e, memory_order_release);
   for (int r = 0; r < s->size; r++) {
     if (r == s->rank) continue;
     _Atomic uint64_t *peer = &ctl(s, r)->epoch;
@@ -267,32 +277,68 @@ static em_status meet(em_dist_symm *s, uint64_t e, em_dist_work *w) {
                             what, em_dist_now() - w->posted_at, s->rank, r);
       }
     }
+    const symm_ctl *theirs = ctl(s, r);
+    if ((e & 1) && (theirs->numel != mine->numel || theirs->dtype != mine->dtype || theirs->op != mine->op)) {
+      char what[320];
+      em_dist_describe(w, what, sizeof what);
+      return em_set_error(EM_ERR_ARGUMENT,
+                          "ember.dist: %s: rank %d called it with %lld elements of %s (%s), rank %d with %lld of %s "
+                          "(%s): every rank must pass the same shape, dtype and operation", what, r,
+                          (long long)theirs->numel, em_dtype_name((em_dtype)theirs->dtype),
+                          em_dist_redop_name((em_dist_redop)theirs->op), s->rank, (long long)mine->numel,
+                          em_dtype_name((em_dtype)mine->dtype), em_dist_redop_name((em_dist_redop)mine->op));
+    }
   }
   return EM_OK;
 }
 
 /* ---------------------------------------------------------------- allreduce */
 
-#define BLOCK 512   /* elements summed in registers/L1 before being written back to every rank */
+#define BLOCK 512   /* elements combined in registers/L1 before being written back to every rank */
 
-#define DEFINE_REDUCE(NAME, T)                                                                      \
-  static void NAME(char *const *base, int n, int64_t byte_off, int64_t lo, int64_t hi, T scale) { \
-    T acc[BLOCK];                                                                                 \
-    for (int64_t i = lo; i < hi; i += BLOCK) {                                                    \
-      int64_t m = hi - i < BLOCK ? hi - i : BLOCK;                                                \
-      const T *a = (const T *)(base[0] + byte_off) + i, *b = (const T *)(base[1] + byte_off) + i; \
-      for (int64_t k = 0; k < m; k++) acc[k] = a[k] + b[k];                                       \
-      for (int r = 2; r < n; r++) {                                                               \
-        const T *c = (const T *)(base[r] + byte_off) + i;                                         \
-        for (int64_t k = 0; k < m; k++) acc[k] += c[k];                                           \
-      }                                                                                           \
-      if (scale != 1)                                                                             \
-        for (int64_t k = 0; k < m; k++) acc[k] *= scale;                                          \
-      for (int r = 0; r < n; r++) memcpy((T *)(base[r] + byte_off) + i, acc, sizeof(T) * m);      \
-    }                                                                                             \
+/* Combines elements [lo, hi) of the n members' buffers at byte offset off, in rank order,
+ * times scale (floats), into every member's buffer. */
+#define DEFINE_REDUCE(NAME, T)                                                                          \
+  static void NAME(char *const *base, int n, int64_t off, int64_t lo, int64_t hi, em_dist_redop op,    \
+                   double scale) {                                                                    \
+    T acc[BLOCK];                                                                                     \
+    const T sc = (T)scale;                                                                            \
+    for (int64_t i = lo; i < hi; i += BLOCK) {                                                        \
+      int64_t m = hi - i < BLOCK ? hi - i : BLOCK;                                                    \
+      memcpy(acc, (const T *)(base[0] + off) + i, sizeof(T) * m);                                     \
+      for (int r = 1; r < n; r++) {                                                                   \
+        const T *c = (const T *)(base[r] + off) + i;                                                  \
+        switch (op) {                                                                                 \
+          case EM_DIST_MAX: for (int64_t k = 0; k < m; k++) acc[k] = c[k] > acc[k] ? c[k] : acc[k]; break; \
+          case EM_DIST_MIN: for (int64_t k = 0; k < m; k++) acc[k] = c[k] < acc[k] ? c[k] : acc[k]; break; \
+          case EM_DIST_PRODUCT: for (int64_t k = 0; k < m; k++) acc[k] *= c[k]; break;                \
+          default: for (int64_t k = 0; k < m; k++) acc[k] += c[k]; break;                             \
+        }                                                                                             \
+      }                                                                                               \
+      if (sc != (T)1)                                                                                 \
+        for (int64_t k = 0; k < m; k++) acc[k] *= sc;                                                 \
+      for (int r = 0; r < n; r++) memcpy((T *)(base[r] + off) + i, acc, sizeof(T) * m);               \
+    }                                                                                                 \
   }
 DEFINE_REDUCE(reduce_f32, float)
 DEFINE_REDUCE(reduce_f64, double)
+DEFINE_REDUCE(reduce_i32, int32_t)
+DEFINE_REDUCE(reduce_i64, int64_t)
+
+/* This rank's slice of numel elements at byte offset off (from the data start): slices start
+ * on 64-byte lines, so no two ranks write one line. */
+static void reduce_my_slice(em_dist_symm *s, em_dtype dt, int64_t off, int64_t numel, em_dist_redop op,
+                            double scale) {
+  int64_t es = (int64_t)em_dtype_size(dt), line = 64 / es, n = s->size;
+  int64_t lo = numel * s->rank / n / line * line, hi = s->rank == n - 1 ? numel : numel * (s->rank + 1) / n / line * line;
+  off += SYMM_HEADER;
+  switch (dt) {
+    case EM_FLOAT32: reduce_f32(s->base, (int)n, off, lo, hi, op, scale); break;
+    case EM_FLOAT64: reduce_f64(s->base, (int)n, off, lo, hi, op, scale); break;
+    case EM_INT32: reduce_i32(s->base, (int)n, off, lo, hi, op, 1); break;
+    default: reduce_i64(s->base, (int)n, off, lo, hi, op, 1); break;
+  }
+}
 
 int em_dist_symm_supports(em_dtype dtype) { return dtype == EM_FLOAT32 || dtype == EM_FLOAT64; }
 
@@ -321,16 +367,74 @@ em_status em_dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, d
   s->epoch += 2;
   em_status st = meet(s, s->epoch - 1, &w);
   if (!st) {
-    /* this rank's slice: boundaries on 64-byte lines, so no two ranks write one line */
-    int64_t line = 64 / (int64_t)es, n = s->size;
-    int64_t lo = numel * s->rank / n / line * line, hi = s->rank == n - 1 ? numel : numel * (s->rank + 1) / n / line * line;
-    int64_t off = (int64_t)(at - data) + SYMM_HEADER;
-    if (t->dtype == EM_FLOAT32) reduce_f32(s->base, (int)n, off, lo, hi, (float)scale);
-    else reduce_f64(s->base, (int)n, off, lo, hi, scale);
+    reduce_my_slice(s, t->dtype, (int64_t)(at - data), numel, EM_DIST_SUM, scale);
     st = meet(s, s->epoch, &w);
   }
   atomic_fetch_add(&g->completed, 1);
   if (be && be->note_seq) be->note_seq(g->impl[EM_CPU], w.seq, 1);
   if (finished) *finished = em_dist_now();
   return st;
+}
+
+/* ---------------------------------------------------------------- user allreduce */
+
+/* 256 KiB: a chunk, and the peers' slices read from their scratch, stay in cache; with
+ * 8 MiB chunks 4-16 MB allreduces ran at 0.75-0.8 of MPI's speed, with 256 KiB 1.16-1.2. */
+#define SCRATCH_BYTES ((int64_t)256 << 10)
+
+/* A plain all_reduce (the caller waits) of a CPU tensor, on a group whose ranks share a
+ * host: through the group's scratch buffer in symmetric memory, in chunks of 256 KiB.
+ * Each chunk is copied in, each rank combines its slice from every rank's scratch (in rank
+ * order: identical bits everywhere), and copied back: three passes over the data, where
+ * MPI's shared-memory path makes several copies and hand-offs (bench/dist/run.sh: 1.2-3.4x
+ * MPI_Allreduce's bus bandwidth from 4 KB to 256 MB on 2 ranks).
+ * The scratch is made on the group's first such call (collectively: every rank makes the
+ * same call); if the ranks cannot share memory, the group never tries again. */
+int em_dist_symm_try_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, em_status *st) {
+  em_dtype dt = t->dtype;
+  int fits = dt == EM_FLOAT32 || dt == EM_FLOAT64 || ((dt == EM_INT32 || dt == EM_INT64) && op != EM_DIST_AVG);
+  if (g->size < 2 || g->rank < 0 || t->storage->device.type != EM_CPU || !fits || !em_tensor_is_contiguous(t) ||
+      g->symm_state < 0)
+    return 0;
+  if (!g->symm_state) {
+    char why[200];
+    em_dist_symm *s = NULL;
+    if ((*st = em_dist_symm_new(g, SCRATCH_BYTES, &s, why, sizeof why))) return 1;
+    if (!s) {
+      g->symm_state = -1;
+      return 0;
+    }
+    s->group_weak = 1;   /* the group holds it: no reference the other way */
+    em_dist_group_release(g);
+    g->symm = s;
+    g->symm_state = 1;
+  }
+  em_dist_symm *s = g->symm;
+  int64_t numel = em_tensor_numel(t), es = (int64_t)em_dtype_size(dt), per = SCRATCH_BYTES / es;
+  char *data = em_dist_symm_data(s), *at = (char *)em_tensor_data(t);
+  double scale = op == EM_DIST_AVG ? 1.0 / g->size : 1.0;
+  em_dist_redop combine = op == EM_DIST_AVG ? EM_DIST_SUM : op;
+  em_dist_work w;
+  memset(&w, 0, sizeof w);
+  w.kind = EM_DIST_OP_ALL_REDUCE, w.redop = op, w.in = w.out = t, w.group = g, w.on_stack = 1;
+  w.seq = atomic_fetch_add(&g->seq, 1) + 1;
+  w.posted_at = em_dist_now();
+  atomic_init(&w.deadline, w.posted_at + g->timeout);
+  const em_dist_backend *be = g->backend[EM_CPU];
+  if (be && be->note_seq) be->note_seq(g->impl[EM_CPU], w.seq, 0);
+  *st = EM_OK;
+  int64_t done = 0;
+  do {   /* at least one round, so that an empty tensor meets too (and is checked) */
+    int64_t m = numel - done < per ? numel - done : per;
+    memcpy(data, at + done * es, (size_t)(m * es));
+    s->epoch += 2;
+    if ((*st = meet(s, s->epoch - 1, &w))) break;
+    reduce_my_slice(s, dt, 0, m, combine, scale);
+    if ((*st = meet(s, s->epoch, &w))) break;
+    memcpy(at + done * es, data, (size_t)(m * es));
+    done += m;
+  } while (done < numel);
+  atomic_fetch_add(&g->completed, 1);
+  if (be && be->note_seq) be->note_seq(g->impl[EM_CPU], w.seq, 1);
+  return 1;
 }

@@ -233,6 +233,8 @@ em_status em_dist_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, e
   if ((st = check_group("all_reduce", g)) || (st = check_buffer("all_reduce", t, "tensor")) ||
       (st = check_redop("all_reduce", op, t)))
     return st;
+  /* a plain call on a host's ranks: straight through shared memory (symmetric.c) */
+  if (!work && em_dist_symm_try_all_reduce(g, t, op, &st)) return st;
   return em_dist_post(g, EM_DIST_OP_ALL_REDUCE, t, t, op, -1, 0, work);
 }
 

@@ -83,6 +83,25 @@ do -- a 2-D tensor, and the default op
   equal(t, ember.ones(3, 4) * (W * (W + 1) / 2), '2-D sum')
 end
 
+do -- larger than one 8 MiB chunk of the shared-memory path: float64 sum, int64 max
+  local n = 3 * 1048576 + 5
+  local t = ember.arange(n, { dtype = 'float64' }) * (rank + 1)
+  dist.all_reduce(t, 'sum')
+  equal(t, ember.arange(n, { dtype = 'float64' }) * (W * (W + 1) / 2), 'chunked float64 sum')
+  local m = ember.arange(n, { dtype = 'int64' }) + rank
+  dist.all_reduce(m, 'max')
+  equal(m, ember.arange(n, { dtype = 'int64' }) + (W - 1), 'chunked int64 max')
+end
+if os.getenv('EMBER_DIST_SHM') ~= '0' then
+  -- through shared memory a mismatched call is an error on every rank, not garbage (MPI
+  -- itself has no such check), and the group goes on working afterwards
+  fails(function() dist.all_reduce(ember.ones(10 + rank)) end, 'every rank must pass the same shape',
+    'mismatched sizes')
+  local t = ember.ones(4)
+  dist.all_reduce(t)
+  equal(t, ember.ones(4) * W, 'all_reduce after a mismatched one')
+end
+
 -- ---------------------------------------------------------------- broadcast
 for root = 0, W - 1 do
   for _, n in ipairs(sizes) do

@@ -17,6 +17,12 @@
  *         "self" in a world of one process.
  * Ranks are 0-based everywhere, as every launcher numbers them.
  *
+ * Ranks on one host share memory (runtime/dist/symmetric.c): a plain all_reduce (work ==
+ * NULL) of a CPU float32/float64/int32/int64 tensor goes through a scratch buffer every
+ * rank maps, each rank combining its slice from all the others', instead of through the
+ * backend; EMBER_DIST_SHM=0 turns that off. A call whose shape, dtype or operation differs
+ * between ranks is then an error on every rank.
+ *
  * Every collective is asynchronous underneath. With work == NULL the call waits for it;
  * otherwise *work receives a handle (wait, test, release). A handle keeps its tensors
  * alive until it completes. Tensors must be contiguous; in-place collectives (all_reduce,
