@@ -60,9 +60,11 @@ lost = "[0] ember.dist: rank 0 lost rank 1 (its connection closed without a good
 expect("a killed rank, buckets in shared memory", stuck("kill", 30), statuses={0: 124},
        has=(lost, "while collective #12 on the world group is in progress", "aborting the job"),
        lacks=("finished: that is wrong",), within=12)
+# (usually inside all_reduce #8, which the message then names; on a slow run rank 0 can
+# notice the loss between collectives, and says so instead)
 expect("a killed rank, buckets through the backend", stuck("kill", 30, EMBER_DIST_SHM="0"), statuses={0: 124},
-       has=("[0] ember.dist: all_reduce #8 on the world group (712 B of float32): rank 0 lost rank 1 (its connection "
-            "closed without a goodbye: killed or crashed",), lacks=("finished: that is wrong",), within=12)
+       has=("rank 0 lost rank 1 (its connection closed without a goodbye: killed or crashed",),
+       lacks=("finished: that is wrong",), within=12)
 timeout_msg = "[0] ember.dist: all_reduce #12 on the world group (712 B of float32): timed out after 3"
 expect("a stopped rank", stuck("stop", 3), statuses={0: 124},
        has=(timeout_msg, "on rank 0, waiting for rank 1 (no answer: dead, stopped or hung); aborting the job"),
