@@ -340,6 +340,25 @@ static void reduce_my_slice(em_dist_symm *s, em_dtype dt, int64_t off, int64_t n
   }
 }
 
+/* An allreduce run here is numbered like every collective on g, so that timeouts name it
+ * and the backend's answers to other ranks' queries about this rank's progress stay true. */
+static void begin_collective(em_dist_work *w, em_dist_group *g, em_tensor *t, em_dist_redop op) {
+  memset(w, 0, sizeof *w);
+  w->kind = EM_DIST_OP_ALL_REDUCE, w->redop = op, w->in = w->out = t, w->group = g, w->on_stack = 1;
+  w->seq = atomic_fetch_add(&g->seq, 1) + 1;
+  w->posted_at = em_dist_now();
+  atomic_init(&w->deadline, w->posted_at + g->timeout);
+  const em_dist_backend *be = g->backend[EM_CPU];
+  if (be && be->note_seq) be->note_seq(g->impl[EM_CPU], w->seq, 0);
+}
+
+static void end_collective(em_dist_work *w) {
+  em_dist_group *g = w->group;
+  atomic_fetch_add(&g->completed, 1);
+  const em_dist_backend *be = g->backend[EM_CPU];
+  if (be && be->note_seq) be->note_seq(g->impl[EM_CPU], w->seq, 1);
+}
+
 int em_dist_symm_supports(em_dtype dtype) { return dtype == EM_FLOAT32 || dtype == EM_FLOAT64; }
 
 em_status em_dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, double *started, double *finished) {
@@ -352,16 +371,8 @@ em_status em_dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, d
       at + numel * (int64_t)es > data + s->bytes)
     return em_set_error(EM_ERR_ARGUMENT, "symmetric all_reduce: the tensor (%s %s) is not a contiguous float tensor in "
                         "this group's symmetric memory", em_dtype_name(t->dtype), EM_SHAPE(t));
-  /* numbered like every collective on g, so that timeouts name it and answers to other
-   * ranks' queries about this rank's progress stay true */
   em_dist_work w;
-  memset(&w, 0, sizeof w);
-  w.kind = EM_DIST_OP_ALL_REDUCE, w.redop = EM_DIST_SUM, w.in = w.out = t, w.group = g, w.on_stack = 1;
-  w.seq = atomic_fetch_add(&g->seq, 1) + 1;
-  w.posted_at = em_dist_now();
-  atomic_init(&w.deadline, w.posted_at + g->timeout);
-  const em_dist_backend *be = g->backend[EM_CPU];
-  if (be && be->note_seq) be->note_seq(g->impl[EM_CPU], w.seq, 0);
+  begin_collective(&w, g, t, EM_DIST_SUM);
   if (started) *started = w.posted_at;
 
   s->epoch += 2;
@@ -370,8 +381,7 @@ em_status em_dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, d
     reduce_my_slice(s, t->dtype, (int64_t)(at - data), numel, EM_DIST_SUM, scale);
     st = meet(s, s->epoch, &w);
   }
-  atomic_fetch_add(&g->completed, 1);
-  if (be && be->note_seq) be->note_seq(g->impl[EM_CPU], w.seq, 1);
+  end_collective(&w);
   if (finished) *finished = em_dist_now();
   return st;
 }
@@ -415,13 +425,7 @@ int em_dist_symm_try_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op
   double scale = op == EM_DIST_AVG ? 1.0 / g->size : 1.0;
   em_dist_redop combine = op == EM_DIST_AVG ? EM_DIST_SUM : op;
   em_dist_work w;
-  memset(&w, 0, sizeof w);
-  w.kind = EM_DIST_OP_ALL_REDUCE, w.redop = op, w.in = w.out = t, w.group = g, w.on_stack = 1;
-  w.seq = atomic_fetch_add(&g->seq, 1) + 1;
-  w.posted_at = em_dist_now();
-  atomic_init(&w.deadline, w.posted_at + g->timeout);
-  const em_dist_backend *be = g->backend[EM_CPU];
-  if (be && be->note_seq) be->note_seq(g->impl[EM_CPU], w.seq, 0);
+  begin_collective(&w, g, t, op);
   *st = EM_OK;
   int64_t done = 0;
   do {   /* at least one round, so that an empty tensor meets too (and is checked) */
@@ -434,7 +438,6 @@ int em_dist_symm_try_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op
     memcpy(at + done * es, data, (size_t)(m * es));
     done += m;
   } while (done < numel);
-  atomic_fetch_add(&g->completed, 1);
-  if (be && be->note_seq) be->note_seq(g->impl[EM_CPU], w.seq, 1);
+  end_collective(&w);
   return 1;
 }
