@@ -37,18 +37,12 @@ static struct {
   size_t size[CACHE_SLOTS];   /* rounded sizes, oldest first */
   void *ptr[CACHE_SLOTS];
   int n;
-  size_t bytes, cap;
-  int cap_read;
-} cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  size_t bytes, cap;           /* set once, by the constructor below */
+} cache = {.lock = PTHREAD_MUTEX_INITIALIZER, .cap = (size_t)256 << 20};
 
-static size_t cache_cap(void) {
-  if (!cache.cap_read) {
-    const char *v = getenv("EMBER_CPU_CACHE_MB");
-    long mb = v && *v ? atol(v) : 256;
-    cache.cap = mb > 0 ? (size_t)mb << 20 : 0;
-    cache.cap_read = 1;
-  }
-  return cache.cap;
+__attribute__((constructor)) static void read_cache_cap(void) {
+  const char *v = getenv("EMBER_CPU_CACHE_MB");
+  if (v && *v) cache.cap = atol(v) > 0 ? (size_t)atol(v) << 20 : 0;
 }
 
 static void cache_drop(int i) {   /* under the lock; the caller frees the block */
@@ -75,7 +69,7 @@ static void *cache_take(size_t rounded) {
 /* Keeps p for reuse; returns 0 when it does not fit (the caller frees it). Blocks pushed
  * out to make room are freed here. */
 static int cache_put(void *p, size_t rounded) {
-  size_t cap = cache_cap();
+  size_t cap = cache.cap;
   if (rounded > cap / 2) return 0;
   void *evicted[CACHE_SLOTS];
   int ne = 0;
@@ -111,7 +105,7 @@ void *em_cpu_alloc(size_t nbytes, em_device device) {
     void *p = cache_take(rounded);
     if (p) return p;
     p = aligned_alloc(HUGE_PAGE, rounded);
-    if (!p && cache.n) {
+    if (!p) {   /* out of memory: give back what the cache holds, and try once more */
       cache_flush();
       p = aligned_alloc(HUGE_PAGE, rounded);
     }

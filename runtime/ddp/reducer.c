@@ -72,7 +72,7 @@ static em_status shared_bucket(em_ddp *d, ddp_bucket *b, int64_t numel) {
                !d->o.shared_memory ? "shared_memory = false" : d->world < 2 ? "one rank"
                : d->o.comm_hook != EM_DDP_HOOK_NONE ? "a comm_hook compresses the buckets"
                : b->device.type != EM_CPU ? "the bucket is not on the CPU"
-               : !em_dist_symm_supports(b->dtype) ? "the bucket's dtype is not float32 or float64"
+               : !em_dist_symm_supports(b->dtype) ? "the bucket's dtype is not a floating one"
                                                    : "EMBER_DIST_SHM=0");
     return EM_OK;
   }

@@ -136,6 +136,14 @@ em_status em_dist_post(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_
 em_status em_dist_post_then_wait(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out,
                                  em_dist_redop op, em_dist_work **work);
 
+/* ---- elementwise reductions (combine.c), for backends that reduce themselves ----
+ * acc[i] = acc[i] (op) x[i] for n elements of dtype ('avg' combines as 'sum'; integers wrap;
+ * float16/bfloat16 in float32, rounded every step; max/min propagate NaN). Either pointer
+ * may be misaligned (contributions read in place from a received message). */
+void em_dist_combine(void *acc, const void *x, int64_t n, em_dtype dtype, em_dist_redop op);
+/* p[i] *= s for floating dtypes (the 1/size of 'avg', after the sum); others untouched. */
+void em_dist_scale(void *p, int64_t n, em_dtype dtype, double s);
+
 /* ---- symmetric memory (symmetric.c) ----
  * A buffer of `bytes` on every member of g, each member's mapped by all members, when all
  * of them share one host: collectives on it read and write the other ranks' memory
@@ -151,7 +159,7 @@ int em_dist_symm_enabled(void);                         /* EMBER_DIST_SHM is not
 int em_dist_symm_supports(em_dtype dtype);              /* dtypes the allreduce sums */
 /* A flat CPU tensor over the first numel elements of this rank's buffer (holds s). */
 em_status em_dist_symm_tensor(em_tensor **out, em_dist_symm *s, em_dtype dtype, int64_t numel);
-/* Sums t (a contiguous float32/float64 tensor inside s's buffer) over the members, times
+/* Sums t (a contiguous floating tensor inside s's buffer) over the members, times
  * scale, into every member's t, on the calling thread; every member calls it in the same
  * order relative to its other collectives on s's group. started/finished (may be NULL)
  * receive em_dist_now() at entry and exit. */

@@ -294,36 +294,22 @@ static em_status meet(em_dist_symm *s, uint64_t e, em_dist_work *w) {
 
 /* ---------------------------------------------------------------- allreduce */
 
-#define BLOCK 512   /* elements combined in registers/L1 before being written back to every rank */
+#define BLOCK_BYTES 2048   /* combined in L1 before being written back to every rank */
 
-/* Combines elements [lo, hi) of the n members' buffers at byte offset off, in rank order,
- * times scale (floats), into every member's buffer. */
-#define DEFINE_REDUCE(NAME, T)                                                                          \
-  static void NAME(char *const *base, int n, int64_t off, int64_t lo, int64_t hi, em_dist_redop op,    \
-                   double scale) {                                                                    \
-    T acc[BLOCK];                                                                                     \
-    const T sc = (T)scale;                                                                            \
-    for (int64_t i = lo; i < hi; i += BLOCK) {                                                        \
-      int64_t m = hi - i < BLOCK ? hi - i : BLOCK;                                                    \
-      memcpy(acc, (const T *)(base[0] + off) + i, sizeof(T) * m);                                     \
-      for (int r = 1; r < n; r++) {                                                                   \
-        const T *c = (const T *)(base[r] + off) + i;                                                  \
-        switch (op) {                                                                                 \
-          case EM_DIST_MAX: for (int64_t k = 0; k < m; k++) acc[k] = c[k] > acc[k] ? c[k] : acc[k]; break; \
-          case EM_DIST_MIN: for (int64_t k = 0; k < m; k++) acc[k] = c[k] < acc[k] ? c[k] : acc[k]; break; \
-          case EM_DIST_PRODUCT: for (int64_t k = 0; k < m; k++) acc[k] *= c[k]; break;                \
-          default: for (int64_t k = 0; k < m; k++) acc[k] += c[k]; break;                             \
-        }                                                                                             \
-      }                                                                                               \
-      if (sc != (T)1)                                                                                 \
-        for (int64_t k = 0; k < m; k++) acc[k] *= sc;                                                 \
-      for (int r = 0; r < n; r++) memcpy((T *)(base[r] + off) + i, acc, sizeof(T) * m);               \
-    }                                                                                                 \
+/* Combines elements [lo, hi) of the n members' buffers at byte offset off, in rank order
+ * (em_dist_combine: the tcp backend's rules), times scale, into every member's buffer. */
+static void reduce_range(char *const *base, int n, int64_t off, int64_t lo, int64_t hi, em_dtype dt,
+                         em_dist_redop op, double scale) {
+  int64_t es = (int64_t)em_dtype_size(dt), per = BLOCK_BYTES / es;
+  _Alignas(64) char acc[BLOCK_BYTES];
+  for (int64_t i = lo; i < hi; i += per) {
+    int64_t m = hi - i < per ? hi - i : per, at = off + i * es;
+    memcpy(acc, base[0] + at, (size_t)(m * es));
+    for (int r = 1; r < n; r++) em_dist_combine(acc, base[r] + at, m, dt, op);
+    if (scale != 1) em_dist_scale(acc, m, dt, scale);
+    for (int r = 0; r < n; r++) memcpy(base[r] + at, acc, (size_t)(m * es));
   }
-DEFINE_REDUCE(reduce_f32, float)
-DEFINE_REDUCE(reduce_f64, double)
-DEFINE_REDUCE(reduce_i32, int32_t)
-DEFINE_REDUCE(reduce_i64, int64_t)
+}
 
 /* This rank's slice of numel elements at byte offset off (from the data start): slices start
  * on 64-byte lines, so no two ranks write one line. */
@@ -331,13 +317,7 @@ static void reduce_my_slice(em_dist_symm *s, em_dtype dt, int64_t off, int64_t n
                             double scale) {
   int64_t es = (int64_t)em_dtype_size(dt), line = 64 / es, n = s->size;
   int64_t lo = numel * s->rank / n / line * line, hi = s->rank == n - 1 ? numel : numel * (s->rank + 1) / n / line * line;
-  off += SYMM_HEADER;
-  switch (dt) {
-    case EM_FLOAT32: reduce_f32(s->base, (int)n, off, lo, hi, op, scale); break;
-    case EM_FLOAT64: reduce_f64(s->base, (int)n, off, lo, hi, op, scale); break;
-    case EM_INT32: reduce_i32(s->base, (int)n, off, lo, hi, op, 1); break;
-    default: reduce_i64(s->base, (int)n, off, lo, hi, op, 1); break;
-  }
+  reduce_range(s->base, (int)n, off + SYMM_HEADER, lo, hi, dt, op, scale);
 }
 
 /* An allreduce run here is numbered like every collective on g, so that timeouts name it
@@ -359,7 +339,7 @@ static void end_collective(em_dist_work *w) {
   if (be && be->note_seq) be->note_seq(g->impl[EM_CPU], w->seq, 1);
 }
 
-int em_dist_symm_supports(em_dtype dtype) { return dtype == EM_FLOAT32 || dtype == EM_FLOAT64; }
+int em_dist_symm_supports(em_dtype dtype) { return em_dtype_is_floating(dtype); }
 
 em_status em_dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, double *started, double *finished) {
   em_dist_group *g = s->group;
@@ -369,7 +349,7 @@ em_status em_dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, d
   char *at = (char *)em_tensor_data(t);
   if (!em_dist_symm_supports(t->dtype) || !em_tensor_is_contiguous(t) || at < data ||
       at + numel * (int64_t)es > data + s->bytes)
-    return em_set_error(EM_ERR_ARGUMENT, "symmetric all_reduce: the tensor (%s %s) is not a contiguous float tensor in "
+    return em_set_error(EM_ERR_ARGUMENT, "symmetric all_reduce: the tensor (%s %s) is not a contiguous floating tensor in "
                         "this group's symmetric memory", em_dtype_name(t->dtype), EM_SHAPE(t));
   em_dist_work w;
   begin_collective(&w, g, t, EM_DIST_SUM);
@@ -401,9 +381,8 @@ em_status em_dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, d
  * The scratch is made on the group's first such call (collectively: every rank makes the
  * same call); if the ranks cannot share memory, the group never tries again. */
 int em_dist_symm_try_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, em_status *st) {
-  em_dtype dt = t->dtype;
-  int fits = dt == EM_FLOAT32 || dt == EM_FLOAT64 || ((dt == EM_INT32 || dt == EM_INT64) && op != EM_DIST_AVG);
-  if (g->size < 2 || g->rank < 0 || t->storage->device.type != EM_CPU || !fits || !em_tensor_is_contiguous(t) ||
+  em_dtype dt = t->dtype;   /* every dtype: em_dist_combine takes them all */
+  if (g->size < 2 || g->rank < 0 || t->storage->device.type != EM_CPU || !em_tensor_is_contiguous(t) ||
       g->symm_state < 0)
     return 0;
   if (!g->symm_state) {

@@ -74,10 +74,4 @@ void tcp_register_group(tcp_group *g);
 void tcp_unregister_group(tcp_group *g);
 int tcp_thread_running(void);
 
-/* ---- tcp_reduce.c ---- */
-/* acc[i] = acc[i] (op) x[i] for n elements of dtype; avg combines as sum. */
-void tcp_combine(void *acc, const void *x, int64_t n, em_dtype dtype, em_dist_redop op);
-/* p[i] *= s (floating dtypes; 'avg' after the sum). */
-void tcp_scale(void *p, int64_t n, em_dtype dtype, double s);
-
 #endif

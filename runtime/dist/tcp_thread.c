@@ -356,7 +356,7 @@ static void finish_op(tcp_op *op, em_status st, const char *why) {
     em_dist_work_done(w, st, msg);
   } else {
     if (w->redop == EM_DIST_AVG && (w->kind == EM_DIST_OP_REDUCE_SCATTER))
-      tcp_scale(bytes_of(w->out), em_tensor_numel(w->out), w->out->dtype, 1.0 / g->size);
+      em_dist_scale(bytes_of(w->out), em_tensor_numel(w->out), w->out->dtype, 1.0 / g->size);
     em_dist_work_done(w, EM_OK, NULL);
   }
   if (seq) atomic_store(&g->completed_seq, seq);
@@ -475,7 +475,7 @@ static void combine_in_order(tcp_op *op, void *acc, const void *mine, int64_t n)
     if (k == 0) {
       if (bytes && acc != x) memcpy(acc, x, bytes);
     } else if (n) {
-      tcp_combine(acc, x, n, dtype_of(w), w->redop);
+      em_dist_combine(acc, x, n, dtype_of(w), w->redop);
     }
   }
 }
@@ -547,7 +547,7 @@ static int advance(tcp_op *op) {
             return 1;
           }
           combine_in_order(op, acc, buf, total);
-          if (w->redop == EM_DIST_AVG) tcp_scale(acc, total, dtype_of(w), 1.0 / n);
+          if (w->redop == EM_DIST_AVG) em_dist_scale(acc, total, dtype_of(w), 1.0 / n);
           memcpy(buf, acc, (size_t)total * es);
           free(acc);
         }
@@ -564,7 +564,7 @@ static int advance(tcp_op *op) {
           return 1;
         }
         combine_in_order(op, acc, buf + (size_t)lo * es, m);
-        if (w->redop == EM_DIST_AVG) tcp_scale(acc, m, dtype_of(w), 1.0 / n);
+        if (w->redop == EM_DIST_AVG) em_dist_scale(acc, m, dtype_of(w), 1.0 / n);
         memcpy(buf + (size_t)lo * es, acc, (size_t)m * es);
         free(acc);
         release_got(op);

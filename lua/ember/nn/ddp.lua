@@ -22,7 +22,7 @@
 -- the bucket, no copy back), comm_hook ('fp16' or 'bf16': buckets travel compressed),
 -- rebuild_buckets (true: after the first iteration, buckets follow the order in which
 -- gradients really arrived, rank 0's order), group (a dist.new_group; default the world),
--- shared_memory (true: when every rank runs on one host, CPU float32/float64 buckets live
+-- shared_memory (true: when every rank runs on one host, CPU buckets of a floating dtype live
 -- in memory all ranks map, and each rank sums its slice of every bucket straight from the
 -- others' memory while backward runs; no MPI copies. EMBER_DIST_SHM=0 turns it off too).
 --

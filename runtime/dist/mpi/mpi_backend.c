@@ -84,23 +84,6 @@ static MPI_Op op_of(em_dist_redop r, em_dtype d) {
   }
 }
 
-/* 'avg': the sum times 1/size, in the tensor's dtype. */
-static void scale(void *p, int64_t n, em_dtype d, double s) {
-  if (d == EM_FLOAT32) {
-    float *x = p, f = (float)s;
-    for (int64_t i = 0; i < n; i++) x[i] *= f;
-  } else if (d == EM_FLOAT64) {
-    double *x = p;
-    for (int64_t i = 0; i < n; i++) x[i] *= s;
-  } else if (d == EM_FLOAT16) {
-    _Float16 *x = p;
-    for (int64_t i = 0; i < n; i++) x[i] = (_Float16)((float)x[i] * (float)s);
-  } else if (d == EM_BFLOAT16) {
-    uint16_t *x = p;
-    for (int64_t i = 0; i < n; i++) x[i] = em_float_to_bf16(em_bf16_to_float(x[i]) * (float)s);
-  }
-}
-
 void em_mpi_error_text(int code, char *buf, size_t cap) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
@@ -171,7 +154,7 @@ static int run_blocking(em_dist_work *w, mpi_group *g) {
     return 1;
   }
   if (w->redop == EM_DIST_AVG && (w->kind == EM_DIST_OP_ALL_REDUCE || w->kind == EM_DIST_OP_REDUCE_SCATTER))
-    scale(data_of(w->out), em_tensor_numel(w->out), w->out->dtype, 1.0 / g->size);
+    em_dist_scale(data_of(w->out), em_tensor_numel(w->out), w->out->dtype, 1.0 / g->size);
   if (w->seq) g->completed_seq = w->seq;
   em_dist_work_done(w, EM_OK, NULL);
   return 1;
@@ -296,7 +279,7 @@ int em_mpi_try_finish(inflight *f) {
       fail_work(w, problem, 0);
     } else {
       if (w->redop == EM_DIST_AVG && (w->kind == EM_DIST_OP_ALL_REDUCE || w->kind == EM_DIST_OP_REDUCE_SCATTER))
-        scale(data_of(w->out), em_tensor_numel(w->out), w->out->dtype, 1.0 / f->g->size);
+        em_dist_scale(data_of(w->out), em_tensor_numel(w->out), w->out->dtype, 1.0 / f->g->size);
       if (w->seq) f->g->completed_seq = w->seq;
       em_dist_work_done(w, EM_OK, NULL);
     }

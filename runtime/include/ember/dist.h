@@ -18,7 +18,7 @@
  * Ranks are 0-based everywhere, as every launcher numbers them.
  *
  * Ranks on one host share memory (runtime/dist/symmetric.c): a plain all_reduce (work ==
- * NULL) of a CPU float32/float64/int32/int64 tensor goes through a scratch buffer every
+ * NULL) of a CPU tensor (any dtype) goes through a scratch buffer every
  * rank maps, each rank combining its slice from all the others', instead of through the
  * backend; EMBER_DIST_SHM=0 turns that off. A call whose shape, dtype or operation differs
  * between ranks is then an error on every rank.
@@ -42,7 +42,7 @@
  * ready during backward, and a full bucket starts its allreduce at once, in bucket order
  * on every rank, while backward goes on. Gradients are views into the buckets; the
  * 1/world_size average is applied while each gradient is copied into its bucket, or, for
- * buckets in shared memory (CPU float32/float64 buckets when every rank is on one host),
+ * buckets in shared memory (CPU buckets of a floating dtype when every rank is on one host),
  * in the reduction itself: each rank sums its slice of the bucket straight from the other
  * ranks' memory, on the thread running backward. */
 #ifndef EMBER_DIST_H

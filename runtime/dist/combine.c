@@ -1,12 +1,12 @@
-/* tcp_reduce.c - elementwise reductions of the tcp backend. The backend combines the ranks'
- * contributions one after the other in rank order (acc = r0; acc = acc op r1; ...), at one
- * place per element, so every rank ends with the same bits. Integers wrap (computed
+/* combine.c - the elementwise reductions of the backends that reduce themselves (tcp,
+ * runtime/dist/tcp_*.c) and of shared memory (symmetric.c), and the 1/size of 'avg' (also
+ * MPI's). Contributions are combined one after the other in rank order (acc = r0; acc = acc
+ * op r1; ...), at one place per element, so every rank ends with the same bits. Integers wrap (computed
  * unsigned); float16/bfloat16 are combined in float32 and rounded after every step, as the
  * MPI backend does; max/min propagate NaN. */
-#ifdef EMBER_HAVE_ZMQ
 #include <string.h>
 #include "core/core_impl.h"
-#include "dist/tcp_impl.h"
+#include "dist/dist_impl.h"
 
 /* Elements are read and written through memcpy: a contribution lies in a received
  * message at whatever offset its header left (UBSan flags a misaligned typed load), and
@@ -51,7 +51,7 @@
 #define F16_LOAD(h) ((float)(h))
 #define F16_STORE(f) ((_Float16)(f))
 
-void tcp_combine(void *acc, const void *x, int64_t n, em_dtype dtype, em_dist_redop op) {
+void em_dist_combine(void *acc, const void *x, int64_t n, em_dtype dtype, em_dist_redop op) {
   switch (dtype) {
     case EM_FLOAT32: FLOAT_OPS(float) break;
     case EM_FLOAT64: FLOAT_OPS(double) break;
@@ -68,7 +68,7 @@ void tcp_combine(void *acc, const void *x, int64_t n, em_dtype dtype, em_dist_re
   }
 }
 
-void tcp_scale(void *p, int64_t n, em_dtype dtype, double s) {
+void em_dist_scale(void *p, int64_t n, em_dtype dtype, double s) {
   if (dtype == EM_FLOAT32) {
     float *x = p, f = (float)s;
     for (int64_t i = 0; i < n; i++) x[i] *= f;
@@ -83,4 +83,3 @@ void tcp_scale(void *p, int64_t n, em_dtype dtype, double s) {
     for (int64_t i = 0; i < n; i++) x[i] = em_float_to_bf16(em_bf16_to_float(x[i]) * (float)s);
   }
 }
-#endif
