@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 #include "cpu_impl.h"
 
 /* A matrix as BLAS sees it: logical rows x cols at ptr with element strides rs, cs;
@@ -147,18 +148,46 @@ static mat matrix_of(const em_tensor *t) {
  * not the GEMMs, are spread over the threads. */
 #define SMALL_GEMM (64 * 64 * 64)
 
-/* A single GEMM of medium size is cut into one slab of output rows (or columns) per
- * thread, each slab a single-threaded OpenBLAS call inside one parallel region. OpenBLAS's
- * own threading meets its threads several times inside a call, polling with sched_yield in
- * between, which at the sizes of a training step (M = the batch, 128) costs 10-25% of a
- * GEMM on 2 threads. The slab direction matters as much: each thread packs all of the
- * operand it does not split, and splitting the MLP's first layer the wrong way made the
- * whole step 13% slower; duplicating the smaller operand made it 4% faster than OpenBLAS's
- * threading (bench/train_fmnist.sh). Slabs start on multiples of 16, the width of
- * OpenBLAS's kernels. Beyond SPLIT_MAX, OpenBLAS's threading is left to it. */
+/* A single GEMM of medium size is cut into one piece per thread, each piece a single-
+ * threaded OpenBLAS call inside one parallel region. OpenBLAS's own threading meets its
+ * threads several times inside a call, polling with sched_yield in between, which at the
+ * sizes of a training step (M = the batch, 128) costs 10-25% of a GEMM on 2 threads.
+ *
+ * Which way to cut is chosen for the steps around the GEMM more than for the GEMM itself:
+ * the largest of the three matrices (in a training step, a weight or its gradient) is cut
+ * along its rows as they lie in memory, so that each thread keeps the same rows of a layer
+ * in its own cache from the forward GEMM through the gradient's to the optimizer's update,
+ * which also goes by rows. Cut any other way, the update found half of every row in the
+ * other core's cache: on 2 cores, the MLP's SGD step took 3x as long and the whole step
+ * 10-20% longer, although the GEMMs alone were as fast or faster.
+ * - The output's rows: slabs of output rows (M).
+ * - A weight used as x @ w^T (b transposed): slabs of output columns (N).
+ * - A matrix whose rows run along K (a transposed a, a plain b): K is cut, each thread
+ *   multiplies its share of K, and the partial products (M x N, the smallest of the three)
+ *   are added in thread order afterwards, so results do not depend on timing.
+ * Each thread packs the whole of the operand it does not cut (rows: b; columns: a); beyond
+ * SPLIT_MAX_SHARED that copy costs more than OpenBLAS's meetings, and OpenBLAS threads the
+ * call itself. Slabs start on multiples of 16, the width of OpenBLAS's kernels. Beyond
+ * SPLIT_MAX, OpenBLAS's threading is left to it. */
 #define SPLIT_MAX ((int64_t)1 << 28)
 #define SPLIT_MIN_SLAB 32
 #define SPLIT_MAX_SHARED ((int64_t)1 << 20)
+#define SPLIT_MAX_PARTIALS ((int64_t)4 << 20)
+
+typedef enum { SPLIT_NONE, SPLIT_ROWS, SPLIT_COLS, SPLIT_DEPTH } split_kind;
+
+/* a, b and c as run_split sees them: c row-major, M x N = (M x K) @ (K x N) */
+static split_kind choose_split(mat a, mat b, int64_t M, int64_t N, int64_t K, int threads, size_t es) {
+  int64_t sa = M * K, sb = K * N, sc = M * N, min_len = (int64_t)SPLIT_MIN_SLAB * threads;
+  split_kind kind = sc >= sa && sc >= sb ? SPLIT_ROWS
+                    : sb >= sa           ? (b.trans ? SPLIT_COLS : SPLIT_DEPTH)
+                                         : (a.trans ? SPLIT_DEPTH : SPLIT_ROWS);
+  switch (kind) {
+    case SPLIT_ROWS: return M >= min_len && sb * (int64_t)es <= SPLIT_MAX_SHARED ? kind : SPLIT_NONE;
+    case SPLIT_COLS: return N >= min_len && sa * (int64_t)es <= SPLIT_MAX_SHARED ? kind : SPLIT_NONE;
+    default: return K >= min_len && (threads - 1) * sc * (int64_t)es <= SPLIT_MAX_PARTIALS ? kind : SPLIT_NONE;
+  }
+}
 
 static mat slab(mat m, int rows_not_cols, int64_t from, int64_t to, size_t es) {
   if (rows_not_cols) {
@@ -171,33 +200,78 @@ static mat slab(mat m, int rows_not_cols, int64_t from, int64_t to, size_t es) {
   return m;
 }
 
+/* Thread t's share [from, to) of len, cut on multiples of 16; the last thread takes the rest. */
+static void share(int64_t len, int t, int nt, int64_t *from, int64_t *to) {
+  *from = (len * t / nt) & ~(int64_t)15;
+  *to = t == nt - 1 ? len : (len * (t + 1) / nt) & ~(int64_t)15;
+}
+
+static void gemm_piece(em_dtype dtype, mat a, mat b, mat c, double alpha, double beta) {
+  if (dtype == EM_FLOAT32) gemm_one_s(a, b, c, (float)alpha, (float)beta);
+  else gemm_one_d(a, b, c, alpha, beta);
+}
+
+/* c (row-major rows x cols, leading dim ld) += each of the n partial products that follow
+ * one another in parts (contiguous rows x cols each), rows [r0, r1) only. */
+#define DEFINE_ADD_PARTIALS(T, SUF)                                                                   \
+  static void add_partials_##SUF(T *c, int64_t ld, const T *parts, int n, int64_t rows, int64_t cols, \
+                                 int64_t r0, int64_t r1) {                                            \
+    for (int p = 0; p < n; p++)                                                                       \
+      for (int64_t i = r0; i < r1; i++) {                                                             \
+        T *restrict ci = c + i * ld;                                                                  \
+        const T *restrict pi = parts + (p * rows + i) * cols;                                         \
+        for (int64_t j = 0; j < cols; j++) ci[j] += pi[j];                                            \
+      }                                                                                               \
+  }
+DEFINE_ADD_PARTIALS(float, s)
+DEFINE_ADD_PARTIALS(double, d)
+
 /* Runs the one GEMM of job (floats, nbatch 1) split over threads; returns 0 when the
  * shape does not suit a split (the caller runs it whole). */
 static int run_split(const gemm_job *job, int threads) {
   mat a = job->m[1], b = job->m[2], c = job->m[0];
+  if (c.trans) { /* a column-major output: split out^T = b^T @ a^T, whose output is row-major */
+    mat at = mat_t(a);
+    a = mat_t(b), b = at, c = mat_t(c);
+  }
   int64_t M = c.rows, N = c.cols, K = a.cols, mnk = M * N * K;
   if (threads < 2 || mnk < SMALL_GEMM || mnk > SPLIT_MAX || omp_in_parallel()) return 0;
-  int rows_ok = M >= (int64_t)SPLIT_MIN_SLAB * threads, cols_ok = N >= (int64_t)SPLIT_MIN_SLAB * threads;
-  if (!rows_ok && !cols_ok) return 0;
-  /* every thread packs the whole of the operand it does not split: duplicate the smaller
-   * (a slab of rows shares b, K x N; a slab of columns shares a, M x K) */
-  int by_rows = rows_ok && (!cols_ok || M > N);
-  /* ... and only when that copy stays small next to a core's cache: packing a large
-   * operand twice costs more than OpenBLAS's meetings (the CNN's 128 x 3136 layer) */
-  if ((by_rows ? K * N : M * K) * (int64_t)em_dtype_size(job->dtype) > SPLIT_MAX_SHARED) return 0;
-  int64_t len = by_rows ? M : N;
   size_t es = em_dtype_size(job->dtype);
+  split_kind kind = choose_split(a, b, M, N, K, threads, es);
+  if (kind == SPLIT_NONE) return 0;
+  char *partials = NULL; /* SPLIT_DEPTH: the products of threads 1.. over their share of K */
+  if (kind == SPLIT_DEPTH && !(partials = malloc((size_t)((threads - 1) * M * N) * es))) return 0;
+  em_dtype dtype = job->dtype;
+  double alpha = job->alpha, beta = job->beta;
 #pragma omp parallel num_threads(threads)
   {
     int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    int64_t from = (len * t / nt) & ~(int64_t)15, to = t == nt - 1 ? len : (len * (t + 1) / nt) & ~(int64_t)15;
-    if (to > from) {
-      mat as = by_rows ? slab(a, 1, from, to, es) : a, bs = by_rows ? b : slab(b, 0, from, to, es);
-      mat cs = slab(c, by_rows, from, to, es);
-      if (job->dtype == EM_FLOAT32) gemm_one_s(as, bs, cs, (float)job->alpha, (float)job->beta);
-      else gemm_one_d(as, bs, cs, job->alpha, job->beta);
+    int64_t from, to;
+    if (kind == SPLIT_DEPTH) {
+      /* thread 0 writes alpha * its product + beta * out into out; the others write alpha *
+       * theirs into partials, added to out in thread order once all are done */
+      share(K, t, nt, &from, &to);
+      mat cs = c;
+      if (t > 0) {
+        cs.ptr = partials + (size_t)((t - 1) * M * N) * es;
+        cs.rs = cs.ld = N, cs.cs = 1;
+      }
+      if (to > from) gemm_piece(dtype, slab(a, 0, from, to, es), slab(b, 1, from, to, es), cs, alpha, t ? 0 : beta);
+      else if (t > 0) memset(cs.ptr, 0, (size_t)(M * N) * es);
+      else gemm_piece(dtype, slab(a, 0, 0, 0, es), slab(b, 1, 0, 0, es), cs, alpha, beta); /* out = beta * out */
+#pragma omp barrier
+      share(M, t, nt, &from, &to);
+      if (dtype == EM_FLOAT32) add_partials_s((float *)c.ptr, c.ld, (const float *)partials, nt - 1, M, N, from, to);
+      else add_partials_d((double *)c.ptr, c.ld, (const double *)partials, nt - 1, M, N, from, to);
+    } else {
+      int by_rows = kind == SPLIT_ROWS;
+      share(by_rows ? M : N, t, nt, &from, &to);
+      if (to > from)
+        gemm_piece(dtype, by_rows ? slab(a, 1, from, to, es) : a, by_rows ? b : slab(b, 0, from, to, es),
+                   slab(c, by_rows, from, to, es), alpha, beta);
     }
   }
+  free(partials);
   return 1;
 }
 

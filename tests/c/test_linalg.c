@@ -193,6 +193,52 @@ static void test_matmul_against_loop(void **state) {
   }
 }
 
+/* One mid-size GEMM cut over threads each way gemm.c cuts (runtime/cpu/gemm.c,
+ * choose_split): by output rows (the output is the largest matrix), by output columns (a
+ * transposed b is), along K (a plain b is: partial products summed afterwards) and whole
+ * (the shared operand is too large). out = 0.5 * out + 2 * a @ b, with out row-major and
+ * column-major, on 2 and 3 threads; K not a multiple of the 16-element share alignment. */
+static void test_matmul_split_with_beta(void **state) {
+  (void)state;
+  const struct { int64_t M, K, N; int a_layout, b_layout; const char *what; } shapes[] = {
+      {150, 40, 131, CONTIGUOUS, CONTIGUOUS, "rows"},
+      {100, 200, 300, CONTIGUOUS, TRANSPOSED, "columns"},
+      {36, 400, 40, CONTIGUOUS, CONTIGUOUS, "depth"},
+      {40, 400, 36, TRANSPOSED, CONTIGUOUS, "depth, a transposed"},
+      {128, 2100, 130, CONTIGUOUS, TRANSPOSED, "whole"},
+  };
+  int saved = em_get_num_threads();
+  for (int threads = 2; threads <= 3; threads++) {
+    em_set_num_threads(threads);
+    for (int s = 0; s < 5; s++)
+      for (int dt = 0; dt < 2; dt++)
+        for (int out_layout = CONTIGUOUS; out_layout <= TRANSPOSED; out_layout++) {
+          int64_t M = shapes[s].M, K = shapes[s].K, N = shapes[s].N;
+          em_dtype dtype = dt ? EM_FLOAT64 : EM_FLOAT32;
+          em_tensor *a = make(2, (int64_t[]){M, K}, dtype, shapes[s].a_layout, 1);
+          em_tensor *b = make(2, (int64_t[]){K, N}, dtype, shapes[s].b_layout, 2);
+          em_tensor *out = make(2, (int64_t[]){M, N}, dtype, out_layout, 3), *r = out;
+          double *expected = malloc((size_t)(M * N) * sizeof(double));
+          for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+              double acc = 0;
+              for (int64_t k = 0; k < K; k++) acc += formula(i * K + k, 1) / 4 * formula(k * N + j, 2) / 4;
+              expected[i * N + j] = 0.5 * formula(i * N + j, 3) / 4 + 2 * acc;
+            }
+          assert_int_equal(em_addmm(&r, out, a, b, 0.5, 2), EM_OK);
+          assert_ptr_equal(r, out);
+          char what[96];
+          snprintf(what, sizeof what, "%s, %d threads, %s, out %s", shapes[s].what, threads, dt ? "float64" : "float32",
+                   layout_name[out_layout]);
+          /* float32: sums of up to 2100 quarter products stay exact below 2^24 */
+          check_values(out, expected, 1, dt ? 1e-9 : 1e-3, what);
+          free(expected);
+          em_tensor_release(a), em_tensor_release(b), em_tensor_release(out);
+        }
+  }
+  em_set_num_threads(saved);
+}
+
 static void test_addmm(void **state) {
   (void)state;
   static const double expected[15] = {-1.875, 5.5,   4.375,  3.25, -4.25, 4.625, -8.25, -4.125,
@@ -339,6 +385,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul_ranks_and_dtypes), cmocka_unit_test(test_matmul_layouts),
       cmocka_unit_test(test_matmul_out_layouts),      cmocka_unit_test(test_matmul_against_loop),
+      cmocka_unit_test(test_matmul_split_with_beta),
       cmocka_unit_test(test_addmm),                   cmocka_unit_test(test_mm_mv_dot_outer),
       cmocka_unit_test(test_empty_dims),              cmocka_unit_test(test_errors),
   };
