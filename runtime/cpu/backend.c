@@ -170,6 +170,7 @@ const em_backend em_cpu_backend = {
     .layer_norm_backward = em_cpu_layer_norm_backward,
     .class_loss = em_cpu_class_loss,
     .class_loss_backward = em_cpu_class_loss_backward,
+    .count_correct = em_cpu_count_correct,
     .embedding_bag = em_cpu_embedding_bag,
     .embedding_bag_backward = em_cpu_embedding_bag_backward,
     .relu_backward = em_cpu_relu_backward,

@@ -137,6 +137,7 @@ em_status em_cpu_class_loss(em_tensor *out, em_tensor *lse, em_tensor *total_wei
 em_status em_cpu_class_loss_backward(em_tensor *gx, const em_tensor *gout, const em_tensor *x, const em_tensor *lse,
                                      const em_tensor *total_weight, const em_tensor *target, const em_tensor *weight,
                                      const em_class_loss_params *p);
+em_status em_cpu_count_correct(int64_t *count, const em_tensor *x, const em_tensor *target, int base);
 em_status em_cpu_embedding_bag(em_tensor *out, em_tensor *argmax, const em_tensor *weight, const em_tensor *indices,
                                const em_tensor *offsets, const em_tensor *psw, int mode, int base);
 em_status em_cpu_embedding_bag_backward(em_tensor *gw, em_tensor *gpsw, const em_tensor *gout, const em_tensor *weight,

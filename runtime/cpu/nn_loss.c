@@ -251,3 +251,35 @@ em_status em_cpu_relu_backward(em_tensor *gx, const em_tensor *gy, const em_tens
   em_iter_for_each(&it, gx->dtype == EM_FLOAT32 ? relu_backward_s : relu_backward_d, NULL, 0);
   return EM_OK;
 }
+
+/* ---- count_correct: the rows whose first largest logit (NaN largest, as argmax) is at the
+ * target. Scalar on purpose: a row is a few classes, and the whole count is ~1 us. */
+#define ROW_ARGMAX(T)                                                               \
+  do {                                                                              \
+    const T *restrict row = (const T *)em_tensor_data(x) + i * rs;                  \
+    T best = row[0];                                                                \
+    for (int64_t k = 1; k < classes; k++) {                                         \
+      T v = row[k * cs];                                                            \
+      if (v > best || (v != v && best == best)) best = v, at = k;                   \
+    }                                                                               \
+  } while (0)
+
+em_status em_cpu_count_correct(int64_t *count, const em_tensor *x, const em_tensor *target, int base) {
+  int64_t rows = x->sizes[0], classes = x->sizes[1], rs = x->strides[0], cs = x->strides[1];
+  int64_t ts = target->strides[0], n = 0;
+  const char *tp = em_tensor_data(target);
+  int t64 = target->dtype == EM_INT64;
+  for (int64_t i = 0; i < rows; i++) {
+    int64_t want = t64 ? ((const int64_t *)tp)[i * ts] : ((const int32_t *)tp)[i * ts];
+    if (want < base || want - base >= classes)
+      return em_set_error(EM_ERR_INDEX, "count_correct: target %lld at position %lld is out of range for %lld classes "
+                          "(expected %d..%lld)", (long long)want, (long long)(i + base), (long long)classes, base,
+                          (long long)(classes - 1 + base));
+    int64_t at = 0;
+    if (x->dtype == EM_FLOAT32) ROW_ARGMAX(float);
+    else ROW_ARGMAX(double);
+    n += at == want - base;
+  }
+  *count = n;
+  return EM_OK;
+}

@@ -161,6 +161,9 @@ typedef struct em_backend {
   em_status (*class_loss_backward)(em_tensor *gx, const em_tensor *gout, const em_tensor *x, const em_tensor *lse,
                                    const em_tensor *total_weight, const em_tensor *target, const em_tensor *weight,
                                    const em_class_loss_params *p);
+  /* *count = rows of x [N, C] whose first largest value (NaN largest) is at target[i] - base;
+   * target int32/int64 [N]; NULL: the nn layer composes argmax, eq and sum */
+  em_status (*count_correct)(int64_t *count, const em_tensor *x, const em_tensor *target, int base);
   /* embedding bags (mode: em_bag_mode of ember/nn.h): weight [R, D], indices [L] (int32/
    * int64, from base), offsets [B] int64 (bag b holds indices[offsets[b] .. offsets[b+1]),
    * the last bag runs to L), per_sample_weights [L]; out [B, D]; argmax [B, D] int64 (max

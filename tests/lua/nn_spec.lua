@@ -432,6 +432,29 @@ describe('functional losses', function()
     close(x.grad, {{p1[1] / 2, p1[2] / 2, (p1[3] - 1) / 2}, {(p2[1] - 1) / 2, p2[2] / 2, p2[3] / 2}}, 1e-12)
   end)
 
+  it('count rows whose largest logit is at the target as argmax does', function()
+    -- row 1: max at 3; row 2: a tie between 1 and 2 (the first wins); row 3: NaN at 2 beats
+    -- the 5 at 3 (NaN is largest); row 4: two NaNs (the first wins)
+    local x = ember.tensor({{1, 2, 3}, {4, 4, 0}, {0, 0 / 0, 5}, {0 / 0, 1, 0 / 0}}, F64)
+    assert.equals(4, F.count_correct(x, ember.tensor({3, 1, 2, 1}, I64)))
+    assert.equals(0, F.count_correct(x, ember.tensor({1, 2, 3, 3}, I64)))
+    assert.equals(2, F.count_correct(x:float(), ember.tensor({3, 2, 2, 2}, { dtype = 'int32' })))
+    -- strided logits (a transposed view) and random rows against the composition
+    ember.manual_seed(3)
+    local r = ember.randn(10, 37)
+    local y = ember.randint(1, 11, { 37 })
+    local want = r:t():argmax(2):eq(y):sum():item()
+    assert.equals(want, F.count_correct(r:t(), y))
+    assert.equals(want, F.count_correct(r:t():contiguous():double(), y))
+    assert.equals(0, F.count_correct(ember.empty(0, 4), ember.empty(0, { dtype = 'int64' })))
+    raises(function() F.count_correct(x, ember.tensor({3, 1, 4, 1}, I64)) end,
+      'count_correct: target 4 at position 3 is out of range for 3 classes (expected 1..3)')
+    raises(function() F.count_correct(x, ember.tensor({3, 1}, I64)) end,
+      'count_correct: expected a target of shape [4] (one class per row of logits [4, 3]), got [2]')
+    raises(function() F.count_correct(x[1], ember.tensor({3}, I64)) end,
+      'count_correct: expected logits of shape [N, C], got [3]')
+  end)
+
   it('compute mse and binary cross entropy with logits', function()
     local a, b = ember.tensor({1, 2, 3}, F64), ember.tensor({0, 2, 5}, F64)
     close(F.mse_loss(a, b), 5 / 3, 1e-12)

@@ -248,6 +248,17 @@ return function(ember, nn)
       opts.ignore_index or -100, reduction_of('nll_loss', opts.reduction), 1))
   end
 
+  -- count_correct(logits, target): how many rows of logits [N, C] have their largest value
+  -- at the target class (1-based [N], int64 or int32), as argmax(2):eq(target):sum() counts
+  -- them (the first largest wins; NaN counts as largest), in one pass: a number.
+  local counted = require('ffi').new('int64_t[1]')
+  function F.count_correct(logits, target)
+    need_tensor('count_correct', logits, 1)
+    need_tensor('count_correct', target, 2)
+    I.check(C.em_nn_count_correct(counted, logits, target, 1))
+    return tonumber(counted[0])
+  end
+
   local RED = option_set('reduction')
   -- mse_loss(input, target [, {reduction = 'mean'}])
   function F.mse_loss(input, target, opts)

@@ -150,7 +150,7 @@ local function evaluate(ember, model, loader, label_smoothing)
       local b = batch.y.shape[1]
       local loss = F.cross_entropy(out, batch.y, { reduction = 'sum', label_smoothing = label_smoothing })
       loss_sum = loss_sum + loss:item()
-      correct = correct + out:argmax(2):eq(batch.y):sum():item()
+      correct = correct + F.count_correct(out, batch.y)
       n = n + b
     end
   end)
@@ -247,7 +247,7 @@ function M.run(cfg, ctx)
       local l = loss:item()
       if l ~= l then error(string.format('the loss is NaN at epoch %d, step %d (lr %g)', epoch, step + 1, lr), 0) end
       loss_sum = loss_sum + l * b
-      correct = correct + out:argmax(2):eq(batch.y):sum():item()
+      correct = correct + F.count_correct(out, batch.y)
       seen = seen + b
       step = step + 1
       bar:update(seen, { loss = loss_sum / seen, data = loader.progress_text and loader:progress_text() or nil,

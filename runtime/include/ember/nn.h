@@ -69,6 +69,10 @@ em_status em_nn_mse_loss(em_tensor **out, const em_tensor *input, const em_tenso
 em_status em_nn_binary_cross_entropy_with_logits(em_tensor **out, const em_tensor *logits, const em_tensor *target,
                                                  const em_tensor *weight, const em_tensor *pos_weight,
                                                  em_reduction reduction);
+/* *count = the rows of logits [N, C] whose largest value is at class target[i] (int32/
+ * int64 [N], from base): argmax's choice (the first largest; NaN above any number). A
+ * target outside base..base+C-1 is an EM_ERR_INDEX that shows its value. */
+em_status em_nn_count_correct(int64_t *count, const em_tensor *logits, const em_tensor *target, int base);
 /* EM_FFI_END */
 
 #ifdef __cplusplus
