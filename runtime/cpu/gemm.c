@@ -163,8 +163,8 @@ static mat matrix_of(const em_tensor *t) {
  * - The output's rows: slabs of output rows (M).
  * - A weight used as x @ w^T (b transposed): slabs of output columns (N).
  * - A matrix whose rows run along K (a transposed a, a plain b): K is cut, each thread
- *   multiplies its share of K, and the partial products (M x N, the smallest of the three)
- *   are added in thread order afterwards, so results do not depend on timing.
+ *   multiplies its share of K, and the partial products (M x N, smaller than the matrix
+ *   cut) are added in thread order afterwards, so results do not depend on timing.
  * Each thread packs the whole of the operand it does not cut (rows: b; columns: a); beyond
  * SPLIT_MAX_SHARED that copy costs more than OpenBLAS's meetings, and OpenBLAS threads the
  * call itself. Slabs start on multiples of 16, the width of OpenBLAS's kernels. Beyond
