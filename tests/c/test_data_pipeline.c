@@ -36,6 +36,23 @@ static void test_epoch_plan(void **state) {
   assert_int_equal(em_data_randperm(&perm, 10, 5, 2, 0), EM_OK);
   assert_memory_equal(em_tensor_data(plan), em_tensor_data(perm), 10 * sizeof(int64_t));
   em_tensor_release(plan);
+  /* The order is part of every checkpoint's loader state (resume continues the same
+   * permutation), so it is pinned: these are the values of the first implementation (one
+   * Philox block per step), which the batched one must keep. 4097 crosses the batches of
+   * 256 steps; h = h * 31 + p[i] mod 1e9+7 over the 1-based permutation. */
+  static const int64_t first10[10] = {8, 0, 3, 2, 7, 9, 1, 5, 4, 6};
+  assert_memory_equal(em_tensor_data(perm), first10, sizeof first10);
+  const struct { int64_t n; uint64_t seed, stream; int64_t hash; } pinned[] = {
+      {1025, 7, 9, 550149644}, {4097, 123456789, 1099511627779ull, 921951622}, {60000, 1, 3, 736760879}};
+  for (int c = 0; c < 3; c++) {
+    em_tensor *q = NULL;
+    assert_int_equal(em_data_randperm(&q, pinned[c].n, pinned[c].seed, pinned[c].stream, 1), EM_OK);
+    const int64_t *v = em_tensor_data(q);
+    int64_t h = 0;
+    for (int64_t i = 0; i < pinned[c].n; i++) h = (h * 31 + v[i]) % 1000000007;
+    assert_int_equal(h, pinned[c].hash);
+    em_tensor_release(q);
+  }
   /* three ranks of 10: drop keeps 3 each (9 distinct), pad gives 4 each (all 10 covered) */
   int seen[10] = {0};
   for (int rank = 0; rank < 3; rank++) {
