@@ -143,3 +143,11 @@ if(EMBER_HAVE_ZMQ AND Python3_Interpreter_FOUND)
   set_tests_properties(dist/tcp_failures PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 RESOURCE_LOCK ember_mpi
     ENVIRONMENT "${dist_env}")
 endif()
+
+# ---- the reader/trainer notice ring (tests/c/test_dp_ring.c) handles zmq_msg_t frames
+# itself; without ZeroMQ there is no ring to test.
+if(EMBER_HAVE_ZMQ)
+  target_link_libraries(test_dp_ring PRIVATE ${ZMQ_LINK_LIBRARIES})
+else()
+  set_tests_properties(c/test_dp_ring PROPERTIES DISABLED TRUE)
+endif()

@@ -68,7 +68,7 @@ local function run(name, loader, extra)
   for k, v in pairs(extra or {}) do line[k] = v end
   if loader.stats then
     local s = loader:stats()
-    line.shm_batches, line.shm_lent, line.reissued = s.shm_batches, s.shm_lent, s.reissued
+    line.shm_batches, line.shm_lent, line.ring_batches, line.reissued = s.shm_batches, s.shm_lent, s.ring_batches, s.reissued
   end
   print(json.encode(line, { order = { 'bench', 'samples_per_s', 'batches_per_s', 'mb_per_s' } }))
   io.stdout:flush()

@@ -17,10 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include "core/core_impl.h"
 #include "dp_loader_impl.h"
+#include "dp_ring.h"
 
 #define MAX_FRAMES 8
 #define TICK_S 0.05
@@ -163,6 +166,35 @@ static void stats_workers(em_loader *l) {
 }
 
 /* Forgets reader w: its leases go back to PENDING where no other lease is out. */
+/* Stops reading w's ring: the reader sends its notices through ZeroMQ again. */
+static void drop_ring(dp_coord *c, dp_worker *w) {
+  if (!w->ring) return;
+  dp_ring_detach((void *)dp_shm_map_data(w->ring), dp_shm_map_bytes(w->ring), c->session);
+  dp_shm_map_release(w->ring);
+  w->ring = NULL;
+}
+
+/* Reads the ring of a reader on this host that offers one, if no other trainer does, and
+ * if the readers on this host leave a core to the trainer: polling the rings takes turns
+ * with the readers otherwise (2 readers on 2 cores: 30% fewer batches at batch 128 than
+ * with every notice through ZeroMQ). Decided at the hello, before the reader can use it. */
+static void take_ring(em_loader *l, dp_worker *w, const dp_hello *hello) {
+  dp_coord *c = &l->c;
+  if (w->ring || !hello->ring[0] || !w->same_host || !l->o.shared_memory) return;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  pthread_mutex_lock(&l->mu);
+  long here = l->nchildren; /* spawned readers (all started before any says hello) */
+  pthread_mutex_unlock(&l->mu);
+  for (const dp_worker *o = c->workers; o; o = o->next) here += o->same_host && !o->spawned;
+  if (cpus > 0 && here + 1 > cpus) return;
+  struct dp_shm_map *m = dp_shm_map_open(hello->ring, hello->pid, hello->ring_bytes, hello->ring_id);
+  if (!m) return; /* not fatal: the notices come through ZeroMQ */
+  if (dp_ring_attach((void *)dp_shm_map_data(m), dp_shm_map_bytes(m), c->session))
+    w->ring = m;
+  else
+    dp_shm_map_release(m);
+}
+
 static void lose_worker(em_loader *l, dp_worker *w, const char *why) {
   dp_coord *c = &l->c;
   int64_t reissued = 0;
@@ -191,6 +223,7 @@ static void lose_worker(em_loader *l, dp_worker *w, const char *why) {
            w->name, why);
   pthread_mutex_unlock(&l->mu);
   if (w->shm) dp_shm_map_release(w->shm);
+  drop_ring(c, w);
   free(w->leases);
   free(w);
   stats_workers(l);
@@ -218,7 +251,7 @@ static void on_hello(em_loader *l, frames *m) {
   if (m->n != 4 || zmq_msg_size(&m->f[2]) != sizeof(dp_hello)) return;
   dp_hello hello;
   memcpy(&hello, zmq_msg_data(&m->f[2]), sizeof hello);
-  hello.host[63] = hello.boot_id[39] = hello.name[63] = 0;
+  hello.host[63] = hello.boot_id[39] = hello.name[63] = hello.ring[63] = 0;
   char fp[1024];
   dp_text(fp, sizeof fp, zmq_msg_data(&m->f[3]), zmq_msg_size(&m->f[3]));
   dp_worker *w = find_worker(c, &m->f[0]);
@@ -270,6 +303,7 @@ static void on_hello(em_loader *l, frames *m) {
   h.heartbeat_timeout_s = l->o.heartbeat_timeout_s;
   h.flags = (l->o.skip_bad ? DP_FLAG_SKIP_BAD : 0) |
             (l->o.shared_memory && w->same_host && (hello.pid > 0) ? DP_FLAG_SHM : 0);
+  if (h.flags & DP_FLAG_SHM) take_ring(l, w, &hello);
   send_to(c, w, NULL, 0, &h, NULL, 0);
 }
 
@@ -400,6 +434,67 @@ static void on_message(em_loader *l, frames *m) {
     if (n > 1 && rid[0] == 'D') rid[0] = 'R'; /* the data connection never reads: tell the control one */
     send_to(c, NULL, rid, n, &r, NULL, 0);
   }
+}
+
+/* ---------------------------------------------------------------- rings */
+/* Notices waiting in the rings of readers on this host, handled as received BATCH
+ * messages; returns how many were taken. */
+static int drain_rings(em_loader *l) {
+  dp_coord *c = &l->c;
+  int taken = 0;
+  for (dp_worker *w = c->workers; w; w = w->next) {
+    for (int k = 0; w->ring && k < DP_RING_ENTRIES; k++) {
+      frames m;
+      int nf = 0;
+      int r = dp_ring_take((void *)dp_shm_map_data(w->ring), dp_shm_map_bytes(w->ring), &nf, &m.f[1]);
+      if (r == 0) break;
+      if (r == -2) { /* the reader broke its ring: ZeroMQ only from now on */
+        drop_ring(c, w);
+        break;
+      }
+      taken++;
+      if (r == -1) continue;
+      zmq_msg_init_size(&m.f[0], w->rid_len);
+      memcpy(zmq_msg_data(&m.f[0]), w->rid, w->rid_len);
+      m.n = 1 + nf;
+      m.more = 0;
+      dp_hdr h;
+      if (m.n == 5 && dp_hdr_valid(zmq_msg_data(&m.f[1]), zmq_msg_size(&m.f[1])) &&
+          (memcpy(&h, zmq_msg_data(&m.f[1]), sizeof h), h.kind == DP_BATCH)) {
+        double now = dp_now();
+        if (c->last_notice > 0) { /* the mean gap, over the last ~8 notices */
+          double gap = now - c->last_notice;
+          c->notice_gap = c->notice_gap > 0 ? c->notice_gap + (gap - c->notice_gap) / 8 : gap;
+        }
+        c->last_message = w->last_seen = c->last_notice = now;
+        on_batch(l, &m, w);
+        pthread_mutex_lock(&l->mu);
+        l->stats.ring_batches++;
+        pthread_mutex_unlock(&l->mu);
+      }
+      close_frames(&m);
+    }
+  }
+  return taken;
+}
+
+/* While a reader whose ring this trainer reads holds leases, the coordinator looks at the
+ * rings again after half the mean time between notices (RING_POLL_MIN_US to
+ * RING_POLL_MAX_US) instead of sleeping until a socket wakes it: a batch found late leaves
+ * its reader without a new lease meanwhile. That is no more wake-ups than ZeroMQ made
+ * (three a batch, one of them the reader's), and none of them the reader's. */
+#define RING_POLL_MIN_US 10
+#define RING_POLL_MAX_US 200
+static long ring_pause_ns(const dp_coord *c) {
+  double us = c->notice_gap * 0.5e6;
+  if (!(us >= RING_POLL_MIN_US)) us = RING_POLL_MIN_US;
+  if (us > RING_POLL_MAX_US) us = RING_POLL_MAX_US;
+  return (long)(us * 1000);
+}
+static int rings_busy(const dp_coord *c) {
+  for (const dp_worker *w = c->workers; w; w = w->next)
+    if (w->ring && w->nleases > 0) return 1;
+  return 0;
 }
 
 /* ---------------------------------------------------------------- ZAP (CurveZMQ keys) */
@@ -697,12 +792,14 @@ void *dp_coordinator_main(void *arg) {
   em_loader *l = arg;
   dp_coord *c = &l->c;
   dp_host_identity(c->host, c->boot_id);
+  prctl(PR_SET_TIMERSLACK, 1000UL); /* the ring's short pauses: 1 us late, not the default 50 */
   double last_tick = 0;
   for (;;) {
     zmq_pollitem_t items[3] = {{c->router, 0, ZMQ_POLLIN, 0}, {NULL, l->efd, ZMQ_POLLIN, 0},
                                {c->zap, 0, ZMQ_POLLIN, 0}};
-    int n = c->zap ? 3 : 2;
-    if (zmq_poll(items, n, (long)(TICK_S * 1000)) < 0 && zmq_errno() == ETERM) break;
+    int n = c->zap ? 3 : 2, polling = rings_busy(c);
+    int ready = zmq_poll(items, n, polling ? 0 : (long)(TICK_S * 1000));
+    if (ready < 0 && zmq_errno() == ETERM) break;
     if (items[1].revents & ZMQ_POLLIN) {
       uint64_t v;
       ssize_t r = read(l->efd, &v, sizeof v);
@@ -726,6 +823,11 @@ void *dp_coordinator_main(void *arg) {
       on_message(l, &m);
       close_frames(&m);
     }
+    int noticed = drain_rings(l);
+    if (polling && ready == 0 && noticed == 0) { /* nothing yet: look again shortly */
+      struct timespec pause = {0, ring_pause_ns(c)};
+      nanosleep(&pause, NULL);
+    }
     double now = dp_now();
     if (now - last_tick >= TICK_S) {
       last_tick = now;
@@ -742,6 +844,7 @@ void *dp_coordinator_main(void *arg) {
     send_to(c, w, NULL, 0, &bye, NULL, 0);
     c->workers = w->next;
     if (w->shm) dp_shm_map_release(w->shm);
+    drop_ring(c, w);
     free(w->leases);
     free(w);
   }

@@ -73,6 +73,7 @@ typedef struct dp_worker {
   int nleases, cap;
   dp_lease_ref *leases;
   struct dp_shm_map *shm;
+  struct dp_shm_map *ring; /* its ring of batch notices, read by this trainer (dp_ring.c); NULL: none */
   int64_t lent;          /* slots of its arena lent to batch tensors now */
   int64_t free_slots[DP_FREE_SLOTS_MAX]; /* its shared-memory slots to give back */
   int nfree;
@@ -97,6 +98,7 @@ typedef struct dp_coord {
   int64_t total_leases;
   char host[64], boot_id[40];
   double last_heartbeat, last_message, last_lease_check;
+  double last_notice, notice_gap; /* rings: when the last notice came, the mean time between them */
   int64_t scan_from;        /* items below are done: the lease-timeout scan starts here */
 } dp_coord;
 

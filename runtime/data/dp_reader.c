@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <zmq.h>
 #include "dp_reader_impl.h"
+#include "dp_ring.h"
 
 #define OP "reader"
 #define RD_MAX_CONN 16
@@ -64,6 +65,7 @@ struct em_reader {
   dp_hello hello;
   char fingerprint[1024];
   dp_arena *arena;
+  dp_ring *ring;           /* batch notices for a trainer on this host (dp_ring.c); NULL: none */
   /* --- the caller's --- */
   rd_msg *cur;
   int nt, slot, have_data;
@@ -114,6 +116,7 @@ static int send_frames(void *sock, const dp_hdr *h, const void *extra, size_t n,
  * of use (LOST): the trainer, if it lives, may still have tensors viewing them. */
 static void forget_conn(em_reader *r, int ci) {
   r->conn[ci].welcomed = 0;
+  dp_ring_forget(r->ring, r->conn[ci].session); /* a trainer killed outright never let go of the ring */
   for (rd_msg **p = &r->leases; *p;) {
     if ((*p)->conn == ci) {
       rd_msg *m = *p;
@@ -406,6 +409,11 @@ static em_status setup(em_reader *r) {
   r->hello.pid = getpid();
   dp_host_identity(r->hello.host, r->hello.boot_id);
   snprintf(r->hello.name, sizeof r->hello.name, "%s", r->name ? r->name : "reader");
+  if (o->shared_memory && (r->ring = dp_ring_create())) { /* without one, ZeroMQ carries every notice */
+    snprintf(r->hello.ring, sizeof r->hello.ring, "%s", dp_ring_name(r->ring));
+    r->hello.ring_id = dp_ring_id(r->ring);
+    r->hello.ring_bytes = dp_ring_bytes();
+  }
   const char *p = r->connect;
   while (*p) {
     size_t n = strcspn(p, ",");
@@ -481,6 +489,7 @@ void em_reader_free(em_reader *r) {
   }
   if (r->zctx) zmq_ctx_term(r->zctx);
   if (r->efd >= 0) close(r->efd);
+  dp_ring_destroy(r->ring);
   free_msg(r->cur);
   for (rd_msg *m = r->leases, *n; m; m = n) n = m->next, free_msg(m);
   for (rd_msg *m = r->out, *n; m; m = n) n = m->next, free_msg(m);
@@ -663,6 +672,18 @@ static void add_frame(rd_msg *m, const void *data, size_t n) {
   m->nframes++;
 }
 
+/* A shared-memory batch's notice goes into the ring when its trainer reads the ring (and
+ * the ring has room): no ZeroMQ send, no thread woken. 1: it went (m is freed). */
+static int ring_put(em_reader *r, uint64_t session, rd_msg *m) {
+  if (!r->ring || !session || m->nframes != DP_RING_FRAMES) return 0;
+  const void *data[DP_RING_FRAMES];
+  size_t size[DP_RING_FRAMES];
+  for (int i = 0; i < DP_RING_FRAMES; i++) data[i] = zmq_msg_data(&m->f[i]), size[i] = zmq_msg_size(&m->f[i]);
+  if (!dp_ring_put(r->ring, session, DP_RING_FRAMES, data, size)) return 0;
+  free_msg(m);
+  return 1;
+}
+
 static dp_hdr reply_header(const rd_msg *lease, int kind) {
   dp_hdr h;
   dp_hdr_init(&h, kind);
@@ -703,6 +724,7 @@ em_status em_reader_send(em_reader *r, const em_lease *lease, int64_t kept, cons
     if ((uint64_t)(descs[i].offset + descs[i].nbytes) > used) used = (uint64_t)(descs[i].offset + descs[i].nbytes);
   }
   if (r->slot >= 0) h.flags |= DP_FLAG_SHM;
+  uint64_t session = 0; /* of the trainer a shared-memory batch goes to */
   rd_msg *m = new_out(r, r->cur->conn, &h);
   if (!m) return em_set_error(EM_ERR_MEMORY, OP ": out of memory");
   add_frame(m, descs, (size_t)r->nt * sizeof(dp_tdesc));
@@ -720,6 +742,7 @@ em_status em_reader_send(em_reader *r, const em_lease *lease, int64_t kept, cons
     ref.nbytes = used;
     r->arena->state[r->slot] = SLOT_SENT;
     r->arena->owner[r->slot] = r->cur->conn;
+    session = h.session; /* the trainer that leased the item */
     pthread_mutex_unlock(&r->mu);
     r->slot = -1;
     add_frame(m, &ref, sizeof ref);
@@ -733,7 +756,7 @@ em_status em_reader_send(em_reader *r, const em_lease *lease, int64_t kept, cons
     r->have_data = 0;
   }
   drop_batch(r);
-  send_direct(r, m);
+  if (!ring_put(r, session, m)) send_direct(r, m);
   r->last_send_s = dp_now() - t0;
   return EM_OK;
 }

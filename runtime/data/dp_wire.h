@@ -29,7 +29,7 @@
 #include "ember/data_pipeline.h"
 
 #define DP_MAGIC 0x50444d45u /* "EMDP" */
-#define DP_VERSION 2 /* 2: a LEASE may carry slots given back; dp_shm_ref names its arena */
+#define DP_VERSION 3 /* 2: a LEASE may carry slots given back; dp_shm_ref names its arena; 3: HELLO names a ring */
 #define DP_ALIGN 64          /* tensors start at multiples of this in a batch's bytes */
 
 enum dp_kind {
@@ -74,6 +74,8 @@ typedef struct dp_hello {
   char host[64];
   char boot_id[40];    /* with host: the same machine (shared memory possible) */
   char name[64];
+  char ring[64];       /* its ring of batch notices (dp_ring.c): /proc/<pid>/fd/<memfd>; "" none */
+  uint64_t ring_id, ring_bytes;
 } dp_hello;
 
 typedef struct dp_tdesc {

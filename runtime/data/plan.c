@@ -43,12 +43,13 @@ em_status em_data_randperm(em_tensor **out, int64_t n, uint64_t seed, uint64_t s
   if (n < 0) return em_set_error(EM_ERR_ARGUMENT, "data_randperm: n is %lld, expected n >= 0", (long long)n);
   em_status st = em_empty(out, 1, &n, EM_INT64, (em_device){EM_CPU, 0});
   if (st) return st;
-  int64_t *p = em_tensor_data(*out);
-  for (int64_t i = 0; i < n; i++) p[i] = i;
+  int64_t *restrict p = em_tensor_data(*out);
+  const int64_t count = n; /* n's address went to em_empty: a copy lets the loops keep it in a register */
+  for (int64_t i = 0; i < count; i++) p[i] = i + base; /* the swaps move values, whatever they are */
   /* Fisher-Yates from the last position down: step i swaps i with a position in [0, i];
    * the bits of PLAN_LANES steps are made at once, then used in order. */
   uint64_t bits[PLAN_LANES];
-  for (int64_t hi = n - 1; hi > 0; hi -= PLAN_LANES) {
+  for (int64_t hi = count - 1; hi > 0; hi -= PLAN_LANES) {
     int64_t lo = hi - PLAN_LANES + 1 > 1 ? hi - PLAN_LANES + 1 : 1;
     plan_bits(seed, stream, (uint64_t)lo, (int)(hi - lo + 1), bits);
     for (int64_t i = hi; i >= lo; i--) {
@@ -58,7 +59,5 @@ em_status em_data_randperm(em_tensor **out, int64_t n, uint64_t seed, uint64_t s
       p[j] = tmp;
     }
   }
-  if (base)
-    for (int64_t i = 0; i < n; i++) p[i] += base;
   return EM_OK;
 }

@@ -52,6 +52,7 @@ em_status em_data_epoch_plan(em_tensor **out, int64_t n, uint64_t seed, uint64_t
   if (world_size < 1 || rank < 0 || rank >= world_size)
     return em_set_error(EM_ERR_ARGUMENT, "data_epoch_plan: rank %lld of world size %lld (expected 0 <= rank < world size)",
                         (long long)rank, (long long)world_size);
+  if (world_size == 1 && shuffle) return em_data_randperm(out, n, seed, epoch, base); /* no second copy */
   em_tensor *order = NULL;
   em_status st;
   if (shuffle) {
@@ -70,7 +71,13 @@ em_status em_data_epoch_plan(em_tensor **out, int64_t n, uint64_t seed, uint64_t
   if (!st) {
     const int64_t *o = em_tensor_data(order);
     int64_t *p = em_tensor_data(*out);
-    for (int64_t j = 0; j < per; j++) p[j] = o[(j * world_size + rank) % n] + base;
+    /* position j of this rank is j * world_size + rank of the order, wrapping past the end
+     * only when padding (a division per sample cost as much as the shuffle itself) */
+    for (int64_t j = 0; j < per; j++) {
+      int64_t k = j * world_size + rank;
+      if (k >= n) k %= n;
+      p[j] = o[k] + base;
+    }
   }
   em_tensor_release(order);
   return st;

@@ -185,7 +185,8 @@ describe('the trainer', function()
       double times[4]; double heartbeat_s, heartbeat_timeout_s;
     } test_dp_hdr;
     typedef struct test_dp_hello {
-      int64_t pid, dataset_size; uint64_t nonce; char host[64], boot_id[40], name[64];
+      int64_t pid, dataset_size; uint64_t nonce; char host[64], boot_id[40], name[64], ring[64];
+      uint64_t ring_id, ring_bytes;
     } test_dp_hello;
   ]])
   local DEALER, SNDMORE, LINGER, RCVTIMEO = 5, 2, 17, 27
@@ -215,7 +216,7 @@ describe('the trainer', function()
     F.defer(function() zmq.zmq_close(s); zmq.zmq_ctx_term(ctx) end)
     assert.equal(0, zmq.zmq_connect(s, l:endpoint()))
     local h = ffi.new('test_dp_hdr')
-    h.magic, h.version = 0x50444d45, 2   -- DP_MAGIC, DP_VERSION (runtime/data/dp_wire.h)
+    h.magic, h.version = 0x50444d45, 3   -- DP_MAGIC, DP_VERSION (runtime/data/dp_wire.h)
     -- noise: a short frame, a wrong magic, too many frames, a hello of the wrong size
     frames(s, { 'hello' })
     local bad = ffi.new('test_dp_hdr', h)

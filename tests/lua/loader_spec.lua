@@ -105,6 +105,33 @@ describe('ember.data.Loader', function()
     assert.equal(2, #l:workers())
   end)
 
+  it('delivers exactly once when the one reader, announcing batches in its ring, is killed', function()
+    -- one reader on 2+ cores: its notices go through the shared-memory ring, and those it
+    -- published but the trainer had not taken die with it (the items are leased again)
+    local dir = F.tmpdir()
+    local l = loader { dataset = F.lua_dataset(dir), dataset_options = { n = 120, delay = 0.002 }, batch_size = 4,
+      shuffle = true, seed = 2, num_workers = 1, max_restarts = 2, heartbeat = 0.05, heartbeat_timeout = 2,
+      timeout = 30 }
+    local all, ring_before = {}, nil
+    for b in l:epoch(1) do
+      for i = 1, b.ids:numel() do all[#all + 1] = b.ids[i]:item() end
+      if not ring_before and #all >= 40 then
+        ring_before = l:stats().ring_batches
+        os.execute('kill -9 ' .. l:workers()[1])
+      end
+    end
+    F.exactly_once(all, 120)
+    local s = l:stats()
+    assert.equal(1, s.workers_lost)
+    assert.is_true(s.respawned >= 1)
+    local pipe = io.popen('getconf _NPROCESSORS_ONLN')
+    local cpus = tonumber(pipe:read('*l'))
+    pipe:close()
+    if cpus >= 2 then assert.is_true(ring_before >= 5, 'ring batches before the kill: ' .. ring_before) end
+    local _, again = F.collect(l, 2)   -- the new reader serves the next epoch, through its own ring
+    F.exactly_once(again, 120)
+  end)
+
   it('re-issues the leases of a stalled reader and drops what it sends late', function()
     local dir = F.tmpdir()
     local l = loader { dataset = F.lua_dataset(dir), dataset_options = { n = 60, delay = 0.01 }, batch_size = 3,
@@ -333,6 +360,12 @@ describe('ember.data.Loader', function()
     local s = l:stats()
     assert.equal(320, s.batches)
     assert.equal(320, s.shm_batches)
+    -- every notice came through the reader's ring (it holds more than the reader's leases),
+    -- when the reader leaves a core to the trainer (dp_coordinator.c, take_ring)
+    local pipe = io.popen('getconf _NPROCESSORS_ONLN')
+    local cpus = tonumber(pipe:read('*l'))
+    pipe:close()
+    assert.equal(cpus >= 2 and 320 or 0, s.ring_batches)
     assert.is_true(s.shm_lent > 100 and s.shm_lent < 320, 'lent ' .. s.shm_lent)
     assert.equal(s.shm_lent, s.slots_lent)
     for _, b in ipairs(kept) do assert.is_true(intact(b)) end
@@ -361,6 +394,19 @@ describe('ember.data.Loader', function()
     local p = ffi.cast('uint8_t *', few[1].x:data_ptr())
     p[0] = p[0] + 1
     assert.is_false(intact(few[1]))
+  end)
+
+  it('sends everything through ZeroMQ when shared memory is off, exactly once', function()
+    local dir = F.tmpdir()
+    local spec = F.npy_images(dir, 64, 8, 8)
+    local l = loader { dataset = spec, batch_size = 4, shuffle = true, seed = 5, num_workers = 1, timeout = 30,
+      shared_memory = false }
+    local _, all = F.collect(l, 1)
+    F.exactly_once(all, 64)
+    local s = l:stats()
+    assert.equal(16, s.batches)
+    assert.equal(0, s.shm_batches)
+    assert.equal(0, s.ring_batches)
   end)
 
   it('checks its options', function()
