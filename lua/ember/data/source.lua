@@ -334,6 +334,19 @@ end
 
 function Producer:size() return self.n end
 
+-- Bytes of one sample as batches carry it (all its tensors); nil for Lua datasets.
+function Producer:sample_bytes()
+  if not self.source then return nil end
+  local descs, nd = self.source:describe(self.aug, 1)
+  local bytes = 0
+  for i = 0, nd - 1 do
+    local n = tonumber(C.em_dtype_size(descs[i].dtype))
+    for d = 1, descs[i].ndim - 1 do n = n * tonumber(descs[i].sizes[d]) end
+    bytes = bytes + n
+  end
+  return bytes
+end
+
 local function dtype_name(dt) return ffi.string(C.em_dtype_name(dt)) end
 
 -- A batch from a built-in source: one C call. The descriptions and the kept ids live in
