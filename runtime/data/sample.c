@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 #include "core/philox.h"
+#include "data_impl.h"
 #include "ember/data.h"
 #include "ember/data_pipeline.h"
 #include "tensor/tensor_impl.h"
@@ -52,6 +53,12 @@ em_status em_data_epoch_plan(em_tensor **out, int64_t n, uint64_t seed, uint64_t
   if (world_size < 1 || rank < 0 || rank >= world_size)
     return em_set_error(EM_ERR_ARGUMENT, "data_epoch_plan: rank %lld of world size %lld (expected 0 <= rank < world size)",
                         (long long)rank, (long long)world_size);
+  if (em_data_plan_take(out, n, seed, epoch, shuffle, rank, world_size, pad, base)) return EM_OK; /* made ahead */
+  return em_data_epoch_plan_now(out, n, seed, epoch, shuffle, rank, world_size, pad, base);
+}
+
+em_status em_data_epoch_plan_now(em_tensor **out, int64_t n, uint64_t seed, uint64_t epoch, int shuffle, int64_t rank,
+                                 int64_t world_size, int pad, int64_t base) {
   if (world_size == 1 && shuffle) return em_data_randperm(out, n, seed, epoch, base); /* no second copy */
   em_tensor *order = NULL;
   em_status st;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 #include "ember/data.h"
+#include "data/data_impl.h"
 #include "ember/data_pipeline.h"
 
 static const em_device CPU = {EM_CPU, 0};
@@ -27,6 +28,31 @@ static void test_crc32c(void **state) {
   char zeros[32] = {0};
   assert_int_equal(em_data_crc32c(zeros, 32, 0), 0x8A9136AAu);
   assert_int_equal(em_data_tfrecord_mask(0), 0xa282ead8u);
+}
+
+/* A plan asked for ahead (made on its own thread) is handed over only for exactly the
+ * arguments it was made for, and equals the plan made on the spot; asking ahead for
+ * another replaces it. */
+static void test_epoch_plan_ahead(void **state) {
+  (void)state;
+  const int64_t n = 5000;
+  for (int round = 0; round < 20; round++) {
+    uint64_t epoch = 100 + (uint64_t)round;
+    int64_t rank = round % 3, world = 3;
+    int pad = round % 2;
+    assert_int_equal(em_data_epoch_plan_ahead(n, 9, epoch, 1, rank, world, pad, 1), EM_OK);
+    if (round % 4 == 3) /* replaced before it is used: the first one is never handed over */
+      assert_int_equal(em_data_epoch_plan_ahead(n, 9, epoch + 50, 1, rank, world, pad, 1), EM_OK);
+    em_tensor *got = NULL, *want = NULL, *other = NULL;
+    /* different arguments (another rank) never get the plan made ahead */
+    assert_int_equal(em_data_epoch_plan(&other, n, 9, epoch, 1, (rank + 1) % world, world, pad, 1), EM_OK);
+    assert_int_equal(em_data_epoch_plan(&got, n, 9, epoch, 1, rank, world, pad, 1), EM_OK);
+    assert_int_equal(em_data_epoch_plan_now(&want, n, 9, epoch, 1, rank, world, pad, 1), EM_OK);
+    assert_int_equal(em_tensor_numel(got), em_tensor_numel(want));
+    assert_memory_equal(em_tensor_data(got), em_tensor_data(want), (size_t)em_tensor_numel(want) * sizeof(int64_t));
+    assert_memory_not_equal(em_tensor_data(got), em_tensor_data(other), 64 * sizeof(int64_t));
+    em_tensor_release(got), em_tensor_release(want), em_tensor_release(other);
+  }
 }
 
 static void test_epoch_plan(void **state) {
@@ -339,7 +365,7 @@ static void test_loader_round_trip(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_crc32c),         cmocka_unit_test(test_epoch_plan),     cmocka_unit_test(test_sample_rng),
+      cmocka_unit_test(test_crc32c),         cmocka_unit_test(test_epoch_plan),     cmocka_unit_test(test_epoch_plan_ahead),     cmocka_unit_test(test_sample_rng),
       cmocka_unit_test(test_augment),        cmocka_unit_test(test_npy_errors),     cmocka_unit_test(test_loader_options),
       cmocka_unit_test(test_loader_round_trip),
   };

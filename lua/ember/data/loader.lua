@@ -346,7 +346,24 @@ function Loader:epoch(e)
   end
   self._epoch_stats = self:stats()
   local plan = self:plan(e)
-  if self.producer then return self:_local_epoch(e, plan, items) end
+  local iter = self.producer and self:_local_epoch(e, plan, items) or self:_remote_epoch(e, plan, items)
+  -- Once the first batch is out, the next epoch's plan is made on a thread of its own
+  -- (runtime/data/plan_ahead.c): it was half of the pause between epochs, and made at the
+  -- very start it took turns with the readers' first batches.
+  local ahead = false
+  return function()
+    local b = iter()
+    if not ahead then
+      ahead = true
+      C.em_data_epoch_plan_ahead(self.size, self.seed, e + 1, self.shuffle and 1 or 0, self.rank, self.world_size,
+        self.pad and 1 or 0, 1)
+    end
+    return b
+  end
+end
+
+-- The batches of epoch e from the readers, in the coordinator's order.
+function Loader:_remote_epoch(e, plan, items)
   local n = #items
   local pos, len = ffi.new('int64_t[?]', n + 1), ffi.new('int64_t[?]', n + 1)
   for i, it in ipairs(items) do pos[i - 1], len[i - 1] = it[1], it[2] end

@@ -85,6 +85,12 @@ double em_sample_rng_normal(em_sample_rng *r);               /* mean 0, std 1 */
  * em_data_randperm(n, seed, epoch) (the in-process DataLoader's order). */
 em_status em_data_epoch_plan(em_tensor **out, int64_t n, uint64_t seed, uint64_t epoch, int shuffle, int64_t rank,
                              int64_t world_size, int pad, int64_t base);
+/* Starts making that plan on a thread of its own: the next em_data_epoch_plan with exactly
+ * these arguments takes it (a loader asks for epoch e + 1 as epoch e starts). One plan is
+ * made ahead at a time; asking for another replaces it. Never fails: without a thread, the
+ * plan is made when asked for. */
+em_status em_data_epoch_plan_ahead(int64_t n, uint64_t seed, uint64_t epoch, int shuffle, int64_t rank,
+                                   int64_t world_size, int pad, int64_t base);
 
 /* ---------------------------------------------------------------- trainer side */
 typedef struct em_loader_options {
