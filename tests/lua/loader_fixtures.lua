@@ -75,6 +75,14 @@ function F.lua_dataset(dir)
 end
 
 -- Every batch of an epoch: {ids = {...}, x = {...} sums per batch}, and all ids in order.
+-- Online CPUs (sysconf's count, as runtime/data/dp_coordinator.c sees it).
+function F.cpus()
+  local pipe = io.popen('getconf _NPROCESSORS_ONLN')
+  local n = tonumber(pipe:read('*l'))
+  pipe:close()
+  return n or 1
+end
+
 function F.collect(loader, e, limit)
   local batches, all = {}, {}
   for b in loader:epoch(e) do
