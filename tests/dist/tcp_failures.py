@@ -48,8 +48,11 @@ def expect(name, result, statuses=None, has=(), lacks=(), within=20.0):
 
 
 def stuck(mode, timeout, **env):
-    # a stopped rank cannot end: it is killed 1 s after rank 0 has ended (grace)
-    return launch(EMBER, 2, STUCK, [mode], env=dict(EMBER_DIST_TIMEOUT=str(timeout), **env), grace=1.0)
+    # A stopped rank cannot end: it is killed 1 s after rank 0 has ended (grace). A killed
+    # rank fails first, and rank 0 then has seconds to see its connection close (1 s was
+    # too short once under ASan on a loaded machine: rank 0 was killed while detecting it).
+    grace = 8.0 if mode == "kill" else 1.0
+    return launch(EMBER, 2, STUCK, [mode], env=dict(EMBER_DIST_TIMEOUT=str(timeout), **env), grace=grace)
 
 
 expect("the sanity run: one rank", probe, statuses={0: 0}, has=("rank 0 of 1: backend tcp, all_reduce ok",))
