@@ -342,7 +342,8 @@ static void item_ready(dp_coord *c, dp_item *it, int64_t index) {
   c->arrived[c->n_arrived++] = index;
 }
 
-static void on_batch(em_loader *l, frames *m, dp_worker *w) {
+/* Returns 1 when the batch was taken (0: stale, duplicate or malformed). */
+static int on_batch(em_loader *l, frames *m, dp_worker *w) {
   dp_coord *c = &l->c;
   dp_hdr h;
   memcpy(&h, zmq_msg_data(&m->f[1]), sizeof h);
@@ -366,9 +367,9 @@ static void on_batch(em_loader *l, frames *m, dp_worker *w) {
     snprintf(l->last_reject, sizeof l->last_reject, "a batch from reader pid %lld was dropped: %s",
              w ? (long long)w->pid : -1LL, why);
     pthread_mutex_unlock(&l->mu);
-    return;
+    return 0;
   }
-  if (!b) return;
+  if (!b) return 0;
   it->batch = b;
   item_ready(c, it, h.item);
   if (w) w->batches++;
@@ -382,6 +383,7 @@ static void on_batch(em_loader *l, frames *m, dp_worker *w) {
   l->stats.transform_s += h.times[2];
   l->stats.send_s += h.times[3];
   pthread_mutex_unlock(&l->mu);
+  return 1;
 }
 
 static void on_error(em_loader *l, frames *m, dp_worker *w) {
@@ -467,10 +469,11 @@ static int drain_rings(em_loader *l) {
           c->notice_gap = c->notice_gap > 0 ? c->notice_gap + (gap - c->notice_gap) / 8 : gap;
         }
         c->last_message = w->last_seen = c->last_notice = now;
-        on_batch(l, &m, w);
-        pthread_mutex_lock(&l->mu);
-        l->stats.ring_batches++;
-        pthread_mutex_unlock(&l->mu);
+        if (on_batch(l, &m, w)) {
+          pthread_mutex_lock(&l->mu);
+          l->stats.ring_batches++;
+          pthread_mutex_unlock(&l->mu);
+        }
       }
       close_frames(&m);
     }

@@ -672,18 +672,6 @@ static void add_frame(rd_msg *m, const void *data, size_t n) {
   m->nframes++;
 }
 
-/* A shared-memory batch's notice goes into the ring when its trainer reads the ring (and
- * the ring has room): no ZeroMQ send, no thread woken. 1: it went (m is freed). */
-static int ring_put(em_reader *r, uint64_t session, rd_msg *m) {
-  if (!r->ring || !session || m->nframes != DP_RING_FRAMES) return 0;
-  const void *data[DP_RING_FRAMES];
-  size_t size[DP_RING_FRAMES];
-  for (int i = 0; i < DP_RING_FRAMES; i++) data[i] = zmq_msg_data(&m->f[i]), size[i] = zmq_msg_size(&m->f[i]);
-  if (!dp_ring_put(r->ring, session, DP_RING_FRAMES, data, size)) return 0;
-  free_msg(m);
-  return 1;
-}
-
 static dp_hdr reply_header(const rd_msg *lease, int kind) {
   dp_hdr h;
   dp_hdr_init(&h, kind);
@@ -723,14 +711,10 @@ em_status em_reader_send(em_reader *r, const em_lease *lease, int64_t kept, cons
     descs[i].nbytes = row_bytes * kept;
     if ((uint64_t)(descs[i].offset + descs[i].nbytes) > used) used = (uint64_t)(descs[i].offset + descs[i].nbytes);
   }
-  if (r->slot >= 0) h.flags |= DP_FLAG_SHM;
-  uint64_t session = 0; /* of the trainer a shared-memory batch goes to */
-  rd_msg *m = new_out(r, r->cur->conn, &h);
-  if (!m) return em_set_error(EM_ERR_MEMORY, OP ": out of memory");
-  add_frame(m, descs, (size_t)r->nt * sizeof(dp_tdesc));
-  add_frame(m, kept_ids, (size_t)kept * sizeof(int64_t));
-  if (r->slot >= 0) {
-    dp_shm_ref ref;
+  int shm = r->slot >= 0;
+  dp_shm_ref ref;
+  if (shm) {
+    h.flags |= DP_FLAG_SHM;
     memset(&ref, 0, sizeof ref);
     pthread_mutex_lock(&r->mu);
     snprintf(ref.name, sizeof ref.name, "%s", r->arena->name);
@@ -742,9 +726,30 @@ em_status em_reader_send(em_reader *r, const em_lease *lease, int64_t kept, cons
     ref.nbytes = used;
     r->arena->state[r->slot] = SLOT_SENT;
     r->arena->owner[r->slot] = r->cur->conn;
-    session = h.session; /* the trainer that leased the item */
     pthread_mutex_unlock(&r->mu);
     r->slot = -1;
+    /* the notice straight into the ring when the trainer that leased the item reads it */
+    const void *data[DP_RING_FRAMES] = {&h, descs, kept_ids, &ref};
+    size_t size[DP_RING_FRAMES] = {sizeof h, (size_t)r->nt * sizeof(dp_tdesc), (size_t)kept * sizeof(int64_t),
+                                   sizeof ref};
+    if (r->ring && dp_ring_put(r->ring, h.session, DP_RING_FRAMES, data, size)) {
+      drop_batch(r);
+      r->last_send_s = dp_now() - t0;
+      return EM_OK;
+    }
+  }
+  rd_msg *m = new_out(r, r->cur->conn, &h);
+  if (!m) {
+    if (shm) { /* nothing went out: the slot is free again */
+      pthread_mutex_lock(&r->mu);
+      if (r->arena && r->arena->id == ref.arena_id) r->arena->state[ref.slot] = SLOT_FREE;
+      pthread_mutex_unlock(&r->mu);
+    }
+    return em_set_error(EM_ERR_MEMORY, OP ": out of memory");
+  }
+  add_frame(m, descs, (size_t)r->nt * sizeof(dp_tdesc));
+  add_frame(m, kept_ids, (size_t)kept * sizeof(int64_t));
+  if (shm) {
     add_frame(m, &ref, sizeof ref);
   } else if (!r->have_data) { /* every sample was a bad record: an empty batch */
     add_frame(m, NULL, 0);
@@ -756,7 +761,7 @@ em_status em_reader_send(em_reader *r, const em_lease *lease, int64_t kept, cons
     r->have_data = 0;
   }
   drop_batch(r);
-  if (!ring_put(r, session, m)) send_direct(r, m);
+  send_direct(r, m);
   r->last_send_s = dp_now() - t0;
   return EM_OK;
 }

@@ -14,37 +14,16 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torchrun import launch  # noqa: E402
+from expect import expect, failures  # noqa: E402
 
 EMBER = sys.argv[1]
 HERE = os.path.dirname(os.path.abspath(__file__))
 STUCK, HELLO = os.path.join(HERE, "stuck.lua"), os.path.join(HERE, "tcp_hello.lua")
-failures = []
 
 probe = launch(EMBER, 1, HELLO, env={"EMBER_DIST_TIMEOUT": "5"})
 if "built without ZeroMQ" in probe[1]:
     print("ember built without ZeroMQ: skipped")
     sys.exit(77)
-
-
-def expect(name, result, statuses=None, has=(), lacks=(), within=20.0):
-    codes, out, seconds = result
-    problems = []
-    if statuses is not None:
-        for r, want in statuses.items():
-            if codes[r] != want:
-                problems.append(f"rank {r} exit status {codes[r]}, expected {want}")
-    for s in has:
-        if s not in out:
-            problems.append(f"output lacks {s!r}")
-    for s in lacks:
-        if s in out:
-            problems.append(f"output has {s!r}")
-    if seconds > within:
-        problems.append(f"took {seconds:.1f} s, expected under {within} s")
-    print(f"{'ok  ' if not problems else 'FAIL'} {name} ({seconds:.1f} s, exit {codes})")
-    if problems:
-        failures.append(name)
-        print("  " + "\n  ".join(problems) + "\n--- output\n" + out)
 
 
 def stuck(mode, timeout, **env):

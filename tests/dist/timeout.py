@@ -13,13 +13,14 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from expect import expect, failures  # noqa: E402
+
 EMBER = sys.argv[1]
 HERE = os.path.dirname(os.path.abspath(__file__))
 if not shutil.which(os.environ.get("EMBER_MPIRUN", "mpirun")):
     print("mpirun not found: skipped")
     sys.exit(77)
-
-failures = []
 
 
 def run(mode, *extra, env=None):
@@ -27,25 +28,6 @@ def run(mode, *extra, env=None):
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=dict(os.environ, **(env or {})))
     return p.returncode, p.stdout + p.stderr, time.monotonic() - t0
-
-
-def expect(name, result, status=None, has=(), lacks=(), within=20.0):
-    code, out, seconds = result
-    problems = []
-    if status is not None and code != status:
-        problems.append(f"exit status {code}, expected {status}")
-    for s in has:
-        if s not in out:
-            problems.append(f"output lacks {s!r}")
-    for s in lacks:
-        if s in out:
-            problems.append(f"output has {s!r}")
-    if seconds > within:
-        problems.append(f"took {seconds:.1f} s, expected under {within} s")
-    print(f"{'ok  ' if not problems else 'FAIL'} {name} ({seconds:.1f} s, exit {code})")
-    if problems:
-        failures.append(name)
-        print("  " + "\n  ".join(problems) + "\n--- output\n" + out)
 
 
 # The bucket allreduce of step 3 is collective #12: 5 at construction, 2 more there and 2

@@ -393,6 +393,15 @@ function Loader:_remote_epoch(e, plan, items)
   end
 end
 
+-- A new CPU tensor of the given shape (a C array of ndim sizes) and dtype.
+local CPU = ffi.new('em_device', 0, 0)
+local function cpu_empty(ndim, sizes, dtype)
+  if C.em_empty(box, ndim, sizes, dtype, CPU) ~= 0 then throw(ffi.string(C.em_last_error())) end
+  local t = wrap(box[0])
+  box[0] = nil
+  return t
+end
+
 -- A built-in source in this process: em_source_fill straight into the batch's tensors,
 -- its kept ids into the ids tensor; no job table, closure or copy per batch (the general
 -- path below cost about a third of a raw 128-sample batch on top of the gather).
@@ -402,15 +411,9 @@ function Loader:_local_source_epoch(e, plan, items, generation)
   local ids = plan:data_ptr()
   local st = self.stats_local
   local descs = ffi.new('em_tensor_desc[2]')
-  local cpu = ffi.new('em_device', 0, 0)
   local names = {}
   local k = 0
-  local function empty(ndim, sizes, dtype)
-    if C.em_empty(box, ndim, sizes, dtype, cpu) ~= 0 then throw(ffi.string(C.em_last_error())) end
-    local t = wrap(box[0])
-    box[0] = nil
-    return t
-  end
+  local empty = cpu_empty
   return function()
     local _ = plan   -- the ids pointer above points into it: keep it alive with the iterator
     while true do
@@ -469,9 +472,7 @@ function Loader:_local_epoch(e, plan, items)
     local keep = {}
     for i = 0, nd - 1 do
       local d = descs[i]
-      if C.em_empty(box, d.ndim, d.sizes, d.dtype, ffi.new('em_device', 0, 0)) ~= 0 then throw(ffi.string(C.em_last_error())) end
-      keep[i] = wrap(box[0])
-      box[0] = nil
+      keep[i] = cpu_empty(d.ndim, d.sizes, d.dtype)
       t[i] = keep[i]
     end
     return t, keep
