@@ -58,7 +58,7 @@ else()
 endif()
 
 # CUDA toolkit, cuDNN, NCCL. EMBER_CUDA=AUTO builds the CUDA backend (the plugin
-# libember_cuda.so, runtime/cuda/gpu) when nvcc and cuDNN are found; ON requires them; OFF
+# libember_cuda.so, runtime/plugins/cuda) when nvcc and cuDNN are found; ON requires them; OFF
 # skips it. Native code for sm_90 plus PTX so newer GPUs JIT it; override with
 # -DCMAKE_CUDA_ARCHITECTURES="80;90".
 set(EMBER_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO, ON or OFF")

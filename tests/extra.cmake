@@ -45,7 +45,7 @@ if(EMBER_GRAPH_PYTHON)
   set_tests_properties(graph/networkx PROPERTIES ENVIRONMENT "${graph_py_env}" SKIP_RETURN_CODE 77 TIMEOUT 120)
 endif()
 
-# ---- distributed (tests/dist/): multi-process tests through `ember launch` (mpirun) on 2 and
+# ---- distributed (tests/distributed/): multi-process tests through `ember launch` (mpirun) on 2 and
 # 4 ranks of one thread each, and Python drivers for timeouts (a stopped, killed or busy
 # rank) and the launcher itself. Need Open MPI (libopenmpi-dev, openmpi-bin). They share one
 # lock so that they do not oversubscribe a small machine together; about 30 s in all.
@@ -60,53 +60,53 @@ endif()
 if(EMBER_HAVE_MPI AND EMBER_MPIRUN)
   foreach(script collectives ddp ddp_unused ddp_join)
     foreach(np 2 4)
-      add_test(NAME dist/${script}_np${np}
-        COMMAND $<TARGET_FILE:ember_host> launch -n ${np} --threads 1 ${CMAKE_CURRENT_SOURCE_DIR}/dist/${script}.lua
+      add_test(NAME distributed/${script}_np${np}
+        COMMAND $<TARGET_FILE:ember_host> launch -n ${np} --threads 1 ${CMAKE_CURRENT_SOURCE_DIR}/distributed/${script}.lua
         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-      set_tests_properties(dist/${script}_np${np} PROPERTIES TIMEOUT 90 RESOURCE_LOCK ember_mpi
+      set_tests_properties(distributed/${script}_np${np} PROPERTIES TIMEOUT 90 RESOURCE_LOCK ember_mpi
         ENVIRONMENT "${dist_env}")
     endforeach()
   endforeach()
   # the same collectives with shared memory off: plain all_reduce and DDP buckets through MPI
   foreach(script collectives ddp)
-    add_test(NAME dist/${script}_np2_no_shm
-      COMMAND $<TARGET_FILE:ember_host> launch -n 2 --threads 1 ${CMAKE_CURRENT_SOURCE_DIR}/dist/${script}.lua
+    add_test(NAME distributed/${script}_np2_no_shm
+      COMMAND $<TARGET_FILE:ember_host> launch -n 2 --threads 1 ${CMAKE_CURRENT_SOURCE_DIR}/distributed/${script}.lua
       WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-    set_tests_properties(dist/${script}_np2_no_shm PROPERTIES TIMEOUT 90 RESOURCE_LOCK ember_mpi
+    set_tests_properties(distributed/${script}_np2_no_shm PROPERTIES TIMEOUT 90 RESOURCE_LOCK ember_mpi
       ENVIRONMENT "${dist_env};EMBER_DIST_SHM=0")
   endforeach()
-  # NCCL (tests/dist/nccl_*.lua, against MPI on the CPU): one GPU per rank, so the scripts
+  # NCCL (tests/distributed/nccl_*.lua, against MPI on the CPU): one GPU per rank, so the scripts
   # exit 77 (skipped) when there are fewer GPUs than ranks; one GPU runs the 1-rank cases.
   if(EMBER_HAVE_CUDA AND EMBER_NCCL_LIBRARY AND EMBER_NCCL_INCLUDE_DIR)
     foreach(case nccl_collectives:1 nccl_collectives:2 nccl_ddp:1 nccl_ddp:2 nccl_timeout:2)
       string(REPLACE ":" ";" parts ${case})
       list(GET parts 0 script)
       list(GET parts 1 np)
-      add_test(NAME dist/${script}_np${np}
-        COMMAND $<TARGET_FILE:ember_host> launch -n ${np} --threads 1 ${CMAKE_CURRENT_SOURCE_DIR}/dist/${script}.lua
+      add_test(NAME distributed/${script}_np${np}
+        COMMAND $<TARGET_FILE:ember_host> launch -n ${np} --threads 1 ${CMAKE_CURRENT_SOURCE_DIR}/distributed/${script}.lua
         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-      set_tests_properties(dist/${script}_np${np} PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77 RESOURCE_LOCK ember_mpi
+      set_tests_properties(distributed/${script}_np${np} PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77 RESOURCE_LOCK ember_mpi
         ENVIRONMENT "${dist_env}")
     endforeach()
   endif()
   if(Python3_Interpreter_FOUND)
     foreach(driver timeout launch)
-      add_test(NAME dist/${driver}
-        COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/dist/${driver}.py $<TARGET_FILE:ember_host>)
-      set_tests_properties(dist/${driver} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 RESOURCE_LOCK ember_mpi
+      add_test(NAME distributed/${driver}
+        COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/distributed/${driver}.py $<TARGET_FILE:ember_host>)
+      set_tests_properties(distributed/${driver} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 RESOURCE_LOCK ember_mpi
         ENVIRONMENT "${dist_env}")
     endforeach()
   endif()
 else()
-  message(STATUS "Open MPI not found: the multi-process tests (tests/dist) are not registered")
+  message(STATUS "Open MPI not found: the multi-process tests (tests/distributed) are not registered")
 endif()
 
-# ---- the NCCL backend's bookkeeping on the CPU: runtime/cuda/gpu/nccl_backend.c linked
+# ---- the NCCL backend's bookkeeping on the CPU: runtime/plugins/cuda/nccl_backend.c linked
 # with fake CUDA, NCCL and device-layer functions (tests/c/nccl_backend_fake.c says what it
-# covers). Needs the headers only; the GPU itself is tested by tests/dist/nccl_*.lua.
+# covers). Needs the headers only; the GPU itself is tested by tests/distributed/nccl_*.lua.
 if(EMBER_HAVE_CUDA AND EMBER_NCCL_LIBRARY AND EMBER_NCCL_INCLUDE_DIR)
   add_executable(test_nccl_backend ${CMAKE_CURRENT_SOURCE_DIR}/c/nccl_backend_fake.c
-                 ${CMAKE_SOURCE_DIR}/runtime/cuda/gpu/nccl_backend.c)
+                 ${CMAKE_SOURCE_DIR}/runtime/plugins/cuda/nccl_backend.c)
   target_compile_definitions(test_nccl_backend PRIVATE EMBER_HAVE_NCCL)
   target_include_directories(test_nccl_backend PRIVATE ${CMAKE_SOURCE_DIR}/runtime/include ${CMAKE_SOURCE_DIR}/runtime
                              ${CUDAToolkit_INCLUDE_DIRS} ${EMBER_NCCL_INCLUDE_DIR})
@@ -122,32 +122,32 @@ add_test(NAME readme/lua_blocks
           ${CMAKE_SOURCE_DIR}/README.md)
 set_tests_properties(readme/lua_blocks PROPERTIES ENVIRONMENT "EMBER_NUM_THREADS=2")
 
-# ---- torchrun-style starts without MPI: the ZeroMQ backend ('tcp', runtime/dist/tcp_*.c).
-# The dist/ scripts on 2 and 4 local processes given RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT
-# (tests/dist/torchrun.py, a free port each), and its failure cases: killed, stopped and busy
-# ranks, bad start-ups (tests/dist/tcp_failures.py). Share the dist tests' lock.
+# ---- torchrun-style starts without MPI: the ZeroMQ backend ('tcp', runtime/distributed/tcp_*.c).
+# The distributed/ scripts on 2 and 4 local processes given RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT
+# (tests/distributed/torchrun.py, a free port each), and its failure cases: killed, stopped and busy
+# ranks, bad start-ups (tests/distributed/tcp_failures.py). Share the dist tests' lock.
 find_package(Python3 COMPONENTS Interpreter)
 if(EMBER_HAVE_ZMQ AND Python3_Interpreter_FOUND)
   foreach(script collectives ddp)
     foreach(np 2 4)
-      add_test(NAME dist/tcp_${script}_np${np}
-        COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/dist/torchrun.py $<TARGET_FILE:ember_host> ${np}
-                ${CMAKE_CURRENT_SOURCE_DIR}/dist/${script}.lua
+      add_test(NAME distributed/tcp_${script}_np${np}
+        COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/distributed/torchrun.py $<TARGET_FILE:ember_host> ${np}
+                ${CMAKE_CURRENT_SOURCE_DIR}/distributed/${script}.lua
         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-      set_tests_properties(dist/tcp_${script}_np${np} PROPERTIES TIMEOUT 120 RESOURCE_LOCK ember_mpi
+      set_tests_properties(distributed/tcp_${script}_np${np} PROPERTIES TIMEOUT 120 RESOURCE_LOCK ember_mpi
         ENVIRONMENT "${dist_env}")
     endforeach()
   endforeach()
-  add_test(NAME dist/tcp_failures
-    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/dist/tcp_failures.py $<TARGET_FILE:ember_host>)
-  set_tests_properties(dist/tcp_failures PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 RESOURCE_LOCK ember_mpi
+  add_test(NAME distributed/tcp_failures
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/distributed/tcp_failures.py $<TARGET_FILE:ember_host>)
+  set_tests_properties(distributed/tcp_failures PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 RESOURCE_LOCK ember_mpi
     ENVIRONMENT "${dist_env}")
 endif()
 
-# ---- the reader/trainer notice ring (tests/c/test_dp_ring.c) handles zmq_msg_t frames
+# ---- the reader/trainer notice ring (tests/c/test_pipeline_ring.c) handles zmq_msg_t frames
 # itself; without ZeroMQ there is no ring to test.
 if(EMBER_HAVE_ZMQ)
-  target_link_libraries(test_dp_ring PRIVATE ${ZMQ_LINK_LIBRARIES})
+  target_link_libraries(test_pipeline_ring PRIVATE ${ZMQ_LINK_LIBRARIES})
 else()
-  set_tests_properties(c/test_dp_ring PROPERTIES DISABLED TRUE)
+  set_tests_properties(c/test_pipeline_ring PROPERTIES DISABLED TRUE)
 endif()

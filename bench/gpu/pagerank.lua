@@ -2,7 +2,7 @@
 -- billion arcs (scale 26, edge factor 16: 67M vertices, 1.07B arcs), in GE/s: arcs times
 -- iterations over the seconds of the iterations (the copy of the graph to the device is
 -- setup, reported apart). Fixed iterations (tol 0), each engine of the GPU PageRank in
--- turn (EMBER_PAGERANK_GPU=custom, cusparse; see runtime/cuda/gpu/pagerank.cu), `repeat`
+-- turn (EMBER_PAGERANK_GPU=custom, cusparse; see runtime/plugins/cuda/pagerank.cu), `repeat`
 -- runs each, the best kept; the L1 distance between the engines' scores checks that both
 -- computed the same thing. The graph is built once, on the CPU (all cores).
 --

@@ -227,7 +227,7 @@ local function image_dataset(op, default_root, opts)
   return setmetatable(self, ImageDataset)
 end
 
--- Images gathered and normalised in one pass (runtime/data/batch.c); labels by index_select.
+-- Images gathered and normalised in one pass (runtime/data/gather.c); labels by index_select.
 function ImageDataset:get_batch(ids)
   local norm = self.norm
   if not norm then return TensorDataset.get_batch(self, ids) end

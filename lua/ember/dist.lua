@@ -1,4 +1,4 @@
--- ember.dist: process groups and collectives over runtime/dist (ember/dist.h).
+-- ember.dist: process groups and collectives over runtime/distributed (ember/dist.h).
 --
 --   ember launch -n 4 train.lua            -- 4 local processes through mpirun
 --
@@ -15,7 +15,7 @@
 -- Backends: 'auto' picks 'mpi' when a launcher (ember launch, mpirun, srun) started the
 -- process, 'tcp' when it was started torchrun-style (RANK, WORLD_SIZE, MASTER_ADDR,
 -- MASTER_PORT set, no MPI: a ZeroMQ rendezvous at MASTER_ADDR:MASTER_PORT and collectives
--- over TCP, runtime/dist/tcp_*.c), else 'self' (a world of one process: scripts written for
+-- over TCP, runtime/distributed/tcp_*.c), else 'self' (a world of one process: scripts written for
 -- many ranks run on one unchanged); collectives on CUDA tensors go to NCCL, connected on each group's first CUDA
 -- collective. 'nccl' is 'auto' with NCCL required (an error without the CUDA plugin, NCCL
 -- or a GPU): it makes GPU local_rank() mod the GPU count current and connects the world's

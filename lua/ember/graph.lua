@@ -24,7 +24,7 @@
 -- as Jacobi there). The second result is a table: iterations, converged, residual,
 -- residuals (a list), seconds, setup_seconds, edges_per_second, method (the one that ran),
 -- engine ('cpu', 'cuda:custom' or 'cuda:cusparse', see EMBER_PAGERANK_GPU in
--- runtime/cuda/gpu/pagerank.cu), device.
+-- runtime/plugins/cuda/pagerank.cu), device.
 local ffi = require 'ffi'
 local ember = require 'ember'
 

@@ -24,7 +24,7 @@ local function select_blas_kernels()
   ffi.cdef('int setenv(const char *name, const char *value, int overwrite);')
   if core then ffi.C.setenv('OPENBLAS_CORETYPE', core, 1) end
   -- OpenMP's threads sleep between parallel regions instead of spinning (see
-  -- bindings/blas_env.c for the figures); libgomp also loads with libember.
+  -- bindings/ember/blas_env.c for the figures); libgomp also loads with libember.
   if not os.getenv('OMP_WAIT_POLICY') and not os.getenv('GOMP_SPINCOUNT') then
     ffi.C.setenv('OMP_WAIT_POLICY', 'passive', 1)
   end

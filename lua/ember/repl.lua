@@ -1,4 +1,4 @@
--- ember.repl: what the REPL (bindings/repl.c) asks Lua for.
+-- ember.repl: what the REPL (bindings/ember/repl.c) asks Lua for.
 --   format(...)    the values of an expression as one string, separated by tabs: tables
 --                  pretty-printed (nested, sorted keys, depth and size limits, cycles
 --                  marked), tensors with tostring, top-level strings as they are (as print).

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
-#include "core/philox_dist.h"
+#include "core/philox_distributions.h"
 #include "cpu_impl.h"
 
 #define CHUNK 2048 /* elements per chunk; even, so that a chunk never splits a block */
@@ -85,7 +85,7 @@ static void draw_bits(const em_random_params *p, int64_t begin, int64_t n, uint6
 
 /* ---- generators: turn the draws of n elements into values ---- */
 
-/* The values come from core/philox_dist.h, which the CUDA backend shares: same bits on
+/* The values come from core/philox_distributions.h, which the CUDA backend shares: same bits on
  * every device and every build (no fma left to the compiler, no libm under Box-Muller). */
 static void gen_uniform(const em_random_params *p, em_dtype dtype, const uint64_t *bits, int64_t n, double *v) {
   double low = p->a, span = p->b - p->a;
@@ -142,7 +142,7 @@ static void fill_chunk(em_tensor *t, int contiguous, const em_random_params *p, 
   store(t, contiguous, begin, n, p->kind == EM_RANDOM_INT ? NULL : buf.d, p->kind == EM_RANDOM_INT ? buf.i : NULL);
 }
 
-/* Fisher-Yates (core/philox_dist.h): depends on (seed, offset, n) alone. Serial by nature. */
+/* Fisher-Yates (core/philox_distributions.h): depends on (seed, offset, n) alone. Serial by nature. */
 static em_status fill_perm(em_tensor *t, const em_random_params *p) {
   int64_t n = em_tensor_numel(t);
   int64_t *perm = malloc((size_t)n * sizeof *perm);

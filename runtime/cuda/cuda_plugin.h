@@ -76,7 +76,7 @@ typedef struct em_cuda_plugin {
   em_status (*copy_async)(em_tensor *dst, const em_tensor *src, int non_blocking);
   /* PageRank over a host CSR (runtime/graph/pagerank.c prepares the job) */
   em_status (*pagerank)(struct em_cuda_pagerank_job *job);
-  /* The NCCL process-group backend for CUDA tensors (runtime/dist/dist_impl.h), or NULL
+  /* The NCCL process-group backend for CUDA tensors (runtime/distributed/dist_impl.h), or NULL
    * (the slot, or its result) when the plugin was built without NCCL. */
   const struct em_dist_backend *(*nccl_backend)(void);
 } em_cuda_plugin;

@@ -22,7 +22,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "dp_wire.h"
+#include "data/pipeline/wire.h"
 #include "ember/data.h"
 #include "formats.h"
 

@@ -19,7 +19,7 @@
  * bit-reproducible), then normalises in a second pass.
  *
  * With opts->device a CUDA device, the same iteration runs in the CUDA plugin
- * (pagerank_cuda.c prepares its job; runtime/cuda/gpu/pagerank.cu).
+ * (pagerank_cuda.c prepares its job; runtime/plugins/cuda/pagerank.cu).
  *
  * Speed (Kronecker scale 22, see bench/graph): the graph's internal order by out-degree
  * keeps the most-read contributions together in cache; arcs from the remaining sources

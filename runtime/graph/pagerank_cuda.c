@@ -29,7 +29,7 @@ static const em_cuda_plugin *plugin_for(em_device device) {
     return NULL;
   }
   if (!p->pagerank) {
-    em_set_error(EM_ERR_UNSUPPORTED, "%s: this CUDA plugin was built without PageRank (runtime/cuda/gpu/pagerank.cu)",
+    em_set_error(EM_ERR_UNSUPPORTED, "%s: this CUDA plugin was built without PageRank (runtime/plugins/cuda/pagerank.cu)",
                  op);
     return NULL;
   }

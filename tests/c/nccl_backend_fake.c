@@ -1,11 +1,11 @@
-/* nccl_backend_fake.c - the NCCL backend (runtime/cuda/gpu/nccl_backend.c) on the CPU:
+/* nccl_backend_fake.c - the NCCL backend (runtime/plugins/cuda/nccl_backend.c) on the CPU:
  * compiled into this test together with fake CUDA-runtime, NCCL and device-layer
  * functions, so that its bookkeeping runs without a GPU: connecting a group (the id over
  * the CPU backend, a non-blocking init polled until ready or timed out), completion of
  * works by the poller thread when their events complete, dtype and reduction mapping,
  * record_stream, a timeout that aborts the communicator and fails the work with a clear
  * message, asynchronous NCCL errors, broken groups, a second GPU refused. The GPU itself
- * (kernels, streams, real NCCL) is tested by tests/dist/nccl_*.lua where GPUs exist.
+ * (kernels, streams, real NCCL) is tested by tests/distributed/nccl_*.lua where GPUs exist.
  *
  * Registered by tests/extra.cmake as c/test_nccl_backend (not by the tests/c/test_*.c glob,
  * since it needs the CUDA and NCCL headers). */
@@ -19,8 +19,8 @@
 #include <cmocka.h>
 #include <nccl.h>
 #include "cuda/cuda_plugin.h"
-#include "cuda/gpu/gpu_runtime.h"
-#include "dist/dist_impl.h"
+#include "plugins/cuda/gpu_runtime.h"
+#include "distributed/dist_impl.h"
 #include "tensor/tensor_impl.h"
 
 void em_gpu_fill_plugin_nccl(em_cuda_plugin *p);
@@ -163,7 +163,7 @@ static em_tensor *vec(int64_t n, em_dtype dtype) {
   return t;
 }
 
-/* A work as runtime/dist/work.c makes it (two references: ours and the backend's). */
+/* A work as runtime/distributed/work.c makes it (two references: ours and the backend's). */
 static em_dist_work *work(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out, em_dist_redop op,
                           double timeout) {
   em_dist_work *w = calloc(1, sizeof *w);

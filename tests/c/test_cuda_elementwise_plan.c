@@ -1,5 +1,5 @@
 /* test_cuda_elementwise_plan.c - the host-side choices of the CUDA elementwise kernels
- * (runtime/cuda/gpu/elementwise_plan.h), testable without a GPU: when the vector path
+ * (runtime/plugins/cuda/elementwise_plan.h), testable without a GPU: when the vector path
  * applies and how wide it is, and when 32-bit index arithmetic is safe. Also pins the
  * arithmetic the GPU's arange uses (one fma per element) against the CPU backend. */
 #include <math.h>
@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
-#include "cuda/gpu/elementwise_plan.h"
+#include "plugins/cuda/elementwise_plan.h"
 #include "ember/tensor.h"
 
 static em_ew_operand op(uintptr_t addr, int elsize, int64_t stride) {

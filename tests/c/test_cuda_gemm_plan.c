@@ -1,4 +1,4 @@
-/* test_cuda_gemm_plan.c - the CUDA backend's GEMM layout (runtime/cuda/gpu/blas_plan.c),
+/* test_cuda_gemm_plan.c - the CUDA backend's GEMM layout (runtime/plugins/cuda/blas_plan.c),
  * checked on the CPU: for operands in every layout (row-major, column-major, padded
  * leading dims, single rows and columns with odd strides, unreadable strided ones), the
  * plan, executed by a loop that reads memory exactly as cuBLAS's column-major gemm does,
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <cmocka.h>
 /* plain C, no CUDA: compiled into this test as it is into the plugin */
-#include "cuda/gpu/blas_plan.c"
+#include "plugins/cuda/blas_plan.c"
 
 enum { ROW_MAJOR, COL_MAJOR, ROW_PADDED, COL_PADDED, ODD_VECTOR, STRIDED, NMODES };
 

@@ -1,4 +1,4 @@
-/* test_cuda_pagerank_plan.c - the GPU PageRank's work split (runtime/cuda/gpu/pagerank_plan.c),
+/* test_cuda_pagerank_plan.c - the GPU PageRank's work split (runtime/plugins/cuda/pagerank_plan.c),
  * checked on the CPU: the chunks of every heavy vertex cover its arcs exactly, in order,
  * none longer than PR_CHUNK; a lane finds its heavy vertex's index the way the update kernel
  * does (group_first plus the heavy lanes before it in its warp); and the gather, executed
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <cmocka.h>
 /* plain C, no CUDA: compiled into this test as it is into the plugin */
-#include "cuda/gpu/pagerank_plan.c"
+#include "plugins/cuda/pagerank_plan.c"
 
 /* A CSR whose vertex v has degree[v] in-arcs, sources drawn from a fixed generator. */
 typedef struct csr {

@@ -1,5 +1,5 @@
 /* test_cuda_reduce_plan.c - the CUDA backend's planning of reductions, softmax, scans and
- * sorts (runtime/cuda/gpu/reduce_plan.c), checked on the CPU: merged dims address the same
+ * sorts (runtime/plugins/cuda/reduce_plan.c), checked on the CPU: merged dims address the same
  * elements as the original ones; every plan's lanes, chunks and grids cover each element
  * exactly once, within CUDA's grid limits, with 16-byte packets that stay aligned; the
  * three-step chunked scan gives the sequential prefix sums; and the bitonic network the
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <cmocka.h>
 /* plain C, no CUDA: compiled into this test as it is into the plugin */
-#include "cuda/gpu/reduce_plan.c"
+#include "plugins/cuda/reduce_plan.c"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint64_t next_random(void) {

@@ -1,8 +1,8 @@
 /* test_dist.c - the C side of ember/dist.h in one process: launcher discovery from each
  * launcher's variables, the 'self' backend (a world of one), handles, groups, the reducer
  * built on one rank, and the error statuses and messages of bad calls. The multi-process
- * behaviour is tested through mpirun in tests/dist/ (and torchrun-style, over ZeroMQ, by
- * tests/dist/torchrun.py and tcp_failures.py). */
+ * behaviour is tested through mpirun in tests/distributed/ (and torchrun-style, over ZeroMQ, by
+ * tests/distributed/torchrun.py and tcp_failures.py). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -57,7 +57,7 @@ static void test_env_detect(void **state) {
   /* torchrun-style with several processes and no MPI: 'auto' takes the ZeroMQ backend
    * ('tcp'), whose rendezvous is rank 0 at MASTER_ADDR:MASTER_PORT. Rank 1 with nobody
    * listening there: a timeout that names the address (a build without ZeroMQ says so).
-   * tests/dist/tcp_failures.py covers the rest with real processes. */
+   * tests/distributed/tcp_failures.py covers the rest with real processes. */
   setenv("RANK", "1", 1), setenv("WORLD_SIZE", "2", 1);
   setenv("MASTER_ADDR", "127.0.0.1", 1), setenv("MASTER_PORT", "9", 1);
   em_status st = em_dist_init("auto", 0.3);
@@ -92,7 +92,7 @@ static void check_nccl_refused(void) {
 static void test_backend_selection(void **state) {
   (void)state;
   clear_launcher();
-  if (em_cuda_device_count() > 0) skip();   /* 'nccl' would start: tests/dist/nccl_*.lua cover it */
+  if (em_cuda_device_count() > 0) skip();   /* 'nccl' would start: tests/distributed/nccl_*.lua cover it */
   check_nccl_refused();
   assert_false(em_dist_is_initialized());   /* nothing was started */
   assert_null(em_dist_device_backend_name(EM_CUDA));

@@ -1,4 +1,4 @@
--- The CUDA backend's class losses, embedding bags and fused optimizers (runtime/cuda/gpu/
+-- The CUDA backend's class losses, embedding bags and fused optimizers (runtime/plugins/cuda/
 -- loss.cu, embedding.cu, optim.cu) against the CPU backend: forward and backward with
 -- every option, index errors with the CPU's messages, determinism of the reductions, and
 -- optimizer steps over long lists of parameters (several multi-tensor launches, strided

@@ -1,5 +1,5 @@
 -- ember.dist and nn.DistributedDataParallel in one process (the 'self' backend): the API,
--- its errors, and DDP training equal to plain training. Several processes: tests/dist/.
+-- its errors, and DDP training equal to plain training. Several processes: tests/distributed/.
 local U = dofile(debug.getinfo(1, 'S').source:match('^@(.*[/\\])') .. 'tensor_testutil.lua')
 local close, raises = U.close, U.raises
 local dist, nn, F = ember.dist, ember.nn, ember.nn.functional

@@ -1,4 +1,4 @@
--- graph_cuda_spec.lua: PageRank with device = 'cuda' (runtime/cuda/gpu/pagerank.cu through
+-- graph_cuda_spec.lua: PageRank with device = 'cuda' (runtime/plugins/cuda/pagerank.cu through
 -- runtime/graph/pagerank_cuda.c). Without a GPU: a clear error. With one (or when
 -- EMBER_TEST_DEVICE=cuda asks for one): the GPU's scores against the CPU's, on a hand-made
 -- graph with dangling vertices and personalisation and on Kronecker graphs, for both GPU

@@ -75,7 +75,7 @@ function F.lua_dataset(dir)
 end
 
 -- Every batch of an epoch: {ids = {...}, x = {...} sums per batch}, and all ids in order.
--- Online CPUs (sysconf's count, as runtime/data/dp_coordinator.c sees it).
+-- Online CPUs (sysconf's count, as runtime/data/pipeline/coordinator.c sees it).
 function F.cpus()
   local pipe = io.popen('getconf _NPROCESSORS_ONLN')
   local n = tonumber(pipe:read('*l'))

@@ -359,7 +359,7 @@ describe('ember.data.Loader', function()
     assert.equal(320, s.batches)
     assert.equal(320, s.shm_batches)
     -- every notice came through the reader's ring (it holds more than the reader's leases),
-    -- when the reader leaves a core to the trainer (dp_coordinator.c, take_ring)
+    -- when the reader leaves a core to the trainer (pipeline/coordinator.c, take_ring)
     local cpus = F.cpus()
     assert.equal(cpus >= 2 and 320 or 0, s.ring_batches)
     assert.is_true(s.shm_lent > 100 and s.shm_lent < 320, 'lent ' .. s.shm_lent)

@@ -184,7 +184,7 @@ expect("info takes no arguments", run("info", "extra"), 2, err_has=("unexpected 
 expect("info refuses -e", run("-e", "print(1)", "info"), 2, out="", err_has=("do not apply",))
 expect("run names a missing pipeline file", run("run", "pipelines/x.yaml", "a.b=1"), 2, out="",
        err_has=("ember run: cannot read the pipeline 'pipelines/x.yaml': no such file",))
-expect("launch needs -n (tests/dist/ runs it)", run("launch", "x.lua"), 2, out="",
+expect("launch needs -n (tests/distributed/ runs it)", run("launch", "x.lua"), 2, out="",
        err_has=("ember launch: -n N is required",))
 script("info", "print('a script named info', ...)\n")
 expect("-- info runs a script named info", run("--", "info", "1"), 0, out="a script named info\t1\n")

@@ -33,7 +33,7 @@
 --   shared_memory = true  same-host readers hand batches over through shared memory; the
 --                         batch tensors view the reader's memory (no copy) until Lua's
 --                         collector frees them, copies once too many are held
---                         (runtime/data/dp_shm.c)
+--                         (runtime/data/pipeline/shm.c)
 --   max_restarts          spawned readers replaced after they exit (default 3 x num_workers)
 --   curve = {public_key =, secret_key =, clients = {...}}  CurveZMQ (ember.data.curve_keypair)
 --   dataset_size          the sample count, when this host cannot open the dataset

@@ -1,5 +1,5 @@
 -- ember.nn.DistributedDataParallel: data-parallel training over ember.dist, after PyTorch's
--- DDP; the work happens in the C reducer (runtime/ddp, ember/dist.h).
+-- DDP; the work happens in the C reducer (runtime/distributed, ember/dist.h).
 --
 --   ember.dist.init()
 --   local model = nn.DistributedDataParallel(net, {bucket_cap_mb = 25})

@@ -5,7 +5,7 @@
  * given and what it expected, e.g. "add: shapes [2, 3] and [4] cannot be broadcast".
  *
  * Lines between EM_FFI_BEGIN and EM_FFI_END are turned into LuaJIT FFI declarations by
- * bindings/gen_cdefs.lua, so they must stay plain C declarations (no macros in them). */
+ * bindings/ffi/gen_cdefs.lua, so they must stay plain C declarations (no macros in them). */
 #ifndef EMBER_CORE_H
 #define EMBER_CORE_H
 

@@ -2,7 +2,7 @@
  * trainers, exactly once per epoch, with backpressure, and the file formats and
  * augmentations they run.
  *
- * Trainer side (em_loader, runtime/data/dp_loader.c and dp_coordinator.c). A coordinator
+ * Trainer side (em_loader, runtime/data/pipeline/loader.c and pipeline/coordinator.c). A coordinator
  * thread binds a ROUTER socket; readers connect DEALER sockets. For each epoch the caller
  * gives the plan (the rank's sample ids in order) cut into numbered work items; the
  * coordinator leases items to readers only while fewer than `prefetch` items are leased or
@@ -16,13 +16,13 @@
  * lost and its leases go to the others. A consumer waiting longer than its timeout gets an
  * error that says what the pipeline is doing, never a hang.
  *
- * Reader side (em_reader, runtime/data/dp_reader.c). An I/O thread owns the DEALER sockets
+ * Reader side (em_reader, runtime/data/pipeline/reader.c). An I/O thread owns the DEALER sockets
  * (one per trainer served), answers heartbeats while the dataset code runs, and forwards
  * leases to the caller and batches to the trainers. The caller (the Lua worker loop,
  * lua/ember/data/worker.lua) asks for a lease, gets tensors that live in the outgoing
  * message (em_reader_alloc: no copy on send), fills them and sends them.
  *
- * Wire format: runtime/data/dp_wire.h. All hosts must be little-endian (x86-64, ARM64).
+ * Wire format: runtime/data/pipeline/wire.h. All hosts must be little-endian (x86-64, ARM64).
  *
  * Formats (runtime/data/npy.c, tfrecord.c, jpeg.c, source.c) are read through em_source,
  * which fills a batch's tensors in one call: read, decode, augment (runtime/data/

@@ -1,13 +1,13 @@
 /* ember/dist.h - process groups, collectives and the data-parallel gradient reducer.
  *
- * Process groups (runtime/dist). One API for collectives over a group of ranks; each
+ * Process groups (runtime/distributed). One API for collectives over a group of ranks; each
  * group holds one backend per device type, chosen when the world is initialised:
- *   cpu   "mpi"  (runtime/dist/mpi, its own shared object libember_mpi.so, loaded on
+ *   cpu   "mpi"  (runtime/plugins/mpi, its own shared object libember_mpi.so, loaded on
  *                 demand so that processes that never call em_dist_init never load libmpi);
  *                 non-blocking MPI, progressed by the thread that waits for a result or,
  *                 while nobody waits, by a communication thread;
  *         "self" (a world of one process: no launcher, no MPI);
- *   cuda  "nccl" (in the CUDA plugin, runtime/cuda/gpu/nccl_backend.c): collectives on a
+ *   cuda  "nccl" (in the CUDA plugin, runtime/plugins/cuda/nccl_backend.c): collectives on a
  *                 communication stream of the tensor's GPU that first waits for the work
  *                 queued before on the current stream; a group's communicator connects on
  *                 its first CUDA collective (its NCCL id travels over the CPU backend), or
@@ -17,7 +17,7 @@
  *         "self" in a world of one process.
  * Ranks are 0-based everywhere, as every launcher numbers them.
  *
- * Ranks on one host share memory (runtime/dist/symmetric.c): a plain all_reduce (work ==
+ * Ranks on one host share memory (runtime/distributed/symmetric.c): a plain all_reduce (work ==
  * NULL) of a CPU tensor (any dtype) goes through a scratch buffer every
  * rank maps, each rank combining its slice from all the others', instead of through the
  * backend; EMBER_DIST_SHM=0 turns that off. A call whose shape, dtype or operation differs
@@ -36,7 +36,7 @@
  * timed out after 30 s on rank 0 waiting for rank 1 (no answer: dead or stopped)") and
  * aborts the whole job with exit status 124: a dead or stuck rank never hangs the others.
  *
- * Data-parallel reducer (runtime/ddp), the engine under nn.DistributedDataParallel:
+ * Data-parallel reducer (runtime/distributed), the engine under nn.DistributedDataParallel:
  * parameters are grouped into buckets in reverse order (the first bucket up to
  * first_bucket_bytes, then up to bucket_bytes, per dtype); leaf hooks mark parameters
  * ready during backward, and a full bucket starts its allreduce at once, in bucket order

@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 /* EM_FFI_BEGIN */
-/* Repeated from tensor.h (C11 allows an identical typedef): bindings/gen_cdefs.lua emits
+/* Repeated from tensor.h (C11 allows an identical typedef): bindings/ffi/gen_cdefs.lua emits
  * the headers' declarations in name order, so io.h's come before tensor.h's. */
 typedef struct em_tensor em_tensor;
 typedef struct em_safetensors em_safetensors;

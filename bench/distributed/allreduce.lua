@@ -1,0 +1,37 @@
+-- bench/distributed/allreduce.lua - ember.dist.all_reduce (sum, float32, in place) over 4 KB ..
+-- 256 MB, measured as bench/distributed/mpi_allreduce.c measures MPI_Allreduce (rounds of
+-- back-to-back calls of ~30 ms each, the median round). Rank 0 prints one JSON line per
+-- size. ember launch -n 2 bench/distributed/allreduce.lua [rounds] [max_bytes]
+local dist = ember.dist
+dist.init()
+local rank, size = dist.rank(), dist.world_size()
+local rounds = tonumber(arg[1] or 7)
+local max_bytes = tonumber(arg[2] or 256 * 1048576)
+local now = ember.C.em_dist_now
+local buf = ember.ones(max_bytes / 4)
+local bytes = 4096
+while bytes <= max_bytes do
+  local t = buf:narrow(1, 1, bytes / 4)
+  dist.all_reduce(t)
+  local t0 = now()
+  dist.all_reduce(t)
+  local one = ember.tensor({ now() - t0 }, { dtype = 'float64' })
+  dist.all_reduce(one, 'max')
+  local calls = math.max(1, math.min(200, math.floor(0.03 / one:item())))
+  local times = {}
+  for r = 1, rounds do
+    dist.barrier()
+    t0 = now()
+    for _ = 1, calls do dist.all_reduce(t) end
+    times[r] = (now() - t0) / calls
+  end
+  table.sort(times)
+  local sec = times[math.floor(rounds / 2) + 1]
+  local algbw = bytes / sec / 1e9
+  if rank == 0 then
+    print(string.format('{"impl":"ember","ranks":%d,"bytes":%d,"us":%.2f,"algbw":%.3f,"busbw":%.3f,"calls":%d}', size,
+      bytes, sec * 1e6, algbw, algbw * 2 * (size - 1) / size, calls))
+    io.stdout:flush()
+  end
+  bytes = bytes * 4
+end

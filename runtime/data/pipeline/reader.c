@@ -1,0 +1,840 @@
+/* pipeline/reader.c - the reader (worker) side of the data pipeline.
+ *
+ * An I/O thread owns one DEALER socket per trainer served. It says hello until a trainer
+ * welcomes it, answers with heartbeats, queues the leases it receives for the caller and
+ * sends the caller's batches, so a slow sample (a large JPEG, a Lua dataset that blocks)
+ * never looks like a dead reader. The caller (the Lua worker loop) takes a lease, gets the
+ * batch's tensors from em_reader_alloc (living in the outgoing message, or in a slot of
+ * the shared-memory arena for a trainer on this host), fills them and sends.
+ *
+ * A spawned reader (parent_pid > 0) stops when its trainer says goodbye, falls silent for
+ * the heartbeat timeout, or its parent process is gone. A reader started by hand serves
+ * until it is stopped: trainers may come, go and come back. */
+#include "ember/data_pipeline.h"
+#ifdef EMBER_HAVE_ZMQ
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include <zmq.h>
+#include "reader_impl.h"
+#include "ring.h"
+
+#define OP "reader"
+#define RD_MAX_CONN 16
+#define RD_MAX_FRAMES 5
+#define RD_MAX_SLOTS_BACK 64 /* slot numbers in one SLOTS message or LEASE, at most */
+
+typedef struct rd_msg {
+  struct rd_msg *next;
+  int conn;
+  dp_hdr hdr;
+  int64_t *ids;            /* a lease's ids */
+  int skip_bad, shm_ok;    /* the trainer's settings when the lease came */
+  zmq_msg_t f[RD_MAX_FRAMES];
+  int nframes;
+  double give_up;          /* outgoing: retried until then */
+} rd_msg;
+
+typedef struct rd_conn {
+  void *sock;   /* control: the I/O thread's */
+  void *data;   /* batches and errors, sent by the caller's thread */
+  int welcomed, shm_ok, skip_bad, refused;
+  uint64_t session;
+  double hb, hb_timeout, last_seen, last_hello, last_hb, refused_at;
+} rd_conn;
+
+struct em_reader {
+  em_reader_options o;
+  char *connect, *name;
+  char curve_server[41], curve_public[41], curve_secret[41];
+  void *zctx;
+  rd_conn conn[RD_MAX_CONN];
+  int nconn;
+  pthread_t io;
+  int io_started, efd;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  /* --- under mu --- */
+  rd_msg *leases, *leases_tail, *out, *out_tail;
+  int quit, stopped, ready, fatal_pending;
+  char stop_reason[1024];
+  dp_hello hello;
+  char fingerprint[1024];
+  dp_arena *arena;
+  dp_ring *ring;           /* batch notices for a trainer on this host (pipeline/ring.c); NULL: none */
+  /* --- the caller's --- */
+  rd_msg *cur;
+  int nt, slot, have_data;
+  em_tensor *tensors[16];
+  dp_tdesc descs[16];
+  zmq_msg_t data;
+  double last_send_s;
+};
+
+static void wake(int efd) {
+  uint64_t one = 1;
+  ssize_t w = write(efd, &one, sizeof one);
+  (void)w;
+}
+
+static void free_msg(rd_msg *m) {
+  if (!m) return;
+  for (int i = 0; i < m->nframes; i++) zmq_msg_close(&m->f[i]);
+  free(m->ids);
+  free(m);
+}
+
+static void append(rd_msg **head, rd_msg **tail, rd_msg *m) {
+  m->next = NULL;
+  if (*tail)
+    (*tail)->next = m;
+  else
+    *head = m;
+  *tail = m;
+}
+
+/* Under mu: the caller's loop ends with status 2 and this reason. */
+static void stop_reader(em_reader *r, const char *why) {
+  if (!r->stopped) snprintf(r->stop_reason, sizeof r->stop_reason, "%s", why);
+  r->stopped = 1;
+  pthread_cond_broadcast(&r->cv);
+}
+
+static int send_frames(void *sock, const dp_hdr *h, const void *extra, size_t n, const void *extra2, size_t n2) {
+  if (zmq_send(sock, h, sizeof *h, ZMQ_DONTWAIT | (extra ? ZMQ_SNDMORE : 0)) < 0) return -1;
+  if (extra && zmq_send(sock, extra, n, extra2 ? ZMQ_SNDMORE : 0) < 0) return -1;
+  if (extra2 && zmq_send(sock, extra2, n2, 0) < 0) return -1;
+  return 0;
+}
+
+/* ---------------------------------------------------------------- the I/O thread */
+/* Under mu: a trainer went away; what was queued for it is void. Slots it was sent stay out
+ * of use (LOST): the trainer, if it lives, may still have tensors viewing them. */
+static void forget_conn(em_reader *r, int ci) {
+  r->conn[ci].welcomed = 0;
+  dp_ring_forget(r->ring, r->conn[ci].session); /* a trainer killed outright never let go of the ring */
+  for (rd_msg **p = &r->leases; *p;) {
+    if ((*p)->conn == ci) {
+      rd_msg *m = *p;
+      *p = m->next;
+      free_msg(m);
+    } else {
+      p = &(*p)->next;
+    }
+  }
+  r->leases_tail = NULL;
+  for (rd_msg *m = r->leases; m; m = m->next) r->leases_tail = m;
+  if (r->arena)
+    for (int s = 0; s < r->arena->nslots; s++)
+      if (r->arena->state[s] == SLOT_SENT && r->arena->owner[s] == ci) r->arena->state[s] = SLOT_LOST;
+}
+
+/* Under mu: slots a trainer gives back (a SLOTS message, or the third frame of a LEASE). */
+static void free_slots(em_reader *r, int ci, const zmq_msg_t *frame) {
+  size_t bytes = zmq_msg_size((zmq_msg_t *)frame);
+  if (!r->arena || bytes % sizeof(int64_t) || bytes > RD_MAX_SLOTS_BACK * sizeof(int64_t)) return;
+  int64_t s[RD_MAX_SLOTS_BACK]; /* copied: frames need not be aligned */
+  size_t n = bytes / sizeof(int64_t);
+  memcpy(s, zmq_msg_data((zmq_msg_t *)frame), bytes);
+  for (size_t i = 0; i < n; i++)
+    if (s[i] >= 0 && s[i] < r->arena->nslots && r->arena->owner[s[i]] == ci && r->arena->state[s[i]] == SLOT_SENT)
+      r->arena->state[s[i]] = SLOT_FREE;
+}
+
+static void on_trainer_message(em_reader *r, int ci, zmq_msg_t *f, int n) {
+  rd_conn *c = &r->conn[ci];
+  if (n < 1 || !dp_hdr_valid(zmq_msg_data(&f[0]), zmq_msg_size(&f[0]))) return;
+  dp_hdr h;
+  memcpy(&h, zmq_msg_data(&f[0]), sizeof h);
+  double now = dp_now();
+  c->last_seen = now;
+  int spawned = r->o.parent_pid > 0;
+  pthread_mutex_lock(&r->mu);
+  switch (h.kind) {
+    case DP_WELCOME:
+      c->welcomed = 1;
+      c->refused = 0;
+      c->session = h.session;
+      if (h.heartbeat_s > 0) c->hb = h.heartbeat_s;
+      if (h.heartbeat_timeout_s > c->hb) c->hb_timeout = h.heartbeat_timeout_s;
+      c->shm_ok = (h.flags & DP_FLAG_SHM) && r->o.shared_memory;
+      c->skip_bad = (h.flags & DP_FLAG_SKIP_BAD) != 0;
+      break;
+    case DP_REJECT: {
+      char why[600];
+      dp_text(why, sizeof why, n > 1 ? zmq_msg_data(&f[1]) : "", n > 1 ? zmq_msg_size(&f[1]) : 0);
+      c->refused = 1;
+      c->refused_at = now;
+      if (spawned) {
+        char msg[700];
+        snprintf(msg, sizeof msg, "the trainer refused this reader: %s", why);
+        stop_reader(r, msg);
+      } else {
+        fprintf(stderr, "ember reader: a trainer refused this reader: %s (retrying in 5 s)\n", why);
+      }
+      break;
+    }
+    case DP_RESET:
+      forget_conn(r, ci);
+      c->last_hello = 0;
+      break;
+    case DP_LEASE: {
+      if (!c->welcomed || h.session != c->session || (n != 2 && n != 3) || h.n < 1 ||
+          zmq_msg_size(&f[1]) != (size_t)h.n * sizeof(int64_t))
+        break;
+      if (n == 3) free_slots(r, ci, &f[2]);
+      rd_msg *m = calloc(1, sizeof *m);
+      if (m) m->ids = malloc(zmq_msg_size(&f[1]));
+      if (!m || !m->ids) {
+        free(m);
+        break;
+      }
+      memcpy(m->ids, zmq_msg_data(&f[1]), zmq_msg_size(&f[1]));
+      m->conn = ci;
+      m->hdr = h;
+      m->skip_bad = (h.flags & DP_FLAG_SKIP_BAD) != 0;
+      m->shm_ok = c->shm_ok;
+      append(&r->leases, &r->leases_tail, m);
+      pthread_cond_broadcast(&r->cv);
+      break;
+    }
+    case DP_SLOTS:
+      if (n == 2 && h.n >= 0 && zmq_msg_size(&f[1]) == (size_t)h.n * sizeof(int64_t)) free_slots(r, ci, &f[1]);
+      break;
+    case DP_BYE:
+      forget_conn(r, ci);
+      if (spawned) stop_reader(r, "the trainer closed");
+      break;
+    default: break; /* HEARTBEAT */
+  }
+  pthread_mutex_unlock(&r->mu);
+}
+
+static void timers(em_reader *r, double now) {
+  int spawned = r->o.parent_pid > 0;
+  pthread_mutex_lock(&r->mu);
+  int ready = r->ready;
+  dp_hello hello = r->hello;
+  if (spawned && getppid() != (pid_t)r->o.parent_pid) stop_reader(r, "the trainer process is gone");
+  pthread_mutex_unlock(&r->mu);
+  for (int i = 0; i < r->nconn; i++) {
+    rd_conn *c = &r->conn[i];
+    if (!c->welcomed) {
+      if (ready && (!c->refused || now - c->refused_at > 5) && now - c->last_hello >= 0.25) {
+        c->last_hello = now;
+        dp_hdr h;
+        dp_hdr_init(&h, DP_HELLO);
+        h.flags = r->o.shared_memory ? DP_FLAG_SHM : 0;
+        if (send_frames(c->sock, &h, &hello, sizeof hello, r->fingerprint, strlen(r->fingerprint)) == 0)
+          c->last_seen = now; /* the trainer's silence counts from the hello */
+      }
+      continue;
+    }
+    if (now - c->last_hb >= c->hb) {
+      c->last_hb = now;
+      dp_hdr h;
+      dp_hdr_init(&h, DP_HEARTBEAT);
+      h.session = c->session;
+      send_frames(c->sock, &h, NULL, 0, NULL, 0);
+    }
+    if (now - c->last_seen > c->hb_timeout) {
+      pthread_mutex_lock(&r->mu);
+      forget_conn(r, i);
+      if (spawned) stop_reader(r, "the trainer fell silent (no heartbeat)");
+      pthread_mutex_unlock(&r->mu);
+    }
+  }
+}
+
+/* Sends what the caller queued; a message that cannot go now (no connection yet, a full
+ * queue) is retried until its give_up time. */
+static void flush_out(em_reader *r, rd_msg **pending) {
+  pthread_mutex_lock(&r->mu);
+  rd_msg *list = r->out;
+  r->out = r->out_tail = NULL;
+  pthread_mutex_unlock(&r->mu);
+  rd_msg **tail = pending;
+  while (*tail) tail = &(*tail)->next;
+  *tail = list;
+  double now = dp_now();
+  for (rd_msg **p = pending; *p;) {
+    rd_msg *m = *p;
+    void *sock = r->conn[m->conn].sock;
+    int ok = 1;
+    for (int i = 0; i < m->nframes && ok; i++) {
+      int flags = (i + 1 < m->nframes ? ZMQ_SNDMORE : 0) | (i == 0 ? ZMQ_DONTWAIT : 0);
+      zmq_msg_t copy;
+      zmq_msg_init(&copy);
+      zmq_msg_copy(&copy, &m->f[i]); /* shares the bytes: a failed send keeps the original */
+      if (zmq_msg_send(&copy, sock, flags) < 0) {
+        zmq_msg_close(&copy);
+        ok = 0;
+      }
+    }
+    if (ok || now > m->give_up) {
+      if (m->hdr.kind == DP_FATAL) {
+        pthread_mutex_lock(&r->mu);
+        r->fatal_pending--;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+      }
+      *p = m->next;
+      free_msg(m);
+    } else {
+      p = &m->next;
+    }
+  }
+}
+
+static void *io_main(void *arg) {
+  em_reader *r = arg;
+  rd_msg *pending = NULL;
+  double last_timers = 0;
+  for (;;) {
+    zmq_pollitem_t items[RD_MAX_CONN + 1];
+    for (int i = 0; i < r->nconn; i++) items[i] = (zmq_pollitem_t){r->conn[i].sock, 0, ZMQ_POLLIN, 0};
+    items[r->nconn] = (zmq_pollitem_t){NULL, r->efd, ZMQ_POLLIN, 0};
+    if (zmq_poll(items, r->nconn + 1, pending ? 5 : 50) < 0 && zmq_errno() == ETERM) break;
+    if (items[r->nconn].revents & ZMQ_POLLIN) {
+      uint64_t v;
+      ssize_t g = read(r->efd, &v, sizeof v);
+      (void)g;
+    }
+    flush_out(r, &pending);
+    pthread_mutex_lock(&r->mu);
+    int quit = r->quit;
+    pthread_mutex_unlock(&r->mu);
+    if (quit) break;
+    for (int i = 0; i < r->nconn; i++) {
+      for (int k = 0; k < 256; k++) {
+        zmq_msg_t f[RD_MAX_FRAMES];
+        int n = 0, more = 1, bad = 0;
+        while (more) {
+          zmq_msg_t tmp;
+          zmq_msg_init(&tmp);
+          if (zmq_msg_recv(&tmp, r->conn[i].sock, n == 0 && !bad ? ZMQ_DONTWAIT : 0) < 0) {
+            zmq_msg_close(&tmp);
+            break;
+          }
+          more = zmq_msg_more(&tmp);
+          if (n < RD_MAX_FRAMES) {
+            f[n++] = tmp;
+          } else {
+            zmq_msg_close(&tmp);
+            bad = 1;
+          }
+        }
+        if (n == 0) break;
+        if (!bad) on_trainer_message(r, i, f, n);
+        for (int j = 0; j < n; j++) zmq_msg_close(&f[j]);
+      }
+    }
+    double now = dp_now();
+    if (now - last_timers >= 0.02) {
+      last_timers = now;
+      timers(r, now);
+    }
+  }
+  while (pending) {
+    rd_msg *m = pending;
+    pending = m->next;
+    free_msg(m);
+  }
+  return NULL;
+}
+
+/* ---------------------------------------------------------------- create and close */
+static em_status zmq_fail(const char *what, const char *arg) {
+  return em_set_error(EM_ERR_RUNTIME, OP ": %s%s%s%s: %s", what, arg ? " '" : "", arg ? arg : "", arg ? "'" : "",
+                      zmq_strerror(zmq_errno()));
+}
+
+/* A DEALER to endpoint with routing id kind + nonce ('R' control, 'D' data). */
+static em_status dealer(em_reader *r, void **out, char kind, const char *endpoint, uint64_t nonce) {
+  void *s = zmq_socket(r->zctx, ZMQ_DEALER);
+  if (!s) return zmq_fail("cannot create a socket", NULL);
+  *out = s;
+  int one = 1, linger = 200, send_wait = 2000;
+  uint8_t rid[9] = {(uint8_t)kind};
+  memcpy(rid + 1, &nonce, 8);
+  zmq_setsockopt(s, ZMQ_ROUTING_ID, rid, sizeof rid);
+  zmq_setsockopt(s, ZMQ_IMMEDIATE, &one, sizeof one);
+  zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(s, ZMQ_SNDTIMEO, &send_wait, sizeof send_wait);
+  if (r->curve_server[0]) {
+    if (zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, r->curve_server, 40) ||
+        zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, r->curve_public, 40) ||
+        zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, r->curve_secret, 40))
+      return zmq_fail("cannot set the CurveZMQ keys", NULL);
+  }
+  if (zmq_connect(s, endpoint) != 0) return zmq_fail("cannot connect to", endpoint);
+  return EM_OK;
+}
+
+static em_status open_conn(em_reader *r, const char *endpoint, uint64_t nonce) {
+  if (r->nconn == RD_MAX_CONN) return em_set_error(EM_ERR_ARGUMENT, OP ": more than %d trainers", RD_MAX_CONN);
+  rd_conn *c = &r->conn[r->nconn++];
+  em_status st = dealer(r, &c->sock, 'R', endpoint, nonce);
+  if (!st) st = dealer(r, &c->data, 'D', endpoint, nonce);
+  if (st) return st;
+  c->hb = r->o.heartbeat_s > 0 ? r->o.heartbeat_s : 0.5;
+  c->hb_timeout = r->o.heartbeat_timeout_s > c->hb ? r->o.heartbeat_timeout_s : 10 * c->hb;
+  c->last_seen = dp_now();
+  return EM_OK;
+}
+
+static em_status setup(em_reader *r) {
+  const em_reader_options *o = &r->o;
+  if (o->curve_server_key) {
+    if (strlen(o->curve_server_key) != 40)
+      return em_set_error(EM_ERR_ARGUMENT, OP ": the trainers' CurveZMQ key must be 40 Z85 characters");
+    memcpy(r->curve_server, o->curve_server_key, 41);
+    if (o->curve_public_key && o->curve_secret_key) {
+      if (strlen(o->curve_public_key) != 40 || strlen(o->curve_secret_key) != 40)
+        return em_set_error(EM_ERR_ARGUMENT, OP ": CurveZMQ keys are 40 Z85 characters");
+      memcpy(r->curve_public, o->curve_public_key, 41);
+      memcpy(r->curve_secret, o->curve_secret_key, 41);
+    } else if (zmq_curve_keypair(r->curve_public, r->curve_secret) != 0) {
+      return zmq_fail("cannot make a CurveZMQ key pair", NULL);
+    }
+  }
+  r->zctx = zmq_ctx_new();
+  if (!r->zctx) return zmq_fail("cannot create a ZeroMQ context", NULL);
+  uint64_t nonce = dp_random64();
+  r->hello.nonce = nonce;
+  r->hello.pid = getpid();
+  dp_host_identity(r->hello.host, r->hello.boot_id);
+  snprintf(r->hello.name, sizeof r->hello.name, "%s", r->name ? r->name : "reader");
+  if (o->shared_memory && (r->ring = dp_ring_create())) { /* without one, ZeroMQ carries every notice */
+    snprintf(r->hello.ring, sizeof r->hello.ring, "%s", dp_ring_name(r->ring));
+    r->hello.ring_id = dp_ring_id(r->ring);
+    r->hello.ring_bytes = dp_ring_bytes();
+  }
+  const char *p = r->connect;
+  while (*p) {
+    size_t n = strcspn(p, ",");
+    char ep[256];
+    if (n == 0 || n >= sizeof ep) return em_set_error(EM_ERR_ARGUMENT, OP ": bad endpoint list '%s'", r->connect);
+    memcpy(ep, p, n);
+    ep[n] = 0;
+    em_status st = open_conn(r, ep, nonce);
+    if (st) return st;
+    p += n + (p[n] == ',');
+  }
+  r->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (r->efd < 0) return em_set_error(EM_ERR_RUNTIME, OP ": eventfd: %s", strerror(errno));
+  if (pthread_create(&r->io, NULL, io_main, r) != 0)
+    return em_set_error(EM_ERR_RUNTIME, OP ": cannot start the I/O thread");
+  r->io_started = 1;
+  return EM_OK;
+}
+
+em_status em_reader_create(em_reader **out, const em_reader_options *options) {
+  if (!out || *out) return em_set_error(EM_ERR_ARGUMENT, OP ": out must point to NULL (the reader is new)");
+  if (!options || !options->connect || !*options->connect)
+    return em_set_error(EM_ERR_ARGUMENT, OP ": expected the endpoints of the trainers to connect to");
+  em_reader *r = calloc(1, sizeof *r);
+  if (!r) return em_set_error(EM_ERR_MEMORY, OP ": out of memory");
+  r->o = *options;
+  r->connect = strdup(options->connect);
+  r->name = options->name ? strdup(options->name) : NULL;
+  r->efd = -1;
+  r->slot = -1;
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_cond_init(&r->cv, NULL);
+  em_status st = r->connect ? setup(r) : em_set_error(EM_ERR_MEMORY, OP ": out of memory");
+  if (st) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", em_last_error());
+    em_reader_free(r);
+    return em_set_error(st, "%s", msg);
+  }
+  *out = r;
+  return EM_OK;
+}
+
+static void drop_batch(em_reader *r) {
+  for (int i = 0; i < r->nt; i++) {
+    em_tensor_free(r->tensors[i]); /* a reference kept by mistake errors, never reads freed bytes */
+    em_tensor_release(r->tensors[i]);
+  }
+  r->nt = 0;
+  if (r->have_data) zmq_msg_close(&r->data);
+  r->have_data = 0;
+  if (r->slot >= 0) {
+    pthread_mutex_lock(&r->mu);
+    if (r->arena && r->arena->state[r->slot] == SLOT_FILLING) r->arena->state[r->slot] = SLOT_FREE;
+    pthread_mutex_unlock(&r->mu);
+  }
+  r->slot = -1;
+}
+
+void em_reader_free(em_reader *r) {
+  if (!r) return;
+  drop_batch(r);
+  if (r->io_started) {
+    pthread_mutex_lock(&r->mu);
+    r->quit = 1;
+    pthread_mutex_unlock(&r->mu);
+    wake(r->efd);
+    pthread_join(r->io, NULL);
+  }
+  for (int i = 0; i < r->nconn; i++) {
+    if (r->conn[i].sock) zmq_close(r->conn[i].sock);
+    if (r->conn[i].data) zmq_close(r->conn[i].data);
+  }
+  if (r->zctx) zmq_ctx_term(r->zctx);
+  if (r->efd >= 0) close(r->efd);
+  dp_ring_destroy(r->ring);
+  free_msg(r->cur);
+  for (rd_msg *m = r->leases, *n; m; m = n) n = m->next, free_msg(m);
+  for (rd_msg *m = r->out, *n; m; m = n) n = m->next, free_msg(m);
+  dp_arena_destroy(r->arena);
+  free(r->connect);
+  free(r->name);
+  pthread_mutex_destroy(&r->mu);
+  pthread_cond_destroy(&r->cv);
+  free(r);
+}
+
+em_status em_reader_ready(em_reader *r, int64_t dataset_size, const char *fingerprint) {
+  if (!r) return em_set_error(EM_ERR_ARGUMENT, OP ": ready on a NULL reader");
+  pthread_mutex_lock(&r->mu);
+  r->hello.dataset_size = dataset_size;
+  snprintf(r->fingerprint, sizeof r->fingerprint, "%s", fingerprint ? fingerprint : "");
+  r->ready = 1;
+  pthread_mutex_unlock(&r->mu);
+  wake(r->efd);
+  return EM_OK;
+}
+
+/* ---------------------------------------------------------------- leases and batches */
+em_status em_reader_next(em_reader *r, em_lease *lease, double timeout_s) {
+  if (!r || !lease) return em_set_error(EM_ERR_ARGUMENT, OP ": next needs a reader and a lease");
+  memset(lease, 0, sizeof *lease);
+  drop_batch(r);
+  free_msg(r->cur);
+  r->cur = NULL;
+  double deadline = dp_now() + (timeout_s > 0 ? timeout_s : 0);
+  pthread_mutex_lock(&r->mu);
+  while (!r->leases && !r->stopped) {
+    double now = dp_now();
+    if (now >= deadline) break;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double wait = deadline - now;
+    ts.tv_sec += (time_t)wait;
+    ts.tv_nsec += (long)((wait - (double)(time_t)wait) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+  }
+  if (r->leases) {
+    rd_msg *m = r->leases;
+    r->leases = m->next;
+    if (!r->leases) r->leases_tail = NULL;
+    r->cur = m;
+    lease->status = 1;
+    lease->trainer = m->conn;
+    lease->skip_bad = m->skip_bad;
+    lease->session = m->hdr.session;
+    lease->plan = m->hdr.plan;
+    lease->epoch = m->hdr.epoch;
+    lease->seed = m->hdr.seed;
+    lease->item = m->hdr.item;
+    lease->n = m->hdr.n;
+    lease->ids = m->ids;
+  } else if (r->stopped) {
+    lease->status = 2;
+    em_set_error(EM_ERR_RUNTIME, OP ": %s", r->stop_reason);
+  }
+  pthread_mutex_unlock(&r->mu);
+  return EM_OK;
+}
+
+static int current(const em_reader *r, const em_lease *lease) {
+  return r->cur && lease && lease->status == 1 && r->cur->hdr.item == lease->item && r->cur->hdr.plan == lease->plan;
+}
+
+/* A free slot of an arena big enough for `bytes`, making or remaking the arena while no
+ * slot is sent or being filled (too small, or only LOST slots left); -1: send inline. */
+static int take_slot(em_reader *r, uint64_t bytes) {
+  int slot = -1;
+  pthread_mutex_lock(&r->mu);
+  dp_arena *a = r->arena;
+  if (a) {
+    int busy = 0, free_slots = 0;
+    for (int s = 0; s < a->nslots; s++) {
+      busy |= a->state[s] == SLOT_SENT || a->state[s] == SLOT_FILLING;
+      free_slots += a->state[s] == SLOT_FREE;
+    }
+    if (!busy && (a->slot_bytes < bytes || !free_slots)) {
+      dp_arena_destroy(a); /* a trainer mapping it keeps its memory until it unmaps */
+      r->arena = a = NULL;
+    }
+  }
+  if (!a) r->arena = a = dp_arena_create(bytes + bytes / 8, 0);
+  if (a && a->slot_bytes >= bytes)
+    for (int s = 0; s < a->nslots; s++) /* the lowest: recently used, likely still in cache */
+      if (a->state[s] == SLOT_FREE) {
+        a->state[s] = SLOT_FILLING;
+        slot = s;
+        break;
+      }
+  pthread_mutex_unlock(&r->mu);
+  return slot;
+}
+
+em_status em_reader_alloc(em_reader *r, const em_lease *lease, int n, const em_tensor_desc *descs,
+                          em_tensor **tensors) {
+  if (!r || !current(r, lease)) return em_set_error(EM_ERR_ARGUMENT, OP ": alloc for a lease this reader is not serving");
+  if (n < 1 || n > 16 || !descs || !tensors)
+    return em_set_error(EM_ERR_ARGUMENT, OP ": alloc expects 1 to 16 tensor descriptions, got %d", n);
+  drop_batch(r);
+  uint64_t total = 0;
+  for (int i = 0; i < n; i++) {
+    em_tensor_desc d = descs[i];
+    d.name[31] = 0;
+    int64_t bytes = dp_desc_bytes(&d);
+    if (bytes < 0 || d.sizes[0] != lease->n)
+      return em_set_error(EM_ERR_ARGUMENT, OP ": tensor '%s': a bad description (dtype %d, %d dims, %lld rows for a "
+                          "lease of %lld samples)", d.name, d.dtype, d.ndim, (long long)d.sizes[0],
+                          (long long)lease->n);
+    total = (total + DP_ALIGN - 1) / DP_ALIGN * DP_ALIGN;
+    r->descs[i].d = d;
+    r->descs[i].offset = (int64_t)total;
+    r->descs[i].nbytes = bytes;
+    total += (uint64_t)bytes;
+  }
+  uint8_t *base;
+  r->slot = r->cur->shm_ok ? take_slot(r, total) : -1;
+  if (r->slot >= 0) {
+    base = r->arena->base + (uint64_t)r->slot * r->arena->slot_bytes;
+  } else {
+    if (zmq_msg_init_size(&r->data, total ? total : 1) != 0)
+      return em_set_error(EM_ERR_MEMORY, OP ": out of memory for a batch of %llu bytes", (unsigned long long)total);
+    r->have_data = 1;
+    base = zmq_msg_data(&r->data);
+  }
+  for (int i = 0; i < n; i++) {
+    const em_tensor_desc *d = &r->descs[i].d;
+    em_tensor *t = NULL;
+    em_status st = em_from_blob(&t, base + r->descs[i].offset, d->ndim, d->sizes, NULL, (em_dtype)d->dtype,
+                                (em_device){EM_CPU, 0}, NULL, NULL);
+    if (st) {
+      for (int j = 0; j < i; j++) em_tensor_release(tensors[j]);
+      drop_batch(r);
+      return st;
+    }
+    em_tensor_retain(t);
+    r->tensors[r->nt++] = t;
+    tensors[i] = t;
+  }
+  return EM_OK;
+}
+
+static void queue_out(em_reader *r, rd_msg *m) {
+  pthread_mutex_lock(&r->mu);
+  append(&r->out, &r->out_tail, m);
+  pthread_mutex_unlock(&r->mu);
+  wake(r->efd);
+}
+
+/* Batches and errors go out on the data connection, from the caller's thread: no hand-over
+ * to the I/O thread, and the batch's message is sent as it is (zmq takes it, no copy). A
+ * send blocks at most 2 s (ZMQ_SNDTIMEO) when the trainer is not reachable, and is then
+ * dropped: the trainer leases the item again when it loses this reader. */
+static void send_direct(em_reader *r, rd_msg *m) {
+  void *sock = r->conn[m->conn].data;
+  for (int i = 0; i < m->nframes; i++)
+    if (zmq_msg_send(&m->f[i], sock, i + 1 < m->nframes ? ZMQ_SNDMORE : 0) < 0) break;
+  free_msg(m);
+}
+
+static rd_msg *new_out(em_reader *r, int conn, const dp_hdr *h) {
+  rd_msg *m = calloc(1, sizeof *m);
+  if (!m) return NULL;
+  m->conn = conn;
+  m->hdr = *h;
+  m->give_up = dp_now() + r->conn[conn].hb_timeout;
+  zmq_msg_init_size(&m->f[0], sizeof *h);
+  memcpy(zmq_msg_data(&m->f[0]), h, sizeof *h);
+  m->nframes = 1;
+  return m;
+}
+
+static void add_frame(rd_msg *m, const void *data, size_t n) {
+  zmq_msg_init_size(&m->f[m->nframes], n);
+  if (n) memcpy(zmq_msg_data(&m->f[m->nframes]), data, n);
+  m->nframes++;
+}
+
+static dp_hdr reply_header(const rd_msg *lease, int kind) {
+  dp_hdr h;
+  dp_hdr_init(&h, kind);
+  h.session = lease->hdr.session;
+  h.plan = lease->hdr.plan;
+  h.epoch = lease->hdr.epoch;
+  h.item = lease->hdr.item;
+  return h;
+}
+
+em_status em_reader_send(em_reader *r, const em_lease *lease, int64_t kept, const int64_t *kept_ids, int64_t skipped,
+                         const em_stage_times *times) {
+  double t0 = dp_now();
+  if (!r || !current(r, lease) || (r->nt == 0 && kept != 0))
+    return em_set_error(EM_ERR_ARGUMENT, OP ": send without a batch allocated for this lease");
+  if (kept < 0 || kept > lease->n || (kept && !kept_ids))
+    return em_set_error(EM_ERR_ARGUMENT, OP ": send of %lld rows for a lease of %lld samples", (long long)kept,
+                        (long long)lease->n);
+  dp_hdr h = reply_header(r->cur, DP_BATCH);
+  h.n = kept;
+  h.skipped = skipped;
+  h.ntensors = r->nt;
+  if (times) {
+    h.times[0] = times->read;
+    h.times[1] = times->decode;
+    h.times[2] = times->transform;
+    h.times[3] = times->send;
+  }
+  h.times[3] += r->last_send_s;
+  dp_tdesc descs[16];
+  uint64_t used = 0;
+  for (int i = 0; i < r->nt; i++) {
+    descs[i] = r->descs[i];
+    int64_t rows = descs[i].d.sizes[0];
+    int64_t row_bytes = rows ? descs[i].nbytes / rows : 0;
+    descs[i].d.sizes[0] = kept;
+    descs[i].nbytes = row_bytes * kept;
+    if ((uint64_t)(descs[i].offset + descs[i].nbytes) > used) used = (uint64_t)(descs[i].offset + descs[i].nbytes);
+  }
+  int shm = r->slot >= 0;
+  dp_shm_ref ref;
+  if (shm) {
+    h.flags |= DP_FLAG_SHM;
+    memset(&ref, 0, sizeof ref);
+    pthread_mutex_lock(&r->mu);
+    snprintf(ref.name, sizeof ref.name, "%s", r->arena->name);
+    ref.arena_id = r->arena->id;
+    ref.nslots = r->arena->nslots;
+    ref.arena_bytes = r->arena->bytes;
+    ref.slot = r->slot;
+    ref.offset = (uint64_t)r->slot * r->arena->slot_bytes;
+    ref.nbytes = used;
+    r->arena->state[r->slot] = SLOT_SENT;
+    r->arena->owner[r->slot] = r->cur->conn;
+    pthread_mutex_unlock(&r->mu);
+    r->slot = -1;
+    /* the notice straight into the ring when the trainer that leased the item reads it */
+    const void *data[DP_RING_FRAMES] = {&h, descs, kept_ids, &ref};
+    size_t size[DP_RING_FRAMES] = {sizeof h, (size_t)r->nt * sizeof(dp_tdesc), (size_t)kept * sizeof(int64_t),
+                                   sizeof ref};
+    if (r->ring && dp_ring_put(r->ring, h.session, DP_RING_FRAMES, data, size)) {
+      drop_batch(r);
+      r->last_send_s = dp_now() - t0;
+      return EM_OK;
+    }
+  }
+  rd_msg *m = new_out(r, r->cur->conn, &h);
+  if (!m) {
+    if (shm) { /* nothing went out: the slot is free again */
+      pthread_mutex_lock(&r->mu);
+      if (r->arena && r->arena->id == ref.arena_id) r->arena->state[ref.slot] = SLOT_FREE;
+      pthread_mutex_unlock(&r->mu);
+    }
+    return em_set_error(EM_ERR_MEMORY, OP ": out of memory");
+  }
+  add_frame(m, descs, (size_t)r->nt * sizeof(dp_tdesc));
+  add_frame(m, kept_ids, (size_t)kept * sizeof(int64_t));
+  if (shm) {
+    add_frame(m, &ref, sizeof ref);
+  } else if (!r->have_data) { /* every sample was a bad record: an empty batch */
+    add_frame(m, NULL, 0);
+  } else { /* the batch's own message goes out as it is: no copy */
+    zmq_msg_init(&m->f[m->nframes]);
+    zmq_msg_move(&m->f[m->nframes], &r->data);
+    m->nframes++;
+    zmq_msg_close(&r->data);
+    r->have_data = 0;
+  }
+  drop_batch(r);
+  send_direct(r, m);
+  r->last_send_s = dp_now() - t0;
+  return EM_OK;
+}
+
+em_status em_reader_send_error(em_reader *r, const em_lease *lease, const char *message) {
+  if (!r || !current(r, lease)) return em_set_error(EM_ERR_ARGUMENT, OP ": send_error for a lease this reader is not serving");
+  drop_batch(r);
+  dp_hdr h = reply_header(r->cur, DP_ERROR);
+  rd_msg *m = new_out(r, r->cur->conn, &h);
+  if (!m) return em_set_error(EM_ERR_MEMORY, OP ": out of memory");
+  add_frame(m, message ? message : "", message ? strlen(message) : 0);
+  send_direct(r, m);
+  return EM_OK;
+}
+
+em_status em_reader_fatal(em_reader *r, const char *message) {
+  if (!r) return em_set_error(EM_ERR_ARGUMENT, OP ": fatal on a NULL reader");
+  for (int i = 0; i < r->nconn; i++) {
+    dp_hdr h;
+    dp_hdr_init(&h, DP_FATAL);
+    rd_msg *m = new_out(r, i, &h);
+    if (!m) break;
+    m->give_up = dp_now() + 2.0;
+    add_frame(m, message ? message : "", message ? strlen(message) : 0);
+    pthread_mutex_lock(&r->mu);
+    r->fatal_pending++;
+    pthread_mutex_unlock(&r->mu);
+    queue_out(r, m);
+  }
+  /* wait (a little) until the messages are out: the process exits next */
+  double deadline = dp_now() + 2.5;
+  pthread_mutex_lock(&r->mu);
+  while (r->fatal_pending > 0 && dp_now() < deadline) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 20000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+  }
+  pthread_mutex_unlock(&r->mu);
+  return EM_OK;
+}
+
+#else /* without ZeroMQ */
+static em_status no_zmq(void) {
+  return em_set_error(EM_ERR_UNSUPPORTED, "reader: ember was built without ZeroMQ (install libzmq3-dev and rebuild)");
+}
+em_status em_reader_create(em_reader **out, const em_reader_options *options) {
+  (void)out, (void)options;
+  return no_zmq();
+}
+em_status em_reader_ready(em_reader *r, int64_t dataset_size, const char *fingerprint) {
+  (void)r, (void)dataset_size, (void)fingerprint;
+  return no_zmq();
+}
+em_status em_reader_next(em_reader *r, em_lease *lease, double timeout_s) {
+  (void)r, (void)lease, (void)timeout_s;
+  return no_zmq();
+}
+em_status em_reader_alloc(em_reader *r, const em_lease *lease, int n, const em_tensor_desc *descs,
+                          em_tensor **tensors) {
+  (void)r, (void)lease, (void)n, (void)descs, (void)tensors;
+  return no_zmq();
+}
+em_status em_reader_send(em_reader *r, const em_lease *lease, int64_t kept, const int64_t *kept_ids, int64_t skipped,
+                         const em_stage_times *times) {
+  (void)r, (void)lease, (void)kept, (void)kept_ids, (void)skipped, (void)times;
+  return no_zmq();
+}
+em_status em_reader_send_error(em_reader *r, const em_lease *lease, const char *message) {
+  (void)r, (void)lease, (void)message;
+  return no_zmq();
+}
+em_status em_reader_fatal(em_reader *r, const char *message) { (void)r, (void)message; return no_zmq(); }
+void em_reader_free(em_reader *r) { (void)r; }
+#endif

@@ -1,0 +1,38 @@
+/* pipeline/ring.h - the ring of batch notices between a reader and a trainer on one host
+ * (pipeline/ring.c says why and how). */
+#ifndef EMBER_DP_RING_H
+#define EMBER_DP_RING_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <zmq.h>
+#include "wire.h"
+
+#define DP_RING_ENTRIES 32             /* more than the leases a reader holds (worker_queue) */
+#define DP_RING_ENTRY_BYTES (64u << 10) /* a notice: ~1 KB and 8 bytes per kept id (~7,000 ids) */
+#define DP_RING_FRAMES 4                /* header, descriptions, ids, the slot's place */
+
+/* The size of a ring's memfd. */
+uint64_t dp_ring_bytes(void);
+
+/* Reader side. */
+typedef struct dp_ring dp_ring;
+dp_ring *dp_ring_create(void); /* NULL when no memfd can be made: ZeroMQ carries everything */
+void dp_ring_destroy(dp_ring *r);
+const char *dp_ring_name(const dp_ring *r); /* /proc/<pid>/fd/<fd>, as the trainer opens it */
+uint64_t dp_ring_id(const dp_ring *r);
+/* Publishes a notice of nframes frames for the trainer of `session`; 0 (and nothing
+ * written) when that trainer is not attached, the ring is full or the notice too large. */
+int dp_ring_put(dp_ring *r, uint64_t session, int nframes, const void *const *data, const size_t *size);
+/* The trainer of `session` is gone (it may have died without detaching): free the ring for
+ * the next one. */
+void dp_ring_forget(dp_ring *r, uint64_t session);
+
+/* Trainer side, on the mapped memfd (base, bytes). */
+int dp_ring_attach(void *base, uint64_t bytes, uint64_t session); /* 1: this trainer reads it */
+void dp_ring_detach(void *base, uint64_t bytes, uint64_t session);
+/* The oldest notice as frames (initialised here; the caller closes them): 1 taken, 0 none,
+ * -1 a malformed notice was dropped, -2 the ring is not usable (stop reading it). */
+int dp_ring_take(void *base, uint64_t bytes, int *nframes, zmq_msg_t *frames);
+
+#endif

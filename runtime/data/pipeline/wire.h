@@ -1,0 +1,120 @@
+/* pipeline/wire.h - the data pipeline's messages, and helpers both sides share.
+ *
+ * Every message starts with a frame holding a dp_hdr; kind-specific frames follow:
+ *
+ *   reader -> trainer (DEALER -> ROUTER, which prepends the reader's routing id)
+ *     HELLO      [hdr][dp_hello][fingerprint text]
+ *     BATCH      [hdr][dp_tdesc x ntensors][kept ids, int64 x n][data]      inline bytes
+ *                [hdr][dp_tdesc x ntensors][kept ids, int64 x n][dp_shm_ref] a shared-memory slot
+ *     ERROR      [hdr][message text]          the item failed (a bad record)
+ *     FATAL      [hdr][message text]          the reader cannot work at all
+ *     HEARTBEAT  [hdr]
+ *   trainer -> reader
+ *     WELCOME    [hdr]                        session, heartbeat times, flags
+ *     REJECT     [hdr][reason text]
+ *     RESET      [hdr]                        "who are you?": say hello again
+ *     LEASE      [hdr][ids, int64 x n]        work item `item` of epoch `epoch`
+ *                [hdr][ids, int64 x n][slot numbers, int64 x k]  and shared-memory slots given back
+ *     SLOTS      [hdr][slot numbers, int64 x n]  shared-memory slots read and free again
+ *     HEARTBEAT  [hdr]
+ *     BYE        [hdr]                        the trainer is closing
+ *
+ * Every field is checked on receipt: a malformed message is dropped and counted, never
+ * trusted (tensor sizes against the data frame, ids against the item leased). */
+#ifndef EMBER_DP_WIRE_H
+#define EMBER_DP_WIRE_H
+
+#include <stdint.h>
+#include <string.h>
+#include "ember/data_pipeline.h"
+
+#define DP_MAGIC 0x50444d45u /* "EMDP" */
+#define DP_VERSION 3 /* 2: a LEASE may carry slots given back; dp_shm_ref names its arena; 3: HELLO names a ring */
+#define DP_ALIGN 64          /* tensors start at multiples of this in a batch's bytes */
+
+enum dp_kind {
+  DP_HELLO = 1,
+  DP_WELCOME,
+  DP_REJECT,
+  DP_RESET,
+  DP_LEASE,
+  DP_BATCH,
+  DP_ERROR,
+  DP_FATAL,
+  DP_HEARTBEAT,
+  DP_BYE,
+  DP_SLOTS,
+  DP_NUM_KINDS
+};
+
+/* flags */
+#define DP_FLAG_SKIP_BAD 1u /* WELCOME, LEASE: skip bad records */
+#define DP_FLAG_SHM 2u      /* WELCOME: shared memory welcome; HELLO: offered */
+
+typedef struct dp_hdr {
+  uint32_t magic;
+  uint16_t version, kind;
+  uint32_t flags;
+  int32_t ntensors;  /* BATCH */
+  uint64_t session;  /* the trainer's; 0 in HELLO */
+  uint64_t plan;     /* LEASE, BATCH, ERROR: which em_loader_begin the item belongs to */
+  uint64_t epoch;
+  int64_t item;
+  int64_t n;         /* LEASE, SLOTS: ids or slots; BATCH: kept rows */
+  uint64_t seed;     /* LEASE */
+  int64_t skipped;   /* BATCH: bad records left out */
+  double times[4];   /* BATCH: read, decode, transform, send seconds */
+  double heartbeat_s, heartbeat_timeout_s; /* WELCOME */
+} dp_hdr;
+
+typedef struct dp_hello {
+  int64_t pid;
+  int64_t dataset_size;
+  uint64_t nonce;      /* one per reader process: a repeated hello is not a new reader */
+  char host[64];
+  char boot_id[40];    /* with host: the same machine (shared memory possible) */
+  char name[64];
+  char ring[64];       /* its ring of batch notices (pipeline/ring.c): /proc/<pid>/fd/<memfd>; "" none */
+  uint64_t ring_id, ring_bytes;
+} dp_hello;
+
+typedef struct dp_tdesc {
+  em_tensor_desc d;    /* sizes[0] = rows sent */
+  int64_t offset;      /* in the data frame or the slot */
+  int64_t nbytes;
+} dp_tdesc;
+
+typedef struct dp_shm_ref {
+  char name[64];       /* the reader's arena: /proc/<pid>/fd/<memfd> */
+  uint64_t arena_id;   /* one per arena: a remade arena may get the old one's fd number */
+  int64_t nslots;      /* slots in the arena: how many the trainer may keep lent to tensors */
+  uint64_t arena_bytes;
+  int64_t slot;
+  uint64_t offset;     /* of the slot in the arena */
+  uint64_t nbytes;     /* used in the slot */
+} dp_shm_ref;
+
+static inline void dp_hdr_init(dp_hdr *h, int kind) {
+  memset(h, 0, sizeof *h);
+  h->magic = DP_MAGIC;
+  h->version = DP_VERSION;
+  h->kind = (uint16_t)kind;
+}
+
+static inline int dp_hdr_valid(const void *data, size_t size) {
+  if (size != sizeof(dp_hdr)) return 0;
+  dp_hdr h;
+  memcpy(&h, data, sizeof h);
+  return h.magic == DP_MAGIC && h.version == DP_VERSION && h.kind >= DP_HELLO && h.kind < DP_NUM_KINDS;
+}
+
+/* ---- shared helpers (pipeline/common.c) ---- */
+double dp_now(void);                     /* monotonic seconds */
+uint64_t dp_random64(void);              /* from /dev/urandom, else time and pid */
+void dp_host_identity(char host[64], char boot_id[40]);
+/* Bytes of a tensor described by d (its dims product times the dtype size); -1 if invalid. */
+int64_t dp_desc_bytes(const em_tensor_desc *d);
+/* Copies at most cap - 1 bytes of a frame's text and terminates it. */
+void dp_text(char *dst, size_t cap, const void *src, size_t n);
+
+#endif

@@ -1,0 +1,172 @@
+/* dist_impl.h - process groups and work handles, shared by the generic layer
+ * (the files of runtime/distributed), the backends (self here, MPI in runtime/plugins/mpi as a plugin, NCCL
+ * in the CUDA plugin, runtime/plugins/cuda/nccl_backend.c) and the data-parallel reducer (runtime/distributed).
+ *
+ * The generic layer checks arguments, numbers collectives and makes handles; a backend
+ * only moves data. Each group holds one backend per device type (the table below): a
+ * collective picks the entry of its tensor's device, so NCCL slots in for CUDA tensors
+ * without touching any caller. */
+#ifndef EMBER_DIST_IMPL_H
+#define EMBER_DIST_IMPL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include "ember/dist.h"
+
+#define EM_DIST_EXIT_TIMEOUT 124   /* exit status of a job aborted by a timeout */
+#define EM_DIST_MSG 768
+
+typedef enum em_dist_opkind {
+  EM_DIST_OP_ALL_REDUCE = 0, EM_DIST_OP_BROADCAST, EM_DIST_OP_ALL_GATHER, EM_DIST_OP_REDUCE_SCATTER,
+  EM_DIST_OP_BARRIER, EM_DIST_OP_SEND, EM_DIST_OP_RECV, EM_DIST_NUM_OPS
+} em_dist_opkind;
+
+typedef enum em_dist_state { EM_WORK_PENDING = 0, EM_WORK_DONE, EM_WORK_FAILED } em_dist_state;
+
+/* One collective or point-to-point operation in flight. */
+struct em_dist_work {
+  atomic_int refcount;
+  atomic_int state;          /* em_dist_state */
+  em_dist_opkind kind;
+  em_dist_redop redop;
+  int peer;                  /* root (broadcast), dst (send), src (recv): group ranks */
+  int tag;
+  em_tensor *in, *out;       /* retained until completion; in == out for in-place ops */
+  em_dist_group *group;      /* retained */
+  int64_t seq;               /* collectives: 1, 2, ... per group on this rank; p2p: 0 */
+  double posted_at;          /* em_dist_now() */
+  _Atomic double deadline;   /* posted_at + timeout; em_dist_work_wait may shorten it */
+  double started_at;         /* when the backend began moving data (after earlier work) */
+  double finished_at;
+  int on_stack;              /* a direct call's work on the caller's stack: nobody else waits */
+  int blocking;              /* the caller waits at once: no need to wake a thread */
+  int direct;                /* a plain blocking call (no handle): the backend may run it as
+                              * its own blocking collective. Decided by the call alone, so the
+                              * same on every rank (MPI matches blocking and non-blocking
+                              * collectives only with their own kind) */
+  em_status status;
+  char message[EM_DIST_MSG];
+  struct em_dist_work *next; /* backend queue link */
+  void *backend_data;
+};
+
+/* A backend: one per process-group kind and device type. Functions run on the calling
+ * thread except that completions may arrive from a backend thread (em_dist_work_done). */
+typedef struct em_dist_backend {
+  const char *name;
+  /* The world: fills rank/size/local_rank and the world group's private state. */
+  em_status (*init)(double timeout_s, int *rank, int *size, int *local_rank, void **world_impl);
+  /* Collective over parent: members get their rank in the new group, others -1. */
+  em_status (*new_group)(void *parent_impl, int group_id, int n, const int *ranks, void **impl, int *rank);
+  void (*free_group)(void *impl);
+  /* Starts w (already checked and numbered). Completion: em_dist_work_done, on any thread. */
+  em_status (*post)(void *group_impl, em_dist_work *w);
+  /* exit_status 0: finish pending work and shut down cleanly; else end the job now with
+   * that status (the other ranks may be blocked in a collective with this one). */
+  void (*shutdown)(int exit_status);
+  /* Ends every process of the job after printing message (this process's view of why). */
+  void (*abort_job)(const char *message, int exit_status);
+  /* Optional: one round of progress on the calling thread (a thread waiting for a work
+   * drives the backend itself instead of sleeping until another thread wakes it).
+   * Returns 1 if anything completed or started, 0 if not, -1 if the backend cannot. */
+  int (*progress)(void);
+  /* Optional: runs w, a plain blocking call (w->direct) on the caller's stack, to completion
+   * on the calling thread and returns 1; or returns 0 (then w is posted as usual). */
+  int (*run_direct)(void *group_impl, em_dist_work *w);
+  /* Device backends (NCCL for CUDA tensors) have no init or new_group: the world's CPU
+   * backend numbers the ranks. attach makes g's state on first use, without talking to
+   * other ranks (the first collective on g connects it, through g's CPU backend). */
+  em_status (*attach)(em_dist_group *g, void **impl);
+  /* Optional, for collectives on g that ran outside the backend (symmetric.c): seq was
+   * posted (completed 0) or completed (1), so that the backend's answers to other ranks'
+   * timeout queries about this rank's progress stay true. */
+  void (*note_seq)(void *group_impl, int64_t seq, int completed);
+  /* Optional: w, run outside the backend, passed its deadline: explain who is missing as
+   * for the backend's own collectives, and end the job. Does not return. */
+  void (*report_timeout)(void *group_impl, em_dist_work *w);
+} em_dist_backend;
+
+struct em_dist_group {
+  atomic_int refcount;
+  int id;                    /* creation number, equal on every rank */
+  int rank, size;            /* rank -1: this process is not a member */
+  int *world_ranks;          /* world rank of each member */
+  double timeout;
+  atomic_llong seq;          /* collectives posted */
+  atomic_llong completed;    /* collectives completed */
+  const em_dist_backend *backend[EM_NUM_DEVICE_TYPES];
+  void *impl[EM_NUM_DEVICE_TYPES];
+  struct em_dist_symm *symm; /* scratch in symmetric memory for plain CPU all_reduce */
+  int symm_state;            /* 0 not tried, 1 symm ready, -1 the ranks cannot share memory */
+  char name[48];
+};
+
+/* ---- for backends ---- */
+/* Marks w finished (st == EM_OK: done; otherwise failed with msg) and wakes its waiters;
+ * releases the tensors it held. Safe from any thread. */
+void em_dist_work_done(em_dist_work *w, em_status st, const char *msg);
+/* How many threads are blocked in em_dist_work_wait right now: a backend thread may poll
+ * harder while someone waits, and leave the CPU to computation while nobody does. */
+int em_dist_num_waiters(void);
+/* The world group (NULL before init), for backends resolving ids of other groups. */
+em_dist_group *em_dist_world_group(void);
+/* "all_reduce", "broadcast", ... */
+const char *em_dist_op_name(em_dist_opkind kind);
+/* "all_reduce #12 on the world group (940 KB of float32)" into buf. */
+void em_dist_describe(const em_dist_work *w, char *buf, size_t cap);
+
+/* The backend of g for tensors on dev, attaching a device backend (NCCL) to g on first
+ * use; NULL with the error set (op named) when g has none. *impl receives g's state. */
+const em_dist_backend *em_dist_group_backend(em_dist_group *g, em_device_type dev, void **impl, const char *op);
+
+/* The built-in backend for a world of one process (any device: its copies dispatch). */
+const em_dist_backend *em_dist_self_backend(void);
+/* The ZeroMQ backend for torchrun-style starts (runtime/distributed/tcp_*.c); NULL in a build
+ * without ZeroMQ. */
+const em_dist_backend *em_dist_tcp_backend(void);
+/* The MPI plugin's entry point (libember_mpi.so). */
+typedef const em_dist_backend *(*em_dist_backend_entry)(void);
+
+/* ---- for the reducer ---- */
+/* Posts an operation on g (checks done by the caller); *work receives the handle. */
+em_status em_dist_post(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out, em_dist_redop op,
+                       int peer, int tag, em_dist_work **work);
+/* The same, for a caller that waits for the work right after (and keeps the handle): no
+ * backend thread is woken to start it, the wait does. */
+em_status em_dist_post_then_wait(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out,
+                                 em_dist_redop op, em_dist_work **work);
+
+/* ---- elementwise reductions (combine.c), for backends that reduce themselves ----
+ * acc[i] = acc[i] (op) x[i] for n elements of dtype ('avg' combines as 'sum'; integers wrap;
+ * float16/bfloat16 in float32, rounded every step; max/min propagate NaN). Either pointer
+ * may be misaligned (contributions read in place from a received message). */
+void em_dist_combine(void *acc, const void *x, int64_t n, em_dtype dtype, em_dist_redop op);
+/* p[i] *= s for floating dtypes (the 1/size of 'avg', after the sum); others untouched. */
+void em_dist_scale(void *p, int64_t n, em_dtype dtype, double s);
+
+/* ---- symmetric memory (symmetric.c) ----
+ * A buffer of `bytes` on every member of g, each member's mapped by all members, when all
+ * of them share one host: collectives on it read and write the other ranks' memory
+ * directly. Collective over g. *out is NULL (EM_OK) when the members cannot share memory
+ * (one rank, other hosts, EMBER_DIST_SHM=0, a mapping refused): why says which, and every
+ * member gets NULL alike. */
+typedef struct em_dist_symm em_dist_symm;
+em_status em_dist_symm_new(em_dist_group *g, int64_t bytes, em_dist_symm **out, char *why, size_t why_cap);
+void em_dist_symm_retain(em_dist_symm *s);
+void em_dist_symm_release(em_dist_symm *s);
+void *em_dist_symm_data(const em_dist_symm *s);          /* this rank's buffer */
+int em_dist_symm_enabled(void);                         /* EMBER_DIST_SHM is not 0 */
+int em_dist_symm_supports(em_dtype dtype);              /* dtypes the allreduce sums */
+/* A flat CPU tensor over the first numel elements of this rank's buffer (holds s). */
+em_status em_dist_symm_tensor(em_tensor **out, em_dist_symm *s, em_dtype dtype, int64_t numel);
+/* Sums t (a contiguous floating tensor inside s's buffer) over the members, times
+ * scale, into every member's t, on the calling thread; every member calls it in the same
+ * order relative to its other collectives on s's group. started/finished (may be NULL)
+ * receive em_dist_now() at entry and exit. */
+em_status em_dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, double *started, double *finished);
+/* A blocking all_reduce of t on g through g's scratch symmetric memory: returns 1 when it
+ * ran (*st says how), 0 when it does not apply (not a CPU tensor of a supported dtype, or
+ * g's ranks cannot share memory): then the caller posts it to the backend. */
+int em_dist_symm_try_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, em_status *st);
+
+#endif
