@@ -1,6 +1,5 @@
-/* ember/data_pipeline.h - the ZeroMQ data pipeline: reader workers deliver whole batches to
- * trainers, exactly once per epoch, with backpressure, and the file formats and
- * augmentations they run.
+/* ember/data_pipeline.h - the ZeroMQ data pipeline (runtime/data/pipeline): reader workers
+ * deliver whole batches to trainers, exactly once per epoch, with backpressure.
  *
  * Trainer side (em_loader, runtime/data/pipeline/loader.c and pipeline/coordinator.c). A coordinator
  * thread binds a ROUTER socket; readers connect DEALER sockets. For each epoch the caller
@@ -24,18 +23,16 @@
  *
  * Wire format: runtime/data/pipeline/wire.h. All hosts must be little-endian (x86-64, ARM64).
  *
- * Formats (runtime/data/npy.c, tfrecord.c, jpeg.c, source.c) are read through em_source,
- * which fills a batch's tensors in one call: read, decode, augment (runtime/data/
- * transforms.c: random crop, flip, normalise), timed per stage. Randomness is keyed by
- * (seed, epoch, sample id) through em_sample_rng (Philox, counter words 2-3), so a batch is
- * the same whichever reader made it and however many there are.
+ * Datasets, formats, augmentation and epoch plans, which readers and in-process loaders
+ * share: ember/data.h.
  *
  * Without ZeroMQ at build time the em_loader and em_reader calls fail with
- * EM_ERR_UNSUPPORTED; without libturbojpeg, the JPEG calls do. */
+ * EM_ERR_UNSUPPORTED. */
 #ifndef EMBER_DATA_PIPELINE_H
 #define EMBER_DATA_PIPELINE_H
 
 #include "core.h"
+#include "data.h"
 #include "tensor.h"
 
 #ifdef __cplusplus
@@ -47,50 +44,6 @@ typedef struct em_tensor em_tensor;
 typedef struct em_loader em_loader;
 typedef struct em_loader_batch em_loader_batch;
 typedef struct em_reader em_reader;
-typedef struct em_source em_source;
-
-/* One tensor of a batch: its name, dtype and shape (sizes[0] is the batch dim). */
-typedef struct em_tensor_desc {
-  char name[32];
-  int32_t dtype;
-  int32_t ndim;
-  int64_t sizes[8];
-} em_tensor_desc;
-
-/* Seconds spent per stage; readers report theirs with each batch. */
-typedef struct em_stage_times {
-  double read, decode, transform, send;
-} em_stage_times;
-
-/* ---------------------------------------------------------------- per-sample randomness */
-/* Draw k of sample `id` in epoch `epoch` is Philox block (k, id >> 32, id, epoch ^ tag)
- * keyed by seed: a pure function of (seed, epoch, id, k). */
-typedef struct em_sample_rng {
-  uint64_t seed;
-  uint64_t epoch;
-  int64_t id;
-  uint64_t counter;
-} em_sample_rng;
-uint64_t em_sample_rng_u64(em_sample_rng *r);
-double em_sample_rng_uniform(em_sample_rng *r);             /* [0, 1) */
-int64_t em_sample_rng_below(em_sample_rng *r, int64_t n);    /* [0, n) */
-double em_sample_rng_normal(em_sample_rng *r);               /* mean 0, std 1 */
-
-/* ---------------------------------------------------------------- plans */
-/* The sample ids (int64, counted from base) rank `rank` of world_size delivers in epoch
- * `epoch`: the epoch's order (a (seed, epoch) permutation when shuffle, else 0..n-1), then
- * every world_size-th entry from position rank. remainder 0 drops the n % world_size last
- * entries so every rank gets n / world_size; 1 pads the order by repeating its first entries
- * so every rank gets ceil(n / world_size). With shuffle and world_size 1 this is
- * em_data_randperm(n, seed, epoch) (the in-process DataLoader's order). */
-em_status em_data_epoch_plan(em_tensor **out, int64_t n, uint64_t seed, uint64_t epoch, int shuffle, int64_t rank,
-                             int64_t world_size, int pad, int64_t base);
-/* Starts making that plan on a thread of its own: the next em_data_epoch_plan with exactly
- * these arguments takes it (a loader asks for epoch e + 1 as epoch e starts). One plan is
- * made ahead at a time; asking for another replaces it. Never fails: without a thread, the
- * plan is made when asked for. */
-em_status em_data_epoch_plan_ahead(int64_t n, uint64_t seed, uint64_t epoch, int shuffle, int64_t rank,
-                                   int64_t world_size, int pad, int64_t base);
 
 /* ---------------------------------------------------------------- trainer side */
 typedef struct em_loader_options {
@@ -208,77 +161,6 @@ int em_process_alive(int64_t pid);
 em_status em_process_signal(int64_t pid, int sig);
 int64_t em_process_self(void);
 
-/* ---------------------------------------------------------------- formats */
-/* CRC-32C (Castagnoli), as TFRecord and other storage formats use it. */
-uint32_t em_data_crc32c(const void *data, size_t n, uint32_t crc);
-/* TFRecord framing around a record's CRC: ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
-uint32_t em_data_tfrecord_mask(uint32_t crc);
-/* A .npy file (little-endian or byte dtypes, C order) as a tensor; float16 and bool too. */
-em_status em_data_read_npy(em_tensor **out, const char *path);
-em_status em_data_write_npy(const char *path, const em_tensor *t);
-/* JPEG bytes (a uint8 tensor) from a uint8 image [H, W] or [H, W, 3]; and back, decoded to
- * [H, W, channels] (channels 1 or 3; 0 keeps the file's). */
-em_status em_data_jpeg_encode(em_tensor **out, const em_tensor *image, int quality);
-em_status em_data_jpeg_decode(em_tensor **out, const void *data, size_t n, int channels, const char *what);
-
-/* ---------------------------------------------------------------- augmentation */
-/* Applied per sample, in this order: pad (zeros) and crop (random offsets from the sample's
- * rng when random_crop, else centred) to crop_h x crop_w (0: no crop), flip left-right with
- * probability flip_p, then normalise ((x / 255 - mean[c]) / std[c] into float32) when
- * normalise, else keep uint8. Input: uint8 [C, H, W] (or [H, W, C] when channels_last).
- * Output: [C, crop_h, crop_w], channels first. Draws: crop y, crop x, then flip. */
-typedef struct em_augment {
-  int32_t crop_h, crop_w, pad, random_crop;
-  double flip_p;
-  int32_t normalise, channels;   /* channels: 0 keeps the input's; 1 or 3 convert */
-  double mean[4], std[4];        /* per channel; scale 1 / (255 std) and shift -mean / std are
-                                    rounded to float32 once, as ember.data's gather_normalize does */
-} em_augment;
-em_status em_data_augment(em_tensor **out, const em_tensor *image, int channels_last, const em_augment *aug,
-                          em_sample_rng *rng);
-
-/* ---------------------------------------------------------------- sources */
-/* A source is a dataset in one of the built-in formats; sample i (0-based) is an image or
- * a raw row plus an int64 label. Labels read from files get label_offset added (1 turns
- * 0-based classes into ember's 1-based ones). */
-typedef struct em_source_options {
-  const char *format;      /* "idx", "npy", "tfrecord", "jpeg" */
-  const char *paths;       /* newline-separated: idx: images, labels; npy: x, [y];
-                              tfrecord: shard files; jpeg: files (see labels) or one
-                              directory with a folder per class */
-  const int64_t *labels;   /* jpeg files: one label each (NULL: none) */
-  int64_t limit;           /* > 0: the first `limit` samples */
-  int64_t label_offset;
-  const char *image_key;   /* tfrecord: the tf.Example features (default "image", "label") */
-  const char *label_key;
-  int32_t encoded;         /* tfrecord: 1 the image feature holds JPEG bytes, 0 raw bytes */
-  int32_t channels_last;   /* npy / raw images: [H, W, C] rather than [C, H, W] */
-  int32_t channels;        /* decoded JPEG channels: 1 or 3 */
-  int32_t ndim;            /* raw tfrecord images: the sample shape */
-  int64_t shape[4];
-} em_source_options;
-
-em_status em_source_open(em_source **out, const em_source_options *options);
-void em_source_free(em_source *s);
-int64_t em_source_size(const em_source *s);
-/* What fill writes for aug (NULL: raw samples): descs[0] "x", descs[1] "y" when the source
- * has labels; sizes[0] = rows. Returns the number of tensors (1 or 2) or -1 on error. */
-int em_source_describe(em_source *s, const em_augment *aug, int64_t rows, em_tensor_desc *descs);
-/* Reads ids[0..n) (counted from base) into rows of x (and y), augmenting with rng keyed by
- * (seed, epoch, id). skip_bad: a bad record is left out and counted in *skipped (its
- * message in the error slot, status EM_OK), else the call fails naming file and offset.
- * *kept receives the rows written and kept_ids their ids (may be NULL). */
-em_status em_source_fill(em_source *s, const int64_t *ids, int64_t n, int64_t base, const em_augment *aug,
-                         uint64_t seed, uint64_t epoch, em_tensor *x, em_tensor *y, int skip_bad, int64_t *kept,
-                         int64_t *kept_ids, int64_t *skipped, em_stage_times *times);
-/* One sample as tensors (x as the augmentation leaves it; *y may stay NULL without labels). */
-em_status em_source_get(em_source *s, int64_t index, int64_t base, const em_augment *aug, em_sample_rng *rng,
-                        em_tensor **x, em_tensor **y);
-
-/* Copies src into row `row` of dst (dst's dims after the first must equal src's; dtypes
- * are converted). Batch assembly for datasets that return samples one at a time. */
-em_status em_data_put_row(em_tensor *dst, int64_t row, const em_tensor *src);
-em_status em_data_put_row_number(em_tensor *dst, int64_t row, double value);
 /* EM_FFI_END */
 
 #ifdef __cplusplus
