@@ -7,7 +7,7 @@ dist.init()
 local rank, size = dist.rank(), dist.world_size()
 local rounds = tonumber(arg[1] or 7)
 local max_bytes = tonumber(arg[2] or 256 * 1048576)
-local now = ember.C.em_dist_now
+local now = ember.C.em_clock_monotonic
 local buf = ember.ones(max_bytes / 4)
 local bytes = 4096
 while bytes <= max_bytes do

@@ -31,7 +31,7 @@ local train = ember.data.datasets.FashionMNIST{train = true, normalise = {mean =
 local loader = ember.data.DataLoader{dataset = train, batch_size = batch, shuffle = true, seed = 0, drop_last = true,
   rank = rank, world_size = world}
 
-local function now() return ember.C.em_dist_now() end
+local function now() return ember.C.em_clock_monotonic() end
 local done, epoch, t0 = 0, 0, nil
 while done < steps + warmup do
   epoch = epoch + 1

@@ -25,7 +25,7 @@ local opt = ember.optim.SGD(model:parameters(), {lr = 0.05, momentum = 0.9})
 local train = ember.data.datasets.FashionMNIST{train = true, normalise = {mean = 0.2860, std = 0.3530}}
 local loader = ember.data.DataLoader{dataset = train, batch_size = 128, shuffle = true, seed = 0, drop_last = true,
   rank = rank, world_size = world}
-local now = ember.C.em_dist_now
+local now = ember.C.em_clock_monotonic
 local epoch, it = 0, nil
 local function next_batch()
   local b = it and it()

@@ -25,6 +25,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "ember/core.h"
 
 static const char *launch_usage =
     "usage: ember launch -n N [options] script.lua [args...]\n"
@@ -269,9 +270,7 @@ static int run_prefixed(char **cmd, int nproc, int prefix) {
     }
     if (!exited && waitpid(pid, &status, WNOHANG) == pid) exited = 1;
     if (ready == 0) {
-      struct timespec now;
-      clock_gettime(CLOCK_MONOTONIC, &now);
-      double t = now.tv_sec + now.tv_nsec * 1e-9;
+      double t = em_clock_monotonic();
       if (!exited) continue;
       if (!quiet_since) quiet_since = t;
       if (t - quiet_since > 0.5) break;

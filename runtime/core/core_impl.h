@@ -6,6 +6,15 @@
 #include <string.h>
 #include "ember/core.h"
 
+/* Writes a file through a temporary one, fsync'ed and renamed over path, then fsyncs the
+ * folder (file_replace.c says why). write_contents writes into fd and returns its status
+ * with the error set; `what` names the caller in messages ("graph save"). Every writer
+ * of a file another run may read (checkpoints, graph caches, tensors) goes through it. */
+typedef em_status (*core_file_writer)(int fd, void *ctx);
+em_status core_replace_file(const char *what, const char *path, core_file_writer write_contents, void *ctx);
+/* write(2) until done or a real error (EINTR retried); EM_ERR_IO with errno set. */
+em_status core_write_all(int fd, const void *data, size_t n);
+
 /* Adds delta bytes to the allocation counters (storages call it). */
 void em_memory_count(int64_t delta);
 

@@ -8,6 +8,7 @@
  * general path. The tensor core has already promoted, converted and broadcast the inputs. */
 #include <math.h>
 #include <stdatomic.h>
+#include "core/host_device.h"
 #include "cpu_impl.h"
 
 /* The generic bodies also run on unsigned types, where `x < 0` is always false. */
@@ -22,32 +23,24 @@ typedef struct {
   _Alignas(8) char scalar[8]; /* binary_scalar: the scalar in the compute dtype */
 } elem_ctx;
 
-enum { ERR_NEG_POW = 1, ERR_ZERO_DIV = 2 };
+enum { ERR_NEG_POW = CORE_INT_ERR_NEG_POW, ERR_ZERO_DIV = CORE_INT_ERR_ZERO_DIV };
 
 static void flag(elem_ctx *c, int err) { atomic_store_explicit(&c->error, err, memory_order_relaxed); }
 
-/* Integer x**y with wrap-around (as PyTorch); a negative exponent is an error. */
+/* Integer pow and mod as the CUDA kernels compute them (core/host_device.h); an error is
+ * flagged for the whole call. */
 static inline int64_t ipow(int64_t x, int64_t y, elem_ctx *c) {
-  if (y < 0) {
-    flag(c, ERR_NEG_POW);
-    return 0;
-  }
-  uint64_t base = (uint64_t)x, r = 1;
-  for (uint64_t e = (uint64_t)y; e; e >>= 1) {
-    if (e & 1) r *= base;
-    base *= base;
-  }
-  return (int64_t)r;
+  int err = 0;
+  int64_t r = core_int_pow(x, y, &err);
+  if (err) flag(c, err);
+  return r;
 }
 
-/* Integer fmod (C %: the sign of the dividend); a zero divisor is an error. y == -1 is
- * special-cased because INT_MIN % -1 traps on x86. */
 static inline int64_t imod(int64_t x, int64_t y, elem_ctx *c) {
-  if (y == 0) {
-    flag(c, ERR_ZERO_DIV);
-    return 0;
-  }
-  return y == -1 ? 0 : x % y;
+  int err = 0;
+  int64_t r = core_int_mod(x, y, &err);
+  if (err) flag(c, err);
+  return r;
 }
 
 /* ---- the generic two-input loop ----

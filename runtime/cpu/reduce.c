@@ -24,6 +24,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
+#include "core/host_device.h"
 #include "cpu_impl.h"
 #include "vmath.h"
 
@@ -33,7 +34,7 @@
 
 /* Internal kinds: what is accumulated. Public ops map onto them (MEAN is SUM, ARGMAX is
  * MAXI, ...); the difference is in how the final value is written. */
-typedef enum { K_SUM, K_PROD, K_MAXV, K_MINV, K_MAXI, K_MINI, K_ANY, K_ALL, K_NORM, K_SQDEV, K_SUMEXP, K_COUNT } kind;
+typedef core_reduce_kind kind;
 
 /* The state of one output. */
 typedef struct red_state {
@@ -250,24 +251,24 @@ DEF_FLOAT_KINDS(f64, double)
 #define SEG_SUM_u8 seg_sum_u8
 #define ROW_ALL(N)                                                                              \
   {                                                                                             \
-    [K_SUM] = {SEG_SUM_##N, strip_sum_##N}, [K_PROD] = {seg_prod_##N, strip_prod_##N},           \
-    [K_MAXV] = {seg_maxv_##N, strip_maxv_##N}, [K_MINV] = {seg_minv_##N, strip_minv_##N},       \
-    [K_MAXI] = {seg_maxi_##N, strip_maxi_##N}, [K_MINI] = {seg_mini_##N, strip_mini_##N},       \
-    [K_ANY] = {seg_any_##N, strip_any_##N}, [K_ALL] = {seg_all_##N, strip_all_##N},             \
+    [RK_SUM] = {SEG_SUM_##N, strip_sum_##N}, [RK_PROD] = {seg_prod_##N, strip_prod_##N},           \
+    [RK_MAXV] = {seg_maxv_##N, strip_maxv_##N}, [RK_MINV] = {seg_minv_##N, strip_minv_##N},       \
+    [RK_MAXI] = {seg_maxi_##N, strip_maxi_##N}, [RK_MINI] = {seg_mini_##N, strip_mini_##N},       \
+    [RK_ANY] = {seg_any_##N, strip_any_##N}, [RK_ALL] = {seg_all_##N, strip_all_##N},             \
     ROW_FLOAT_##N                                                                               \
   }
 #define ROW_FLOAT_f32 \
-  [K_NORM] = {seg_norm_f32, strip_norm_f32}, [K_SQDEV] = {seg_sqdev_f32, strip_sqdev_f32}, \
-  [K_SUMEXP] = {seg_sumexp_f32, strip_sumexp_f32},
+  [RK_NORM] = {seg_norm_f32, strip_norm_f32}, [RK_SQDEV] = {seg_sqdev_f32, strip_sqdev_f32}, \
+  [RK_SUMEXP] = {seg_sumexp_f32, strip_sumexp_f32},
 #define ROW_FLOAT_f64 \
-  [K_NORM] = {seg_norm_f64, strip_norm_f64}, [K_SQDEV] = {seg_sqdev_f64, strip_sqdev_f64}, \
-  [K_SUMEXP] = {seg_sumexp_f64, strip_sumexp_f64},
+  [RK_NORM] = {seg_norm_f64, strip_norm_f64}, [RK_SQDEV] = {seg_sqdev_f64, strip_sqdev_f64}, \
+  [RK_SUMEXP] = {seg_sumexp_f64, strip_sumexp_f64},
 #define ROW_FLOAT_i32
 #define ROW_FLOAT_i64
 #define ROW_FLOAT_u8
 
 /* bool is stored as bytes 0/1, so the uint8 kernels serve it. */
-static const red_kernel kernels[EM_NUM_DTYPES][K_COUNT] = {
+static const red_kernel kernels[EM_NUM_DTYPES][RK_COUNT] = {
     [EM_FLOAT32] = ROW_ALL(f32), [EM_FLOAT64] = ROW_ALL(f64), [EM_INT32] = ROW_ALL(i32),
     [EM_INT64] = ROW_ALL(i64),   [EM_UINT8] = ROW_ALL(u8),    [EM_BOOL] = ROW_ALL(u8),
 };
@@ -275,11 +276,11 @@ static const red_kernel kernels[EM_NUM_DTYPES][K_COUNT] = {
 /* The starting state of a kind (before any element). */
 static void kind_init(kind k, double p, double *f, int64_t *i) {
   switch (k) {
-    case K_PROD: *f = 1, *i = 1; break;
-    case K_ALL: *f = 1, *i = 1; break;
-    case K_MAXV: case K_MAXI: *f = -INFINITY, *i = INT64_MIN; break;
-    case K_MINV: case K_MINI: *f = INFINITY, *i = INT64_MAX; break;
-    case K_NORM: *f = p == -INFINITY ? INFINITY : 0, *i = 0; break;
+    case RK_PROD: *f = 1, *i = 1; break;
+    case RK_ALL: *f = 1, *i = 1; break;
+    case RK_MAXV: case RK_MAXI: *f = -INFINITY, *i = INT64_MIN; break;
+    case RK_MINV: case RK_MINI: *f = INFINITY, *i = INT64_MAX; break;
+    case RK_NORM: *f = p == -INFINITY ? INFINITY : 0, *i = 0; break;
     default: *f = 0, *i = 0; break;
   }
 }
@@ -287,21 +288,21 @@ static void kind_init(kind k, double p, double *f, int64_t *i) {
 /* Folds b (later elements) into a, for blocks of one output. */
 static void kind_combine(kind k, int is_float, double p, red_state *a, const red_state *b) {
   switch (k) {
-    case K_PROD:
+    case RK_PROD:
       if (is_float) a->f *= b->f;
       else UPD_IMUL(a->i, b->i);
       break;
-    case K_MAXV: if (is_float) UPD_MAX_F(a->f, b->f); else UPD_MAX_I(a->i, b->i); break;
-    case K_MINV: if (is_float) UPD_MIN_F(a->f, b->f); else UPD_MIN_I(a->i, b->i); break;
-    case K_MAXI:
+    case RK_MAXV: if (is_float) UPD_MAX_F(a->f, b->f); else UPD_MAX_I(a->i, b->i); break;
+    case RK_MINV: if (is_float) UPD_MIN_F(a->f, b->f); else UPD_MIN_I(a->i, b->i); break;
+    case RK_MAXI:
       if (is_float ? (b->f > a->f || (NAN_F(b->f) && !NAN_F(a->f))) : b->i > a->i) *a = *b;
       break;
-    case K_MINI:
+    case RK_MINI:
       if (is_float ? (b->f < a->f || (NAN_F(b->f) && !NAN_F(a->f))) : b->i < a->i) *a = *b;
       break;
-    case K_ANY: a->i |= b->i; break;
-    case K_ALL: a->i &= b->i; break;
-    case K_NORM:
+    case RK_ANY: a->i |= b->i; break;
+    case RK_ALL: a->i &= b->i; break;
+    case RK_NORM:
       if (p == INFINITY) UPD_MAX_F(a->f, b->f);
       else if (p == -INFINITY) UPD_MIN_F(a->f, b->f);
       else a->f += b->f;
@@ -543,23 +544,8 @@ static em_status run(const red_job *job, const red_layout *L) {
   return outer ? outer_walk(job, L) : inner_walk(job, L);
 }
 
-static kind kind_of(em_redop op, int with_indices) {
-  switch (op) {
-    case EM_PROD: return K_PROD;
-    case EM_MAX: return with_indices ? K_MAXI : K_MAXV;
-    case EM_MIN: return with_indices ? K_MINI : K_MINV;
-    case EM_ARGMAX: return K_MAXI;
-    case EM_ARGMIN: return K_MINI;
-    case EM_ANY: return K_ANY;
-    case EM_ALL: return K_ALL;
-    case EM_NORM: return K_NORM;
-    case EM_LOGSUMEXP: return K_SUMEXP;
-    default: return K_SUM;
-  }
-}
-
 static em_status check_dtype(const char *op, const em_tensor *a, kind k) {
-  if ((int)a->dtype < 0 || a->dtype >= EM_NUM_DTYPES || !kernels[a->dtype][K_SUM].seg)
+  if ((int)a->dtype < 0 || a->dtype >= EM_NUM_DTYPES || !kernels[a->dtype][RK_SUM].seg)
     return em_set_error(EM_ERR_DTYPE, "%s: dtype %s is not supported on the CPU (convert with to('float32') first)", op,
                         em_dtype_name(a->dtype));
   if (!kernels[a->dtype][k].seg)
@@ -581,7 +567,7 @@ static em_status run_two_pass(red_job *first, red_job *second, const red_layout 
 
 em_status em_cpu_reduce(em_redop op, em_tensor *out, em_tensor *indices, const em_tensor *a, int nreduce, double p,
                         int base) {
-  kind k = kind_of(op, indices != NULL);
+  kind k = (kind)core_reduce_kind_of(op, indices != NULL);
   em_status st = check_dtype("reduce", a, k);
   if (st) return st;
   red_layout L;
@@ -590,19 +576,19 @@ em_status em_cpu_reduce(em_redop op, em_tensor *out, em_tensor *indices, const e
                  .op = op, .out = out, .indices = indices, .base = base, .center_scale = 1};
   if (op != EM_LOGSUMEXP) return run(&job, &L);
   red_job first = job;
-  first.k = K_MAXV;
-  first.kern = &kernels[a->dtype][K_MAXV];
+  first.k = RK_MAXV;
+  first.kern = &kernels[a->dtype][RK_MAXV];
   return run_two_pass(&first, &job, &L);
 }
 
 em_status em_cpu_var(em_tensor *out, const em_tensor *a, int nreduce, double correction, int take_sqrt) {
-  em_status st = check_dtype("var", a, K_SQDEV);
+  em_status st = check_dtype("var", a, RK_SQDEV);
   if (st) return st;
   red_layout L;
   make_layout(&L, a, nreduce);
-  red_job mean = {.k = K_SUM, .kern = &kernels[a->dtype][K_SUM], .is_float = 1, .op = EM_MEAN,
+  red_job mean = {.k = RK_SUM, .kern = &kernels[a->dtype][RK_SUM], .is_float = 1, .op = EM_MEAN,
                   .center_scale = 1.0 / (double)L.nred};
-  red_job dev = {.k = K_SQDEV, .kern = &kernels[a->dtype][K_SQDEV], .is_float = 1, .variance = 1,
+  red_job dev = {.k = RK_SQDEV, .kern = &kernels[a->dtype][RK_SQDEV], .is_float = 1, .variance = 1,
                  .take_sqrt = take_sqrt, .correction = correction, .out = out};
   return run_two_pass(&mean, &dev, &L);
 }

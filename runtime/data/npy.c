@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "core/core_impl.h"
 #include "formats.h"
 
 #define OP "npy"
@@ -161,6 +162,27 @@ em_status em_data_read_npy(em_tensor **out, const char *path) {
   return st;
 }
 
+typedef struct npy_contents {
+  const char *path;
+  const unsigned char *pre;
+  const char *header;
+  int header_len, padded;
+  const em_tensor *data;
+} npy_contents;
+
+static em_status write_npy_contents(int fd, void *ctx) {
+  const npy_contents *w = ctx;
+  char pad[64];
+  int npad = w->padded - 10 - w->header_len; /* spaces, then the newline that ends the header */
+  memset(pad, ' ', sizeof pad);
+  pad[npad - 1] = '\n';
+  size_t bytes = (size_t)em_tensor_numel(w->data) * em_dtype_size(em_tensor_dtype(w->data));
+  if (core_write_all(fd, w->pre, 10) || core_write_all(fd, w->header, (size_t)w->header_len) ||
+      core_write_all(fd, pad, (size_t)npad) || (bytes && core_write_all(fd, em_tensor_data(w->data), bytes)))
+    return em_set_error(EM_ERR_IO, OP ": cannot write '%s': %s", w->path, strerror(errno));
+  return EM_OK;
+}
+
 em_status em_data_write_npy(const char *path, const em_tensor *t) {
   if (!path || !t) return em_set_error(EM_ERR_ARGUMENT, OP ": write expects a path and a tensor");
   em_dtype dt = em_tensor_dtype(t);
@@ -183,21 +205,10 @@ em_status em_data_write_npy(const char *path, const em_tensor *t) {
   em_tensor *c = NULL;
   em_status st = em_contiguous(&c, t);
   if (st) return st;
-  FILE *f = fopen(path, "wb");
-  if (!f) {
-    em_tensor_release(c);
-    return em_set_error(EM_ERR_IO, OP ": cannot write '%s': %s", path, strerror(errno));
-  }
   int hl = padded - 10;
   unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hl & 0xff), (unsigned char)(hl >> 8)};
-  fwrite(pre, 1, 10, f);
-  fwrite(header, 1, (size_t)len, f);
-  for (int i = 10 + len; i < padded - 1; i++) fputc(' ', f);
-  fputc('\n', f);
-  size_t bytes = (size_t)em_tensor_numel(c) * em_dtype_size(dt);
-  size_t wrote = bytes ? fwrite(em_tensor_data(c), 1, bytes, f) : 0;
-  int bad = fclose(f) != 0 || wrote != bytes;
+  npy_contents w = {path, pre, header, len, padded, c};
+  st = core_replace_file(OP ": write", path, write_npy_contents, &w);
   em_tensor_release(c);
-  if (bad) return em_set_error(EM_ERR_IO, OP ": cannot write '%s': %s", path, strerror(errno));
-  return EM_OK;
+  return st;
 }

@@ -158,7 +158,7 @@ static em_status sample_at(em_source *s, int64_t i, const uint8_t **px, int *h, 
       return EM_OK;
     default: break;
   }
-  double t0 = dp_now();
+  double t0 = em_clock_monotonic();
   const uint8_t *bytes;
   size_t len;
   char what[700];
@@ -195,7 +195,7 @@ static em_status sample_at(em_source *s, int64_t i, const uint8_t **px, int *h, 
     if (fd >= 0) close(fd);
     if (s->has_labels) *label = s->file_labels[i];
   }
-  double t1 = dp_now();
+  double t1 = em_clock_monotonic();
   *t_read += t1 - t0;
   if (st) return st;
   if (!s->encoded) {
@@ -203,7 +203,7 @@ static em_status sample_at(em_source *s, int64_t i, const uint8_t **px, int *h, 
     return EM_OK;
   }
   st = dp_jpeg_decode(s->jpeg, bytes, len, s->c, what, px, h, w, c);
-  *t_decode += dp_now() - t1;
+  *t_decode += em_clock_monotonic() - t1;
   return st;
 }
 
@@ -492,7 +492,7 @@ em_status em_source_fill(em_source *s, const int64_t *ids, int64_t n, int64_t ba
                  (int64_t)em_dtype_size(em_tensor_dtype(x));
   uint8_t *xd = em_tensor_data(x);
   int64_t *yd = s->has_labels ? em_tensor_data(y) : NULL;
-  double t_read = 0, t_decode = 0, t0 = dp_now();
+  double t_read = 0, t_decode = 0, t0 = em_clock_monotonic();
   int64_t k = 0, bad = 0;
   int plain_copy = !augments(aug);
   char first_bad[1024] = "";
@@ -527,7 +527,7 @@ em_status em_source_fill(em_source *s, const int64_t *ids, int64_t n, int64_t ba
     if (kept_ids) kept_ids[k] = ids[i];
     k++;
   }
-  double total = dp_now() - t0;
+  double total = em_clock_monotonic() - t0;
   *kept = k;
   if (skipped) *skipped += bad;
   if (times) {

@@ -46,7 +46,7 @@ static em_status copy_flat(em_tensor *out, const em_tensor *in) {
 
 static em_status self_post(void *impl, em_dist_work *w) {
   (void)impl;
-  w->started_at = em_dist_now();
+  w->started_at = em_clock_monotonic();
   em_status st = EM_OK;
   if (w->kind == EM_DIST_OP_ALL_GATHER || w->kind == EM_DIST_OP_REDUCE_SCATTER) st = copy_flat(w->out, w->in);
   /* send/recv cannot reach here: a rank never addresses itself */

@@ -215,7 +215,7 @@ static void launch_in_order(em_ddp *d) {
       st = em_copy_(b->wire, b->flat);   /* compress: fp32 -> fp16/bf16 */
       buf = b->wire;
     }
-    b->launched_at = em_dist_now();
+    b->launched_at = em_clock_monotonic();
     if (!st && b->symm)   /* reduced here and now, in place in every rank's bucket */
     {
       st = em_dist_symm_all_reduce(b->symm, b->flat, d->scale, &b->launched_at, &b->finished_at);
@@ -287,7 +287,7 @@ static em_status give_reduced_grad(ddp_param *p, int as_view) {
 static em_status finish_iteration(em_ddp *d) {
   d->in_finish = true;
   launch_in_order(d);
-  double t0 = em_dist_now(), span_start = 0, span_end = -1, comm = 0;
+  double t0 = em_clock_monotonic(), span_start = 0, span_end = -1, comm = 0;
   em_status st = EM_OK;
   if (d->used_work) {
     st = em_dist_work_wait(d->used_work, 0);
@@ -316,7 +316,7 @@ static em_status finish_iteration(em_ddp *d) {
     if (!st && b->wire) st = em_copy_(b->flat, b->wire);   /* decompress */
   }
   if (span_end > span_start) comm += span_end - span_start;
-  d->st_exposed += em_dist_now() - t0;
+  d->st_exposed += em_clock_monotonic() - t0;
   d->st_comm += comm;
   d->st_iters++;
   const int32_t *counts = d->used_map ? em_tensor_data(d->used_map) : NULL;

@@ -34,7 +34,7 @@ struct em_dist_work {
   em_tensor *in, *out;       /* retained until completion; in == out for in-place ops */
   em_dist_group *group;      /* retained */
   int64_t seq;               /* collectives: 1, 2, ... per group on this rank; p2p: 0 */
-  double posted_at;          /* em_dist_now() */
+  double posted_at;          /* em_clock_monotonic() */
   _Atomic double deadline;   /* posted_at + timeout; em_dist_work_wait may shorten it */
   double started_at;         /* when the backend began moving data (after earlier work) */
   double finished_at;
@@ -162,7 +162,7 @@ em_status em_dist_symm_tensor(em_tensor **out, em_dist_symm *s, em_dtype dtype, 
 /* Sums t (a contiguous floating tensor inside s's buffer) over the members, times
  * scale, into every member's t, on the calling thread; every member calls it in the same
  * order relative to its other collectives on s's group. started/finished (may be NULL)
- * receive em_dist_now() at entry and exit. */
+ * receive em_clock_monotonic() at entry and exit. */
 em_status em_dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, double *started, double *finished);
 /* A blocking all_reduce of t on g through g's scratch symmetric memory: returns 1 when it
  * ran (*st says how), 0 when it does not apply (not a CPU tensor of a supported dtype, or

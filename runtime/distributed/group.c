@@ -53,12 +53,6 @@ static pthread_mutex_t attach_lock = PTHREAD_MUTEX_INITIALIZER;
 static int exit_handler_set;
 static atomic_int next_group_id = 1;
 
-double em_dist_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* ---------------------------------------------------------------- launcher discovery */
 
 static int env_int(const char *name, int *out) {

@@ -267,14 +267,14 @@ static em_status meet(em_dist_symm *s, uint64_t e, em_dist_work *w) {
         nap(sleep_ns);
         if (sleep_ns < MAX_SLEEP_NS) sleep_ns *= 2;
       }
-      if (em_dist_now() > atomic_load(&w->deadline)) {
+      if (em_clock_monotonic() > atomic_load(&w->deadline)) {
         em_dist_group *g = s->group;
         const em_dist_backend *be = g->backend[EM_CPU];
         if (be && be->report_timeout) be->report_timeout(g->impl[EM_CPU], w);   /* does not return */
         char what[320];
         em_dist_describe(w, what, sizeof what);
         return em_set_error(EM_ERR_RUNTIME, "ember.dist: %s: timed out after %.3g s on rank %d, waiting for rank %d",
-                            what, em_dist_now() - w->posted_at, s->rank, r);
+                            what, em_clock_monotonic() - w->posted_at, s->rank, r);
       }
     }
     const symm_ctl *theirs = ctl(s, r);
@@ -326,7 +326,7 @@ static void begin_collective(em_dist_work *w, em_dist_group *g, em_tensor *t, em
   memset(w, 0, sizeof *w);
   w->kind = EM_DIST_OP_ALL_REDUCE, w->redop = op, w->in = w->out = t, w->group = g, w->on_stack = 1;
   w->seq = atomic_fetch_add(&g->seq, 1) + 1;
-  w->posted_at = em_dist_now();
+  w->posted_at = em_clock_monotonic();
   atomic_init(&w->deadline, w->posted_at + g->timeout);
   const em_dist_backend *be = g->backend[EM_CPU];
   if (be && be->note_seq) be->note_seq(g->impl[EM_CPU], w->seq, 0);
@@ -362,7 +362,7 @@ em_status em_dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, d
     st = meet(s, s->epoch, &w);
   }
   end_collective(&w);
-  if (finished) *finished = em_dist_now();
+  if (finished) *finished = em_clock_monotonic();
   return st;
 }
 

@@ -175,7 +175,7 @@ static em_status gather_ranks(void *router, const hello *mine, int world, double
   unsigned char id[256];
   size_t idlen = 0;
   while (count < world && !err[0]) {
-    if (em_dist_now() > deadline) {
+    if (em_clock_monotonic() > deadline) {
       int len = snprintf(err, sizeof err, "dist.init: rendezvous at MASTER_ADDR:MASTER_PORT = %s timed out after %.3g s: "
                          "%d of WORLD_SIZE=%d ranks came; missing rank", master, timeout, count, world);
       int listed = 0;
@@ -264,7 +264,7 @@ static em_status register_with_master(void *ctx, const char *url, const hello *m
     goto done;
   }
   for (;;) {
-    double now = em_dist_now();
+    double now = em_clock_monotonic();
     /* once connected, rank 0 is there: give its answer (maybe which ranks are missing) a
      * little longer than our own deadline */
     if (now > deadline + (connected ? LATE_ANSWER_GRACE_S : 0)) {
@@ -337,7 +337,7 @@ static em_status tcp_init(double timeout_s, int *rank, int *size, int *local_ran
   if ((st = resolve_master(addr, port, ip, sizeof ip, local_ip, sizeof local_ip))) return st;
   snprintf(master, sizeof master, strcmp(addr, ip) ? "%s:%d (%s)" : "%s:%d", addr, port, ip);
   snprintf(url, sizeof url, "tcp://%s:%d", ip, port);
-  double deadline = em_dist_now() + timeout_s;
+  double deadline = em_clock_monotonic() + timeout_s;
 
   void *ctx = zmq_ctx_new(), *pull = ctx ? zmq_socket(ctx, ZMQ_PULL) : NULL, *router = NULL;
   char bind_ep[100];

@@ -194,7 +194,7 @@ static void handle(mail *m) {
     free_mail(m);
     return;
   }
-  S.peers[src].last_heard = em_dist_now();
+  S.peers[src].last_heard = em_clock_monotonic();
   switch (m->h.kind) {
     case TCP_MSG_COLL:
     case TCP_MSG_P2P: {
@@ -301,7 +301,7 @@ static void drain_monitor(peer *p) {
       if (zmq_msg_recv(&m, p->monitor, 0) < 0) break;
     }
     zmq_msg_close(&m);
-    if (ev == ZMQ_EVENT_DISCONNECTED && p->closed_at == 0) p->closed_at = em_dist_now();
+    if (ev == ZMQ_EVENT_DISCONNECTED && p->closed_at == 0) p->closed_at = em_clock_monotonic();
     if (ev == ZMQ_EVENT_CONNECTED) p->closed_at = 0;
   }
 }
@@ -597,7 +597,7 @@ static int start(tcp_op *op) {
   int n = g->size, r = g->rank;
   size_t es = em_dtype_size(dtype_of(w));
   int64_t total = numel_of(w);
-  w->started_at = em_dist_now();
+  w->started_at = em_clock_monotonic();
   switch (w->kind) {
     case EM_DIST_OP_SEND: {
       tcp_hdr h;
@@ -701,8 +701,8 @@ static void ask_progress(const tcp_group *g, int64_t seq, const int *ask, int n)
     send_simple(wr, TCP_MSG_QUERY, g->id, seq, 0, NULL, 0);
     left++;
   }
-  double until = em_dist_now() + QUERY_GRACE_S;
-  while (left > 0 && em_dist_now() < until) {
+  double until = em_clock_monotonic() + QUERY_GRACE_S;
+  while (left > 0 && em_clock_monotonic() < until) {
     zmq_pollitem_t it = {S.pull, 0, ZMQ_POLLIN, 0};
     zmq_poll(&it, 1, 10);
     drain_pull();
@@ -716,7 +716,7 @@ static void ask_progress(const tcp_group *g, int64_t seq, const int *ask, int n)
  * outside the backend): which ranks it waits for and why; ends the job. */
 static void report_timeout(tcp_op *op, em_dist_work *w, tcp_group *g) __attribute__((noreturn));
 static void report_timeout(tcp_op *op, em_dist_work *w, tcp_group *g) {
-  double now = em_dist_now();
+  double now = em_clock_monotonic();
   char what[320];
   em_dist_describe(w, what, sizeof what);
   int p2p = w->kind == EM_DIST_OP_SEND || w->kind == EM_DIST_OP_RECV;
@@ -878,7 +878,7 @@ static void *comm_main(void *arg) {
   int *item_peer = calloc(n_items, sizeof(int));
   for (int p = 0; p < S.size; p++)
     if (p != S.rank) send_simple(p, TCP_MSG_MESH_HELLO, 0, 0, 0, NULL, 0);
-  S.next_heartbeat = em_dist_now() + HEARTBEAT_S;
+  S.next_heartbeat = em_clock_monotonic() + HEARTBEAT_S;
   for (;;) {
     int ni = 0;
     items[ni++] = (zmq_pollitem_t){S.pull, 0, ZMQ_POLLIN, 0};
@@ -905,7 +905,7 @@ static void *comm_main(void *arg) {
     if (rdv_item >= 0 && (items[rdv_item].revents & ZMQ_POLLIN)) tcp_rendezvous_refuse(S.rendezvous, S.master, S.size);
     if (take_tasks()) any = 1;
     if (any && S.ops) progress_ops();
-    double now = em_dist_now();
+    double now = em_clock_monotonic();
     if (now >= S.next_heartbeat) {
       for (int p = 0; p < S.size; p++)
         if (p != S.rank) send_simple(p, TCP_MSG_HEARTBEAT, 0, 0, 0, NULL, 0);
@@ -928,12 +928,12 @@ static void *comm_main(void *arg) {
    * closing) so as not to linger on messages nobody will read. The rest get up to
    * CLOSE_LINGER_MS to take what is still queued for them (their ZeroMQ threads read it
    * whatever their scripts are doing). */
-  double until = em_dist_now() + 0.1;
+  double until = em_clock_monotonic() + 0.1;
   for (;;) {
     int alive = 0;
     for (int p = 0; p < S.size; p++)
       if (p != S.rank && !S.peers[p].bye && !(S.peers[p].closed_at > 0)) alive++;
-    if (!alive || em_dist_now() > until) break;
+    if (!alive || em_clock_monotonic() > until) break;
     zmq_pollitem_t it = {S.pull, 0, ZMQ_POLLIN, 0};
     zmq_poll(&it, 1, 5);
     drain_pull();
@@ -967,7 +967,7 @@ em_status tcp_thread_start(tcp_start *s, double deadline, tcp_group **world) {
     return em_set_error(EM_ERR_MEMORY, "dist.init: out of memory");
   g->id = 0, g->rank = S.rank, g->size = S.size;
   for (int i = 0; i < S.size; i++) g->world_ranks[i] = g->group_rank[i] = i;
-  double now = em_dist_now();
+  double now = em_clock_monotonic();
   char err[300] = "";
   for (int p = 0; p < S.size && !err[0]; p++) {
     S.peers[p].last_heard = now;
@@ -997,7 +997,7 @@ em_status tcp_thread_start(tcp_start *s, double deadline, tcp_group **world) {
   atomic_store(&S.running, 1);
   /* every peer's data connection works before init returns */
   pthread_mutex_lock(&S.lock);
-  while (S.mesh_missing > 0 && em_dist_now() < deadline) {
+  while (S.mesh_missing > 0 && em_clock_monotonic() < deadline) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += 20 * 1000000L;
@@ -1074,7 +1074,7 @@ void tcp_report_timeout(void *group_impl, em_dist_work *w) {
   if (!atomic_load(&S.running)) {
     char what[320];
     em_dist_describe(w, what, sizeof what);
-    fprintf(stderr, "ember.dist: %s: timed out after %.3g s; aborting the job\n", what, em_dist_now() - w->posted_at);
+    fprintf(stderr, "ember.dist: %s: timed out after %.3g s; aborting the job\n", what, em_clock_monotonic() - w->posted_at);
     _exit(EM_DIST_EXIT_TIMEOUT);
   }
   pthread_mutex_lock(&S.lock);

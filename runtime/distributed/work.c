@@ -64,7 +64,7 @@ void em_dist_work_release(em_dist_work *w) {
 }
 
 void em_dist_work_done(em_dist_work *w, em_status st, const char *msg) {
-  w->finished_at = em_dist_now();
+  w->finished_at = em_clock_monotonic();
   w->status = st;
   if (st) snprintf(w->message, sizeof w->message, "%s", msg ? msg : "failed");
   if (w->kind != EM_DIST_OP_SEND && w->kind != EM_DIST_OP_RECV) atomic_fetch_add(&w->group->completed, 1);
@@ -115,7 +115,7 @@ static em_status post_work(em_dist_group *g, em_dist_opkind kind, em_tensor *in,
   const em_dist_backend *be = em_dist_group_backend(g, dev, &impl, op_names[kind]);
   if (!be) return em_last_status();
   int64_t seq = kind != EM_DIST_OP_SEND && kind != EM_DIST_OP_RECV ? atomic_fetch_add(&g->seq, 1) + 1 : 0;
-  double now = em_dist_now();
+  double now = em_clock_monotonic();
   if (!work && be->run_direct) {
     /* A plain blocking call the backend may run at once on this thread: no handle on the
      * heap, no queue; the tensors are the caller's for the duration of the call. */
@@ -313,7 +313,7 @@ em_status em_dist_recv(em_dist_group *g, em_tensor *t, int src, int tag, em_dist
 em_status em_dist_work_wait(em_dist_work *w, double timeout_s) {
   if (!w) return em_set_error(EM_ERR_ARGUMENT, "wait: no work handle");
   if (timeout_s > 0) {
-    double d = em_dist_now() + timeout_s;
+    double d = em_clock_monotonic() + timeout_s;
     if (d < atomic_load(&w->deadline)) atomic_store(&w->deadline, d);
   }
   if (atomic_load(&w->state) != EM_WORK_PENDING) goto finished;
@@ -326,17 +326,17 @@ em_status em_dist_work_wait(em_dist_work *w, double timeout_s) {
      * (a rank is waiting for a much slower one) nap between rounds, so that the core goes to
      * whoever can use it. Naps stay short: the peer's data moves only while this side polls
      * too. Any progress starts the sequence again. */
-    double phase = em_dist_now();
+    double phase = em_clock_monotonic();
     long nap = 0;
     unsigned idle = 0;
     while (atomic_load(&w->state) == EM_WORK_PENDING) {
       int r = be->progress();
       if (r < 0) break;                  /* the backend cannot: sleep below */
       if (r > 0) {
-        phase = em_dist_now(), idle = 0, nap = 0;
+        phase = em_clock_monotonic(), idle = 0, nap = 0;
         continue;
       }
-      double waited = em_dist_now() - phase;
+      double waited = em_clock_monotonic() - phase;
       if (waited < 100e-6) continue;
       if (waited < 5e-3) {
         if (++idle % 16 == 0) sched_yield();
@@ -354,13 +354,13 @@ em_status em_dist_work_wait(em_dist_work *w, double timeout_s) {
     ts.tv_sec += 1;
     pthread_cond_timedwait(&done_cond, &done_lock, &ts);
     if (atomic_load(&w->state) == EM_WORK_PENDING &&
-        em_dist_now() > atomic_load(&w->deadline) + BACKSTOP_GRACE_S) {
+        em_clock_monotonic() > atomic_load(&w->deadline) + BACKSTOP_GRACE_S) {
       pthread_mutex_unlock(&done_lock);
       atomic_fetch_sub(&waiters, 1);
       char what[256], msg[512];
       em_dist_describe(w, what, sizeof what);
       snprintf(msg, sizeof msg, "%s: timed out after %.0f s (the backend did not end it)", what,
-               em_dist_now() - w->posted_at);
+               em_clock_monotonic() - w->posted_at);
       const em_dist_backend *be = w->group->backend[w->in ? w->in->storage->device.type : EM_CPU];
       if (be) be->abort_job(msg, EM_DIST_EXIT_TIMEOUT);
       fprintf(stderr, "ember.dist: %s\n", msg);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include "core/core_impl.h"
 #include "graph_impl.h"
 
 #define EMG_MAGIC "EMBRGRPH"
@@ -80,10 +81,30 @@ static int collect_sections(const em_graph *g, section_data *s) {
   return k;
 }
 
-static em_status write_bytes(FILE *f, const void *p, size_t bytes, const char *path) {
-  if (bytes && fwrite(p, 1, bytes, f) != bytes)
+static em_status write_bytes(int fd, const void *p, size_t bytes, const char *path) {
+  if (bytes && core_write_all(fd, p, bytes))
     return em_set_error(EM_ERR_IO, "graph save: writing '%s' failed: %s", path, strerror(errno));
   return EM_OK;
+}
+
+typedef struct emg_contents {
+  const char *path;
+  const emg_header *h;
+  const section_data *sec;
+  int ns;
+} emg_contents;
+
+static em_status write_emg(int fd, void *ctx) {
+  const emg_contents *c = ctx;
+  static const unsigned char zeros[64];
+  em_status st = write_bytes(fd, c->h, sizeof *c->h, c->path);
+  for (int i = 0; i < c->ns && !st; i++) {
+    uint64_t bytes = c->h->sections[i].count * c->h->sections[i].elem_bytes;
+    st = write_bytes(fd, c->sec[i].data, bytes, c->path);
+    uint64_t end = c->h->sections[i].offset + bytes, next = (end + 63) & ~(uint64_t)63;
+    if (!st) st = write_bytes(fd, zeros, next - end, c->path);
+  }
+  return st;
 }
 
 em_status em_graph_save(const em_graph *g, const char *path) {
@@ -115,30 +136,8 @@ em_status em_graph_save(const em_graph *g, const char *path) {
   h.file_bytes = pos;
   h.header_checksum = header_checksum(&h);
 
-  size_t len = strlen(path);
-  char *tmp = malloc(len + 32);
-  if (!tmp) return gr_oom("graph save", len + 32);
-  snprintf(tmp, len + 32, "%s.tmp%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    em_status st = em_set_error(EM_ERR_IO, "graph save: cannot create '%s': %s", tmp, strerror(errno));
-    free(tmp);
-    return st;
-  }
-  static const unsigned char zeros[64];
-  em_status st = write_bytes(f, &h, sizeof h, path);
-  for (int i = 0; i < ns && !st; i++) {
-    uint64_t bytes = h.sections[i].count * h.sections[i].elem_bytes;
-    st = write_bytes(f, sec[i].data, bytes, path);
-    uint64_t end = h.sections[i].offset + bytes, next = (end + 63) & ~(uint64_t)63;
-    if (!st) st = write_bytes(f, zeros, next - end, path);
-  }
-  if (fclose(f) && !st) st = em_set_error(EM_ERR_IO, "graph save: closing '%s' failed: %s", tmp, strerror(errno));
-  if (!st && rename(tmp, path))
-    st = em_set_error(EM_ERR_IO, "graph save: cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-  if (st) unlink(tmp);
-  free(tmp);
-  return st;
+  emg_contents c = {path, &h, sec, ns};
+  return core_replace_file("graph save", path, write_emg, &c);
 }
 
 /* ---- load */

@@ -97,12 +97,6 @@ void em_graph_free(em_graph *g) {
 
 /* ---- utilities */
 
-double gr_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int gr_threads(void) { return em_get_num_threads(); }
 
 void gr_quote_line(char *buf, size_t cap, const char *s, const char *end) {
@@ -126,7 +120,7 @@ void gr_progress_init(gr_progress *p, int mode, const char *op, const char *what
   p->total = total > 0 ? total : 1;
   atomic_init(&p->done, 0);
   atomic_init(&p->printing, 0);
-  p->start = p->last = gr_now();
+  p->start = p->last = em_clock_monotonic();
 }
 
 void gr_progress_add(gr_progress *p, int64_t delta) {
@@ -134,7 +128,7 @@ void gr_progress_add(gr_progress *p, int64_t delta) {
   if (!p->on) return;
   int expected = 0;
   if (!atomic_compare_exchange_strong(&p->printing, &expected, 1)) return;
-  double now = gr_now();
+  double now = em_clock_monotonic();
   if (now - p->last >= 0.5) {
     p->last = now;
     fprintf(stderr, "\r%s: %s: %s %5.1f%% (%.0f s)", p->op, p->what, p->stage, 100.0 * (double)done / (double)p->total,
@@ -145,7 +139,7 @@ void gr_progress_add(gr_progress *p, int64_t delta) {
 }
 
 void gr_progress_end(gr_progress *p) {
-  if (p->on) fprintf(stderr, "\r%s: %s: %s done in %.1f s      \n", p->op, p->what, p->stage, gr_now() - p->start);
+  if (p->on) fprintf(stderr, "\r%s: %s: %s done in %.1f s      \n", p->op, p->what, p->stage, em_clock_monotonic() - p->start);
 }
 
 /* ---- options and loading */

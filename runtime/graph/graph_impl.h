@@ -47,7 +47,6 @@ em_graph *gr_graph_new(void);
 em_status gr_oom(const char *op, size_t bytes);
 
 /* ---- small utilities */
-double gr_now(void);
 int gr_threads(void);
 /* Reports progress on stderr (see em_graph_options.progress). Any thread may add. */
 typedef struct gr_progress {
@@ -186,6 +185,8 @@ extern int gr_pr_prefetch;
 /* The personalization vector p checked and normalised, in internal order (*out gr_alloc'd). */
 em_status gr_pagerank_teleport(const em_graph *g, const em_tensor *p, double **out);
 /* em_graph_pagerank with opts->device a CUDA device (options already checked). */
+em_status gr_pagerank_deliver(const char *op, const em_graph *g, const float *x, double scale,
+                              const double *residual, int64_t iters, em_tensor **scores, em_tensor **residuals);
 em_status gr_pagerank_cuda(em_tensor **scores, em_tensor **residuals, em_pagerank_stats *stats, const em_graph *g,
                            const em_pagerank_options *opts);
 

@@ -312,6 +312,35 @@ static void run_free(pr_run *r) {
   gr_free(r->acc);
 }
 
+/* Hands a run's results to the caller, whichever engine ran it: scores[v] = scale * x[i]
+ * for each internal vertex i (x in the graph's internal order, v its dense id) into
+ * *scores (a new float32 tensor, or the caller's contiguous one), and the first `iters`
+ * residuals into a new float64 tensor when residuals is not NULL. On failure nothing the
+ * call allocated is left behind. */
+em_status gr_pagerank_deliver(const char *op, const em_graph *g, const float *x, double scale,
+                              const double *residual, int64_t iters, em_tensor **scores, em_tensor **residuals) {
+  int64_t n = g->n;
+  bool allocated = false;
+  em_status st = em_prepare_out(op, scores, 1, &n, EM_FLOAT32, (em_device){EM_CPU, 0}, &allocated);
+  if (st) return st;
+  if (!em_tensor_is_contiguous(*scores)) {
+    em_discard_out(scores, allocated);
+    return em_set_error(EM_ERR_ARGUMENT, "%s: the scores tensor given must be contiguous", op);
+  }
+  float *out = em_tensor_data(*scores);
+#pragma omp parallel for schedule(static) num_threads(gr_threads())
+  for (int64_t i = 0; i < n; i++) out[gr_dense(g, i)] = (float)(scale * x[i]);
+  if (residuals) {
+    *residuals = NULL;
+    if ((st = em_empty(residuals, 1, &iters, EM_FLOAT64, (em_device){EM_CPU, 0}))) {
+      em_discard_out(scores, allocated);
+      return st;
+    }
+    memcpy(em_tensor_data(*residuals), residual, (size_t)iters * sizeof *residual);
+  }
+  return EM_OK;
+}
+
 em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagerank_stats *stats, const em_graph *g,
                             const em_pagerank_options *opts) {
   const char *op = "graph pagerank";
@@ -321,7 +350,7 @@ em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagera
   em_status st = check_options(g, opts);
   if (st) return st;
   if (opts->device.type == EM_CUDA) return gr_pagerank_cuda(scores, residuals, stats, g, opts);
-  double t0 = gr_now();
+  double t0 = em_clock_monotonic();
   int64_t n = g->n;
   pr_run r = {.g = g, .method = opts->method, .damping = opts->damping};
   double *residual = malloc((size_t)opts->max_iter * sizeof *residual);
@@ -345,31 +374,13 @@ em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagera
   }
 #pragma omp parallel for schedule(static) num_threads(gr_threads())
   for (int64_t v = 0; v < n; v++) r.inv_deg[v] = g->out_degree[v] ? 1.0f / (float)g->out_degree[v] : 0.0f;
-  double t1 = gr_now();
+  double t1 = em_clock_monotonic();
   int converged;
   double scale;
   int iters = iterate(&r, opts, residual, &converged, &scale);
-  double t2 = gr_now();
+  double t2 = em_clock_monotonic();
 
-  bool allocated = false;
-  if ((st = em_prepare_out(op, scores, 1, &n, EM_FLOAT32, (em_device){EM_CPU, 0}, &allocated))) goto done;
-  if (!em_tensor_is_contiguous(*scores)) {
-    em_discard_out(scores, allocated);
-    st = em_set_error(EM_ERR_ARGUMENT, "%s: the scores tensor given must be contiguous", op);
-    goto done;
-  }
-  float *out = em_tensor_data(*scores);
-#pragma omp parallel for schedule(static) num_threads(gr_threads())
-  for (int64_t i = 0; i < n; i++) out[gr_dense(g, i)] = (float)(scale * r.x[i]);
-  if (residuals) {
-    int64_t k = iters;
-    *residuals = NULL;
-    if ((st = em_empty(residuals, 1, &k, EM_FLOAT64, (em_device){EM_CPU, 0}))) {
-      em_discard_out(scores, allocated);
-      goto done;
-    }
-    memcpy(em_tensor_data(*residuals), residual, (size_t)k * sizeof *residual);
-  }
+  if ((st = gr_pagerank_deliver(op, g, r.x, scale, residual, iters, scores, residuals))) goto done;
   if (stats) {
     stats->iterations = iters;
     stats->converged = converged;

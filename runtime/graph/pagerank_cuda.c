@@ -77,25 +77,7 @@ em_status gr_pagerank_cuda(em_tensor **scores, em_tensor **residuals, em_pageran
   if ((st = p->pagerank(&job))) goto done;
   if (!local.engine) local.engine = "cuda";
 
-  bool allocated = false;
-  if ((st = em_prepare_out(op, scores, 1, &n, EM_FLOAT32, (em_device){EM_CPU, 0}, &allocated))) goto done;
-  if (!em_tensor_is_contiguous(*scores)) {
-    em_discard_out(scores, allocated);
-    st = em_set_error(EM_ERR_ARGUMENT, "%s: the scores tensor given must be contiguous", op);
-    goto done;
-  }
-  float *out = em_tensor_data(*scores);
-#pragma omp parallel for schedule(static) num_threads(gr_threads())
-  for (int64_t i = 0; i < n; i++) out[gr_dense(g, i)] = internal[i];
-  if (residuals) {
-    int64_t k = local.iterations;
-    *residuals = NULL;
-    if ((st = em_empty(residuals, 1, &k, EM_FLOAT64, (em_device){EM_CPU, 0}))) {
-      em_discard_out(scores, allocated);
-      goto done;
-    }
-    memcpy(em_tensor_data(*residuals), residual, (size_t)k * sizeof *residual);
-  }
+  if ((st = gr_pagerank_deliver(op, g, internal, 1.0, residual, local.iterations, scores, residuals))) goto done;
   if (stats) *stats = local;
 done:
   gr_free(internal);

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/core_impl.h"
 #include "ember/io.h"
 #include "json.h"
 #include "tensor/tensor_impl.h"
@@ -165,22 +166,8 @@ static em_status build_header(const char *path, const save_item *items, int n, c
   return EM_OK;
 }
 
-static int write_all(int fd, const void *buf, size_t n) {
-  const char *p = buf;
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
 /* Writes one tensor's bytes: a contiguous host copy when it is strided or on a device. */
-static em_status write_tensor(int fd, const char *path, const char *tmp, const save_item *item) {
+static em_status write_tensor(int fd, const char *path, const save_item *item) {
   em_tensor *host = NULL, *flat = NULL;
   em_status st = em_to(&host, item->tensor, em_tensor_dtype(item->tensor), cpu_device());
   if (!st) st = em_contiguous(&flat, host);
@@ -191,60 +178,34 @@ static em_status write_tensor(int fd, const char *path, const char *tmp, const s
     return save_error(path, st, "tensor '%s' %s: %s", item->name, EM_SHAPE(item->tensor), inner);
   }
   int64_t nbytes = tensor_nbytes(flat);
-  if (nbytes > 0 && write_all(fd, em_tensor_data(flat), (size_t)nbytes))
-    st = save_error(path, EM_ERR_IO, "writing tensor '%s' to '%s' failed: %s", item->name, tmp, strerror(errno));
+  if (nbytes > 0 && core_write_all(fd, em_tensor_data(flat), (size_t)nbytes))
+    st = save_error(path, EM_ERR_IO, "writing tensor '%s' failed: %s", item->name, strerror(errno));
   em_tensor_release(flat);
   em_tensor_release(host);
   return st;
 }
 
-/* Makes the rename durable; a failure here cannot undo the save, so it is ignored. */
-static void sync_parent_folder(const char *path) {
-  char *dir = strdup(path);
-  if (!dir) return;
-  char *slash = strrchr(dir, '/');
-  const char *folder = ".";
-  if (slash == dir) {
-    folder = "/";
-  } else if (slash) {
-    *slash = 0;
-    folder = dir;
-  }
-  int fd = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    (void)fsync(fd);
-    close(fd);
-  }
-  free(dir);
+typedef struct file_contents {
+  const char *path;
+  const save_item *items;
+  int n;
+  const em_jsonbuf *header;
+} file_contents;
+
+static em_status write_contents(int fd, void *ctx) {
+  const file_contents *c = ctx;
+  unsigned char len8[8];
+  for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)c->header->len >> (8 * i));
+  if (core_write_all(fd, len8, 8) || core_write_all(fd, c->header->data, c->header->len))
+    return save_error(c->path, EM_ERR_IO, "writing the header failed: %s", strerror(errno));
+  em_status st = EM_OK;
+  for (int i = 0; i < c->n && !st; i++) st = write_tensor(fd, c->path, &c->items[i]);
+  return st;
 }
 
 static em_status write_file(const char *path, const save_item *items, int n, const em_jsonbuf *header) {
-  size_t tmp_len = strlen(path) + 32;
-  char *tmp = malloc(tmp_len);
-  if (!tmp) return save_error(path, EM_ERR_MEMORY, "out of memory");
-  snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
-  em_status st = EM_OK;
-  /* O_EXCL: never write through a link or into a file another save is writing. */
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    st = save_error(path, EM_ERR_IO, "cannot create the temporary file '%s': %s%s", tmp, strerror(errno),
-                    errno == EEXIST ? " (another save is writing it, or a crashed one left it: remove it)" : "");
-    free(tmp);
-    return st;
-  }
-  unsigned char len8[8];
-  for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)header->len >> (8 * i));
-  if (write_all(fd, len8, 8) || write_all(fd, header->data, header->len))
-    st = save_error(path, EM_ERR_IO, "writing the header to '%s' failed: %s", tmp, strerror(errno));
-  for (int i = 0; i < n && !st; i++) st = write_tensor(fd, path, tmp, &items[i]);
-  if (!st && fsync(fd)) st = save_error(path, EM_ERR_IO, "fsync of '%s' failed: %s", tmp, strerror(errno));
-  if (close(fd) && !st) st = save_error(path, EM_ERR_IO, "closing '%s' failed: %s", tmp, strerror(errno));
-  if (!st && rename(tmp, path))
-    st = save_error(path, EM_ERR_IO, "cannot rename '%s' over it: %s", tmp, strerror(errno));
-  if (st) unlink(tmp);
-  else sync_parent_folder(path);
-  free(tmp);
-  return st;
+  file_contents c = {path, items, n, header};
+  return core_replace_file("safetensors save", path, write_contents, &c);
 }
 
 em_status em_safetensors_save(const char *path, int n, const char *const *names, em_tensor *const *tensors,

@@ -69,14 +69,6 @@ em_status em_nn_reshaped(em_tensor **out, const em_tensor *a, int ndim, const in
   return st;
 }
 
-em_status em_nn_record(em_tensor **out, em_node *n) {
-  if (!n) {
-    em_tensor_release(*out);
-    *out = NULL;
-    return em_last_status();
-  }
-  return em_ag_set_history(*out, n, 0);
-}
 
 static void free_ctx(em_node *n) { free(n->ctx); }
 

@@ -124,7 +124,7 @@ em_status em_nn_conv2d(em_tensor **out, const em_tensor *x, const em_tensor *w, 
         n = NULL;
       }
     }
-    st = em_nn_record(out, n);
+    st = em_ag_finish_record(out, n);
   }
   em_tensor *tmp[] = {xc, wc, bc, y};
   em_nn_release(4, tmp);

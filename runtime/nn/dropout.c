@@ -35,7 +35,7 @@ em_status em_nn_dropout(em_tensor **out, const em_tensor *x, double p, int train
       em_node_release(n);
       n = NULL;
     }
-    st = em_nn_record(out, n);
+    st = em_ag_finish_record(out, n);
   }
   em_tensor_release(mask);
   return st;

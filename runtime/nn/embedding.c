@@ -76,7 +76,7 @@ em_status em_nn_embedding(em_tensor **out, const em_tensor *weight, const em_ten
         n = NULL;
       }
     }
-    st = em_nn_record(out, n);
+    st = em_ag_finish_record(out, n);
   }
   em_tensor_release(flat);
   em_tensor_release(rows);
@@ -186,7 +186,7 @@ em_status em_nn_embedding_bag(em_tensor **out, const em_tensor *weight, const em
         n = NULL;
       }
     }
-    st = em_nn_record(out, n);
+    st = em_ag_finish_record(out, n);
   }
 done:;
   em_tensor *tmp[] = {idx, off, pswc, wc, argmax};

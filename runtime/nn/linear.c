@@ -75,7 +75,7 @@ em_status em_nn_linear(em_tensor **out, const em_tensor *x, const em_tensor *w, 
       em_node_release(n);
       n = NULL;
     }
-    st = em_nn_record(out, n);
+    st = em_ag_finish_record(out, n);
   }
   em_tensor *tmp[] = {x2, wt, y2};
   em_nn_release(3, tmp);

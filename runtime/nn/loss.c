@@ -79,7 +79,7 @@ static em_status class_loss(const char *op, em_tensor **out, const em_tensor *in
         n = NULL;
       }
     }
-    st = em_nn_record(out, n);
+    st = em_ag_finish_record(out, n);
   }
   em_tensor *tmp[] = {x, t, wc, lse, tw};
   em_nn_release(5, tmp);
@@ -294,5 +294,5 @@ em_status em_nn_binary_cross_entropy_with_logits(em_tensor **out, const em_tenso
       n = NULL;
     }
   }
-  return em_nn_record(out, n);
+  return em_ag_finish_record(out, n);
 }

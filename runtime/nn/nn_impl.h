@@ -30,7 +30,6 @@ em_status em_nn_contiguous(em_tensor **c, const em_tensor *a);
 em_status em_nn_reshaped(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes);
 
 /* Makes n the grad_fn of *out, or on failure (n == NULL) releases *out and reports. */
-em_status em_nn_record(em_tensor **out, em_node *n);
 /* Zeroed memory of size bytes owned by n (freed with its saved tensors), or NULL. */
 void *em_nn_node_ctx(em_node *n, size_t size);
 /* Takes over g (may be NULL) as the gradient of input i: reshaped to the input's recorded

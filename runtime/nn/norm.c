@@ -103,7 +103,7 @@ em_status em_nn_batch_norm(em_tensor **out, const em_tensor *x, const em_tensor 
         n = NULL;
       }
     }
-    st = em_nn_record(out, n);
+    st = em_ag_finish_record(out, n);
   }
 done:;
   em_tensor *tmp[] = {xc, wc, bc, mean, var, unbiased};
@@ -185,7 +185,7 @@ em_status em_nn_layer_norm(em_tensor **out, const em_tensor *x, int n_dims, cons
         n = NULL;
       }
     }
-    st = em_nn_record(out, n);
+    st = em_ag_finish_record(out, n);
   }
   em_tensor *tmp[] = {xc, wc, bc, mean, rstd};
   em_nn_release(5, tmp);

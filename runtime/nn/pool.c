@@ -110,7 +110,7 @@ em_status em_nn_max_pool2d(em_tensor **out, const em_tensor *x, int kernel_h, in
       em_node_release(n);
       n = NULL;
     }
-    st = em_nn_record(out, n);
+    st = em_ag_finish_record(out, n);
   }
   em_tensor *tmp[] = {xc, y, idx};
   em_nn_release(3, tmp);
@@ -164,7 +164,7 @@ static em_status avg_common(const char *op, em_tensor **out, const em_tensor *x,
       em_set_error(EM_ERR_MEMORY, "%s: out of memory recording the autograd graph", op);
     }
     if (saved) *saved = *p;
-    st = em_nn_record(out, n);
+    st = em_ag_finish_record(out, n);
   }
   em_tensor_release(y);
   return st;

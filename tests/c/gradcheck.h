@@ -1,5 +1,5 @@
 /* gradcheck.h - the float64 finite-difference gradient check shared by the C tests of
- * differentiable ops (test_autograd.c, test_nn.c). Include after cmocka.h.
+ * differentiable ops (test_autograd.c, test_nn.c). Include after test_util.h.
  *
  * gradcheck(name, f, n, inputs) runs loss = sum(f(inputs) * w) for a fixed random w of
  * f's output shape, backpropagates, and compares each gradient entry of every input that
@@ -11,8 +11,7 @@
 
 #include <math.h>
 #include "ember/autograd.h"
-
-static const em_device CPU = {EM_CPU, 0};
+#include "test_util.h"
 
 static em_tensor *randn64(int ndim, const int64_t *sizes, int requires_grad) {
   em_tensor *t = NULL;

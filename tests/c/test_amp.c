@@ -3,18 +3,14 @@
  * half-precision "device" here; the CPU backend does the float32 half of the policy, and
  * the lower-precision casts are checked on the operands), and em_amp_unscale_. */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "autograd/autocast.h"
 #include "ember/autograd.h"
 #include "ember/nn.h"
 #include "ember/optim.h"
 
-static const em_device CPU = {EM_CPU, 0};
 
 static em_tensor *mat(em_dtype dtype, int64_t rows, int64_t cols, double start) {
   int64_t sizes[2] = {rows, cols};

@@ -1,12 +1,9 @@
 /* test_autograd.c - the tape engine and a float64 finite-difference check of every
  * differentiable op in runtime/autograd. */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "ember/autograd.h"
 
 #include "gradcheck.h"

@@ -1,14 +1,14 @@
 /* test_core.c - errors, dtypes, tensor lifetime, views and copies (the tensor core). */
+#include <dirent.h>
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-#include <cmocka.h>
+#include <unistd.h>
+#include "test_util.h"
 #include "core/core_impl.h"
 #include "ember/tensor.h"
 
-static const em_device CPU = {EM_CPU, 0};
 
 static em_tensor *arange_f32(int ndim, const int64_t *sizes) {
   em_tensor *flat = NULL, *t = NULL;
@@ -304,6 +304,44 @@ static void test_as_strided_bounds(void **state) {
   em_tensor_release(a);
 }
 
+/* The file holds the old bytes or the new ones, and no temporary file is left beside it;
+ * a folder that does not exist is an error naming the path. */
+static void test_file_replace(void **state) {
+  (void)state;
+  char dir[] = "/tmp/ember_test_replaceXXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[128];
+  snprintf(path, sizeof path, "%s/f.bin", dir);
+  assert_int_equal(em_file_replace(path, "first", 5), EM_OK);
+  assert_int_equal(em_file_replace(path, "second!", 7), EM_OK);
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  char buf[16] = {0};
+  assert_int_equal(fread(buf, 1, sizeof buf, f), 7);
+  fclose(f);
+  assert_string_equal(buf, "second!");
+  assert_int_equal(em_file_replace(path, NULL, 0), EM_OK); /* empty is a valid file */
+  int entries = 0;
+  DIR *d = opendir(dir);
+  for (struct dirent *e; (e = readdir(d));) entries += e->d_name[0] != '.';
+  closedir(d);
+  assert_int_equal(entries, 1);
+  char missing[160];
+  snprintf(missing, sizeof missing, "%s/no/such/folder/x", dir);
+  expect_error(em_file_replace(missing, "x", 1), EM_ERR_IO, missing);
+  expect_error(em_file_replace("", "x", 1), EM_ERR_ARGUMENT, "path is empty");
+  unlink(path);
+  rmdir(dir);
+}
+
+static void test_clock_is_monotonic(void **state) {
+  (void)state;
+  double a = em_clock_monotonic();
+  usleep(2000);
+  double b = em_clock_monotonic();
+  assert_true(b - a >= 0.0015 && b - a < 5);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dtypes),
@@ -318,6 +356,8 @@ int main(void) {
       cmocka_unit_test(test_from_blob_and_free),
       cmocka_unit_test(test_as_strided_bounds),
       cmocka_unit_test(test_large_block_reuse),
+      cmocka_unit_test(test_file_replace),
+      cmocka_unit_test(test_clock_is_monotonic),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

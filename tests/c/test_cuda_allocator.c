@@ -2,13 +2,10 @@
  * against a fake device: segments come from the host heap, the device can be made to run
  * out of memory, and events complete when a test says so. No GPU needed. */
 #include <pthread.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "cuda/caching_allocator.h"
 
 #define KiB ((size_t)1 << 10)

@@ -3,11 +3,8 @@
  * applies and how wide it is, and when 32-bit index arithmetic is safe. Also pins the
  * arithmetic the GPU's arange uses (one fma per element) against the CPU backend. */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "plugins/cuda/elementwise_plan.h"
 #include "ember/tensor.h"
 

@@ -4,13 +4,10 @@
  * plan, executed by a loop that reads memory exactly as cuBLAS's column-major gemm does,
  * must give the row-major product; cuBLAS's own argument rules (ld >= rows of the stored
  * matrix) must hold; and batch dims must split where their strides stop being uniform. */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <cmocka.h>
+#include "test_util.h"
 /* plain C, no CUDA: compiled into this test as it is into the plugin */
 #include "plugins/cuda/blas_plan.c"
 

@@ -4,13 +4,10 @@
  * does (group_first plus the heavy lanes before it in its warp); and the gather, executed
  * by a loop that follows the kernels' reading order (lanes striding over a chunk, the
  * warp's tree, then the chunk sums in order), gives each vertex the sum of its in-arcs. */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cmocka.h>
+#include "test_util.h"
 /* plain C, no CUDA: compiled into this test as it is into the plugin */
 #include "plugins/cuda/pagerank_plan.c"
 

@@ -4,14 +4,11 @@
  * exactly once, within CUDA's grid limits, with 16-byte packets that stay aligned; the
  * three-step chunked scan gives the sequential prefix sums; and the bitonic network the
  * sort kernel runs sorts every row of a tile, stably, without crossing rows. */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cmocka.h>
+#include "test_util.h"
 /* plain C, no CUDA: compiled into this test as it is into the plugin */
 #include "plugins/cuda/reduce_plan.c"
 

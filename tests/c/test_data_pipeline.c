@@ -4,19 +4,15 @@
  * loopback: exactly once, in order, a reader with other data refused, a timeout that
  * says what the pipeline is doing. */
 #include <pthread.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "ember/data.h"
 #include "data/data_impl.h"
 #include "ember/data_pipeline.h"
 
-static const em_device CPU = {EM_CPU, 0};
 
 static void test_crc32c(void **state) {
   (void)state;

@@ -3,18 +3,14 @@
  * built on one rank, and the error statuses and messages of bad calls. The multi-process
  * behaviour is tested through mpirun in tests/distributed/ (and torchrun-style, over ZeroMQ, by
  * tests/distributed/torchrun.py and tcp_failures.py). */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "ember/autograd.h"
 #include "ember/cuda.h"
 #include "ember/dist.h"
 
-static const em_device CPU = {EM_CPU, 0};
 
 static const char *launcher_vars[] = {
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",

@@ -3,16 +3,12 @@
  * aliased operands, the parallel path against a serial reference, and every error. */
 #include <float.h>
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "ember/tensor.h"
 #include "tensor/tensor_impl.h"
 
-static const em_device CPU = {EM_CPU, 0};
 
 /* ---- helpers ---- */
 
@@ -31,15 +27,6 @@ static em_tensor *mk(em_dtype dtype, int ndim, const int64_t *sizes, const doubl
 
 static em_tensor *vec(em_dtype dtype, int64_t n, const double *vals) { return mk(dtype, 1, &n, vals); }
 
-/* The i-th element in row-major order, whatever t's strides. */
-static double flat_get(const em_tensor *t, int64_t i) {
-  int64_t idx[EM_MAX_DIMS];
-  for (int d = em_tensor_ndim(t) - 1; d >= 0; d--) idx[d] = i % em_tensor_size(t, d), i /= em_tensor_size(t, d);
-  double v;
-  assert_int_equal(em_tensor_get(t, idx, &v), EM_OK);
-  return v;
-}
-
 /* Checks t's dtype, shape and values (NaN matches NaN; tol is absolute + relative). */
 static void expect(const em_tensor *t, em_dtype dtype, int ndim, const int64_t *sizes, const double *vals,
                    double tol) {
@@ -48,7 +35,7 @@ static void expect(const em_tensor *t, em_dtype dtype, int ndim, const int64_t *
   assert_int_equal(em_tensor_ndim(t), ndim);
   for (int d = 0; d < ndim; d++) assert_int_equal(em_tensor_size(t, d), sizes[d]);
   for (int64_t i = 0; i < em_tensor_numel(t); i++) {
-    double got = flat_get(t, i), want = vals[i];
+    double got = tensor_flat_get(t, i), want = vals[i];
     if (isnan(want)) {
       if (!isnan(got)) fail_msg("element %lld: got %.17g, expected NaN", (long long)i, got);
     } else if (!(fabs(got - want) <= tol * (1 + fabs(want))) && got != want) {
@@ -84,11 +71,6 @@ static void check_unary(em_unop op, em_dtype da, int64_t n, const double *a, em_
   if (em_unary(op, &out, ta) != EM_OK) fail_msg("%s", em_last_error());
   expect_vec(out, want_dtype, n, want, tol);
   em_tensor_release(ta), em_tensor_release(out);
-}
-
-static void expect_error(em_status got, em_status want, const char *fragment) {
-  assert_int_equal(got, want);
-  if (!strstr(em_last_error(), fragment)) fail_msg("error '%s' lacks '%s'", em_last_error(), fragment);
 }
 
 #define N(arr) ((int64_t)(sizeof(arr) / sizeof(arr[0])))
@@ -277,8 +259,8 @@ static void test_strided(void **state) {
     assert_int_equal(em_unary(EM_NEG, &neg, at), EM_OK);
     assert_int_equal(em_binary_scalar(EM_MUL, &half, at, 0.5, 0), EM_OK);
     for (int i = 0; i < 12; i++) {
-      assert_true(flat_get(neg, i) == -flat_get(at, i));
-      assert_true(flat_get(half, i) == 0.5 * flat_get(at, i));
+      assert_true(tensor_flat_get(neg, i) == -tensor_flat_get(at, i));
+      assert_true(tensor_flat_get(half, i) == 0.5 * tensor_flat_get(at, i));
     }
     em_tensor_release(a), em_tensor_release(at), em_tensor_release(b), em_tensor_release(out);
     em_tensor_release(buf), em_tensor_release(outt), em_tensor_release(neg), em_tensor_release(half);
@@ -296,36 +278,36 @@ static void test_inplace(void **state) {
   assert_int_equal(em_binary(EM_ADD, &out, a, b), EM_OK);
   assert_ptr_equal(out, a);
   assert_ptr_equal(em_tensor_data(a), data);
-  for (int i = 0; i < 9; i++) assert_true(flat_get(a, i) == av[i] + bv[i]);
+  for (int i = 0; i < 9; i++) assert_true(tensor_flat_get(a, i) == av[i] + bv[i]);
   /* a = a * a (out, a and b all the same tensor) */
   assert_int_equal(em_binary(EM_MUL, &out, a, a), EM_OK);
-  for (int i = 0; i < 9; i++) assert_true(flat_get(a, i) == (av[i] + bv[i]) * (av[i] + bv[i]));
+  for (int i = 0; i < 9; i++) assert_true(tensor_flat_get(a, i) == (av[i] + bv[i]) * (av[i] + bv[i]));
   /* a += a^T overlaps partially: computed from the old values, as if a^T were copied */
   em_tensor *c = mk(EM_FLOAT64, 2, s, av), *ct = NULL, *oc = c;
   assert_int_equal(em_transpose(&ct, c, 0, 1), EM_OK);
   assert_int_equal(em_binary(EM_ADD, &oc, c, ct), EM_OK);
   for (int i = 0; i < 3; i++)
-    for (int j = 0; j < 3; j++) assert_true(flat_get(c, i * 3 + j) == av[i * 3 + j] + av[j * 3 + i]);
+    for (int j = 0; j < 3; j++) assert_true(tensor_flat_get(c, i * 3 + j) == av[i * 3 + j] + av[j * 3 + i]);
   /* c -= c[0] (row 0 broadcast over the rows it is about to overwrite) */
   double before[9];
-  for (int i = 0; i < 9; i++) before[i] = flat_get(c, i);
+  for (int i = 0; i < 9; i++) before[i] = tensor_flat_get(c, i);
   em_tensor *row = NULL;
   assert_int_equal(em_select(&row, c, 0, 0), EM_OK);
   assert_int_equal(em_binary(EM_SUB, &oc, c, row), EM_OK);
-  for (int i = 0; i < 9; i++) assert_true(flat_get(c, i) == before[i] - before[i % 3]);
+  for (int i = 0; i < 9; i++) assert_true(tensor_flat_get(c, i) == before[i] - before[i % 3]);
   /* unary, scalar, clamp, where, add_scaled in place */
   assert_int_equal(em_unary(EM_NEG, &oc, c), EM_OK);
   assert_int_equal(em_binary_scalar(EM_ADD, &oc, c, 1, 0), EM_OK);
   assert_int_equal(em_clamp(&oc, c, -5, 5), EM_OK);
-  for (int i = 0; i < 9; i++) assert_true(flat_get(c, i) == fmin(5, fmax(-5, -(before[i] - before[i % 3]) + 1)));
+  for (int i = 0; i < 9; i++) assert_true(tensor_flat_get(c, i) == fmin(5, fmax(-5, -(before[i] - before[i % 3]) + 1)));
   em_tensor *d = mk(EM_FLOAT64, 2, s, bv), *od = d;
   assert_int_equal(em_add_scaled(&od, d, c, -2), EM_OK);
-  for (int i = 0; i < 9; i++) assert_true(flat_get(d, i) == bv[i] - 2 * flat_get(c, i));
+  for (int i = 0; i < 9; i++) assert_true(tensor_flat_get(d, i) == bv[i] - 2 * tensor_flat_get(c, i));
   /* a float64 result goes into the float32 a (same kind: converted) */
   em_tensor *f64 = mk(EM_FLOAT64, 2, s, bv), *oa = a;
   assert_int_equal(em_binary(EM_SUB, &oa, a, f64), EM_OK); /* float64 result into float32 a */
   assert_int_equal(em_tensor_dtype(a), EM_FLOAT32);
-  for (int i = 0; i < 9; i++) assert_true(flat_get(a, i) == (av[i] + bv[i]) * (av[i] + bv[i]) - bv[i]);
+  for (int i = 0; i < 9; i++) assert_true(tensor_flat_get(a, i) == (av[i] + bv[i]) * (av[i] + bv[i]) - bv[i]);
   em_tensor_release(a), em_tensor_release(b), em_tensor_release(c), em_tensor_release(ct), em_tensor_release(row);
   em_tensor_release(d), em_tensor_release(f64);
 }
@@ -478,7 +460,7 @@ static void test_unary_float(void **state) {
   /* ceil(-0.5) is -0.0 */
   em_tensor *t = vec(EM_FLOAT32, 1, (const double[]){-0.5}), *c = NULL;
   assert_int_equal(em_unary(EM_CEIL, &c, t), EM_OK);
-  assert_true(signbit(flat_get(c, 0)));
+  assert_true(signbit(tensor_flat_get(c, 0)));
   em_tensor_release(t), em_tensor_release(c);
 #undef FOR_EACH
 }

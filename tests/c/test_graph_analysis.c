@@ -1,25 +1,15 @@
 /* test_graph_analysis.c - top-k (order, ties, NaN, ids) and ranking comparison (overlap
  * and Kendall's tau-b, values checked against scipy.stats.kendalltau). */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "ember/graph.h"
 #include "test_graph_util.h"
-
-static em_tensor *vec(int64_t n, const double *v) {
-  em_tensor *t = NULL;
-  assert_int_equal(em_empty(&t, 1, &n, EM_FLOAT64, (em_device){EM_CPU, 0}), EM_OK);
-  memcpy(em_tensor_data(t), v, (size_t)n * sizeof *v);
-  return t;
-}
 
 static void test_topk(void **state) {
   (void)state;
   double v[] = {0.1, 0.5, NAN, 0.5, 0.2, -1};
-  em_tensor *t = vec(6, v);
+  em_tensor *t = tensor_from_doubles(6, v);
   em_graph_ranked top[6];
   int64_t count = -1;
   assert_int_equal(em_graph_topk(top, &count, t, 3, NULL), EM_OK);
@@ -39,7 +29,7 @@ static void test_topk(void **state) {
   assert_int_equal(count, 0);
   /* integer scores (degrees) work too */
   double deg[] = {3, 1, 2};
-  em_tensor *d64 = vec(3, deg), *i64 = NULL;
+  em_tensor *d64 = tensor_from_doubles(3, deg), *i64 = NULL;
   assert_int_equal(em_to(&i64, d64, EM_INT64, (em_device){EM_CPU, 0}), EM_OK);
   assert_int_equal(em_graph_topk(top, &count, i64, 3, NULL), EM_OK);
   assert_int_equal(top[0].vertex, 0);
@@ -57,7 +47,7 @@ static void test_topk(void **state) {
   assert_int_equal(em_graph_load(&g, tg_text("ids.txt", "100 200\n200 300\n"), &o), EM_OK);
   tg_expect_error(em_graph_topk(top, &count, t, 2, g), EM_ERR_SHAPE, "6 scores for a graph of 3 vertices", NULL);
   double w[] = {0.2, 0.7, 0.1};
-  em_tensor *x = vec(3, w);
+  em_tensor *x = tensor_from_doubles(3, w);
   assert_int_equal(em_graph_topk(top, &count, x, 1, g), EM_OK);
   assert_int_equal(top[0].vertex, 1);
   assert_int_equal(top[0].original_id, 200);
@@ -66,7 +56,7 @@ static void test_topk(void **state) {
 }
 
 static em_rank_comparison compare(int64_t n, const double *a, const double *b, int64_t k) {
-  em_tensor *ta = vec(n, a), *tb = vec(n, b);
+  em_tensor *ta = tensor_from_doubles(n, a), *tb = tensor_from_doubles(n, b);
   em_rank_comparison c;
   if (em_graph_compare_rankings(&c, ta, tb, k)) fail_msg("compare: %s", em_last_error());
   em_tensor_release(ta), em_tensor_release(tb);
@@ -97,7 +87,7 @@ static void test_compare_rankings(void **state) {
   assert_int_equal(c.k, 3);
   assert_true(isnan(c.kendall_tau));
   /* errors */
-  em_tensor *ta = vec(5, a), *tb = vec(3, flat);
+  em_tensor *ta = tensor_from_doubles(5, a), *tb = tensor_from_doubles(3, flat);
   tg_expect_error(em_graph_compare_rankings(&c, ta, tb, 2), EM_ERR_SHAPE, "rankings of 5 and 3 vertices", NULL);
   tg_expect_error(em_graph_compare_rankings(&c, ta, ta, 0), EM_ERR_ARGUMENT, "k is 0", NULL);
   em_tensor_release(ta), em_tensor_release(tb);

@@ -1,11 +1,8 @@
 /* test_graph_format.c - binary graphs: ember's format (round trips, corrupted, truncated
  * and foreign files, options applied on load) and gapbs .sg files (directed, undirected,
  * every malformed case). */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "ember/graph.h"
 #include "graph/graph_impl.h"
 #include "test_graph_util.h"

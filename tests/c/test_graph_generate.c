@@ -2,11 +2,8 @@
  * graphs are the same whatever the thread count and builder strategy, the batched
  * Kronecker path equals its scalar reference, options (drops, direction) match a
  * reference computed from the raw edges, and bad arguments are errors. */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "ember/graph.h"
 #include "graph/graph_impl.h"
 #include "test_graph_util.h"

@@ -2,11 +2,8 @@
  * self-loops, isolated vertices, personalisation, the GAPBS variant), agreement with a
  * float64 power iteration on generated graphs, determinism, and every option error. */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "ember/graph.h"
 #include "graph/graph_impl.h"
 #include "test_graph_util.h"
@@ -71,20 +68,13 @@ static void test_isolated_vertex(void **state) {
   check_scores(3, 2, s, d, &po, e, 1e-7);
 }
 
-static em_tensor *vector(int64_t n, const double *v) {
-  em_tensor *t = NULL;
-  assert_int_equal(em_empty(&t, 1, &n, EM_FLOAT64, (em_device){EM_CPU, 0}), EM_OK);
-  memcpy(em_tensor_data(t), v, (size_t)n * sizeof *v);
-  return t;
-}
-
 /* 0 <-> 1 teleporting to 0 only: x0 = 1/(1+d). Also a teleport vector that is not
  * normalised (scaled by 5) and stored as float32: same answer. */
 static void test_personalization(void **state) {
   (void)state;
   int64_t s[] = {0, 1}, d[] = {1, 0};
   double p[] = {5, 0}, e[] = {1 / (1 + D), D / (1 + D)};
-  em_tensor *pt = vector(2, p), *p32 = NULL;
+  em_tensor *pt = tensor_from_doubles(2, p), *p32 = NULL;
   assert_int_equal(em_to(&p32, pt, EM_FLOAT32, (em_device){EM_CPU, 0}), EM_OK);
   em_pagerank_options po = tight();
   po.personalization = pt;
@@ -93,7 +83,7 @@ static void test_personalization(void **state) {
   check_scores(2, 2, s, d, &po, e, 1e-7);
   /* 0 -> 1, 1 dangling, teleport to 1 only: nothing ever reaches 0 */
   double p1[] = {0, 1}, e1[] = {0, 1};
-  em_tensor *pt1 = vector(2, p1);
+  em_tensor *pt1 = tensor_from_doubles(2, p1);
   po.personalization = pt1;
   check_scores(2, 1, s, d, &po, e1, 1e-7);
   em_tensor_release(pt);
@@ -156,7 +146,7 @@ static void test_matches_float64_reference(void **state) {
       if (l1 > 1e-6) fail_msg("graph %d reorder %d: L1 %.3g from the float64 reference", k, reorder, l1);
       double *p = malloc((size_t)n * sizeof *p);
       for (int64_t v = 0; v < n; v++) p[v] = (double)(v % 7);
-      em_tensor *pt = vector(n, p);
+      em_tensor *pt = tensor_from_doubles(n, p);
       po.personalization = pt;
       float *xp = tg_pagerank(g, &po, NULL);
       double *refp = tg_reference(g, D, p);
@@ -234,19 +224,19 @@ static void test_option_errors(void **state) {
   tg_expect_error(em_graph_pagerank(&x, NULL, NULL, g, &po), EM_ERR_ARGUMENT, "method is 7", NULL);
   em_pagerank_options_init(&po);
   double three[] = {1, 1, 1}, neg[] = {1, -2}, zero[] = {0, 0}, nan2[] = {NAN, 1};
-  em_tensor *p = vector(3, three);
+  em_tensor *p = tensor_from_doubles(3, three);
   po.personalization = p;
   tg_expect_error(em_graph_pagerank(&x, NULL, NULL, g, &po), EM_ERR_SHAPE, "personalization", "[3]", "[2]", NULL);
   em_tensor_release(p);
-  p = vector(2, neg);
+  p = tensor_from_doubles(2, neg);
   po.personalization = p;
   tg_expect_error(em_graph_pagerank(&x, NULL, NULL, g, &po), EM_ERR_ARGUMENT, "personalization[1] is -2", NULL);
   em_tensor_release(p);
-  p = vector(2, nan2);
+  p = tensor_from_doubles(2, nan2);
   po.personalization = p;
   tg_expect_error(em_graph_pagerank(&x, NULL, NULL, g, &po), EM_ERR_ARGUMENT, "personalization[0] is nan", NULL);
   em_tensor_release(p);
-  p = vector(2, zero);
+  p = tensor_from_doubles(2, zero);
   po.personalization = p;
   tg_expect_error(em_graph_pagerank(&x, NULL, NULL, g, &po), EM_ERR_ARGUMENT, "sums to 0", NULL);
   em_tensor_release(p);

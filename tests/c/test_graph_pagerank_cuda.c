@@ -4,11 +4,8 @@
  * L1 <= 1e-6 (the graph issue's bar) on a hand-made graph with dangling and isolated
  * vertices and personalisation, and on a Kronecker graph, in both GPU engines. The GPU
  * cases skip without a GPU. */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "ember/cuda.h"
 #include "test_graph_util.h"
 

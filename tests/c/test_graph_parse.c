@@ -1,10 +1,7 @@
 /* test_graph_parse.c - text ingest: SNAP edge lists (id remapping, options, parallel
  * chunks), Matrix Market files, label files, and every parse error with its file:line. */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "ember/graph.h"
 #include "test_graph_util.h"
 

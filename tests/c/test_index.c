@@ -2,15 +2,11 @@
  * nonzero, cat and stack: values (examples from PyTorch's documentation where it has
  * them, hand-computed otherwise), positions from base 0 and 1, and every error. */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "ember/tensor.h"
 
-static const em_device CPU = {EM_CPU, 0};
 
 static em_tensor *tensor(int nd, const int64_t *sizes, em_dtype dtype, const double *values) {
   em_tensor *t = NULL;
@@ -50,11 +46,6 @@ static void expect(const em_tensor *t, int nd, const int64_t *sizes, const doubl
   }
 }
 #define EXPECT(t, values, ...) expect(t, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}, (double[])values)
-
-static void expect_error(em_status got, em_status want, const char *message) {
-  assert_int_equal(got, want);
-  if (!strstr(em_last_error(), message)) fail_msg("error '%s' lacks '%s'", em_last_error(), message);
-}
 
 /* Same shape, same values (NaN-free tensors). */
 static void assert_same(const em_tensor *a, const em_tensor *b) {

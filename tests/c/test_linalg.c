@@ -1,16 +1,12 @@
 /* test_linalg.c - matmul (numpy's rules) and its relatives against numpy's answers, for
  * every rank combination, dtype and operand layout (contiguous, transposed, strided). */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "ember/tensor.h"
 
-static const em_device CPU = {EM_CPU, 0};
 
 /* The inputs: logical element i of an operand made with `seed` is
  * ((i * 37 + seed * 11) % 17 - 8) / 4 (quarters: float products are exact), or the
@@ -109,11 +105,6 @@ static void check_values(const em_tensor *t, const double *expected, double scal
     assert_int_equal(em_tensor_get(t, idx, &v), EM_OK);
     if (!(fabs(v - expected[i] * scale) <= tol)) fail_msg("%s: element %lld is %g, expected %g", what, (long long)i, v, expected[i] * scale);
   }
-}
-
-static void check_shape(const em_tensor *t, int nd, const int64_t *sizes) {
-  assert_int_equal(em_tensor_ndim(t), nd);
-  for (int d = 0; d < nd; d++) assert_int_equal(em_tensor_size(t, d), sizes[d]);
 }
 
 /* Every rank combination, every dtype, contiguous operands. Integer operands are 4x the

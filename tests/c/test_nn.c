@@ -3,13 +3,10 @@
  * finite-difference check of the gradients of every op and option, the error cases, and
  * properties that references cannot show (dropout's mask, thread-count independence). */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "ember/autograd.h"
 #include "ember/nn.h"
 #include "gradcheck.h"
@@ -166,14 +163,9 @@ static void check_close(const char *what, const em_tensor *t, const double *ref,
 }
 #define CHECK_REF(t, REF) check_close(#REF, t, REF, (int64_t)(sizeof REF / sizeof *REF), 1e-9)
 
-static void check_shape(const em_tensor *t, int ndim, const int64_t *sizes) {
-  assert_int_equal(em_tensor_ndim(t), ndim);
-  for (int d = 0; d < ndim; d++) assert_int_equal(em_tensor_size(t, d), sizes[d]);
-}
-
 /* The call failed with code, its message holds every one of the NULL-terminated words,
  * and *out stayed NULL. */
-static void expect_error(em_status st, em_status code, em_tensor *out, ...) {
+static void expect_error_words(em_status st, em_status code, em_tensor *out, ...) {
   if (st != code) fail_msg("expected status %d, got %d (%s)", code, st, st ? em_last_error() : "ok");
   assert_null(out);
   va_list ap;
@@ -186,7 +178,7 @@ static void expect_error(em_status st, em_status code, em_tensor *out, ...) {
   do {                                           \
     em_tensor *o_ = NULL;                        \
     em_status st_ = (call);                      \
-    expect_error(st_, code, o_, __VA_ARGS__, NULL); \
+    expect_error_words(st_, code, o_, __VA_ARGS__, NULL); \
   } while (0)
 
 static void release(int n, ...) {

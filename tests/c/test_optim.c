@@ -3,15 +3,11 @@
  * of each table), the parallel and strided paths against the contiguous one, and every
  * error case. */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "ember/optim.h"
 
-static const em_device CPU = {EM_CPU, 0};
 
 /* The parameter and the three gradients every reference below starts from:
  *   p0 = [0.5, -1, 2, 0.25]; g1 = [0.1, -0.2, 0.3, 0.4]; g2 = [-0.5, 0.25, 0, 1];
@@ -36,11 +32,6 @@ static void expect_values(const char *what, const em_tensor *t, const double *ex
     if (!(fabs(v - expected[i]) <= tol * (1 + fabs(expected[i]))))
       fail_msg("%s[%lld]: got %.17g, expected %.17g", what, (long long)i, v, expected[i]);
   }
-}
-
-static void expect_error(em_status st, em_status code, const char *fragment) {
-  assert_int_equal(st, code);
-  if (!strstr(em_last_error(), fragment)) fail_msg("error '%s' does not mention '%s'", em_last_error(), fragment);
 }
 
 /* ---- SGD ---- */

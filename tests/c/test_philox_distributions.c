@@ -7,17 +7,13 @@
  * Normal fills included: cpu/random.c draws through em_philox_normal_f32/f64, so the
  * CUDA normals equal the CPU's bit for bit. */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "core/philox_distributions.h"
 #include "ember/tensor.h"
 
-static const em_device CPU = {EM_CPU, 0};
 
 static em_tensor *empty1(int64_t n, em_dtype dtype) {
   em_tensor *t = NULL;

@@ -4,15 +4,12 @@
  * (the reader then uses ZeroMQ), and a reader's corrupt notice or runaway head is caught.
  * Both sides live in this process: the "trainer" maps the ring's memfd through /proc, as a
  * trainer on the host does. */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "data/pipeline/loader_impl.h"
 #include "data/pipeline/ring.h"
 

@@ -2,16 +2,12 @@
  * fills: known answers, reproducibility, independence from threads and strides, and the
  * distributions' moments and ranges. */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "core/philox.h"
 #include "ember/tensor.h"
 
-static const em_device CPU = {EM_CPU, 0};
 
 static em_tensor *empty1(int64_t n, em_dtype dtype) {
   em_tensor *t = NULL;

@@ -8,18 +8,14 @@
  * e.g. SUM_D1 = X.sum(1), VAR1_D1 = X.var(1, ddof=1), SORTD_D1_I =
  * np.argsort(-X, 1, kind='stable'), LSE_D2 = log(sum(exp(X - max)) + max over dim 2. */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "ember/tensor.h"
 #include "cpu/vmath.h"
 
-static const em_device CPU = {EM_CPU, 0};
 
 #define assert_ok(call)                                                  \
   do {                                                                   \

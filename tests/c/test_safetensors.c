@@ -2,20 +2,16 @@
  * dtype and layout, atomic saves, and a clean error for each kind of malformed file. */
 #include <dirent.h>
 #include <fcntl.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <cmocka.h>
+#include "test_util.h"
 #include "ember/io.h"
 #include "ember/tensor.h"
 
-static const em_device CPU = {EM_CPU, 0};
 static char dir[64];
 
 static const char *in_dir(const char *name) {

@@ -37,15 +37,11 @@ function M.mkdirs(path)
 end
 pcall(ffi.cdef, 'char *strerror(int errnum);')
 
--- Writes text to path atomically (a temporary file renamed over it).
+-- Writes text to path atomically and durably (em_file_replace: a temporary file, fsync'ed
+-- and renamed over it).
 function M.write_atomic(path, text)
-  local tmp = path .. '.tmp'
-  local f, err = io.open(tmp, 'wb')
-  if not f then error(string.format("cannot write '%s': %s", tmp, err), 0) end
-  f:write(text)
-  f:close()
-  local ok, rerr = os.rename(tmp, path)
-  if not ok then error(string.format("cannot rename '%s' to '%s': %s", tmp, path, rerr), 0) end
+  local C = require('ember').C
+  if C.em_file_replace(path, text, #text) ~= 0 then error(ffi.string(C.em_last_error()), 0) end
 end
 
 -- Splits a nested table into tensors (name -> tensor) and a JSON-able skeleton.

@@ -14,12 +14,6 @@
 #include <zmq.h>
 #endif
 
-double dp_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 uint64_t dp_random64(void) {
   uint64_t v = 0;
   int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);

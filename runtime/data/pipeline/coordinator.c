@@ -288,7 +288,7 @@ static void on_hello(em_loader *l, frames *m) {
     memcpy(w->name, hello.name, sizeof w->name);
     w->same_host = !strcmp(hello.host, c->host) && !strcmp(hello.boot_id, c->boot_id);
     w->spawned = w->same_host && is_child(l, w->pid);
-    w->joined = dp_now();
+    w->joined = em_clock_monotonic();
     w->next = c->workers;
     c->workers = w;
     c->nworkers++;
@@ -297,7 +297,7 @@ static void on_hello(em_loader *l, frames *m) {
     pthread_mutex_unlock(&l->mu);
     stats_workers(l);
   }
-  w->last_seen = dp_now();
+  w->last_seen = em_clock_monotonic();
   dp_hdr h = header(l, DP_WELCOME);
   h.heartbeat_s = l->o.heartbeat_s;
   h.heartbeat_timeout_s = l->o.heartbeat_timeout_s;
@@ -349,7 +349,7 @@ static int on_batch(em_loader *l, frames *m, dp_worker *w) {
   memcpy(&h, zmq_msg_data(&m->f[1]), sizeof h);
   int shm = h.flags & DP_FLAG_SHM;
   dp_item *it = m->n == 5 ? wanted_item(l, w, &h) : NULL;
-  if (w) w->last_seen = dp_now();
+  if (w) w->last_seen = em_clock_monotonic();
   char why[256] = "";
   int lent = 0;
   em_loader_batch *b = it ? dp_build_batch(l, m->f, &h, w, &lent, why, sizeof why) : NULL;
@@ -413,7 +413,7 @@ static void on_message(em_loader *l, frames *m) {
   if (m->more || m->n < 2 || !dp_hdr_valid(zmq_msg_data(&m->f[1]), zmq_msg_size(&m->f[1]))) return;
   dp_hdr h;
   memcpy(&h, zmq_msg_data(&m->f[1]), sizeof h);
-  double now = dp_now();
+  double now = em_clock_monotonic();
   c->last_message = now;
   if (h.kind == DP_HELLO) {
     on_hello(l, m);
@@ -463,7 +463,7 @@ static int drain_rings(em_loader *l) {
       dp_hdr h;
       if (m.n == 5 && dp_hdr_valid(zmq_msg_data(&m.f[1]), zmq_msg_size(&m.f[1])) &&
           (memcpy(&h, zmq_msg_data(&m.f[1]), sizeof h), h.kind == DP_BATCH)) {
-        double now = dp_now();
+        double now = em_clock_monotonic();
         if (c->last_notice > 0) { /* the mean gap, over the last ~8 notices */
           double gap = now - c->last_notice;
           c->notice_gap = c->notice_gap > 0 ? c->notice_gap + (gap - c->notice_gap) / 8 : gap;
@@ -622,7 +622,7 @@ static void lease_items(em_loader *l) {
     }
     w->nfree = 0; /* the slots went with the lease */
     w->leases[w->nleases++] = (dp_lease_ref){c->plan.id, k};
-    c->items[k].leased_at = dp_now();
+    c->items[k].leased_at = em_clock_monotonic();
     c->items[k].state = IT_LEASED;
     c->items[k].leases++;
     c->total_leases++;
@@ -831,7 +831,7 @@ void *dp_coordinator_main(void *arg) {
       struct timespec pause = {0, ring_pause_ns(c)};
       nanosleep(&pause, NULL);
     }
-    double now = dp_now();
+    double now = em_clock_monotonic();
     if (now - last_tick >= TICK_S) {
       last_tick = now;
       tick(l, now);

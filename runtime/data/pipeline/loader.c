@@ -275,12 +275,12 @@ static void stop_children(em_loader *l) {
   l->nchildren = 0;
   pthread_mutex_unlock(&l->mu);
   for (int i = 0; i < n; i++) kill((pid_t)pids[i], SIGTERM);
-  double deadline = dp_now() + 2.0;
+  double deadline = em_clock_monotonic() + 2.0;
   for (int i = 0; i < n; i++) {
     for (;;) {
       pid_t r = waitpid((pid_t)pids[i], NULL, WNOHANG);
       if (r != 0) break; /* reaped, or not ours any more */
-      if (dp_now() > deadline) {
+      if (em_clock_monotonic() > deadline) {
         kill((pid_t)pids[i], SIGKILL);
         waitpid((pid_t)pids[i], NULL, 0);
         break;
@@ -393,7 +393,7 @@ static em_status timeout_error(em_loader *l, double waited) {
   if (l->waiting_item >= 0)
     snprintf(where, sizeof where, ", waiting for batch %lld of %lld", (long long)l->waiting_item + 1,
              (long long)l->n_items);
-  double since = l->last_message > 0 ? dp_now() - l->last_message : -1;
+  double since = l->last_message > 0 ? em_clock_monotonic() - l->last_message : -1;
   char seen[64];
   if (since >= 0)
     snprintf(seen, sizeof seen, "%.1f s ago", since);
@@ -414,7 +414,7 @@ em_status em_loader_next(em_loader *l, em_loader_batch **out, double timeout_s) 
   if (!out) return em_set_error(EM_ERR_ARGUMENT, OP ": next: out must not be NULL");
   *out = NULL;
   if (!l) return em_set_error(EM_ERR_ARGUMENT, OP ": next on a NULL loader");
-  double t0 = dp_now(), deadline = t0 + (timeout_s > 0 ? timeout_s : 0);
+  double t0 = em_clock_monotonic(), deadline = t0 + (timeout_s > 0 ? timeout_s : 0);
   em_status st = EM_OK;
   pthread_mutex_lock(&l->mu);
   if (!l->generation) {
@@ -468,7 +468,7 @@ em_status em_loader_next(em_loader *l, em_loader_batch **out, double timeout_s) 
                         l->last_reject[0] ? "; " : "", l->last_reject);
       break;
     }
-    double now = dp_now();
+    double now = em_clock_monotonic();
     if (now >= deadline) {
       st = timeout_error(l, now - t0);
       break;
@@ -482,7 +482,7 @@ em_status em_loader_next(em_loader *l, em_loader_batch **out, double timeout_s) 
     if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
     pthread_cond_timedwait(&l->cv, &l->mu, &ts);
   }
-  l->stats.wait_s += dp_now() - t0;
+  l->stats.wait_s += em_clock_monotonic() - t0;
   /* A credit came back. While more leases are out than readers, the next batch to arrive
    * wakes the coordinator anyway and it leases then (every turn does): a wake-up per batch
    * would only cost switches. With a lease or less per reader, one may be about to idle. */

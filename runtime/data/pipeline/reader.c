@@ -150,7 +150,7 @@ static void on_trainer_message(em_reader *r, int ci, zmq_msg_t *f, int n) {
   if (n < 1 || !dp_hdr_valid(zmq_msg_data(&f[0]), zmq_msg_size(&f[0]))) return;
   dp_hdr h;
   memcpy(&h, zmq_msg_data(&f[0]), sizeof h);
-  double now = dp_now();
+  double now = em_clock_monotonic();
   c->last_seen = now;
   int spawned = r->o.parent_pid > 0;
   pthread_mutex_lock(&r->mu);
@@ -260,7 +260,7 @@ static void flush_out(em_reader *r, rd_msg **pending) {
   rd_msg **tail = pending;
   while (*tail) tail = &(*tail)->next;
   *tail = list;
-  double now = dp_now();
+  double now = em_clock_monotonic();
   for (rd_msg **p = pending; *p;) {
     rd_msg *m = *p;
     void *sock = r->conn[m->conn].sock;
@@ -333,7 +333,7 @@ static void *io_main(void *arg) {
         for (int j = 0; j < n; j++) zmq_msg_close(&f[j]);
       }
     }
-    double now = dp_now();
+    double now = em_clock_monotonic();
     if (now - last_timers >= 0.02) {
       last_timers = now;
       timers(r, now);
@@ -383,7 +383,7 @@ static em_status open_conn(em_reader *r, const char *endpoint, uint64_t nonce) {
   if (st) return st;
   c->hb = r->o.heartbeat_s > 0 ? r->o.heartbeat_s : 0.5;
   c->hb_timeout = r->o.heartbeat_timeout_s > c->hb ? r->o.heartbeat_timeout_s : 10 * c->hb;
-  c->last_seen = dp_now();
+  c->last_seen = em_clock_monotonic();
   return EM_OK;
 }
 
@@ -519,10 +519,10 @@ em_status em_reader_next(em_reader *r, em_lease *lease, double timeout_s) {
   drop_batch(r);
   free_msg(r->cur);
   r->cur = NULL;
-  double deadline = dp_now() + (timeout_s > 0 ? timeout_s : 0);
+  double deadline = em_clock_monotonic() + (timeout_s > 0 ? timeout_s : 0);
   pthread_mutex_lock(&r->mu);
   while (!r->leases && !r->stopped) {
-    double now = dp_now();
+    double now = em_clock_monotonic();
     if (now >= deadline) break;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -659,7 +659,7 @@ static rd_msg *new_out(em_reader *r, int conn, const dp_hdr *h) {
   if (!m) return NULL;
   m->conn = conn;
   m->hdr = *h;
-  m->give_up = dp_now() + r->conn[conn].hb_timeout;
+  m->give_up = em_clock_monotonic() + r->conn[conn].hb_timeout;
   zmq_msg_init_size(&m->f[0], sizeof *h);
   memcpy(zmq_msg_data(&m->f[0]), h, sizeof *h);
   m->nframes = 1;
@@ -684,7 +684,7 @@ static dp_hdr reply_header(const rd_msg *lease, int kind) {
 
 em_status em_reader_send(em_reader *r, const em_lease *lease, int64_t kept, const int64_t *kept_ids, int64_t skipped,
                          const em_stage_times *times) {
-  double t0 = dp_now();
+  double t0 = em_clock_monotonic();
   if (!r || !current(r, lease) || (r->nt == 0 && kept != 0))
     return em_set_error(EM_ERR_ARGUMENT, OP ": send without a batch allocated for this lease");
   if (kept < 0 || kept > lease->n || (kept && !kept_ids))
@@ -734,7 +734,7 @@ em_status em_reader_send(em_reader *r, const em_lease *lease, int64_t kept, cons
                                    sizeof ref};
     if (r->ring && dp_ring_put(r->ring, h.session, DP_RING_FRAMES, data, size)) {
       drop_batch(r);
-      r->last_send_s = dp_now() - t0;
+      r->last_send_s = em_clock_monotonic() - t0;
       return EM_OK;
     }
   }
@@ -762,7 +762,7 @@ em_status em_reader_send(em_reader *r, const em_lease *lease, int64_t kept, cons
   }
   drop_batch(r);
   send_direct(r, m);
-  r->last_send_s = dp_now() - t0;
+  r->last_send_s = em_clock_monotonic() - t0;
   return EM_OK;
 }
 
@@ -784,7 +784,7 @@ em_status em_reader_fatal(em_reader *r, const char *message) {
     dp_hdr_init(&h, DP_FATAL);
     rd_msg *m = new_out(r, i, &h);
     if (!m) break;
-    m->give_up = dp_now() + 2.0;
+    m->give_up = em_clock_monotonic() + 2.0;
     add_frame(m, message ? message : "", message ? strlen(message) : 0);
     pthread_mutex_lock(&r->mu);
     r->fatal_pending++;
@@ -792,9 +792,9 @@ em_status em_reader_fatal(em_reader *r, const char *message) {
     queue_out(r, m);
   }
   /* wait (a little) until the messages are out: the process exits next */
-  double deadline = dp_now() + 2.5;
+  double deadline = em_clock_monotonic() + 2.5;
   pthread_mutex_lock(&r->mu);
-  while (r->fatal_pending > 0 && dp_now() < deadline) {
+  while (r->fatal_pending > 0 && em_clock_monotonic() < deadline) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += 20000000L;

@@ -109,7 +109,6 @@ static inline int dp_hdr_valid(const void *data, size_t size) {
 }
 
 /* ---- shared helpers (pipeline/common.c) ---- */
-double dp_now(void);                     /* monotonic seconds */
 uint64_t dp_random64(void);              /* from /dev/urandom, else time and pid */
 void dp_host_identity(char host[64], char boot_id[40]);
 /* Bytes of a tensor described by d (its dims product times the dtype size); -1 if invalid. */

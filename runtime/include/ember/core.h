@@ -1,4 +1,5 @@
-/* ember/core.h - errors, dtypes, devices, threads and memory accounting.
+/* ember/core.h - errors, dtypes, devices, threads, memory accounting, a monotonic clock and
+ * atomic file replacement.
  *
  * Every function that can fail returns an em_status; on failure the message is kept
  * thread-locally and read with em_last_error(). Messages name the operation, what it was
@@ -71,6 +72,15 @@ int em_device_available(em_device device);
 /* Threads: one knob for ember's OpenMP loops and OpenBLAS. */
 void em_set_num_threads(int n);
 int em_get_num_threads(void);
+
+/* Seconds on the monotonic clock (never jumps with the wall clock): for timing and
+ * timeouts. */
+double em_clock_monotonic(void);
+
+/* Replaces the file at path with n bytes, atomically: readers see the old file or the new
+ * one, and after a crash one of the two is on disk (a temporary file beside it, fsync'ed
+ * and renamed over it; the folder fsync'ed). */
+em_status em_file_replace(const char *path, const void *data, size_t n);
 
 /* Memory accounting over every storage on every device (bytes). */
 int64_t em_memory_allocated(void);

@@ -128,7 +128,6 @@ em_status em_dist_work_wait(em_dist_work *w, double timeout_s);
 int em_dist_work_test(em_dist_work *w);
 void em_dist_work_release(em_dist_work *w);
 const char *em_dist_redop_name(em_dist_redop op);
-double em_dist_now(void);                        /* seconds on a monotonic clock */
 
 /* ---- data-parallel reducer ---- */
 typedef enum em_ddp_comm_hook { EM_DDP_HOOK_NONE = 0, EM_DDP_HOOK_FP16, EM_DDP_HOOK_BF16 } em_ddp_comm_hook;

@@ -8,6 +8,7 @@
  * One functor binop<OP, D> per (op, dtype) serves both entries: binary_scalar's scalar is
  * an immediate operand on the left or right of the same kernels. */
 #include <math.h>
+#include "core/host_device.h"
 #include "elementwise.cuh"
 
 namespace {
@@ -22,30 +23,6 @@ template <int OP, int D> constexpr bool binop_supported() {
   if (ew_is_float_dtype(D)) return true;
   if (D == EM_BOOL) return OP == EM_ADD || OP == EM_MUL || OP == EM_MAXIMUM || OP == EM_MINIMUM || OP >= EM_EQ;
   return OP != EM_DIV;
-}
-
-/* x**y in uint64 arithmetic (wraps like the CPU's); a negative exponent flags an error. */
-__device__ __forceinline__ int64_t ew_ipow(int64_t x, int64_t y, int *err) {
-  if (y < 0) {
-    if (err) *err = EW_ERR_NEG_POW;
-    return 0;
-  }
-  uint64_t base = (uint64_t)x, r = 1;
-  for (uint64_t e = (uint64_t)y; e; e >>= 1) {
-    if (e & 1) r *= base;
-    base *= base;
-  }
-  return (int64_t)r;
-}
-
-/* C's % (the dividend's sign); a zero divisor flags an error, -1 gives 0 (INT64_MIN % -1
- * overflows). */
-__device__ __forceinline__ int64_t ew_imod(int64_t x, int64_t y, int *err) {
-  if (y == 0) {
-    if (err) *err = EW_ERR_ZERO_DIV;
-    return 0;
-  }
-  return y == -1 ? 0 : x % y;
 }
 
 __device__ __forceinline__ float ew_pow(float x, float y) { return powf(x, y); }
@@ -74,10 +51,10 @@ template <int OP, int D> struct binop {
       return x / y;
     } else if constexpr (OP == EM_POW) {
       if constexpr (is_float) return ew_pow(x, y);
-      else return (R)ew_ipow((int64_t)x, (int64_t)y, err);
+      else return (R)core_int_pow((int64_t)x, (int64_t)y, err);
     } else if constexpr (OP == EM_FMOD) {
       if constexpr (is_float) return ew_fmod(x, y);
-      else return (R)ew_imod((int64_t)x, (int64_t)y, err);
+      else return (R)core_int_mod((int64_t)x, (int64_t)y, err);
     } else if constexpr (OP == EM_MAXIMUM) {
       return (x > y || x != x) ? x : y;
     } else if constexpr (OP == EM_MINIMUM) {

@@ -258,7 +258,7 @@ static em_status ew_run(const char *op, const F &f, em_tensor *out, const ew_ope
 /* ---- error flags: integer pow and fmod report bad operands as the CPU does ----
  * A device int set by the kernel, copied back once; the only synchronisation is on these
  * integer paths, which need the answer before returning. */
-enum { EW_ERR_NEG_POW = 1, EW_ERR_ZERO_DIV = 2 };
+enum { EW_ERR_NEG_POW = 1, EW_ERR_ZERO_DIV = 2 }; /* = CORE_INT_ERR_* (core/host_device.h) */
 
 struct ew_flag {
   int *dev;

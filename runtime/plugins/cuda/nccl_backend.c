@@ -169,7 +169,7 @@ static ncclResult_t settle(ncclComm_t comm, ncclResult_t r, double deadline, int
   *timed_out = 0;
   long nap = 1000;
   while (r == ncclInProgress) {
-    if (em_dist_now() > deadline) {
+    if (em_clock_monotonic() > deadline) {
       *timed_out = 1;
       return r;
     }
@@ -209,7 +209,7 @@ static void give_event(nccl_group *ng, cudaEvent_t e) {
 static void break_locked(nccl_group *ng, const char *why) {
   if (atomic_load(&ng->broken)) return;
   snprintf(ng->why, sizeof ng->why, "%s", why);
-  atomic_store(&ng->broken_at, em_dist_now());
+  atomic_store(&ng->broken_at, em_clock_monotonic());
   atomic_store(&ng->broken, 1);
   if (ng->comm) ncclCommAbort(ng->comm);   /* also makes its running kernels return */
   ng->comm = NULL;
@@ -238,7 +238,7 @@ static void finish(pending *p, em_status st, const char *msg, int reuse_event) {
 static int poll_once(int wait_for_lock) {
   if (wait_for_lock) pthread_mutex_lock(&S.lock);
   else if (pthread_mutex_trylock(&S.lock)) return 0;
-  double now = em_dist_now();
+  double now = em_clock_monotonic();
   int check_errors = now - S.last_error_check > ERROR_CHECK_S;
   if (check_errors) S.last_error_check = now, S.round++;
   pending *ended = NULL, **ended_tail = &ended;
@@ -423,7 +423,7 @@ static em_status connect_group(nccl_group *ng, em_dist_work *w, int device, cons
     char text[400];
     if (timed_out)
       snprintf(text, sizeof text, "not connected after %.3g s (did every rank of the group make this CUDA collective?)",
-               em_dist_now() - w->posted_at);
+               em_clock_monotonic() - w->posted_at);
     else
       nccl_text(r, comm, text, sizeof text);
     if (comm) ncclCommAbort(comm);
@@ -557,7 +557,7 @@ static em_status nccl_post(void *impl, em_dist_work *w) {
     goto out;
   }
   if (t && em_tensor_numel(t) == 0) {   /* nothing moves, on any rank */
-    w->started_at = em_dist_now();
+    w->started_at = em_clock_monotonic();
     pthread_mutex_unlock(&ng->lock);
     em_dist_work_done(w, EM_OK, NULL);
     return EM_OK;
@@ -582,7 +582,7 @@ static em_status nccl_post(void *impl, em_dist_work *w) {
     st = cuda_error(e, "ordering the communication stream after the current stream", desc);
     goto out;
   }
-  w->started_at = em_dist_now();
+  w->started_at = em_clock_monotonic();
   int timed_out = 0;
   ncclResult_t r = issue(ng, w, dt, dtype);
 #if NONBLOCKING_COMMS
@@ -592,7 +592,7 @@ static em_status nccl_post(void *impl, em_dist_work *w) {
   if (r != ncclSuccess || timed_out || e != cudaSuccess) {
     char text[320], why[EM_DIST_MSG];
     if (timed_out)
-      snprintf(text, sizeof text, "NCCL did not accept it within %.3g s", em_dist_now() - w->posted_at);
+      snprintf(text, sizeof text, "NCCL did not accept it within %.3g s", em_clock_monotonic() - w->posted_at);
     else if (r != ncclSuccess)
       nccl_text(r, ng->comm, text, sizeof text);
     else

@@ -276,12 +276,6 @@ struct pr_run {
   cusparseDnVecDescr_t sp_y;
 };
 
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static double gib(size_t bytes) { return (double)bytes / (double)(1ull << 30); }
 
 template <typename T>
@@ -503,7 +497,7 @@ static em_status run(pr_run *r, em_cuda_pagerank_job *job, double t0) {
   em_status st = setup(r, job);
   if (st) return st;
   EM_GPU_CHECK(OP, cudaStreamSynchronize(r->stream));   /* setup time apart from the iterations */
-  double t1 = now_seconds();
+  double t1 = em_clock_monotonic();
   pr_state state = {1.0, 0, 0, 0, 0};
   for (int i = 0; i < job->max_iter; i++) {
     if ((st = iterate_once(r, job, i))) return st;
@@ -513,7 +507,7 @@ static em_status run(pr_run *r, em_cuda_pagerank_job *job, double t0) {
       if (state.done) break;
     }
   }
-  double t2 = now_seconds();
+  double t2 = em_clock_monotonic();
   const int iters = state.iterations;
   if (iters < 1 || iters > job->max_iter)
     return em_set_error(EM_ERR_RUNTIME, "%s: the GPU reports %d iterations after a run of at most %d", OP, iters,
@@ -552,7 +546,7 @@ extern "C" em_status em_gpu_pagerank(em_cuda_pagerank_job *job) {
                         (long long)job->n, (long long)job->m, job->max_iter);
   if (job->n > (int64_t)UINT32_MAX)
     return em_set_error(EM_ERR_ARGUMENT, "%s: %lld vertices, more than 32-bit ids hold", OP, (long long)job->n);
-  double t0 = now_seconds();
+  double t0 = em_clock_monotonic();
   pr_run r;
   memset(&r, 0, sizeof r);
   r.device = job->device;

@@ -24,12 +24,12 @@
  * (max, then sum of exp(x - max); mean, then squared deviations), through one double per
  * output. */
 #include <string.h>
+#include "core/host_device.h"
 #include "reduce_common.cuh"
 #include "reduce_gpu.h"
 
 namespace {
 
-enum kind { K_SUM, K_PROD, K_MAXV, K_MINV, K_MAXI, K_MINI, K_ANY, K_ALL, K_NORM, K_SQDEV, K_SUMEXP };
 enum norm_kind { N_TWO, N_ONE, N_INF, N_NEGINF, N_ZERO, N_POW };
 /* how a finished state becomes the stored value */
 enum finish_kind { F_PLAIN, F_MEAN, F_POS, F_BOOL, F_LSE, F_NORM, F_VAR, F_CENTER };
@@ -60,14 +60,14 @@ template <typename A> struct rstate {
   int64_t pos; /* max/min with positions: where v was found (first of equals) */
 };
 
-constexpr bool float_only(int k) { return k == K_NORM || k == K_SQDEV || k == K_SUMEXP; }
+constexpr bool float_only(int k) { return k == RK_NORM || k == RK_SQDEV || k == RK_SUMEXP; }
 
 template <typename T, int K> struct red_op {
   typedef em_red_types<T> R;
   typedef typename R::val V;
   typedef typename R::wide W;
-  static constexpr bool by_value = K == K_MAXV || K == K_MINV || K == K_MAXI || K == K_MINI;
-  static constexpr bool boolean = K == K_ANY || K == K_ALL;
+  static constexpr bool by_value = K == RK_MAXV || K == RK_MINV || K == RK_MAXI || K == RK_MINI;
+  static constexpr bool boolean = K == RK_ANY || K == RK_ALL;
   typedef typename std::conditional<by_value, V, typename std::conditional<boolean, int64_t, W>::type>::type A;
   typedef rstate<A> state;
 
@@ -87,28 +87,28 @@ template <typename T, int K> struct red_op {
   __device__ state init() const {
     state s;
     s.pos = INT64_MAX;
-    if constexpr (K == K_PROD || K == K_ALL) s.v = (A)1;
-    else if constexpr (K == K_MAXV || K == K_MAXI) s.v = lowest();
-    else if constexpr (K == K_MINV || K == K_MINI) s.v = highest();
-    else if constexpr (K == K_NORM) s.v = norm == N_NEGINF ? (A)INFINITY : (A)0;
+    if constexpr (K == RK_PROD || K == RK_ALL) s.v = (A)1;
+    else if constexpr (K == RK_MAXV || K == RK_MAXI) s.v = lowest();
+    else if constexpr (K == RK_MINV || K == RK_MINI) s.v = highest();
+    else if constexpr (K == RK_NORM) s.v = norm == N_NEGINF ? (A)INFINITY : (A)0;
     else s.v = (A)0;
     return s;
   }
 
   /* b comes from later elements than a, or from elsewhere with its own positions. */
   __device__ state combine(state a, state b) const {
-    if constexpr (K == K_MAXI || K == K_MINI) {
+    if constexpr (K == RK_MAXI || K == RK_MINI) {
       bool a_nan = em_isnan(a.v), b_nan = em_isnan(b.v);
-      bool better = K == K_MAXI ? b.v > a.v : b.v < a.v;
+      bool better = K == RK_MAXI ? b.v > a.v : b.v < a.v;
       bool tie = b.v == a.v || (a_nan && b_nan);
       return better || (b_nan && !a_nan) || (tie && b.pos < a.pos) ? b : a;
     } else {
-      if constexpr (K == K_PROD) a.v = em_mul(a.v, b.v);
-      else if constexpr (K == K_MAXV) a.v = b.v > a.v || em_isnan(b.v) ? b.v : a.v;
-      else if constexpr (K == K_MINV) a.v = b.v < a.v || em_isnan(b.v) ? b.v : a.v;
-      else if constexpr (K == K_ANY) a.v |= b.v;
-      else if constexpr (K == K_ALL) a.v &= b.v;
-      else if constexpr (K == K_NORM) {
+      if constexpr (K == RK_PROD) a.v = em_mul(a.v, b.v);
+      else if constexpr (K == RK_MAXV) a.v = b.v > a.v || em_isnan(b.v) ? b.v : a.v;
+      else if constexpr (K == RK_MINV) a.v = b.v < a.v || em_isnan(b.v) ? b.v : a.v;
+      else if constexpr (K == RK_ANY) a.v |= b.v;
+      else if constexpr (K == RK_ALL) a.v &= b.v;
+      else if constexpr (K == RK_NORM) {
         if (norm == N_INF) a.v = b.v > a.v || em_isnan(b.v) ? b.v : a.v;
         else if (norm == N_NEGINF) a.v = b.v < a.v || em_isnan(b.v) ? b.v : a.v;
         else a.v += b.v;
@@ -120,17 +120,17 @@ template <typename T, int K> struct red_op {
   /* c: the output's center (deviations from the mean, exp relative to the max). */
   __device__ __forceinline__ void update(state &s, T raw, int64_t pos, double c) const {
     V x = em_val(raw);
-    if constexpr (K == K_SUM) s.v = em_add(s.v, (A)x);
-    else if constexpr (K == K_PROD) s.v = em_mul(s.v, (A)x);
-    else if constexpr (K == K_MAXV) s.v = x > s.v || em_isnan(x) ? x : s.v;
-    else if constexpr (K == K_MINV) s.v = x < s.v || em_isnan(x) ? x : s.v;
-    else if constexpr (K == K_MAXI || K == K_MINI) {
+    if constexpr (K == RK_SUM) s.v = em_add(s.v, (A)x);
+    else if constexpr (K == RK_PROD) s.v = em_mul(s.v, (A)x);
+    else if constexpr (K == RK_MAXV) s.v = x > s.v || em_isnan(x) ? x : s.v;
+    else if constexpr (K == RK_MINV) s.v = x < s.v || em_isnan(x) ? x : s.v;
+    else if constexpr (K == RK_MAXI || K == RK_MINI) {
       state t;
       t.v = x, t.pos = pos;
       s = combine(s, t);
-    } else if constexpr (K == K_ANY) s.v |= (int64_t)(x != 0);
-    else if constexpr (K == K_ALL) s.v &= (int64_t)(x != 0);
-    else if constexpr (K == K_NORM) {
+    } else if constexpr (K == RK_ANY) s.v |= (int64_t)(x != 0);
+    else if constexpr (K == RK_ALL) s.v &= (int64_t)(x != 0);
+    else if constexpr (K == RK_NORM) {
       A ax = fabs((A)x);
       switch (norm) {
         case N_TWO: s.v += ax * ax; break;
@@ -140,10 +140,10 @@ template <typename T, int K> struct red_op {
         case N_ZERO: s.v += (A)(x != 0); break;
         default: s.v += pow(ax, p); break;
       }
-    } else if constexpr (K == K_SQDEV) {
+    } else if constexpr (K == RK_SQDEV) {
       A d = (A)x - (A)c;
       s.v += d * d;
-    } else if constexpr (K == K_SUMEXP) {
+    } else if constexpr (K == RK_SUMEXP) {
       s.v += (A)em_exp((V)(x - (V)c)); /* in the input's precision, as the CPU */
     }
   }
@@ -291,7 +291,7 @@ template <typename T, int K> em_status launch(const red_call &c, const red_args 
   Op op;
   op.norm = norm;
   op.p = 0;
-  if constexpr (K == K_NORM) op.p = (typename Op::A)g.p;
+  if constexpr (K == RK_NORM) op.p = (typename Op::A)g.p;
   em_gpu_temp tmp(c.device);
   S *partial = nullptr;
   if (plan.splits > 1) EM_TEMP_OR_FAIL(partial = tmp.get<S>((size_t)L.nout * (size_t)plan.splits));
@@ -327,32 +327,17 @@ template <int K> em_status run_kind(const red_call &c, const red_args &g, int no
 
 em_status run(int k, const red_call &c, const red_args &g, int norm) {
   switch (k) {
-    case K_SUM: return run_kind<K_SUM>(c, g, norm);
-    case K_PROD: return run_kind<K_PROD>(c, g, norm);
-    case K_MAXV: return run_kind<K_MAXV>(c, g, norm);
-    case K_MINV: return run_kind<K_MINV>(c, g, norm);
-    case K_MAXI: return run_kind<K_MAXI>(c, g, norm);
-    case K_MINI: return run_kind<K_MINI>(c, g, norm);
-    case K_ANY: return run_kind<K_ANY>(c, g, norm);
-    case K_ALL: return run_kind<K_ALL>(c, g, norm);
-    case K_NORM: return run_kind<K_NORM>(c, g, norm);
-    case K_SQDEV: return run_kind<K_SQDEV>(c, g, norm);
-    default: return run_kind<K_SUMEXP>(c, g, norm);
-  }
-}
-
-int kind_of(em_redop op, int with_indices) {
-  switch (op) {
-    case EM_PROD: return K_PROD;
-    case EM_MAX: return with_indices ? K_MAXI : K_MAXV;
-    case EM_MIN: return with_indices ? K_MINI : K_MINV;
-    case EM_ARGMAX: return K_MAXI;
-    case EM_ARGMIN: return K_MINI;
-    case EM_ANY: return K_ANY;
-    case EM_ALL: return K_ALL;
-    case EM_NORM: return K_NORM;
-    case EM_LOGSUMEXP: return K_SUMEXP;
-    default: return K_SUM;
+    case RK_SUM: return run_kind<RK_SUM>(c, g, norm);
+    case RK_PROD: return run_kind<RK_PROD>(c, g, norm);
+    case RK_MAXV: return run_kind<RK_MAXV>(c, g, norm);
+    case RK_MINV: return run_kind<RK_MINV>(c, g, norm);
+    case RK_MAXI: return run_kind<RK_MAXI>(c, g, norm);
+    case RK_MINI: return run_kind<RK_MINI>(c, g, norm);
+    case RK_ANY: return run_kind<RK_ANY>(c, g, norm);
+    case RK_ALL: return run_kind<RK_ALL>(c, g, norm);
+    case RK_NORM: return run_kind<RK_NORM>(c, g, norm);
+    case RK_SQDEV: return run_kind<RK_SQDEV>(c, g, norm);
+    default: return run_kind<RK_SUMEXP>(c, g, norm);
   }
 }
 
@@ -403,15 +388,15 @@ extern "C" em_status em_gpu_reduce(em_redop op, em_tensor *out, em_tensor *indic
   g.base = base;
   g.p = p;
   g.finish = finish_of(op);
-  if (op != EM_LOGSUMEXP) return run(kind_of(op, indices != nullptr), c, g, norm_of(p));
+  if (op != EM_LOGSUMEXP) return run(core_reduce_kind_of(op, indices != nullptr), c, g, norm_of(p));
   em_gpu_temp tmp(device);
   double *center;
   EM_TEMP_OR_FAIL(center = tmp.get<double>((size_t)L.nout));
   red_args max_pass = g;
   max_pass.finish = F_CENTER, max_pass.center_out = center, max_pass.indices = nullptr;
-  if ((st = run(K_MAXV, c, max_pass, N_TWO))) return st;
+  if ((st = run(RK_MAXV, c, max_pass, N_TWO))) return st;
   g.center = center;
-  return run(K_SUMEXP, c, g, N_TWO);
+  return run(RK_SUMEXP, c, g, N_TWO);
 }
 
 extern "C" em_status em_gpu_var(em_tensor *out, const em_tensor *a, int nreduce, double correction, int take_sqrt) {
@@ -428,10 +413,10 @@ extern "C" em_status em_gpu_var(em_tensor *out, const em_tensor *a, int nreduce,
   EM_TEMP_OR_FAIL(center = tmp.get<double>((size_t)L.nout));
   red_args mean = args_for(out, L);
   mean.finish = F_CENTER, mean.center_out = center, mean.center_scale = 1.0 / (double)L.nred;
-  if ((st = run(K_SUM, c, mean, N_TWO))) return st;
+  if ((st = run(RK_SUM, c, mean, N_TWO))) return st;
   red_args dev = args_for(out, L);
   dev.finish = F_VAR, dev.center = center, dev.correction = correction, dev.take_sqrt = take_sqrt;
-  return run(K_SQDEV, c, dev, N_TWO);
+  return run(RK_SQDEV, c, dev, N_TWO);
 }
 
 extern "C" void em_gpu_register_reduce(em_backend *be) {

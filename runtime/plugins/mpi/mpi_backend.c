@@ -125,7 +125,7 @@ static int run_blocking(em_dist_work *w, mpi_group *g) {
   if (n * (int64_t)em_dtype_size(dtype) > BLOCKING_MAX_BYTES) return 0;
   MPI_Datatype dt = datatype_of(dtype);
   MPI_Op op = op_of(w->redop, dtype);
-  w->started_at = em_dist_now();
+  w->started_at = em_clock_monotonic();
   if (w->seq) g->posted_seq = w->seq;
   em_mpi_watch_begin(w);
   int rc = MPI_SUCCESS;
@@ -177,7 +177,7 @@ void em_mpi_start_work(em_dist_work *w, mpi_group *g, int may_block) {
   }
   f->w = w;
   f->g = g;
-  w->started_at = em_dist_now();
+  w->started_at = em_clock_monotonic();
   const em_tensor *t = w->in ? w->in : w->out;
   int64_t n = t ? em_tensor_numel(t) : 0;
   em_dtype dtype = t ? t->dtype : EM_UINT8;

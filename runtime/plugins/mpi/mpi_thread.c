@@ -172,9 +172,9 @@ static void report_timeout(inflight *f, double now) {
     if (MPI_Isend(query[np], 2, MPI_INT64_T, wr, TAG_QUERY, S.ctrl, &sreq) == MPI_SUCCESS) MPI_Request_free(&sreq);
     np++;
   }
-  double until = em_dist_now() + QUERY_GRACE_S;
+  double until = em_clock_monotonic() + QUERY_GRACE_S;
   int left = np;
-  while (left > 0 && em_dist_now() < until) {
+  while (left > 0 && em_clock_monotonic() < until) {
     for (int i = 0; i < np; i++) {
       int flag = 0;
       if (!answered[i] && MPI_Test(&rreq[i], &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) answered[i] = 1, left--;
@@ -227,7 +227,7 @@ void em_mpi_report_timeout(void *group_impl, em_dist_work *w) {
   f.w = w;
   f.g = group_impl;
   pthread_mutex_lock(&S.mpi);
-  report_timeout(&f, em_dist_now());
+  report_timeout(&f, em_clock_monotonic());
 }
 
 /* ---------------------------------------------------------------- tasks */
@@ -290,7 +290,7 @@ static void run_task(mpi_task *t) {
       f->g = t->group;
       f->reqs = f->small;
       f->nreq = 1;
-      f->deadline_fallback = em_dist_now() + S.timeout;
+      f->deadline_fallback = em_clock_monotonic() + S.timeout;
       em_mpi_track(f);
       break;
     }
@@ -376,7 +376,7 @@ void em_mpi_watch_end(void) { atomic_store(&S.watching, 0); }
  * call: a deadline passed there ends the job without asking the other ranks. */
 static void check_watch(void) {
   if (!atomic_load(&S.watching)) return;
-  double now = em_dist_now();
+  double now = em_clock_monotonic();
   if (now <= atomic_load(&S.watch_deadline)) return;
   char what[320];
   em_dist_describe(&S.watch_copy, what, sizeof what);
@@ -417,7 +417,7 @@ static int progress_once(void) {
     tasks = next;
   }
   if (S.inflight) progressed |= progress_all();
-  double now = em_dist_now();
+  double now = em_clock_monotonic();
   if (now - S.last_query_check > 0.005) {
     service_queries();
     S.last_query_check = now;
@@ -521,14 +521,14 @@ static void final_barrier(void) {
   memset(&f, 0, sizeof f);
   f.g = S.world;
   f.finalizing = 1;
-  f.deadline_fallback = em_dist_now() + S.timeout;
+  f.deadline_fallback = em_clock_monotonic() + S.timeout;
   S.finalizing = 1;
   if (MPI_Ibarrier(em_mpi_world_comm, &f.small[0]) != MPI_SUCCESS) return;
   for (;;) {
     int flag = 0;
     if (MPI_Test(&f.small[0], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag) return;
     service_queries();
-    double now = em_dist_now();
+    double now = em_clock_monotonic();
     if (now > f.deadline_fallback) report_timeout(&f, now);
     sleep_ns(50000);
   }

@@ -1,0 +1,46 @@
+/* test_util.h - what every C unit test shares: cmocka (with the headers it needs before
+ * it), the CPU device, and checks of errors and tensor contents. Include it first among the
+ * project headers. */
+#ifndef EMBER_TEST_UTIL_H
+#define EMBER_TEST_UTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+#include "ember/core.h"
+#include "ember/tensor.h"
+
+static const em_device CPU = {EM_CPU, 0};
+
+/* A call failed with `want` and its message names `fragment`. */
+static inline void expect_error(em_status got, em_status want, const char *fragment) {
+  assert_int_equal(got, want);
+  if (!strstr(em_last_error(), fragment)) fail_msg("error '%s' lacks '%s'", em_last_error(), fragment);
+}
+
+/* The i-th element in row-major order, whatever t's strides. */
+static inline double tensor_flat_get(const em_tensor *t, int64_t i) {
+  int64_t idx[EM_MAX_DIMS];
+  for (int d = em_tensor_ndim(t) - 1; d >= 0; d--) idx[d] = i % em_tensor_size(t, d), i /= em_tensor_size(t, d);
+  double v;
+  assert_int_equal(em_tensor_get(t, idx, &v), EM_OK);
+  return v;
+}
+
+/* A 1-d float64 CPU tensor holding v[0..n). */
+static inline em_tensor *tensor_from_doubles(int64_t n, const double *v) {
+  em_tensor *t = NULL;
+  assert_int_equal(em_empty(&t, 1, &n, EM_FLOAT64, CPU), EM_OK);
+  if (n) memcpy(em_tensor_data(t), v, (size_t)n * sizeof *v);
+  return t;
+}
+
+static inline void check_shape(const em_tensor *t, int nd, const int64_t *sizes) {
+  assert_int_equal(em_tensor_ndim(t), nd);
+  for (int d = 0; d < nd; d++) assert_int_equal(em_tensor_size(t, d), sizes[d]);
+}
+
+#endif
