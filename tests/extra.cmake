@@ -1,7 +1,6 @@
 # Extra tests, included by tests/CMakeLists.txt: each block says what it needs.
 
 # ---- safetensors files exchanged with NumPy (tests/interop/), in both directions.
-# (Block restored by the host engineer after overwriting this file by mistake: check it.)
 find_program(EMBER_NUMPY_PYTHON NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
 if(EMBER_NUMPY_PYTHON)
   foreach(direction ember-to-python python-to-ember)

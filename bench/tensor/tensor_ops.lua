@@ -90,7 +90,7 @@ local function timed(fn)
   return times
 end
 
--- The out= and in-place spellings of add are not spelled out in DESIGN.md: take the first
+-- The out= and in-place spellings of add vary between versions of the API: take the first
 -- one that the library has and that gives the right answer on a small case, and report it.
 local out_box = ffi.new('em_tensor*[1]')
 local add_forms = {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/gpu/run.sh DIR - the GPU check of issue 7, in one go, on a machine with a GPU:
+# tests/gpu/run.sh DIR - the GPU checks and benchmarks, in one go, on a machine with a GPU:
 #   1. configure and build a release build with CUDA into build-gpu (cmake -DEMBER_CUDA=ON);
 #   2. run the Lua test suite on the GPU (EMBER_TEST_DEVICE=cuda, through ctest, -R ^lua/);
 #   3. run the GPU benchmarks (bench/gpu): Fashion-MNIST MLP and CNN training steps, GEMM,
