@@ -17,7 +17,7 @@
 # from the python in $PYTHON / python3 if it imports torch.
 set -euo pipefail
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 
 threads=2 rounds=5 reps=3 warmup=2

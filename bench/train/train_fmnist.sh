@@ -21,7 +21,7 @@
 # default ../shared/bench/torch_fmnist.py next to the repository).
 set -euo pipefail
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 
 models=mlp,cnn rounds=3 epochs=1 threads=2
