@@ -10,8 +10,8 @@
 -- trainer process (all its threads) and of its reader processes over the timed epochs,
 -- per batch; on a shared machine it varies less than the wall-clock rates.
 local ffi = require 'ffi'
-local json = require 'ember.pipeline.json'
-local progress = require 'ember.pipeline.progress'
+local json = require 'ember.util.json'
+local progress = require 'ember.util.progress'
 local data = ember.data
 
 local what = arg[1] or 'all'

@@ -34,7 +34,8 @@
 local ffi = require 'ffi'
 local ember = require 'ember'
 
-local C, I = ember.C, ember._I
+local I = require 'ember.internal'
+local C = I.C
 local throw, check = I.throw, I.check
 local check_opts, option_set = I.check_opts, I.option_set
 local Tensor = ember.Tensor

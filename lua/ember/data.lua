@@ -32,42 +32,10 @@ local ember = require 'ember'
 
 local C = ember.C
 local data = { datasets = {} }
-local box, new_tensor = ember._box, ember._new   -- result-first calls: C.em_x(box, ...)
-local throw = ember._throw
-
-local function describe(x)
-  if ember.is_tensor(x) then return 'a tensor' end
-  if type(x) == 'string' then return string.format("'%s'", x) end
-  if type(x) == 'number' or type(x) == 'boolean' then return tostring(x) end
-  return type(x)
-end
-
--- Options: unknown keys are errors, so a typo never goes unnoticed.
-local function check_options(op, opts, allowed)
-  if type(opts) ~= 'table' then throw(string.format('%s: expected an options table, got %s', op, describe(opts))) end
-  for k in pairs(opts) do
-    if not allowed[k] then
-      local names = {}
-      for name in pairs(allowed) do names[#names + 1] = name end
-      table.sort(names)
-      throw(string.format("%s: unknown option '%s' (expected %s)", op, tostring(k), table.concat(names, ', ')))
-    end
-  end
-end
-
-local function is_int(x) return type(x) == 'number' and x == math.floor(x) and x == x and x > -math.huge end
-
-local function need_int(op, name, x, min)
-  if not is_int(x) or x < min then
-    throw(string.format('%s: %s must be an integer >= %d, got %s', op, name, min, describe(x)))
-  end
-  return x
-end
-
-local function need_bool(op, name, x)
-  if type(x) ~= 'boolean' then throw(string.format('%s: %s must be true or false, got %s', op, name, describe(x))) end
-  return x
-end
+local I = require 'ember.internal'
+local box, new_tensor = I.box, I.new   -- result-first calls: C.em_x(box, ...)
+local throw, describe, check_options = I.throw, I.describe_value, I.check_opts
+local need_int, need_bool = I.need_int, I.need_bool
 
 -- ---------------------------------------------------------------- files and plans
 

@@ -54,7 +54,8 @@
 local ffi = require 'ffi'
 local ember = require 'ember'
 
-local C, I = ember.C, ember._I
+local I = require 'ember.internal'
+local C = I.C
 local throw, describe, is_tensor, check = I.throw, I.describe, I.is_tensor, I.check
 local check_opts, option_set = I.check_opts, I.option_set
 

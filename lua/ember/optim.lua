@@ -23,7 +23,8 @@
 local ffi = require 'ffi'
 local ember = require 'ember'
 
-local C, I = ember.C, ember._I
+local I = require 'ember.internal'
+local C = I.C
 local throw, describe, is_tensor = I.throw, I.describe, I.is_tensor
 
 local optim = {}

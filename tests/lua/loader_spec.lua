@@ -5,7 +5,7 @@
 local F = dofile('tests/lua/loader_fixtures.lua')
 F.finally = function(fn) return finally(fn) end   -- busted's, looked up when a test runs
 F.assert = assert
-local json = require 'ember.pipeline.json'
+local json = require 'ember.util.json'
 local data = ember.data
 
 local AUG = { { random_crop = { size = 6, padding = 1 } }, { flip = 0.5 }, { normalise = { mean = 0.5, std = 0.25 } } }

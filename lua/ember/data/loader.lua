@@ -41,17 +41,16 @@
 -- Each epoch's order is a function of (seed, epoch, rank, world_size) alone; a batch's
 -- samples and augmentations do not depend on which reader made it or how many there are.
 local ffi = require 'ffi'
+local libc = require 'ember.util.libc'
 local ember = require 'ember'
-local json = require 'ember.pipeline.json'
-local progress = require 'ember.pipeline.progress'
+local json = require 'ember.util.json'
+local progress = require 'ember.util.progress'
 local source = require 'ember.data.source'
 
 local C = ember.C
-local throw = ember._throw
-local box, new_tensor, wrap = ember._box, ember._new, ember._wrap
-local describe = source.describe
-
-pcall(ffi.cdef, 'long readlink(const char *path, char *buf, unsigned long size);')
+local I = require 'ember.internal'
+local throw, box, new_tensor, wrap = I.throw, I.box, I.new, I.wrap
+local describe, is_int = I.describe_value, I.is_int
 
 local M = {}
 local Loader = {}
@@ -63,8 +62,6 @@ local OPTS = { dataset = true, dataset_options = true, transforms = true, batch_
   prefetch = true, worker_queue = true, order = true, timeout = true, heartbeat = true, heartbeat_timeout = true,
   on_bad_record = true, shared_memory = true, max_restarts = true, curve = true, dataset_size = true,
   lease_timeout = true }
-
-local function is_int(x) return type(x) == 'number' and x == math.floor(x) and x > -math.huge and x < math.huge end
 
 local function int_opt(op, opts, name, default, min)
   local v = opts[name]
@@ -98,10 +95,7 @@ end
 local function ember_exe()
   if os.getenv('EMBER_EXE') then return os.getenv('EMBER_EXE') end
   if rawget(_G, '_EMBER_HOST') then
-    local buf = ffi.new('char[4096]')
-    local n = ffi.C.readlink('/proc/self/exe', buf, 4095)
-    if n > 0 then return ffi.string(buf, n) end
-    return '/proc/self/exe'
+    return libc.readlink('/proc/self/exe') or '/proc/self/exe'
   end
   throw('Loader: num_workers > 0 starts `ember reader` processes: run inside the ember host or set EMBER_EXE')
 end

@@ -19,9 +19,9 @@ local source = require 'ember.data.source'
 local loader = require 'ember.data.loader'
 
 local C = ember.C
-local throw = ember._throw
-local box, new_tensor = ember._box, ember._new
-local describe = source.describe
+local I = require 'ember.internal'
+local throw, box, new_tensor = I.throw, I.box, I.new
+local describe = I.describe_value
 
 local P = {}
 

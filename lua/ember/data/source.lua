@@ -25,21 +25,17 @@
 -- They run in C on built-in formats, on the `x` of each sample for Lua datasets.
 local ffi = require 'ffi'
 local ember = require 'ember'
-local json = require 'ember.pipeline.json'
-local progress = require 'ember.pipeline.progress'
+local json = require 'ember.util.json'
+local progress = require 'ember.util.progress'
 
 local C = ember.C
 local M = {}
-local throw = ember._throw
-local box, new_tensor = ember._box, ember._new
+local I = require 'ember.internal'
+local throw, box, new_tensor, wrap = I.throw, I.box, I.new, I.wrap
+local describe = I.describe_value
 
-local function describe(x)
-  if ember.is_tensor(x) then return 'a tensor' end
-  if type(x) == 'string' then return string.format("'%s'", x) end
-  if type(x) == 'number' or type(x) == 'boolean' then return tostring(x) end
-  return type(x)
-end
-M.describe = describe
+-- Readers report errors to the trainer, which adds its own context: no position.
+local function check(status) return I.check(status, 0) end
 
 -- ---------------------------------------------------------------- per-sample generators
 local Rng = {}
@@ -283,8 +279,8 @@ function Source:get(i, rng, aug)
   local xb, yb = ffi.new('em_tensor *[1]'), ffi.new('em_tensor *[1]')
   local st = C.em_source_get(self.src, i, 1, aug, rng, xb, yb)
   if st ~= 0 then throw(ffi.string(C.em_last_error())) end
-  local s = { x = ember._wrap(xb[0]) }
-  if yb[0] ~= nil then s.y = ember._wrap(yb[0]):item() end
+  local s = { x = wrap(xb[0]) }
+  if yb[0] ~= nil then s.y = wrap(yb[0]):item() end
   return s
 end
 
@@ -400,10 +396,6 @@ local function field_names(s)
   if #names == 0 then throw('dataset: get() returned an empty sample') end
   if #names > 16 then throw('dataset: a sample has more than 16 fields') end
   return names
-end
-
-local function check(status)
-  if status ~= 0 then error(ffi.string(C.em_last_error()), 0) end
 end
 
 -- A batch from a Lua dataset, sample by sample (get) or at once (get_batch).

@@ -15,8 +15,9 @@
 --   --no-shm             never hand batches over through shared memory
 --   --heartbeat S        seconds between heartbeats before a trainer says (default 0.5)
 local ffi = require 'ffi'
+local libc = require 'ember.util.libc'
 local ember = require 'ember'
-local json = require 'ember.pipeline.json'
+local json = require 'ember.util.json'
 local source = require 'ember.data.source'
 
 local C = ember.C
@@ -165,9 +166,7 @@ function M.main(argv)
   local spec, cfg
   ok, spec, cfg = pcall(load_config, a)
   if not ok then return fail(tostring(spec)) end
-  pcall(ffi.cdef, 'int gethostname(char *name, size_t len);')
-  local hbuf = ffi.new('char[256]')
-  local host = ffi.C.gethostname(hbuf, 255) == 0 and ffi.string(hbuf) or 'host'
+  local host = libc.hostname() or 'host'
   local name = a.name or string.format('%s:%d', host, tonumber(C.em_process_self()))
   local o = ffi.new('em_reader_options')
   local connect = table.concat(a.connect, ',')

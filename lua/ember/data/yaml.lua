@@ -15,7 +15,7 @@
 -- A file without workers, source, transforms or endpoint keeps the in-process DataLoader.
 -- The same file starts readers on other hosts: `ember reader --connect tcp://HOST:5555
 -- pipeline.yaml` reads the data: section with that host's paths.
-local S = require 'ember.pipeline.schema'
+local S = require 'ember.util.schema'
 
 local M = {}
 

@@ -38,7 +38,8 @@
 local ffi = require 'ffi'
 
 return function(ember, nn)
-  local C, I = ember.C, ember._I
+  local I = require 'ember.internal'
+local C = I.C
   local throw, describe, check = I.throw, I.describe, I.check
   local unpack = unpack or table.unpack
 

@@ -9,7 +9,8 @@
 -- A size or stride may be a number or a pair {h, w}.
 
 return function(ember, nn)
-  local C, I = ember.C, ember._I
+  local I = require 'ember.internal'
+local C = I.C
   local throw, describe, is_tensor = I.throw, I.describe, I.is_tensor
   local need_tensor, check_opts, option_set = I.need_tensor, I.check_opts, I.option_set
   local new_tensor, box = I.new, I.box

@@ -5,7 +5,7 @@
 -- fan_in and fan_out follow PyTorch: for a [out, in, k...] weight, fan_in = in * prod(k)
 -- and fan_out = out * prod(k).
 return function(ember)
-  local I = ember._I
+  local I = require 'ember.internal'
   local throw, describe, is_tensor = I.throw, I.describe, I.is_tensor
 
   local init = {}

@@ -7,7 +7,7 @@
 --   BatchNorm, LayerNorm weight 1, bias 0; running_mean 0, running_var 1
 -- Sizes, strides and dims follow nn.functional (dims 1-based; sizes a number or {h, w}).
 return function(ember, nn)
-  local I = ember._I
+  local I = require 'ember.internal'
   local throw, describe = I.throw, I.describe
   local Module, F, init = nn.Module, nn.functional, nn.init
 

@@ -25,7 +25,7 @@
 -- Names are dotted paths as in PyTorch ("fc1.weight", "0.bias" inside a Sequential), so
 -- state_dict() files line up with PyTorch's.
 return function(ember, nn)
-  local I = ember._I
+  local I = require 'ember.internal'
   local throw, describe, is_tensor = I.throw, I.describe, I.is_tensor
 
   local Module = { __name = 'Module' }

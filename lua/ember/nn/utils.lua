@@ -2,7 +2,8 @@
 local ffi = require 'ffi'
 
 return function(ember)
-  local C, I = ember.C, ember._I
+  local I = require 'ember.internal'
+local C = I.C
   local throw, describe, is_tensor = I.throw, I.describe, I.is_tensor
 
   local utils = {}

@@ -29,8 +29,8 @@
 -- applies); list items are addressed by position (model.3.linear=[784, 64]). An override is
 -- checked like the file, and its errors name it:
 --   "pipelines/x.yaml: override optim.lr=fast: optim.lr: expected a number > 0, got 'fast'".
-local S = require 'ember.pipeline.schema'
-local json = require 'ember.pipeline.json'
+local S = require 'ember.util.schema'
+local json = require 'ember.util.json'
 
 local pipeline = {}
 

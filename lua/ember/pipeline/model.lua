@@ -11,7 +11,7 @@
 -- Each layer kind is one entry of M.layers: its schema (checked like the rest of the file)
 -- and a build function from the checked value to a module. Sizes follow PyTorch's layers
 -- of the same names (conv2d weights [out, in / groups, kH, kW], NCHW images).
-local S = require 'ember.pipeline.schema'
+local S = require 'ember.util.schema'
 
 local M = {}
 

@@ -9,10 +9,10 @@
 -- the loader state and the step, so a run resumed from the checkpoint of epoch k computes
 -- exactly what the uninterrupted run computed after epoch k (same thread count: floating
 -- point sums depend on how work is split).
-local S = require 'ember.pipeline.schema'
-local json = require 'ember.pipeline.json'
+local S = require 'ember.util.schema'
+local json = require 'ember.util.json'
 local model_spec = require 'ember.pipeline.model'
-local progress = require 'ember.pipeline.progress'
+local progress = require 'ember.util.progress'
 local checkpoint = require 'ember.pipeline.checkpoint'
 
 local M = { doc = 'train a model on a dataset, evaluate it each epoch, checkpoint, resume' }
