@@ -70,7 +70,7 @@ local function enter(op, device_type, opts)
   local dtype = opts.dtype and I.parse_dtype(opts.dtype, op) or C.em_autocast_get_dtype(dt)
   local prev = { dt = dt, on = C.em_autocast_is_enabled(dt), dtype = C.em_autocast_get_dtype(dt) }
   if C.em_autocast_set(dt, enabled and 1 or 0, dtype) ~= 0 then
-    throw(op .. ': ' .. ffi.string(C.em_last_error()):gsub('^autocast: ', ''))
+    throw(op .. ': ' .. I.last_error():gsub('^autocast: ', ''))
   end
   return prev
 end
@@ -217,7 +217,7 @@ local function unscale_grads(optimizer, inv_scale)
       local arr = ffi.new('em_tensor *[?]', #list)
       for i, grad in ipairs(list) do arr[i - 1] = grad end
       if C.em_amp_unscale_(#list, arr, inv_scale, found_out) ~= 0 then
-        err = ffi.string(C.em_last_error())
+        err = I.last_error()
       elseif found_out[0] ~= 0 then
         found = true
       end

@@ -139,7 +139,7 @@ local function backward(t, grad, opts)
   local status = C.em_backward(t, grad, retain)
   local hook_error = pending_error
   pending_error = nil
-  if status ~= 0 then throw(ffi.string(C.em_last_error())) end
+  I.check(status)
   if hook_error then throw(hook_error) end
 end
 jit.off(backward)
@@ -179,7 +179,7 @@ function autograd.add_leaf_hook(t, fn)
   hook_ids = hook_ids + 1
   local id = hook_ids
   local c_id = C.em_add_leaf_hook(t, hook_cb, ffi.cast('void *', id))
-  if c_id <= 0 then throw(ffi.string(C.em_last_error())) end
+  if c_id <= 0 then I.raise() end
   hooks[id] = fn
   return setmetatable({ id = id, c_id = c_id, tensor = t }, Handle)
 end

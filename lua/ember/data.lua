@@ -10,7 +10,7 @@
 --   end
 --
 -- The loader's interface is what a training loop may rely on, whichever loader sits behind
--- it (this in-process one, or the ZeroMQ pipeline that replaces it later):
+-- it (this in-process one, or data.ReaderLoader, which gets batches from reader processes):
 --   loader:epoch(e)          iterator over the batches of epoch e (an integer >= 0); each
 --                            batch is a table of tensors named by the dataset plus `ids`,
 --                            the 1-based sample ids, in the epoch's planned order
@@ -365,8 +365,22 @@ end
 
 function DataLoader:close() end
 
--- The ZeroMQ pipeline (lua/ember/data/pipeline.lua): data.Loader, data.transforms, data.source,
--- the file formats (data.npy, data.jpeg, data.tfrecord), loaded on first use.
-setmetatable(data, { __index = function(_, k) return require('ember.data.pipeline')[k] end })
+-- Old names, kept working: each warns once on stderr, then stands for its new name.
+local DEPRECATED = { Loader = 'ReaderLoader', Loader_class = 'ReaderLoader_class' }
+local warned = {}
+
+-- The reader processes (lua/ember/data/readers.lua): data.ReaderLoader, data.transforms,
+-- data.source, the file formats (data.npy, data.jpeg, data.tfrecord), loaded on first use.
+setmetatable(data, { __index = function(_, k)
+  local new = DEPRECATED[k]
+  if new then
+    if not warned[k] then
+      warned[k] = true
+      io.stderr:write(string.format('ember: data.%s is deprecated; use data.%s\n', k, new))
+    end
+    k = new
+  end
+  return require('ember.data.readers')[k]
+end })
 
 return data

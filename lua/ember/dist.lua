@@ -64,7 +64,7 @@ local dist = {}
 local REDOPS = { sum = C.EM_DIST_SUM, avg = C.EM_DIST_AVG, max = C.EM_DIST_MAX, min = C.EM_DIST_MIN,
   product = C.EM_DIST_PRODUCT }
 
-local function raise() throw(ffi.string(C.em_last_error())) end
+local raise = I.raise
 
 -- ---------------------------------------------------------------- the world
 local INIT_OPTS = option_set('backend', 'timeout')

@@ -214,7 +214,7 @@ function SGD:step()
           g.weight_decay, g.nesterov and 1 or 0, pass == 2 and 1 or 0, g.maximize and 1 or 0)
         release_grads(grads, k)
         for i = 0, k - 1 do params[i], bufs[i] = nil, nil end
-        if status ~= 0 then throw(ffi.string(C.em_last_error())) end
+        I.check(status)
       end
     end
   end
@@ -290,7 +290,7 @@ function Adam:step()
         self.decoupled and 1 or 0, s, g.maximize and 1 or 0)
       release_grads(grads, k)
       for i = 0, k - 1 do params[i], ms[i], vs[i] = nil, nil, nil end
-      if status ~= 0 then throw(ffi.string(C.em_last_error())) end
+      I.check(status)
     end
   end
 end

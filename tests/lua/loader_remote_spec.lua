@@ -10,7 +10,7 @@ local json = require 'ember.util.json'
 local data = ember.data
 
 local function loader(opts)
-  local l = data.Loader(opts)
+  local l = data.ReaderLoader(opts)
   F.defer(function() l:close() end)
   return l
 end

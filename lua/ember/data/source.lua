@@ -1,4 +1,4 @@
--- ember.data.source: what a data pipeline reads, and how a batch of it is made.
+-- ember.data.source: what a loader's readers read, and how a batch of it is made.
 --
 -- A dataset spec is plain data (it travels to reader processes as JSON):
 --   'fashion-mnist' | 'mnist'          built-in IDX datasets; options {train =, root =, limit =}
@@ -258,7 +258,7 @@ function M.open_source(d)
   local text = lines(paths)
   o.paths = text
   local pbox = ffi.new('em_source *[1]')
-  if C.em_source_open(pbox, o) ~= 0 then throw(ffi.string(C.em_last_error())) end
+  if C.em_source_open(pbox, o) ~= 0 then I.raise() end
   local src = ffi.gc(pbox[0], C.em_source_free)
   keep = nil
   return setmetatable({ src = src, n = tonumber(C.em_source_size(src)), format = d.format }, Source)
@@ -270,7 +270,7 @@ function Source:size() return self.n end
 function Source:describe(aug, rows)
   local descs = ffi.new('em_tensor_desc[2]')
   local nd = C.em_source_describe(self.src, aug, rows, descs)
-  if nd < 0 then throw(ffi.string(C.em_last_error())) end
+  if nd < 0 then I.raise() end
   return descs, nd
 end
 
@@ -278,7 +278,7 @@ end
 function Source:get(i, rng, aug)
   local xb, yb = ffi.new('em_tensor *[1]'), ffi.new('em_tensor *[1]')
   local st = C.em_source_get(self.src, i, 1, aug, rng, xb, yb)
-  if st ~= 0 then throw(ffi.string(C.em_last_error())) end
+  I.check(st)
   local s = { x = wrap(xb[0]) }
   if yb[0] ~= nil then s.y = wrap(yb[0]):item() end
   return s
@@ -351,7 +351,7 @@ function Producer:produce_source(job)
   if not self.descs then self.descs = ffi.new('em_tensor_desc[2]') end
   local descs = self.descs
   local nd = C.em_source_describe(self.source.src, self.aug, job.n, descs)
-  if nd < 0 then error(ffi.string(C.em_last_error()), 0) end
+  if nd < 0 then I.raise(0) end
   local t = job.alloc(nd, descs)
   if not self.kept_cap or self.kept_cap < job.n then
     self.kept_cap = job.n
@@ -362,8 +362,8 @@ function Producer:produce_source(job)
   self.skipped[0] = 0
   local st = C.em_source_fill(self.source.src, job.ids, job.n, 1, self.aug, job.seed, job.epoch, t[0], nd > 1 and t[1] or nil,
     job.skip_bad and 1 or 0, self.kept, kept_ids, self.skipped, self.times)
-  if st ~= 0 then error(ffi.string(C.em_last_error()), 0) end
-  local bad = self.skipped[0] > 0 and ffi.string(C.em_last_error()) or nil
+  if st ~= 0 then I.raise(0) end
+  local bad = self.skipped[0] > 0 and I.last_error() or nil
   return tonumber(self.kept[0]), kept_ids, tonumber(self.skipped[0]), self.times, bad, t
 end
 
@@ -469,7 +469,7 @@ function Producer:produce_lua(job)
           error(string.format("sample %d: field '%s' is %s, the first sample's was a tensor or number", id, name,
             describe(v)), 0)
         end
-        if st ~= 0 then error(string.format("sample %d: field '%s': %s", id, name, ffi.string(C.em_last_error())), 0) end
+        if st ~= 0 then error(string.format("sample %d: field '%s': %s", id, name, I.last_error()), 0) end
       end
       kept_ids[kept] = id
       kept = kept + 1

@@ -1,7 +1,7 @@
 -- ember.data.worker: the reader process, `ember reader`.
 --
 --   ember reader --connect tcp://HOST:PORT [--connect ...] PIPELINE.yaml [key.path=value ...]
---   ember reader --connect ipc://... --spec SPEC.json --parent PID     (started by a Loader)
+--   ember reader --connect ipc://... --spec SPEC.json --parent PID     (started by a ReaderLoader)
 --
 -- A reader loads the dataset the pipeline's `data:` section names (paths are this host's),
 -- connects to the trainers, and then serves leases until it is stopped: each lease is a
@@ -21,6 +21,7 @@ local json = require 'ember.util.json'
 local source = require 'ember.data.source'
 
 local C = ember.C
+local I = require 'ember.internal'
 local M = {}
 
 local usage = [[
@@ -95,7 +96,7 @@ local function parse_args(argv)
   return a
 end
 
--- What to read and how, from a Loader's spec file or a pipeline's data: section.
+-- What to read and how, from a ReaderLoader's spec file or a pipeline's data: section.
 local function load_config(a)
   if a.spec then
     local cfg = json.decode(read_file(a.spec))
@@ -131,14 +132,14 @@ local function serve(reader, producer, name)
   end
   local job = {
     alloc = function(nd, descs)
-      if C.em_reader_alloc(reader, lease, nd, descs, tensors) ~= 0 then error(ffi.string(C.em_last_error()), 0) end
+      if C.em_reader_alloc(reader, lease, nd, descs, tensors) ~= 0 then I.raise(0) end
       held = nd
       return tensors
     end,
   }
   while true do
     C.em_reader_next(reader, lease, 1.0)
-    if lease.status == 2 then return ffi.string(C.em_last_error()) end
+    if lease.status == 2 then return I.last_error() end
     if lease.status == 1 then
       job.ids, job.n, job.seed, job.epoch, job.skip_bad = lease.ids, tonumber(lease.n), lease.seed, lease.epoch,
         lease.skip_bad ~= 0
@@ -150,7 +151,7 @@ local function serve(reader, producer, name)
       else
         st = C.em_reader_send_error(reader, lease, string.format('%s: %s', name, tostring(kept)))
       end
-      if st ~= 0 then io.stderr:write('ember reader: ', ffi.string(C.em_last_error()), '\n') end
+      if st ~= 0 then io.stderr:write('ember reader: ', I.last_error(), '\n') end
     end
   end
 end
@@ -184,7 +185,7 @@ function M.main(argv)
   o.curve_server_key, o.curve_public_key, o.curve_secret_key = server_key, pub, sec
   rawset(_G, 'ember', rawget(_G, 'ember') or ember)   -- dataset files may use the global, as scripts do
   local rbox = ffi.new('em_reader *[1]')
-  if C.em_reader_create(rbox, o) ~= 0 then return fail(ffi.string(C.em_last_error())) end
+  if C.em_reader_create(rbox, o) ~= 0 then return fail(I.last_error()) end
   local reader = rbox[0]
   local producer
   ok, producer = pcall(source.open, spec)

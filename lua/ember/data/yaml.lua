@@ -1,4 +1,4 @@
--- ember.data.yaml: the data pipeline's keys in a pipeline file's `data:` section, and the
+-- ember.data.yaml: the reader loader's keys in a pipeline file's `data:` section, and the
 -- loader a train job gets from them.
 --
 --   data:
@@ -110,7 +110,7 @@ function M.train_loader(cfg, rank, world_size)
     curve = { public_key = pub, secret_key = sec, clients = d.curve.clients }
   end
   local data = require('ember').data
-  local loader = data.Loader {
+  local loader = data.ReaderLoader {
     dataset = spec.dataset, dataset_options = spec.options, transforms = spec.transforms,
     batch_size = d.batch_size, shuffle = d.shuffle, seed = d.seed or cfg.seed, drop_last = d.drop_last,
     rank = rank, world_size = world_size, remainder = d.remainder, num_workers = d.workers, endpoint = d.endpoint,

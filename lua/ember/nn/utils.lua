@@ -41,7 +41,7 @@ local C = I.C
     for i = 0, n - 1 do
       if grads[i] ~= nil then C.em_tensor_release(grads[i]) end
     end
-    if status ~= 0 then throw(ffi.string(C.em_last_error())) end
+    I.check(status)
     return total_out[0]
   end
 

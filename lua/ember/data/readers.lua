@@ -1,7 +1,7 @@
--- ember.data.pipeline: what the ZeroMQ data pipeline adds to ember.data (lua/ember/data.lua
+-- ember.data.readers: what the reader processes (ZeroMQ) add to ember.data (lua/ember/data.lua
 -- looks keys up here on first use):
 --
---   data.Loader{...}                       batches from reader processes (data/loader.lua)
+--   data.ReaderLoader{...}                 batches from reader processes (data/loader.lua)
 --   data.source(spec)                      a built-in format as a dataset: size(), get(i, rng)
 --   data.sample_rng(seed, epoch, id)       a sample's generator, as datasets receive it
 --   data.transforms.apply(img, list, rng)  random_crop, center_crop, flip, normalise in C
@@ -25,8 +25,8 @@ local describe = I.describe_value
 
 local P = {}
 
-P.Loader = loader.new
-P.Loader_class = loader.Loader_class
+P.ReaderLoader = loader.new
+P.ReaderLoader_class = loader.Loader_class
 P.sample_rng = source.sample_rng
 P.curve_keypair = loader.curve_keypair
 
@@ -80,7 +80,7 @@ T.normalize = T.normalise
 P.npy = {
   read = function(path) return new_tensor(C.em_data_read_npy(box, path)) end,
   write = function(path, t)
-    if C.em_data_write_npy(path, t) ~= 0 then throw(ffi.string(C.em_last_error())) end
+    if C.em_data_write_npy(path, t) ~= 0 then I.raise() end
   end,
 }
 
