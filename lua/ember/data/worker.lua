@@ -97,14 +97,16 @@ local function parse_args(argv)
 end
 
 -- What to read and how, from a ReaderLoader's spec file or a pipeline's data: section.
-local function load_config(a)
+-- Pipeline files belong to the job layer, which passes load_pipeline(path, overrides) ->
+-- the file's config (lua/ember/pipeline/reader.lua); the library never requires it.
+local function load_config(a, load_pipeline)
   if a.spec then
     local cfg = json.decode(read_file(a.spec))
     return cfg.spec, cfg
   end
   if not a.pipeline then error('expected a pipeline file (or --spec)', 0) end
-  local pipeline = require 'ember.pipeline'
-  local ok, cfg = pcall(pipeline.load, a.pipeline, a.overrides)
+  if not load_pipeline then error('reading a pipeline file needs the job layer (ember.pipeline.reader)', 0) end
+  local ok, cfg = pcall(load_pipeline, a.pipeline, a.overrides)
   if not ok then error(type(cfg) == 'table' and cfg.message or tostring(cfg), 0) end
   local yaml = require 'ember.data.yaml'
   local spec = yaml.spec_of(cfg.data, cfg)
@@ -156,7 +158,7 @@ local function serve(reader, producer, name)
   end
 end
 
-function M.main(argv)
+function M.main(argv, load_pipeline)
   local ok, a = pcall(parse_args, argv or {})
   if not ok then return fail(a) end
   if a.help then
@@ -165,7 +167,7 @@ function M.main(argv)
   end
   if #a.connect == 0 then return fail('expected --connect ENDPOINT (see ember reader --help)') end
   local spec, cfg
-  ok, spec, cfg = pcall(load_config, a)
+  ok, spec, cfg = pcall(load_config, a, load_pipeline)
   if not ok then return fail(tostring(spec)) end
   local host = libc.hostname() or 'host'
   local name = a.name or string.format('%s:%d', host, tonumber(C.em_process_self()))
