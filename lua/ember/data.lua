@@ -281,20 +281,17 @@ function DataLoader:num_batches()
   return self.drop_last and math.floor(m / self.batch_size) or math.ceil(m / self.batch_size)
 end
 
--- The sample ids (1-based int64) of epoch e for this rank, in delivery order.
+-- The sample ids (1-based int64) of epoch e for this rank, in delivery order: the runtime's
+-- epoch plan (em_data_epoch_plan), the one rule every ember loader follows.
 function DataLoader:plan(e)
-  local n = self.dataset:size()
-  local ids
-  if self.shuffle then
-    ids = new_tensor(C.em_data_randperm(box, n, self.seed, e, 1))
-  else
-    ids = ember.arange(1, n + 1, { dtype = 'int64' })
-  end
-  if self.world_size > 1 then
-    local per = math.floor(n / self.world_size)
-    ids = ids:narrow(1, 1, per * self.world_size):view(per, self.world_size):select(2, self.rank + 1):contiguous()
-  end
-  return ids
+  return new_tensor(C.em_data_epoch_plan(box, self.dataset:size(), self.seed, e, self.shuffle and 1 or 0, self.rank,
+    self.world_size, 0, 1))
+end
+
+-- Epoch e + 1's plan is made on a runtime thread while epoch e is delivered.
+function DataLoader:plan_ahead(e)
+  I.check(C.em_data_epoch_plan_ahead(self.dataset:size(), self.seed, e, self.shuffle and 1 or 0, self.rank,
+    self.world_size, 0, 1))
 end
 
 local function stack_samples(ds, ids)
@@ -315,6 +312,7 @@ end
 function DataLoader:epoch(e)
   need_int('DataLoader:epoch', 'the epoch', e, 0)
   local ids = self:plan(e)
+  self:plan_ahead(e + 1)
   local m = ids.shape[1]
   local pos = 0
   if self._resume and self._resume.epoch == e then pos = self._resume.position end
