@@ -42,18 +42,11 @@ local function recording(a, b)
 end
 I.recording = recording
 
--- In-place writes cannot be recorded: refused while recording when the target (or the
--- value written into it) requires grad, as the runtime's em_ag_check_inplace does.
+-- In-place writes cannot be recorded: the runtime's rule (em_check_inplace), called here
+-- with the name the user wrote (fill_, t[{...}] = v) before the C call checks it again under
+-- its own name.
 local function check_inplace(op, t, src)
-  if C.em_grad_enabled() == 0 then return end
-  if C.em_requires_grad(t) ~= 0 then
-    throw(string.format('%s: in-place operation on a tensor that requires grad%s; run it inside no_grad() or on a ' ..
-      'detached copy', op, C.em_is_leaf(t) ~= 0 and ' (a leaf)' or ''))
-  end
-  if is_tensor(src) and C.em_requires_grad(src) ~= 0 then
-    throw(string.format('%s: an in-place operation cannot record gradients for its operand that requires grad; ' ..
-      'use the out-of-place form', op))
-  end
+  if C.em_check_inplace(op, t, is_tensor(src) and src or nil) ~= 0 then throw(U.last_error()) end
 end
 I.check_inplace = check_inplace
 

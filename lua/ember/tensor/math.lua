@@ -40,8 +40,9 @@ local function binary(op, name, a, b)
 end
 I.binary = binary
 
+-- In-place forms: the runtime refuses writes autograd cannot follow (em_check_inplace),
+-- naming them as Lua does (add_, exp_, clamp_).
 local function binary_(op, name, t, b)
-  check_inplace(name, t, b)
   if type(b) == 'boolean' then b = b and 1 or 0 end
   if type(b) == 'number' then return done(C.em_binary_scalar(op, into(t), t, b, 0), t) end
   if is_tensor(b) then return done(C.em_binary(op, into(t), t, b), t) end
@@ -123,7 +124,6 @@ for name, op in pairs(UNOPS) do
   if name ~= 'logical_not' then
     local iname = name .. '_'
     Tensor[iname] = function(t)
-      check_inplace(iname, t)
       return done(C.em_unary(op, into(t), t), t)
     end
   end
@@ -165,7 +165,6 @@ function Tensor.clamp(t, low, high)
   return new_tensor(C.em_ag_clamp(box, t, bound('clamp', low, 1), bound('clamp', high, 2)))
 end
 function Tensor.clamp_(t, low, high)
-  check_inplace('clamp_', t)
   return done(C.em_clamp(into(t), t, bound('clamp_', low, 1), bound('clamp_', high, 2)), t)
 end
 function Tensor.clamp_min(t, low) return new_tensor(C.em_ag_clamp(box, t, need_number('clamp_min', low, 1), NAN)) end
@@ -300,29 +299,20 @@ function Tensor.topk(t, k, dim, largest)
 end
 
 -- ---------------------------------------------------------------- linear algebra
--- While recording, mm/bmm/mv/dot/outer go through em_ag_matmul (the only recorded
--- product) after the rank checks that their own runtime functions would make; so they
--- do under autocast (ember.amp), whose cast policy em_ag_matmul applies.
-local function linalg(name, fn, ranks)
+-- The runtime's recorded forms: mm/bmm/mv/dot/outer check their operands' ranks and record
+-- through em_ag_matmul while recording or under autocast (ember.amp).
+local function linalg(name, fn)
   Tensor[name] = function(a, b)
     need_tensor(name, b, 1)
-    if ranks and (recording(a, b) or C.em_autocast_is_enabled(-1) ~= 0) then
-      local na, nb = C.em_tensor_ndim(a), C.em_tensor_ndim(b)
-      if na ~= ranks[1] or nb ~= ranks[2] then
-        throw(string.format('%s: expected %d-d and %d-d tensors, got %d-d and %d-d', name, ranks[1], ranks[2], na, nb))
-      end
-      if name == 'outer' then return Tensor.matmul(Tensor.unsqueeze(a, 2), Tensor.unsqueeze(b, 1)) end
-      return new_tensor(C.em_ag_matmul(box, a, b))
-    end
     return new_tensor(C[fn](box, a, b))
   end
 end
 linalg('matmul', 'em_ag_matmul')
-linalg('mm', 'em_mm', { 2, 2 })
-linalg('bmm', 'em_bmm', { 3, 3 })
-linalg('mv', 'em_mv', { 2, 1 })
-linalg('dot', 'em_dot', { 1, 1 })
-linalg('outer', 'em_outer', { 1, 1 })
+linalg('mm', 'em_ag_mm')
+linalg('bmm', 'em_ag_bmm')
+linalg('mv', 'em_ag_mv')
+linalg('dot', 'em_ag_dot')
+linalg('outer', 'em_ag_outer')
 
 -- c:addmm(a, b [, {beta = 1, alpha = 1}]) or c:addmm(a, b, beta, alpha):
 -- beta * c + alpha * (a @ b).
