@@ -39,7 +39,7 @@ local ffi = require 'ffi'
 local M = {}   -- init.lua puts these in ember
 local I = require 'ember.internal'
 local C = I.C
-local throw, check, describe, is_tensor = I.throw, I.check, I.describe, I.is_tensor
+local throw, describe, is_tensor = I.throw, I.describe, I.is_tensor
 local check_opts, option_set, arg_error = I.check_opts, I.option_set, I.arg_error
 local unpack = unpack or table.unpack
 

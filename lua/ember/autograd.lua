@@ -50,7 +50,7 @@ local create = require 'ember.tensor.create'
 local C, Tensor = I.C, I.Tensor
 local throw, check, wrap, describe = I.throw, I.check, I.wrap, I.describe
 local is_tensor, arg_error, check_opts, option_set = I.is_tensor, I.arg_error, I.check_opts, I.option_set
-local new_tensor, box = I.new, I.box
+local box = I.box
 local properties, setters = I.properties, I.setters
 
 local autograd = {}

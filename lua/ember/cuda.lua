@@ -162,8 +162,8 @@ Stream.__index = Stream
 local streams_by_ptr = setmetatable({}, { __mode = 'v' })
 local default_streams = {}
 -- Per device, the stream set current by this (single-threaded) Lua state: kept alive
--- while current.
-local current_refs = {}
+-- while current (written only: holding is its job).
+local current_refs = {}   -- luacheck: ignore 241
 
 local function ptr_key(p) return tostring(ffi.cast('uintptr_t', p)) end
 

@@ -137,7 +137,9 @@ end
 -- listed. Every rank must call it, members or not; on non-members g:rank() is -1.
 function dist.new_group(ranks, opts)
   check_opts('new_group', opts, option_set('group'), 2)
-  if type(ranks) ~= 'table' or #ranks == 0 then throw('new_group: expected a list of ranks, got ' .. describe(ranks)) end
+  if type(ranks) ~= 'table' or #ranks == 0 then
+    throw('new_group: expected a list of ranks, got ' .. describe(ranks))
+  end
   local arr = ffi.new('int[?]', #ranks)
   for i, r in ipairs(ranks) do
     if type(r) ~= 'number' or r ~= math.floor(r) then
@@ -304,7 +306,9 @@ local function p2p(op, fn, t, peer, opts)
     throw(string.format('%s: expected a rank (0-based integer) for argument 2, got %s', op, describe(peer)))
   end
   local tag = opts and opts.tag or 0
-  if type(tag) ~= 'number' or tag ~= math.floor(tag) then throw(op .. ': tag must be an integer, got ' .. describe(tag)) end
+  if type(tag) ~= 'number' or tag ~= math.floor(tag) then
+    throw(op .. ': tag must be an integer, got ' .. describe(tag))
+  end
   return finish(op, opts, op == 'recv' and t or nil, fn(group_ptr(op, opts and opts.group), t, peer, tag, wb(opts)))
 end
 

@@ -40,8 +40,6 @@ local function need_number(op, name, x)
   return x
 end
 
-local CPU = ffi.new('em_device', { C.EM_CPU, 0 })
-
 local function flag(op, name, x, default)
   if x == nil then return default end
   if type(x) ~= 'boolean' then throw(string.format('%s: %s must be true or false, got %s', op, name, describe(x))) end

@@ -144,7 +144,9 @@ function I.need_int(op, name, x, min)
 end
 
 function I.need_bool(op, name, x)
-  if type(x) ~= 'boolean' then throw(string.format('%s: %s must be true or false, got %s', op, name, describe_value(x))) end
+  if type(x) ~= 'boolean' then
+    throw(string.format('%s: %s must be true or false, got %s', op, name, describe_value(x)))
+  end
   return x
 end
 
@@ -180,7 +182,8 @@ end
 
 -- opts may be nil (no options); n is its argument position, for the message. Returns
 -- opts, or a shared read-only empty table when it is nil.
-local NO_OPTS = setmetatable({}, { __newindex = function() error('ember.internal: the empty options table is read-only', 2) end })
+local NO_OPTS = setmetatable({},
+  { __newindex = function() error('ember.internal: the empty options table is read-only', 2) end })
 function I.check_opts(op, opts, allowed, n)
   if opts == nil then return NO_OPTS end
   if type(opts) ~= 'table' then arg_error(op, n or 1, 'an options table', opts) end

@@ -61,7 +61,9 @@ function M.save(path, tensors, opts)
     throw('save: metadata must be a table of string = string, got ' .. describe(metadata))
   end
   local keys = sorted_keys(metadata, function(k, v)
-    if type(k) ~= 'string' then throw(string.format('save: metadata keys must be strings, got the key %s', key_text(k))) end
+    if type(k) ~= 'string' then
+      throw(string.format('save: metadata keys must be strings, got the key %s', key_text(k)))
+    end
     if type(v) ~= 'string' then
       throw(string.format("save: metadata value for '%s' must be a string (safetensors metadata holds text; "
         .. "use tostring), got %s", k, describe(v)))

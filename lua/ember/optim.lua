@@ -89,7 +89,9 @@ end
 -- as the user wrote it (SGD, not sgd).
 local function need_numbers(op, g, names)
   for _, name in ipairs(names) do
-    if type(g[name]) ~= 'number' then throw(string.format('%s: %s must be a number, got %s', op, name, describe(g[name]))) end
+    if type(g[name]) ~= 'number' then
+      throw(string.format('%s: %s must be a number, got %s', op, name, describe(g[name])))
+    end
   end
 end
 

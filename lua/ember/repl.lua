@@ -164,7 +164,9 @@ local function field_sources(v, methods_only)
   if is_tensor(v) then
     local ember = package.loaded.ember
     sources[1] = ember.Tensor
-    if not methods_only and type(require('ember.tensor.core').properties) == 'table' then sources[2] = require('ember.tensor.core').properties end
+    if not methods_only and type(require('ember.tensor.core').properties) == 'table' then
+      sources[2] = require('ember.tensor.core').properties
+    end
     return sources
   end
   local getmt = debug and debug.getmetatable or getmetatable

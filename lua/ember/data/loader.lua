@@ -66,14 +66,18 @@ local OPTS = { dataset = true, dataset_options = true, transforms = true, batch_
 local function int_opt(op, opts, name, default, min)
   local v = opts[name]
   if v == nil then return default end
-  if not is_int(v) or v < min then throw(string.format('%s: %s must be an integer >= %d, got %s', op, name, min, describe(v))) end
+  if not is_int(v) or v < min then
+    throw(string.format('%s: %s must be an integer >= %d, got %s', op, name, min, describe(v)))
+  end
   return v
 end
 
 local function num_opt(op, opts, name, default)
   local v = opts[name]
   if v == nil then return default end
-  if type(v) ~= 'number' or not (v > 0) then throw(string.format('%s: %s must be a number > 0, got %s', op, name, describe(v))) end
+  if type(v) ~= 'number' or not (v > 0) then
+    throw(string.format('%s: %s must be a number > 0, got %s', op, name, describe(v)))
+  end
   return v
 end
 
@@ -110,10 +114,13 @@ end
 local function endpoint_list(op, v)
   if v == nil then return nil end
   if type(v) == 'string' then v = { v } end
-  if type(v) ~= 'table' or #v == 0 then throw(op .. ': endpoint must be a string or a list of them, got ' .. describe(v)) end
+  if type(v) ~= 'table' or #v == 0 then
+    throw(op .. ': endpoint must be a string or a list of them, got ' .. describe(v))
+  end
   for _, e in ipairs(v) do
     if type(e) ~= 'string' or not e:match('^%a+://') then
-      throw(op .. ": endpoints look like 'tcp://127.0.0.1:5555' (or tcp://127.0.0.1:* for any port), got " .. describe(e))
+      throw(op .. ": endpoints look like 'tcp://127.0.0.1:5555' (or tcp://127.0.0.1:* for any port), got " ..
+        describe(e))
     end
   end
   return table.concat(v, ',')
@@ -123,7 +130,9 @@ function M.new(opts)
   local op = 'ReaderLoader'
   if type(opts) ~= 'table' then throw('ReaderLoader: expected an options table, got ' .. describe(opts)) end
   I.check_opts(op, opts, OPTS)
-  if opts.dataset == nil then throw('ReaderLoader: dataset is required (a built-in name, a .lua file or {format = ...})') end
+  if opts.dataset == nil then
+    throw('ReaderLoader: dataset is required (a built-in name, a .lua file or {format = ...})')
+  end
   local self = setmetatable({
     batch_size = int_opt(op, opts, 'batch_size', 1, 1),
     shuffle = bool_opt(op, opts, 'shuffle', false),
@@ -139,13 +148,16 @@ function M.new(opts)
     _epoch = 0, _position = 0,
   }, Loader)
   if self.rank >= self.world_size then
-    throw(string.format('ReaderLoader: rank %d out of range for world_size %d (ranks count from 0)', self.rank, self.world_size))
+    throw(string.format('ReaderLoader: rank %d out of range for world_size %d (ranks count from 0)', self.rank,
+      self.world_size))
   end
   local endpoints = endpoint_list(op, opts.endpoint)
   local in_process = self.num_workers == 0 and not endpoints
   local spec
   if type(opts.dataset) == 'table' and opts.dataset.format == nil then   -- a dataset object
-    if not in_process then throw('ReaderLoader: readers load the dataset themselves: give a .lua file or a format spec, not a table') end
+    if not in_process then
+      throw('ReaderLoader: readers load the dataset themselves: give a .lua file or a format spec, not a table')
+    end
     spec = { dataset = opts.dataset, transforms = opts.transforms, kind = 'object' }
     source.augment(opts.transforms)
   else
@@ -285,7 +297,9 @@ function Loader:_mark(k)
   local it = self._items_list
   if not it then return end
   self._done_items[k] = true
-  while self._next_undone <= #it and self._done_items[self._next_undone] do self._next_undone = self._next_undone + 1 end
+  while self._next_undone <= #it and self._done_items[self._next_undone] do
+    self._next_undone = self._next_undone + 1
+  end
   if self._next_undone > #it then
     self._epoch, self._position, self._done = self._cur_epoch + 1, 0, nil
     self._items_list = nil
@@ -518,14 +532,17 @@ function Loader:load_state(s)
   local op = 'ReaderLoader:load_state'
   if type(s) ~= 'table' then throw(op .. ': expected a table from state(), got ' .. describe(s)) end
   for _, k in ipairs { 'seed', 'epoch', 'position' } do
-    if not is_int(s[k]) or s[k] < 0 then throw(string.format('%s: %s must be an integer >= 0, got %s', op, k, describe(s[k]))) end
+    if not is_int(s[k]) or s[k] < 0 then
+      throw(string.format('%s: %s must be an integer >= 0, got %s', op, k, describe(s[k])))
+    end
   end
   if s.num_samples ~= nil and s.num_samples ~= self:num_samples() then
     throw(string.format('%s: the state was saved for %d samples per epoch, this loader has %d', op, s.num_samples,
       self:num_samples()))
   end
   if s.position > self:num_samples() then
-    throw(string.format('%s: position %d is past the end of the epoch (%d samples)', op, s.position, self:num_samples()))
+    throw(string.format('%s: position %d is past the end of the epoch (%d samples)', op, s.position,
+      self:num_samples()))
   end
   if s.done ~= nil and type(s.done) ~= 'table' then throw(op .. ': done must be a list of {position, count}') end
   self.seed = s.seed

@@ -44,7 +44,9 @@ end
 -- source(spec [, transforms]): a dataset over a built-in format (or a built-in name).
 function P.source(spec, transforms)
   local s = source.normalise(spec, nil, transforms)
-  if type(s.dataset) ~= 'table' then throw('source: expected a built-in format spec or name, got ' .. describe(spec)) end
+  if type(s.dataset) ~= 'table' then
+    throw('source: expected a built-in format spec or name, got ' .. describe(spec))
+  end
   local src = source.open_source(s.dataset)
   local aug = source.augment(transforms)
   return { size = function() return src:size() end, get = function(_, i, rng) return src:get(i, rng, aug) end,
@@ -99,7 +101,8 @@ P.jpeg = {
     return ffi.string(t:data_ptr(), t:numel())
   end,
   decode = function(bytes, channels)
-    local p, n, keep = bytes_of(bytes)
+    -- keep holds what p points into until the call returns
+    local p, n, keep = bytes_of(bytes)   -- luacheck: ignore 231
     local t = new_tensor(C.em_data_jpeg_decode(box, p, n, channels or 0, 'jpeg.decode'))
     keep = nil
     return t
@@ -141,7 +144,7 @@ P.tfrecord = {
     table.sort(names)
     local entries = {}
     for _, k in ipairs(names) do
-      local v, feature = features[k], nil
+      local v, feature = features[k]
       if type(v) == 'string' then
         feature = field(1, 2, field(1, 2, v))
       else

@@ -93,7 +93,9 @@ function M.augment(list)
       name, v = t, true
     elseif type(t) == 'table' then
       name, v = next(t)
-      if next(t, name) ~= nil then throw(string.format('transforms[%d]: one transform per entry, got several keys', i)) end
+      if next(t, name) ~= nil then
+        throw(string.format('transforms[%d]: one transform per entry, got several keys', i))
+      end
     end
     local op = string.format('transforms[%d] (%s)', i, tostring(name))
     if name == 'random_crop' or name == 'center_crop' then
@@ -106,7 +108,9 @@ function M.augment(list)
       a.pad, a.random_crop = pad, name == 'random_crop' and 1 or 0
     elseif name == 'flip' then
       local p = v == true and 0.5 or v
-      if type(p) ~= 'number' or p < 0 or p > 1 then throw(op .. ': expected a probability in [0, 1] or true, got ' .. describe(v)) end
+      if type(p) ~= 'number' or p < 0 or p > 1 then
+        throw(op .. ': expected a probability in [0, 1] or true, got ' .. describe(v))
+      end
       a.flip_p = p
     elseif name == 'normalise' or name == 'normalize' then
       a.normalise = 1
@@ -124,8 +128,8 @@ function M.augment(list)
     elseif name == 'rgb' then
       a.channels = 3
     else
-      throw(string.format('transforms[%d]: unknown transform %s (expected random_crop, center_crop, flip, normalise, ' ..
-        'grayscale or rgb)', i, describe(name)))
+      throw(string.format('transforms[%d]: unknown transform %s (expected random_crop, center_crop, flip, ' ..
+        'normalise, grayscale or rgb)', i, describe(name)))
     end
   end
   return a
@@ -187,7 +191,9 @@ function M.normalise(dataset, options, transforms)
     spec.kind = 'lua:' .. dataset:match('([^/]+)$')
   elseif type(dataset) == 'table' and type(dataset.format) == 'string' then
     local keys = FORMAT_KEYS[dataset.format]
-    if not keys then throw(string.format("dataset: unknown format '%s' (expected idx, npy, tfrecord, jpeg)", dataset.format)) end
+    if not keys then
+      throw(string.format("dataset: unknown format '%s' (expected idx, npy, tfrecord, jpeg)", dataset.format))
+    end
     for k in pairs(dataset) do
       if not keys[k] and not COMMON_KEYS[k] then
         throw(string.format("dataset (%s): unknown key '%s'", dataset.format, tostring(k)))
@@ -219,7 +225,8 @@ end
 
 function M.open_source(d)
   local o = ffi.new('em_source_options')
-  local keep = {}   -- strings and arrays the options point to, alive until the call returns
+  -- strings and arrays the options point to, alive until the call returns
+  local keep = {}   -- luacheck: ignore 241
   o.format = d.format
   o.limit = d.limit or 0
   o.label_offset = d.label_offset or 1
@@ -253,14 +260,16 @@ function M.open_source(d)
   end
   if type(paths) ~= 'table' or #paths == 0 then throw('dataset (' .. d.format .. '): no files given') end
   for _, p in ipairs(paths) do
-    if type(p) ~= 'string' then throw('dataset (' .. d.format .. '): file paths must be strings, got ' .. describe(p)) end
+    if type(p) ~= 'string' then
+      throw('dataset (' .. d.format .. '): file paths must be strings, got ' .. describe(p))
+    end
   end
   local text = lines(paths)
   o.paths = text
   local pbox = ffi.new('em_source *[1]')
   if C.em_source_open(pbox, o) ~= 0 then I.raise() end
   local src = ffi.gc(pbox[0], C.em_source_free)
-  keep = nil
+  keep = nil   -- luacheck: ignore 311
   return setmetatable({ src = src, n = tonumber(C.em_source_size(src)), format = d.format }, Source)
 end
 
@@ -300,7 +309,8 @@ local function load_lua_dataset(path, options)
     ok, ds = pcall(ds, options or {})
     if not ok then throw(string.format("dataset '%s': %s", path, tostring(ds))) end
   end
-  if type(ds) ~= 'table' or type(ds.size) ~= 'function' or (type(ds.get) ~= 'function' and type(ds.get_batch) ~= 'function') then
+  if type(ds) ~= 'table' or type(ds.size) ~= 'function' or
+      (type(ds.get) ~= 'function' and type(ds.get_batch) ~= 'function') then
     throw(string.format("dataset '%s': expected a table with size() and get(index, rng), got %s", path, describe(ds)))
   end
   return ds
@@ -360,7 +370,8 @@ function Producer:produce_source(job)
   local kept_ids = self.kept_buf
   ffi.fill(self.times, ffi.sizeof('em_stage_times'))
   self.skipped[0] = 0
-  local st = C.em_source_fill(self.source.src, job.ids, job.n, 1, self.aug, job.seed, job.epoch, t[0], nd > 1 and t[1] or nil,
+  local st = C.em_source_fill(self.source.src, job.ids, job.n, 1, self.aug, job.seed, job.epoch, t[0],
+    nd > 1 and t[1] or nil,
     job.skip_bad and 1 or 0, self.kept, kept_ids, self.skipped, self.times)
   if st ~= 0 then I.raise(0) end
   local bad = self.skipped[0] > 0 and I.last_error() or nil

@@ -51,7 +51,8 @@ function M.read_keys(path)
   local text = read_file(path)
   local pub, sec = text:match('public:%s*(%S+)'), text:match('secret:%s*(%S+)')
   if not pub or not sec or #pub ~= 40 or #sec ~= 40 then
-    error(string.format("'%s' is not a key file (expected lines 'public: <40 Z85 characters>' and 'secret: ...')", path), 0)
+    error(string.format("'%s' is not a key file (expected lines 'public: <40 Z85 characters>' and 'secret: ...')",
+      path), 0)
   end
   return pub, sec
 end

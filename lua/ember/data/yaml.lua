@@ -23,7 +23,9 @@ local function source_check(v)
   local ok, err = pcall(function()
     local source = require 'ember.data.source'
     if type(v) == 'string' then
-      if not v:match('%.lua$') then error("expected a .lua dataset file or a {format: ...} mapping, got '" .. v .. "'", 0) end
+      if not v:match('%.lua$') then
+        error("expected a .lua dataset file or a {format: ...} mapping, got '" .. v .. "'", 0)
+      end
     else
       source.normalise(v, nil, nil)
     end
@@ -92,7 +94,9 @@ function M.spec_of(d, cfg)
     if norm ~= nil and norm ~= false then   -- the DataLoader's `normalise`, as a transform
       local has = false
       for _, t in ipairs(transforms) do has = has or (type(t) == 'table' and (t.normalise or t.normalize)) end
-      if not has then transforms[#transforms + 1] = { normalise = norm == true and true or { mean = norm.mean, std = norm.std } } end
+      if not has then
+        transforms[#transforms + 1] = { normalise = norm == true and true or { mean = norm.mean, std = norm.std } }
+      end
     end
   end
   return source.normalise(dataset, options, #transforms > 0 and transforms or nil)

@@ -57,7 +57,9 @@ M.schema = {
     cache = S.path { optional = true, doc = "the graph in ember's format, reused while up to date" },
     reorder = S.enum({ 'degree', 'none' }, { default = 'degree', doc = "the CSR's internal vertex order" }),
   }, { check = function(g)
-    if g.generate and g.input then return 'expected one of generate: or input:, got both (an override can clear one: graph.input=null)' end
+    if g.generate and g.input then
+      return 'expected one of generate: or input:, got both (an override can clear one: graph.input=null)'
+    end
     if not g.generate and not g.input then return 'expected one of generate: or input:, got neither' end
     if g.input and g.cache and g.cache == g.input.path then return 'cache is the input file itself' end
   end }),

@@ -166,7 +166,8 @@ mt.__newindex = function(t, k, v)
   if type(k) == 'table' then return I.index_set(t, k, v) end
   local s = setters[k]
   if s then return s(t, v) end
-  throw(string.format("tensor: cannot set field '%s' (use t[i] = value or t[{i, j}] = value to assign elements)", tostring(k)))
+  throw(string.format("tensor: cannot set field '%s' (use t[i] = value or t[{i, j}] = value to assign elements)",
+    tostring(k)))
 end
 
 mt.__len = function(t)
