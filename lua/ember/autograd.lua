@@ -16,22 +16,23 @@
 -- Every differentiable Tensor method records on the tape: the tensor library calls the
 -- em_ag_* forms of the runtime's ops, which cost nothing when no input requires grad.
 --
--- Changes made for this in the tensor library (tensor*.lua, owned by the tensor-library
--- engineer; nnlua, 2026-11-29), all small:
---   tensor.lua         I.recording(a, b), I.check_inplace(op, t, src), I.no_backward(op, t)
---   tensor_math.lua    em_binary/_scalar, em_unary, em_where, em_clamp, em_reduce, em_var,
+-- Where the tensor library (lua/ember/tensor/) meets autograd:
+--   tensor/core.lua    I.recording(a, b), I.check_inplace(op, t, src) (the runtime's
+--                      em_check_inplace under the Lua name), I.no_backward(op, t)
+--   tensor/math.lua    em_binary/_scalar, em_unary, em_where, em_clamp, em_reduce, em_var,
 --                      em_norm, em_cumsum, em_softmax, em_matmul, em_addmm -> em_ag_*;
---                      add/sub with alpha, mm/bmm/mv/dot/outer record through em_ag_matmul
---                      while recording; in-place forms call check_inplace; cumprod refuses
---                      inputs that need a gradient (no backward yet)
---   tensor_shape.lua   views (view, reshape, narrow, select, transpose, permute, expand,
+--                      add/sub with alpha; mm/bmm/mv/dot/outer -> em_ag_mm ... (the runtime
+--                      checks their ranks and records them as matmul); in-place forms are
+--                      refused by the runtime while recording; cumprod refuses inputs that
+--                      need a gradient (no backward yet)
+--   tensor/shape.lua   views (view, reshape, narrow, select, transpose, permute, expand,
 --                      squeeze, unsqueeze, flatten, contiguous), to/float/..., cat, stack,
 --                      t[{...}], split/chunk/unbind -> em_ag_*; clone records as t * 1;
 --                      copy_ and t[{...}] = v check in-place; as_strided refuses
---   tensor_index.lua   index_select, gather -> em_ag_*; masked_fill (out of place) through
+--   tensor/index.lua   index_select, gather -> em_ag_*; masked_fill (out of place) through
 --                      em_ag_masked_fill; masked_select records as an index_select; the
 --                      in-place scatter/index_add/index_fill/masked_fill check in-place
---   tensor_create.lua  fill_, zero_, uniform_, normal_, random_, bernoulli_ check in-place
+--   tensor/create.lua  fill_, zero_, uniform_, normal_, random_, bernoulli_ check in-place
 -- Not recorded (their results carry no gradient): sort, topk, nonzero, comparisons,
 -- argmax/argmin, any/all.
 --

@@ -63,13 +63,11 @@ local OPTS = { dataset = true, dataset_options = true, transforms = true, batch_
   on_bad_record = true, shared_memory = true, max_restarts = true, curve = true, dataset_size = true,
   lease_timeout = true }
 
+-- Options with defaults, checked by the shared rules (ember.internal).
 local function int_opt(op, opts, name, default, min)
   local v = opts[name]
   if v == nil then return default end
-  if not is_int(v) or v < min then
-    throw(string.format('%s: %s must be an integer >= %d, got %s', op, name, min, describe(v)))
-  end
-  return v
+  return I.need_int(op, name, v, min)
 end
 
 local function num_opt(op, opts, name, default)
@@ -84,8 +82,7 @@ end
 local function bool_opt(op, opts, name, default)
   local v = opts[name]
   if v == nil then return default end
-  if type(v) ~= 'boolean' then throw(string.format('%s: %s must be true or false, got %s', op, name, describe(v))) end
-  return v
+  return I.need_bool(op, name, v)
 end
 
 local function enum_opt(op, opts, name, values)

@@ -345,7 +345,7 @@ end
 
 -- ---------------------------------------------------------------- from_blob
 -- Tensors adopted by from_blob with {keep = obj} hold obj here; views made through the
--- Lua API inherit the entry (tensor_shape.lua), so obj lives while any of them does.
+-- Lua API inherit the entry (tensor/shape.lua), so obj lives while any of them does.
 local kept = setmetatable({}, { __mode = 'k' })
 I.kept = kept
 
