@@ -162,11 +162,9 @@ end
 local function field_sources(v, methods_only)
   local sources = {}
   if is_tensor(v) then
-    local ember = package.loaded.ember
-    sources[1] = ember.Tensor
-    if not methods_only and type(require('ember.tensor.core').properties) == 'table' then
-      sources[2] = require('ember.tensor.core').properties
-    end
+    local core = require 'ember.tensor.core'
+    sources[1] = core.Tensor
+    if not methods_only then sources[2] = core.properties end
     return sources
   end
   local getmt = debug and debug.getmetatable or getmetatable
