@@ -337,6 +337,6 @@ end
 
 -- nn.DistributedDataParallel lives with the rest of nn but is registered here, so that the
 -- nn library itself does not depend on dist.
-if ember.nn then ember.nn.DistributedDataParallel = require('ember.nn.ddp')(ember, ember.nn) end
+if ember.nn then ember.nn.DistributedDataParallel = require 'ember.nn.ddp' end
 
 return dist
