@@ -150,3 +150,10 @@ if(EMBER_HAVE_ZMQ)
 else()
   set_tests_properties(c/test_pipeline_ring PROPERTIES DISABLED TRUE)
 endif()
+
+# ---- lint: luacheck over the Lua library with the repository's .luacheckrc (LuaJIT's
+# globals, 120 columns). Debian's lua-check package; without it there is no such case.
+find_program(LUACHECK_EXECUTABLE luacheck)
+if(LUACHECK_EXECUTABLE)
+  add_test(NAME lint/luacheck COMMAND ${LUACHECK_EXECUTABLE} --no-color lua WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+endif()

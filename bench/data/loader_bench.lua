@@ -10,8 +10,8 @@
 -- trainer process (all its threads) and of its reader processes over the timed epochs,
 -- per batch; on a shared machine it varies less than the wall-clock rates.
 local ffi = require 'ffi'
-local json = require 'ember.pipeline.json'
-local progress = require 'ember.pipeline.progress'
+local json = require 'ember.util.json'
+local progress = require 'ember.util.progress'
 local data = ember.data
 
 local what = arg[1] or 'all'
@@ -82,12 +82,12 @@ if what == 'raw' or what == 'all' then
   collectgarbage()
   local base = { dataset = 'fashion-mnist', batch_size = bs, shuffle = true, seed = 1, timeout = 120 }
   local function with(t) local o = {} for k, v in pairs(base) do o[k] = v end for k, v in pairs(t) do o[k] = v end return o end
-  run('raw/Loader in process', data.Loader(with {}))
+  run('raw/ReaderLoader in process', data.ReaderLoader(with {}))
   for _, nw in ipairs { 1, 2 } do
-    run(string.format('raw/Loader %d reader%s, shared memory', nw, nw > 1 and 's' or ''), data.Loader(with { num_workers = nw }),
+    run(string.format('raw/ReaderLoader %d reader%s, shared memory', nw, nw > 1 and 's' or ''), data.ReaderLoader(with { num_workers = nw }),
       { workers = nw })
-    run(string.format('raw/Loader %d reader%s, socket', nw, nw > 1 and 's' or ''),
-      data.Loader(with { num_workers = nw, shared_memory = false }), { workers = nw })
+    run(string.format('raw/ReaderLoader %d reader%s, socket', nw, nw > 1 and 's' or ''),
+      data.ReaderLoader(with { num_workers = nw, shared_memory = false }), { workers = nw })
   end
 end
 
@@ -128,9 +128,9 @@ if what == 'jpeg' or what == 'all' then
   local base = { dataset = { format = 'tfrecord', files = { shard } }, transforms = aug, batch_size = bs,
     shuffle = true, seed = 1, timeout = 120 }
   local function with(t) local o = {} for k, v in pairs(base) do o[k] = v end for k, v in pairs(t) do o[k] = v end return o end
-  run('jpeg/Loader in process', data.Loader(with {}))
+  run('jpeg/ReaderLoader in process', data.ReaderLoader(with {}))
   for _, nw in ipairs { 1, 2 } do
-    run(string.format('jpeg/Loader %d reader%s', nw, nw > 1 and 's' or ''), data.Loader(with { num_workers = nw }),
+    run(string.format('jpeg/ReaderLoader %d reader%s', nw, nw > 1 and 's' or ''), data.ReaderLoader(with { num_workers = nw }),
       { workers = nw })
   end
 end

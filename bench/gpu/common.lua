@@ -5,22 +5,14 @@
 -- without a GPU that the script runs end to end), prints exactly one JSON line on stdout
 -- and exits 0; on an error it prints {"bench": ..., "error": "..."} and exits 1.
 local ffi = require 'ffi'
-local json = require 'ember.pipeline.json'
+local json = require 'ember.util.json'
+local libc = require 'ember.util.libc'
+local I = require 'ember.internal'
 
 local M = {}
 
-pcall(ffi.cdef, [[
-typedef struct gpu_bench_timespec { long tv_sec; long tv_nsec; } gpu_bench_timespec;
-int clock_gettime(int clk_id, gpu_bench_timespec *tp);
-int setenv(const char *name, const char *value, int overwrite);
-]])
-local ts = ffi.new('gpu_bench_timespec')
-function M.now()
-  ffi.C.clock_gettime(1, ts)   -- CLOCK_MONOTONIC
-  return tonumber(ts.tv_sec) + 1e-9 * tonumber(ts.tv_nsec)
-end
-
-function M.setenv(name, value) ffi.C.setenv(name, value, 1) end
+M.now = libc.now           -- seconds, monotonic clock
+M.setenv = libc.setenv
 
 -- Parses `--name value` and `--flag` arguments against defaults: numbers stay numbers,
 -- booleans are flags. Unknown options are errors that list the known ones.
@@ -71,7 +63,7 @@ end
 -- Fails early, with the reason, when the device cannot be used.
 function M.check_device(device)
   if device == 'cpu' then return end
-  local ok, dev = pcall(ember._parse_device, device, 'device')
+  local ok, dev = pcall(I.parse_device, device, 'device')
   if not ok then error(dev, 0) end
   if ember.device_count('cuda') <= tonumber(dev.index) then
     error(string.format('device %s is not available: %s', device,

@@ -5,7 +5,7 @@
 --   EMBER_NUM_THREADS=2 build/ember bench/train/train_step.lua [epochs]
 -- Prints one line per epoch: the mean microseconds of each phase and the total per step.
 local nn, F, optim = ember.nn, ember.nn.functional, ember.optim
-local now = require('ember.pipeline.progress').now
+local now = require('ember.util.progress').now
 local epochs = tonumber(arg and arg[1] or 3)
 
 ember.manual_seed(0)

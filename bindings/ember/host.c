@@ -375,8 +375,8 @@ static int cmd_info(lua_State *L) {
 }
 
 /* `ember run PIPELINE.yaml [key.path=value...]`: the pipeline runner is Lua
- * (lua/ember/pipeline); `ember reader --connect ENDPOINT PIPELINE.yaml`: a data-pipeline
- * reader (lua/ember/data/worker.lua). The module's main(args) returns the exit status. */
+ * (lua/ember/pipeline); `ember reader --connect ENDPOINT PIPELINE.yaml`: a data reader
+ * (lua/ember/pipeline/reader.lua over lua/ember/data/worker.lua). The module's main(args) returns the exit status. */
 static int cmd_lua_main(lua_State *L, const char *module, int argc, char **argv, int first) {
   lua_getglobal(L, "require");
   lua_pushstring(L, module);
@@ -411,7 +411,7 @@ static int run_command(lua_State *L, int argc, char **argv, const options *o) {
     return 2;
   }
   if (is_run) return cmd_lua_main(L, "ember.pipeline", argc, argv, o->script + 1);
-  if (is_reader) return cmd_lua_main(L, "ember.data.worker", argc, argv, o->script + 1);
+  if (is_reader) return cmd_lua_main(L, "ember.pipeline.reader", argc, argv, o->script + 1);
   if (is_launch) return em_host_launch(argc - o->script, argv + o->script);
   if (o->script + 1 < argc) {
     fprintf(stderr, "ember info: unexpected argument '%s' (info takes none)\n", argv[o->script + 1]);

@@ -34,7 +34,8 @@
 local ffi = require 'ffi'
 local ember = require 'ember'
 
-local C, I = ember.C, ember._I
+local I = require 'ember.internal'
+local C = I.C
 local throw, check = I.throw, I.check
 local check_opts, option_set = I.check_opts, I.option_set
 local Tensor = ember.Tensor
@@ -161,8 +162,8 @@ Stream.__index = Stream
 local streams_by_ptr = setmetatable({}, { __mode = 'v' })
 local default_streams = {}
 -- Per device, the stream set current by this (single-threaded) Lua state: kept alive
--- while current.
-local current_refs = {}
+-- while current (written only: holding is its job).
+local current_refs = {}   -- luacheck: ignore 241
 
 local function ptr_key(p) return tostring(ffi.cast('uintptr_t', p)) end
 

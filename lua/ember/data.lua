@@ -10,7 +10,7 @@
 --   end
 --
 -- The loader's interface is what a training loop may rely on, whichever loader sits behind
--- it (this in-process one, or the ZeroMQ pipeline that replaces it later):
+-- it (this in-process one, or data.ReaderLoader, which gets batches from reader processes):
 --   loader:epoch(e)          iterator over the batches of epoch e (an integer >= 0); each
 --                            batch is a table of tensors named by the dataset plus `ids`,
 --                            the 1-based sample ids, in the epoch's planned order
@@ -32,42 +32,10 @@ local ember = require 'ember'
 
 local C = ember.C
 local data = { datasets = {} }
-local box, new_tensor = ember._box, ember._new   -- result-first calls: C.em_x(box, ...)
-local throw = ember._throw
-
-local function describe(x)
-  if ember.is_tensor(x) then return 'a tensor' end
-  if type(x) == 'string' then return string.format("'%s'", x) end
-  if type(x) == 'number' or type(x) == 'boolean' then return tostring(x) end
-  return type(x)
-end
-
--- Options: unknown keys are errors, so a typo never goes unnoticed.
-local function check_options(op, opts, allowed)
-  if type(opts) ~= 'table' then throw(string.format('%s: expected an options table, got %s', op, describe(opts))) end
-  for k in pairs(opts) do
-    if not allowed[k] then
-      local names = {}
-      for name in pairs(allowed) do names[#names + 1] = name end
-      table.sort(names)
-      throw(string.format("%s: unknown option '%s' (expected %s)", op, tostring(k), table.concat(names, ', ')))
-    end
-  end
-end
-
-local function is_int(x) return type(x) == 'number' and x == math.floor(x) and x == x and x > -math.huge end
-
-local function need_int(op, name, x, min)
-  if not is_int(x) or x < min then
-    throw(string.format('%s: %s must be an integer >= %d, got %s', op, name, min, describe(x)))
-  end
-  return x
-end
-
-local function need_bool(op, name, x)
-  if type(x) ~= 'boolean' then throw(string.format('%s: %s must be true or false, got %s', op, name, describe(x))) end
-  return x
-end
+local I = require 'ember.internal'
+local box, new_tensor = I.box, I.new   -- result-first calls: C.em_x(box, ...)
+local throw, describe, check_options = I.throw, I.describe_value, I.check_opts
+local need_int, need_bool = I.need_int, I.need_bool
 
 -- ---------------------------------------------------------------- files and plans
 
@@ -313,20 +281,17 @@ function DataLoader:num_batches()
   return self.drop_last and math.floor(m / self.batch_size) or math.ceil(m / self.batch_size)
 end
 
--- The sample ids (1-based int64) of epoch e for this rank, in delivery order.
+-- The sample ids (1-based int64) of epoch e for this rank, in delivery order: the runtime's
+-- epoch plan (em_data_epoch_plan), the one rule every ember loader follows.
 function DataLoader:plan(e)
-  local n = self.dataset:size()
-  local ids
-  if self.shuffle then
-    ids = new_tensor(C.em_data_randperm(box, n, self.seed, e, 1))
-  else
-    ids = ember.arange(1, n + 1, { dtype = 'int64' })
-  end
-  if self.world_size > 1 then
-    local per = math.floor(n / self.world_size)
-    ids = ids:narrow(1, 1, per * self.world_size):view(per, self.world_size):select(2, self.rank + 1):contiguous()
-  end
-  return ids
+  return new_tensor(C.em_data_epoch_plan(box, self.dataset:size(), self.seed, e, self.shuffle and 1 or 0, self.rank,
+    self.world_size, 0, 1))
+end
+
+-- Epoch e + 1's plan is made on a runtime thread while epoch e is delivered.
+function DataLoader:plan_ahead(e)
+  I.check(C.em_data_epoch_plan_ahead(self.dataset:size(), self.seed, e, self.shuffle and 1 or 0, self.rank,
+    self.world_size, 0, 1))
 end
 
 local function stack_samples(ds, ids)
@@ -347,6 +312,7 @@ end
 function DataLoader:epoch(e)
   need_int('DataLoader:epoch', 'the epoch', e, 0)
   local ids = self:plan(e)
+  self:plan_ahead(e + 1)
   local m = ids.shape[1]
   local pos = 0
   if self._resume and self._resume.epoch == e then pos = self._resume.position end
@@ -397,8 +363,22 @@ end
 
 function DataLoader:close() end
 
--- The ZeroMQ pipeline (lua/ember/data/pipeline.lua): data.Loader, data.transforms, data.source,
--- the file formats (data.npy, data.jpeg, data.tfrecord), loaded on first use.
-setmetatable(data, { __index = function(_, k) return require('ember.data.pipeline')[k] end })
+-- Old names, kept working: each warns once on stderr, then stands for its new name.
+local DEPRECATED = { Loader = 'ReaderLoader', Loader_class = 'ReaderLoader_class' }
+local warned = {}
+
+-- The reader processes (lua/ember/data/readers.lua): data.ReaderLoader, data.transforms,
+-- data.source, the file formats (data.npy, data.jpeg, data.tfrecord), loaded on first use.
+setmetatable(data, { __index = function(_, k)
+  local new = DEPRECATED[k]
+  if new then
+    if not warned[k] then
+      warned[k] = true
+      io.stderr:write(string.format('ember: data.%s is deprecated; use data.%s\n', k, new))
+    end
+    k = new
+  end
+  return require('ember.data.readers')[k]
+end })
 
 return data

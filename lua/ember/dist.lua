@@ -54,7 +54,8 @@
 local ffi = require 'ffi'
 local ember = require 'ember'
 
-local C, I = ember.C, ember._I
+local I = require 'ember.internal'
+local C = I.C
 local throw, describe, is_tensor, check = I.throw, I.describe, I.is_tensor, I.check
 local check_opts, option_set = I.check_opts, I.option_set
 
@@ -63,7 +64,7 @@ local dist = {}
 local REDOPS = { sum = C.EM_DIST_SUM, avg = C.EM_DIST_AVG, max = C.EM_DIST_MAX, min = C.EM_DIST_MIN,
   product = C.EM_DIST_PRODUCT }
 
-local function raise() throw(ffi.string(C.em_last_error())) end
+local raise = I.raise
 
 -- ---------------------------------------------------------------- the world
 local INIT_OPTS = option_set('backend', 'timeout')
@@ -136,7 +137,9 @@ end
 -- listed. Every rank must call it, members or not; on non-members g:rank() is -1.
 function dist.new_group(ranks, opts)
   check_opts('new_group', opts, option_set('group'), 2)
-  if type(ranks) ~= 'table' or #ranks == 0 then throw('new_group: expected a list of ranks, got ' .. describe(ranks)) end
+  if type(ranks) ~= 'table' or #ranks == 0 then
+    throw('new_group: expected a list of ranks, got ' .. describe(ranks))
+  end
   local arr = ffi.new('int[?]', #ranks)
   for i, r in ipairs(ranks) do
     if type(r) ~= 'number' or r ~= math.floor(r) then
@@ -303,7 +306,9 @@ local function p2p(op, fn, t, peer, opts)
     throw(string.format('%s: expected a rank (0-based integer) for argument 2, got %s', op, describe(peer)))
   end
   local tag = opts and opts.tag or 0
-  if type(tag) ~= 'number' or tag ~= math.floor(tag) then throw(op .. ': tag must be an integer, got ' .. describe(tag)) end
+  if type(tag) ~= 'number' or tag ~= math.floor(tag) then
+    throw(op .. ': tag must be an integer, got ' .. describe(tag))
+  end
   return finish(op, opts, op == 'recv' and t or nil, fn(group_ptr(op, opts and opts.group), t, peer, tag, wb(opts)))
 end
 
@@ -332,6 +337,6 @@ end
 
 -- nn.DistributedDataParallel lives with the rest of nn but is registered here, so that the
 -- nn library itself does not depend on dist.
-if ember.nn then ember.nn.DistributedDataParallel = require('ember.nn.ddp')(ember, ember.nn) end
+if ember.nn then ember.nn.DistributedDataParallel = require 'ember.nn.ddp' end
 
 return dist

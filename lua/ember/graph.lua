@@ -30,55 +30,14 @@ local ember = require 'ember'
 
 local C = ember.C
 local graph = {}
-local box, new_tensor, throw = ember._box, ember._new, ember._throw
-local CPU = ffi.new('em_device', { C.EM_CPU, 0 })
-
-local function describe(x)
-  if ember.is_tensor(x) then return 'a tensor' end
-  if type(x) == 'string' then return string.format("'%s'", x) end
-  if type(x) == 'number' or type(x) == 'boolean' then return tostring(x) end
-  return type(x)
-end
-
-local function check(status)
-  if status ~= 0 then throw(ffi.string(C.em_last_error())) end
-end
-
-local function check_options(op, opts, allowed)
-  if opts == nil then return {} end
-  if type(opts) ~= 'table' then throw(string.format('%s: expected an options table, got %s', op, describe(opts))) end
-  for k in pairs(opts) do
-    if not allowed[k] then
-      local names = {}
-      for name in pairs(allowed) do names[#names + 1] = name end
-      table.sort(names)
-      throw(string.format("%s: unknown option '%s' (expected one of %s)", op, tostring(k), table.concat(names, ', ')))
-    end
-  end
-  return opts
-end
-
-local function need_int(op, name, x, min)
-  if type(x) ~= 'number' or x ~= math.floor(x) or x < min then
-    throw(string.format('%s: %s must be an integer >= %d, got %s', op, name, min, describe(x)))
-  end
-  return x
-end
+local I = require 'ember.internal'
+local box, new_tensor, throw, check, wrap = I.box, I.new, I.throw, I.check, I.wrap
+local describe, check_options = I.describe_value, I.check_opts
+local need_int, need_choice = I.need_int, I.need_choice
 
 local function need_number(op, name, x)
   if type(x) ~= 'number' then throw(string.format('%s: %s must be a number, got %s', op, name, describe(x))) end
   return x
-end
-
-local function need_choice(op, name, x, choices)
-  local v = choices[x]
-  if v == nil then
-    local names = {}
-    for k in pairs(choices) do names[#names + 1] = "'" .. k .. "'" end
-    table.sort(names)
-    throw(string.format('%s: %s must be one of %s, got %s', op, name, table.concat(names, ', '), describe(x)))
-  end
-  return v
 end
 
 local function flag(op, name, x, default)
@@ -194,7 +153,7 @@ function Graph:degrees()
   local g = handle('degrees', self)
   local a, b = ffi.new('em_tensor*[1]'), ffi.new('em_tensor*[1]')
   check(C.em_graph_degrees(g, a, b))
-  return ember._wrap(a[0]), ember._wrap(b[0])
+  return wrap(a[0]), wrap(b[0])
 end
 
 function Graph:original_ids()
@@ -206,7 +165,7 @@ function Graph:edges()
   local g = handle('edges', self)
   local a, b = ffi.new('em_tensor*[1]'), ffi.new('em_tensor*[1]')
   check(C.em_graph_edges(g, a, b))
-  return ember._wrap(a[0]) + 1, ember._wrap(b[0]) + 1
+  return wrap(a[0]) + 1, wrap(b[0]) + 1
 end
 
 local PAGERANK = { damping = true, tol = true, max_iter = true, method = true, personalization = true, device = true }
@@ -222,7 +181,7 @@ function Graph:pagerank(opts)
   if opts.tol ~= nil then po.tol = need_number('pagerank', 'tol', opts.tol) end
   if opts.max_iter ~= nil then po.max_iter = need_int('pagerank', 'max_iter', opts.max_iter, 1) end
   if opts.method ~= nil then po.method = need_choice('pagerank', 'method', opts.method, METHODS) end
-  if opts.device ~= nil then po.device = ember._parse_device(opts.device, 'pagerank') end
+  if opts.device ~= nil then po.device = I.parse_device(opts.device, 'pagerank') end
   local p = opts.personalization
   if p ~= nil then
     if type(p) == 'table' then p = ember.tensor(p, { dtype = 'float64' }) end
@@ -234,7 +193,7 @@ function Graph:pagerank(opts)
   local res = ffi.new('em_tensor*[1]')
   local stats = ffi.new('em_pagerank_stats')
   local scores = new_tensor(C.em_graph_pagerank(box, res, stats, g, po))
-  local residuals = ember._wrap(res[0])
+  local residuals = wrap(res[0])
   local list = {}
   local r = ffi.cast('const double *', C.em_tensor_data(residuals))
   for i = 1, stats.iterations do list[i] = r[i - 1] end
@@ -242,7 +201,7 @@ function Graph:pagerank(opts)
     iterations = stats.iterations, converged = stats.converged ~= 0, residual = stats.residual, residuals = list,
     seconds = stats.seconds, setup_seconds = stats.setup_seconds, edges_per_second = stats.edges_per_second,
     method = METHOD_NAMES[tonumber(stats.method)], engine = stats.engine ~= nil and ffi.string(stats.engine) or nil,
-    device = ember._device_name(po.device),
+    device = I.device_name(po.device),
   }
 end
 

@@ -21,12 +21,12 @@ local function select_blas_kernels()
   local core
   if flags:find(' avx512f ') and flags:find(' avx512bw ') and flags:find(' avx512vl ') then core = 'SkylakeX'
   elseif flags:find(' avx2 ') and flags:find(' fma ') then core = 'Haswell' end
-  ffi.cdef('int setenv(const char *name, const char *value, int overwrite);')
-  if core then ffi.C.setenv('OPENBLAS_CORETYPE', core, 1) end
+  local libc = require 'ember.util.libc'
+  if core then libc.setenv('OPENBLAS_CORETYPE', core) end
   -- OpenMP's threads sleep between parallel regions instead of spinning (see
   -- bindings/ember/blas_env.c for the figures); libgomp also loads with libember.
   if not os.getenv('OMP_WAIT_POLICY') and not os.getenv('GOMP_SPINCOUNT') then
-    ffi.C.setenv('OMP_WAIT_POLICY', 'passive', 1)
+    libc.setenv('OMP_WAIT_POLICY', 'passive')
   end
 end
 
@@ -47,15 +47,24 @@ ember.C = load_library()
 ember.ffi = ffi
 ember._VERSION = ffi.string(ember.C.em_version())
 
+-- Modules that add functions to ember itself return a table of them; a name defined by
+-- two of them is a bug, caught here.
+local function merge(mod)
+  for k, v in pairs(mod) do
+    assert(ember[k] == nil, 'ember: ' .. tostring(k) .. ' is defined by two modules')
+    ember[k] = v
+  end
+end
+
 package.loaded['ember'] = ember   -- submodules may require 'ember' while it loads
-require('ember.runtime')(ember)
-require('ember.tensor')(ember)
-require('ember.autograd')(ember)
+merge(require 'ember.runtime')
+merge(require 'ember.tensor')
+merge(require 'ember.autograd')  -- also ember.autograd
 ember.cuda = require('ember.cuda')      -- loads the CUDA plugin only when asked something
 ember.nn = require('ember.nn')
 ember.optim = require('ember.optim')
-require('ember.amp')(ember)      -- autocast, GradScaler
-require('ember.io')(ember)
+merge(require 'ember.amp')       -- autocast, GradScaler; also ember.amp
+merge(require 'ember.io')
 ember.data = require('ember.data')
 ember.graph = require('ember.graph')
 ember.dist = require('ember.dist')      -- loads no MPI until ember.dist.init()

@@ -23,7 +23,8 @@
 local ffi = require 'ffi'
 local ember = require 'ember'
 
-local C, I = ember.C, ember._I
+local I = require 'ember.internal'
+local C = I.C
 local throw, describe, is_tensor = I.throw, I.describe, I.is_tensor
 
 local optim = {}
@@ -82,12 +83,20 @@ local function make_groups(op, params, defaults, allowed)
   return groups
 end
 
-local function check_range(op, name, v, lo, hi, lo_open, hi_open)
-  if type(v) ~= 'number' or v ~= v or (lo_open and v <= lo) or (not lo_open and v < lo) or
-      (hi and ((hi_open and v >= hi) or (not hi_open and v > hi))) then
-    throw(string.format('%s: %s must be a number in %s%g, %s%s, got %s', op, name, lo_open and '(' or '[', lo,
-      hi and string.format('%g', hi) or 'inf', (hi_open or not hi) and ')' or ']', tostring(v)))
+-- Hyper-parameters are the runtime's to judge (its update calls check them before
+-- writing anything); an update of no parameters checks them alone, so an optimizer refuses
+-- bad ones when it is made. Lua checks only that they are numbers, and names the optimizer
+-- as the user wrote it (SGD, not sgd).
+local function need_numbers(op, g, names)
+  for _, name in ipairs(names) do
+    if type(g[name]) ~= 'number' then
+      throw(string.format('%s: %s must be a number, got %s', op, name, describe(g[name])))
+    end
   end
+end
+
+local function check_hyper(op, status)
+  if status ~= 0 then throw((I.last_error():gsub('^%w+: ', op .. ': '))) end
 end
 
 -- Whether p has a .grad (em_grad hands out a reference, dropped at once).
@@ -166,13 +175,9 @@ SGD.state_names = { 'momentum_buffer' }
 SGD.type_name = 'SGD'
 
 function SGD.check_group(op, g)
-  check_range(op, 'lr', g.lr, 0)
-  check_range(op, 'momentum', g.momentum, 0)
-  check_range(op, 'dampening', g.dampening, 0, 1)
-  check_range(op, 'weight_decay', g.weight_decay, 0)
-  if g.nesterov and (g.momentum <= 0 or g.dampening ~= 0) then
-    throw(op .. ': nesterov momentum requires momentum > 0 and dampening = 0')
-  end
+  need_numbers(op, g, { 'lr', 'momentum', 'dampening', 'weight_decay' })
+  check_hyper(op, C.em_optim_sgd(0, nil, nil, nil, g.lr, g.momentum, g.dampening, g.weight_decay,
+    g.nesterov and 1 or 0, 1, g.maximize and 1 or 0))
 end
 
 function optim.SGD(params, opts)
@@ -213,7 +218,7 @@ function SGD:step()
           g.weight_decay, g.nesterov and 1 or 0, pass == 2 and 1 or 0, g.maximize and 1 or 0)
         release_grads(grads, k)
         for i = 0, k - 1 do params[i], bufs[i] = nil, nil end
-        if status ~= 0 then throw(ffi.string(C.em_last_error())) end
+        I.check(status)
       end
     end
   end
@@ -229,15 +234,13 @@ Adam.state_names = { 'exp_avg', 'exp_avg_sq' }
 Adam.type_name = 'Adam'
 
 function Adam.check_group(op, g)
-  check_range(op, 'lr', g.lr, 0)
-  if type(g.betas) ~= 'table' or #g.betas ~= 2 then
+  if type(g.betas) ~= 'table' or #g.betas ~= 2 or type(g.betas[1]) ~= 'number' or type(g.betas[2]) ~= 'number' then
     throw(op .. ': betas must be a pair {beta1, beta2}, got ' .. describe(g.betas))
   end
-  check_range(op, 'betas[1]', g.betas[1], 0, 1, false, true)
-  check_range(op, 'betas[2]', g.betas[2], 0, 1, false, true)
-  check_range(op, 'eps', g.eps, 0)
-  check_range(op, 'weight_decay', g.weight_decay, 0)
+  need_numbers(op, g, { 'lr', 'eps', 'weight_decay' })
   if g.amsgrad then throw(op .. ': amsgrad is not supported') end
+  check_hyper(op, C.em_optim_adam(0, nil, nil, nil, nil, g.lr, g.betas[1], g.betas[2], g.eps, g.weight_decay, 0, 1,
+    g.maximize and 1 or 0))
 end
 
 local AdamW = setmetatable({}, { __index = Adam })
@@ -289,7 +292,7 @@ function Adam:step()
         self.decoupled and 1 or 0, s, g.maximize and 1 or 0)
       release_grads(grads, k)
       for i = 0, k - 1 do params[i], ms[i], vs[i] = nil, nil, nil end
-      if status ~= 0 then throw(ffi.string(C.em_last_error())) end
+      I.check(status)
     end
   end
 end
@@ -521,6 +524,15 @@ end
 
 -- LinearLR(opt, {start_factor = 1/3, end_factor = 1, total_iters = 5}): a linear warm-up
 -- (or decay): lr = base * (start + (end - start) * min(epoch, total_iters) / total_iters)
+-- Schedulers live only here (no runtime counterpart), so their ranges are checked here.
+local function check_range(op, name, v, lo, hi, lo_open, hi_open)
+  if type(v) ~= 'number' or v ~= v or (lo_open and v <= lo) or (not lo_open and v < lo) or
+      (hi and ((hi_open and v >= hi) or (not hi_open and v > hi))) then
+    throw(string.format('%s: %s must be a number in %s%g, %s%s, got %s', op, name, lo_open and '(' or '[', lo,
+      hi and string.format('%g', hi) or 'inf', (hi_open or not hi) and ')' or ']', tostring(v)))
+  end
+end
+
 local LinearLR = setmetatable({}, { __index = Scheduler })
 LinearLR.__index = LinearLR
 function lr_scheduler.LinearLR(optimizer, opts)

@@ -162,9 +162,9 @@ end
 local function field_sources(v, methods_only)
   local sources = {}
   if is_tensor(v) then
-    local ember = package.loaded.ember
-    sources[1] = ember.Tensor
-    if not methods_only and type(ember._properties) == 'table' then sources[2] = ember._properties end
+    local core = require 'ember.tensor.core'
+    sources[1] = core.Tensor
+    if not methods_only then sources[2] = core.properties end
     return sources
   end
   local getmt = debug and debug.getmetatable or getmetatable

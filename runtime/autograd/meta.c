@@ -329,15 +329,24 @@ em_status em_remove_leaf_hook(em_tensor *leaf, int64_t id) {
   return em_set_error(EM_ERR_ARGUMENT, "remove_leaf_hook: no hook with id %lld on this tensor", (long long)id);
 }
 
-em_status em_ag_check_inplace(const char *op, const em_tensor *t) {
-  const em_autograd_meta *m = t->autograd;
-  if (em_grad_enabled() && m && m->requires_grad)
+em_status em_check_inplace(const char *op, const em_tensor *t, const em_tensor *src) {
+  if (!em_grad_enabled()) return EM_OK;
+  const em_autograd_meta *m = t ? t->autograd : NULL;
+  if (m && m->requires_grad)
     return em_set_error(EM_ERR_ARGUMENT,
                         "%s: in-place operation on a tensor that requires grad%s; run it inside no_grad() or on a "
                         "detached copy",
                         op, m->grad_fn ? "" : " (a leaf)");
+  const em_autograd_meta *s = src ? src->autograd : NULL;
+  if (s && s->requires_grad)
+    return em_set_error(EM_ERR_ARGUMENT,
+                        "%s: an in-place operation cannot record gradients for its operand that requires grad; use "
+                        "the out-of-place form",
+                        op);
   return EM_OK;
 }
+
+em_status em_ag_check_inplace(const char *op, const em_tensor *t) { return em_check_inplace(op, t, NULL); }
 
 em_status em_ag_sum_to(em_tensor **out, const em_tensor *grad, int ndim, const int64_t *shape) {
   int lead = grad->ndim - ndim;

@@ -308,6 +308,38 @@ em_status em_ag_matmul(em_tensor **out, const em_tensor *a, const em_tensor *b) 
   return em_ag_finish_record(out, n);
 }
 
+/* The fixed-rank products: checked as their plain forms check, then recorded as matmul
+ * (outer as a column times a row) when an input requires grad or autocast is on. */
+static em_status ag_product(const char *op, em_status (*plain)(em_tensor **, const em_tensor *, const em_tensor *),
+                            em_tensor **out, const em_tensor *a, const em_tensor *b) {
+  em_status st = tn_check_product_operands(op, a, b);
+  if (st) return st;
+  const em_tensor *in[2] = {a, b};
+  if (!em_ag_any_requires_grad(2, in) && !em_autocast_is_enabled(-1)) return plain(out, a, b);
+  if (strcmp(op, "outer") != 0) return em_ag_matmul(out, a, b);
+  em_tensor *col = NULL, *row = NULL;
+  if (!(st = em_ag_unsqueeze(&col, a, 1)) && !(st = em_ag_unsqueeze(&row, b, 0))) st = em_ag_matmul(out, col, row);
+  em_tensor_release(col);
+  em_tensor_release(row);
+  return st;
+}
+
+em_status em_ag_mm(em_tensor **out, const em_tensor *a, const em_tensor *b) {
+  return ag_product("mm", em_mm, out, a, b);
+}
+em_status em_ag_bmm(em_tensor **out, const em_tensor *a, const em_tensor *b) {
+  return ag_product("bmm", em_bmm, out, a, b);
+}
+em_status em_ag_mv(em_tensor **out, const em_tensor *a, const em_tensor *v) {
+  return ag_product("mv", em_mv, out, a, v);
+}
+em_status em_ag_dot(em_tensor **out, const em_tensor *a, const em_tensor *b) {
+  return ag_product("dot", em_dot, out, a, b);
+}
+em_status em_ag_outer(em_tensor **out, const em_tensor *a, const em_tensor *b) {
+  return ag_product("outer", em_outer, out, a, b);
+}
+
 static em_status addmm_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
   if (!go[0]) return EM_OK;
   const em_tensor *a = n->saved[0], *b = n->saved[1], *g = go[0];

@@ -14,6 +14,7 @@
 #include <string.h>
 #include "autograd/autograd_impl.h"
 #include "distributed/ddp_impl.h"
+#include "ember/autograd.h"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -25,8 +26,11 @@ static em_status new_cpu(em_tensor **out, int64_t n, em_dtype dtype) {
 static int same_device(em_device a, em_device b) { return a.type == b.type && a.index == b.index; }
 
 /* Copies the tensors of dtype dt on device dev into consecutive slices of flat (pack) or
- * back (unpack). */
+ * back (unpack). The parameters are written in place with grad mode off: a broadcast of
+ * their values is not an operation autograd should see (em_check_inplace). */
 static em_status copy_slices(em_tensor *flat, int n, em_tensor *const *ts, em_dtype dt, em_device dev, int pack) {
+  int grad_was = em_grad_enabled();
+  em_set_grad_enabled(0);
   em_status st = EM_OK;
   int64_t off = 0;
   for (int i = 0; i < n && !st; i++) {
@@ -40,6 +44,7 @@ static em_status copy_slices(em_tensor *flat, int n, em_tensor *const *ts, em_dt
     em_tensor_release(slice);
     off += em_tensor_numel(t);
   }
+  em_set_grad_enabled(grad_was);
   return st;
 }
 

@@ -73,7 +73,8 @@ static em_status check_hyper(const char *op, const char *name, double v, double 
   bool ok = isfinite(v) || (isinf(v) && isinf(hi) && v > 0 && !hi_open);
   if (ok) ok = lo_open ? v > lo : v >= lo;
   if (ok && isfinite(hi)) ok = hi_open ? v < hi : v <= hi;
-  if (!ok) return em_set_error(EM_ERR_ARGUMENT, "%s: %s is %g, expected %s", op, name, v, expected);
+  /* fabs: a NaN prints as nan whatever its sign bit */
+  if (!ok) return em_set_error(EM_ERR_ARGUMENT, "%s: %s is %g, expected %s", op, name, isnan(v) ? fabs(v) : v, expected);
   return EM_OK;
 }
 

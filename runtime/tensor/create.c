@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include "backend.h"
+#include "ember/autograd.h"
 
 static em_status check_sizes(const char *op, int ndim, const int64_t *sizes) {
   if (ndim < 0 || ndim > EM_MAX_DIMS)
@@ -41,7 +42,7 @@ em_status em_empty_like(em_tensor **out, const em_tensor *like) {
 
 em_status em_fill(em_tensor *t, double value) {
   em_status st = em_check_tensor("fill", t, "tensor");
-  if (st) return st;
+  if (st || (st = em_check_inplace("fill", t, NULL))) return st;
   const em_backend *be = em_backend_for("fill", t->storage->device);
   if (!be) return em_last_status();
   return EM_BACKEND_CALL("fill", be, fill, t, value);

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdio.h>
 #include "backend.h"
+#include "ember/autograd.h"
 
 static const char *const binop_names[EM_NUM_BINOPS] = {
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmod", "eq", "ne", "lt", "le", "gt", "ge",
@@ -205,6 +206,14 @@ done:
   return st;
 }
 
+/* A result written into a given tensor is an in-place write: refused where autograd
+ * could not follow it (em_check_inplace). The inputs other than *out are what is written. */
+static em_status check_given_out(const char *op, em_tensor **out, const em_tensor *a, const em_tensor *b) {
+  if (!out || !*out) return EM_OK;
+  em_status st = em_check_inplace(op, *out, a != *out ? a : NULL);
+  return st ? st : em_check_inplace(op, *out, b != *out ? b : NULL);
+}
+
 /* "add", or "add_" when writing into the first input (the in-place form). */
 static const char *op_name(char *buf, size_t n, const char *base, em_tensor **out, const em_tensor *a) {
   snprintf(buf, n, "%s%s", base, out && *out && *out == a ? "_" : "");
@@ -226,7 +235,7 @@ em_status em_binary(em_binop op, em_tensor **out, const em_tensor *a, const em_t
   op_name(name, sizeof name, binop_names[op], out, a);
   em_status st;
   if ((st = check_inputs(name, a, "first input", b, "second input")) || (st = check_math_dtype(name, a)) ||
-      (st = check_math_dtype(name, b)))
+      (st = check_math_dtype(name, b)) || (st = check_given_out(name, out, a, b)))
     return st;
   em_dtype compute = em_dtype_promote(a->dtype, b->dtype);
   if (op == EM_DIV && !em_dtype_is_floating(compute)) compute = EM_FLOAT32; /* true division */
@@ -257,7 +266,9 @@ em_status em_binary_scalar(em_binop op, em_tensor **out, const em_tensor *a, dou
   char name[32];
   op_name(name, sizeof name, binop_names[op], out, a);
   em_status st;
-  if ((st = em_check_tensor(name, a, "input")) || (st = check_math_dtype(name, a))) return st;
+  if ((st = em_check_tensor(name, a, "input")) || (st = check_math_dtype(name, a)) ||
+      (st = check_given_out(name, out, a, NULL)))
+    return st;
   em_dtype compute = scalar_promote(a->dtype, s);
   if (op == EM_DIV && !em_dtype_is_floating(compute)) compute = EM_FLOAT32;
   if (!em_dtype_is_floating(compute)) {
@@ -289,7 +300,9 @@ em_status em_unary(em_unop op, em_tensor **out, const em_tensor *a) {
   char name[32];
   op_name(name, sizeof name, unop_names[op], out, a);
   em_status st;
-  if ((st = em_check_tensor(name, a, "input")) || (st = check_math_dtype(name, a))) return st;
+  if ((st = em_check_tensor(name, a, "input")) || (st = check_math_dtype(name, a)) ||
+      (st = check_given_out(name, out, a, NULL)))
+    return st;
   if (op == EM_NEG && a->dtype == EM_BOOL)
     return em_set_error(EM_ERR_DTYPE, "%s: negating a bool tensor is not supported; use logical_not", name);
   /* Functions of reals give float32 for integer and bool inputs, as in PyTorch. */
@@ -347,7 +360,9 @@ em_status em_clamp(em_tensor **out, const em_tensor *a, double low, double high)
   char name[32];
   op_name(name, sizeof name, "clamp", out, a);
   em_status st;
-  if ((st = em_check_tensor(name, a, "input")) || (st = check_math_dtype(name, a))) return st;
+  if ((st = em_check_tensor(name, a, "input")) || (st = check_math_dtype(name, a)) ||
+      (st = check_given_out(name, out, a, NULL)))
+    return st;
   /* Bounds promote like scalars (an int tensor clamped to 0.5 gives float32); NaN is no bound. */
   em_dtype compute = a->dtype;
   if (!isnan(low)) compute = scalar_promote(compute, low);
@@ -369,7 +384,7 @@ em_status em_add_scaled(em_tensor **out, const em_tensor *a, const em_tensor *b,
   op_name(name, sizeof name, "add_scaled", out, a);
   em_status st;
   if ((st = check_inputs(name, a, "first input", b, "second input")) || (st = check_math_dtype(name, a)) ||
-      (st = check_math_dtype(name, b)))
+      (st = check_math_dtype(name, b)) || (st = check_given_out(name, out, a, b)))
     return st;
   em_dtype compute = em_dtype_promote(a->dtype, b->dtype);
   if (!em_dtype_is_floating(compute)) {

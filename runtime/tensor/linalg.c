@@ -6,6 +6,7 @@
  * dim is removed from the result (numpy). Batch dims broadcast. Operands are promoted to
  * one dtype; bool is rejected, and so are float16/bfloat16 on the CPU (storage-only there;
  * the CUDA backend multiplies them with float accumulation, for autocast). */
+#include <string.h>
 #include "backend.h"
 
 static int same_device(const em_tensor *a, const em_tensor *b) {
@@ -150,52 +151,67 @@ static em_status check_rank(const char *op, const em_tensor *t, int ndim, const 
   return EM_OK;
 }
 
+em_status tn_check_product_operands(const char *op, const em_tensor *a, const em_tensor *b) {
+  static const struct {
+    const char *op, *what_a, *what_b;
+    int rank_a, rank_b;
+  } rules[] = {
+      {"mm", "first operand", "second operand", 2, 2},   {"addmm", "first operand", "second operand", 2, 2},
+      {"bmm", "first operand", "second operand", 3, 3},  {"mv", "matrix", "vector", 2, 1},
+      {"dot", "first operand", "second operand", 1, 1},  {"outer", "first operand", "second operand", 1, 1},
+  };
+  for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
+    if (strcmp(op, rules[i].op) != 0) continue;
+    em_status st;
+    if ((st = check_rank(op, a, rules[i].rank_a, rules[i].what_a)) ||
+        (st = check_rank(op, b, rules[i].rank_b, rules[i].what_b)))
+      return st;
+    if (!strcmp(op, "bmm") && a->sizes[0] != b->sizes[0]) /* bmm does not broadcast, as in PyTorch */
+      return em_set_error(EM_ERR_SHAPE, "bmm: batch sizes differ: shapes %s and %s", EM_SHAPE(a), EM_SHAPE(b));
+    if (!strcmp(op, "dot") && a->sizes[0] != b->sizes[0])
+      return em_set_error(EM_ERR_SHAPE, "dot: the vectors have different lengths: shapes %s and %s", EM_SHAPE(a),
+                          EM_SHAPE(b));
+    return EM_OK;
+  }
+  return em_set_error(EM_ERR_ARGUMENT, "check_product_operands: unknown product '%s' (expected mm, addmm, bmm, mv, "
+                      "dot or outer)", op);
+}
+
 em_status em_matmul(em_tensor **out, const em_tensor *a, const em_tensor *b) {
   return product("matmul", out, a, b, NULL, 0, 1);
 }
 
 em_status em_mm(em_tensor **out, const em_tensor *a, const em_tensor *b) {
-  em_status st;
-  if ((st = check_rank("mm", a, 2, "first operand")) || (st = check_rank("mm", b, 2, "second operand"))) return st;
-  return product("mm", out, a, b, NULL, 0, 1);
+  em_status st = tn_check_product_operands("mm", a, b);
+  return st ? st : product("mm", out, a, b, NULL, 0, 1);
 }
 
 em_status em_bmm(em_tensor **out, const em_tensor *a, const em_tensor *b) {
-  em_status st;
-  if ((st = check_rank("bmm", a, 3, "first operand")) || (st = check_rank("bmm", b, 3, "second operand"))) return st;
-  if (a->sizes[0] != b->sizes[0]) /* bmm does not broadcast, as in PyTorch */
-    return em_set_error(EM_ERR_SHAPE, "bmm: batch sizes differ: shapes %s and %s", EM_SHAPE(a), EM_SHAPE(b));
-  return product("bmm", out, a, b, NULL, 0, 1);
+  em_status st = tn_check_product_operands("bmm", a, b);
+  return st ? st : product("bmm", out, a, b, NULL, 0, 1);
 }
 
 em_status em_addmm(em_tensor **out, const em_tensor *c, const em_tensor *a, const em_tensor *b, double beta,
                    double alpha) {
   em_status st;
-  if ((st = check_rank("addmm", a, 2, "first operand")) || (st = check_rank("addmm", b, 2, "second operand")) ||
-      (st = em_check_tensor("addmm", c, "added tensor")))
+  if ((st = tn_check_product_operands("addmm", a, b)) || (st = em_check_tensor("addmm", c, "added tensor")))
     return st;
   return product("addmm", out, a, b, c, beta, alpha);
 }
 
 em_status em_mv(em_tensor **out, const em_tensor *a, const em_tensor *v) {
-  em_status st;
-  if ((st = check_rank("mv", a, 2, "matrix")) || (st = check_rank("mv", v, 1, "vector"))) return st;
-  return product("mv", out, a, v, NULL, 0, 1);
+  em_status st = tn_check_product_operands("mv", a, v);
+  return st ? st : product("mv", out, a, v, NULL, 0, 1);
 }
 
 em_status em_dot(em_tensor **out, const em_tensor *a, const em_tensor *b) {
-  em_status st;
-  if ((st = check_rank("dot", a, 1, "first operand")) || (st = check_rank("dot", b, 1, "second operand"))) return st;
-  if (a->sizes[0] != b->sizes[0])
-    return em_set_error(EM_ERR_SHAPE, "dot: the vectors have different lengths: shapes %s and %s", EM_SHAPE(a),
-                        EM_SHAPE(b));
-  return product("dot", out, a, b, NULL, 0, 1);
+  em_status st = tn_check_product_operands("dot", a, b);
+  return st ? st : product("dot", out, a, b, NULL, 0, 1);
 }
 
 em_status em_outer(em_tensor **out, const em_tensor *a, const em_tensor *b) {
-  em_status st;
-  if ((st = check_rank("outer", a, 1, "first operand")) || (st = check_rank("outer", b, 1, "second operand")))
-    return st;
+  em_status st = tn_check_product_operands("outer", a, b);
+  if (st) return st;
   /* a as a column [n, 1] times b as a row [1, m]: a GEMM with K = 1. */
   em_tensor *col = NULL, *row = NULL;
   int64_t cs[2] = {a->sizes[0], 1}, cst[2] = {a->strides[0], 1};

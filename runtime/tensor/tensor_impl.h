@@ -80,6 +80,10 @@ em_status em_broadcast_to(const char *op, em_tensor **out, const em_tensor *a, i
 em_status em_compact_matrices(const em_tensor *t, int keep_broadcast, int copy_values, em_tensor **out);
 /* Undo a result allocated by em_prepare_out after a failure. */
 void em_discard_out(em_tensor **out, bool allocated);
+/* The operands mm, bmm, addmm, mv, dot and outer accept (ranks; bmm's equal batch sizes,
+ * dot's equal lengths), for those functions and for their recorded forms (em_ag_mm, ...)
+ * that go through em_ag_matmul. op is one of those names. runtime/tensor/linalg.c */
+em_status tn_check_product_operands(const char *op, const em_tensor *a, const em_tensor *b);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,7 @@
 local ffi = require 'ffi'
 local ember = require 'ember'
 local C = ember.C
+local I = require 'ember.internal'   -- tensors built through the C API
 local CPU = ffi.new('em_device', {C.EM_CPU, 0})
 
 local mode, path = arg[1], arg[2]
@@ -29,11 +30,11 @@ local function numel(t) return tonumber(C.em_tensor_numel(t)) end
 local function make(dtype, shape)
   local n = #shape
   local store = (dtype == 'float16' or dtype == 'bfloat16') and 'float32' or dtype
-  local t = ember._new(C.em_empty(ember._box, n, ffi.new('int64_t[?]', n + 1, shape), C['EM_' .. store:upper()], CPU))
+  local t = I.new(C.em_empty(I.box, n, ffi.new('int64_t[?]', n + 1, shape), C['EM_' .. store:upper()], CPU))
   local p = ffi.cast(ctypes[store], C.em_tensor_data(t))
   for i = 0, numel(t) - 1 do p[i] = value(dtype, i) end
   if store ~= dtype then   -- ember's own conversion makes the half-precision tensors
-    t = ember._new(C.em_to(ember._box, t, C['EM_' .. dtype:upper()], CPU))
+    t = I.new(C.em_to(I.box, t, C['EM_' .. dtype:upper()], CPU))
   end
   return t
 end
@@ -52,7 +53,7 @@ if mode == 'write' then
     ['caf\195\169 "q"'] = make('float32', {1}),
   }
   -- A transposed (non-contiguous) view: Python must see it contiguous.
-  tensors['transposed'] = ember._new(C.em_transpose(ember._box, make('float32', {2, 3}), 0, 1))
+  tensors['transposed'] = I.new(C.em_transpose(I.box, make('float32', {2, 3}), 0, 1))
   ember.save(path, tensors, { metadata = { framework = 'ember', note = 'caf\195\169 "quoted"\n' } })
   return
 end
@@ -77,7 +78,7 @@ for name, want in pairs(expected) do
     expect(table.concat(t.shape, ',') == table.concat(shape, ','), '%s: shape {%s}, expected {%s}', name,
       table.concat(t.shape, ','), table.concat(shape, ','))
     local read = t
-    if dtype == 'float16' or dtype == 'bfloat16' then read = ember._new(C.em_to(ember._box, t, C.EM_FLOAT32, CPU)) end
+    if dtype == 'float16' or dtype == 'bfloat16' then read = I.new(C.em_to(I.box, t, C.EM_FLOAT32, CPU)) end
     local p = ffi.cast(ctypes[read.dtype], C.em_tensor_data(read))
     for i = 0, numel(t) - 1 do
       local got = tonumber(p[i])

@@ -10,7 +10,7 @@ F.EMBER = (os.getenv('EMBER_BUILD_DIR') or 'build') .. '/ember'
 
 pcall(ffi.cdef, 'int usleep(unsigned int usec);')
 function F.sleep(s) ffi.C.usleep(math.floor(s * 1e6)) end
-function F.now() return require('ember.pipeline.progress').now() end
+function F.now() return require('ember.util.progress').now() end
 
 function F.tmpdir()
   local dir = os.tmpname()

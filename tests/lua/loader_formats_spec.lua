@@ -11,7 +11,7 @@ local data = ember.data
 local PYTHON = '/usr/bin/python3'
 
 local function loader(opts)
-  local l = data.Loader(opts)
+  local l = data.ReaderLoader(opts)
   F.defer(function() l:close() end)
   return l
 end
@@ -79,7 +79,7 @@ np.save('%s/be.npy', np.zeros(3, '>f4'))"]], PYTHON, dir, dir, dir, dir, dir))
     local raw = loader { dataset = { format = 'npy', x = dir .. '/f.npy' }, batch_size = 5 }:epoch(1)()
     assert.same({ { 0, 1 }, { 2, 3 }, { 4, 5 }, { 6, 7 }, { 8, 9 } }, raw.x:totable())
     assert.is_nil(raw.y)
-    F.has(F.error_of(data.Loader, { dataset = { format = 'npy', x = dir .. '/f.npy' }, transforms = { 'grayscale' } }),
+    F.has(F.error_of(data.ReaderLoader, { dataset = { format = 'npy', x = dir .. '/f.npy' }, transforms = { 'grayscale' } }),
       'crop, flip and normalise take uint8 images; this source holds float32 rows')
   end)
 
@@ -122,10 +122,10 @@ np.save('%s/be.npy', np.zeros(3, '>f4'))"]], PYTHON, dir, dir, dir, dir, dir))
     assert.equal(1, s:stats().skipped)
     -- a damaged length, a truncated shard: opening fails with the offset
     F.write(bad, bytes:sub(1, off + 3) .. 'X' .. bytes:sub(off + 5))
-    F.has(F.error_of(data.Loader, { dataset = { format = 'tfrecord', files = bad } }),
+    F.has(F.error_of(data.ReaderLoader, { dataset = { format = 'tfrecord', files = bad } }),
       string.format("record 1 at offset %d: the length's CRC-32C does not match", off))
     F.write(bad, bytes:sub(1, #bytes - 3))
-    F.has(F.error_of(data.Loader, { dataset = { format = 'tfrecord', files = bad } }), 'is truncated')
+    F.has(F.error_of(data.ReaderLoader, { dataset = { format = 'tfrecord', files = bad } }), 'is truncated')
   end)
 
   it('reads JPEG files and class folders, naming a file that does not decode', function()

@@ -6,11 +6,11 @@ local F = dofile('tests/lua/loader_fixtures.lua')
 F.finally = function(fn) return finally(fn) end
 F.assert = assert
 local pipeline = require 'ember.pipeline'
-local json = require 'ember.pipeline.json'
+local json = require 'ember.util.json'
 local data = ember.data
 
 local function loader(opts)
-  local l = data.Loader(opts)
+  local l = data.ReaderLoader(opts)
   F.defer(function() l:close() end)
   return l
 end

@@ -1,17 +1,17 @@
--- loader_spec.lua: ember.data.Loader with readers on this host: the same batches whatever the
+-- loader_spec.lua: ember.data.ReaderLoader with readers on this host: the same batches whatever the
 -- number of readers, exactly once per epoch when readers are killed or stall, bounded
 -- memory with a slow consumer, resume mid-epoch with another number of readers, bad
 -- records, timeouts instead of hangs, readers that die with their trainer, rank shards.
 local F = dofile('tests/lua/loader_fixtures.lua')
 F.finally = function(fn) return finally(fn) end   -- busted's, looked up when a test runs
 F.assert = assert
-local json = require 'ember.pipeline.json'
+local json = require 'ember.util.json'
 local data = ember.data
 
 local AUG = { { random_crop = { size = 6, padding = 1 } }, { flip = 0.5 }, { normalise = { mean = 0.5, std = 0.25 } } }
 
 local function loader(opts)
-  local l = data.Loader(opts)
+  local l = data.ReaderLoader(opts)
   F.defer(function() l:close() end)
   return l
 end
@@ -22,7 +22,7 @@ local function running(pid)
   return stat ~= nil and not stat:match('^%d+ %b() [ZX]')
 end
 
-describe('ember.data.Loader', function()
+describe('ember.data.ReaderLoader', function()
   it('delivers the same batches in process and with 1, 2 and 4 readers', function()
     local dir = F.tmpdir()
     local spec = F.npy_images(dir, 90, 8, 8)
@@ -280,7 +280,7 @@ describe('ember.data.Loader', function()
     local dir = F.tmpdir()
     F.npy_images(dir, 16, 4, 4)
     local script = F.write(dir .. '/trainer.lua', string.format([[
-      local l = ember.data.Loader{dataset = {format = 'npy', x = '%s/x.npy'}, batch_size = 4, num_workers = 2, timeout = 30}
+      local l = ember.data.ReaderLoader{dataset = {format = 'npy', x = '%s/x.npy'}, batch_size = 4, num_workers = 2, timeout = 30}
       for _ in l:epoch(1) do end
       local f = io.open('%s/pids', 'w'); f:write(table.concat(l:workers(), ' ')); f:close()
       while true do os.execute('sleep 1') end
@@ -408,18 +408,18 @@ describe('ember.data.Loader', function()
   it('checks its options', function()
     local dir = F.tmpdir()
     local spec = F.npy_images(dir, 4, 2, 2)
-    F.has(F.error_of(data.Loader, { dataset = spec, batch = 3 }), "unknown option 'batch'")
-    F.has(F.error_of(data.Loader, { batch_size = 3 }), 'dataset is required')
-    F.has(F.error_of(data.Loader, { dataset = spec, batch_size = 0 }), 'batch_size must be an integer >= 1, got 0')
-    F.has(F.error_of(data.Loader, { dataset = spec, order = 'random' }), "order must be one of planned, arrival, got 'random'")
-    F.has(F.error_of(data.Loader, { dataset = spec, rank = 2, world_size = 2 }), 'rank 2 out of range for world_size 2')
-    F.has(F.error_of(data.Loader, { dataset = spec, endpoint = 'localhost:5' }), "endpoints look like 'tcp://127.0.0.1:5555'")
-    F.has(F.error_of(data.Loader, { dataset = 'nope.txt' }), "a Lua file (.lua) or {format = ...}, got 'nope.txt'")
-    F.has(F.error_of(data.Loader, { dataset = { format = 'csv' } }), "unknown format 'csv'")
-    F.has(F.error_of(data.Loader, { dataset = spec, transforms = { { blur = 1 } } }), "unknown transform 'blur'")
-    F.has(F.error_of(data.Loader, { dataset = data.TensorDataset { x = ember.zeros(2) }, num_workers = 1 }),
+    F.has(F.error_of(data.ReaderLoader, { dataset = spec, batch = 3 }), "unknown option 'batch'")
+    F.has(F.error_of(data.ReaderLoader, { batch_size = 3 }), 'dataset is required')
+    F.has(F.error_of(data.ReaderLoader, { dataset = spec, batch_size = 0 }), 'batch_size must be an integer >= 1, got 0')
+    F.has(F.error_of(data.ReaderLoader, { dataset = spec, order = 'random' }), "order must be one of planned, arrival, got 'random'")
+    F.has(F.error_of(data.ReaderLoader, { dataset = spec, rank = 2, world_size = 2 }), 'rank 2 out of range for world_size 2')
+    F.has(F.error_of(data.ReaderLoader, { dataset = spec, endpoint = 'localhost:5' }), "endpoints look like 'tcp://127.0.0.1:5555'")
+    F.has(F.error_of(data.ReaderLoader, { dataset = 'nope.txt' }), "a Lua file (.lua) or {format = ...}, got 'nope.txt'")
+    F.has(F.error_of(data.ReaderLoader, { dataset = { format = 'csv' } }), "unknown format 'csv'")
+    F.has(F.error_of(data.ReaderLoader, { dataset = spec, transforms = { { blur = 1 } } }), "unknown transform 'blur'")
+    F.has(F.error_of(data.ReaderLoader, { dataset = data.TensorDataset { x = ember.zeros(2) }, num_workers = 1 }),
       'readers load the dataset themselves')
-    F.has(F.error_of(data.Loader, { dataset = spec, endpoint = 'tcp://256.0.0.1:1' }), "cannot bind 'tcp://256.0.0.1:1'")
+    F.has(F.error_of(data.ReaderLoader, { dataset = spec, endpoint = 'tcp://256.0.0.1:1' }), "cannot bind 'tcp://256.0.0.1:1'")
     local l = loader { dataset = spec }
     F.has(F.error_of(l.load_state, l, { seed = 0, epoch = 1, position = 9 }), 'position 9 is past the end of the epoch (4 samples)')
     F.has(F.error_of(l.load_state, l, { seed = 0, epoch = 1, position = 0, num_samples = 5 }), 'saved for 5 samples')

@@ -60,7 +60,11 @@ describe('SGD', function()
 
   it('checks its arguments', function()
     local p = nn.Parameter(ember.ones(2))
-    raises(function() optim.SGD({ p }, { lr = -1 }) end, 'SGD: lr must be a number in [0, inf), got -1')
+    raises(function() optim.SGD({ p }, { lr = -1 }) end, 'SGD: lr is -1, expected a finite number >= 0')
+    raises(function() optim.SGD({ p }, { lr = 0 / 0 }) end, 'SGD: lr is nan, expected a finite number >= 0')
+    raises(function() optim.SGD({ p }, { lr = '1' }) end, 'SGD: lr must be a number, got string')
+    raises(function() optim.SGD({ p }, { lr = 0.1, dampening = 2 }) end, 'SGD: dampening is 2, expected a number in [0, 1]')
+    raises(function() optim.AdamW({ p }, { eps = -1 }) end, 'AdamW: eps is -1, expected a finite number >= 0')
     raises(function() optim.SGD({ p }, { lr = 0.1, nesterov = true }) end,
       'SGD: nesterov momentum requires momentum > 0 and dampening = 0')
     raises(function() optim.SGD({ p }, { lr = 0.1, betas = { 0.9, 0.9 } }) end, "SGD: unknown option 'betas'")
@@ -99,7 +103,7 @@ describe('Adam and AdamW', function()
     local g = optim.AdamW({ p }).param_groups[1]
     assert.are.same({ 1e-3, 0.9, 0.999, 1e-8, 1e-2 }, { g.lr, g.betas[1], g.betas[2], g.eps, g.weight_decay })
     assert.are.equal(0, optim.Adam({ p }).param_groups[1].weight_decay)
-    raises(function() optim.Adam({ p }, { betas = { 1, 0.9 } }) end, 'Adam: betas[1] must be a number in [0, 1), got 1')
+    raises(function() optim.Adam({ p }, { betas = { 1, 0.9 } }) end, 'Adam: beta1 is 1, expected a number in [0, 1)')
     raises(function() optim.Adam({ p }, { betas = 0.9 }) end, 'Adam: betas must be a pair {beta1, beta2}, got number')
   end)
 

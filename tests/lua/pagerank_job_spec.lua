@@ -3,7 +3,7 @@
 -- top-k table and scores files (TSV, .npy) on a hand-checked graph, the graph cache,
 -- personalisation, and validation errors that name the file, line (or override) and key.
 local pipeline = require 'ember.pipeline'
-local json = require 'ember.pipeline.json'
+local json = require 'ember.util.json'
 local ffi = require 'ffi'
 
 local EMBER = (os.getenv('EMBER_BUILD_DIR') or 'build') .. '/ember'

@@ -2,7 +2,7 @@
 -- key path; command-line overrides; a short training run end to end; checkpoint/resume
 -- equality; the learning-rate schedules; the JSON writer.
 local pipeline = require 'ember.pipeline'
-local json = require 'ember.pipeline.json'
+local json = require 'ember.util.json'
 local train = require 'ember.pipeline.train'
 
 local EMBER = (os.getenv('EMBER_BUILD_DIR') or 'build') .. '/ember'
@@ -309,7 +309,7 @@ describe('learning-rate schedules', function()
   end)
 end)
 
-describe('ember.pipeline.json', function()
+describe('ember.util.json', function()
   it('writes sorted objects and numbers that read back exactly', function()
     assert.equal('{"a":[1,2.5,null],"b":"x\\"y\\n","c":true}', json.encode({ b = 'x"y\n', a = { 1, 2.5, 0 / 0 }, c = true }))
     assert.equal('{"z":1,"a":2}', json.encode({ a = 2, z = 1 }, { order = { 'z' } }))

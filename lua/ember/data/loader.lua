@@ -1,7 +1,7 @@
--- ember.data.Loader: batches from reader processes over ZeroMQ (runtime/data/dp_*.c), with
+-- ember.data.ReaderLoader: batches from reader processes over ZeroMQ (runtime/data/dp_*.c), with
 -- the in-process DataLoader's interface (lua/ember/data.lua), so either fits a training loop:
 --
---   local loader = ember.data.Loader{dataset = 'path/to/dataset.lua', batch_size = 128,
+--   local loader = ember.data.ReaderLoader{dataset = 'path/to/dataset.lua', batch_size = 128,
 --                                    num_workers = 4, seed = 1, shuffle = true}
 --   for e = 1, 10 do
 --     for batch in loader:epoch(e) do ... end   -- batch.x, batch.y, batch.ids (1-based)
@@ -41,17 +41,16 @@
 -- Each epoch's order is a function of (seed, epoch, rank, world_size) alone; a batch's
 -- samples and augmentations do not depend on which reader made it or how many there are.
 local ffi = require 'ffi'
+local libc = require 'ember.util.libc'
 local ember = require 'ember'
-local json = require 'ember.pipeline.json'
-local progress = require 'ember.pipeline.progress'
+local json = require 'ember.util.json'
+local progress = require 'ember.util.progress'
 local source = require 'ember.data.source'
 
 local C = ember.C
-local throw = ember._throw
-local box, new_tensor, wrap = ember._box, ember._new, ember._wrap
-local describe = source.describe
-
-pcall(ffi.cdef, 'long readlink(const char *path, char *buf, unsigned long size);')
+local I = require 'ember.internal'
+local throw, box, new_tensor, wrap = I.throw, I.box, I.new, I.wrap
+local describe, is_int = I.describe_value, I.is_int
 
 local M = {}
 local Loader = {}
@@ -64,27 +63,26 @@ local OPTS = { dataset = true, dataset_options = true, transforms = true, batch_
   on_bad_record = true, shared_memory = true, max_restarts = true, curve = true, dataset_size = true,
   lease_timeout = true }
 
-local function is_int(x) return type(x) == 'number' and x == math.floor(x) and x > -math.huge and x < math.huge end
-
+-- Options with defaults, checked by the shared rules (ember.internal).
 local function int_opt(op, opts, name, default, min)
   local v = opts[name]
   if v == nil then return default end
-  if not is_int(v) or v < min then throw(string.format('%s: %s must be an integer >= %d, got %s', op, name, min, describe(v))) end
-  return v
+  return I.need_int(op, name, v, min)
 end
 
 local function num_opt(op, opts, name, default)
   local v = opts[name]
   if v == nil then return default end
-  if type(v) ~= 'number' or not (v > 0) then throw(string.format('%s: %s must be a number > 0, got %s', op, name, describe(v))) end
+  if type(v) ~= 'number' or not (v > 0) then
+    throw(string.format('%s: %s must be a number > 0, got %s', op, name, describe(v)))
+  end
   return v
 end
 
 local function bool_opt(op, opts, name, default)
   local v = opts[name]
   if v == nil then return default end
-  if type(v) ~= 'boolean' then throw(string.format('%s: %s must be true or false, got %s', op, name, describe(v))) end
-  return v
+  return I.need_bool(op, name, v)
 end
 
 local function enum_opt(op, opts, name, values)
@@ -98,17 +96,14 @@ end
 local function ember_exe()
   if os.getenv('EMBER_EXE') then return os.getenv('EMBER_EXE') end
   if rawget(_G, '_EMBER_HOST') then
-    local buf = ffi.new('char[4096]')
-    local n = ffi.C.readlink('/proc/self/exe', buf, 4095)
-    if n > 0 then return ffi.string(buf, n) end
-    return '/proc/self/exe'
+    return libc.readlink('/proc/self/exe') or '/proc/self/exe'
   end
-  throw('Loader: num_workers > 0 starts `ember reader` processes: run inside the ember host or set EMBER_EXE')
+  throw('ReaderLoader: num_workers > 0 starts `ember reader` processes: run inside the ember host or set EMBER_EXE')
 end
 
 local function write_file(path, text)
   local f, err = io.open(path, 'w')
-  if not f then throw(string.format("Loader: cannot write '%s': %s", path, err)) end
+  if not f then throw(string.format("ReaderLoader: cannot write '%s': %s", path, err)) end
   f:write(text)
   f:close()
 end
@@ -116,27 +111,25 @@ end
 local function endpoint_list(op, v)
   if v == nil then return nil end
   if type(v) == 'string' then v = { v } end
-  if type(v) ~= 'table' or #v == 0 then throw(op .. ': endpoint must be a string or a list of them, got ' .. describe(v)) end
+  if type(v) ~= 'table' or #v == 0 then
+    throw(op .. ': endpoint must be a string or a list of them, got ' .. describe(v))
+  end
   for _, e in ipairs(v) do
     if type(e) ~= 'string' or not e:match('^%a+://') then
-      throw(op .. ": endpoints look like 'tcp://127.0.0.1:5555' (or tcp://127.0.0.1:* for any port), got " .. describe(e))
+      throw(op .. ": endpoints look like 'tcp://127.0.0.1:5555' (or tcp://127.0.0.1:* for any port), got " ..
+        describe(e))
     end
   end
   return table.concat(v, ',')
 end
 
 function M.new(opts)
-  local op = 'Loader'
-  if type(opts) ~= 'table' then throw('Loader: expected an options table, got ' .. describe(opts)) end
-  for k in pairs(opts) do
-    if not OPTS[k] then
-      local names = {}
-      for name in pairs(OPTS) do names[#names + 1] = name end
-      table.sort(names)
-      throw(string.format("Loader: unknown option '%s' (expected %s)", tostring(k), table.concat(names, ', ')))
-    end
+  local op = 'ReaderLoader'
+  if type(opts) ~= 'table' then throw('ReaderLoader: expected an options table, got ' .. describe(opts)) end
+  I.check_opts(op, opts, OPTS)
+  if opts.dataset == nil then
+    throw('ReaderLoader: dataset is required (a built-in name, a .lua file or {format = ...})')
   end
-  if opts.dataset == nil then throw('Loader: dataset is required (a built-in name, a .lua file or {format = ...})') end
   local self = setmetatable({
     batch_size = int_opt(op, opts, 'batch_size', 1, 1),
     shuffle = bool_opt(op, opts, 'shuffle', false),
@@ -152,13 +145,16 @@ function M.new(opts)
     _epoch = 0, _position = 0,
   }, Loader)
   if self.rank >= self.world_size then
-    throw(string.format('Loader: rank %d out of range for world_size %d (ranks count from 0)', self.rank, self.world_size))
+    throw(string.format('ReaderLoader: rank %d out of range for world_size %d (ranks count from 0)', self.rank,
+      self.world_size))
   end
   local endpoints = endpoint_list(op, opts.endpoint)
   local in_process = self.num_workers == 0 and not endpoints
   local spec
   if type(opts.dataset) == 'table' and opts.dataset.format == nil then   -- a dataset object
-    if not in_process then throw('Loader: readers load the dataset themselves: give a .lua file or a format spec, not a table') end
+    if not in_process then
+      throw('ReaderLoader: readers load the dataset themselves: give a .lua file or a format spec, not a table')
+    end
     spec = { dataset = opts.dataset, transforms = opts.transforms, kind = 'object' }
     source.augment(opts.transforms)
   else
@@ -182,7 +178,7 @@ end
 
 -- Binds, spawns the readers.
 function Loader:_start(opts, endpoints)
-  local op = 'Loader'
+  local op = 'ReaderLoader'
   local nw = self.num_workers
   local o = ffi.new('em_loader_options')
   o.endpoints = endpoints
@@ -208,7 +204,7 @@ function Loader:_start(opts, endpoints)
   local local_keys
   if curve ~= nil then
     if type(curve) ~= 'table' or type(curve.public_key) ~= 'string' or type(curve.secret_key) ~= 'string' then
-      throw('Loader: curve must be {public_key =, secret_key =, clients = {...}} (see ember.data.curve_keypair)')
+      throw('ReaderLoader: curve must be {public_key =, secret_key =, clients = {...}} (see ember.data.curve_keypair)')
     end
     o.curve_public_key, o.curve_secret_key = curve.public_key, curve.secret_key
     local clients = curve.clients and { unpack(curve.clients) } or nil
@@ -220,7 +216,7 @@ function Loader:_start(opts, endpoints)
     if clients then o.curve_clients = table.concat(clients, ',') end
   end
   local lbox = ffi.new('em_loader *[1]')
-  if C.em_loader_create(lbox, o) ~= 0 then throw(ffi.string(C.em_last_error())) end
+  if C.em_loader_create(lbox, o) ~= 0 then I.raise() end
   self.handle = ffi.gc(lbox[0], C.em_loader_free)
   self.prefetch, self.heartbeat, self.heartbeat_timeout = o.prefetch, o.heartbeat_s, o.heartbeat_timeout_s
   self.endpoints = ffi.string(C.em_loader_endpoints(self.handle))
@@ -238,13 +234,13 @@ function Loader:_start(opts, endpoints)
   local cargv = ffi.new('const char *[?]', #argv + 1)
   for i, a in ipairs(argv) do cargv[i - 1] = a end
   local restarts = int_opt(op, opts, 'max_restarts', 3 * nw, 0)
-  if C.em_loader_spawn(self.handle, nw, #argv, cargv, restarts) ~= 0 then throw(ffi.string(C.em_last_error())) end
+  if C.em_loader_spawn(self.handle, nw, #argv, cargv, restarts) ~= 0 then I.raise() end
 end
 
 -- A CurveZMQ key pair as two 40-character Z85 strings: public, secret.
 function M.curve_keypair()
   local pub, sec = ffi.new('char[41]'), ffi.new('char[41]')
-  if C.em_curve_keypair(pub, sec) ~= 0 then throw(ffi.string(C.em_last_error())) end
+  if C.em_curve_keypair(pub, sec) ~= 0 then I.raise() end
   return ffi.string(pub), ffi.string(sec)
 end
 
@@ -298,7 +294,9 @@ function Loader:_mark(k)
   local it = self._items_list
   if not it then return end
   self._done_items[k] = true
-  while self._next_undone <= #it and self._done_items[self._next_undone] do self._next_undone = self._next_undone + 1 end
+  while self._next_undone <= #it and self._done_items[self._next_undone] do
+    self._next_undone = self._next_undone + 1
+  end
   if self._next_undone > #it then
     self._epoch, self._position, self._done = self._cur_epoch + 1, 0, nil
     self._items_list = nil
@@ -332,8 +330,8 @@ local function batch_table(b)
 end
 
 function Loader:epoch(e)
-  if not is_int(e) or e < 0 then throw('Loader:epoch: the epoch must be an integer >= 0, got ' .. describe(e)) end
-  if self.closed then throw('Loader:epoch: the loader is closed') end
+  if not is_int(e) or e < 0 then throw('ReaderLoader:epoch: the epoch must be an integer >= 0, got ' .. describe(e)) end
+  if self.closed then throw('ReaderLoader:epoch: the loader is closed') end
   local items, start = self:_items(e)
   local resumed_done = self._resume and self._resume.epoch == e and self._resume.done or nil
   self._resume = nil
@@ -368,7 +366,7 @@ function Loader:_remote_epoch(e, plan, items)
   local pos, len = ffi.new('int64_t[?]', n + 1), ffi.new('int64_t[?]', n + 1)
   for i, it in ipairs(items) do pos[i - 1], len[i - 1] = it[1], it[2] end
   if C.em_loader_begin(self.handle, e, self.seed, plan:data_ptr(), plan:numel(), pos, len, n) ~= 0 then
-    throw(ffi.string(C.em_last_error()))
+    I.raise()
   end
   local bbox = ffi.new('em_loader_batch *[1]')
   local handle, generation = self.handle, {}
@@ -376,7 +374,7 @@ function Loader:_remote_epoch(e, plan, items)
   return function()
     if self._generation ~= generation then return nil end   -- a later epoch() replaced this one
     local st = C.em_loader_next(handle, bbox, self.timeout)
-    if st ~= 0 then throw(ffi.string(C.em_last_error())) end
+    I.check(st)
     local b = bbox[0]
     if b == nil then   -- every item is delivered (or was all bad records, skipped)
       if self._generation == generation then
@@ -396,7 +394,7 @@ end
 -- A new CPU tensor of the given shape (a C array of ndim sizes) and dtype.
 local CPU = ffi.new('em_device', 0, 0)
 local function cpu_empty(ndim, sizes, dtype)
-  if C.em_empty(box, ndim, sizes, dtype, CPU) ~= 0 then throw(ffi.string(C.em_last_error())) end
+  if C.em_empty(box, ndim, sizes, dtype, CPU) ~= 0 then I.raise() end
   local t = wrap(box[0])
   box[0] = nil
   return t
@@ -423,7 +421,7 @@ function Loader:_local_source_epoch(e, plan, items, generation)
       if not it then return nil end
       local n = it[2]
       local nd = C.em_source_describe(src, aug, n, descs)
-      if nd < 0 then throw(ffi.string(C.em_last_error())) end
+      if nd < 0 then I.raise() end
       local x = empty(descs[0].ndim, descs[0].sizes, descs[0].dtype)
       local y = nd > 1 and empty(descs[1].ndim, descs[1].sizes, descs[1].dtype) or nil
       local idt = empty(1, descs[0].sizes, C.EM_INT64)   -- sizes[0] is n
@@ -432,7 +430,7 @@ function Loader:_local_source_epoch(e, plan, items, generation)
       local t0 = progress.now()
       if C.em_source_fill(src, ids + it[1], n, 1, aug, self.seed, e, x, y, self.skip_bad and 1 or 0, kept,
           ffi.cast('int64_t *', C.em_tensor_data(idt)), skipped, times) ~= 0 then
-        throw(ffi.string(C.em_last_error()))
+        I.raise()
       end
       st.read_s, st.decode_s = st.read_s + times.read, st.decode_s + times.decode
       st.transform_s = st.transform_s + times.transform
@@ -528,17 +526,20 @@ function Loader:state()
 end
 
 function Loader:load_state(s)
-  local op = 'Loader:load_state'
+  local op = 'ReaderLoader:load_state'
   if type(s) ~= 'table' then throw(op .. ': expected a table from state(), got ' .. describe(s)) end
   for _, k in ipairs { 'seed', 'epoch', 'position' } do
-    if not is_int(s[k]) or s[k] < 0 then throw(string.format('%s: %s must be an integer >= 0, got %s', op, k, describe(s[k]))) end
+    if not is_int(s[k]) or s[k] < 0 then
+      throw(string.format('%s: %s must be an integer >= 0, got %s', op, k, describe(s[k])))
+    end
   end
   if s.num_samples ~= nil and s.num_samples ~= self:num_samples() then
     throw(string.format('%s: the state was saved for %d samples per epoch, this loader has %d', op, s.num_samples,
       self:num_samples()))
   end
   if s.position > self:num_samples() then
-    throw(string.format('%s: position %d is past the end of the epoch (%d samples)', op, s.position, self:num_samples()))
+    throw(string.format('%s: position %d is past the end of the epoch (%d samples)', op, s.position,
+      self:num_samples()))
   end
   if s.done ~= nil and type(s.done) ~= 'table' then throw(op .. ': done must be a list of {position, count}') end
   self.seed = s.seed

@@ -1,4 +1,4 @@
--- ember.data.source: what a data pipeline reads, and how a batch of it is made.
+-- ember.data.source: what a loader's readers read, and how a batch of it is made.
 --
 -- A dataset spec is plain data (it travels to reader processes as JSON):
 --   'fashion-mnist' | 'mnist'          built-in IDX datasets; options {train =, root =, limit =}
@@ -25,21 +25,17 @@
 -- They run in C on built-in formats, on the `x` of each sample for Lua datasets.
 local ffi = require 'ffi'
 local ember = require 'ember'
-local json = require 'ember.pipeline.json'
-local progress = require 'ember.pipeline.progress'
+local json = require 'ember.util.json'
+local progress = require 'ember.util.progress'
 
 local C = ember.C
 local M = {}
-local throw = ember._throw
-local box, new_tensor = ember._box, ember._new
+local I = require 'ember.internal'
+local throw, box, new_tensor, wrap = I.throw, I.box, I.new, I.wrap
+local describe = I.describe_value
 
-local function describe(x)
-  if ember.is_tensor(x) then return 'a tensor' end
-  if type(x) == 'string' then return string.format("'%s'", x) end
-  if type(x) == 'number' or type(x) == 'boolean' then return tostring(x) end
-  return type(x)
-end
-M.describe = describe
+-- Readers report errors to the trainer, which adds its own context: no position.
+local function check(status) return I.check(status, 0) end
 
 -- ---------------------------------------------------------------- per-sample generators
 local Rng = {}
@@ -97,7 +93,9 @@ function M.augment(list)
       name, v = t, true
     elseif type(t) == 'table' then
       name, v = next(t)
-      if next(t, name) ~= nil then throw(string.format('transforms[%d]: one transform per entry, got several keys', i)) end
+      if next(t, name) ~= nil then
+        throw(string.format('transforms[%d]: one transform per entry, got several keys', i))
+      end
     end
     local op = string.format('transforms[%d] (%s)', i, tostring(name))
     if name == 'random_crop' or name == 'center_crop' then
@@ -110,7 +108,9 @@ function M.augment(list)
       a.pad, a.random_crop = pad, name == 'random_crop' and 1 or 0
     elseif name == 'flip' then
       local p = v == true and 0.5 or v
-      if type(p) ~= 'number' or p < 0 or p > 1 then throw(op .. ': expected a probability in [0, 1] or true, got ' .. describe(v)) end
+      if type(p) ~= 'number' or p < 0 or p > 1 then
+        throw(op .. ': expected a probability in [0, 1] or true, got ' .. describe(v))
+      end
       a.flip_p = p
     elseif name == 'normalise' or name == 'normalize' then
       a.normalise = 1
@@ -128,8 +128,8 @@ function M.augment(list)
     elseif name == 'rgb' then
       a.channels = 3
     else
-      throw(string.format('transforms[%d]: unknown transform %s (expected random_crop, center_crop, flip, normalise, ' ..
-        'grayscale or rgb)', i, describe(name)))
+      throw(string.format('transforms[%d]: unknown transform %s (expected random_crop, center_crop, flip, ' ..
+        'normalise, grayscale or rgb)', i, describe(name)))
     end
   end
   return a
@@ -191,7 +191,9 @@ function M.normalise(dataset, options, transforms)
     spec.kind = 'lua:' .. dataset:match('([^/]+)$')
   elseif type(dataset) == 'table' and type(dataset.format) == 'string' then
     local keys = FORMAT_KEYS[dataset.format]
-    if not keys then throw(string.format("dataset: unknown format '%s' (expected idx, npy, tfrecord, jpeg)", dataset.format)) end
+    if not keys then
+      throw(string.format("dataset: unknown format '%s' (expected idx, npy, tfrecord, jpeg)", dataset.format))
+    end
     for k in pairs(dataset) do
       if not keys[k] and not COMMON_KEYS[k] then
         throw(string.format("dataset (%s): unknown key '%s'", dataset.format, tostring(k)))
@@ -223,7 +225,8 @@ end
 
 function M.open_source(d)
   local o = ffi.new('em_source_options')
-  local keep = {}   -- strings and arrays the options point to, alive until the call returns
+  -- strings and arrays the options point to, alive until the call returns
+  local keep = {}   -- luacheck: ignore 241
   o.format = d.format
   o.limit = d.limit or 0
   o.label_offset = d.label_offset or 1
@@ -257,14 +260,16 @@ function M.open_source(d)
   end
   if type(paths) ~= 'table' or #paths == 0 then throw('dataset (' .. d.format .. '): no files given') end
   for _, p in ipairs(paths) do
-    if type(p) ~= 'string' then throw('dataset (' .. d.format .. '): file paths must be strings, got ' .. describe(p)) end
+    if type(p) ~= 'string' then
+      throw('dataset (' .. d.format .. '): file paths must be strings, got ' .. describe(p))
+    end
   end
   local text = lines(paths)
   o.paths = text
   local pbox = ffi.new('em_source *[1]')
-  if C.em_source_open(pbox, o) ~= 0 then throw(ffi.string(C.em_last_error())) end
+  if C.em_source_open(pbox, o) ~= 0 then I.raise() end
   local src = ffi.gc(pbox[0], C.em_source_free)
-  keep = nil
+  keep = nil   -- luacheck: ignore 311
   return setmetatable({ src = src, n = tonumber(C.em_source_size(src)), format = d.format }, Source)
 end
 
@@ -274,7 +279,7 @@ function Source:size() return self.n end
 function Source:describe(aug, rows)
   local descs = ffi.new('em_tensor_desc[2]')
   local nd = C.em_source_describe(self.src, aug, rows, descs)
-  if nd < 0 then throw(ffi.string(C.em_last_error())) end
+  if nd < 0 then I.raise() end
   return descs, nd
 end
 
@@ -282,9 +287,9 @@ end
 function Source:get(i, rng, aug)
   local xb, yb = ffi.new('em_tensor *[1]'), ffi.new('em_tensor *[1]')
   local st = C.em_source_get(self.src, i, 1, aug, rng, xb, yb)
-  if st ~= 0 then throw(ffi.string(C.em_last_error())) end
-  local s = { x = ember._wrap(xb[0]) }
-  if yb[0] ~= nil then s.y = ember._wrap(yb[0]):item() end
+  I.check(st)
+  local s = { x = wrap(xb[0]) }
+  if yb[0] ~= nil then s.y = wrap(yb[0]):item() end
   return s
 end
 
@@ -304,7 +309,8 @@ local function load_lua_dataset(path, options)
     ok, ds = pcall(ds, options or {})
     if not ok then throw(string.format("dataset '%s': %s", path, tostring(ds))) end
   end
-  if type(ds) ~= 'table' or type(ds.size) ~= 'function' or (type(ds.get) ~= 'function' and type(ds.get_batch) ~= 'function') then
+  if type(ds) ~= 'table' or type(ds.size) ~= 'function' or
+      (type(ds.get) ~= 'function' and type(ds.get_batch) ~= 'function') then
     throw(string.format("dataset '%s': expected a table with size() and get(index, rng), got %s", path, describe(ds)))
   end
   return ds
@@ -355,7 +361,7 @@ function Producer:produce_source(job)
   if not self.descs then self.descs = ffi.new('em_tensor_desc[2]') end
   local descs = self.descs
   local nd = C.em_source_describe(self.source.src, self.aug, job.n, descs)
-  if nd < 0 then error(ffi.string(C.em_last_error()), 0) end
+  if nd < 0 then I.raise(0) end
   local t = job.alloc(nd, descs)
   if not self.kept_cap or self.kept_cap < job.n then
     self.kept_cap = job.n
@@ -364,10 +370,11 @@ function Producer:produce_source(job)
   local kept_ids = self.kept_buf
   ffi.fill(self.times, ffi.sizeof('em_stage_times'))
   self.skipped[0] = 0
-  local st = C.em_source_fill(self.source.src, job.ids, job.n, 1, self.aug, job.seed, job.epoch, t[0], nd > 1 and t[1] or nil,
+  local st = C.em_source_fill(self.source.src, job.ids, job.n, 1, self.aug, job.seed, job.epoch, t[0],
+    nd > 1 and t[1] or nil,
     job.skip_bad and 1 or 0, self.kept, kept_ids, self.skipped, self.times)
-  if st ~= 0 then error(ffi.string(C.em_last_error()), 0) end
-  local bad = self.skipped[0] > 0 and ffi.string(C.em_last_error()) or nil
+  if st ~= 0 then I.raise(0) end
+  local bad = self.skipped[0] > 0 and I.last_error() or nil
   return tonumber(self.kept[0]), kept_ids, tonumber(self.skipped[0]), self.times, bad, t
 end
 
@@ -400,10 +407,6 @@ local function field_names(s)
   if #names == 0 then throw('dataset: get() returned an empty sample') end
   if #names > 16 then throw('dataset: a sample has more than 16 fields') end
   return names
-end
-
-local function check(status)
-  if status ~= 0 then error(ffi.string(C.em_last_error()), 0) end
 end
 
 -- A batch from a Lua dataset, sample by sample (get) or at once (get_batch).
@@ -477,7 +480,7 @@ function Producer:produce_lua(job)
           error(string.format("sample %d: field '%s' is %s, the first sample's was a tensor or number", id, name,
             describe(v)), 0)
         end
-        if st ~= 0 then error(string.format("sample %d: field '%s': %s", id, name, ffi.string(C.em_last_error())), 0) end
+        if st ~= 0 then error(string.format("sample %d: field '%s': %s", id, name, I.last_error()), 0) end
       end
       kept_ids[kept] = id
       kept = kept + 1

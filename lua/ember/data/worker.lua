@@ -1,7 +1,7 @@
 -- ember.data.worker: the reader process, `ember reader`.
 --
 --   ember reader --connect tcp://HOST:PORT [--connect ...] PIPELINE.yaml [key.path=value ...]
---   ember reader --connect ipc://... --spec SPEC.json --parent PID     (started by a Loader)
+--   ember reader --connect ipc://... --spec SPEC.json --parent PID     (started by a ReaderLoader)
 --
 -- A reader loads the dataset the pipeline's `data:` section names (paths are this host's),
 -- connects to the trainers, and then serves leases until it is stopped: each lease is a
@@ -15,11 +15,13 @@
 --   --no-shm             never hand batches over through shared memory
 --   --heartbeat S        seconds between heartbeats before a trainer says (default 0.5)
 local ffi = require 'ffi'
+local libc = require 'ember.util.libc'
 local ember = require 'ember'
-local json = require 'ember.pipeline.json'
+local json = require 'ember.util.json'
 local source = require 'ember.data.source'
 
 local C = ember.C
+local I = require 'ember.internal'
 local M = {}
 
 local usage = [[
@@ -49,7 +51,8 @@ function M.read_keys(path)
   local text = read_file(path)
   local pub, sec = text:match('public:%s*(%S+)'), text:match('secret:%s*(%S+)')
   if not pub or not sec or #pub ~= 40 or #sec ~= 40 then
-    error(string.format("'%s' is not a key file (expected lines 'public: <40 Z85 characters>' and 'secret: ...')", path), 0)
+    error(string.format("'%s' is not a key file (expected lines 'public: <40 Z85 characters>' and 'secret: ...')",
+      path), 0)
   end
   return pub, sec
 end
@@ -94,15 +97,17 @@ local function parse_args(argv)
   return a
 end
 
--- What to read and how, from a Loader's spec file or a pipeline's data: section.
-local function load_config(a)
+-- What to read and how, from a ReaderLoader's spec file or a pipeline's data: section.
+-- Pipeline files belong to the job layer, which passes load_pipeline(path, overrides) ->
+-- the file's config (lua/ember/pipeline/reader.lua); the library never requires it.
+local function load_config(a, load_pipeline)
   if a.spec then
     local cfg = json.decode(read_file(a.spec))
     return cfg.spec, cfg
   end
   if not a.pipeline then error('expected a pipeline file (or --spec)', 0) end
-  local pipeline = require 'ember.pipeline'
-  local ok, cfg = pcall(pipeline.load, a.pipeline, a.overrides)
+  if not load_pipeline then error('reading a pipeline file needs the job layer (ember.pipeline.reader)', 0) end
+  local ok, cfg = pcall(load_pipeline, a.pipeline, a.overrides)
   if not ok then error(type(cfg) == 'table' and cfg.message or tostring(cfg), 0) end
   local yaml = require 'ember.data.yaml'
   local spec = yaml.spec_of(cfg.data, cfg)
@@ -130,14 +135,14 @@ local function serve(reader, producer, name)
   end
   local job = {
     alloc = function(nd, descs)
-      if C.em_reader_alloc(reader, lease, nd, descs, tensors) ~= 0 then error(ffi.string(C.em_last_error()), 0) end
+      if C.em_reader_alloc(reader, lease, nd, descs, tensors) ~= 0 then I.raise(0) end
       held = nd
       return tensors
     end,
   }
   while true do
     C.em_reader_next(reader, lease, 1.0)
-    if lease.status == 2 then return ffi.string(C.em_last_error()) end
+    if lease.status == 2 then return I.last_error() end
     if lease.status == 1 then
       job.ids, job.n, job.seed, job.epoch, job.skip_bad = lease.ids, tonumber(lease.n), lease.seed, lease.epoch,
         lease.skip_bad ~= 0
@@ -149,12 +154,12 @@ local function serve(reader, producer, name)
       else
         st = C.em_reader_send_error(reader, lease, string.format('%s: %s', name, tostring(kept)))
       end
-      if st ~= 0 then io.stderr:write('ember reader: ', ffi.string(C.em_last_error()), '\n') end
+      if st ~= 0 then io.stderr:write('ember reader: ', I.last_error(), '\n') end
     end
   end
 end
 
-function M.main(argv)
+function M.main(argv, load_pipeline)
   local ok, a = pcall(parse_args, argv or {})
   if not ok then return fail(a) end
   if a.help then
@@ -163,11 +168,9 @@ function M.main(argv)
   end
   if #a.connect == 0 then return fail('expected --connect ENDPOINT (see ember reader --help)') end
   local spec, cfg
-  ok, spec, cfg = pcall(load_config, a)
+  ok, spec, cfg = pcall(load_config, a, load_pipeline)
   if not ok then return fail(tostring(spec)) end
-  pcall(ffi.cdef, 'int gethostname(char *name, size_t len);')
-  local hbuf = ffi.new('char[256]')
-  local host = ffi.C.gethostname(hbuf, 255) == 0 and ffi.string(hbuf) or 'host'
+  local host = libc.hostname() or 'host'
   local name = a.name or string.format('%s:%d', host, tonumber(C.em_process_self()))
   local o = ffi.new('em_reader_options')
   local connect = table.concat(a.connect, ',')
@@ -185,7 +188,7 @@ function M.main(argv)
   o.curve_server_key, o.curve_public_key, o.curve_secret_key = server_key, pub, sec
   rawset(_G, 'ember', rawget(_G, 'ember') or ember)   -- dataset files may use the global, as scripts do
   local rbox = ffi.new('em_reader *[1]')
-  if C.em_reader_create(rbox, o) ~= 0 then return fail(ffi.string(C.em_last_error())) end
+  if C.em_reader_create(rbox, o) ~= 0 then return fail(I.last_error()) end
   local reader = rbox[0]
   local producer
   ok, producer = pcall(source.open, spec)

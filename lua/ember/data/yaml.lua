@@ -1,4 +1,4 @@
--- ember.data.yaml: the data pipeline's keys in a pipeline file's `data:` section, and the
+-- ember.data.yaml: the reader loader's keys in a pipeline file's `data:` section, and the
 -- loader a train job gets from them.
 --
 --   data:
@@ -15,7 +15,7 @@
 -- A file without workers, source, transforms or endpoint keeps the in-process DataLoader.
 -- The same file starts readers on other hosts: `ember reader --connect tcp://HOST:5555
 -- pipeline.yaml` reads the data: section with that host's paths.
-local S = require 'ember.pipeline.schema'
+local S = require 'ember.util.schema'
 
 local M = {}
 
@@ -23,7 +23,9 @@ local function source_check(v)
   local ok, err = pcall(function()
     local source = require 'ember.data.source'
     if type(v) == 'string' then
-      if not v:match('%.lua$') then error("expected a .lua dataset file or a {format: ...} mapping, got '" .. v .. "'", 0) end
+      if not v:match('%.lua$') then
+        error("expected a .lua dataset file or a {format: ...} mapping, got '" .. v .. "'", 0)
+      end
     else
       source.normalise(v, nil, nil)
     end
@@ -92,7 +94,9 @@ function M.spec_of(d, cfg)
     if norm ~= nil and norm ~= false then   -- the DataLoader's `normalise`, as a transform
       local has = false
       for _, t in ipairs(transforms) do has = has or (type(t) == 'table' and (t.normalise or t.normalize)) end
-      if not has then transforms[#transforms + 1] = { normalise = norm == true and true or { mean = norm.mean, std = norm.std } } end
+      if not has then
+        transforms[#transforms + 1] = { normalise = norm == true and true or { mean = norm.mean, std = norm.std } }
+      end
     end
   end
   return source.normalise(dataset, options, #transforms > 0 and transforms or nil)
@@ -110,7 +114,7 @@ function M.train_loader(cfg, rank, world_size)
     curve = { public_key = pub, secret_key = sec, clients = d.curve.clients }
   end
   local data = require('ember').data
-  local loader = data.Loader {
+  local loader = data.ReaderLoader {
     dataset = spec.dataset, dataset_options = spec.options, transforms = spec.transforms,
     batch_size = d.batch_size, shuffle = d.shuffle, seed = d.seed or cfg.seed, drop_last = d.drop_last,
     rank = rank, world_size = world_size, remainder = d.remainder, num_workers = d.workers, endpoint = d.endpoint,

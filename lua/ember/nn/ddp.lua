@@ -37,187 +37,188 @@
 -- gradients on takes part in collectives, so every rank must run it.
 local ffi = require 'ffi'
 
-return function(ember, nn)
-  local C, I = ember.C, ember._I
-  local throw, describe, check = I.throw, I.describe, I.check
-  local unpack = unpack or table.unpack
+local ember = require 'ember'
+local nn = require 'ember.nn.module'
+local I = require 'ember.internal'
+local C = I.C
+local throw, describe, check = I.throw, I.describe, I.check
+local unpack = unpack or table.unpack
 
-  local DDP = nn.Module:extend('DistributedDataParallel')
+local DDP = nn.Module:extend('DistributedDataParallel')
 
-  local OPTS = I.option_set('bucket_cap_mb', 'first_bucket_mb', 'find_unused_parameters', 'broadcast_buffers',
-    'gradient_as_bucket_view', 'comm_hook', 'rebuild_buckets', 'group', 'shared_memory')
-  local HOOKS = { fp16 = C.EM_DDP_HOOK_FP16, bf16 = C.EM_DDP_HOOK_BF16 }
+local OPTS = I.option_set('bucket_cap_mb', 'first_bucket_mb', 'find_unused_parameters', 'broadcast_buffers',
+  'gradient_as_bucket_view', 'comm_hook', 'rebuild_buckets', 'group', 'shared_memory')
+local HOOKS = { fp16 = C.EM_DDP_HOOK_FP16, bf16 = C.EM_DDP_HOOK_BF16 }
 
-  local function option(opts, key, default, kind)
-    local v = opts and opts[key]
-    if v == nil then return default end
-    if type(v) ~= kind or (kind == 'number' and not (v > 0)) then
-      throw(string.format('DistributedDataParallel: %s must be a %s, got %s', key,
-        kind == 'number' and 'number > 0' or kind, type(v) == 'number' and tostring(v) or describe(v)))
-    end
-    return v
+local function option(opts, key, default, kind)
+  local v = opts and opts[key]
+  if v == nil then return default end
+  if type(v) ~= kind or (kind == 'number' and not (v > 0)) then
+    throw(string.format('DistributedDataParallel: %s must be a %s, got %s', key,
+      kind == 'number' and 'number > 0' or kind, type(v) == 'number' and tostring(v) or describe(v)))
   end
-
-  local function tensor_array(list)
-    local arr = ffi.new('em_tensor*[?]', math.max(#list, 1))
-    for i, t in ipairs(list) do arr[i - 1] = t end
-    return arr, #list
-  end
-
-  function DDP:init(module, opts)
-    if not nn.is_module(module) then
-      throw('DistributedDataParallel: expected a module to wrap, got ' .. describe(module))
-    end
-    I.check_opts('DistributedDataParallel', opts, OPTS, 2)
-    local hook = opts and opts.comm_hook
-    if hook ~= nil and not HOOKS[hook] then
-      throw(string.format("DistributedDataParallel: comm_hook must be 'fp16', 'bf16' or nil, got %s",
-        type(hook) == 'string' and ("'" .. hook .. "'") or describe(hook)))
-    end
-    local o = ffi.new('em_ddp_options')
-    o.bucket_bytes = math.max(1, math.floor(option(opts, 'bucket_cap_mb', 25, 'number') * 1048576))
-    o.first_bucket_bytes = math.max(1, math.floor(option(opts, 'first_bucket_mb', 1, 'number') * 1048576))
-    o.find_unused_parameters = option(opts, 'find_unused_parameters', false, 'boolean') and 1 or 0
-    o.gradient_as_bucket_view = option(opts, 'gradient_as_bucket_view', true, 'boolean') and 1 or 0
-    o.rebuild_buckets = option(opts, 'rebuild_buckets', true, 'boolean') and 1 or 0
-    o.shared_memory = option(opts, 'shared_memory', true, 'boolean') and 1 or 0
-    o.comm_hook = hook and HOOKS[hook] or C.EM_DDP_HOOK_NONE
-    local dist = ember.dist
-    if not dist.is_initialized() then dist.init() end
-    local group = opts and opts.group
-    local gptr = nil
-    if group ~= nil then
-      if getmetatable(group) ~= dist.Group then
-        throw('DistributedDataParallel: group must come from ember.dist.new_group, got ' .. describe(group))
-      end
-      gptr = not group._world and group._ptr or nil
-    end
-    self.module = module
-    local named = module:named_parameters()
-    if #named == 0 then throw('DistributedDataParallel: the model has no parameters') end
-    local params, names = {}, ffi.new('const char*[?]', #named)
-    for i, pair in ipairs(named) do
-      params[i] = pair[2]
-      names[i - 1] = pair[1]   -- the strings stay alive in `named` for the call
-    end
-    local parr, n = tensor_array(params)
-    local barr, nb = tensor_array(module:buffers())
-    local out = ffi.new('em_ddp*[1]')
-    check(C.em_ddp_new(out, gptr, n, parr, names, nb, barr, o))
-    rawset(self, '_reducer', ffi.gc(out[0], C.em_ddp_release))
-    rawset(self, '_names', named)
-    rawset(self, '_group', group)
-    rawset(self, 'broadcast_buffers', option(opts, 'broadcast_buffers', true, 'boolean'))
-    rawset(self, '_require_sync', true)
-    rawset(self, '_joining', false)
-    rawset(self, '_has_buffers', nb > 0)
-  end
-
-  -- The tensors in a forward's result (a tensor, or tables of them, nested).
-  local function collect(v, out, seen)
-    if I.is_tensor(v) then
-      out[#out + 1] = v
-    elseif type(v) == 'table' and not seen[v] then
-      seen[v] = true
-      for _, x in pairs(v) do collect(x, out, seen) end
-    end
-    return out
-  end
-
-  local function buffer_args(self)
-    if not self._has_buffers then return nil, 0 end
-    local list = self.module:buffers()
-    if #list == 0 then return nil, 0 end
-    return tensor_array(list)
-  end
-
-  function DDP:forward(...)
-    local r = self._reducer
-    local grad_on = C.em_grad_enabled() ~= 0
-    local sync = grad_on and self._require_sync
-    local bufs, nb = nil, 0
-    if self.broadcast_buffers and grad_on and self.training then bufs, nb = buffer_args(self) end
-    check(C.em_ddp_pre_forward(r, sync and 1 or 0, self._joining and 1 or 0, nb, bufs))
-    local out = self.module(...)
-    if sync then
-      local outs = collect(out, {}, {})
-      local arr, n = tensor_array(outs)
-      check(C.em_ddp_pre_backward(r, n, arr))
-    end
-    return out
-  end
-
-  local function pack(...) return { n = select('#', ...), ... } end
-
-  -- no_sync(fn, ...): runs fn(...) with gradient synchronisation off; returns its results.
-  function DDP:no_sync(fn, ...)
-    if type(fn) ~= 'function' then throw('no_sync: expected a function, got ' .. describe(fn)) end
-    local prev = self._require_sync
-    rawset(self, '_require_sync', false)
-    local r = pack(pcall(fn, ...))
-    rawset(self, '_require_sync', prev)
-    if not r[1] then error(r[2], 0) end
-    return unpack(r, 2, r.n)
-  end
-
-  -- join(fn, ...): runs fn(...), this rank's training loop over its (possibly shorter)
-  -- data; then shadows the other ranks until they are done too. Returns fn's results.
-  function DDP:join(fn, ...)
-    if type(fn) ~= 'function' then throw('join: expected a function, got ' .. describe(fn)) end
-    rawset(self, '_joining', true)
-    local r = pack(pcall(fn, ...))
-    if not r[1] then
-      rawset(self, '_joining', false)
-      error(r[2], 0)
-    end
-    local active = ffi.new('int[1]', 1)
-    local ok, err = pcall(function()
-      while active[0] ~= 0 do
-        local bufs, nb = buffer_args(self)
-        check(C.em_ddp_join_round(self._reducer, nb, bufs, active))
-      end
-    end)
-    rawset(self, '_joining', false)
-    if not ok then error(err, 0) end
-    return unpack(r, 2, r.n)
-  end
-
-  -- stats(): {iterations, comm_seconds, exposed_seconds, hidden_share, buckets_launched,
-  -- bytes_reduced, rebuilt, shared_buckets, shared_memory_note}. hidden_share: the part of
-  -- communication time that backward did not wait for (0 for buckets in shared memory:
-  -- backward's own thread reduces them). shared_memory_note: why some bucket is not in
-  -- shared memory ('' when all are). reset_stats() starts again.
-  function DDP:stats()
-    local v = ffi.new('double[7]')
-    C.em_ddp_stats(self._reducer, v, 7)
-    local comm, exposed = v[1], v[2]
-    return { iterations = v[0], comm_seconds = comm, exposed_seconds = exposed,
-      hidden_share = comm > 0 and math.max(0, 1 - exposed / comm) or 0, buckets_launched = v[3],
-      bytes_reduced = v[4], rebuilt = v[5] ~= 0, shared_buckets = v[6],
-      shared_memory_note = ffi.string(C.em_ddp_shared_memory_note(self._reducer)) }
-  end
-  function DDP:reset_stats() C.em_ddp_reset_stats(self._reducer) end
-
-  -- buckets(): the current layout, a list of buckets, each a list of parameter names.
-  function DDP:buckets()
-    local out, r = {}, self._reducer
-    local idx = ffi.new('int[?]', #self._names)
-    for b = 0, C.em_ddp_num_buckets(r) - 1 do
-      local n = C.em_ddp_bucket_params(r, b, idx, #self._names)
-      local names = {}
-      for i = 0, n - 1 do names[i + 1] = self._names[idx[i] + 1][1] end
-      out[b + 1] = names
-    end
-    return out
-  end
-
-  -- The reducer holds the parameters it was built with: converting them afterwards would
-  -- leave it reducing the old tensors.
-  function DDP:to()
-    throw('DistributedDataParallel: move or convert the model (model:to(...)) before wrapping it')
-  end
-
-  function DDP:extra_repr() return '' end
-
-  return DDP
+  return v
 end
+
+local function tensor_array(list)
+  local arr = ffi.new('em_tensor*[?]', math.max(#list, 1))
+  for i, t in ipairs(list) do arr[i - 1] = t end
+  return arr, #list
+end
+
+function DDP:init(module, opts)
+  if not nn.is_module(module) then
+    throw('DistributedDataParallel: expected a module to wrap, got ' .. describe(module))
+  end
+  I.check_opts('DistributedDataParallel', opts, OPTS, 2)
+  local hook = opts and opts.comm_hook
+  if hook ~= nil and not HOOKS[hook] then
+    throw(string.format("DistributedDataParallel: comm_hook must be 'fp16', 'bf16' or nil, got %s",
+      type(hook) == 'string' and ("'" .. hook .. "'") or describe(hook)))
+  end
+  local o = ffi.new('em_ddp_options')
+  o.bucket_bytes = math.max(1, math.floor(option(opts, 'bucket_cap_mb', 25, 'number') * 1048576))
+  o.first_bucket_bytes = math.max(1, math.floor(option(opts, 'first_bucket_mb', 1, 'number') * 1048576))
+  o.find_unused_parameters = option(opts, 'find_unused_parameters', false, 'boolean') and 1 or 0
+  o.gradient_as_bucket_view = option(opts, 'gradient_as_bucket_view', true, 'boolean') and 1 or 0
+  o.rebuild_buckets = option(opts, 'rebuild_buckets', true, 'boolean') and 1 or 0
+  o.shared_memory = option(opts, 'shared_memory', true, 'boolean') and 1 or 0
+  o.comm_hook = hook and HOOKS[hook] or C.EM_DDP_HOOK_NONE
+  local dist = ember.dist
+  if not dist.is_initialized() then dist.init() end
+  local group = opts and opts.group
+  local gptr = nil
+  if group ~= nil then
+    if getmetatable(group) ~= dist.Group then
+      throw('DistributedDataParallel: group must come from ember.dist.new_group, got ' .. describe(group))
+    end
+    gptr = not group._world and group._ptr or nil
+  end
+  self.module = module
+  local named = module:named_parameters()
+  if #named == 0 then throw('DistributedDataParallel: the model has no parameters') end
+  local params, names = {}, ffi.new('const char*[?]', #named)
+  for i, pair in ipairs(named) do
+    params[i] = pair[2]
+    names[i - 1] = pair[1]   -- the strings stay alive in `named` for the call
+  end
+  local parr, n = tensor_array(params)
+  local barr, nb = tensor_array(module:buffers())
+  local out = ffi.new('em_ddp*[1]')
+  check(C.em_ddp_new(out, gptr, n, parr, names, nb, barr, o))
+  rawset(self, '_reducer', ffi.gc(out[0], C.em_ddp_release))
+  rawset(self, '_names', named)
+  rawset(self, '_group', group)
+  rawset(self, 'broadcast_buffers', option(opts, 'broadcast_buffers', true, 'boolean'))
+  rawset(self, '_require_sync', true)
+  rawset(self, '_joining', false)
+  rawset(self, '_has_buffers', nb > 0)
+end
+
+-- The tensors in a forward's result (a tensor, or tables of them, nested).
+local function collect(v, out, seen)
+  if I.is_tensor(v) then
+    out[#out + 1] = v
+  elseif type(v) == 'table' and not seen[v] then
+    seen[v] = true
+    for _, x in pairs(v) do collect(x, out, seen) end
+  end
+  return out
+end
+
+local function buffer_args(self)
+  if not self._has_buffers then return nil, 0 end
+  local list = self.module:buffers()
+  if #list == 0 then return nil, 0 end
+  return tensor_array(list)
+end
+
+function DDP:forward(...)
+  local r = self._reducer
+  local grad_on = C.em_grad_enabled() ~= 0
+  local sync = grad_on and self._require_sync
+  local bufs, nb = nil, 0
+  if self.broadcast_buffers and grad_on and self.training then bufs, nb = buffer_args(self) end
+  check(C.em_ddp_pre_forward(r, sync and 1 or 0, self._joining and 1 or 0, nb, bufs))
+  local out = self.module(...)
+  if sync then
+    local outs = collect(out, {}, {})
+    local arr, n = tensor_array(outs)
+    check(C.em_ddp_pre_backward(r, n, arr))
+  end
+  return out
+end
+
+local function pack(...) return { n = select('#', ...), ... } end
+
+-- no_sync(fn, ...): runs fn(...) with gradient synchronisation off; returns its results.
+function DDP:no_sync(fn, ...)
+  if type(fn) ~= 'function' then throw('no_sync: expected a function, got ' .. describe(fn)) end
+  local prev = self._require_sync
+  rawset(self, '_require_sync', false)
+  local r = pack(pcall(fn, ...))
+  rawset(self, '_require_sync', prev)
+  if not r[1] then error(r[2], 0) end
+  return unpack(r, 2, r.n)
+end
+
+-- join(fn, ...): runs fn(...), this rank's training loop over its (possibly shorter)
+-- data; then shadows the other ranks until they are done too. Returns fn's results.
+function DDP:join(fn, ...)
+  if type(fn) ~= 'function' then throw('join: expected a function, got ' .. describe(fn)) end
+  rawset(self, '_joining', true)
+  local r = pack(pcall(fn, ...))
+  if not r[1] then
+    rawset(self, '_joining', false)
+    error(r[2], 0)
+  end
+  local active = ffi.new('int[1]', 1)
+  local ok, err = pcall(function()
+    while active[0] ~= 0 do
+      local bufs, nb = buffer_args(self)
+      check(C.em_ddp_join_round(self._reducer, nb, bufs, active))
+    end
+  end)
+  rawset(self, '_joining', false)
+  if not ok then error(err, 0) end
+  return unpack(r, 2, r.n)
+end
+
+-- stats(): {iterations, comm_seconds, exposed_seconds, hidden_share, buckets_launched,
+-- bytes_reduced, rebuilt, shared_buckets, shared_memory_note}. hidden_share: the part of
+-- communication time that backward did not wait for (0 for buckets in shared memory:
+-- backward's own thread reduces them). shared_memory_note: why some bucket is not in
+-- shared memory ('' when all are). reset_stats() starts again.
+function DDP:stats()
+  local v = ffi.new('double[7]')
+  C.em_ddp_stats(self._reducer, v, 7)
+  local comm, exposed = v[1], v[2]
+  return { iterations = v[0], comm_seconds = comm, exposed_seconds = exposed,
+    hidden_share = comm > 0 and math.max(0, 1 - exposed / comm) or 0, buckets_launched = v[3],
+    bytes_reduced = v[4], rebuilt = v[5] ~= 0, shared_buckets = v[6],
+    shared_memory_note = ffi.string(C.em_ddp_shared_memory_note(self._reducer)) }
+end
+function DDP:reset_stats() C.em_ddp_reset_stats(self._reducer) end
+
+-- buckets(): the current layout, a list of buckets, each a list of parameter names.
+function DDP:buckets()
+  local out, r = {}, self._reducer
+  local idx = ffi.new('int[?]', #self._names)
+  for b = 0, C.em_ddp_num_buckets(r) - 1 do
+    local n = C.em_ddp_bucket_params(r, b, idx, #self._names)
+    local names = {}
+    for i = 0, n - 1 do names[i + 1] = self._names[idx[i] + 1][1] end
+    out[b + 1] = names
+  end
+  return out
+end
+
+-- The reducer holds the parameters it was built with: converting them afterwards would
+-- leave it reducing the old tensors.
+function DDP:to()
+  throw('DistributedDataParallel: move or convert the model (model:to(...)) before wrapping it')
+end
+
+function DDP:extra_repr() return '' end
+
+return DDP

@@ -4,12 +4,14 @@
 --   local nn = ember.nn
 --   local model = nn.Sequential{ nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10) }
 --   local loss = nn.functional.cross_entropy(model(x), y)   -- y: 1-based class indices
-local ember = require 'ember'
-
 local nn = {}
-nn.init = require('ember.nn.initializers')(ember)
-nn.functional = require('ember.nn.functional')(ember, nn)
-nn.Module = require('ember.nn.module')(ember, nn)
-require('ember.nn.layers')(ember, nn)
-nn.utils = require('ember.nn.utils')(ember, nn)
+nn.init = require 'ember.nn.initializers'
+nn.functional = require 'ember.nn.functional'
+for _, part in ipairs { 'ember.nn.module', 'ember.nn.layers' } do
+  for k, v in pairs(require(part)) do
+    assert(nn[k] == nil, 'ember.nn: ' .. k .. ' is defined twice')
+    nn[k] = v
+  end
+end
+nn.utils = require 'ember.nn.utils'
 return nn

@@ -12,30 +12,24 @@
 -- `latest`, which names the newest checkpoint, is replaced the same way. Resuming reads
 -- `latest`, never "the highest number in the directory", so files left by an older, longer
 -- run in the same directory are never picked up by mistake.
-local ffi = require 'ffi'
-local json = require 'ember.pipeline.json'
+local libc = require 'ember.util.libc'
+local json = require 'ember.util.json'
 
 local M = {}
-
-pcall(ffi.cdef, [[
-int mkdir(const char *path, unsigned int mode);
-int unlink(const char *path);
-]])
 
 -- mkdir -p; raises with the path and the reason.
 function M.mkdirs(path)
   local sofar = path:sub(1, 1) == '/' and '/' or ''
   for part in path:gmatch('[^/]+') do
     sofar = sofar .. part .. '/'
-    if ffi.C.mkdir(sofar, tonumber('755', 8)) ~= 0 then
-      local errno = ffi.errno()
+    local ok, errno = libc.mkdir(sofar, tonumber('755', 8))
+    if not ok then
       if errno ~= 17 then   -- EEXIST
-        error(string.format("cannot create the directory '%s': %s", sofar, ffi.string(ffi.C.strerror(errno))), 0)
+        error(string.format("cannot create the directory '%s': %s", sofar, libc.strerror(errno)), 0)
       end
     end
   end
 end
-pcall(ffi.cdef, 'char *strerror(int errnum);')
 
 -- Writes text to path atomically and durably (em_file_replace: a temporary file, fsync'ed
 -- and renamed over it).
@@ -95,7 +89,7 @@ function M.save(dir, epoch, parts, opts)
   if keep > 0 then
     for e = epoch - keep, 1, -1 do
       local old = dir .. '/' .. M.file_name(e)
-      if ffi.C.unlink(old) ~= 0 then break end   -- older ones were pruned before
+      if not libc.unlink(old) then break end   -- older ones were pruned before
     end
   end
   return dir .. '/' .. name

@@ -20,7 +20,7 @@
 --
 -- A file without the section gets it anyway, with these defaults, when a launcher started
 -- several processes (ember launch, mpirun, srun); a single process runs without it.
-local S = require 'ember.pipeline.schema'
+local S = require 'ember.util.schema'
 
 local M = { doc = 'data-parallel training over several processes (ember launch -n N run ...)' }
 

@@ -29,8 +29,8 @@
 -- applies); list items are addressed by position (model.3.linear=[784, 64]). An override is
 -- checked like the file, and its errors name it:
 --   "pipelines/x.yaml: override optim.lr=fast: optim.lr: expected a number > 0, got 'fast'".
-local S = require 'ember.pipeline.schema'
-local json = require 'ember.pipeline.json'
+local S = require 'ember.util.schema'
+local json = require 'ember.util.json'
 
 local pipeline = {}
 
@@ -95,9 +95,9 @@ local function apply_override(file, doc, lines, origins, text)
   local origin = file .. ': override ' .. text
   local node, path = doc, ''
   -- A number addresses a list item, a name a mapping key ("2" in a mapping is the key "2").
-  local function key_in(node, seg, at)
-    if type(seg) == 'number' and next(node) ~= nil and not S.is_list(node) then return tostring(seg) end
-    if type(seg) == 'string' and next(node) ~= nil and S.is_list(node) then
+  local function key_in(container, seg, at)
+    if type(seg) == 'number' and next(container) ~= nil and not S.is_list(container) then return tostring(seg) end
+    if type(seg) == 'string' and next(container) ~= nil and S.is_list(container) then
       config_error(string.format('%s: %s is a list: address its items by position (%s.1, %s.2, ...)', origin,
         at ~= '' and at or '(top level)', at, at))
     end

@@ -11,22 +11,17 @@
 -- Each layer kind is one entry of M.layers: its schema (checked like the rest of the file)
 -- and a build function from the checked value to a module. Sizes follow PyTorch's layers
 -- of the same names (conv2d weights [out, in / groups, kH, kW], NCHW images).
-local S = require 'ember.pipeline.schema'
+local S = require 'ember.util.schema'
 
 local M = {}
 
 local pos = S.integer { min = 1 }
-local nonneg = S.integer { min = 0 }
 -- An int or a pair [h, w]; opts adds default or optional.
 local function pair(min, opts)
   local one = S.integer { min = min }
   local o = { expect = string.format('an integer >= %d or a list [h, w] of them', min) }
   for k, v in pairs(opts or {}) do o[k] = v end
   return S.union({ one, S.list(one, { len = 2 }) }, o)
-end
-local function unpair(v)
-  if type(v) == 'table' then return v[1], v[2] end
-  return v, v
 end
 local empty = S.record({}, { default = {} })
 

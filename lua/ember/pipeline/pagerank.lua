@@ -22,9 +22,10 @@
 -- [n] in <stem>.ids.npy. Anything else: TSV, a header line `vertex<TAB>score`, then one
 -- line per vertex in the same order, the original id and the score (%.9g: float32 exactly).
 local ffi = require 'ffi'
-local S = require 'ember.pipeline.schema'
-local json = require 'ember.pipeline.json'
-local progress = require 'ember.pipeline.progress'
+local libc = require 'ember.util.libc'
+local S = require 'ember.util.schema'
+local json = require 'ember.util.json'
+local progress = require 'ember.util.progress'
 local checkpoint = require 'ember.pipeline.checkpoint'
 
 local M = { doc = 'generate or load a graph, rank it with PageRank, report the top vertices and scores' }
@@ -56,7 +57,9 @@ M.schema = {
     cache = S.path { optional = true, doc = "the graph in ember's format, reused while up to date" },
     reorder = S.enum({ 'degree', 'none' }, { default = 'degree', doc = "the CSR's internal vertex order" }),
   }, { check = function(g)
-    if g.generate and g.input then return 'expected one of generate: or input:, got both (an override can clear one: graph.input=null)' end
+    if g.generate and g.input then
+      return 'expected one of generate: or input:, got both (an override can clear one: graph.input=null)'
+    end
     if not g.generate and not g.input then return 'expected one of generate: or input:, got neither' end
     if g.input and g.cache and g.cache == g.input.path then return 'cache is the input file itself' end
   end }),
@@ -81,36 +84,11 @@ M.result_order = { 'job', 'vertices', 'edges', 'iterations', 'converged', 'resid
   'scores_file', 'residuals' }
 
 -- ---------------------------------------------------------------- file times
--- statx has the same layout on every architecture (stat does not).
-pcall(ffi.cdef, [[
-typedef struct em_pr_statx_ts { int64_t tv_sec; uint32_t tv_nsec; int32_t reserved; } em_pr_statx_ts;
-typedef struct em_pr_statx {
-  uint32_t mask, blksize; uint64_t attributes; uint32_t nlink, uid, gid; uint16_t mode, spare0;
-  uint64_t ino, size, blocks, attributes_mask;
-  em_pr_statx_ts atime, btime, ctime, mtime;
-  uint32_t rdev_major, rdev_minor, dev_major, dev_minor; uint64_t spare2[14];
-} em_pr_statx;
-int statx(int dirfd, const char *path, int flags, unsigned int mask, em_pr_statx *buf);
-char *realpath(const char *path, char *resolved);
-void free(void *p);
-]])
-local stx = ffi.new('em_pr_statx')
-
--- {sec =, nsec =, size =} of path, or nil when it cannot be read.
-local function file_info(path)
-  if ffi.C.statx(-100, path, 0, 0x240, stx) ~= 0 then return nil end   -- AT_FDCWD; STATX_MTIME | STATX_SIZE
-  return { sec = tonumber(stx.mtime.tv_sec), nsec = tonumber(stx.mtime.tv_nsec), size = tonumber(stx.size) }
-end
+local file_info = libc.file_info
 M.file_info = file_info
 
 -- The absolute path of an existing file (a cache built in another folder names its input so).
-local function absolute(path)
-  local p = ffi.C.realpath(path, nil)
-  if p == nil then return path end
-  local s = ffi.string(p)
-  ffi.C.free(p)
-  return s
-end
+local function absolute(path) return libc.realpath(path) or path end
 
 local function older(a, b) return a.sec < b.sec or (a.sec == b.sec and a.nsec < b.nsec) end
 

@@ -9,10 +9,10 @@
 -- the loader state and the step, so a run resumed from the checkpoint of epoch k computes
 -- exactly what the uninterrupted run computed after epoch k (same thread count: floating
 -- point sums depend on how work is split).
-local S = require 'ember.pipeline.schema'
-local json = require 'ember.pipeline.json'
+local S = require 'ember.util.schema'
+local json = require 'ember.util.json'
 local model_spec = require 'ember.pipeline.model'
-local progress = require 'ember.pipeline.progress'
+local progress = require 'ember.util.progress'
 local checkpoint = require 'ember.pipeline.checkpoint'
 
 local M = { doc = 'train a model on a dataset, evaluate it each epoch, checkpoint, resume' }
@@ -76,7 +76,7 @@ M.schema = {
     expect = 'true (the latest checkpoint of checkpoint.dir), false, or a checkpoint file' }),
 }
 
--- The data pipeline's keys (workers, source, transforms, endpoint, ...): lua/ember/data/yaml.lua.
+-- The data section's reader keys (workers, source, transforms, endpoint, ...): lua/ember/data/yaml.lua.
 require('ember.data.yaml').extend_schema(M.schema.data)
 
 M.result_order = { 'job', 'test_accuracy', 'test_loss', 'train_loss', 'train_accuracy', 'train_samples_per_s',
@@ -106,7 +106,7 @@ local function make_optimizer(o, params)
     weight_decay = o.weight_decay or (o.name == 'adamw' and 0.01 or 0) })
 end
 
--- The one place loaders are made: a loader with another transport (the ZeroMQ pipeline)
+-- The one place loaders are made: a loader with another transport (reader processes)
 -- replaces this, keeping the interface documented in lua/ember/data.lua (epoch, state,
 -- load_state, num_batches, num_samples, close).
 function M.make_loader(opts) return require('ember').data.DataLoader(opts) end

@@ -7,7 +7,7 @@
 #define DP_ARENA_SLOTS 256
 /* An arena has as many slots as fit this many bytes (8 to DP_ARENA_SLOTS): the trainer
  * lends slots to its batch tensors until Lua's collector frees them, which for small
- * batches is after some 16 MB of tensors (lua/ember/tensor.lua, nudge_gc). */
+ * batches is after some 16 MB of tensors (lua/ember/internal.lua, nudge_gc). */
 #define DP_ARENA_BYTES (32ull << 20)
 
 /* LOST: sent to a trainer this reader has forgotten. That trainer may still read it (its

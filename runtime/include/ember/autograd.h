@@ -29,6 +29,17 @@ typedef void (*em_leaf_hook)(em_tensor *leaf, void *ctx);
 int em_grad_enabled(void);
 void em_set_grad_enabled(int enabled);
 
+/* The in-place rule. While grad mode is on, writing into t in place is refused when t
+ * requires grad (a leaf's value is what its gradient is for; a recorded result's value may
+ * be needed by the backward of the ops that read it), and when src (may be NULL), the value
+ * written, requires grad (an in-place op records nothing, so src's gradient would be lost).
+ * op names the call in the message. The tensor API's in-place forms check it themselves:
+ * results written into a given tensor (*out non-NULL: binary, binary_scalar, unary, clamp,
+ * add_scaled), fill, copy_ and copy_async (their destination), the random fills,
+ * scatter_/scatter_value_/index_add_/index_fill_/masked_fill_. copy_ checks only its
+ * destination: it is also the library's own copy. */
+em_status em_check_inplace(const char *op, const em_tensor *t, const em_tensor *src);
+
 /* Flags and gradients. em_grad returns a new reference or NULL when there is none. */
 em_status em_requires_grad_(em_tensor *t, int requires_grad);
 int em_requires_grad(const em_tensor *t);
@@ -85,6 +96,13 @@ em_status em_ag_var(em_tensor **out, const em_tensor *a, const int *dims, int nd
 em_status em_ag_cumsum(em_tensor **out, const em_tensor *a, int dim);
 em_status em_ag_softmax(em_tensor **out, const em_tensor *a, int dim, int log);
 em_status em_ag_matmul(em_tensor **out, const em_tensor *a, const em_tensor *b);
+/* mm, bmm, mv, dot and outer with their own operand checks (ranks, as em_mm ... make them),
+ * recorded (and autocast) through em_ag_matmul; without either they are em_mm ... */
+em_status em_ag_mm(em_tensor **out, const em_tensor *a, const em_tensor *b);
+em_status em_ag_bmm(em_tensor **out, const em_tensor *a, const em_tensor *b);
+em_status em_ag_mv(em_tensor **out, const em_tensor *a, const em_tensor *v);
+em_status em_ag_dot(em_tensor **out, const em_tensor *a, const em_tensor *b);
+em_status em_ag_outer(em_tensor **out, const em_tensor *a, const em_tensor *b);
 em_status em_ag_addmm(em_tensor **out, const em_tensor *c, const em_tensor *a, const em_tensor *b,
                       double beta, double alpha);
 /* views and shape ops */

@@ -7,7 +7,8 @@
  * from 1. Each parameter's gradient and state tensors share its shape and dtype
  * (float32/float64), any strides; all tensors of one call share one device. Every
  * tensor and hyper-parameter is checked before anything is written, so a failed call
- * leaves all parameters and state as they were. */
+ * leaves all parameters and state as they were; with n = 0 a call checks its
+ * hyper-parameters alone (optimizers do so when they are made). */
 #ifndef EMBER_OPTIM_H
 #define EMBER_OPTIM_H
 

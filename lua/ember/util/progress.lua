@@ -1,6 +1,6 @@
--- ember.pipeline.progress: what a running job shows, and the process facts it reports.
+-- ember.util.progress: what a running job shows, and the process facts it reports.
 --
---   local progress = require 'ember.pipeline.progress'
+--   local progress = require 'ember.util.progress'
 --   local p = progress.new{mode = 'auto', label = 'epoch 3/10', total = 60000}
 --   p:update(done, {loss = 0.41})    -- a bar redrawn at most 10 times a second on a terminal
 --   p:finish('epoch 3/10 ...')       -- clears the bar, prints the summary line
@@ -8,24 +8,14 @@
 -- mode: 'auto' (a bar when stderr is a terminal, else plain lines), 'bar', 'lines' (one
 -- line per epoch and one every `interval` seconds, default 30), 'none'. Everything goes to
 -- stderr: stdout carries only the job's final JSON line.
-local ffi = require 'ffi'
+local libc = require 'ember.util.libc'
 
 local M = {}
 
-pcall(ffi.cdef, [[
-typedef struct em_pipeline_timespec { long tv_sec; long tv_nsec; } em_pipeline_timespec;
-int clock_gettime(int clock, em_pipeline_timespec *ts);
-int isatty(int fd);
-]])
-local ts = ffi.new('em_pipeline_timespec')
-
 -- Seconds on the monotonic clock.
-function M.now()
-  ffi.C.clock_gettime(1, ts)   -- CLOCK_MONOTONIC
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
-end
+M.now = libc.now
 
-function M.stderr_is_terminal() return ffi.C.isatty(2) == 1 end
+function M.stderr_is_terminal() return libc.isatty(2) end
 
 -- Peak resident set size of this process in MiB (VmHWM), nil where /proc is absent.
 function M.peak_rss_mb()

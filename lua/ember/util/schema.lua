@@ -1,4 +1,4 @@
--- ember.pipeline.schema: declarative checks for pipeline files.
+-- ember.util.schema: declarative checks for pipeline files.
 --
 -- A schema says what a value must be; validate() checks a value from a YAML file against
 -- it, fills in defaults and returns the checked value. The first problem is an error that
@@ -7,7 +7,7 @@
 --
 --   pipelines/x.yaml:12: optim.lr: expected a number > 0, got 'fast'
 --
---   local S = require 'ember.pipeline.schema'
+--   local S = require 'ember.util.schema'
 --   local optim = S.record {
 --     name = S.enum({'sgd', 'adam'}, {default = 'sgd'}),
 --     lr = S.number {gt = 0, default = 0.01},

@@ -1,7 +1,7 @@
--- ember.data.pipeline: what the ZeroMQ data pipeline adds to ember.data (lua/ember/data.lua
+-- ember.data.readers: what the reader processes (ZeroMQ) add to ember.data (lua/ember/data.lua
 -- looks keys up here on first use):
 --
---   data.Loader{...}                       batches from reader processes (data/loader.lua)
+--   data.ReaderLoader{...}                 batches from reader processes (data/loader.lua)
 --   data.source(spec)                      a built-in format as a dataset: size(), get(i, rng)
 --   data.sample_rng(seed, epoch, id)       a sample's generator, as datasets receive it
 --   data.transforms.apply(img, list, rng)  random_crop, center_crop, flip, normalise in C
@@ -19,14 +19,14 @@ local source = require 'ember.data.source'
 local loader = require 'ember.data.loader'
 
 local C = ember.C
-local throw = ember._throw
-local box, new_tensor = ember._box, ember._new
-local describe = source.describe
+local I = require 'ember.internal'
+local throw, box, new_tensor = I.throw, I.box, I.new
+local describe = I.describe_value
 
 local P = {}
 
-P.Loader = loader.new
-P.Loader_class = loader.Loader_class
+P.ReaderLoader = loader.new
+P.ReaderLoader_class = loader.Loader_class
 P.sample_rng = source.sample_rng
 P.curve_keypair = loader.curve_keypair
 
@@ -44,7 +44,9 @@ end
 -- source(spec [, transforms]): a dataset over a built-in format (or a built-in name).
 function P.source(spec, transforms)
   local s = source.normalise(spec, nil, transforms)
-  if type(s.dataset) ~= 'table' then throw('source: expected a built-in format spec or name, got ' .. describe(spec)) end
+  if type(s.dataset) ~= 'table' then
+    throw('source: expected a built-in format spec or name, got ' .. describe(spec))
+  end
   local src = source.open_source(s.dataset)
   local aug = source.augment(transforms)
   return { size = function() return src:size() end, get = function(_, i, rng) return src:get(i, rng, aug) end,
@@ -80,7 +82,7 @@ T.normalize = T.normalise
 P.npy = {
   read = function(path) return new_tensor(C.em_data_read_npy(box, path)) end,
   write = function(path, t)
-    if C.em_data_write_npy(path, t) ~= 0 then throw(ffi.string(C.em_last_error())) end
+    if C.em_data_write_npy(path, t) ~= 0 then I.raise() end
   end,
 }
 
@@ -99,7 +101,8 @@ P.jpeg = {
     return ffi.string(t:data_ptr(), t:numel())
   end,
   decode = function(bytes, channels)
-    local p, n, keep = bytes_of(bytes)
+    -- keep holds what p points into until the call returns
+    local p, n, keep = bytes_of(bytes)   -- luacheck: ignore 231
     local t = new_tensor(C.em_data_jpeg_decode(box, p, n, channels or 0, 'jpeg.decode'))
     keep = nil
     return t
@@ -141,7 +144,7 @@ P.tfrecord = {
     table.sort(names)
     local entries = {}
     for _, k in ipairs(names) do
-      local v, feature = features[k], nil
+      local v, feature = features[k]
       if type(v) == 'string' then
         feature = field(1, 2, field(1, 2, v))
       else

@@ -1,4 +1,4 @@
--- ember.pipeline.json: JSON for metrics lines, final reports and checkpoint metadata.
+-- ember.util.json: JSON for metrics lines, final reports and checkpoint metadata.
 --
 --   json.encode({epoch = 3, loss = 0.25})   --> {"epoch":3,"loss":0.25}
 --   json.decode('{"a":[1,2]}')              --> {a = {1, 2}}
