@@ -12,6 +12,7 @@
 -- `latest`, which names the newest checkpoint, is replaced the same way. Resuming reads
 -- `latest`, never "the highest number in the directory", so files left by an older, longer
 -- run in the same directory are never picked up by mistake.
+local ffi = require 'ffi'
 local libc = require 'ember.util.libc'
 local json = require 'ember.util.json'
 
