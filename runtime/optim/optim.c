@@ -7,8 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include "ember/optim.h"
-#include "tensor/backend.h"
+#include "optim_impl.h"
 
 static bool same_shape(const em_tensor *a, const em_tensor *b) {
   return a->ndim == b->ndim && !memcmp(a->sizes, b->sizes, sizeof(int64_t) * a->ndim);
@@ -149,6 +148,31 @@ em_status em_optim_adam(int n, em_tensor *const *params, em_tensor *const *grads
                          &args);
 }
 
+em_status optim_check_grads(const char *op, int n, em_tensor *const *grads, bool any_float, const em_backend **be) {
+  *be = NULL;
+  if (n < 0) return em_set_error(EM_ERR_ARGUMENT, "%s: the number of gradients is %d, expected >= 0", op, n);
+  if (n > 0 && !grads) return em_set_error(EM_ERR_ARGUMENT, "%s: expected an array of gradients, got NULL", op);
+  em_device device = {0, 0};
+  int first = -1;
+  em_status st;
+  for (int i = 0; i < n; i++) {
+    const em_tensor *g = grads[i];
+    if (!g) continue;
+    if ((st = em_check_tensor(op, g, "gradient"))) return st;
+    bool ok = any_float ? em_dtype_is_floating(g->dtype) : g->dtype == EM_FLOAT32 || g->dtype == EM_FLOAT64;
+    if (!ok)
+      return em_set_error(EM_ERR_DTYPE, "%s: gradient %d of %d is %s, expected %s", op, i + 1, n,
+                          em_dtype_name(g->dtype), any_float ? "a floating dtype" : "float32 or float64");
+    if (first < 0) first = i, device = g->storage->device;
+    else if (!same_device(g->storage->device, device))
+      return em_set_error(EM_ERR_DEVICE, "%s: gradient %d of %d is on another device than gradient %d", op, i + 1, n,
+                          first + 1);
+  }
+  if (first < 0) return EM_OK;
+  *be = em_backend_for(op, device);
+  return *be ? EM_OK : em_last_status();
+}
+
 /* PyTorch's clip_grad_norm_: total = the norm of all gradients together; when
  * max_norm / (total + 1e-6) < 1 every gradient is scaled by it. */
 em_status em_optim_clip_grad_norm(int n, em_tensor *const *grads, double max_norm, double norm_type,
@@ -157,29 +181,12 @@ em_status em_optim_clip_grad_norm(int n, em_tensor *const *grads, double max_nor
   em_status st;
   if (!total_norm) return em_set_error(EM_ERR_ARGUMENT, "%s: total_norm must not be NULL", op);
   *total_norm = 0;
-  if (n < 0) return em_set_error(EM_ERR_ARGUMENT, "%s: the number of gradients is %d, expected >= 0", op, n);
-  if (n > 0 && !grads) return em_set_error(EM_ERR_ARGUMENT, "%s: expected an array of gradients, got NULL", op);
   if ((st = check_hyper(op, "max_norm", max_norm, 0, false, INFINITY, false, "a number >= 0")))
     return st;
   if (!(norm_type > 0))
     return em_set_error(EM_ERR_ARGUMENT, "%s: norm_type is %g, expected a number > 0 (or inf)", op, norm_type);
-  em_device device = {0, 0};
-  int first = -1;
-  for (int i = 0; i < n; i++) {
-    const em_tensor *g = grads[i];
-    if (!g) continue;
-    if ((st = em_check_tensor(op, g, "gradient"))) return st;
-    if (g->dtype != EM_FLOAT32 && g->dtype != EM_FLOAT64)
-      return em_set_error(EM_ERR_DTYPE, "%s: gradient %d of %d is %s, expected float32 or float64", op, i + 1, n,
-                          em_dtype_name(g->dtype));
-    if (first < 0) first = i, device = g->storage->device;
-    else if (!same_device(g->storage->device, device))
-      return em_set_error(EM_ERR_DEVICE, "%s: gradient %d of %d is on another device than gradient %d", op, i + 1, n,
-                          first + 1);
-  }
-  if (first < 0) return EM_OK;
-  const em_backend *be = em_backend_for(op, device);
-  if (!be) return em_last_status();
+  const em_backend *be = NULL;
+  if ((st = optim_check_grads(op, n, grads, false, &be)) || !be) return st;
   double acc = 0;
   if ((st = EM_BACKEND_CALL(op, be, optim_grad_norm, n, (const em_tensor *const *)grads, norm_type, &acc)))
     return st;
