@@ -14,6 +14,7 @@
 #include <string.h>
 #include "autograd/autograd_impl.h"
 #include "distributed/ddp_impl.h"
+#include "plugins/plugin_api.h"
 
 /* ---------------------------------------------------------------- helpers */
 

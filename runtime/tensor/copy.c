@@ -1,6 +1,7 @@
 /* copy.c - copies between tensors: contiguous, clone, copy_ (broadcasting, converting)
  * and to (dtype and device). */
 #include "backend.h"
+#include "plugins/plugin_api.h"
 
 static int same_device(em_device a, em_device b) { return a.type == b.type && a.index == b.index; }
 

@@ -7,6 +7,7 @@
  * handed to the backend as a 1-d tensor of one element, so kernels see ndim >= 1. */
 #include <stdio.h>
 #include "backend.h"
+#include "plugins/plugin_api.h"
 
 static int same_device(const em_tensor *a, const em_tensor *b) {
   em_device x = a->storage->device, y = b->storage->device;

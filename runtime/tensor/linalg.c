@@ -7,6 +7,7 @@
  * one dtype; bool is rejected, and so are float16/bfloat16 on the CPU (storage-only there;
  * the CUDA backend multiplies them with float accumulation, for autocast). */
 #include "backend.h"
+#include "plugins/plugin_api.h"
 
 static int same_device(const em_tensor *a, const em_tensor *b) {
   em_device x = a->storage->device, y = b->storage->device;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <cmocka.h>
 #include "cuda/caching_allocator.h"
+#include "plugins/plugin_api.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
