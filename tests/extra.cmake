@@ -157,3 +157,11 @@ find_program(LUACHECK_EXECUTABLE luacheck)
 if(LUACHECK_EXECUTABLE)
   add_test(NAME lint/luacheck COMMAND ${LUACHECK_EXECUTABLE} --no-color lua WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 endif()
+
+# ---- libember's boundary (tests/api/check_exports.lua): its dynamic symbols are exactly the
+# EM_API declarations of the public headers plus the EM_PLUGIN_API ones of
+# runtime/plugins/plugin_api.h. Needs nm (found by CMake with the compiler) and luajit.
+file(GLOB EMBER_EXPORT_HEADERS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/runtime/include/ember/*.h)
+add_test(NAME api/exports
+  COMMAND ${LUAJIT_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/api/check_exports.lua ${CMAKE_NM} $<TARGET_FILE:ember>
+          ${EMBER_EXPORT_HEADERS} ${CMAKE_SOURCE_DIR}/runtime/plugins/plugin_api.h)

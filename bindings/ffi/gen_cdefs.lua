@@ -1,7 +1,9 @@
 -- gen_cdefs.lua OUTPUT HEADER...
 -- Turns the public headers into LuaJIT FFI declarations: the text between the
--- EM_FFI_BEGIN and EM_FFI_END markers of each header, with comments and preprocessor
--- lines removed. The headers stay the one source of truth; nobody edits the output.
+-- EM_FFI_BEGIN and EM_FFI_END markers of each header, with comments, preprocessor lines
+-- and the export markers (EM_API, and EM_PLUGIN_API should a plugin-facing declaration ever
+-- reach a block) removed: LuaJIT's C parser knows no attributes by macro name. The headers
+-- stay the one source of truth; nobody edits the output.
 local out_path = assert(arg[1], 'usage: gen_cdefs.lua OUTPUT HEADER...')
 local parts = {}
 for i = 2, #arg do
@@ -13,6 +15,8 @@ for i = 2, #arg do
     block = block:gsub('/%*.-%*/', '')       -- block comments
     block = block:gsub('//[^\n]*', '')        -- line comments
     block = block:gsub('\n%s*#[^\n]*', '\n')  -- preprocessor lines
+    block = block:gsub('%f[%w_]EM_PLUGIN_API%f[^%w_]%s*', '')
+    block = block:gsub('%f[%w_]EM_API%f[^%w_]%s*', '')
     block = block:gsub('\n%s*\n+', '\n')      -- blank lines
     parts[#parts + 1] = '/* from ' .. arg[i]:match('([^/]+)$') .. ' */' .. block
     n = n + 1

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cpu_impl.h"
+#include "plugins/plugin_api.h"
 
 /* A matrix as BLAS sees it: logical rows x cols at ptr with element strides rs, cs;
  * trans says whether it is stored row-major (0) or as its transpose (1), with ld. */

@@ -8,6 +8,7 @@
  * write through an index run on one thread: duplicate indices would race. */
 #include <string.h>
 #include "cpu_impl.h"
+#include "plugins/plugin_api.h"
 
 /* ---- shared helpers ---- */
 

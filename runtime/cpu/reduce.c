@@ -27,6 +27,7 @@
 #include "core/host_device.h"
 #include "cpu_impl.h"
 #include "vmath.h"
+#include "plugins/plugin_api.h"
 
 #define RED_BLOCK 32768 /* elements per block of a long reduction */
 #define LANES 32        /* independent accumulators in a lane kernel */

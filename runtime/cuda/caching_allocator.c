@@ -9,6 +9,7 @@
  * - live blocks are found by address in an open-addressing hash map;
  * - pending events pair an event with the freed block waiting for it. */
 #include "caching_allocator.h"
+#include "plugins/plugin_api.h"
 
 #include <pthread.h>
 #include <stdbool.h>

@@ -57,28 +57,13 @@ typedef struct em_cache_ops {
 
 typedef struct em_device_cache em_device_cache;
 
-/* A new allocator for device (ops is copied), or NULL when the host is out of memory. */
-em_device_cache *em_cache_new(int device, const em_cache_ops *ops);
+/* The allocator's calls that the CUDA plugin makes (new, malloc, free, record_stream,
+ * empty, set_limit, stats, reset_peak) are declared in plugins/plugin_api.h; the rest here. */
 /* Returns every segment to the device, in use or not (the device is going away). */
 void em_cache_destroy(em_device_cache *c);
-
-/* nbytes on stream; nbytes 0 gives a block of 512 bytes. On failure *ptr is NULL and the
- * error is set (EM_ERR_MEMORY). */
-em_status em_cache_malloc(em_device_cache *c, size_t nbytes, void *stream, void **ptr);
-/* 1 when ptr was allocated here (it is freed), 0 when this allocator does not know it. */
-int em_cache_free(em_device_cache *c, void *ptr);
 /* 1 when ptr is a live allocation of this allocator. */
 int em_cache_owns(em_device_cache *c, void *ptr);
-/* The block holding ptr is in use by work on stream too (ptr: any live allocation's start). */
-em_status em_cache_record_stream(em_device_cache *c, void *ptr, void *stream);
-/* Returns every cached, wholly free segment to the device (waits for pending events first). */
-void em_cache_empty(em_device_cache *c);
-/* Caps the bytes reserved from the device (0: no cap). Lowering it below what is reserved
- * frees nothing by itself: later segments are refused until enough is released. */
-void em_cache_set_limit(em_device_cache *c, int64_t bytes);
 int64_t em_cache_limit(em_device_cache *c);
-void em_cache_stats(em_device_cache *c, em_cuda_memory_stats *out);
-void em_cache_reset_peak(em_device_cache *c);
 
 /* Sizes as the allocator sees them (exposed for tests). */
 size_t em_cache_round_size(size_t nbytes);

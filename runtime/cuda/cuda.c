@@ -3,6 +3,7 @@
 #include "cuda_plugin.h"
 #include "tensor/tensor_impl.h"
 #include "ember/autograd.h"
+#include "plugins/plugin_api.h"
 
 /* The plugin when at least one GPU is usable; otherwise NULL with the error set (op named). */
 static const em_cuda_plugin *usable(const char *op) {

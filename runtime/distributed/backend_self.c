@@ -7,6 +7,7 @@
 #include <string.h>
 #include "distributed/dist_impl.h"
 #include "tensor/tensor_impl.h"
+#include "plugins/plugin_api.h"
 
 static em_status self_init(double timeout_s, int *rank, int *size, int *local_rank, void **impl) {
   (void)timeout_s;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include "core/core_impl.h"
 #include "distributed/dist_impl.h"
+#include "plugins/plugin_api.h"
 
 /* Elements are read and written through memcpy: a contribution lies in a received
  * message at whatever offset its header left (UBSan flags a misaligned typed load), and

@@ -30,6 +30,7 @@
 #include <string.h>
 #include "autograd/autograd_impl.h"
 #include "distributed/ddp_impl.h"
+#include "plugins/plugin_api.h"
 
 /* ---------------------------------------------------------------- errors from hooks */
 

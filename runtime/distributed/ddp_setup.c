@@ -15,6 +15,7 @@
 #include "autograd/autograd_impl.h"
 #include "distributed/ddp_impl.h"
 #include "ember/autograd.h"
+#include "plugins/plugin_api.h"
 
 /* ---------------------------------------------------------------- helpers */
 

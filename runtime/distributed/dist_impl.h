@@ -101,19 +101,10 @@ struct em_dist_group {
   char name[48];
 };
 
-/* ---- for backends ---- */
-/* Marks w finished (st == EM_OK: done; otherwise failed with msg) and wakes its waiters;
- * releases the tensors it held. Safe from any thread. */
-void em_dist_work_done(em_dist_work *w, em_status st, const char *msg);
-/* How many threads are blocked in em_dist_work_wait right now: a backend thread may poll
- * harder while someone waits, and leave the CPU to computation while nobody does. */
-int em_dist_num_waiters(void);
-/* The world group (NULL before init), for backends resolving ids of other groups. */
-em_dist_group *em_dist_world_group(void);
-/* "all_reduce", "broadcast", ... */
-const char *em_dist_op_name(em_dist_opkind kind);
-/* "all_reduce #12 on the world group (940 KB of float32)" into buf. */
-void em_dist_describe(const em_dist_work *w, char *buf, size_t cap);
+/* ---- for backends ----
+ * em_dist_work_done, em_dist_num_waiters, em_dist_world_group, em_dist_op_name,
+ * em_dist_describe, em_dist_post and em_dist_scale: in plugins/plugin_api.h (the MPI and
+ * NCCL backends are plugins). */
 
 /* The backend of g for tensors on dev, attaching a device backend (NCCL) to g on first
  * use; NULL with the error set (op named) when g has none. *impl receives g's state. */
@@ -128,9 +119,6 @@ const em_dist_backend *em_dist_tcp_backend(void);
 typedef const em_dist_backend *(*em_dist_backend_entry)(void);
 
 /* ---- for the reducer ---- */
-/* Posts an operation on g (checks done by the caller); *work receives the handle. */
-em_status em_dist_post(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out, em_dist_redop op,
-                       int peer, int tag, em_dist_work **work);
 /* The same, for a caller that waits for the work right after (and keeps the handle): no
  * backend thread is woken to start it, the wait does. */
 em_status em_dist_post_then_wait(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out,
@@ -141,8 +129,6 @@ em_status em_dist_post_then_wait(em_dist_group *g, em_dist_opkind kind, em_tenso
  * float16/bfloat16 in float32, rounded every step; max/min propagate NaN). Either pointer
  * may be misaligned (contributions read in place from a received message). */
 void em_dist_combine(void *acc, const void *x, int64_t n, em_dtype dtype, em_dist_redop op);
-/* p[i] *= s for floating dtypes (the 1/size of 'avg', after the sum); others untouched. */
-void em_dist_scale(void *p, int64_t n, em_dtype dtype, double s);
 
 /* ---- symmetric memory (symmetric.c) ----
  * A buffer of `bytes` on every member of g, each member's mapped by all members, when all

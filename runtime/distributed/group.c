@@ -35,6 +35,7 @@
 #include "cuda/cuda_plugin.h"
 #include "distributed/dist_impl.h"
 #include "tensor/tensor_impl.h"
+#include "plugins/plugin_api.h"
 
 #define DEFAULT_TIMEOUT_S 600.0
 

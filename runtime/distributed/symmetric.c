@@ -40,6 +40,7 @@
 #include <unistd.h>
 #include "distributed/dist_impl.h"
 #include "tensor/tensor_impl.h"
+#include "plugins/plugin_api.h"
 
 #define SYMM_HEADER 4096   /* the control line, padded to a page so data stays page-aligned */
 #define SPIN_POLLS 2000    /* ~50-100 us of pause before yielding the core */

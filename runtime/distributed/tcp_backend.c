@@ -28,6 +28,7 @@
 #include <unistd.h>
 #include <zmq.h>
 #include "distributed/tcp_impl.h"
+#include "plugins/plugin_api.h"
 
 #define ENDPOINT_CAP 160
 #define RDV_MAGIC 0x454d4252u   /* "EMBR" */

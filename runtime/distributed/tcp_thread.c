@@ -42,6 +42,7 @@
 #include <zmq.h>
 #include "distributed/tcp_impl.h"
 #include "tensor/tensor_impl.h"
+#include "plugins/plugin_api.h"
 
 #define HEARTBEAT_S 1.0
 #define LOST_GRACE_S 1.0      /* a closed connection: how long its goodbye may still be on the way */

@@ -17,6 +17,7 @@
 #include <time.h>
 #include "distributed/dist_impl.h"
 #include "tensor/tensor_impl.h"
+#include "plugins/plugin_api.h"
 
 #define BACKSTOP_GRACE_S 30.0
 

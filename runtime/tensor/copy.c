@@ -2,6 +2,7 @@
  * and to (dtype and device). */
 #include "backend.h"
 #include "ember/autograd.h"
+#include "plugins/plugin_api.h"
 
 static int same_device(em_device a, em_device b) { return a.type == b.type && a.index == b.index; }
 

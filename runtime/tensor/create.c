@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include "backend.h"
 #include "ember/autograd.h"
+#include "plugins/plugin_api.h"
 
 static em_status check_sizes(const char *op, int ndim, const int64_t *sizes) {
   if (ndim < 0 || ndim > EM_MAX_DIMS)

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include "backend.h"
 #include "ember/autograd.h"
+#include "plugins/plugin_api.h"
 
 static const char *const binop_names[EM_NUM_BINOPS] = {
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmod", "eq", "ne", "lt", "le", "gt", "ge",

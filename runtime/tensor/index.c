@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include "backend.h"
 #include "ember/autograd.h"
+#include "plugins/plugin_api.h"
 
 static int same_device(const em_tensor *a, const em_tensor *b) {
   em_device x = a->storage->device, y = b->storage->device;

@@ -8,6 +8,7 @@
  * the CUDA backend multiplies them with float accumulation, for autocast). */
 #include <string.h>
 #include "backend.h"
+#include "plugins/plugin_api.h"
 
 static int same_device(const em_tensor *a, const em_tensor *b) {
   em_device x = a->storage->device, y = b->storage->device;

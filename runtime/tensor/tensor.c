@@ -4,6 +4,7 @@
 #include <string.h>
 #include "backend.h"
 #include "core/core_impl.h"
+#include "plugins/plugin_api.h"
 
 /* ---- storage ---- */
 

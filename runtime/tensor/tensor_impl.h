@@ -57,8 +57,8 @@ em_tensor *em_tensor_alias(const em_tensor *a);
 static inline char *em_tensor_ptr(const em_tensor *t) {
   return (char *)t->storage->data + t->offset * (int64_t)em_dtype_size(t->dtype);
 }
-int64_t em_shape_numel(int ndim, const int64_t *sizes);
-void em_contiguous_strides(int ndim, const int64_t *sizes, int64_t *strides);
+/* em_shape_numel, em_contiguous_strides, em_broadcast_to and em_compact_matrices: in
+ * plugins/plugin_api.h (the CUDA plugin calls them too). */
 /* Formats "[2, 3]" into buf (a static thread-local ring; valid for a few calls). */
 const char *em_shape_str(int ndim, const int64_t *sizes);
 #define EM_SHAPE(t) em_shape_str((t)->ndim, (t)->sizes)
@@ -72,12 +72,6 @@ em_status em_prepare_out(const char *op, em_tensor **out, int ndim, const int64_
 /* Broadcasts shapes a and b into out_sizes (ndim in *out_ndim). */
 em_status em_broadcast_shapes(const char *op, int na, const int64_t *a, int nb, const int64_t *b,
                               int *out_ndim, int64_t *out_sizes);
-/* A view of a expanded to (ndim, sizes) with zero strides where broadcast. */
-em_status em_broadcast_to(const char *op, em_tensor **out, const em_tensor *a, int ndim,
-                          const int64_t *sizes);
-/* A contiguous copy of t (only its layout when copy_values is 0) for BLAS backends; with
- * keep_broadcast, zero-stride batch dims stay broadcast (copied once). runtime/tensor/copy.c */
-em_status em_compact_matrices(const em_tensor *t, int keep_broadcast, int copy_values, em_tensor **out);
 /* Undo a result allocated by em_prepare_out after a failure. */
 void em_discard_out(em_tensor **out, bool allocated);
 /* The operands mm, bmm, addmm, mv, dot and outer accept (ranks; bmm's equal batch sizes,

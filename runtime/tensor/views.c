@@ -1,6 +1,7 @@
 /* views.c - operations that return a new header over the same storage. */
 #include <string.h>
 #include "backend.h"
+#include "plugins/plugin_api.h"
 
 static em_status make_view(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes,
                            const int64_t *strides, int64_t offset) {

@@ -7,6 +7,7 @@
 #include <string.h>
 #include "test_util.h"
 #include "cuda/caching_allocator.h"
+#include "plugins/plugin_api.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)

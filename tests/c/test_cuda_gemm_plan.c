@@ -8,8 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 #include "test_util.h"
-/* plain C, no CUDA: compiled into this test as it is into the plugin */
-#include "plugins/cuda/blas_plan.c"
+/* plain C, no CUDA: the library ember_cuda_plans, linked into this test as into the plugin */
+#include "plugins/cuda/blas_plan.h"
 
 enum { ROW_MAJOR, COL_MAJOR, ROW_PADDED, COL_PADDED, ODD_VECTOR, STRIDED, NMODES };
 

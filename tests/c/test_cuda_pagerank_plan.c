@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "test_util.h"
-/* plain C, no CUDA: compiled into this test as it is into the plugin */
-#include "plugins/cuda/pagerank_plan.c"
+/* plain C, no CUDA: the library ember_cuda_plans, linked into this test as into the plugin */
+#include "plugins/cuda/pagerank_plan.h"
 
 /* A CSR whose vertex v has degree[v] in-arcs, sources drawn from a fixed generator. */
 typedef struct csr {

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "test_util.h"
-/* plain C, no CUDA: compiled into this test as it is into the plugin */
-#include "plugins/cuda/reduce_plan.c"
+/* plain C, no CUDA: the library ember_cuda_plans, linked into this test as into the plugin */
+#include "plugins/cuda/reduce_plan.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint64_t next_random(void) {

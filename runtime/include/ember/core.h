@@ -6,12 +6,22 @@
  * given and what it expected, e.g. "add: shapes [2, 3] and [4] cannot be broadcast".
  *
  * Lines between EM_FFI_BEGIN and EM_FFI_END are turned into LuaJIT FFI declarations by
- * bindings/ffi/gen_cdefs.lua, so they must stay plain C declarations (no macros in them). */
+ * bindings/ffi/gen_cdefs.lua, so they must stay plain C declarations: the one macro in them
+ * is EM_API, which gen_cdefs.lua strips. */
 #ifndef EMBER_CORE_H
 #define EMBER_CORE_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* EM_API marks every function of the public API. libember is built with hidden visibility,
+ * so its dynamic symbol table holds exactly these, plus the plugin-facing EM_PLUGIN_API
+ * functions of runtime/plugins/plugin_api.h (tests/api/check_exports.lua keeps it so). */
+#if defined(__GNUC__) || defined(__clang__)
+#define EM_API __attribute__((visibility("default")))
+#else
+#define EM_API
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,45 +62,45 @@ typedef struct em_device {
 } em_device;
 
 /* Errors (thread-local). */
-const char *em_last_error(void);
-em_status em_last_status(void);
-void em_clear_error(void);
-em_status em_set_error(em_status code, const char *fmt, ...);
+EM_API const char *em_last_error(void);
+EM_API em_status em_last_status(void);
+EM_API void em_clear_error(void);
+EM_API em_status em_set_error(em_status code, const char *fmt, ...);
 
 /* dtypes */
-const char *em_dtype_name(em_dtype dtype);           /* "float32" ... */
-em_status em_dtype_from_name(const char *name, em_dtype *out);
-size_t em_dtype_size(em_dtype dtype);                 /* bytes per element */
-int em_dtype_is_floating(em_dtype dtype);
-em_dtype em_dtype_promote(em_dtype a, em_dtype b);    /* PyTorch-style promotion */
+EM_API const char *em_dtype_name(em_dtype dtype);           /* "float32" ... */
+EM_API em_status em_dtype_from_name(const char *name, em_dtype *out);
+EM_API size_t em_dtype_size(em_dtype dtype);                 /* bytes per element */
+EM_API int em_dtype_is_floating(em_dtype dtype);
+EM_API em_dtype em_dtype_promote(em_dtype a, em_dtype b);    /* PyTorch-style promotion */
 
 /* devices */
-em_status em_device_parse(const char *name, em_device *out);   /* "cpu", "cuda", "cuda:1" */
-int em_device_count(em_device_type type);              /* 0 when the backend is absent */
-int em_device_available(em_device device);
+EM_API em_status em_device_parse(const char *name, em_device *out);   /* "cpu", "cuda", "cuda:1" */
+EM_API int em_device_count(em_device_type type);              /* 0 when the backend is absent */
+EM_API int em_device_available(em_device device);
 
 /* Threads: one knob for ember's OpenMP loops and OpenBLAS. */
-void em_set_num_threads(int n);
-int em_get_num_threads(void);
+EM_API void em_set_num_threads(int n);
+EM_API int em_get_num_threads(void);
 
 /* Seconds on the monotonic clock (never jumps with the wall clock): for timing and
  * timeouts. */
-double em_clock_monotonic(void);
+EM_API double em_clock_monotonic(void);
 
 /* Replaces the file at path with n bytes, atomically: readers see the old file or the new
  * one, and after a crash one of the two is on disk (a temporary file beside it, fsync'ed
  * and renamed over it; the folder fsync'ed). */
-em_status em_file_replace(const char *path, const void *data, size_t n);
+EM_API em_status em_file_replace(const char *path, const void *data, size_t n);
 
 /* Memory accounting over every storage on every device (bytes). */
-int64_t em_memory_allocated(void);
-int64_t em_memory_peak(void);
-void em_memory_reset_peak(void);
+EM_API int64_t em_memory_allocated(void);
+EM_API int64_t em_memory_peak(void);
+EM_API void em_memory_reset_peak(void);
 
 /* Build information. */
-const char *em_version(void);
-const char *em_build_features(void);   /* space separated, e.g. "openblas openmp yaml" */
-const char *em_blas_config(void);
+EM_API const char *em_version(void);
+EM_API const char *em_build_features(void);   /* space separated, e.g. "openblas openmp yaml" */
+EM_API const char *em_blas_config(void);
 /* EM_FFI_END */
 
 #ifdef __cplusplus

@@ -49,55 +49,55 @@ typedef struct em_cuda_memory_stats {
 typedef struct em_cuda_stream em_cuda_stream;
 typedef struct em_cuda_event em_cuda_event;
 
-int em_cuda_is_available(void);               /* 1 when at least one GPU can be used */
-int em_cuda_device_count(void);
-int em_cuda_is_built(void);                   /* 1 when libember_cuda.so could be loaded */
+EM_API int em_cuda_is_available(void);               /* 1 when at least one GPU can be used */
+EM_API int em_cuda_device_count(void);
+EM_API int em_cuda_is_built(void);                   /* 1 when libember_cuda.so could be loaded */
 /* Why CUDA is unavailable (plugin missing, no driver, no device), or "" when it is. */
-const char *em_cuda_unavailable_reason(void);
-em_status em_cuda_get_device_props(int device, em_cuda_device_props *out);
-em_status em_cuda_get_versions(em_cuda_versions *out);
-em_status em_cuda_set_device(int device);    /* the device of "cuda" without an index */
-int em_cuda_current_device(void);
-em_status em_cuda_synchronize(int device);   /* device < 0: the current device */
+EM_API const char *em_cuda_unavailable_reason(void);
+EM_API em_status em_cuda_get_device_props(int device, em_cuda_device_props *out);
+EM_API em_status em_cuda_get_versions(em_cuda_versions *out);
+EM_API em_status em_cuda_set_device(int device);    /* the device of "cuda" without an index */
+EM_API int em_cuda_current_device(void);
+EM_API em_status em_cuda_synchronize(int device);   /* device < 0: the current device */
 
-em_status em_cuda_get_memory_stats(int device, em_cuda_memory_stats *out);
-em_status em_cuda_reset_peak_memory_stats(int device);
-em_status em_cuda_empty_cache(void);         /* returns cached blocks to the driver */
+EM_API em_status em_cuda_get_memory_stats(int device, em_cuda_memory_stats *out);
+EM_API em_status em_cuda_reset_peak_memory_stats(int device);
+EM_API em_status em_cuda_empty_cache(void);         /* returns cached blocks to the driver */
 /* Caps what the allocator reserves on a device (bytes; 0 = no cap). For tests of OOM. */
-em_status em_cuda_set_memory_limit(int device, int64_t bytes);
+EM_API em_status em_cuda_set_memory_limit(int device, int64_t bytes);
 
 /* Streams. priority: 0 normal, -1 high. A NULL stream means the device's default. */
-em_status em_cuda_stream_new(em_cuda_stream **out, int device, int priority);
-void em_cuda_stream_free(em_cuda_stream *s);
-em_status em_cuda_stream_synchronize(em_cuda_stream *s);
-int em_cuda_stream_query(em_cuda_stream *s);                /* 1 when all work is done */
-em_status em_cuda_stream_wait_event(em_cuda_stream *s, em_cuda_event *e);
-int em_cuda_stream_device(const em_cuda_stream *s);
+EM_API em_status em_cuda_stream_new(em_cuda_stream **out, int device, int priority);
+EM_API void em_cuda_stream_free(em_cuda_stream *s);
+EM_API em_status em_cuda_stream_synchronize(em_cuda_stream *s);
+EM_API int em_cuda_stream_query(em_cuda_stream *s);                /* 1 when all work is done */
+EM_API em_status em_cuda_stream_wait_event(em_cuda_stream *s, em_cuda_event *e);
+EM_API int em_cuda_stream_device(const em_cuda_stream *s);
 /* The current stream of s's device becomes s (NULL: back to the default stream). */
-em_status em_cuda_set_stream(int device, em_cuda_stream *s);
-em_cuda_stream *em_cuda_current_stream(int device);        /* NULL: the default stream */
+EM_API em_status em_cuda_set_stream(int device, em_cuda_stream *s);
+EM_API em_cuda_stream *em_cuda_current_stream(int device);        /* NULL: the default stream */
 /* t's memory is in use by work queued on s: its block is not reused until that work ends
  * (PyTorch's record_stream). */
-em_status em_cuda_record_stream(em_tensor *t, em_cuda_stream *s);
+EM_API em_status em_cuda_record_stream(em_tensor *t, em_cuda_stream *s);
 
 /* Events. timing: 1 to measure elapsed time between two events. */
-em_status em_cuda_event_new(em_cuda_event **out, int timing);
-void em_cuda_event_free(em_cuda_event *e);
-em_status em_cuda_event_record(em_cuda_event *e, em_cuda_stream *s);   /* s NULL: current stream */
-em_status em_cuda_event_synchronize(em_cuda_event *e);
-int em_cuda_event_query(em_cuda_event *e);
-em_status em_cuda_event_elapsed_ms(em_cuda_event *start, em_cuda_event *end, double *ms);
+EM_API em_status em_cuda_event_new(em_cuda_event **out, int timing);
+EM_API void em_cuda_event_free(em_cuda_event *e);
+EM_API em_status em_cuda_event_record(em_cuda_event *e, em_cuda_stream *s);   /* s NULL: current stream */
+EM_API em_status em_cuda_event_synchronize(em_cuda_event *e);
+EM_API int em_cuda_event_query(em_cuda_event *e);
+EM_API em_status em_cuda_event_elapsed_ms(em_cuda_event *start, em_cuda_event *end, double *ms);
 
 /* Pinned (page-locked) host memory: a CPU tensor copied to or from a GPU without a
  * staging copy, and asynchronously with non_blocking. */
-em_status em_pin_memory(em_tensor **out, const em_tensor *a);
+EM_API em_status em_pin_memory(em_tensor **out, const em_tensor *a);
 /* A new CPU tensor in pinned memory, uninitialised (the destination of a non_blocking
  * copy from a GPU). */
-em_status em_empty_pinned(em_tensor **out, int ndim, const int64_t *sizes, em_dtype dtype);
-int em_tensor_is_pinned(const em_tensor *t);
+EM_API em_status em_empty_pinned(em_tensor **out, int ndim, const int64_t *sizes, em_dtype dtype);
+EM_API int em_tensor_is_pinned(const em_tensor *t);
 /* Copies src into dst (any devices, same shape); non_blocking: return once queued on the
  * current stream when the host side is pinned (otherwise it is a synchronous copy). */
-em_status em_copy_async(em_tensor *dst, const em_tensor *src, int non_blocking);
+EM_API em_status em_copy_async(em_tensor *dst, const em_tensor *src, int non_blocking);
 /* EM_FFI_END */
 
 #ifdef __cplusplus

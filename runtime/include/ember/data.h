@@ -48,19 +48,19 @@ typedef struct em_stage_times {
  * int32, 0x0D float -> float32, 0x0E double -> float64. limit < 0 reads every item
  * (dim 0) and checks that the data fills the file exactly; limit >= 0 reads only the first
  * min(limit, dim 0) items. Errors name the file and what is wrong with it. *out must be NULL. */
-em_status em_data_read_idx(em_tensor **out, const char *path, int64_t limit);
+EM_API em_status em_data_read_idx(em_tensor **out, const char *path, int64_t limit);
 
 /* A permutation of base .. base + n - 1 (int64) from the Philox stream keyed by seed and
  * stream (a loader passes its epoch): the same arguments give the same permutation,
  * whatever the global generator's state. *out must be NULL. */
-em_status em_data_randperm(em_tensor **out, int64_t n, uint64_t seed, uint64_t stream, int64_t base);
+EM_API em_status em_data_randperm(em_tensor **out, int64_t n, uint64_t seed, uint64_t stream, int64_t base);
 /* Batch assembly: the items (slices along dim 0) of src at the positions in index
  * (a 1-d int64 tensor, counted from base) gathered into a new float32 tensor
  * [len(index), src's other dims], each element converted as v * scale + shift (pixels:
  * scale = 1 / (255 std), shift = -mean / std). One pass, no intermediate tensors. src is a
  * contiguous CPU tensor of uint8, int32, float32 or float64. *out must be NULL. */
-em_status em_data_gather_normalize(em_tensor **out, const em_tensor *src, const em_tensor *index, int64_t base,
-                                   double scale, double shift);
+EM_API em_status em_data_gather_normalize(em_tensor **out, const em_tensor *src, const em_tensor *index, int64_t base,
+                                          double scale, double shift);
 /* ---------------------------------------------------------------- per-sample randomness */
 /* Draw k of sample `id` in epoch `epoch` is Philox block (k, id >> 32, id, epoch ^ tag)
  * keyed by seed: a pure function of (seed, epoch, id, k). */
@@ -70,10 +70,10 @@ typedef struct em_sample_rng {
   int64_t id;
   uint64_t counter;
 } em_sample_rng;
-uint64_t em_sample_rng_u64(em_sample_rng *r);
-double em_sample_rng_uniform(em_sample_rng *r);             /* [0, 1) */
-int64_t em_sample_rng_below(em_sample_rng *r, int64_t n);    /* [0, n) */
-double em_sample_rng_normal(em_sample_rng *r);               /* mean 0, std 1 */
+EM_API uint64_t em_sample_rng_u64(em_sample_rng *r);
+EM_API double em_sample_rng_uniform(em_sample_rng *r);             /* [0, 1) */
+EM_API int64_t em_sample_rng_below(em_sample_rng *r, int64_t n);    /* [0, n) */
+EM_API double em_sample_rng_normal(em_sample_rng *r);               /* mean 0, std 1 */
 
 /* ---------------------------------------------------------------- plans */
 /* The sample ids (int64, counted from base) rank `rank` of world_size delivers in epoch
@@ -82,27 +82,27 @@ double em_sample_rng_normal(em_sample_rng *r);               /* mean 0, std 1 */
  * entries so every rank gets n / world_size; 1 pads the order by repeating its first entries
  * so every rank gets ceil(n / world_size). With shuffle and world_size 1 this is
  * em_data_randperm(n, seed, epoch) (the in-process DataLoader's order). */
-em_status em_data_epoch_plan(em_tensor **out, int64_t n, uint64_t seed, uint64_t epoch, int shuffle, int64_t rank,
-                             int64_t world_size, int pad, int64_t base);
+EM_API em_status em_data_epoch_plan(em_tensor **out, int64_t n, uint64_t seed, uint64_t epoch, int shuffle,
+                                    int64_t rank, int64_t world_size, int pad, int64_t base);
 /* Starts making that plan on a thread of its own: the next em_data_epoch_plan with exactly
  * these arguments takes it (a loader asks for epoch e + 1 as epoch e starts). One plan is
  * made ahead at a time; asking for another replaces it. Never fails: without a thread, the
  * plan is made when asked for. */
-em_status em_data_epoch_plan_ahead(int64_t n, uint64_t seed, uint64_t epoch, int shuffle, int64_t rank,
-                                   int64_t world_size, int pad, int64_t base);
+EM_API em_status em_data_epoch_plan_ahead(int64_t n, uint64_t seed, uint64_t epoch, int shuffle, int64_t rank,
+                                          int64_t world_size, int pad, int64_t base);
 
 /* ---------------------------------------------------------------- formats */
 /* CRC-32C (Castagnoli), as TFRecord and other storage formats use it. */
-uint32_t em_data_crc32c(const void *data, size_t n, uint32_t crc);
+EM_API uint32_t em_data_crc32c(const void *data, size_t n, uint32_t crc);
 /* TFRecord framing around a record's CRC: ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
-uint32_t em_data_tfrecord_mask(uint32_t crc);
+EM_API uint32_t em_data_tfrecord_mask(uint32_t crc);
 /* A .npy file (little-endian or byte dtypes, C order) as a tensor; float16 and bool too. */
-em_status em_data_read_npy(em_tensor **out, const char *path);
-em_status em_data_write_npy(const char *path, const em_tensor *t);
+EM_API em_status em_data_read_npy(em_tensor **out, const char *path);
+EM_API em_status em_data_write_npy(const char *path, const em_tensor *t);
 /* JPEG bytes (a uint8 tensor) from a uint8 image [H, W] or [H, W, 3]; and back, decoded to
  * [H, W, channels] (channels 1 or 3; 0 keeps the file's). */
-em_status em_data_jpeg_encode(em_tensor **out, const em_tensor *image, int quality);
-em_status em_data_jpeg_decode(em_tensor **out, const void *data, size_t n, int channels, const char *what);
+EM_API em_status em_data_jpeg_encode(em_tensor **out, const em_tensor *image, int quality);
+EM_API em_status em_data_jpeg_decode(em_tensor **out, const void *data, size_t n, int channels, const char *what);
 
 /* ---------------------------------------------------------------- augmentation */
 /* Applied per sample, in this order: pad (zeros) and crop (random offsets from the sample's
@@ -117,8 +117,8 @@ typedef struct em_augment {
   double mean[4], std[4];        /* per channel; scale 1 / (255 std) and shift -mean / std are
                                     rounded to float32 once, as ember.data's gather_normalize does */
 } em_augment;
-em_status em_data_augment(em_tensor **out, const em_tensor *image, int channels_last, const em_augment *aug,
-                          em_sample_rng *rng);
+EM_API em_status em_data_augment(em_tensor **out, const em_tensor *image, int channels_last, const em_augment *aug,
+                                 em_sample_rng *rng);
 
 /* ---------------------------------------------------------------- sources */
 /* A source is a dataset in one of the built-in formats; sample i (0-based) is an image or
@@ -141,27 +141,27 @@ typedef struct em_source_options {
   int64_t shape[4];
 } em_source_options;
 
-em_status em_source_open(em_source **out, const em_source_options *options);
-void em_source_free(em_source *s);
-int64_t em_source_size(const em_source *s);
+EM_API em_status em_source_open(em_source **out, const em_source_options *options);
+EM_API void em_source_free(em_source *s);
+EM_API int64_t em_source_size(const em_source *s);
 /* What fill writes for aug (NULL: raw samples): descs[0] "x", descs[1] "y" when the source
  * has labels; sizes[0] = rows. Returns the number of tensors (1 or 2) or -1 on error. */
-int em_source_describe(em_source *s, const em_augment *aug, int64_t rows, em_tensor_desc *descs);
+EM_API int em_source_describe(em_source *s, const em_augment *aug, int64_t rows, em_tensor_desc *descs);
 /* Reads ids[0..n) (counted from base) into rows of x (and y), augmenting with rng keyed by
  * (seed, epoch, id). skip_bad: a bad record is left out and counted in *skipped (its
  * message in the error slot, status EM_OK), else the call fails naming file and offset.
  * *kept receives the rows written and kept_ids their ids (may be NULL). */
-em_status em_source_fill(em_source *s, const int64_t *ids, int64_t n, int64_t base, const em_augment *aug,
-                         uint64_t seed, uint64_t epoch, em_tensor *x, em_tensor *y, int skip_bad, int64_t *kept,
-                         int64_t *kept_ids, int64_t *skipped, em_stage_times *times);
+EM_API em_status em_source_fill(em_source *s, const int64_t *ids, int64_t n, int64_t base, const em_augment *aug,
+                                uint64_t seed, uint64_t epoch, em_tensor *x, em_tensor *y, int skip_bad, int64_t *kept,
+                                int64_t *kept_ids, int64_t *skipped, em_stage_times *times);
 /* One sample as tensors (x as the augmentation leaves it; *y may stay NULL without labels). */
-em_status em_source_get(em_source *s, int64_t index, int64_t base, const em_augment *aug, em_sample_rng *rng,
-                        em_tensor **x, em_tensor **y);
+EM_API em_status em_source_get(em_source *s, int64_t index, int64_t base, const em_augment *aug, em_sample_rng *rng,
+                               em_tensor **x, em_tensor **y);
 
 /* Copies src into row `row` of dst (dst's dims after the first must equal src's; dtypes
  * are converted). Batch assembly for datasets that return samples one at a time. */
-em_status em_data_put_row(em_tensor *dst, int64_t row, const em_tensor *src);
-em_status em_data_put_row_number(em_tensor *dst, int64_t row, double value);
+EM_API em_status em_data_put_row(em_tensor *dst, int64_t row, const em_tensor *src);
+EM_API em_status em_data_put_row_number(em_tensor *dst, int64_t row, double value);
 /* EM_FFI_END */
 
 #ifdef __cplusplus

@@ -79,38 +79,38 @@ typedef struct em_loader_stats {
   double wait_s;                                   /* the consumer, blocked in em_loader_next */
 } em_loader_stats;
 
-em_status em_loader_create(em_loader **out, const em_loader_options *options);
+EM_API em_status em_loader_create(em_loader **out, const em_loader_options *options);
 /* Closes: tells readers goodbye, stops spawned readers (SIGTERM, then SIGKILL), joins. */
-void em_loader_free(em_loader *l);
+EM_API void em_loader_free(em_loader *l);
 /* The bound endpoints, comma-separated, ports resolved ("ipc://..." first when local_ipc). */
-const char *em_loader_endpoints(const em_loader *l);
+EM_API const char *em_loader_endpoints(const em_loader *l);
 /* A directory only this user can enter, removed by em_loader_free (NULL without local_ipc):
  * the ipc socket lives there, and the loader's files for its spawned readers. */
-const char *em_loader_private_dir(const em_loader *l);
+EM_API const char *em_loader_private_dir(const em_loader *l);
 /* Starts n readers on this host: argv (argc words, argv[0] the executable) with
  * die-with-parent set; a spawned reader that exits is replaced while restarts remain. */
-em_status em_loader_spawn(em_loader *l, int n, int argc, const char *const *argv, int max_restarts);
+EM_API em_status em_loader_spawn(em_loader *l, int n, int argc, const char *const *argv, int max_restarts);
 /* Pids of the live spawned readers; returns how many (at most max written). */
-int em_loader_worker_pids(em_loader *l, int64_t *pids, int max);
+EM_API int em_loader_worker_pids(em_loader *l, int64_t *pids, int max);
 /* Starts epoch `epoch`: ids (n_ids sample ids, plan order) and n_items work items, item i
  * being the item_len[i] ids from position item_pos[i]. Batches of a previous epoch not yet
  * taken are dropped. The arrays are copied. */
-em_status em_loader_begin(em_loader *l, uint64_t epoch, uint64_t seed, const int64_t *ids, int64_t n_ids,
-                          const int64_t *item_pos, const int64_t *item_len, int64_t n_items);
+EM_API em_status em_loader_begin(em_loader *l, uint64_t epoch, uint64_t seed, const int64_t *ids, int64_t n_ids,
+                                 const int64_t *item_pos, const int64_t *item_len, int64_t n_items);
 /* The next batch of the epoch (*out NULL when every item was delivered). Waits at most
  * timeout_s for it, then fails with a description of the pipeline's state. */
-em_status em_loader_next(em_loader *l, em_loader_batch **out, double timeout_s);
-void em_loader_get_stats(em_loader *l, em_loader_stats *out);
+EM_API em_status em_loader_next(em_loader *l, em_loader_batch **out, double timeout_s);
+EM_API void em_loader_get_stats(em_loader *l, em_loader_stats *out);
 
-int64_t em_loader_batch_item(const em_loader_batch *b);
-int64_t em_loader_batch_samples(const em_loader_batch *b);
-int em_loader_batch_count(const em_loader_batch *b);
-const char *em_loader_batch_name(const em_loader_batch *b, int i);
+EM_API int64_t em_loader_batch_item(const em_loader_batch *b);
+EM_API int64_t em_loader_batch_samples(const em_loader_batch *b);
+EM_API int em_loader_batch_count(const em_loader_batch *b);
+EM_API const char *em_loader_batch_name(const em_loader_batch *b, int i);
 /* Tensor i (a new reference over the received bytes; valid after the batch is freed). */
-em_status em_loader_batch_tensor(em_tensor **out, const em_loader_batch *b, int i);
+EM_API em_status em_loader_batch_tensor(em_tensor **out, const em_loader_batch *b, int i);
 /* The sample ids actually delivered (int64, as planned; bad records skipped are absent). */
-em_status em_loader_batch_ids(em_tensor **out, const em_loader_batch *b);
-void em_loader_batch_free(em_loader_batch *b);
+EM_API em_status em_loader_batch_ids(em_tensor **out, const em_loader_batch *b);
+EM_API void em_loader_batch_free(em_loader_batch *b);
 
 /* ---------------------------------------------------------------- reader side */
 typedef struct em_reader_options {
@@ -135,31 +135,31 @@ typedef struct em_lease {
   const int64_t *ids; /* n sample ids, valid until the next em_reader_next */
 } em_lease;
 
-em_status em_reader_create(em_reader **out, const em_reader_options *options);
+EM_API em_status em_reader_create(em_reader **out, const em_reader_options *options);
 /* Starts saying hello (the dataset is loaded): trainers check size and fingerprint. */
-em_status em_reader_ready(em_reader *r, int64_t dataset_size, const char *fingerprint);
+EM_API em_status em_reader_ready(em_reader *r, int64_t dataset_size, const char *fingerprint);
 /* Waits up to timeout_s for a lease (or a reason to stop). */
-em_status em_reader_next(em_reader *r, em_lease *lease, double timeout_s);
+EM_API em_status em_reader_next(em_reader *r, em_lease *lease, double timeout_s);
 /* Tensors for lease's batch, in its outgoing message: descs[i].sizes[0] rows each. They are
  * freed (em_tensor_free) when the batch is sent. tensors receives n new references. */
-em_status em_reader_alloc(em_reader *r, const em_lease *lease, int n, const em_tensor_desc *descs,
-                          em_tensor **tensors);
+EM_API em_status em_reader_alloc(em_reader *r, const em_lease *lease, int n, const em_tensor_desc *descs,
+                                 em_tensor **tensors);
 /* Sends the allocated batch: its first `kept` rows, for the samples kept_ids. */
-em_status em_reader_send(em_reader *r, const em_lease *lease, int64_t kept, const int64_t *kept_ids,
-                         int64_t skipped, const em_stage_times *times);
+EM_API em_status em_reader_send(em_reader *r, const em_lease *lease, int64_t kept, const int64_t *kept_ids,
+                                int64_t skipped, const em_stage_times *times);
 /* Reports that lease's item failed (a bad record): the trainer raises message. */
-em_status em_reader_send_error(em_reader *r, const em_lease *lease, const char *message);
+EM_API em_status em_reader_send_error(em_reader *r, const em_lease *lease, const char *message);
 /* Tells every trainer this reader cannot work (its dataset failed to load, say). */
-em_status em_reader_fatal(em_reader *r, const char *message);
-void em_reader_free(em_reader *r);
+EM_API em_status em_reader_fatal(em_reader *r, const char *message);
+EM_API void em_reader_free(em_reader *r);
 
 /* A CurveZMQ key pair, 40-character Z85 strings (41 bytes with the terminator). */
-em_status em_curve_keypair(char *public_key, char *secret_key);
+EM_API em_status em_curve_keypair(char *public_key, char *secret_key);
 
 /* ---------------------------------------------------------------- processes */
-int em_process_alive(int64_t pid);
-em_status em_process_signal(int64_t pid, int sig);
-int64_t em_process_self(void);
+EM_API int em_process_alive(int64_t pid);
+EM_API em_status em_process_signal(int64_t pid, int sig);
+EM_API int64_t em_process_self(void);
 
 /* EM_FFI_END */
 

@@ -71,7 +71,7 @@ typedef struct em_dist_env {
   int32_t rank, world_size, local_rank, local_size;
   const char *launcher;
 } em_dist_env;
-void em_dist_env_detect(em_dist_env *out);
+EM_API void em_dist_env_detect(em_dist_env *out);
 
 /* ---- the world ----
  * backend: "auto" (mpi when a launcher started several processes or MPI's variables are
@@ -80,43 +80,43 @@ void em_dist_env_detect(em_dist_env *out);
  * required: an error without the CUDA plugin, NCCL or a GPU; the current device becomes
  * local_rank mod the GPU count and the world's communicator connects during init).
  * timeout_s <= 0: the default. */
-em_status em_dist_init(const char *backend, double timeout_s);
-int em_dist_is_initialized(void);
-const char *em_dist_backend_name(void);          /* of the CPU backend; NULL before init */
+EM_API em_status em_dist_init(const char *backend, double timeout_s);
+EM_API int em_dist_is_initialized(void);
+EM_API const char *em_dist_backend_name(void);          /* of the CPU backend; NULL before init */
 /* The backend for tensors of a device type (EM_CPU, EM_CUDA): "mpi", "self", "nccl"; NULL
  * before init or when that device has none. */
-const char *em_dist_device_backend_name(int device_type);
-em_status em_dist_finalize(void);                /* waits for pending work; also run at exit */
-em_dist_group *em_dist_world(void);              /* borrowed; NULL before init */
-int em_dist_local_rank(void);
+EM_API const char *em_dist_device_backend_name(int device_type);
+EM_API em_status em_dist_finalize(void);                /* waits for pending work; also run at exit */
+EM_API em_dist_group *em_dist_world(void);              /* borrowed; NULL before init */
+EM_API int em_dist_local_rank(void);
 
 /* ---- groups ----
  * A subgroup of parent's ranks (listed in the order that numbers them in the new group).
  * Collective over parent: every rank of parent calls it with the same list. Ranks outside
  * the list receive a group whose rank is -1 (collectives on it are errors). */
-em_status em_dist_new_group(em_dist_group **out, em_dist_group *parent, int n, const int *ranks);
-void em_dist_group_retain(em_dist_group *g);
-void em_dist_group_release(em_dist_group *g);
-int em_dist_rank(const em_dist_group *g);        /* -1: not a member */
-int em_dist_size(const em_dist_group *g);
-int em_dist_world_rank_of(const em_dist_group *g, int rank);
-double em_dist_timeout(const em_dist_group *g);
-em_status em_dist_set_timeout(em_dist_group *g, double timeout_s);
+EM_API em_status em_dist_new_group(em_dist_group **out, em_dist_group *parent, int n, const int *ranks);
+EM_API void em_dist_group_retain(em_dist_group *g);
+EM_API void em_dist_group_release(em_dist_group *g);
+EM_API int em_dist_rank(const em_dist_group *g);        /* -1: not a member */
+EM_API int em_dist_size(const em_dist_group *g);
+EM_API int em_dist_world_rank_of(const em_dist_group *g, int rank);
+EM_API double em_dist_timeout(const em_dist_group *g);
+EM_API em_status em_dist_set_timeout(em_dist_group *g, double timeout_s);
 
 /* ---- collectives (work may be NULL: wait) ---- */
-em_status em_dist_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, em_dist_work **work);
-em_status em_dist_broadcast(em_dist_group *g, em_tensor *t, int root, em_dist_work **work);
+EM_API em_status em_dist_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, em_dist_work **work);
+EM_API em_status em_dist_broadcast(em_dist_group *g, em_tensor *t, int root, em_dist_work **work);
 /* out holds size(g) * numel(in) elements of in's dtype, rank 0's block first. */
-em_status em_dist_all_gather(em_dist_group *g, em_tensor *out, const em_tensor *in, em_dist_work **work);
+EM_API em_status em_dist_all_gather(em_dist_group *g, em_tensor *out, const em_tensor *in, em_dist_work **work);
 /* in holds size(g) * numel(out) elements; rank r receives the reduction of block r. */
-em_status em_dist_reduce_scatter(em_dist_group *g, em_tensor *out, const em_tensor *in, em_dist_redop op,
-                                 em_dist_work **work);
-em_status em_dist_barrier(em_dist_group *g, em_dist_work **work);
+EM_API em_status em_dist_reduce_scatter(em_dist_group *g, em_tensor *out, const em_tensor *in, em_dist_redop op,
+                                        em_dist_work **work);
+EM_API em_status em_dist_barrier(em_dist_group *g, em_dist_work **work);
 /* On CUDA tensors (NCCL) sends and receives match in the order they are posted (tag is not
  * used), and each holds its communication stream until the peer's match runs: post them so
  * that pairs meet (e.g. even ranks send first, odd ranks receive first). */
-em_status em_dist_send(em_dist_group *g, const em_tensor *t, int dst, int tag, em_dist_work **work);
-em_status em_dist_recv(em_dist_group *g, em_tensor *t, int src, int tag, em_dist_work **work);
+EM_API em_status em_dist_send(em_dist_group *g, const em_tensor *t, int dst, int tag, em_dist_work **work);
+EM_API em_status em_dist_recv(em_dist_group *g, em_tensor *t, int src, int tag, em_dist_work **work);
 
 /* ---- handles ----
  * wait: until done; timeout_s > 0 shortens the deadline (expiry aborts the job, as above).
@@ -124,10 +124,10 @@ em_status em_dist_recv(em_dist_group *g, em_tensor *t, int src, int tag, em_dist
  * stream's event), so work queued afterwards on any stream reads the result. Tensors stay
  * referenced until then, so their memory is not reused while NCCL still reads or writes it.
  * test: 1 done, 0 pending, -1 failed (em_last_error says why). */
-em_status em_dist_work_wait(em_dist_work *w, double timeout_s);
-int em_dist_work_test(em_dist_work *w);
-void em_dist_work_release(em_dist_work *w);
-const char *em_dist_redop_name(em_dist_redop op);
+EM_API em_status em_dist_work_wait(em_dist_work *w, double timeout_s);
+EM_API int em_dist_work_test(em_dist_work *w);
+EM_API void em_dist_work_release(em_dist_work *w);
+EM_API const char *em_dist_redop_name(em_dist_redop op);
 
 /* ---- data-parallel reducer ---- */
 typedef enum em_ddp_comm_hook { EM_DDP_HOOK_NONE = 0, EM_DDP_HOOK_FP16, EM_DDP_HOOK_BF16 } em_ddp_comm_hook;
@@ -148,41 +148,42 @@ typedef struct em_ddp_options {
  * same options (an error naming the first mismatch, on every rank), broadcasts rank 0's
  * parameters and buffers, builds the buckets and installs the leaf hooks. names may be
  * NULL (parameters are then called by position). */
-em_status em_ddp_new(em_ddp **out, em_dist_group *g, int n_params, em_tensor *const *params,
-                     const char *const *names, int n_buffers, em_tensor *const *buffers, const em_ddp_options *opts);
-void em_ddp_release(em_ddp *d);
+EM_API em_status em_ddp_new(em_ddp **out, em_dist_group *g, int n_params, em_tensor *const *params,
+                            const char *const *names, int n_buffers, em_tensor *const *buffers,
+                            const em_ddp_options *opts);
+EM_API void em_ddp_release(em_ddp *d);
 
 /* Before a forward pass: raises the error left by the previous iteration (unused
  * parameters, ...), rebuilds the buckets once, and inside join runs the round that tells
  * ranks which have run out of data what to shadow. sync: this iteration's backward
  * reduces (0 inside no_sync). n_buffers/buffers: broadcast from the authoritative rank
  * (rank 0, or inside join the lowest rank still training); n_buffers = 0: none. */
-em_status em_ddp_pre_forward(em_ddp *d, int sync, int joining, int n_buffers, em_tensor *const *buffers);
+EM_API em_status em_ddp_pre_forward(em_ddp *d, int sync, int joining, int n_buffers, em_tensor *const *buffers);
 /* After the forward pass, when the coming backward must reduce: arms the hooks. With
  * find_unused_parameters, walks the graph from the outputs and marks the parameters
  * it does not reach as ready. */
-em_status em_ddp_pre_backward(em_ddp *d, int n_outputs, em_tensor *const *outputs);
+EM_API em_status em_ddp_pre_backward(em_ddp *d, int n_outputs, em_tensor *const *outputs);
 /* Waits for this iteration's reduction if the hooks did not finish it (e.g. unused
  * parameters without find_unused_parameters: then an error names them). */
-em_status em_ddp_finish(em_ddp *d);
+EM_API em_status em_ddp_finish(em_ddp *d);
 /* join: one shadow round on a rank that has run out of data. *others_active receives 1
  * while some rank still trains (this rank then took part in its iteration's collectives
  * with zero gradients), 0 once every rank has joined; then rank `authoritative`'s
  * parameters and buffers are broadcast so all ranks end equal. */
-em_status em_ddp_join_round(em_ddp *d, int n_buffers, em_tensor *const *buffers, int *others_active);
+EM_API em_status em_ddp_join_round(em_ddp *d, int n_buffers, em_tensor *const *buffers, int *others_active);
 
 /* Introspection: counts, bucket layout and timings for tests and benchmarks.
  * stats: [0] synchronised iterations, [1] seconds of communication (bucket launch to
  * completion, overlapping intervals merged), [2] seconds backward waited for it
  * (exposed), [3] buckets launched, [4] bytes reduced, [5] rebuilt (0/1), [6] buckets in
  * shared memory now. */
-int em_ddp_num_buckets(const em_ddp *d);
-int em_ddp_bucket_params(const em_ddp *d, int bucket, int *indices, int cap);
-void em_ddp_stats(const em_ddp *d, double *stats, int n);
-void em_ddp_reset_stats(em_ddp *d);
+EM_API int em_ddp_num_buckets(const em_ddp *d);
+EM_API int em_ddp_bucket_params(const em_ddp *d, int bucket, int *indices, int cap);
+EM_API void em_ddp_stats(const em_ddp *d, double *stats, int n);
+EM_API void em_ddp_reset_stats(em_ddp *d);
 /* Why some bucket is not in shared memory ("shared_memory = false", "rank 1 runs on
  * another host", ...), or "" when all are. */
-const char *em_ddp_shared_memory_note(const em_ddp *d);
+EM_API const char *em_ddp_shared_memory_note(const em_ddp *d);
 /* EM_FFI_END */
 
 #ifdef __cplusplus

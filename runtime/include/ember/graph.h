@@ -51,39 +51,39 @@ typedef struct em_graph_options {
 
 /* Defaults: auto format, directed, nothing reversed or dropped, degree order, progress on a
  * terminal, checksums verified. */
-void em_graph_options_init(em_graph_options *opts);
+EM_API void em_graph_options_init(em_graph_options *opts);
 
 /* ---- building (opts may be NULL: defaults) ---- */
-em_status em_graph_load(em_graph **out, const char *path, const em_graph_options *opts);
+EM_API em_status em_graph_load(em_graph **out, const char *path, const em_graph_options *opts);
 /* Graph500 Kronecker graph: 2^scale vertices, edge_factor * 2^scale generated edges,
  * initiator A=0.57, B=C=0.19, vertices relabelled by a permutation drawn from seed. The
  * same seed gives the same graph whatever the thread count. */
-em_status em_graph_kronecker(em_graph **out, int32_t scale, int32_t edge_factor, uint64_t seed,
-                             const em_graph_options *opts);
+EM_API em_status em_graph_kronecker(em_graph **out, int32_t scale, int32_t edge_factor, uint64_t seed,
+                                    const em_graph_options *opts);
 /* num_edges edges with both ends uniform over num_vertices vertices. */
-em_status em_graph_uniform(em_graph **out, int64_t num_vertices, int64_t num_edges, uint64_t seed,
-                           const em_graph_options *opts);
+EM_API em_status em_graph_uniform(em_graph **out, int64_t num_vertices, int64_t num_edges, uint64_t seed,
+                                  const em_graph_options *opts);
 /* Edges u -> v from arrays of dense ids in [0, num_vertices). */
-em_status em_graph_from_edges(em_graph **out, int64_t num_vertices, int64_t num_edges, const int64_t *src,
-                              const int64_t *dst, const em_graph_options *opts);
+EM_API em_status em_graph_from_edges(em_graph **out, int64_t num_vertices, int64_t num_edges, const int64_t *src,
+                                     const int64_t *dst, const em_graph_options *opts);
 /* Vertex names: "id name" per line ('#' comments), id an original id of g. */
-em_status em_graph_load_labels(em_graph *g, const char *path);
+EM_API em_status em_graph_load_labels(em_graph *g, const char *path);
 /* Writes ember's binary format (a temporary file renamed into place). */
-em_status em_graph_save(const em_graph *g, const char *path);
-void em_graph_free(em_graph *g);
+EM_API em_status em_graph_save(const em_graph *g, const char *path);
+EM_API void em_graph_free(em_graph *g);
 
 /* ---- inspection ---- */
-int64_t em_graph_num_vertices(const em_graph *g);
-int64_t em_graph_num_edges(const em_graph *g);   /* arcs: an undirected edge counts twice */
-int em_graph_is_directed(const em_graph *g);
-int64_t em_graph_original_id(const em_graph *g, int64_t v);   /* -1 when v is not a dense id */
-em_status em_graph_find_vertex(const em_graph *g, int64_t original_id, int64_t *v);
-const char *em_graph_label(const em_graph *g, int64_t v);     /* NULL when v has none */
+EM_API int64_t em_graph_num_vertices(const em_graph *g);
+EM_API int64_t em_graph_num_edges(const em_graph *g);   /* arcs: an undirected edge counts twice */
+EM_API int em_graph_is_directed(const em_graph *g);
+EM_API int64_t em_graph_original_id(const em_graph *g, int64_t v);   /* -1 when v is not a dense id */
+EM_API em_status em_graph_find_vertex(const em_graph *g, int64_t original_id, int64_t *v);
+EM_API const char *em_graph_label(const em_graph *g, int64_t v);     /* NULL when v has none */
 /* int64 tensors of [n] by dense id; either pointer may be NULL. */
-em_status em_graph_degrees(const em_graph *g, em_tensor **in_degree, em_tensor **out_degree);
-em_status em_graph_original_ids(const em_graph *g, em_tensor **out);
+EM_API em_status em_graph_degrees(const em_graph *g, em_tensor **in_degree, em_tensor **out_degree);
+EM_API em_status em_graph_original_ids(const em_graph *g, em_tensor **out);
 /* Every arc as int64 [m] tensors of dense ids, sorted by (dst, src). */
-em_status em_graph_edges(const em_graph *g, em_tensor **src, em_tensor **dst);
+EM_API em_status em_graph_edges(const em_graph *g, em_tensor **src, em_tensor **dst);
 
 /* ---- PageRank ---- */
 typedef enum em_pagerank_method {
@@ -113,14 +113,14 @@ typedef struct em_pagerank_stats {
   const char *engine;       /* what computed the scores: "cpu", "cuda:custom" or "cuda:cusparse" */
 } em_pagerank_stats;
 
-void em_pagerank_options_init(em_pagerank_options *opts);
+EM_API void em_pagerank_options_init(em_pagerank_options *opts);
 /* Scores: float32 [n] by dense id, summing to 1 (except EM_PAGERANK_GAPBS). Dangling mass
  * is spread like the teleport vector (the igraph and networkx definition). residuals
  * (float64 [iterations], may be NULL) receives the L1 change of each iteration; stats may
  * be NULL. opts may be NULL: defaults. With opts->device a GPU, the iterations run there
  * (the graph is copied over for the call); scores and residuals are CPU tensors either way. */
-em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagerank_stats *stats,
-                            const em_graph *g, const em_pagerank_options *opts);
+EM_API em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagerank_stats *stats,
+                                   const em_graph *g, const em_pagerank_options *opts);
 
 /* ---- analysis ---- */
 typedef struct em_graph_ranked {
@@ -139,14 +139,14 @@ typedef struct em_rank_comparison {
 
 /* The k highest scores (ties: smaller dense id first) into out[0..*count). scores is any 1-D
  * real or integer tensor; g may be NULL (original ids are then the dense ids). */
-em_status em_graph_topk(em_graph_ranked *out, int64_t *count, const em_tensor *scores, int64_t k,
-                        const em_graph *g);
+EM_API em_status em_graph_topk(em_graph_ranked *out, int64_t *count, const em_tensor *scores, int64_t k,
+                               const em_graph *g);
 /* How two rankings agree over their top k: overlap and Kendall's tau-b. */
-em_status em_graph_compare_rankings(em_rank_comparison *out, const em_tensor *a, const em_tensor *b,
-                                    int64_t k);
+EM_API em_status em_graph_compare_rankings(em_rank_comparison *out, const em_tensor *a, const em_tensor *b,
+                                           int64_t k);
 /* compare_rankings(scores, in-degree): the Twitter study's question. */
-em_status em_graph_compare_indegree(em_rank_comparison *out, const em_graph *g, const em_tensor *scores,
-                                    int64_t k);
+EM_API em_status em_graph_compare_indegree(em_rank_comparison *out, const em_graph *g, const em_tensor *scores,
+                                           int64_t k);
 /* EM_FFI_END */
 
 #ifdef __cplusplus

@@ -20,59 +20,61 @@ typedef enum em_reduction { EM_REDUCTION_NONE = 0, EM_REDUCTION_MEAN, EM_REDUCTI
 typedef enum em_bag_mode { EM_BAG_SUM = 0, EM_BAG_MEAN, EM_BAG_MAX } em_bag_mode;
 
 /* y = x @ w^T + b; x [..., in], w [out, in], b [out] or NULL */
-em_status em_nn_linear(em_tensor **out, const em_tensor *x, const em_tensor *w, const em_tensor *b);
+EM_API em_status em_nn_linear(em_tensor **out, const em_tensor *x, const em_tensor *w, const em_tensor *b);
 
 /* x [N, C, H, W] (or [C, H, W]), w [C_out, C / groups, kH, kW], b [C_out] or NULL */
-em_status em_nn_conv2d(em_tensor **out, const em_tensor *x, const em_tensor *w, const em_tensor *b,
-                       int stride_h, int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w, int groups);
-em_status em_nn_max_pool2d(em_tensor **out, const em_tensor *x, int kernel_h, int kernel_w, int stride_h,
-                           int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w, int ceil_mode);
-em_status em_nn_avg_pool2d(em_tensor **out, const em_tensor *x, int kernel_h, int kernel_w, int stride_h,
-                           int stride_w, int pad_h, int pad_w, int ceil_mode, int count_include_pad);
-em_status em_nn_adaptive_avg_pool2d(em_tensor **out, const em_tensor *x, int64_t out_h, int64_t out_w);
+EM_API em_status em_nn_conv2d(em_tensor **out, const em_tensor *x, const em_tensor *w, const em_tensor *b,
+                              int stride_h, int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w,
+                              int groups);
+EM_API em_status em_nn_max_pool2d(em_tensor **out, const em_tensor *x, int kernel_h, int kernel_w, int stride_h,
+                                  int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w, int ceil_mode);
+EM_API em_status em_nn_avg_pool2d(em_tensor **out, const em_tensor *x, int kernel_h, int kernel_w, int stride_h,
+                                  int stride_w, int pad_h, int pad_w, int ceil_mode, int count_include_pad);
+EM_API em_status em_nn_adaptive_avg_pool2d(em_tensor **out, const em_tensor *x, int64_t out_h, int64_t out_w);
 
 /* Batch norm over dim 1 of [N, C], [N, C, L] or [N, C, H, W]. In training, batch statistics
  * normalise and running_mean/running_var (may be NULL) are updated in place with momentum
  * (unbiased variance, as PyTorch); in evaluation the running statistics normalise. */
-em_status em_nn_batch_norm(em_tensor **out, const em_tensor *x, const em_tensor *weight, const em_tensor *bias,
-                           em_tensor *running_mean, em_tensor *running_var, int training, double momentum,
-                           double eps);
+EM_API em_status em_nn_batch_norm(em_tensor **out, const em_tensor *x, const em_tensor *weight, const em_tensor *bias,
+                                  em_tensor *running_mean, em_tensor *running_var, int training, double momentum,
+                                  double eps);
 /* Normalises over the last n_dims dims; weight and bias (may be NULL) have those dims' shape. */
-em_status em_nn_layer_norm(em_tensor **out, const em_tensor *x, int n_dims, const em_tensor *weight,
-                           const em_tensor *bias, double eps);
+EM_API em_status em_nn_layer_norm(em_tensor **out, const em_tensor *x, int n_dims, const em_tensor *weight,
+                                  const em_tensor *bias, double eps);
 /* Zeroes elements with probability p and scales the rest by 1/(1-p) (Philox stream: the
  * same seed gives the same mask whatever the thread count). Outside training, or with
  * p = 0, *out is x itself (a new reference), as PyTorch returns its input. */
-em_status em_nn_dropout(em_tensor **out, const em_tensor *x, double p, int training);
+EM_API em_status em_nn_dropout(em_tensor **out, const em_tensor *x, double p, int training);
 
 /* weight [num, dim]; indices of any shape -> [..., dim]. padding_idx (counted from base)
  * rows get no gradient; pass a negative value for none. */
-em_status em_nn_embedding(em_tensor **out, const em_tensor *weight, const em_tensor *indices,
-                          int64_t padding_idx, int base);
+EM_API em_status em_nn_embedding(em_tensor **out, const em_tensor *weight, const em_tensor *indices,
+                                 int64_t padding_idx, int base);
 /* Bags of rows: indices 1-d with offsets [B] (start of each bag, counted from 0 in any
  * base), or indices 2-d [B, L] with offsets NULL. per_sample_weights (may be NULL) only
  * with EM_BAG_SUM. Empty bags give zeros. */
-em_status em_nn_embedding_bag(em_tensor **out, const em_tensor *weight, const em_tensor *indices,
-                              const em_tensor *offsets, em_bag_mode mode, const em_tensor *per_sample_weights,
-                              int base);
+EM_API em_status em_nn_embedding_bag(em_tensor **out, const em_tensor *weight, const em_tensor *indices,
+                                     const em_tensor *offsets, em_bag_mode mode, const em_tensor *per_sample_weights,
+                                     int base);
 
 /* logits [N, C] (or [N, C, d...]), target class indices [N] (int64, from base) or class
  * probabilities of the logits' shape. weight [C] or NULL. ignore_index is compared with
  * the target values as stored (so -100 means "none" from any base); probability targets
  * take no ignore_index (pass a value below base). */
-em_status em_nn_cross_entropy(em_tensor **out, const em_tensor *logits, const em_tensor *target,
-                              const em_tensor *weight, int64_t ignore_index, double label_smoothing,
-                              em_reduction reduction, int base);
-em_status em_nn_nll_loss(em_tensor **out, const em_tensor *log_probs, const em_tensor *target,
-                         const em_tensor *weight, int64_t ignore_index, em_reduction reduction, int base);
-em_status em_nn_mse_loss(em_tensor **out, const em_tensor *input, const em_tensor *target, em_reduction reduction);
-em_status em_nn_binary_cross_entropy_with_logits(em_tensor **out, const em_tensor *logits, const em_tensor *target,
-                                                 const em_tensor *weight, const em_tensor *pos_weight,
-                                                 em_reduction reduction);
+EM_API em_status em_nn_cross_entropy(em_tensor **out, const em_tensor *logits, const em_tensor *target,
+                                     const em_tensor *weight, int64_t ignore_index, double label_smoothing,
+                                     em_reduction reduction, int base);
+EM_API em_status em_nn_nll_loss(em_tensor **out, const em_tensor *log_probs, const em_tensor *target,
+                                const em_tensor *weight, int64_t ignore_index, em_reduction reduction, int base);
+EM_API em_status em_nn_mse_loss(em_tensor **out, const em_tensor *input, const em_tensor *target,
+                                em_reduction reduction);
+EM_API em_status em_nn_binary_cross_entropy_with_logits(em_tensor **out, const em_tensor *logits,
+                                                        const em_tensor *target, const em_tensor *weight,
+                                                        const em_tensor *pos_weight, em_reduction reduction);
 /* *count = the rows of logits [N, C] whose largest value is at class target[i] (int32/
  * int64 [N], from base): argmax's choice (the first largest; NaN above any number). A
  * target outside base..base+C-1 is an EM_ERR_INDEX that shows its value. */
-em_status em_nn_count_correct(int64_t *count, const em_tensor *logits, const em_tensor *target, int base);
+EM_API em_status em_nn_count_correct(int64_t *count, const em_tensor *logits, const em_tensor *target, int base);
 /* EM_FFI_END */
 
 #ifdef __cplusplus

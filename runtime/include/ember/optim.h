@@ -22,25 +22,25 @@ extern "C" {
 /* SGD with momentum (PyTorch semantics: buf = momentum*buf + (1-dampening)*g, first step
  * buf = g; nesterov uses g + momentum*buf). momentum_bufs may be NULL when momentum == 0.
  * first_step tells that the buffers hold no history yet. */
-em_status em_optim_sgd(int n, em_tensor *const *params, em_tensor *const *grads, em_tensor *const *momentum_bufs,
-                       double lr, double momentum, double dampening, double weight_decay, int nesterov,
-                       int first_step, int maximize);
+EM_API em_status em_optim_sgd(int n, em_tensor *const *params, em_tensor *const *grads, em_tensor *const *momentum_bufs,
+                              double lr, double momentum, double dampening, double weight_decay, int nesterov,
+                              int first_step, int maximize);
 /* Adam / AdamW (decoupled = 1): exp_avg, exp_avg_sq per parameter, bias-corrected with step. */
-em_status em_optim_adam(int n, em_tensor *const *params, em_tensor *const *grads, em_tensor *const *exp_avgs,
-                        em_tensor *const *exp_avg_sqs, double lr, double beta1, double beta2, double eps,
-                        double weight_decay, int decoupled, int64_t step, int maximize);
+EM_API em_status em_optim_adam(int n, em_tensor *const *params, em_tensor *const *grads, em_tensor *const *exp_avgs,
+                               em_tensor *const *exp_avg_sqs, double lr, double beta1, double beta2, double eps,
+                               double weight_decay, int decoupled, int64_t step, int maximize);
 /* Global norm of all gradients (norm_type > 0, or INFINITY for max |g|; float64
  * accumulation); scales them in place by max_norm / (norm + 1e-6) when that is below 1,
  * as PyTorch's clip_grad_norm_ (a NaN norm leaves them as they are). NULL entries are
  * skipped. *total_norm receives the norm before clipping. */
-em_status em_optim_clip_grad_norm(int n, em_tensor *const *grads, double max_norm, double norm_type,
-                                  double *total_norm);
+EM_API em_status em_optim_clip_grad_norm(int n, em_tensor *const *grads, double max_norm, double norm_type,
+                                         double *total_norm);
 /* Loss scaling (GradScaler, lua/ember/amp.lua): multiplies every gradient by inv_scale in
  * place and sets *found_inf to 1 when any of them held an inf or NaN (checked before the
  * multiplication), else 0. One fused pass over all gradients (floating dtypes, any strides,
  * one device; NULL entries skipped); on a GPU, handing found_inf to the host is the one
  * synchronisation of the step. */
-em_status em_amp_unscale_(int n, em_tensor *const *grads, double inv_scale, int *found_inf);
+EM_API em_status em_amp_unscale_(int n, em_tensor *const *grads, double inv_scale, int *found_inf);
 /* EM_FFI_END */
 
 #ifdef __cplusplus

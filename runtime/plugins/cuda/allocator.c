@@ -6,7 +6,6 @@
  * reused), so that freeing a block used on several streams costs no cudaEventCreate. */
 #include <pthread.h>
 #include <stdlib.h>
-#include "cuda/caching_allocator.h"
 #include "gpu_runtime.h"
 
 typedef struct device_ctx {

@@ -12,7 +12,6 @@
  *   contracted loop), wrap-around on integers, a or (alpha and b) on bool;
  * - relu_backward is y > 0 ? gy : 0. */
 #include <math.h>
-#include "core/core_impl.h"
 #include "elementwise.cuh"
 
 namespace {

@@ -14,8 +14,7 @@
 #define EMBER_GPU_H
 
 #include <cuda_runtime.h>
-#include "cuda/cuda_plugin.h"
-#include "tensor/backend.h"
+#include "plugins/plugin_api.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -55,9 +55,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "distributed/dist_impl.h"
 #include "gpu_runtime.h"
-#include "tensor/tensor_impl.h"
 
 #ifdef EMBER_HAVE_NCCL
 #include <nccl.h>

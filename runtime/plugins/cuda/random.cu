@@ -12,7 +12,6 @@
  * copied to the device: equality with the CPU matters more than speed there, and the
  * copy waits for the stream once (randperm is not on a hot path). */
 #include <stdlib.h>
-#include "core/philox_distributions.h"
 #include "elementwise.cuh"
 
 namespace {

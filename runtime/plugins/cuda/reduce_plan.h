@@ -1,7 +1,7 @@
 /* reduce_plan.h - host-side planning of the reduction, scan, softmax, sort and indexing
  * kernels of the CUDA backend: dims merging, kernel choice by shape, grid sizes, workspace
  * sizes. Plain C with no CUDA in it, so that tests/c/test_cuda_reduce_plan.c checks it on
- * the CPU (it #includes reduce_plan.c).
+ * the CPU (it links ember_cuda_plans, as the plugin does).
  *
  * Every choice here depends on the shape alone (never on the GPU's size or on timing):
  * which lanes accumulate which elements, and in which tree their partial results meet, is

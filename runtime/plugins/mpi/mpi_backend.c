@@ -12,9 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/core_impl.h"
 #include "mpi_impl.h"
-#include "tensor/tensor_impl.h"
 
 #define CHUNK_ELEMS ((int64_t)1 << 30)
 

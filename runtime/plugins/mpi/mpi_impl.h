@@ -14,7 +14,7 @@
 
 #include <mpi.h>
 #include <pthread.h>
-#include "distributed/dist_impl.h"
+#include "plugins/plugin_api.h"
 
 /* A group as MPI sees it; used under the MPI lock once created. */
 typedef struct mpi_group {
