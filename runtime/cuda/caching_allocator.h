@@ -12,7 +12,7 @@
  *   free neighbours of the same segment.
  * - A block belongs to the stream it was allocated on and is reused only by later work on
  *   that stream: stream order alone makes reuse safe. A block used on other streams too
- *   (em_cache_record_stream) returns to its pool only when an event recorded on each of
+ *   (emp_cache_record_stream) returns to its pool only when an event recorded on each of
  *   those streams at free time has completed; completed events are collected at each
  *   malloc.
  * - When the device (or the memory limit) refuses a new segment, every cached segment that
@@ -60,16 +60,16 @@ typedef struct em_device_cache em_device_cache;
 /* The allocator's calls that the CUDA plugin makes (new, malloc, free, record_stream,
  * empty, set_limit, stats, reset_peak) are declared in plugins/plugin_api.h; the rest here. */
 /* Returns every segment to the device, in use or not (the device is going away). */
-void em_cache_destroy(em_device_cache *c);
+void cuda_cache_destroy(em_device_cache *c);
 /* 1 when ptr is a live allocation of this allocator. */
-int em_cache_owns(em_device_cache *c, void *ptr);
-int64_t em_cache_limit(em_device_cache *c);
+int cuda_cache_owns(em_device_cache *c, void *ptr);
+int64_t cuda_cache_limit(em_device_cache *c);
 
 /* Sizes as the allocator sees them (exposed for tests). */
-size_t em_cache_round_size(size_t nbytes);
-size_t em_cache_segment_size(size_t rounded);
+size_t cuda_cache_round_size(size_t nbytes);
+size_t cuda_cache_segment_size(size_t rounded);
 /* "512 B", "1.50 MiB", "2.00 GiB" into buf (n bytes); returns buf. */
-const char *em_cache_format_bytes(char *buf, size_t n, int64_t bytes);
+const char *cuda_cache_format_bytes(char *buf, size_t n, int64_t bytes);
 
 #ifdef __cplusplus
 }

@@ -321,10 +321,10 @@ em_status gr_pagerank_deliver(const char *op, const em_graph *g, const float *x,
                               const double *residual, int64_t iters, em_tensor **scores, em_tensor **residuals) {
   int64_t n = g->n;
   bool allocated = false;
-  em_status st = em_prepare_out(op, scores, 1, &n, EM_FLOAT32, (em_device){EM_CPU, 0}, &allocated);
+  em_status st = tn_prepare_out(op, scores, 1, &n, EM_FLOAT32, (em_device){EM_CPU, 0}, &allocated);
   if (st) return st;
   if (!em_tensor_is_contiguous(*scores)) {
-    em_discard_out(scores, allocated);
+    tn_discard_out(scores, allocated);
     return em_set_error(EM_ERR_ARGUMENT, "%s: the scores tensor given must be contiguous", op);
   }
   float *out = em_tensor_data(*scores);
@@ -333,7 +333,7 @@ em_status gr_pagerank_deliver(const char *op, const em_graph *g, const float *x,
   if (residuals) {
     *residuals = NULL;
     if ((st = em_empty(residuals, 1, &iters, EM_FLOAT64, (em_device){EM_CPU, 0}))) {
-      em_discard_out(scores, allocated);
+      tn_discard_out(scores, allocated);
       return st;
     }
     memcpy(em_tensor_data(*residuals), residual, (size_t)iters * sizeof *residual);

@@ -17,7 +17,7 @@ static const char *const op = "graph pagerank";
 /* The plugin, or NULL with an error that says why the device cannot run PageRank. */
 static const em_cuda_plugin *plugin_for(em_device device) {
   const char *why = NULL;
-  const em_cuda_plugin *p = em_cuda_plugin_get(&why);
+  const em_cuda_plugin *p = cuda_plugin_get(&why);
   int count = p ? p->device_count(&why) : 0;
   if (count <= 0) {
     em_set_error(EM_ERR_DEVICE, "%s: device cuda:%d is not available: %s", op, device.index,

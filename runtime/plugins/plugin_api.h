@@ -52,54 +52,54 @@ extern "C" {
 #endif
 
 /* ---- tensor layouts (runtime/tensor) */
-EM_PLUGIN_API int64_t em_shape_numel(int ndim, const int64_t *sizes);
-EM_PLUGIN_API void em_contiguous_strides(int ndim, const int64_t *sizes, int64_t *strides);
+EM_PLUGIN_API int64_t emp_shape_numel(int ndim, const int64_t *sizes);
+EM_PLUGIN_API void emp_contiguous_strides(int ndim, const int64_t *sizes, int64_t *strides);
 /* A view of a expanded to (ndim, sizes) with zero strides where broadcast. */
-EM_PLUGIN_API em_status em_broadcast_to(const char *op, em_tensor **out, const em_tensor *a, int ndim,
+EM_PLUGIN_API em_status emp_broadcast_to(const char *op, em_tensor **out, const em_tensor *a, int ndim,
                                         const int64_t *sizes);
 /* A contiguous copy of t (only its layout when copy_values is 0) for BLAS backends; with
  * keep_broadcast, zero-stride batch dims stay broadcast (copied once). runtime/tensor/copy.c */
-EM_PLUGIN_API em_status em_compact_matrices(const em_tensor *t, int keep_broadcast, int copy_values,
+EM_PLUGIN_API em_status emp_compact_matrices(const em_tensor *t, int keep_broadcast, int copy_values,
                                             em_tensor **out);
 
 /* ---- the caching allocator (runtime/cuda/caching_allocator.c; caching_allocator.h says
  * how it works) */
 /* A new allocator for device (ops is copied), or NULL when the host is out of memory. */
-EM_PLUGIN_API em_device_cache *em_cache_new(int device, const em_cache_ops *ops);
+EM_PLUGIN_API em_device_cache *emp_cache_new(int device, const em_cache_ops *ops);
 /* nbytes on stream; nbytes 0 gives a block of 512 bytes. On failure *ptr is NULL and the
  * error is set (EM_ERR_MEMORY). */
-EM_PLUGIN_API em_status em_cache_malloc(em_device_cache *c, size_t nbytes, void *stream, void **ptr);
+EM_PLUGIN_API em_status emp_cache_malloc(em_device_cache *c, size_t nbytes, void *stream, void **ptr);
 /* 1 when ptr was allocated here (it is freed), 0 when this allocator does not know it. */
-EM_PLUGIN_API int em_cache_free(em_device_cache *c, void *ptr);
+EM_PLUGIN_API int emp_cache_free(em_device_cache *c, void *ptr);
 /* The block holding ptr is in use by work on stream too (ptr: any live allocation's start). */
-EM_PLUGIN_API em_status em_cache_record_stream(em_device_cache *c, void *ptr, void *stream);
+EM_PLUGIN_API em_status emp_cache_record_stream(em_device_cache *c, void *ptr, void *stream);
 /* Returns every cached, wholly free segment to the device (waits for pending events first). */
-EM_PLUGIN_API void em_cache_empty(em_device_cache *c);
+EM_PLUGIN_API void emp_cache_empty(em_device_cache *c);
 /* Caps the bytes reserved from the device (0: no cap). Lowering it below what is reserved
  * frees nothing by itself: later segments are refused until enough is released. */
-EM_PLUGIN_API void em_cache_set_limit(em_device_cache *c, int64_t bytes);
-EM_PLUGIN_API void em_cache_stats(em_device_cache *c, em_cuda_memory_stats *out);
-EM_PLUGIN_API void em_cache_reset_peak(em_device_cache *c);
+EM_PLUGIN_API void emp_cache_set_limit(em_device_cache *c, int64_t bytes);
+EM_PLUGIN_API void emp_cache_stats(em_device_cache *c, em_cuda_memory_stats *out);
+EM_PLUGIN_API void emp_cache_reset_peak(em_device_cache *c);
 
 #ifndef __cplusplus
 /* ---- for collective backends (runtime/distributed) */
 /* Marks w finished (st == EM_OK: done; otherwise failed with msg) and wakes its waiters;
  * releases the tensors it held. Safe from any thread. */
-EM_PLUGIN_API void em_dist_work_done(em_dist_work *w, em_status st, const char *msg);
+EM_PLUGIN_API void emp_dist_work_done(em_dist_work *w, em_status st, const char *msg);
 /* How many threads are blocked in em_dist_work_wait right now: a backend thread may poll
  * harder while someone waits, and leave the CPU to computation while nobody does. */
-EM_PLUGIN_API int em_dist_num_waiters(void);
+EM_PLUGIN_API int emp_dist_num_waiters(void);
 /* The world group (NULL before init), for backends resolving ids of other groups. */
-EM_PLUGIN_API em_dist_group *em_dist_world_group(void);
+EM_PLUGIN_API em_dist_group *emp_dist_world_group(void);
 /* "all_reduce", "broadcast", ... */
-EM_PLUGIN_API const char *em_dist_op_name(em_dist_opkind kind);
+EM_PLUGIN_API const char *emp_dist_op_name(em_dist_opkind kind);
 /* "all_reduce #12 on the world group (940 KB of float32)" into buf. */
-EM_PLUGIN_API void em_dist_describe(const em_dist_work *w, char *buf, size_t cap);
+EM_PLUGIN_API void emp_dist_describe(const em_dist_work *w, char *buf, size_t cap);
 /* Posts an operation on g (checks done by the caller); *work receives the handle. */
-EM_PLUGIN_API em_status em_dist_post(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out,
+EM_PLUGIN_API em_status emp_dist_post(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out,
                                      em_dist_redop op, int peer, int tag, em_dist_work **work);
 /* p[i] *= s for floating dtypes (the 1/size of 'avg', after the sum); others untouched. */
-EM_PLUGIN_API void em_dist_scale(void *p, int64_t n, em_dtype dtype, double s);
+EM_PLUGIN_API void emp_dist_scale(void *p, int64_t n, em_dtype dtype, double s);
 #endif
 
 #ifdef __cplusplus

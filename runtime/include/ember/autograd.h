@@ -127,8 +127,8 @@ EM_API em_status em_ag_masked_fill(em_tensor **out, const em_tensor *a, const em
 /* Custom functions: backward written by the caller (e.g. in Lua through an FFI callback).
  * The callback receives the gradients of the outputs and must store a new tensor (or NULL)
  * for each input into grad_inputs. */
-EM_API typedef em_status (*em_custom_backward)(void *ctx, int n_outputs, em_tensor *const *grad_outputs,
-                                               int n_inputs, em_tensor **grad_inputs);
+typedef em_status (*em_custom_backward)(void *ctx, int n_outputs, em_tensor *const *grad_outputs,
+                                        int n_inputs, em_tensor **grad_inputs);
 typedef void (*em_custom_release)(void *ctx);
 EM_API em_status em_ag_custom(int n_inputs, em_tensor *const *inputs, int n_outputs, em_tensor *const *outputs,
                               em_custom_backward backward, em_custom_release release, void *ctx, const char *name);
