@@ -348,6 +348,9 @@ em_status em_check_inplace(const char *op, const em_tensor *t, const em_tensor *
 
 em_status ag_check_inplace(const char *op, const em_tensor *t) { return em_check_inplace(op, t, NULL); }
 
+/* The tensor core applies the rule through its hook (tensor_impl.h). */
+__attribute__((constructor)) static void install_inplace_rule(void) { tn_inplace_rule = em_check_inplace; }
+
 em_status ag_sum_to(em_tensor **out, const em_tensor *grad, int ndim, const int64_t *shape) {
   int lead = grad->ndim - ndim;
   int dims[EM_MAX_DIMS], nd = 0;

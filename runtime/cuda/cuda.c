@@ -2,7 +2,6 @@
 #include <string.h>
 #include "cuda_plugin.h"
 #include "tensor/tensor_impl.h"
-#include "ember/autograd.h"
 #include "plugins/plugin_api.h"
 
 /* The plugin when at least one GPU is usable; otherwise NULL with the error set (op named). */
@@ -228,7 +227,7 @@ int em_tensor_is_pinned(const em_tensor *t) {
 em_status em_copy_async(em_tensor *dst, const em_tensor *src, int non_blocking) {
   em_status st = tn_check_tensor("copy", dst, "destination");
   if (!st) st = tn_check_tensor("copy", src, "source");
-  if (!st) st = em_check_inplace("copy_", dst, NULL);
+  if (!st) st = tn_check_inplace("copy_", dst, NULL);
   if (st) return st;
   if (dst->storage->device.type == EM_CPU && src->storage->device.type == EM_CPU) return em_copy_(dst, src);
   const em_cuda_plugin *p = usable("copy");

@@ -1,7 +1,6 @@
 /* copy.c - copies between tensors: contiguous, clone, copy_ (broadcasting, converting)
  * and to (dtype and device). */
 #include "backend.h"
-#include "ember/autograd.h"
 #include "plugins/plugin_api.h"
 
 static int same_device(em_device a, em_device b) { return a.type == b.type && a.index == b.index; }
@@ -16,7 +15,7 @@ static const em_backend *copy_backend(const em_tensor *dst, const em_tensor *src
 em_status em_copy_(em_tensor *dst, const em_tensor *src) {
   em_status st;
   if ((st = tn_check_tensor("copy_", dst, "destination")) || (st = tn_check_tensor("copy_", src, "source")) ||
-      (st = em_check_inplace("copy_", dst, NULL)))
+      (st = tn_check_inplace("copy_", dst, NULL)))
     return st;
   em_tensor *expanded = NULL;
   if ((st = emp_broadcast_to("copy_", &expanded, src, dst->ndim, dst->sizes))) return st;

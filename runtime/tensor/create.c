@@ -2,7 +2,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include "backend.h"
-#include "ember/autograd.h"
 #include "plugins/plugin_api.h"
 
 static em_status check_sizes(const char *op, int ndim, const int64_t *sizes) {
@@ -43,7 +42,7 @@ em_status em_empty_like(em_tensor **out, const em_tensor *like) {
 
 em_status em_fill(em_tensor *t, double value) {
   em_status st = tn_check_tensor("fill", t, "tensor");
-  if (st || (st = em_check_inplace("fill", t, NULL))) return st;
+  if (st || (st = tn_check_inplace("fill", t, NULL))) return st;
   const em_backend *be = tn_backend_for("fill", t->storage->device);
   if (!be) return em_last_status();
   return EM_BACKEND_CALL("fill", be, fill, t, value);

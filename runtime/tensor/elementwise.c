@@ -11,7 +11,6 @@
 #include <math.h>
 #include <stdio.h>
 #include "backend.h"
-#include "ember/autograd.h"
 #include "plugins/plugin_api.h"
 
 static const char *const binop_names[EM_NUM_BINOPS] = {
@@ -211,8 +210,8 @@ done:
  * could not follow it (em_check_inplace). The inputs other than *out are what is written. */
 static em_status check_given_out(const char *op, em_tensor **out, const em_tensor *a, const em_tensor *b) {
   if (!out || !*out) return EM_OK;
-  em_status st = em_check_inplace(op, *out, a != *out ? a : NULL);
-  return st ? st : em_check_inplace(op, *out, b != *out ? b : NULL);
+  em_status st = tn_check_inplace(op, *out, a != *out ? a : NULL);
+  return st ? st : tn_check_inplace(op, *out, b != *out ? b : NULL);
 }
 
 /* "add", or "add_" when writing into the first input (the in-place form). */

@@ -7,7 +7,6 @@
  * handed to the backend as a 1-d tensor of one element, so kernels see ndim >= 1. */
 #include <stdio.h>
 #include "backend.h"
-#include "ember/autograd.h"
 #include "plugins/plugin_api.h"
 
 static int same_device(const em_tensor *a, const em_tensor *b) {
@@ -137,12 +136,12 @@ em_status em_scatter_(em_tensor *self, int dim, const em_tensor *index, const em
                       int base) {
   const char *op = accumulate ? "scatter_add_" : "scatter_";
   em_status st = tn_check_tensor(op, src, "source");
-  if (!st) st = em_check_inplace(op, self, src);
+  if (!st) st = tn_check_inplace(op, self, src);
   return st ? st : scatter(op, self, dim, index, src, 0, accumulate, base);
 }
 
 em_status em_scatter_value_(em_tensor *self, int dim, const em_tensor *index, double value, int base) {
-  em_status st = em_check_inplace("scatter_value_", self, NULL);
+  em_status st = tn_check_inplace("scatter_value_", self, NULL);
   return st ? st : scatter("scatter_value_", self, dim, index, NULL, value, 0, base);
 }
 
@@ -151,7 +150,7 @@ em_status em_index_add_(em_tensor *self, int dim, const em_tensor *index, const 
   const char *op = "index_add_";
   em_status st = tn_check_tensor(op, self, "tensor");
   if (st || (st = check_index(op, self, index, 1)) || (st = tn_check_dim(op, &dim, self->ndim)) ||
-      (st = tn_check_tensor(op, src, "source")) || (st = em_check_inplace(op, self, src)))
+      (st = tn_check_tensor(op, src, "source")) || (st = tn_check_inplace(op, self, src)))
     return st;
   /* src is self's shape except along dim, where it has one slice per index. */
   int ok = ndim1(src) == ndim1(self) && size1(src, dim) == em_tensor_numel(index);
@@ -175,7 +174,7 @@ em_status em_index_fill_(em_tensor *self, int dim, const em_tensor *index, doubl
   const char *op = "index_fill_";
   em_status st = tn_check_tensor(op, self, "tensor");
   if (st || (st = check_index(op, self, index, 1)) || (st = tn_check_dim(op, &dim, self->ndim)) ||
-      (st = em_check_inplace(op, self, NULL)))
+      (st = tn_check_inplace(op, self, NULL)))
     return st;
   const em_backend *be = backend_of(op, self);
   em_tensor *t1 = at_least_1d(self), *i1 = at_least_1d(index);
@@ -200,7 +199,7 @@ static em_status check_mask(const char *op, const em_tensor *a, const em_tensor 
 em_status em_masked_fill_(em_tensor *self, const em_tensor *mask, double value) {
   const char *op = "masked_fill_";
   em_status st = tn_check_tensor(op, self, "tensor");
-  if (st || (st = check_mask(op, self, mask)) || (st = em_check_inplace(op, self, NULL))) return st;
+  if (st || (st = check_mask(op, self, mask)) || (st = tn_check_inplace(op, self, NULL))) return st;
   em_tensor *m = NULL;
   if (emp_broadcast_to(op, &m, mask, self->ndim, self->sizes))
     return em_set_error(EM_ERR_SHAPE, "%s: the mask of shape %s does not broadcast to the tensor's shape %s", op,

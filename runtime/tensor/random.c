@@ -9,7 +9,6 @@
 #include <pthread.h>
 #include "backend.h"
 #include "core/philox.h"
-#include "ember/autograd.h"
 
 /* PyTorch's default seed: a fixed one makes unseeded runs reproducible too. */
 #define EM_DEFAULT_SEED 67280421310721ull
@@ -45,7 +44,7 @@ static void reserve(int64_t n, uint64_t *seed, uint64_t *offset) {
 
 static em_status check_target(const char *op, const em_tensor *t, int floats_only) {
   em_status st = tn_check_tensor(op, t, "tensor");
-  if (st || (st = em_check_inplace(op, t, NULL))) return st;
+  if (st || (st = tn_check_inplace(op, t, NULL))) return st;
   if (t->dtype == EM_FLOAT16 || t->dtype == EM_BFLOAT16)
     return em_set_error(EM_ERR_DTYPE, "%s: dtype %s is storage-only; fill a float32 tensor and convert with to('%s')",
                         op, em_dtype_name(t->dtype), em_dtype_name(t->dtype));

@@ -6,6 +6,8 @@
 #include "core/core_impl.h"
 #include "plugins/plugin_api.h"
 
+tn_inplace_rule_fn tn_inplace_rule; /* installed by runtime/autograd (meta.c) */
+
 /* ---- storage ---- */
 
 em_status tn_storage_new(em_storage **out, size_t nbytes, em_device device) {

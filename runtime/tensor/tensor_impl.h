@@ -66,6 +66,16 @@ const char *tn_shape_str(int ndim, const int64_t *sizes);
 em_status tn_check_dim(const char *op, int *dim, int ndim);
 /* Checks t is non-NULL and not freed. */
 em_status tn_check_tensor(const char *op, const em_tensor *t, const char *what);
+
+/* The in-place rule (em_check_inplace, ember/autograd.h) reads autograd's records, which
+ * the tensor core does not know; runtime/autograd installs it here when libember loads, so
+ * every in-place op of the tensor API applies it without the core calling up into the
+ * layer above it. */
+typedef em_status (*tn_inplace_rule_fn)(const char *op, const em_tensor *t, const em_tensor *src);
+extern tn_inplace_rule_fn tn_inplace_rule;
+static inline em_status tn_check_inplace(const char *op, const em_tensor *t, const em_tensor *src) {
+  return tn_inplace_rule ? tn_inplace_rule(op, t, src) : EM_OK;
+}
 /* Resolves an out parameter: allocates when *out is NULL, else checks shape and dtype. */
 em_status tn_prepare_out(const char *op, em_tensor **out, int ndim, const int64_t *sizes,
                          em_dtype dtype, em_device device, bool *allocated);
