@@ -33,5 +33,5 @@ em_status em_amp_unscale_(int n, em_tensor *const *grads, double inv_scale, int 
   if (first < 0) return EM_OK;
   const em_backend *be = em_backend_for(op, device);
   if (!be) return em_last_status();
-  return EM_BACKEND_CALL(op, be, amp_unscale, n, grads, inv_scale, found_inf);
+  return be->amp_unscale(n, grads, inv_scale, found_inf);
 }
