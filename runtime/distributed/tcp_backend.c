@@ -444,6 +444,9 @@ static const em_dist_backend tcp_backend = {
     .post = tcp_post,
     .shutdown = tcp_thread_stop,
     .abort_job = tcp_abort_job,
+    .progress = NULL,         /* the backend's thread completes every work */
+    .run_direct = NULL,
+    .attach = NULL,           /* a CPU backend: init and new_group number the ranks */
     .note_seq = tcp_note_seq,
     .report_timeout = tcp_report_timeout,
 };
