@@ -98,7 +98,7 @@ static void cache_flush(void) {
   for (int i = 0; i < n; i++) free(ptrs[i]);
 }
 
-void *em_cpu_alloc(size_t nbytes, em_device device) {
+void *cpu_alloc(size_t nbytes, em_device device) {
   (void)device;
   if (nbytes >= HUGE_FROM) {
     size_t rounded = (nbytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
@@ -116,7 +116,7 @@ void *em_cpu_alloc(size_t nbytes, em_device device) {
   return aligned_alloc(64, rounded);
 }
 
-void em_cpu_free(void *ptr, size_t nbytes, em_device device) {
+void cpu_free(void *ptr, size_t nbytes, em_device device) {
   (void)device;
   if (ptr && nbytes >= HUGE_FROM && cache_put(ptr, (nbytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1))) return;
   free(ptr);
@@ -124,9 +124,9 @@ void em_cpu_free(void *ptr, size_t nbytes, em_device device) {
 
 /* Every entry of runtime/tensor/backend.h, from its list: em_cpu_<entry>, declared in
  * cpu_impl.h. The CPU has the kernel of each optional entry too. */
-#define em_cpu_optional_count_correct em_cpu_count_correct
+#define em_cpu_optional_count_correct cpu_count_correct
 
-const em_backend em_cpu_backend = {
+const em_backend cpu_tensor_backend = {
     .name = "cpu",
     EM_BACKEND_TABLE(em_cpu)
 };

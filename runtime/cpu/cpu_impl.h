@@ -25,9 +25,9 @@ typedef struct em_iter {
 /* The inner loop: n elements along the innermost dim; strides in bytes. */
 typedef void (*em_loop_fn)(char **data, const int64_t *strides, int64_t n, void *ctx);
 
-void em_iter_init(em_iter *it, int nops, const em_tensor *const *ops);
+void cpu_iter_init(em_iter *it, int nops, const em_tensor *const *ops);
 /* Runs fn over every element; parallel when numel >= grain (0 means EM_PARALLEL_GRAIN). */
-void em_iter_for_each(const em_iter *it, em_loop_fn fn, void *ctx, int64_t grain);
+void cpu_iter_for_each(const em_iter *it, em_loop_fn fn, void *ctx, int64_t grain);
 /* True when every operand's innermost stride equals its element size. */
 static inline int em_iter_inner_contiguous(const int64_t *strides, const size_t *elsize, int nops) {
   for (int i = 0; i < nops; i++)

@@ -109,7 +109,7 @@ typedef const struct em_dist_backend *(*em_cuda_nccl_backend_fn)(void);
 typedef const em_cuda_plugin *(*em_cuda_plugin_entry_fn)(void);
 
 /* libember side: the loaded plugin, or NULL (with the reason in *why) */
-const em_cuda_plugin *em_cuda_plugin_get(const char **why);
+const em_cuda_plugin *cuda_plugin_get(const char **why);
 /* libember side: the plugin's extra called name (EM_CUDA_EXTRA_*), or NULL with an error
  * (EM_ERR_UNSUPPORTED) that names op, the extra and why it is absent: no plugin, or a
  * plugin built without it. */

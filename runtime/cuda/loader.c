@@ -28,7 +28,7 @@ static void load(void) {
   } else {
     Dl_info info;
     path[0] = 0;
-    if (dladdr((void *)em_cuda_plugin_get, &info) && info.dli_fname) {
+    if (dladdr((void *)cuda_plugin_get, &info) && info.dli_fname) {
       const char *slash = strrchr(info.dli_fname, '/');
       if (slash) snprintf(path, sizeof path, "%.*s/libember_cuda.so", (int)(slash - info.dli_fname), info.dli_fname);
     }
@@ -57,7 +57,7 @@ static void load(void) {
   plugin = p;
 }
 
-const em_cuda_plugin *em_cuda_plugin_get(const char **why) {
+const em_cuda_plugin *cuda_plugin_get(const char **why) {
   pthread_once(&once, load);
   if (!plugin && why) *why = reason;
   return plugin;
@@ -65,7 +65,7 @@ const em_cuda_plugin *em_cuda_plugin_get(const char **why) {
 
 em_cuda_proc cuda_plugin_extra(const char *op, const char *name) {
   const char *why = NULL;
-  const em_cuda_plugin *p = em_cuda_plugin_get(&why);
+  const em_cuda_plugin *p = cuda_plugin_get(&why);
   if (!p) {
     em_set_error(EM_ERR_UNSUPPORTED, "%s: %s", op, why);
     return NULL;

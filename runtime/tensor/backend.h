@@ -215,7 +215,7 @@ typedef struct em_backend {
   EM_BACKEND_OPS(EM_BACKEND_MEMBER_, EM_BACKEND_MEMBER_, )
 } em_backend;
 
-/* The prototypes of a backend whose functions are named P_<entry> (em_cpu_copy, ...),
+/* The prototypes of a backend whose functions are named P_<entry> (cpu_copy, ...),
  * optional entries included (a backend without one never defines it). */
 #define EM_BACKEND_PROTOTYPE_(P, name, ret, ...) ret P##_##name(__VA_ARGS__);
 #define EM_BACKEND_PROTOTYPES(P) EM_BACKEND_OPS(EM_BACKEND_PROTOTYPE_, EM_BACKEND_PROTOTYPE_, P)
@@ -238,7 +238,7 @@ typedef struct em_backend {
   X(sizeof(em_class_loss_params))
 
 /* The backend for a device, or NULL with an error naming op when it is not available. */
-const em_backend *em_backend_for(const char *op, em_device device);
+const em_backend *tn_backend_for(const char *op, em_device device);
 
 #ifdef __cplusplus
 }
