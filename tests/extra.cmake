@@ -115,6 +115,14 @@ if(EMBER_HAVE_CUDA AND EMBER_NCCL_LIBRARY AND EMBER_NCCL_INCLUDE_DIR)
   set_tests_properties(c/test_nccl_backend PROPERTIES TIMEOUT 60)
 endif()
 
+# ---- the plugin handshake (tests/c/test_plugin_abi.c): a fake plugin built "against another
+# ember" (tests/c/plugin_abi_fake.c), which both loaders must refuse with a clear error.
+add_library(ember_fake_plugin MODULE ${CMAKE_CURRENT_SOURCE_DIR}/c/plugin_abi_fake.c)
+target_include_directories(ember_fake_plugin PRIVATE ${CMAKE_SOURCE_DIR}/runtime/include ${CMAKE_SOURCE_DIR}/runtime)
+set_target_properties(ember_fake_plugin PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+target_compile_definitions(test_plugin_abi PRIVATE EMBER_FAKE_PLUGIN="$<TARGET_FILE:ember_fake_plugin>")
+add_dependencies(test_plugin_abi ember_fake_plugin)
+
 # ---- README: every ```lua block of README.md runs (lead)
 add_test(NAME readme/lua_blocks
   COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/readme/check_readme.py $<TARGET_FILE:ember_host>

@@ -206,7 +206,7 @@ static em_status unary_backward(em_node *n, em_tensor *const *go, em_tensor **gi
       em_tensor *r = NULL;
       const em_backend *be = tn_backend_for("relu", g->storage->device);
       em_status st = be ? em_empty(&r, out->ndim, out->sizes, out->dtype, out->storage->device) : em_last_status();
-      if (!st) st = EM_BACKEND_CALL("relu", be, relu_backward, r, g, out);
+      if (!st) st = be->relu_backward(r, g, out);
       ga = ag_sc_track(&sc, r, st);
       break;
     }

@@ -122,56 +122,11 @@ void cpu_free(void *ptr, size_t nbytes, em_device device) {
   free(ptr);
 }
 
-/* Entries left out (NULL) are reported as unsupported by the tensor core. Each kernel
- * group lives in its own file; the functions are declared in cpu_impl.h. */
+/* Every entry of runtime/tensor/backend.h, from its list: cpu_<entry>, declared in
+ * cpu_impl.h. The CPU has the kernel of each optional entry too. */
+#define cpu_optional_count_correct cpu_count_correct
+
 const em_backend cpu_tensor_backend = {
     .name = "cpu",
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .copy = cpu_copy,
-    .fill = cpu_fill,
-    .arange = cpu_arange,
-    .binary = cpu_binary,
-    .binary_scalar = cpu_binary_scalar,
-    .unary = cpu_unary,
-    .where = cpu_where,
-    .clamp = cpu_clamp,
-    .add_scaled = cpu_add_scaled,
-    .reduce = cpu_reduce,
-    .var = cpu_var,
-    .scan = cpu_scan,
-    .softmax = cpu_softmax,
-    .sort = cpu_sort,
-    .gemm = cpu_gemm,
-    .index_select = cpu_index_select,
-    .gather = cpu_gather,
-    .scatter = cpu_scatter,
-    .index_add = cpu_index_add,
-    .index_fill = cpu_index_fill,
-    .masked_fill = cpu_masked_fill,
-    .masked_select = cpu_masked_select,
-    .nonzero = cpu_nonzero,
-    .count_nonzero = cpu_count_nonzero,
-    .random = cpu_random,
-    .optim_sgd = cpu_optim_sgd,
-    .optim_adam = cpu_optim_adam,
-    .optim_grad_norm = cpu_optim_grad_norm,
-    .amp_unscale = cpu_amp_unscale,
-    .conv2d = cpu_conv2d,
-    .conv2d_backward = cpu_conv2d_backward,
-    .max_pool2d = cpu_max_pool2d,
-    .max_pool2d_backward = cpu_max_pool2d_backward,
-    .avg_pool2d = cpu_avg_pool2d,
-    .avg_pool2d_backward = cpu_avg_pool2d_backward,
-    .batch_norm_stats = cpu_batch_norm_stats,
-    .batch_norm = cpu_batch_norm,
-    .batch_norm_backward = cpu_batch_norm_backward,
-    .layer_norm = cpu_layer_norm,
-    .layer_norm_backward = cpu_layer_norm_backward,
-    .class_loss = cpu_class_loss,
-    .class_loss_backward = cpu_class_loss_backward,
-    .count_correct = cpu_count_correct,
-    .embedding_bag = cpu_embedding_bag,
-    .embedding_bag_backward = cpu_embedding_bag_backward,
-    .relu_backward = cpu_relu_backward,
+    EM_BACKEND_TABLE(cpu)
 };

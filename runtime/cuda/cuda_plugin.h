@@ -1,13 +1,20 @@
-/* cuda_plugin.h - the table libember gets from the CUDA plugin (libember_cuda.so).
+/* cuda_plugin.h - the interface between libember and the CUDA plugin (libember_cuda.so), in
+ * the manner of ggml's backend registry: a core every GPU plugin provides, and extras looked
+ * up by name.
  *
  * libember (runtime/cuda/loader.c) dlopens the plugin on the first CUDA question and calls
- * its entry point em_cuda_plugin_entry(). Everything device-specific sits behind this
- * table: the tensor backend (runtime/tensor/backend.h), device queries, the caching
- * allocator's statistics, streams, events and pinned memory. The public functions of
- * ember/cuda.h forward here after checking arguments. */
+ * its entry point em_cuda_plugin_entry(). The table it returns starts with the layout
+ * handshake (core/plugin_abi.h), checked before anything else is read. Then comes the core:
+ * the tensor backend (runtime/tensor/backend.h), devices, memory (the caching allocator's
+ * statistics, pinned host memory), streams, events and copies; every entry is required.
+ * Anything else a plugin offers (PageRank, the NCCL process-group backend) is an extra:
+ * callers ask for it by name (cuda_plugin_extra) and get a clear error when this plugin
+ * lacks it, so adding one never changes the core table. The public functions of
+ * ember/cuda.h forward to the core after checking arguments. */
 #ifndef EMBER_CUDA_PLUGIN_H
 #define EMBER_CUDA_PLUGIN_H
 
+#include "core/plugin_abi.h"
 #include "ember/cuda.h"
 #include "ember/graph.h"
 #include "tensor/backend.h"
@@ -16,7 +23,8 @@
 extern "C" {
 #endif
 
-#define EM_CUDA_PLUGIN_ABI 1
+/* Raised whenever the core table, an extra's signature or a struct below changes. */
+#define EM_CUDA_PLUGIN_API_VERSION 2
 
 /* One PageRank run on a GPU. Arrays are the graph's host CSR in its internal vertex order
  * (see runtime/graph/graph_impl.h): in-arcs of v are sources[offsets[v] .. offsets[v+1]).
@@ -39,8 +47,11 @@ typedef struct em_cuda_pagerank_job {
 
 struct em_dist_backend;
 
+/* What extras are returned as; cast to the extra's own type (EM_CUDA_EXTRA_* below). */
+typedef void (*em_cuda_proc)(void);
+
 typedef struct em_cuda_plugin {
-  int abi;                               /* EM_CUDA_PLUGIN_ABI */
+  em_plugin_abi abi;                     /* first: EM_CUDA_PLUGIN_ABI as the plugin was built */
   const em_backend *backend;
   /* devices: count returns 0 (and sets *why) when there is no driver or no GPU */
   int (*device_count)(const char **why);
@@ -74,17 +85,35 @@ typedef struct em_cuda_plugin {
   em_status (*event_elapsed_ms)(em_cuda_event *a, em_cuda_event *b, double *ms);
   /* copies between any two devices; non_blocking as in em_copy_async */
   em_status (*copy_async)(em_tensor *dst, const em_tensor *src, int non_blocking);
-  /* PageRank over a host CSR (runtime/graph/pagerank.c prepares the job) */
-  em_status (*pagerank)(struct em_cuda_pagerank_job *job);
-  /* The NCCL process-group backend for CUDA tensors (runtime/distributed/dist_impl.h), or NULL
-   * (the slot, or its result) when the plugin was built without NCCL. */
-  const struct em_dist_backend *(*nccl_backend)(void);
+  /* the extra called name (EM_CUDA_EXTRA_*), or NULL when this plugin was built without it */
+  em_cuda_proc (*get_proc)(const char *name);
 } em_cuda_plugin;
+
+/* ---- extras */
+/* PageRank over a host CSR (runtime/graph/pagerank_cuda.c prepares the job). */
+#define EM_CUDA_EXTRA_PAGERANK "pagerank"
+typedef em_status (*em_cuda_pagerank_fn)(em_cuda_pagerank_job *job);
+/* The NCCL process-group backend for CUDA tensors (runtime/distributed/dist_impl.h); absent
+ * when the plugin was built without NCCL. */
+#define EM_CUDA_EXTRA_NCCL "nccl_backend"
+typedef const struct em_dist_backend *(*em_cuda_nccl_backend_fn)(void);
+
+/* What the plugin and libember must agree on (core/plugin_abi.h): the tensor backend, the
+ * structs of the core and the extras, and the process-group structs NCCL shares (expanded
+ * where runtime/distributed/dist_impl.h is included too). */
+#define EM_CUDA_PLUGIN_ABI(X)                                                                 \
+  EM_BACKEND_ABI(X) EM_DIST_ABI(X) X(EM_CUDA_PLUGIN_API_VERSION) X(sizeof(em_cuda_plugin))    \
+  X(sizeof(em_cuda_device_props)) X(sizeof(em_cuda_memory_stats)) X(sizeof(em_cuda_versions)) \
+  X(sizeof(em_cuda_pagerank_job)) X(sizeof(em_pagerank_stats))
 
 typedef const em_cuda_plugin *(*em_cuda_plugin_entry_fn)(void);
 
 /* libember side: the loaded plugin, or NULL (with the reason in *why) */
 const em_cuda_plugin *cuda_plugin_get(const char **why);
+/* libember side: the plugin's extra called name (EM_CUDA_EXTRA_*), or NULL with an error
+ * (EM_ERR_UNSUPPORTED) that names op, the extra and why it is absent: no plugin, or a
+ * plugin built without it. */
+em_cuda_proc cuda_plugin_extra(const char *op, const char *name);
 
 #ifdef __cplusplus
 }

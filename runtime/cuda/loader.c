@@ -10,13 +10,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cuda_plugin.h"
+#include "distributed/dist_impl.h"
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static const em_cuda_plugin *plugin;
-static char reason[1024];
+static char path[4096];
+static char reason[2048];
+
+/* What this libember expects of the plugin, item by item (core/plugin_abi.h). */
+static const em_plugin_abi_item abi_items[] = {EM_CUDA_PLUGIN_ABI(EM_PLUGIN_ABI_ITEM)};
+static const em_plugin_abi abi = EM_PLUGIN_ABI_OF(abi_items);
 
 static void load(void) {
-  char path[4096];
   const char *env = getenv("EMBER_CUDA_PLUGIN");
   if (env && *env) {
     snprintf(path, sizeof path, "%s", env);
@@ -41,11 +46,14 @@ static void load(void) {
   }
   em_cuda_plugin_entry_fn entry = (em_cuda_plugin_entry_fn)dlsym(h, "em_cuda_plugin_entry");
   const em_cuda_plugin *p = entry ? entry() : NULL;
-  if (!p || p->abi != EM_CUDA_PLUGIN_ABI) {
-    snprintf(reason, sizeof reason, "%s is not a CUDA plugin of this ember (entry point or ABI %d mismatch)", path,
-             EM_CUDA_PLUGIN_ABI);
+  if (!p) {
+    snprintf(reason, sizeof reason, "%s is not a CUDA plugin of ember (no em_cuda_plugin_entry, or it returned NULL)",
+             path);
     return;
   }
+  /* The handshake is the table's first member in every version, so reading it is safe
+   * whatever else the plugin's table holds; nothing else is read unless it matches. */
+  if (core_plugin_abi_check(path, &p->abi, &abi, reason, sizeof reason)) return;
   plugin = p;
 }
 
@@ -53,4 +61,18 @@ const em_cuda_plugin *cuda_plugin_get(const char **why) {
   pthread_once(&once, load);
   if (!plugin && why) *why = reason;
   return plugin;
+}
+
+em_cuda_proc cuda_plugin_extra(const char *op, const char *name) {
+  const char *why = NULL;
+  const em_cuda_plugin *p = cuda_plugin_get(&why);
+  if (!p) {
+    em_set_error(EM_ERR_UNSUPPORTED, "%s: %s", op, why);
+    return NULL;
+  }
+  em_cuda_proc f = p->get_proc(name);
+  if (!f)
+    em_set_error(EM_ERR_UNSUPPORTED, "%s: the CUDA plugin %s has no extra '%s' (it was built without it)", op, path,
+                 name);
+  return f;
 }

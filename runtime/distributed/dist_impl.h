@@ -11,7 +11,12 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include "core/plugin_abi.h"
 #include "ember/dist.h"
+
+/* Raised whenever an entry of em_dist_backend, its contract or a struct below changes:
+ * plugins built against another version are refused when they load (EM_DIST_ABI). */
+#define EM_DIST_BACKEND_API_VERSION 2
 
 #define EM_DIST_EXIT_TIMEOUT 124   /* exit status of a job aborted by a timeout */
 #define EM_DIST_MSG 768
@@ -51,12 +56,18 @@ struct em_dist_work {
 };
 
 /* A backend: one per process-group kind and device type. Functions run on the calling
- * thread except that completions may arrive from a backend thread (emp_dist_work_done). */
+ * thread except that completions may arrive from a backend thread (emp_dist_work_done).
+ * Every table is static and names every entry (NULL where an optional one is left out),
+ * so that what each backend lacks is visible where it is defined. Entries marked optional
+ * say what NULL means; the others are required of a CPU backend (the one that numbers the
+ * ranks). A device backend (NCCL) has attach instead of init and new_group. */
 typedef struct em_dist_backend {
   const char *name;
-  /* The world: fills rank/size/local_rank and the world group's private state. */
+  /* The world: fills rank/size/local_rank and the world group's private state. NULL in a
+   * device backend. */
   em_status (*init)(double timeout_s, int *rank, int *size, int *local_rank, void **world_impl);
-  /* Collective over parent: members get their rank in the new group, others -1. */
+  /* Collective over parent: members get their rank in the new group, others -1. NULL in a
+   * device backend (it attaches to each group on first use). */
   em_status (*new_group)(void *parent_impl, int group_id, int n, const int *ranks, void **impl, int *rank);
   void (*free_group)(void *impl);
   /* Starts w (already checked and numbered). Completion: emp_dist_work_done, on any thread. */
@@ -66,23 +77,27 @@ typedef struct em_dist_backend {
   void (*shutdown)(int exit_status);
   /* Ends every process of the job after printing message (this process's view of why). */
   void (*abort_job)(const char *message, int exit_status);
-  /* Optional: one round of progress on the calling thread (a thread waiting for a work
-   * drives the backend itself instead of sleeping until another thread wakes it).
-   * Returns 1 if anything completed or started, 0 if not, -1 if the backend cannot. */
+  /* Optional (NULL: waiters sleep until the backend's own thread completes the work): one
+   * round of progress on the calling thread (a thread waiting for a work drives the
+   * backend itself instead of sleeping until another thread wakes it). Returns 1 if
+   * anything completed or started, 0 if not, -1 if the backend cannot. */
   int (*progress)(void);
-  /* Optional: runs w, a plain blocking call (w->direct) on the caller's stack, to completion
-   * on the calling thread and returns 1; or returns 0 (then w is posted as usual). */
+  /* Optional (NULL: every work is posted): runs w, a plain blocking call (w->direct) on the
+   * caller's stack, to completion on the calling thread and returns 1; or returns 0 (then
+   * w is posted as usual). */
   int (*run_direct)(void *group_impl, em_dist_work *w);
-  /* Device backends (NCCL for CUDA tensors) have no init or new_group: the world's CPU
-   * backend numbers the ranks. attach makes g's state on first use, without talking to
-   * other ranks (the first collective on g connects it, through g's CPU backend). */
+  /* Device backends only (NULL in a CPU backend): the world's CPU backend numbers the
+   * ranks; attach makes g's state on first use, without talking to other ranks (the first
+   * collective on g connects it, through g's CPU backend). */
   em_status (*attach)(em_dist_group *g, void **impl);
-  /* Optional, for collectives on g that ran outside the backend (symmetric.c): seq was
-   * posted (completed 0) or completed (1), so that the backend's answers to other ranks'
-   * timeout queries about this rank's progress stay true. */
+  /* Optional (NULL: the backend keeps no per-rank progress to answer timeout queries
+   * with), for collectives on g that ran outside the backend (symmetric.c): seq was posted
+   * (completed 0) or completed (1), so that the backend's answers to other ranks' timeout
+   * queries about this rank's progress stay true. */
   void (*note_seq)(void *group_impl, int64_t seq, int completed);
-  /* Optional: w, run outside the backend, passed its deadline: explain who is missing as
-   * for the backend's own collectives, and end the job. Does not return. */
+  /* Optional (NULL: w fails with a timeout error naming the rank it waited for, and the
+   * job goes on): w, run outside the backend, passed its deadline: explain who is missing
+   * as for the backend's own collectives, and end the job. Does not return. */
   void (*report_timeout)(void *group_impl, em_dist_work *w);
 } em_dist_backend;
 
@@ -115,8 +130,22 @@ const em_dist_backend *dist_self_backend(void);
 /* The ZeroMQ backend for torchrun-style starts (runtime/distributed/tcp_*.c); NULL in a build
  * without ZeroMQ. */
 const em_dist_backend *dist_tcp_backend(void);
-/* The MPI plugin's entry point (libember_mpi.so). */
-typedef const em_dist_backend *(*em_dist_backend_entry)(void);
+
+/* What the MPI plugin's entry point (em_dist_mpi_backend in libember_mpi.so) returns: the
+ * layout handshake (core/plugin_abi.h: EM_DIST_PLUGIN_ABI as the plugin was built),
+ * checked before the backend is used. */
+typedef struct em_dist_plugin {
+  em_plugin_abi abi;
+  const em_dist_backend *backend;
+} em_dist_plugin;
+typedef const em_dist_plugin *(*em_dist_plugin_entry)(void);
+
+/* What a plugin holding a process-group backend and libember must agree on: the tensors it
+ * moves and the structs of this header. EM_TENSOR_ABI comes from tensor/tensor_impl.h. */
+#define EM_DIST_ABI(X)                                                                        \
+  X(EM_DIST_BACKEND_API_VERSION) X(EM_DIST_NUM_OPS) X(EM_DIST_MSG) X(sizeof(em_dist_backend)) \
+  X(sizeof(struct em_dist_work)) X(sizeof(struct em_dist_group))
+#define EM_DIST_PLUGIN_ABI(X) EM_TENSOR_ABI(X) EM_DIST_ABI(X) X(sizeof(em_dist_plugin))
 
 /* ---- for the reducer ---- */
 /* The same, for a caller that waits for the work right after (and keeps the handle): no

@@ -8,7 +8,7 @@
  * still has every other feature.
  *
  * CUDA tensors go to NCCL, which lives in the CUDA plugin (runtime/plugins/cuda/nccl_backend.c)
- * and comes from its table (em_cuda_plugin.nccl_backend). The CPU backend still numbers the
+ * as an extra looked up by name (EM_CUDA_EXTRA_NCCL). The CPU backend still numbers the
  * ranks and carries everything else (control messages, the NCCL id of each group):
  *   'auto'  attaches NCCL to a group on its first CUDA collective (every rank makes that
  *           collective at the same point of its sequence, so connecting there is safe); a
@@ -124,9 +124,18 @@ static em_status load_mpi_plugin(const em_dist_backend **out) {
                         "(libopenmpi-dev) or set EMBER_MPI_PLUGIN to libember_mpi.so",
                         path, why ? why : "unknown error");
   }
-  em_dist_backend_entry entry = (em_dist_backend_entry)dlsym(h, "em_dist_mpi_backend");
+  em_dist_plugin_entry entry = (em_dist_plugin_entry)dlsym(h, "em_dist_mpi_backend");
   if (!entry) return em_set_error(EM_ERR_UNSUPPORTED, "dist.init: %s has no em_dist_mpi_backend entry point", path);
-  *out = entry();
+  const em_dist_plugin *p = entry();
+  static const em_plugin_abi_item items[] = {EM_DIST_PLUGIN_ABI(EM_PLUGIN_ABI_ITEM)};
+  static const em_plugin_abi abi = EM_PLUGIN_ABI_OF(items);
+  char why[2048];
+  /* Reading the handshake first is safe with any plugin: older ones returned the backend
+   * itself, whose first member (its name pointer) never reads as EM_PLUGIN_HANDSHAKE. */
+  if (!p || core_plugin_abi_check(path, &p->abi, &abi, why, sizeof why))
+    return em_set_error(EM_ERR_UNSUPPORTED, "dist.init: the MPI backend is not available: %s",
+                        p ? why : "em_dist_mpi_backend returned NULL");
+  *out = p->backend;
   return EM_OK;
 }
 
@@ -138,7 +147,8 @@ static em_status load_nccl(const char *op, const em_dist_backend **out) {
   const char *why = NULL;
   const em_cuda_plugin *p = cuda_plugin_get(&why);
   if (!p) return em_set_error(EM_ERR_UNSUPPORTED, "%s: backend 'nccl' is not available: %s", op, why);
-  const em_dist_backend *be = p->nccl_backend ? p->nccl_backend() : NULL;
+  em_cuda_nccl_backend_fn nccl = (em_cuda_nccl_backend_fn)p->get_proc(EM_CUDA_EXTRA_NCCL);
+  const em_dist_backend *be = nccl ? nccl() : NULL;
   if (!be)
     return em_set_error(EM_ERR_UNSUPPORTED,
                         "%s: backend 'nccl' is not available: the CUDA plugin was built without NCCL (install NCCL "

@@ -14,8 +14,8 @@
 
 static const char *const op = "graph pagerank";
 
-/* The plugin, or NULL with an error that says why the device cannot run PageRank. */
-static const em_cuda_plugin *plugin_for(em_device device) {
+/* The plugin's PageRank, or NULL with an error that says why the device cannot run it. */
+static em_cuda_pagerank_fn pagerank_for(em_device device) {
   const char *why = NULL;
   const em_cuda_plugin *p = cuda_plugin_get(&why);
   int count = p ? p->device_count(&why) : 0;
@@ -28,12 +28,7 @@ static const em_cuda_plugin *plugin_for(em_device device) {
     em_set_error(EM_ERR_DEVICE, "%s: device cuda:%d does not exist (%d CUDA devices)", op, device.index, count);
     return NULL;
   }
-  if (!p->pagerank) {
-    em_set_error(EM_ERR_UNSUPPORTED, "%s: this CUDA plugin was built without PageRank (runtime/plugins/cuda/pagerank.cu)",
-                 op);
-    return NULL;
-  }
-  return p;
+  return (em_cuda_pagerank_fn)cuda_plugin_extra(op, EM_CUDA_EXTRA_PAGERANK);
 }
 
 /* The teleport vector as the plugin takes it: float32, internal order, summing to 1. */
@@ -56,8 +51,8 @@ static em_status teleport_f32(const em_graph *g, const em_tensor *personalizatio
 
 em_status gr_pagerank_cuda(em_tensor **scores, em_tensor **residuals, em_pagerank_stats *stats, const em_graph *g,
                            const em_pagerank_options *opts) {
-  const em_cuda_plugin *p = plugin_for(opts->device);
-  if (!p) return em_last_status();
+  em_cuda_pagerank_fn pagerank = pagerank_for(opts->device);
+  if (!pagerank) return em_last_status();
   int64_t n = g->n;
   em_pagerank_stats local;
   memset(&local, 0, sizeof local);
@@ -74,7 +69,7 @@ em_status gr_pagerank_cuda(em_tensor **scores, em_tensor **residuals, em_pageran
       .out_degree = g->out_degree, .teleport = tele, .damping = opts->damping, .tol = opts->tol,
       .max_iter = opts->max_iter, .method = opts->method, .scores = internal, .residuals = residual,
       .stats = &local};
-  if ((st = p->pagerank(&job))) goto done;
+  if ((st = pagerank(&job))) goto done;
   if (!local.engine) local.engine = "cuda";
 
   if ((st = gr_pagerank_deliver(op, g, internal, 1.0, residual, local.iterations, scores, residuals))) goto done;

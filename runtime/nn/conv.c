@@ -39,7 +39,7 @@ static em_status conv2d_backward(em_node *n, em_tensor *const *go, em_tensor **g
   if (!st && em_node_needs_input_grad(n, 2)) st = em_empty(&gb, 1, w->sizes, w->dtype, w->storage->device);
   const em_backend *be = st ? NULL : nn_backend("conv2d", x);
   if (!st && !be) st = em_last_status();
-  if (!st) st = EM_BACKEND_CALL("conv2d", be, conv2d_backward, gx, gw, gb, gy, x, w, &p);
+  if (!st) st = be->conv2d_backward(gx, gw, gb, gy, x, w, &p);
   if (!st) {
     st = nn_set_grad(n, 0, gx, &gi[0]);
     gx = NULL;
@@ -112,7 +112,7 @@ em_status em_nn_conv2d(em_tensor **out, const em_tensor *x, const em_tensor *w, 
   em_tensor *xc = NULL, *wc = NULL, *bc = NULL, *y = NULL;
   if (!(st = nn_reshaped(&xc, x, 4, xshape)) && !(st = nn_contiguous(&wc, w)) &&
       !(st = nn_contiguous(&bc, b)) && !(st = em_empty(&y, 4, yshape, x->dtype, x->storage->device)))
-    st = EM_BACKEND_CALL(op, be, conv2d, y, xc, wc, bc, &p);
+    st = be->conv2d(y, xc, wc, bc, &p);
   if (!st) st = batched ? (em_tensor_retain(y), *out = y, EM_OK) : em_reshape(out, y, 3, yshape + 1);
   const em_tensor *in[3] = {x, w, b};
   if (!st && ag_any_requires_grad(3, in)) {

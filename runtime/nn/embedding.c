@@ -96,8 +96,7 @@ static em_status embedding_bag_backward(em_node *n, em_tensor *const *go, em_ten
   if (!st && em_node_needs_input_grad(n, 1)) st = em_empty(&gpsw, 1, idx->sizes, w->dtype, w->storage->device);
   const em_backend *be = st ? NULL : nn_backend("embedding_bag", w);
   if (!st && !be) st = em_last_status();
-  if (!st) st = EM_BACKEND_CALL("embedding_bag", be, embedding_bag_backward, gw, gpsw, gout, w, idx, off, psw, argmax,
-                                mode, base);
+  if (!st) st = be->embedding_bag_backward(gw, gpsw, gout, w, idx, off, psw, argmax, mode, base);
   if (!st) {
     gi[0] = gw;
     gw = NULL;
@@ -169,7 +168,7 @@ em_status em_nn_embedding_bag(em_tensor **out, const em_tensor *weight, const em
   if (st) goto done;
   if (mode == EM_BAG_MAX && (st = em_empty(&argmax, 2, oshape, EM_INT64, weight->storage->device))) goto done;
   if ((st = em_empty(out, 2, oshape, weight->dtype, weight->storage->device))) goto done;
-  if ((st = EM_BACKEND_CALL(op, be, embedding_bag, *out, argmax, wc, idx, off, pswc, (int)mode, base))) {
+  if ((st = be->embedding_bag(*out, argmax, wc, idx, off, pswc, (int)mode, base))) {
     em_tensor_release(*out);
     *out = NULL;
     goto done;

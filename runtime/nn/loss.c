@@ -28,7 +28,7 @@ static em_status class_loss_backward(em_node *n, em_tensor *const *go, em_tensor
   if (!st) st = em_empty(&gx, x->ndim, x->sizes, x->dtype, x->storage->device);
   const em_backend *be = st ? NULL : nn_backend(op, x);
   if (!st && !be) st = em_last_status();
-  if (!st && !(st = EM_BACKEND_CALL(op, be, class_loss_backward, gx, gout, x, lse, tw, target, w, &p))) {
+  if (!st && !(st = be->class_loss_backward(gx, gout, x, lse, tw, target, w, &p))) {
     st = nn_set_grad(n, 0, gx, &gi[0]);
     gx = NULL;
   }
@@ -62,7 +62,7 @@ static em_status class_loss(const char *op, em_tensor **out, const em_tensor *in
       !(st = p->log_input ? EM_OK : em_empty(&lse, 1, &ns, input->dtype, input->storage->device)) &&
       !(st = em_empty(&tw, 0, NULL, input->dtype, input->storage->device)) &&
       !(st = em_empty(out, p->reduction == EM_REDUCTION_NONE ? tnd : 0, tshape, input->dtype, input->storage->device)) &&
-      (st = EM_BACKEND_CALL(op, be, class_loss, *out, lse, tw, x, t, wc, p))) {
+      (st = be->class_loss(*out, lse, tw, x, t, wc, p))) {
     em_tensor_release(*out);
     *out = NULL;
   }

@@ -18,8 +18,7 @@ static em_status batch_norm_backward(em_node *n, em_tensor *const *go, em_tensor
   if (!st && em_node_needs_input_grad(n, 2)) st = em_empty(&gb, 1, &C, x->dtype, x->storage->device);
   const em_backend *be = st ? NULL : nn_backend("batch_norm", x);
   if (!st && !be) st = em_last_status();
-  if (!st) st = EM_BACKEND_CALL("batch_norm", be, batch_norm_backward, gx, gw, gb, gy, x, mean, var, w, n->d[0],
-                                (int)n->i[0]);
+  if (!st) st = be->batch_norm_backward(gx, gw, gb, gy, x, mean, var, w, n->d[0], (int)n->i[0]);
   if (!st) {
     st = nn_set_grad(n, 0, gx, &gi[0]);
     gi[1] = gw, gi[2] = gb;
@@ -75,7 +74,7 @@ em_status em_nn_batch_norm(em_tensor **out, const em_tensor *x, const em_tensor 
   if (training) {
     if ((st = em_empty(&mean, 1, &C, x->dtype, x->storage->device)) ||
         (st = em_empty(&var, 1, &C, x->dtype, x->storage->device)) ||
-        (st = EM_BACKEND_CALL(op, be, batch_norm_stats, mean, var, xc)))
+        (st = be->batch_norm_stats(mean, var, xc)))
       goto done;
     if (running_mean && (st = update_running(running_mean, mean, momentum))) goto done;
     /* the running variance is the unbiased estimate, as PyTorch keeps it */
@@ -86,7 +85,7 @@ em_status em_nn_batch_norm(em_tensor **out, const em_tensor *x, const em_tensor 
     if ((st = em_clone(&mean, running_mean)) || (st = em_clone(&var, running_var))) goto done;
   }
   if ((st = em_empty(out, x->ndim, x->sizes, x->dtype, x->storage->device))) goto done;
-  if ((st = EM_BACKEND_CALL(op, be, batch_norm, *out, xc, mean, var, wc, bc, eps))) {
+  if ((st = be->batch_norm(*out, xc, mean, var, wc, bc, eps))) {
     em_tensor_release(*out);
     *out = NULL;
     goto done;
@@ -125,7 +124,7 @@ static em_status layer_norm_backward(em_node *n, em_tensor *const *go, em_tensor
   if (!st && em_node_needs_input_grad(n, 2)) st = em_empty(&gb, nd, pshape, x->dtype, x->storage->device);
   const em_backend *be = st ? NULL : nn_backend("layer_norm", x);
   if (!st && !be) st = em_last_status();
-  if (!st) st = EM_BACKEND_CALL("layer_norm", be, layer_norm_backward, gx, gw, gb, gy, x, mean, rstd, w);
+  if (!st) st = be->layer_norm_backward(gx, gw, gb, gy, x, mean, rstd, w);
   if (!st) {
     gi[0] = gx, gi[1] = gw, gi[2] = gb;
     gx = gw = gb = NULL;
@@ -170,7 +169,7 @@ em_status em_nn_layer_norm(em_tensor **out, const em_tensor *x, int n_dims, cons
       !(st = em_empty(&mean, 1, &rows, x->dtype, x->storage->device)) &&
       !(st = em_empty(&rstd, 1, &rows, x->dtype, x->storage->device)) &&
       !(st = em_empty(out, x->ndim, x->sizes, x->dtype, x->storage->device)) &&
-      (st = EM_BACKEND_CALL(op, be, layer_norm, *out, mean, rstd, xc, wc, bc, eps))) {
+      (st = be->layer_norm(*out, mean, rstd, xc, wc, bc, eps))) {
     em_tensor_release(*out);
     *out = NULL;
   }

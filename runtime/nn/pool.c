@@ -71,7 +71,7 @@ static em_status max_pool2d_backward(em_node *n, em_tensor *const *go, em_tensor
   if (!st) st = em_empty(&gx, 3, in_shape, n->dtypes[0], idx->storage->device);
   const em_backend *be = st ? NULL : nn_backend("max_pool2d", idx);
   if (!st && !be) st = em_last_status();
-  if (!st && !(st = EM_BACKEND_CALL("max_pool2d", be, max_pool2d_backward, gx, gy, idx))) {
+  if (!st && !(st = be->max_pool2d_backward(gx, gy, idx))) {
     st = nn_set_grad(n, 0, gx, &gi[0]);
     gx = NULL;
   }
@@ -98,7 +98,7 @@ em_status em_nn_max_pool2d(em_tensor **out, const em_tensor *x, int kernel_h, in
   if (!st && !be) st = em_last_status();
   if (!st && !(st = em_empty(&y, 3, pshape, x->dtype, x->storage->device)) &&
       !(st = em_empty(&idx, 3, pshape, EM_INT32, x->storage->device)))
-    st = EM_BACKEND_CALL(op, be, max_pool2d, y, idx, xc, &p);
+    st = be->max_pool2d(y, idx, xc, &p);
   if (!st) {
     out_shape(x, oh, ow, shape);
     st = em_reshape(out, y, x->ndim, shape);
@@ -133,7 +133,7 @@ static em_status avg_pool2d_backward(em_node *n, em_tensor *const *go, em_tensor
   const char *op = p->adaptive ? "adaptive_avg_pool2d" : "avg_pool2d";
   const em_backend *be = st ? NULL : nn_backend(op, go[0]);
   if (!st && !be) st = em_last_status();
-  if (!st && !(st = EM_BACKEND_CALL(op, be, avg_pool2d_backward, gx, gy, p))) {
+  if (!st && !(st = be->avg_pool2d_backward(gx, gy, p))) {
     st = nn_set_grad(n, 0, gx, &gi[0]);
     gx = NULL;
   }
@@ -148,7 +148,7 @@ static em_status avg_common(const char *op, em_tensor **out, const em_tensor *x,
   em_tensor *y = NULL;
   const em_backend *be = nn_backend(op, x);
   em_status st = be ? em_empty(&y, 3, pshape, x->dtype, x->storage->device) : em_last_status();
-  if (!st) st = EM_BACKEND_CALL(op, be, avg_pool2d, y, xc, p);
+  if (!st) st = be->avg_pool2d(y, xc, p);
   if (!st) {
     out_shape(x, oh, ow, shape);
     st = em_reshape(out, y, x->ndim, shape);

@@ -13,5 +13,5 @@ em_status em_amp_unscale_(int n, em_tensor *const *grads, double inv_scale, int 
   const em_backend *be = NULL;
   em_status st = optim_check_grads(op, n, grads, true, &be);
   if (st || !be) return st;
-  return EM_BACKEND_CALL(op, be, amp_unscale, n, grads, inv_scale, found_inf);
+  return be->amp_unscale(n, grads, inv_scale, found_inf);
 }

@@ -108,8 +108,7 @@ em_status em_optim_sgd(int n, em_tensor *const *params, em_tensor *const *grads,
   if (!be) return em_last_status();
   em_sgd_args args = {.lr = lr, .momentum = momentum, .dampening = dampening, .weight_decay = weight_decay,
                       .nesterov = nesterov != 0, .first_step = first_step != 0, .maximize = maximize != 0};
-  return EM_BACKEND_CALL(op, be, optim_sgd, n, params, (const em_tensor *const *)grads,
-                         momentum != 0 ? momentum_bufs : NULL, &args);
+  return be->optim_sgd(n, params, (const em_tensor *const *)grads, momentum != 0 ? momentum_bufs : NULL, &args);
 }
 
 em_status em_optim_adam(int n, em_tensor *const *params, em_tensor *const *grads, em_tensor *const *exp_avgs,
@@ -144,8 +143,7 @@ em_status em_optim_adam(int n, em_tensor *const *params, em_tensor *const *grads
   if (!be) return em_last_status();
   em_adam_args args = {.lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay,
                        .decoupled = decoupled != 0, .maximize = maximize != 0, .step = step};
-  return EM_BACKEND_CALL(op, be, optim_adam, n, params, (const em_tensor *const *)grads, exp_avgs, exp_avg_sqs,
-                         &args);
+  return be->optim_adam(n, params, (const em_tensor *const *)grads, exp_avgs, exp_avg_sqs, &args);
 }
 
 em_status optim_check_grads(const char *op, int n, em_tensor *const *grads, bool any_float, const em_backend **be) {
@@ -188,7 +186,7 @@ em_status em_optim_clip_grad_norm(int n, em_tensor *const *grads, double max_nor
   const em_backend *be = NULL;
   if ((st = optim_check_grads(op, n, grads, false, &be)) || !be) return st;
   double acc = 0;
-  if ((st = EM_BACKEND_CALL(op, be, optim_grad_norm, n, (const em_tensor *const *)grads, norm_type, &acc)))
+  if ((st = be->optim_grad_norm(n, (const em_tensor *const *)grads, norm_type, &acc)))
     return st;
   double total = isinf(norm_type) ? acc : norm_type == 2 ? sqrt(acc) : pow(acc, 1.0 / norm_type);
   *total_norm = total;

@@ -22,6 +22,9 @@
  *                               rounds exactly as the CPU does.
  *   core/philox_distributions.h the CPU's random streams (static inline), so that a GPU
  *                               draws the same numbers.
+ *   core/plugin_abi.h           the layout handshake a plugin's table starts with (struct
+ *                               sizes, the dimension limit, API versions), checked when
+ *                               libember loads it.
  *   distributed/dist_impl.h     struct em_dist_work, em_dist_group and em_dist_backend: the
  *                               table a collective backend fills (MPI; NCCL in the CUDA
  *                               plugin). It uses C11 atomics, so C++ (the .cu files) does
@@ -33,6 +36,7 @@
 #include <stdint.h>
 #include "core/core_impl.h"
 #include "core/philox_distributions.h"
+#include "core/plugin_abi.h"
 #include "cuda/caching_allocator.h"
 #include "cuda/cuda_plugin.h"
 #include "ember/cuda.h"

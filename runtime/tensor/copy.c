@@ -20,7 +20,7 @@ em_status em_copy_(em_tensor *dst, const em_tensor *src) {
   em_tensor *expanded = NULL;
   if ((st = emp_broadcast_to("copy_", &expanded, src, dst->ndim, dst->sizes))) return st;
   const em_backend *be = copy_backend(dst, src);
-  st = be ? EM_BACKEND_CALL("copy_", be, copy, dst, expanded) : em_last_status();
+  st = be ? be->copy(dst, expanded) : em_last_status();
   em_tensor_release(expanded);
   return st;
 }

@@ -45,7 +45,7 @@ em_status em_fill(em_tensor *t, double value) {
   if (st || (st = tn_check_inplace("fill", t, NULL))) return st;
   const em_backend *be = tn_backend_for("fill", t->storage->device);
   if (!be) return em_last_status();
-  return EM_BACKEND_CALL("fill", be, fill, t, value);
+  return be->fill(t, value);
 }
 
 em_status em_full(em_tensor **out, int ndim, const int64_t *sizes, double value, em_dtype dtype, em_device device) {
@@ -72,7 +72,7 @@ static em_status affine_fill(const char *op, em_tensor **out, int64_t n, double 
   if (st) return st;
   const em_backend *be = tn_backend_for(op, device);
   if (!be) st = em_last_status();
-  else st = EM_BACKEND_CALL(op, be, arange, *out, start, step);
+  else st = be->arange(*out, start, step);
   if (st) {
     em_tensor_release(*out);
     *out = NULL;

@@ -254,7 +254,7 @@ em_status em_binary(em_binop op, em_tensor **out, const em_tensor *a, const em_t
   em_tensor *va = NULL, *vb = NULL;
   if (!(st = prepare_input(name, a, compute, plan.result, ndim, sizes, &va)) &&
       !(st = prepare_input(name, b, compute, plan.result, ndim, sizes, &vb)))
-    st = EM_BACKEND_CALL(name, be, binary, op, plan.result, va, vb);
+    st = be->binary(op, plan.result, va, vb);
   em_tensor_release(va);
   em_tensor_release(vb);
   return finish_out(out, &plan, st);
@@ -288,7 +288,7 @@ em_status em_binary_scalar(em_binop op, em_tensor **out, const em_tensor *a, dou
     return finish_out(out, &plan, st);
   em_tensor *va = NULL;
   if (!(st = prepare_input(name, a, compute, plan.result, a->ndim, a->sizes, &va)))
-    st = EM_BACKEND_CALL(name, be, binary_scalar, op, plan.result, va, s, reversed);
+    st = be->binary_scalar(op, plan.result, va, s, reversed);
   em_tensor_release(va);
   return finish_out(out, &plan, st);
 }
@@ -315,7 +315,7 @@ em_status em_unary(em_unop op, em_tensor **out, const em_tensor *a) {
     return finish_out(out, &plan, st);
   em_tensor *va = NULL;
   if (!(st = prepare_input(name, a, compute, plan.result, a->ndim, a->sizes, &va)))
-    st = EM_BACKEND_CALL(name, be, unary, op, plan.result, va);
+    st = be->unary(op, plan.result, va);
   em_tensor_release(va);
   return finish_out(out, &plan, st);
 }
@@ -349,7 +349,7 @@ em_status em_where(em_tensor **out, const em_tensor *cond, const em_tensor *a, c
   if (!(st = prepare_input(name, cond, cond->dtype, plan.result, ndim, sizes, &vc)) &&
       !(st = prepare_input(name, a, dtype, plan.result, ndim, sizes, &va)) &&
       !(st = prepare_input(name, b, dtype, plan.result, ndim, sizes, &vb)))
-    st = EM_BACKEND_CALL(name, be, where, plan.result, vc, va, vb);
+    st = be->where(plan.result, vc, va, vb);
   em_tensor_release(vc);
   em_tensor_release(va);
   em_tensor_release(vb);
@@ -374,7 +374,7 @@ em_status em_clamp(em_tensor **out, const em_tensor *a, double low, double high)
   if ((st = begin_out(name, out, a->ndim, a->sizes, compute, device, &plan))) return finish_out(out, &plan, st);
   em_tensor *va = NULL;
   if (!(st = prepare_input(name, a, compute, plan.result, a->ndim, a->sizes, &va)))
-    st = EM_BACKEND_CALL(name, be, clamp, plan.result, va, low, high);
+    st = be->clamp(plan.result, va, low, high);
   em_tensor_release(va);
   return finish_out(out, &plan, st);
 }
@@ -404,7 +404,7 @@ em_status em_add_scaled(em_tensor **out, const em_tensor *a, const em_tensor *b,
   em_tensor *va = NULL, *vb = NULL;
   if (!(st = prepare_input(name, a, compute, plan.result, ndim, sizes, &va)) &&
       !(st = prepare_input(name, b, compute, plan.result, ndim, sizes, &vb)))
-    st = EM_BACKEND_CALL(name, be, add_scaled, plan.result, va, vb, alpha);
+    st = be->add_scaled(plan.result, va, vb, alpha);
   em_tensor_release(va);
   em_tensor_release(vb);
   return finish_out(out, &plan, st);

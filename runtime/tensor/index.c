@@ -60,7 +60,7 @@ em_status em_index_select(em_tensor **out, const em_tensor *a, int dim, const em
   const em_backend *be = backend_of(op, a);
   em_tensor *o = at_least_1d(*out), *a1 = at_least_1d(a), *i1 = at_least_1d(index);
   if (!be || !o || !a1 || !i1) st = em_last_status();
-  else st = EM_BACKEND_CALL(op, be, index_select, o, a1, dim, i1, base);
+  else st = be->index_select(o, a1, dim, i1, base);
   em_tensor_release(o), em_tensor_release(a1), em_tensor_release(i1);
   if (st) tn_discard_out(out, allocated);
   return st;
@@ -94,7 +94,7 @@ em_status em_gather(em_tensor **out, const em_tensor *a, int dim, const em_tenso
   const em_backend *be = backend_of(op, a);
   em_tensor *o = at_least_1d(*out), *a1 = at_least_1d(a), *i1 = at_least_1d(index);
   if (!be || !o || !a1 || !i1) st = em_last_status();
-  else st = EM_BACKEND_CALL(op, be, gather, o, a1, dim, i1, base);
+  else st = be->gather(o, a1, dim, i1, base);
   em_tensor_release(o), em_tensor_release(a1), em_tensor_release(i1);
   if (st) tn_discard_out(out, allocated);
   return st;
@@ -127,7 +127,7 @@ static em_status scatter(const char *op, em_tensor *self, int dim, const em_tens
   const em_backend *be = backend_of(op, self);
   em_tensor *t1 = at_least_1d(self), *i1 = at_least_1d(index);
   if (!be || !t1 || !i1) st = em_last_status();
-  else st = EM_BACKEND_CALL(op, be, scatter, t1, dim, i1, s1, value, accumulate, base);
+  else st = be->scatter(t1, dim, i1, s1, value, accumulate, base);
   em_tensor_release(t1), em_tensor_release(i1), em_tensor_release(s1);
   return st;
 }
@@ -165,7 +165,7 @@ em_status em_index_add_(em_tensor *self, int dim, const em_tensor *index, const 
   const em_backend *be = backend_of(op, self);
   em_tensor *t1 = at_least_1d(self), *i1 = at_least_1d(index);
   if (!be || !t1 || !i1) st = em_last_status();
-  else st = EM_BACKEND_CALL(op, be, index_add, t1, dim, i1, s1, alpha, base);
+  else st = be->index_add(t1, dim, i1, s1, alpha, base);
   em_tensor_release(t1), em_tensor_release(i1), em_tensor_release(s1);
   return st;
 }
@@ -179,7 +179,7 @@ em_status em_index_fill_(em_tensor *self, int dim, const em_tensor *index, doubl
   const em_backend *be = backend_of(op, self);
   em_tensor *t1 = at_least_1d(self), *i1 = at_least_1d(index);
   if (!be || !t1 || !i1) st = em_last_status();
-  else st = EM_BACKEND_CALL(op, be, index_fill, t1, dim, i1, value, base);
+  else st = be->index_fill(t1, dim, i1, value, base);
   em_tensor_release(t1), em_tensor_release(i1);
   return st;
 }
@@ -205,14 +205,14 @@ em_status em_masked_fill_(em_tensor *self, const em_tensor *mask, double value) 
     return em_set_error(EM_ERR_SHAPE, "%s: the mask of shape %s does not broadcast to the tensor's shape %s", op,
                         EM_SHAPE(mask), EM_SHAPE(self));
   const em_backend *be = backend_of(op, self);
-  st = be ? EM_BACKEND_CALL(op, be, masked_fill, self, m, value) : em_last_status();
+  st = be ? be->masked_fill(self, m, value) : em_last_status();
   em_tensor_release(m);
   return st;
 }
 
 static em_status count_nonzero(const char *op, const em_tensor *t, int64_t *count) {
   const em_backend *be = backend_of(op, t);
-  return be ? EM_BACKEND_CALL(op, be, count_nonzero, t, count) : em_last_status();
+  return be ? be->count_nonzero(t, count) : em_last_status();
 }
 
 em_status em_masked_select(em_tensor **out, const em_tensor *a, const em_tensor *mask) {
@@ -232,7 +232,7 @@ em_status em_masked_select(em_tensor **out, const em_tensor *a, const em_tensor 
       (st = count_nonzero(op, mb, &count)) ||
       (st = tn_prepare_out(op, out, 1, &count, a->dtype, a->storage->device, &allocated)))
     goto done;
-  if (count > 0 && (st = EM_BACKEND_CALL(op, be, masked_select, *out, ab, mb))) tn_discard_out(out, allocated);
+  if (count > 0 && (st = be->masked_select(*out, ab, mb))) tn_discard_out(out, allocated);
 done:
   em_tensor_release(ab), em_tensor_release(mb);
   return st;
@@ -247,7 +247,7 @@ em_status em_nonzero(em_tensor **out, const em_tensor *a, int base) {
   bool allocated;
   if ((st = tn_prepare_out(op, out, 2, sizes, EM_INT64, a->storage->device, &allocated))) return st;
   const em_backend *be = backend_of(op, a);
-  st = be ? EM_BACKEND_CALL(op, be, nonzero, *out, a, base) : em_last_status();
+  st = be ? be->nonzero(*out, a, base) : em_last_status();
   if (st) tn_discard_out(out, allocated);
   return st;
 }

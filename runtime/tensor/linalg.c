@@ -127,7 +127,7 @@ static em_status product(const char *op, em_tensor **out, const em_tensor *a, co
   }
   if ((st = restride(&o3, target, nd, full, str))) goto fail;
   const em_backend *be = tn_backend_for(op, a->storage->device);
-  if (!be || (st = EM_BACKEND_CALL(op, be, gemm, o3, a3, b3, alpha, beta))) {
+  if (!be || (st = be->gemm(o3, a3, b3, alpha, beta))) {
     st = be ? st : em_last_status();
     goto fail;
   }

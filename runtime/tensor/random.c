@@ -61,7 +61,7 @@ static em_status run_fill(const char *op, em_tensor *t, em_random_params *p) {
   int64_t n = em_tensor_numel(t);
   if (n == 0) return EM_OK;
   reserve(n, &p->seed, &p->offset);
-  return EM_BACKEND_CALL(op, be, random, t, p);
+  return be->random(t, p);
 }
 
 em_status em_uniform_(em_tensor *t, double low, double high) {

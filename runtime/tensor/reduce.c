@@ -176,7 +176,7 @@ static em_status reduce_impl(em_redop op, em_tensor **out, em_tensor **indices, 
   st = begin_result(name, &r, out, plan.nout, plan.out, plan.nkeep, plan.keep, dtype, dev);
   if (!st && indices) st = begin_result(name, &ri, indices, plan.nout, plan.out, plan.nkeep, plan.keep, EM_INT64, dev);
   if (!st)
-    st = EM_BACKEND_CALL(name, be, reduce, op, r.target, ri.target, plan.perm, plan.nreduce, p, base);
+    st = be->reduce(op, r.target, ri.target, plan.perm, plan.nreduce, p, base);
   st = end_result(&r, st);
   st = end_result(&ri, st);
   if (st) { /* a failure in either result releases both when they were allocated here */
@@ -208,7 +208,7 @@ em_status em_var(em_tensor **out, const em_tensor *a, const int *dims, int ndims
   result r = {0};
   st = be ? begin_result(name, &r, out, plan.nout, plan.out, plan.nkeep, plan.keep, a->dtype, a->storage->device)
           : em_last_status();
-  if (!st) st = EM_BACKEND_CALL(name, be, var, r.target, plan.perm, plan.nreduce, correction, take_sqrt);
+  if (!st) st = be->var(r.target, plan.perm, plan.nreduce, correction, take_sqrt);
   st = end_result(&r, st);
   em_tensor_release(plan.perm);
   return st;
@@ -219,11 +219,11 @@ em_status em_var(em_tensor **out, const em_tensor *a, const int *dims, int ndims
 typedef em_status (*dim_kernel)(const em_backend *be, em_tensor *out, const em_tensor *a, int dim, int flag);
 
 static em_status scan_kernel(const em_backend *be, em_tensor *out, const em_tensor *a, int dim, int prod) {
-  return EM_BACKEND_CALL(prod ? "cumprod" : "cumsum", be, scan, prod, out, a, dim);
+  return be->scan(prod, out, a, dim);
 }
 
 static em_status softmax_kernel(const em_backend *be, em_tensor *out, const em_tensor *a, int dim, int log) {
-  return EM_BACKEND_CALL(log ? "log_softmax" : "softmax", be, softmax, out, a, dim, log);
+  return be->softmax(out, a, dim, log);
 }
 
 static em_status along_dim(const char *name, em_tensor **out, const em_tensor *a, int dim, em_dtype dtype,
@@ -280,7 +280,7 @@ static em_status sort_impl(const char *name, em_tensor **values, em_tensor **ind
   st = tn_prepare_out(name, values, a->ndim, sizes, a->dtype, dev, &valloc);
   if (!st && indices) st = tn_prepare_out(name, indices, a->ndim, sizes, EM_INT64, dev, &ialloc);
   if (!st)
-    st = EM_BACKEND_CALL(name, be, sort, *values, indices ? *indices : NULL, a, dim, descending, k, base);
+    st = be->sort(*values, indices ? *indices : NULL, a, dim, descending, k, base);
   if (st) {
     tn_discard_out(values, valloc);
     if (indices) tn_discard_out(indices, ialloc);

@@ -42,6 +42,9 @@ struct em_tensor {
   void (*autograd_free)(void *autograd);
 };
 
+/* What a plugin and libember must agree on about tensors (core/plugin_abi.h). */
+#define EM_TENSOR_ABI(X) X(EM_MAX_DIMS) X(EM_NUM_DEVICE_TYPES) X(sizeof(em_device)) X(sizeof(em_storage)) X(sizeof(em_tensor))
+
 /* Storage */
 em_status tn_storage_new(em_storage **out, size_t nbytes, em_device device);
 void tn_storage_retain(em_storage *s);

@@ -20,7 +20,6 @@
 #include "distributed/dist_impl.h"
 #include "tensor/tensor_impl.h"
 
-void em_gpu_fill_plugin_nccl(em_cuda_plugin *p);
 
 /* ---------------------------------------------------------------- the fake GPU */
 
@@ -212,11 +211,7 @@ static void reset_fakes(void) {
 
 static int setup(void **state) {
   (void)state;
-  em_cuda_plugin p;
-  memset(&p, 0, sizeof p);
-  em_gpu_fill_plugin_nccl(&p);
-  if (!p.nccl_backend) return -1;
-  be = p.nccl_backend();
+  be = em_gpu_nccl_backend();
   if (!be || strcmp(be->name, "nccl") || !be->attach || !be->post || !be->progress) return -1;
   return em_dist_init("self", 60) == EM_OK ? 0 : -1;
 }

@@ -156,7 +156,7 @@ void *em_gpu_malloc(size_t nbytes, int device) {
   return p;
 }
 
-void em_gpu_free(void *ptr) {
+void em_gpu_free_ptr(void *ptr) {
   if (!ptr) return;
   for (int d = 0; d < EM_GPU_MAX_DEVICES; d++) {
     em_device_cache *c = existing_cache(d);
@@ -164,18 +164,13 @@ void em_gpu_free(void *ptr) {
   }
 }
 
-static void *backend_alloc(size_t nbytes, em_device device) { return em_gpu_malloc(nbytes, device.index); }
+/* The backend table's memory entries (table.c); copy is copy.cu's. */
+void *em_gpu_alloc(size_t nbytes, em_device device) { return em_gpu_malloc(nbytes, device.index); }
 
-static void backend_free(void *ptr, size_t nbytes, em_device device) {
+void em_gpu_free(void *ptr, size_t nbytes, em_device device) {
   (void)nbytes;
   em_device_cache *c = existing_cache(device.index);
-  if (!c || !emp_cache_free(c, ptr)) em_gpu_free(ptr);
-}
-
-void em_gpu_register_memory(em_backend *be) {
-  be->alloc = backend_alloc;
-  be->free = backend_free;
-  be->copy = em_gpu_copy;
+  if (!c || !emp_cache_free(c, ptr)) em_gpu_free_ptr(ptr);
 }
 
 /* ---- statistics and control */

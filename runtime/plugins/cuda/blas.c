@@ -260,5 +260,3 @@ em_status em_gpu_gemm(em_tensor *out, const em_tensor *a, const em_tensor *b, do
   for (int i = 0; i < 3; i++) em_tensor_release(copies[i]);
   return st;
 }
-
-void em_gpu_register_blas(em_backend *be) { be->gemm = em_gpu_gemm; }

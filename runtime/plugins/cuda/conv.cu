@@ -366,7 +366,7 @@ em_status choose(const char *op, direction dir, cudnnHandle_t h, const conv_desc
     if (dir == BACKWARD_FILTER) {
       size_t wbytes = (size_t)(s.co * (s.c / s.groups) * s.kh * s.kw) * em_dtype_size(dtype);
       if (!(scratch = em_gpu_malloc(wbytes, device))) {
-        if (ws) em_gpu_free(ws);
+        if (ws) em_gpu_free_ptr(ws);
         return em_last_status();
       }
       bufs.dw = scratch;
@@ -375,8 +375,8 @@ em_status choose(const char *op, direction dir, cudnnHandle_t h, const conv_desc
     algo_perf timed[MAX_ALGOS];
     int nt = 0;
     st = time_algos(op, dir, h, d, bufs, ws, size, timed, &nt);
-    if (ws) em_gpu_free(ws);
-    if (scratch) em_gpu_free(scratch);
+    if (ws) em_gpu_free_ptr(ws);
+    if (scratch) em_gpu_free_ptr(scratch);
     if (st) return st;
     if (nt > 0) {
       memcpy(perf, timed, sizeof(algo_perf) * (size_t)nt);
@@ -436,7 +436,7 @@ em_status run(const char *op, direction dir, cudnnHandle_t h, const conv_descs &
     em_clear_error(); /* memory is short */
   } else {
     e = execute(dir, h, d, c.algo, c.math, b, pa, pb, ws, c.workspace, &call);
-    if (ws) em_gpu_free(ws); /* stream-ordered: reused only by work queued after this */
+    if (ws) em_gpu_free_ptr(ws); /* stream-ordered: reused only by work queued after this */
     if (e == CUDNN_STATUS_SUCCESS) return EM_OK;
     if (CUDNN_STATUS_CATEGORY(e) != CUDNN_STATUS_NOT_SUPPORTED || !can_fall_back) return dnn_error(op, call, e);
   }

@@ -202,14 +202,25 @@ em_status gpu_relu_backward(em_tensor *gx, const em_tensor *gy, const em_tensor 
 
 } // namespace
 
-extern "C" void em_gpu_register_elementwise(em_backend *be) {
-  be->fill = gpu_fill;
-  be->arange = gpu_arange;
-  be->binary = em_gpu_ew_binary;
-  be->binary_scalar = em_gpu_ew_binary_scalar;
-  be->unary = em_gpu_ew_unary;
-  be->where = gpu_where;
-  be->clamp = gpu_clamp;
-  be->add_scaled = gpu_add_scaled;
-  be->relu_backward = gpu_relu_backward;
+/* The family's entries of the backend table (table.c; backend.h says what each computes). */
+em_status em_gpu_fill(em_tensor *t, double value) { return gpu_fill(t, value); }
+em_status em_gpu_arange(em_tensor *t, double start, double step) { return gpu_arange(t, start, step); }
+em_status em_gpu_binary(em_binop op, em_tensor *out, const em_tensor *a, const em_tensor *b) {
+  return em_gpu_ew_binary(op, out, a, b);
+}
+em_status em_gpu_binary_scalar(em_binop op, em_tensor *out, const em_tensor *a, double s, int reversed) {
+  return em_gpu_ew_binary_scalar(op, out, a, s, reversed);
+}
+em_status em_gpu_unary(em_unop op, em_tensor *out, const em_tensor *a) { return em_gpu_ew_unary(op, out, a); }
+em_status em_gpu_where(em_tensor *out, const em_tensor *cond, const em_tensor *a, const em_tensor *b) {
+  return gpu_where(out, cond, a, b);
+}
+em_status em_gpu_clamp(em_tensor *out, const em_tensor *a, double low, double high) {
+  return gpu_clamp(out, a, low, high);
+}
+em_status em_gpu_add_scaled(em_tensor *out, const em_tensor *a, const em_tensor *b, double alpha) {
+  return gpu_add_scaled(out, a, b, alpha);
+}
+em_status em_gpu_relu_backward(em_tensor *gx, const em_tensor *gy, const em_tensor *y) {
+  return gpu_relu_backward(gx, gy, y);
 }

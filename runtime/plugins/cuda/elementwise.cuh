@@ -275,7 +275,7 @@ inline em_status ew_flag_begin(const char *op, const em_tensor *on, ew_flag *fl)
   if (!fl->dev) return em_last_status();
   cudaError_t err = cudaMemsetAsync(fl->dev, 0, sizeof(int), fl->stream);
   if (err != cudaSuccess) {
-    em_gpu_free(fl->dev);
+    em_gpu_free_ptr(fl->dev);
     fl->dev = NULL;
     return em_gpu_error(err, op);
   }
@@ -287,7 +287,7 @@ inline em_status ew_flag_end(const char *op, ew_flag *fl, int *value) {
   *value = 0;
   if (!fl->dev) return EM_OK;
   cudaError_t err = cudaMemcpyAsync(value, fl->dev, sizeof(int), cudaMemcpyDeviceToHost, fl->stream);
-  em_gpu_free(fl->dev); /* stream-ordered: reused only by work queued after the copy */
+  em_gpu_free_ptr(fl->dev); /* stream-ordered: reused only by work queued after the copy */
   fl->dev = NULL;
   if (err == cudaSuccess) err = cudaStreamSynchronize(fl->stream);
   return err == cudaSuccess ? EM_OK : em_gpu_error(err, op);

@@ -20,8 +20,6 @@
 #include "group_reduce.cuh"
 #include "nn_gpu.h"
 
-void em_gpu_register_embedding_bag(em_backend *be); /* called from loss.cu's registration */
-
 namespace {
 
 const char *const OP = "embedding_bag";
@@ -290,7 +288,7 @@ em_status bag_forward(em_tensor *out, em_tensor *argmax, const em_tensor *weight
   }
   unsigned long long first_bad[2] = {EM_NO_BAD_INDEX, EM_NO_BAD_INDEX};
   if (!st) st = em_gpu_read_flags(OP, bad, first_bad, 2, stream); /* the one synchronisation */
-  em_gpu_free(bad);
+  em_gpu_free_ptr(bad);
   if (st) return st;
   int64_t v = 0;
   if (first_bad[0] != EM_NO_BAD_INDEX) {
@@ -362,7 +360,7 @@ em_status bag_backward(em_tensor *gw, em_tensor *gpsw, const em_tensor *gout, co
             gwp, go, sg.uniq, sg.counts, sg.starts, sg.num_runs, sg.pos_out, bag_of, coef, a);
         st = em_gpu_launch_check(OP);
       }
-      em_gpu_free(tmp);
+      em_gpu_free_ptr(tmp);
       if (st) return st;
     }
   }
@@ -426,7 +424,13 @@ em_status gpu_embedding_bag_backward(em_tensor *gw, em_tensor *gpsw, const em_te
 
 }  // namespace
 
-void em_gpu_register_embedding_bag(em_backend *be) {
-  be->embedding_bag = gpu_embedding_bag;
-  be->embedding_bag_backward = gpu_embedding_bag_backward;
+/* The embedding bags' entries of the backend table (table.c; backend.h says what each computes). */
+em_status em_gpu_embedding_bag(em_tensor *out, em_tensor *argmax, const em_tensor *weight, const em_tensor *indices,
+                               const em_tensor *offsets, const em_tensor *psw, int mode, int base) {
+  return gpu_embedding_bag(out, argmax, weight, indices, offsets, psw, mode, base);
+}
+em_status em_gpu_embedding_bag_backward(em_tensor *gw, em_tensor *gpsw, const em_tensor *gout, const em_tensor *weight,
+                                        const em_tensor *indices, const em_tensor *offsets, const em_tensor *psw,
+                                        const em_tensor *argmax, int mode, int base) {
+  return gpu_embedding_bag_backward(gw, gpsw, gout, weight, indices, offsets, psw, argmax, mode, base);
 }

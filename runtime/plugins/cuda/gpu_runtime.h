@@ -1,6 +1,6 @@
 /* gpu_runtime.h - what the plugin's runtime layer shares between its files (device.c,
  * streams.c, handles.c, allocator.c, copy.cu, table.c): the stream and event objects of
- * ember/cuda.h, a device guard, and the functions em_gpu_fill_plugin puts in the table.
+ * ember/cuda.h, a device guard, and the functions of the plugin's core table (table.c).
  * Kernel files need only gpu.h. */
 #ifndef EMBER_GPU_RUNTIME_H
 #define EMBER_GPU_RUNTIME_H
@@ -72,8 +72,7 @@ em_status em_gpu_record_stream(void *ptr, int device, em_cuda_stream *s);
 void *em_gpu_host_alloc_pinned(size_t nbytes);
 void em_gpu_host_free_pinned(void *ptr);
 
-/* ---- copy.cu */
-em_status em_gpu_copy(em_tensor *dst, const em_tensor *src);
+/* ---- copy.cu (and the backend's copy entry, declared in gpu.h) */
 em_status em_gpu_copy_async(em_tensor *dst, const em_tensor *src, int non_blocking);
 
 #ifdef __cplusplus

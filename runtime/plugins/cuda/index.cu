@@ -1,6 +1,6 @@
 /* index.cu - indexing on the GPU: the index range check, index_select, gather, masked_fill,
- * masked_select, nonzero and count_nonzero, with cpu/index.c's semantics; and
- * em_gpu_register_index (scatter, index_add, index_fill live in index_write.cu).
+ * masked_select, nonzero and count_nonzero, with cpu/index.c's semantics (scatter,
+ * index_add, index_fill live in index_write.cu).
  *
  * Reads through an index use the CPU's trick: the indexed tensor is seen with the iteration
  * shape and a zero stride along dim, and the kernel adds (index - base) * stride(dim). All
@@ -316,16 +316,4 @@ extern "C" em_status em_gpu_count_nonzero(const em_tensor *a, int64_t *count) {
   em_geom g = logical_geom(a);
   BY_DTYPE(a->dtype, T, st = count_typed<T>(c, a, g, count))
   return st;
-}
-
-extern "C" void em_gpu_register_index(em_backend *be) {
-  be->index_select = em_gpu_index_select;
-  be->gather = em_gpu_gather;
-  be->scatter = em_gpu_scatter;
-  be->index_add = em_gpu_index_add;
-  be->index_fill = em_gpu_index_fill;
-  be->masked_fill = em_gpu_masked_fill;
-  be->masked_select = em_gpu_masked_select;
-  be->nonzero = em_gpu_nonzero;
-  be->count_nonzero = em_gpu_count_nonzero;
 }

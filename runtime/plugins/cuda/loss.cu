@@ -17,8 +17,6 @@
 #include "group_reduce.cuh"
 #include "nn_gpu.h"
 
-void em_gpu_register_embedding_bag(em_backend *be); /* embedding.cu */
-
 namespace {
 
 struct loss_args {
@@ -304,7 +302,7 @@ em_status class_loss_typed(const char *op, em_tensor *out, em_tensor *lse, em_te
   /* The one synchronisation: was any target out of range? */
   unsigned long long first_bad = EM_NO_BAD_INDEX;
   if (!st) st = em_gpu_read_flags(op, bad, &first_bad, 1, stream);
-  em_gpu_free(tmp);
+  em_gpu_free_ptr(tmp);
   if (st || first_bad == EM_NO_BAD_INDEX) return st;
   int64_t v = 0;
   if ((st = em_gpu_read_index(op, tp, sizeof(I) == 8, (int64_t)first_bad, &v, stream))) return st;
@@ -335,7 +333,7 @@ em_status class_loss_backward_typed(const char *op, em_tensor *gx, const em_tens
         weight ? (const T *)em_tensor_ptr(weight) : nullptr, wsum, a);
     st = em_gpu_launch_check(op);
   }
-  if (wsum) em_gpu_free(wsum);
+  if (wsum) em_gpu_free_ptr(wsum);
   return st;
 }
 
@@ -392,8 +390,13 @@ em_status gpu_class_loss_backward(em_tensor *gx, const em_tensor *gout, const em
 
 }  // namespace
 
-extern "C" void em_gpu_register_loss_embedding(em_backend *be) {
-  be->class_loss = gpu_class_loss;
-  be->class_loss_backward = gpu_class_loss_backward;
-  em_gpu_register_embedding_bag(be);
+/* The class losses' entries of the backend table (table.c; backend.h says what each computes). */
+em_status em_gpu_class_loss(em_tensor *out, em_tensor *lse, em_tensor *total_weight, const em_tensor *x,
+                            const em_tensor *target, const em_tensor *weight, const em_class_loss_params *p) {
+  return gpu_class_loss(out, lse, total_weight, x, target, weight, p);
+}
+em_status em_gpu_class_loss_backward(em_tensor *gx, const em_tensor *gout, const em_tensor *x, const em_tensor *lse,
+                                     const em_tensor *total_weight, const em_tensor *target, const em_tensor *weight,
+                                     const em_class_loss_params *p) {
+  return gpu_class_loss_backward(gx, gout, x, lse, total_weight, target, weight, p);
 }

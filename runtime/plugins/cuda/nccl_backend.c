@@ -1,7 +1,7 @@
 /* nccl_backend.c - the NCCL process group: ember.dist collectives on CUDA tensors.
  *
- * libember's dist layer (runtime/distributed) gets this table from the plugin (em_cuda_plugin's
- * nccl_backend slot) and attaches it to a group on the group's first CUDA collective, or
+ * libember's dist layer (runtime/distributed) gets this table from the plugin (the extra
+ * EM_CUDA_EXTRA_NCCL, em_gpu_nccl_backend) and attaches it to a group on the group's first CUDA collective, or
  * during dist.init with backend 'nccl'. The group's CPU backend (MPI) still numbers the
  * ranks; NCCL only moves GPU data.
  *
@@ -662,21 +662,19 @@ static void nccl_abort_job(const char *message, int exit_status) {
 
 static const em_dist_backend nccl_table = {
     .name = "nccl",
+    .init = NULL,             /* a device backend: the world's CPU backend numbers the ranks */
+    .new_group = NULL,
     .free_group = nccl_free_group,
     .post = nccl_post,
     .shutdown = nccl_shutdown,
     .abort_job = nccl_abort_job,
     .progress = nccl_progress,
+    .run_direct = NULL,
     .attach = nccl_attach,
+    .note_seq = NULL,         /* asked of CPU backends only (symmetric memory is CPU memory) */
+    .report_timeout = NULL,
 };
 
-static const em_dist_backend *nccl_backend(void) { return &nccl_table; }
+const em_dist_backend *em_gpu_nccl_backend(void) { return &nccl_table; }
 
-void em_gpu_fill_plugin_nccl(em_cuda_plugin *p) { p->nccl_backend = nccl_backend; }
-
-#else /* !EMBER_HAVE_NCCL */
-
-/* Built without NCCL: dist.init{backend = 'nccl'} says so (runtime/distributed/group.c). */
-void em_gpu_fill_plugin_nccl(em_cuda_plugin *p) { p->nccl_backend = NULL; }
-
-#endif
+#endif /* EMBER_HAVE_NCCL; without it the plugin has no EM_CUDA_EXTRA_NCCL (plugin.c) */

@@ -154,7 +154,7 @@ em_status queue_partials(const char *op, double **partials, int64_t *chunks, con
                                                                                        S, *chunks);
   em_status st = em_gpu_launch_check(op);
   if (st) {
-    em_gpu_free(*partials);
+    em_gpu_free_ptr(*partials);
     *partials = NULL;
   }
   return st;
@@ -376,7 +376,7 @@ em_status channel_sums(const char *op, em_tensor *sums, const em_tensor *x, int 
   if (st) return st;
   sums_finish<T><<<per_channel_blocks(g.C, device), EM_GPU_THREADS, 0, stream>>>(P(sums, T), partials, g.C, chunks);
   st = em_gpu_launch_check(op);
-  em_gpu_free(partials);
+  em_gpu_free_ptr(partials);
   return st;
 }
 
@@ -392,7 +392,7 @@ em_status bn_stats(const char *op, em_tensor *mean, em_tensor *var, const em_ten
   stats_finish<T><<<per_channel_blocks(g.C, device), EM_GPU_THREADS, 0, stream>>>(
       P(mean, T), P(var, T), P(x, const T), partials, g.C, g.S, chunks, (double)(g.N * g.S));
   st = em_gpu_launch_check(op);
-  em_gpu_free(partials);
+  em_gpu_free_ptr(partials);
   return st;
 }
 
@@ -411,7 +411,7 @@ em_status bn_forward(const char *op, em_tensor *out, const em_tensor *x, const e
     LAUNCH_INDEXED(bn_forward_apply, total, device, stream, P(out, T), P(x, const T), coef, g.C, g.S, total);
     st = em_gpu_launch_check(op);
   }
-  em_gpu_free(coef);
+  em_gpu_free_ptr(coef);
   return st;
 }
 
@@ -442,8 +442,8 @@ em_status bn_backward(const char *op, em_tensor *gx, em_tensor *gw, em_tensor *g
                    total, training);
     st = em_gpu_launch_check(op);
   }
-  if (partials) em_gpu_free(partials);
-  if (coef) em_gpu_free(coef);
+  if (partials) em_gpu_free_ptr(partials);
+  if (coef) em_gpu_free_ptr(coef);
   return st;
 }
 
@@ -488,7 +488,7 @@ em_status ln_backward_run(const char *op, em_tensor *gx, em_tensor *gw, em_tenso
                                                                                   chunks);
     st = em_gpu_launch_check(op);
   }
-  em_gpu_free(partials);
+  em_gpu_free_ptr(partials);
   return st;
 }
 

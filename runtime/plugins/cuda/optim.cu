@@ -432,7 +432,7 @@ em_status gpu_optim_grad_norm(int n, const em_tensor *const *grads, double p, do
     if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
     if (err != cudaSuccess) st = em_gpu_error(err, op);
   }
-  em_gpu_free(partials);
+  em_gpu_free_ptr(partials);
   if (st) return st;
   *acc = norm_combine(kind, *acc, result);
   return EM_OK;
@@ -470,16 +470,25 @@ em_status gpu_amp_unscale(int n, em_tensor *const *grads, double inv_scale, int 
     if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
     if (err != cudaSuccess) st = em_gpu_error(err, op);
   }
-  em_gpu_free(flag);
+  em_gpu_free_ptr(flag);
   if (!st) *found_inf = host_flag != 0;
   return st;
 }
 
 }  // namespace
 
-extern "C" void em_gpu_register_optim(em_backend *be) {
-  be->optim_sgd = gpu_optim_sgd;
-  be->optim_adam = gpu_optim_adam;
-  be->optim_grad_norm = gpu_optim_grad_norm;
-  be->amp_unscale = gpu_amp_unscale;
+/* The family's entries of the backend table (table.c; backend.h says what each computes). */
+em_status em_gpu_optim_sgd(int n, em_tensor *const *params, const em_tensor *const *grads, em_tensor *const *bufs,
+                           const em_sgd_args *args) {
+  return gpu_optim_sgd(n, params, grads, bufs, args);
+}
+em_status em_gpu_optim_adam(int n, em_tensor *const *params, const em_tensor *const *grads,
+                            em_tensor *const *exp_avgs, em_tensor *const *exp_avg_sqs, const em_adam_args *args) {
+  return gpu_optim_adam(n, params, grads, exp_avgs, exp_avg_sqs, args);
+}
+em_status em_gpu_optim_grad_norm(int n, const em_tensor *const *grads, double p, double *acc) {
+  return gpu_optim_grad_norm(n, grads, p, acc);
+}
+em_status em_gpu_amp_unscale(int n, em_tensor *const *grads, double inv_scale, int *found_inf) {
+  return gpu_amp_unscale(n, grads, inv_scale, found_inf);
 }

@@ -316,7 +316,7 @@ static void release(pr_run *r) {
                   r->chunk_len, r->chunk_sum,  r->partial,    r->residuals, r->st,        r->gathered,
                   r->ones,      r->off32,      r->src64,      r->sp_buffer};
   for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
-    if (ptrs[i]) em_gpu_free(ptrs[i]);
+    if (ptrs[i]) em_gpu_free_ptr(ptrs[i]);
   pr_plan_free(&r->plan);
 }
 
@@ -383,7 +383,7 @@ static em_status setup(pr_run *r, const em_cuda_pagerank_job *job) {
   EM_GPU_CHECK(OP, cudaMemcpyAsync(r->st, &first, sizeof first, cudaMemcpyHostToDevice, s));
   pr_init<<<em_gpu_blocks(n, r->device), EM_GPU_THREADS, 0, s>>>(n, r->out_degree, r->inv, r->x[0], r->contrib[0], x0);
   if ((st = launched())) return st;
-  em_gpu_free(r->out_degree);   /* stream-ordered: reused only by work queued after pr_init */
+  em_gpu_free_ptr(r->out_degree);   /* stream-ordered: reused only by work queued after pr_init */
   r->held -= (size_t)n * sizeof(uint32_t);
   r->out_degree = NULL;
 
@@ -562,5 +562,3 @@ extern "C" em_status em_gpu_pagerank(em_cuda_pagerank_job *job) {
   release(&r);
   return st;
 }
-
-extern "C" void em_gpu_fill_plugin_pagerank(em_cuda_plugin *p) { p->pagerank = em_gpu_pagerank; }

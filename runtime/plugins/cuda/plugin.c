@@ -1,44 +1,24 @@
-/* plugin.c - the entry point libember calls after dlopen (runtime/cuda/loader.c).
- * Builds the backend table from each file's entries. A file that is not built leaves its
- * entries NULL, which the tensor core reports as "not supported on device cuda". */
+/* plugin.c - the entry point libember calls after dlopen (runtime/cuda/loader.c), and the
+ * extras this plugin offers by name (cuda_plugin.h), in the manner of ggml's
+ * get_proc_address: what is not devices, streams or memory is looked up when a caller
+ * needs it, so the core table never grows for it. */
+#include <string.h>
 #include "gpu.h"
 
-/* Weak: the table still builds while a file is being written. */
-#define WEAK __attribute__((weak))
-WEAK void em_gpu_register_memory(em_backend *be);
-WEAK void em_gpu_register_elementwise(em_backend *be);
-WEAK void em_gpu_register_random(em_backend *be);
-WEAK void em_gpu_register_reduce(em_backend *be);
-WEAK void em_gpu_register_index(em_backend *be);
-WEAK void em_gpu_register_blas(em_backend *be);
-WEAK void em_gpu_register_nn(em_backend *be);
-WEAK void em_gpu_register_optim(em_backend *be);
+static const struct {
+  const char *name;
+  em_cuda_proc fn;
+} extras[] = {
+    {EM_CUDA_EXTRA_PAGERANK, (em_cuda_proc)em_gpu_pagerank},
+#ifdef EMBER_HAVE_NCCL
+    {EM_CUDA_EXTRA_NCCL, (em_cuda_proc)em_gpu_nccl_backend},
+#endif
+};
 
-/* The rest of the plugin table (device.c, allocator.c, copy, pagerank.cu). */
-WEAK void em_gpu_fill_plugin(em_cuda_plugin *p);
-WEAK void em_gpu_fill_plugin_pagerank(em_cuda_plugin *p);   /* pagerank.cu */
-WEAK void em_gpu_fill_plugin_nccl(em_cuda_plugin *p);   /* nccl_backend.c */
-
-static em_backend backend = {.name = "cuda"};
-static em_cuda_plugin plugin = {.abi = EM_CUDA_PLUGIN_ABI, .backend = &backend};
-
-static int no_devices(const char **why) {
-  if (why) *why = "this CUDA plugin was built without its device layer";
-  return 0;
+em_cuda_proc em_gpu_get_proc(const char *name) {
+  for (size_t i = 0; name && i < sizeof extras / sizeof extras[0]; i++)
+    if (strcmp(extras[i].name, name) == 0) return extras[i].fn;
+  return NULL;
 }
 
-const em_cuda_plugin *em_cuda_plugin_entry(void) {
-  static int ready;
-  if (ready) return &plugin;
-  void (*regs[])(em_backend *) = {em_gpu_register_memory, em_gpu_register_elementwise, em_gpu_register_random,
-                                  em_gpu_register_reduce, em_gpu_register_index,       em_gpu_register_blas,
-                                  em_gpu_register_nn,     em_gpu_register_optim};
-  for (size_t i = 0; i < sizeof regs / sizeof regs[0]; i++)
-    if (regs[i]) regs[i](&backend);
-  plugin.device_count = no_devices;
-  if (em_gpu_fill_plugin) em_gpu_fill_plugin(&plugin);
-  if (em_gpu_fill_plugin_pagerank) em_gpu_fill_plugin_pagerank(&plugin);
-  if (em_gpu_fill_plugin_nccl) em_gpu_fill_plugin_nccl(&plugin);
-  ready = 1;
-  return &plugin;
-}
+const em_cuda_plugin *em_cuda_plugin_entry(void) { return &em_gpu_plugin; }

@@ -124,7 +124,7 @@ template <typename T> em_status upload(em_tensor *t, const T *host, int64_t n) {
                                                                                  em_geom_of(t));
       err = cudaGetLastError();
     }
-    em_gpu_free(staging);
+    em_gpu_free_ptr(staging);
   }
   /* the host buffer is freed on return: the copy must be done with it */
   if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
@@ -178,4 +178,5 @@ em_status gpu_random(em_tensor *t, const em_random_params *p) {
 
 } // namespace
 
-extern "C" void em_gpu_register_random(em_backend *be) { be->random = gpu_random; }
+/* The backend table's random entry (table.c). */
+em_status em_gpu_random(em_tensor *t, const em_random_params *p) { return gpu_random(t, p); }

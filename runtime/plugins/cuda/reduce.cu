@@ -1,6 +1,5 @@
 /* reduce.cu - reductions on the GPU: sum, mean, prod, max/min (with positions),
- * argmax/argmin, logsumexp, norms, any/all and variance, with cpu/reduce.c's semantics;
- * and em_gpu_register_reduce, which installs the whole family (scan, softmax, sort too).
+ * argmax/argmin, logsumexp, norms, any/all and variance, with cpu/reduce.c's semantics.
  *
  * Layout. The tensor core hands a view whose last nreduce dims are reduced and a contiguous
  * out over the leading (kept) dims. Both groups of dims are merged as far as their strides
@@ -417,12 +416,4 @@ extern "C" em_status em_gpu_var(em_tensor *out, const em_tensor *a, int nreduce,
   red_args dev = args_for(out, L);
   dev.finish = F_VAR, dev.center = center, dev.correction = correction, dev.take_sqrt = take_sqrt;
   return run(RK_SQDEV, c, dev, N_TWO);
-}
-
-extern "C" void em_gpu_register_reduce(em_backend *be) {
-  be->reduce = em_gpu_reduce;
-  be->var = em_gpu_var;
-  be->scan = em_gpu_scan;
-  be->softmax = em_gpu_softmax;
-  be->sort = em_gpu_sort;
 }

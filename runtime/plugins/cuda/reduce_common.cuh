@@ -152,7 +152,7 @@ struct em_gpu_temp {
   int device;
   explicit em_gpu_temp(int dev) : count(0), device(dev) {}
   ~em_gpu_temp() {
-    for (int i = 0; i < count; i++) em_gpu_free(blocks[i]);
+    for (int i = 0; i < count; i++) em_gpu_free_ptr(blocks[i]);
   }
   template <typename T> T *get(size_t n) {
     if (count == 8) {

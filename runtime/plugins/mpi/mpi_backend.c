@@ -342,8 +342,13 @@ static const em_dist_backend mpi_backend = {
     .abort_job = em_mpi_abort_job,
     .progress = em_mpi_progress,
     .run_direct = em_mpi_run_direct,
+    .attach = NULL,   /* a CPU backend: init and new_group number the ranks */
     .note_seq = em_mpi_note_seq,
     .report_timeout = em_mpi_report_timeout,
 };
 
-__attribute__((visibility("default"))) const em_dist_backend *em_dist_mpi_backend(void) { return &mpi_backend; }
+/* The layout this plugin was built with, checked by libember before it uses the table. */
+static const em_plugin_abi_item abi_items[] = {EM_DIST_PLUGIN_ABI(EM_PLUGIN_ABI_ITEM)};
+static const em_dist_plugin plugin = {.abi = EM_PLUGIN_ABI_OF(abi_items), .backend = &mpi_backend};
+
+__attribute__((visibility("default"))) const em_dist_plugin *em_dist_mpi_backend(void) { return &plugin; }
