@@ -55,6 +55,14 @@ static inline void fz_split(const uint8_t *data, size_t size, const uint8_t **a,
   *nb = body - len;
 }
 
+/* FUZZ_VERBOSE=1: each refusal's message on stderr (to see which check an input meets). */
+static inline int fz_failed(em_status st) {
+  static int verbose = -1;
+  if (verbose < 0) verbose = getenv("FUZZ_VERBOSE") != NULL;
+  if (st != EM_OK && verbose) fprintf(stderr, "refused: %s\n", em_last_error());
+  return st != EM_OK;
+}
+
 /* One thread: the harness is single-process, and libFuzzer's own -jobs give parallelism. */
 static inline void fz_once(void) {
   static int done;

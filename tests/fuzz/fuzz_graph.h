@@ -43,7 +43,7 @@ static inline void fz_load_graph(const char *path, int format, int verify) {
     o.verify = verify;
     o.drop_duplicates = reorder; /* the rebuild path too, once */
     em_graph *g = NULL;
-    if (em_graph_load(&g, path, &o) != EM_OK) continue;
+    if (fz_failed(em_graph_load(&g, path, &o))) continue;
     fz_use_graph(g);
     em_graph_free(g);
   }

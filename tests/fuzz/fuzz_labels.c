@@ -17,7 +17,7 @@ static em_graph *graph(void) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_once();
   em_graph *g = graph();
-  if (em_graph_load_labels(g, fz_file(0, data, size)) != EM_OK) return 0;
+  if (fz_failed(em_graph_load_labels(g, fz_file(0, data, size)))) return 0;
   for (int64_t v = 0; v < em_graph_num_vertices(g); v++) {
     const char *l = em_graph_label(g, v);
     if (l) (void)strlen(l);

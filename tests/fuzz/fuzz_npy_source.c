@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     o.paths = ny ? paths : fz_file(0, x, nx);
     o.channels_last = last;
     em_source *s = NULL;
-    if (em_source_open(&s, &o) != EM_OK) continue;
+    if (fz_failed(em_source_open(&s, &o))) continue;
     read_some(s);
     em_source_free(s);
   }

@@ -6,7 +6,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_once();
   em_safetensors *f = NULL;
-  if (em_safetensors_open(&f, fz_file(0, data, size)) != EM_OK) return 0;
+  if (fz_failed(em_safetensors_open(&f, fz_file(0, data, size)))) return 0;
   for (int i = 0; i < em_safetensors_count(f); i++) {
     em_tensor *t = NULL;
     if (em_safetensors_get(f, i, &t) != EM_OK) continue;

@@ -18,10 +18,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     o.ndim = 2;
     o.shape[0] = 2, o.shape[1] = 2;
     em_source *s = NULL;
-    if (em_source_open(&s, &o) != EM_OK) continue;
+    if (fz_failed(em_source_open(&s, &o))) continue;
     for (int64_t i = 0; i < em_source_size(s) && i < 3; i++) {
       em_tensor *x = NULL, *y = NULL;
-      if (em_source_get(s, i, 0, NULL, NULL, &x, &y) == EM_OK) {
+      if (!fz_failed(em_source_get(s, i, 0, NULL, NULL, &x, &y))) {
         em_tensor_release(x);
         em_tensor_release(y);
       }
