@@ -159,10 +159,15 @@ static em_status read_idx(gzFile f, const char *path, int64_t size, int64_t limi
   char dtext[160];
   dims_text(dtext, sizeof dtext, ndim, sizes);
   /* Element count of one item (dims 1..) and of the whole file, checked for overflow. */
-  int64_t item = 1, total;
+  int64_t item = 1, total, nonzero = 1;
   for (int d = 1; d < ndim; d++)
     if (__builtin_mul_overflow(item, sizes[d], &item))
       return em_set_error(EM_ERR_FORMAT, OP ": '%s': the header's dims %s are too large", path, dtext);
+  /* A zero dim makes no elements, but the tensor's strides still multiply the others. */
+  for (int d = 0; d < ndim; d++)
+    if (sizes[d] && (__builtin_mul_overflow(nonzero, sizes[d], &nonzero) || nonzero > INT64_MAX / 16))
+      return em_set_error(EM_ERR_FORMAT, OP ": '%s': the header's dims %s are too large (the product of the "
+                          "non-zero ones must stay below 2^59)", path, dtext);
   int64_t total_bytes;
   if (__builtin_mul_overflow(item, sizes[0], &total) ||
       __builtin_mul_overflow(total, (int64_t)type->file_size, &total_bytes) || total_bytes > INT64_MAX / 4)
