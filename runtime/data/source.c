@@ -518,8 +518,8 @@ em_status em_source_fill(em_source *s, const int64_t *ids, int64_t n, int64_t ba
   int plain_copy = !augments(aug);
   char first_bad[1024] = "";
   for (int64_t i = 0; i < n; i++) {
-    int64_t id = ids[i] - base;
-    if (id < 0 || id >= s->n)
+    int64_t id;
+    if (__builtin_sub_overflow(ids[i], base, &id) || id < 0 || id >= s->n) /* ids may come from a peer */
       return em_set_error(EM_ERR_INDEX, OP ": sample id %lld is out of range (expected %lld..%lld)", (long long)ids[i],
                           (long long)base, (long long)(s->n - 1 + base));
     const uint8_t *px;
