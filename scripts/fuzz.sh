@@ -41,9 +41,12 @@ for name in $names; do
   log="$BUILD/fuzz_$name.log"
   # -rss_limit_mb and -malloc_limit_mb: a parser that asks for gigabytes on a small input
   # is a finding; -timeout: one input may not take 10 s.
+  # -jobs (even 1) makes libFuzzer fork workers that log to ./fuzz-N.log: only when asked
+  jobs=""
+  [ "${FUZZ_JOBS:-1}" -gt 1 ] && jobs="-jobs=$FUZZ_JOBS -workers=$FUZZ_JOBS"
+  # shellcheck disable=SC2086
   if "$bin" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 -max_len=65536 \
-       -print_final_stats=1 -jobs="${FUZZ_JOBS:-1}" -workers="${FUZZ_JOBS:-1}" \
-       -artifact_prefix="$artifacts/" "$corpus" >"$log" 2>&1; then
+       -print_final_stats=1 $jobs -artifact_prefix="$artifacts/" "$corpus" >"$log" 2>&1; then
     execs=$(grep -h 'stat::number_of_executed_units' "$log" | awk '{s += $2} END {print s + 0}')
     cov=$(grep -ho 'cov: [0-9]*' "$log" | tail -1)
     echo "fuzz: $name: ok ($execs runs, $cov, $(ls "$corpus" | wc -l) inputs in the corpus)"
