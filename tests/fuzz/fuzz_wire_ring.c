@@ -7,16 +7,23 @@
 
 enum { HEAD_AT = 128, TAIL_AT = 192, ENTRIES_AT = 256 };
 
+static dp_ring *ring;
+static struct dp_shm_map *map;
+
+static void close_ring(void) {
+  dp_shm_map_release(map);
+  dp_ring_destroy(ring);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_once();
-  static dp_ring *ring;
-  static struct dp_shm_map *map;
   static uint8_t *base;
-  if (!ring) {
+  if (!ring) { /* the reader's ring, mapped again as the trainer maps it */
     if (!(ring = dp_ring_create())) abort();
     map = dp_shm_map_open(dp_ring_name(ring), getpid(), dp_ring_bytes(), dp_ring_id(ring));
     if (!map) abort();
     base = (uint8_t *)dp_shm_map_data(map);
+    atexit(close_ring);
   }
   static size_t last = 64; /* what the previous input wrote: cleared, so runs do not depend on order */
   uint64_t bytes = dp_ring_bytes(), zero = 0, one = 1;
