@@ -222,7 +222,8 @@ static em_status check_labels(const em_graph *g, uint64_t label_bytes, const cha
     return bad_file(path, msg);
   }
   int64_t bad;
-  FIRST_BAD(n, v, lo[v + 1] < lo[v] || (uint64_t)lo[v + 1] > label_bytes || (lo[v + 1] > lo[v] && d[lo[v + 1] - 1] != 0),
+  FIRST_BAD(n, v,
+            lo[v + 1] < lo[v] || (uint64_t)lo[v + 1] > label_bytes || (lo[v + 1] > lo[v] && d[lo[v + 1] - 1] != 0),
             bad);
   if (bad >= 0) {
     snprintf(msg, sizeof msg,
@@ -269,8 +270,8 @@ static em_status check_structure(em_graph *g, uint64_t label_bytes, const char *
     const int64_t *o = g->original;
     FIRST_BAD(n - 1, v, o[v + 1] <= o[v], bad);
     if (bad >= 0) {
-      snprintf(msg, sizeof msg, "section 'original_ids' does not ascend at vertex %lld (%lld then %lld)", (long long)bad,
-               (long long)o[bad], (long long)o[bad + 1]);
+      snprintf(msg, sizeof msg, "section 'original_ids' does not ascend at vertex %lld (%lld then %lld)",
+               (long long)bad, (long long)o[bad], (long long)o[bad + 1]);
       return bad_file(path, msg);
     }
   } else if (!st && g->id_base != 0 && g->id_base != 1) {

@@ -222,7 +222,8 @@ static em_status read_header(mtx_ctx *c, size_t *body, int64_t *line, uint64_t *
     }
     if (v[2] > rest / 4 + 1) {
       char msg[200];
-      snprintf(msg, sizeof msg, "the size line announces %llu entries, the %llu bytes after it hold at most %llu: '%%s'",
+      snprintf(msg, sizeof msg,
+               "the size line announces %llu entries, the %llu bytes after it hold at most %llu: '%%s'",
                (unsigned long long)v[2], (unsigned long long)rest, (unsigned long long)(rest / 4 + 1));
       return header_error(c, n, msg, s, e);
     }

@@ -160,7 +160,8 @@ static void on_trainer_message(em_reader *r, int ci, zmq_msg_t *f, int n) {
       c->refused = 0;
       c->session = h.session;
       if (dp_seconds_valid(h.heartbeat_s)) c->hb = h.heartbeat_s;
-      if (dp_seconds_valid(h.heartbeat_timeout_s) && h.heartbeat_timeout_s > c->hb) c->hb_timeout = h.heartbeat_timeout_s;
+      if (dp_seconds_valid(h.heartbeat_timeout_s) && h.heartbeat_timeout_s > c->hb)
+        c->hb_timeout = h.heartbeat_timeout_s;
       c->shm_ok = (h.flags & DP_FLAG_SHM) && r->o.shared_memory;
       c->skip_bad = (h.flags & DP_FLAG_SKIP_BAD) != 0;
       break;
