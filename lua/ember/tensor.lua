@@ -136,7 +136,7 @@ return function(ember)
   I.recording = recording
 
   -- In-place writes cannot be recorded: refused while recording when the target (or the
-  -- value written into it) requires grad, as the runtime's em_ag_check_inplace does.
+  -- value written into it) requires grad, as the runtime's ag_check_inplace does.
   local function check_inplace(op, t, src)
     if C.em_grad_enabled() == 0 then return end
     if C.em_requires_grad(t) ~= 0 then

@@ -39,7 +39,7 @@ em_status em_autocast_set(em_device_type device_type, int enabled, em_dtype dtyp
   return EM_OK;
 }
 
-void em_autocast_force_(int device_type, int enabled, em_dtype dtype) {
+void ag_autocast_force_(int device_type, int enabled, em_dtype dtype) {
   if (valid_type(device_type)) store(device_type, enabled, dtype);
 }
 
@@ -53,7 +53,7 @@ em_dtype em_autocast_get_dtype(em_device_type device_type) {
   return device_type == EM_CUDA ? EM_FLOAT16 : EM_BFLOAT16; /* torch.autocast's defaults */
 }
 
-em_dtype em_autocast_target(em_autocast_policy policy, int device_type, em_dtype dtype) {
+em_dtype ag_autocast_target(em_autocast_policy policy, int device_type, em_dtype dtype) {
   if (!state.any || !valid_type(device_type) || !state.on[device_type]) return dtype;
   int lower = dtype == EM_FLOAT16 || dtype == EM_BFLOAT16;
   if (policy == EM_AUTOCAST_FP32) return lower ? EM_FLOAT32 : dtype;
@@ -61,7 +61,7 @@ em_dtype em_autocast_target(em_autocast_policy policy, int device_type, em_dtype
   return lower || dtype == EM_FLOAT32 ? em_autocast_get_dtype(device_type) : dtype;
 }
 
-int em_autocast_prepare(em_autocast_ops *ops, em_autocast_policy policy, int n, const em_tensor *const *in) {
+int ag_autocast_prepare(em_autocast_ops *ops, em_autocast_policy policy, int n, const em_tensor *const *in) {
   if (!state.any) return 0;
   em_dtype want[EM_AUTOCAST_MAX_OPERANDS];
   int changes = 0;
@@ -70,7 +70,7 @@ int em_autocast_prepare(em_autocast_ops *ops, em_autocast_policy policy, int n, 
     const em_tensor *t = in[k];
     /* freed or NULL operands are the op's to report */
     want[k] = t && !t->freed && em_dtype_is_floating(t->dtype)
-                  ? em_autocast_target(policy, t->storage->device.type, t->dtype)
+                  ? ag_autocast_target(policy, t->storage->device.type, t->dtype)
                   : (t && !t->freed ? t->dtype : EM_FLOAT32);
     changes |= t && !t->freed && want[k] != t->dtype;
   }
@@ -90,12 +90,12 @@ int em_autocast_prepare(em_autocast_ops *ops, em_autocast_policy policy, int n, 
   return 1;
 }
 
-em_status em_autocast_finish(em_autocast_ops *ops, em_status st) {
+em_status ag_autocast_finish(em_autocast_ops *ops, em_status st) {
   for (int k = 0; k < ops->n; k++) em_tensor_release(ops->cast[k]);
   return st;
 }
 
-em_autocast_saved em_autocast_suspend(void) {
+em_autocast_saved ag_autocast_suspend(void) {
   em_autocast_saved saved;
   for (int d = 0; d < EM_NUM_DEVICE_TYPES; d++) {
     saved.on[d] = state.on[d];
@@ -105,7 +105,7 @@ em_autocast_saved em_autocast_suspend(void) {
   return saved;
 }
 
-void em_autocast_resume(em_autocast_saved saved) {
+void ag_autocast_resume(em_autocast_saved saved) {
   state.any = 0;
   for (int d = 0; d < EM_NUM_DEVICE_TYPES; d++) {
     state.on[d] = saved.on[d];

@@ -36,7 +36,7 @@ struct em_node {
   em_tensor *saved[EM_NODE_MAX_SAVED];
   double d[4];
   int64_t i[8];
-  /* Inputs' shapes and dtypes (em_node_new fills them for the first two inputs), so
+  /* Inputs' shapes and dtypes (ag_node_new fills them for the first two inputs), so
    * that gradients can be reduced and cast back without keeping the inputs alive. */
   int ndims[2];
   int64_t shapes[2][EM_MAX_DIMS];
@@ -73,63 +73,63 @@ typedef struct em_autograd_meta {
 /* ---- for differentiable ops ---- */
 
 /* The record of t, created on demand (NULL when create is false and there is none). */
-em_autograd_meta *em_ag_meta(em_tensor *t, bool create);
+em_autograd_meta *ag_meta(em_tensor *t, bool create);
 /* True when grad mode is on and any of the n inputs requires grad. */
-bool em_ag_any_requires_grad(int n, const em_tensor *const *inputs);
+bool ag_any_requires_grad(int n, const em_tensor *const *inputs);
 /* A node with n_inputs edges wired to the inputs' producers (inputs may hold NULLs). */
-em_node *em_node_new(const char *name, em_backward_fn backward, int n_inputs, const em_tensor *const *inputs,
+em_node *ag_node_new(const char *name, em_backward_fn backward, int n_inputs, const em_tensor *const *inputs,
                      int n_outputs);
 /* Saves a history-free alias of t in slot i (t may be NULL). */
-em_status em_node_save(em_node *n, int slot, const em_tensor *t);
+em_status ag_node_save(em_node *n, int slot, const em_tensor *t);
 /* Makes node the grad_fn of out (output number nr); takes over the caller's node reference
  * when nr is the last output. out then requires grad. */
-em_status em_ag_set_history(em_tensor *out, em_node *node, int nr);
-void em_node_retain(em_node *n);
-void em_node_release(em_node *n);
+em_status ag_set_history(em_tensor *out, em_node *node, int nr);
+void ag_node_retain(em_node *n);
+void ag_node_release(em_node *n);
 /* Frees saved tensors and custom state (after a backward without retain_graph). */
-void em_node_drop_saved(em_node *n);
+void ag_node_drop_saved(em_node *n);
 static inline bool em_node_needs_input_grad(const em_node *n, int i) { return n->next[i].node != NULL; }
 /* The tensor input i's gradient may be written into (a new reference), or NULL: its
  * leaf's grad destination, when input i is a leaf that has no .grad, no gradient from
  * elsewhere in this backward yet, and a destination of shape `shape` and dtype `dtype`.
  * A backward function that fills it returns it as the input's gradient. */
-em_tensor *em_node_grad_destination(const em_node *n, int i, int ndim, const int64_t *shape, em_dtype dtype);
+em_tensor *ag_node_grad_destination(const em_node *n, int i, int ndim, const int64_t *shape, em_dtype dtype);
 /* Sums grad over broadcast dims so that it has the given shape (new reference). */
-em_status em_ag_sum_to(em_tensor **out, const em_tensor *grad, int ndim, const int64_t *shape);
+em_status ag_sum_to(em_tensor **out, const em_tensor *grad, int ndim, const int64_t *shape);
 /* Takes over g and stores in *slot its sum over broadcast dims cast to input i's dtype. */
-em_status em_ag_finish_input_grad(em_node *n, int i, em_tensor *g, em_tensor **slot);
+em_status ag_finish_input_grad(em_node *n, int i, em_tensor *g, em_tensor **slot);
 /* Makes n the history of *out; when n is NULL (recording failed) releases *out and
  * returns the error, so a failed op never hands back a half-recorded result. */
-em_status em_ag_finish_record(em_tensor **out, em_node *n);
+em_status ag_finish_record(em_tensor **out, em_node *n);
 /* Differentiable ops always allocate: a given output is an error while recording. */
-em_status em_ag_check_out_free(const char *op, em_tensor **out);
+em_status ag_check_out_free(const char *op, em_tensor **out);
 /* Refuses an in-place write to t while recording, when t needs grad. */
-em_status em_ag_check_inplace(const char *op, const em_tensor *t);
+em_status ag_check_inplace(const char *op, const em_tensor *t);
 
 #endif
 
 /* ---- scratch: tensor expressions in backward functions without error plumbing ----
- * Each call returns a new tensor tracked by the scratch (released by em_sc_end), or NULL
- * once any call has failed; the first error is kept. em_sc_keep hands one tensor out. */
+ * Each call returns a new tensor tracked by the scratch (released by ag_sc_end), or NULL
+ * once any call has failed; the first error is kept. ag_sc_keep hands one tensor out. */
 typedef struct em_scratch {
   em_status st;
   int n;
   em_tensor *tmp[48];
 } em_scratch;
 
-em_tensor *em_sc_track(em_scratch *sc, em_tensor *t, em_status st);
-em_tensor *em_sc_binary(em_scratch *sc, em_binop op, const em_tensor *a, const em_tensor *b);
-em_tensor *em_sc_scalar(em_scratch *sc, em_binop op, const em_tensor *a, double s);
-em_tensor *em_sc_rscalar(em_scratch *sc, em_binop op, double s, const em_tensor *a);
-em_tensor *em_sc_unary(em_scratch *sc, em_unop op, const em_tensor *a);
-em_tensor *em_sc_sum(em_scratch *sc, const em_tensor *a, const int *dims, int ndims, int keepdim);
-em_tensor *em_sc_matmul(em_scratch *sc, const em_tensor *a, const em_tensor *b);
-em_tensor *em_sc_transpose(em_scratch *sc, const em_tensor *a, int d0, int d1);
-em_tensor *em_sc_reshape(em_scratch *sc, const em_tensor *a, int ndim, const int64_t *sizes);
-em_tensor *em_sc_expand(em_scratch *sc, const em_tensor *a, int ndim, const int64_t *sizes);
-em_tensor *em_sc_zeros(em_scratch *sc, int ndim, const int64_t *sizes, em_dtype dtype, em_device device);
-em_tensor *em_sc_to(em_scratch *sc, const em_tensor *a, em_dtype dtype);
+em_tensor *ag_sc_track(em_scratch *sc, em_tensor *t, em_status st);
+em_tensor *ag_sc_binary(em_scratch *sc, em_binop op, const em_tensor *a, const em_tensor *b);
+em_tensor *ag_sc_scalar(em_scratch *sc, em_binop op, const em_tensor *a, double s);
+em_tensor *ag_sc_rscalar(em_scratch *sc, em_binop op, double s, const em_tensor *a);
+em_tensor *ag_sc_unary(em_scratch *sc, em_unop op, const em_tensor *a);
+em_tensor *ag_sc_sum(em_scratch *sc, const em_tensor *a, const int *dims, int ndims, int keepdim);
+em_tensor *ag_sc_matmul(em_scratch *sc, const em_tensor *a, const em_tensor *b);
+em_tensor *ag_sc_transpose(em_scratch *sc, const em_tensor *a, int d0, int d1);
+em_tensor *ag_sc_reshape(em_scratch *sc, const em_tensor *a, int ndim, const int64_t *sizes);
+em_tensor *ag_sc_expand(em_scratch *sc, const em_tensor *a, int ndim, const int64_t *sizes);
+em_tensor *ag_sc_zeros(em_scratch *sc, int ndim, const int64_t *sizes, em_dtype dtype, em_device device);
+em_tensor *ag_sc_to(em_scratch *sc, const em_tensor *a, em_dtype dtype);
 /* A new reference to t for the caller (NULL if the scratch failed). */
-em_tensor *em_sc_keep(em_scratch *sc, em_tensor *t);
+em_tensor *ag_sc_keep(em_scratch *sc, em_tensor *t);
 /* Releases every tracked tensor; returns the first error. */
-em_status em_sc_end(em_scratch *sc);
+em_status ag_sc_end(em_scratch *sc);

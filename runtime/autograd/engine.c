@@ -112,7 +112,7 @@ static void clear_buffer(em_node *n) {
 }
 
 static em_status run_backward(em_tensor *root, const em_tensor *grad, int retain_graph) {
-  em_status st = em_check_tensor("backward", root, "tensor");
+  em_status st = tn_check_tensor("backward", root, "tensor");
   if (st) return st;
   em_autograd_meta *m = root->autograd;
   if (!m || !m->requires_grad)
@@ -121,7 +121,7 @@ static em_status run_backward(em_tensor *root, const em_tensor *grad, int retain
                         "requires_grad, and was the forward run outside no_grad?)");
   em_tensor *seed = NULL;
   if (grad) {
-    if ((st = em_check_tensor("backward", grad, "gradient"))) return st;
+    if ((st = tn_check_tensor("backward", grad, "gradient"))) return st;
     if (grad->ndim != root->ndim || memcmp(grad->sizes, root->sizes, sizeof(int64_t) * root->ndim))
       return em_set_error(EM_ERR_SHAPE, "backward: gradient has shape %s, the tensor has %s", EM_SHAPE(grad),
                           EM_SHAPE(root));
@@ -143,20 +143,20 @@ static em_status run_backward(em_tensor *root, const em_tensor *grad, int retain
   if (m->grad_fn) {
     start = m->grad_fn;
     start_nr = m->output_nr;
-    em_node_retain(start);
+    ag_node_retain(start);
   } else {
     const em_tensor *self[1] = {root};
-    em_node *wrapper = em_node_new("backward", NULL, 1, self, 1);
+    em_node *wrapper = ag_node_new("backward", NULL, 1, self, 1);
     if (!wrapper) {
       em_tensor_release(seed);
       return em_last_status();
     }
     start = wrapper->next[0].node;
-    em_node_retain(start);
-    em_node_release(wrapper);
+    ag_node_retain(start);
+    ag_node_release(wrapper);
   }
   if (start->released) {
-    em_node_release(start);
+    ag_node_release(start);
     em_tensor_release(seed);
     return em_set_error(EM_ERR_ARGUMENT,
                         "backward: trying to run backward through the graph a second time (its saved tensors were "
@@ -249,7 +249,7 @@ static em_status run_backward(em_tensor *root, const em_tensor *grad, int retain
     clear_buffer(n);
     if (!retain_graph && !n->leaf) {
       /* Drop saved tensors now: memory comes back during backward, not after. */
-      em_node_drop_saved(n);
+      ag_node_drop_saved(n);
       n->released = true;
     }
   }
@@ -257,7 +257,7 @@ static em_status run_backward(em_tensor *root, const em_tensor *grad, int retain
   /* 3. cleanup (also on errors) */
   for (int i = 0; i < all.n; i++) clear_buffer(all.items[i]);
   em_tensor_release(seed);
-  em_node_release(start);
+  ag_node_release(start);
   free(all.items);
   free(stack.items);
   free(ready.items);
@@ -267,8 +267,8 @@ static em_status run_backward(em_tensor *root, const em_tensor *grad, int retain
 /* Backward runs in the dtypes the forward chose: autocast (autocast.h) is off while it runs,
  * also for Lua backward functions and hooks, whatever region backward is called in. */
 em_status em_backward(em_tensor *root, const em_tensor *grad, int retain_graph) {
-  em_autocast_saved saved = em_autocast_suspend();
+  em_autocast_saved saved = ag_autocast_suspend();
   em_status st = run_backward(root, grad, retain_graph);
-  em_autocast_resume(saved);
+  ag_autocast_resume(saved);
   return st;
 }

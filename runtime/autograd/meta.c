@@ -11,11 +11,11 @@ void em_set_grad_enabled(int enabled) { grad_disabled = !enabled; }
 
 /* ---- nodes ---- */
 
-void em_node_retain(em_node *n) {
+void ag_node_retain(em_node *n) {
   if (n) atomic_fetch_add(&n->refcount, 1);
 }
 
-void em_node_drop_saved(em_node *n) {
+void ag_node_drop_saved(em_node *n) {
   for (int s = 0; s < EM_NODE_MAX_SAVED; s++) {
     em_tensor_release(n->saved[s]);
     n->saved[s] = NULL;
@@ -27,7 +27,7 @@ void em_node_drop_saved(em_node *n) {
 
 /* Nodes are released iteratively: a long chain (an RNN unrolled over 10k steps) would
  * otherwise recurse 10k frames deep. */
-void em_node_release(em_node *n) {
+void ag_node_release(em_node *n) {
   em_node *stack_local[64];
   em_node **stack = stack_local;
   int top = 0, cap = 64;
@@ -35,7 +35,7 @@ void em_node_release(em_node *n) {
   while (top) {
     em_node *cur = stack[--top];
     if (atomic_fetch_sub(&cur->refcount, 1) != 1) continue;
-    em_node_drop_saved(cur);
+    ag_node_drop_saved(cur);
     if (cur->leaf) {
       em_autograd_meta *m = cur->leaf->autograd;
       if (m && m->accumulator == cur) m->accumulator = NULL;
@@ -49,7 +49,7 @@ void em_node_release(em_node *n) {
       if (top == cap) {
         em_node **grown = malloc(sizeof *grown * cap * 2);
         if (!grown) { /* cannot grow: fall back to recursion for this edge */
-          em_node_release(next);
+          ag_node_release(next);
           continue;
         }
         memcpy(grown, stack, sizeof *grown * top);
@@ -90,11 +90,11 @@ static em_node *gradient_edge(em_tensor *t, int *input_nr) {
   if (!m || !m->requires_grad) return NULL;
   if (m->grad_fn) {
     *input_nr = m->output_nr;
-    em_node_retain(m->grad_fn);
+    ag_node_retain(m->grad_fn);
     return m->grad_fn;
   }
   if (m->accumulator) {
-    em_node_retain(m->accumulator);
+    ag_node_retain(m->accumulator);
     return m->accumulator;
   }
   em_node *acc = node_alloc("AccumulateGrad", 0, 1);
@@ -105,7 +105,7 @@ static em_node *gradient_edge(em_tensor *t, int *input_nr) {
   return acc;
 }
 
-em_node *em_node_new(const char *name, em_backward_fn backward, int n_inputs, const em_tensor *const *inputs,
+em_node *ag_node_new(const char *name, em_backward_fn backward, int n_inputs, const em_tensor *const *inputs,
                      int n_outputs) {
   em_node *n = node_alloc(name, n_inputs, n_outputs);
   if (!n) {
@@ -125,10 +125,10 @@ em_node *em_node_new(const char *name, em_backward_fn backward, int n_inputs, co
   return n;
 }
 
-em_status em_node_save(em_node *n, int slot, const em_tensor *t) {
+em_status ag_node_save(em_node *n, int slot, const em_tensor *t) {
   if (!t) return EM_OK;
   em_tensor_release(n->saved[slot]);
-  n->saved[slot] = em_tensor_alias(t);
+  n->saved[slot] = tn_tensor_alias(t);
   return n->saved[slot] ? EM_OK : em_last_status();
 }
 
@@ -141,13 +141,13 @@ static void meta_free(void *p) {
   if (m->grad_fn) {
     for (int k = 0; k < EM_NODE_MAX_OUTPUTS; k++)
       if (m->grad_fn->retain[k] == m->self) m->grad_fn->retain[k] = NULL;
-    em_node_release(m->grad_fn);
+    ag_node_release(m->grad_fn);
   }
   free(m->hooks);
   free(m);
 }
 
-em_autograd_meta *em_ag_meta(em_tensor *t, bool create) {
+em_autograd_meta *ag_meta(em_tensor *t, bool create) {
   if (t->autograd || !create) return t->autograd;
   em_autograd_meta *m = calloc(1, sizeof *m);
   if (!m) return NULL;
@@ -157,21 +157,21 @@ em_autograd_meta *em_ag_meta(em_tensor *t, bool create) {
   return m;
 }
 
-em_status em_ag_set_history(em_tensor *out, em_node *node, int nr) {
-  em_autograd_meta *m = em_ag_meta(out, true);
+em_status ag_set_history(em_tensor *out, em_node *node, int nr) {
+  em_autograd_meta *m = ag_meta(out, true);
   if (!m) {
-    em_node_release(node);
+    ag_node_release(node);
     return em_set_error(EM_ERR_MEMORY, "%s: out of memory recording the autograd graph", node->name);
   }
-  if (nr < node->n_outputs - 1) em_node_retain(node); /* one reference per output */
-  if (m->grad_fn) em_node_release(m->grad_fn);
+  if (nr < node->n_outputs - 1) ag_node_retain(node); /* one reference per output */
+  if (m->grad_fn) ag_node_release(m->grad_fn);
   m->grad_fn = node;
   m->output_nr = nr;
   m->requires_grad = true;
   return EM_OK;
 }
 
-bool em_ag_any_requires_grad(int n, const em_tensor *const *inputs) {
+bool ag_any_requires_grad(int n, const em_tensor *const *inputs) {
   if (grad_disabled) return false;
   for (int i = 0; i < n; i++) {
     const em_autograd_meta *m = inputs[i] ? inputs[i]->autograd : NULL;
@@ -181,9 +181,9 @@ bool em_ag_any_requires_grad(int n, const em_tensor *const *inputs) {
 }
 
 em_status em_requires_grad_(em_tensor *t, int requires_grad) {
-  em_status st = em_check_tensor("requires_grad_", t, "tensor");
+  em_status st = tn_check_tensor("requires_grad_", t, "tensor");
   if (st) return st;
-  em_autograd_meta *m = em_ag_meta(t, requires_grad != 0);
+  em_autograd_meta *m = ag_meta(t, requires_grad != 0);
   if (!m) return requires_grad ? em_set_error(EM_ERR_MEMORY, "requires_grad_: out of memory") : EM_OK;
   if (m->grad_fn && !requires_grad)
     return em_set_error(EM_ERR_ARGUMENT,
@@ -215,10 +215,10 @@ em_tensor *em_grad(const em_tensor *t) {
 }
 
 em_status em_set_grad(em_tensor *t, em_tensor *grad) {
-  em_status st = em_check_tensor("set_grad", t, "tensor");
+  em_status st = tn_check_tensor("set_grad", t, "tensor");
   if (st) return st;
   if (grad) {
-    if ((st = em_check_tensor("set_grad", grad, "gradient"))) return st;
+    if ((st = tn_check_tensor("set_grad", grad, "gradient"))) return st;
     if (grad->ndim != t->ndim || memcmp(grad->sizes, t->sizes, sizeof(int64_t) * t->ndim))
       return em_set_error(EM_ERR_SHAPE, "set_grad: gradient has shape %s, the tensor has %s", EM_SHAPE(grad),
                           EM_SHAPE(t));
@@ -226,7 +226,7 @@ em_status em_set_grad(em_tensor *t, em_tensor *grad) {
       return em_set_error(EM_ERR_DTYPE, "set_grad: gradient has dtype %s, the tensor has %s",
                           em_dtype_name(grad->dtype), em_dtype_name(t->dtype));
   }
-  em_autograd_meta *m = em_ag_meta(t, grad != NULL);
+  em_autograd_meta *m = ag_meta(t, grad != NULL);
   if (!m) return grad ? em_set_error(EM_ERR_MEMORY, "set_grad: out of memory") : EM_OK;
   em_tensor_retain(grad);
   em_tensor_release(m->grad);
@@ -235,10 +235,10 @@ em_status em_set_grad(em_tensor *t, em_tensor *grad) {
 }
 
 em_status em_set_grad_destination(em_tensor *leaf, em_tensor *dest) {
-  em_status st = em_check_tensor("set_grad_destination", leaf, "tensor");
+  em_status st = tn_check_tensor("set_grad_destination", leaf, "tensor");
   if (st) return st;
   if (dest) {
-    if ((st = em_check_tensor("set_grad_destination", dest, "destination"))) return st;
+    if ((st = tn_check_tensor("set_grad_destination", dest, "destination"))) return st;
     if (dest->ndim != leaf->ndim || memcmp(dest->sizes, leaf->sizes, sizeof(int64_t) * leaf->ndim) ||
         dest->dtype != leaf->dtype || !em_tensor_is_contiguous(dest) ||
         dest->storage->device.type != leaf->storage->device.type ||
@@ -248,7 +248,7 @@ em_status em_set_grad_destination(em_tensor *leaf, em_tensor *dest) {
                           "%s, dtype %s and device", em_dtype_name(dest->dtype), EM_SHAPE(dest), EM_SHAPE(leaf),
                           em_dtype_name(leaf->dtype));
   }
-  em_autograd_meta *m = em_ag_meta(leaf, dest != NULL);
+  em_autograd_meta *m = ag_meta(leaf, dest != NULL);
   if (!m) return dest ? em_set_error(EM_ERR_MEMORY, "set_grad_destination: out of memory") : EM_OK;
   em_tensor_retain(dest);
   em_tensor_release(m->grad_dest);
@@ -256,7 +256,7 @@ em_status em_set_grad_destination(em_tensor *leaf, em_tensor *dest) {
   return EM_OK;
 }
 
-em_tensor *em_node_grad_destination(const em_node *n, int i, int ndim, const int64_t *shape, em_dtype dtype) {
+em_tensor *ag_node_grad_destination(const em_node *n, int i, int ndim, const int64_t *shape, em_dtype dtype) {
   const em_node *acc = n->next[i].node;
   if (!acc || acc->backward || !acc->leaf) return NULL;   /* not a leaf's accumulator */
   const em_autograd_meta *m = acc->leaf->autograd;
@@ -288,9 +288,9 @@ const char *em_grad_fn_name(const em_tensor *t) {
 }
 
 em_status em_detach(em_tensor **out, const em_tensor *a) {
-  em_status st = em_check_tensor("detach", a, "tensor");
+  em_status st = tn_check_tensor("detach", a, "tensor");
   if (st) return st;
-  *out = em_tensor_alias(a);
+  *out = tn_tensor_alias(a);
   return *out ? EM_OK : em_last_status();
 }
 
@@ -300,7 +300,7 @@ int64_t em_add_leaf_hook(em_tensor *leaf, em_leaf_hook fn, void *ctx) {
     em_set_error(EM_ERR_ARGUMENT, "add_leaf_hook: expected a tensor and a function");
     return 0;
   }
-  em_autograd_meta *m = em_ag_meta(leaf, true);
+  em_autograd_meta *m = ag_meta(leaf, true);
   if (!m) return em_set_error(EM_ERR_MEMORY, "add_leaf_hook: out of memory"), 0;
   if (m->grad_fn) {
     em_set_error(EM_ERR_ARGUMENT, "add_leaf_hook: the tensor is not a leaf (it comes from %s)", m->grad_fn->name);
@@ -329,7 +329,7 @@ em_status em_remove_leaf_hook(em_tensor *leaf, int64_t id) {
   return em_set_error(EM_ERR_ARGUMENT, "remove_leaf_hook: no hook with id %lld on this tensor", (long long)id);
 }
 
-em_status em_ag_check_inplace(const char *op, const em_tensor *t) {
+em_status ag_check_inplace(const char *op, const em_tensor *t) {
   const em_autograd_meta *m = t->autograd;
   if (em_grad_enabled() && m && m->requires_grad)
     return em_set_error(EM_ERR_ARGUMENT,
@@ -339,7 +339,7 @@ em_status em_ag_check_inplace(const char *op, const em_tensor *t) {
   return EM_OK;
 }
 
-em_status em_ag_sum_to(em_tensor **out, const em_tensor *grad, int ndim, const int64_t *shape) {
+em_status ag_sum_to(em_tensor **out, const em_tensor *grad, int ndim, const int64_t *shape) {
   int lead = grad->ndim - ndim;
   int dims[EM_MAX_DIMS], nd = 0;
   for (int d = 0; d < grad->ndim; d++)
@@ -357,9 +357,9 @@ em_status em_ag_sum_to(em_tensor **out, const em_tensor *grad, int ndim, const i
   return st;
 }
 
-em_status em_ag_finish_input_grad(em_node *n, int i, em_tensor *g, em_tensor **slot) {
+em_status ag_finish_input_grad(em_node *n, int i, em_tensor *g, em_tensor **slot) {
   em_tensor *summed = NULL, *cast = NULL;
-  em_status st = em_ag_sum_to(&summed, g, n->ndims[i], n->shapes[i]);
+  em_status st = ag_sum_to(&summed, g, n->ndims[i], n->shapes[i]);
   em_tensor_release(g);
   if (st) return st;
   st = em_to(&cast, summed, n->dtypes[i], summed->storage->device);
@@ -368,16 +368,16 @@ em_status em_ag_finish_input_grad(em_node *n, int i, em_tensor *g, em_tensor **s
   return st;
 }
 
-em_status em_ag_finish_record(em_tensor **out, em_node *n) {
+em_status ag_finish_record(em_tensor **out, em_node *n) {
   if (!n) {
     em_tensor_release(*out);
     *out = NULL;
     return em_last_status();
   }
-  return em_ag_set_history(*out, n, 0);
+  return ag_set_history(*out, n, 0);
 }
 
-em_status em_ag_check_out_free(const char *op, em_tensor **out) {
+em_status ag_check_out_free(const char *op, em_tensor **out) {
   if (*out) return em_set_error(EM_ERR_ARGUMENT, "%s: an output tensor cannot be given while recording gradients", op);
   return EM_OK;
 }

@@ -36,7 +36,7 @@ static em_status custom_backward(em_node *n, em_tensor *const *go, em_tensor **g
     }
     if (g->ndim != c->ndims[i] || memcmp(g->sizes, c->shapes[i], sizeof(int64_t) * g->ndim))
       return em_set_error(EM_ERR_SHAPE, "%s: backward returned a gradient of shape %s for input %d of shape %s",
-                          n->name, EM_SHAPE(g), i + 1, em_shape_str(c->ndims[i], c->shapes[i]));
+                          n->name, EM_SHAPE(g), i + 1, tn_shape_str(c->ndims[i], c->shapes[i]));
   }
   return EM_OK;
 }
@@ -45,11 +45,11 @@ em_status em_ag_custom(int n_inputs, em_tensor *const *inputs, int n_outputs, em
                        em_custom_backward backward, em_custom_release release, void *ctx, const char *name) {
   if (!backward || n_outputs < 1 || n_inputs < 0)
     return em_set_error(EM_ERR_ARGUMENT, "Function: expected a backward function and at least one output");
-  if (!em_ag_any_requires_grad(n_inputs, (const em_tensor *const *)inputs)) {
+  if (!ag_any_requires_grad(n_inputs, (const em_tensor *const *)inputs)) {
     if (release) release(ctx);
     return EM_OK;
   }
-  em_node *n = em_node_new(name ? name : "CustomBackward", custom_backward, n_inputs,
+  em_node *n = ag_node_new(name ? name : "CustomBackward", custom_backward, n_inputs,
                            (const em_tensor *const *)inputs, n_outputs);
   custom_ctx *c = n ? calloc(1, sizeof *c) : NULL;
   if (c) {
@@ -58,7 +58,7 @@ em_status em_ag_custom(int n_inputs, em_tensor *const *inputs, int n_outputs, em
   }
   if (!c || !c->ndims || !c->shapes) {
     if (c) free(c->ndims), free(c->shapes), free(c);
-    em_node_release(n);
+    ag_node_release(n);
     if (release) release(ctx);
     return em_set_error(EM_ERR_MEMORY, "Function: out of memory recording the graph");
   }
@@ -71,7 +71,7 @@ em_status em_ag_custom(int n_inputs, em_tensor *const *inputs, int n_outputs, em
   n->ctx = c;
   n->release_ctx = custom_release;
   for (int k = 0; k < n_outputs; k++) {
-    em_status st = em_ag_set_history(outputs[k], n, k);
+    em_status st = ag_set_history(outputs[k], n, k);
     if (st) return st;
   }
   return EM_OK;

@@ -38,39 +38,39 @@ static em_status binary_backward(em_node *n, em_tensor *const *go, em_tensor **g
       break;
     case EM_SUB:
       ga = g;
-      if (need_b) gb = em_sc_unary(&sc, EM_NEG, g);
+      if (need_b) gb = ag_sc_unary(&sc, EM_NEG, g);
       break;
     case EM_MUL:
-      if (need_a) ga = em_sc_binary(&sc, EM_MUL, g, b);
-      if (need_b) gb = em_sc_binary(&sc, EM_MUL, g, a);
+      if (need_a) ga = ag_sc_binary(&sc, EM_MUL, g, b);
+      if (need_b) gb = ag_sc_binary(&sc, EM_MUL, g, a);
       break;
     case EM_DIV:
-      if (need_a) ga = em_sc_binary(&sc, EM_DIV, g, b);
-      if (need_b) gb = em_sc_unary(&sc, EM_NEG, em_sc_binary(&sc, EM_DIV, em_sc_binary(&sc, EM_MUL, g, out), b));
+      if (need_a) ga = ag_sc_binary(&sc, EM_DIV, g, b);
+      if (need_b) gb = ag_sc_unary(&sc, EM_NEG, ag_sc_binary(&sc, EM_DIV, ag_sc_binary(&sc, EM_MUL, g, out), b));
       break;
     case EM_POW: /* d(a^b)/da = b a^(b-1); d/db = a^b ln a */
       if (need_a)
-        ga = em_sc_binary(&sc, EM_MUL, g,
-                          em_sc_binary(&sc, EM_MUL, b, em_sc_binary(&sc, EM_POW, a, em_sc_scalar(&sc, EM_SUB, b, 1))));
-      if (need_b) gb = em_sc_binary(&sc, EM_MUL, em_sc_binary(&sc, EM_MUL, g, out), em_sc_unary(&sc, EM_LOG, a));
+        ga = ag_sc_binary(&sc, EM_MUL, g,
+                          ag_sc_binary(&sc, EM_MUL, b, ag_sc_binary(&sc, EM_POW, a, ag_sc_scalar(&sc, EM_SUB, b, 1))));
+      if (need_b) gb = ag_sc_binary(&sc, EM_MUL, ag_sc_binary(&sc, EM_MUL, g, out), ag_sc_unary(&sc, EM_LOG, a));
       break;
     case EM_MAXIMUM:
     case EM_MINIMUM: { /* ties share the gradient equally, as PyTorch does */
       em_binop wins = op == EM_MAXIMUM ? EM_GT : EM_LT;
-      em_tensor *half = em_sc_scalar(&sc, EM_MUL, em_sc_binary(&sc, EM_EQ, a, b), 0.5);
+      em_tensor *half = ag_sc_scalar(&sc, EM_MUL, ag_sc_binary(&sc, EM_EQ, a, b), 0.5);
       if (need_a)
-        ga = em_sc_binary(&sc, EM_MUL, g, em_sc_binary(&sc, EM_ADD, em_sc_binary(&sc, wins, a, b), half));
+        ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_binary(&sc, EM_ADD, ag_sc_binary(&sc, wins, a, b), half));
       if (need_b)
-        gb = em_sc_binary(&sc, EM_MUL, g, em_sc_binary(&sc, EM_ADD, em_sc_binary(&sc, wins, b, a), half));
+        gb = ag_sc_binary(&sc, EM_MUL, g, ag_sc_binary(&sc, EM_ADD, ag_sc_binary(&sc, wins, b, a), half));
       break;
     }
     case EM_FMOD: /* fmod(a, b) = a - trunc(a/b) b: d/da = 1, d/db = -trunc(a/b) */
       ga = g;
       if (need_b) {
-        em_tensor *q = em_sc_binary(&sc, EM_DIV, a, b);
-        em_tensor *tq = em_sc_binary(&sc, EM_MUL, em_sc_unary(&sc, EM_SIGN, q),
-                                     em_sc_unary(&sc, EM_FLOOR, em_sc_unary(&sc, EM_ABS, q)));
-        gb = em_sc_unary(&sc, EM_NEG, em_sc_binary(&sc, EM_MUL, g, tq));
+        em_tensor *q = ag_sc_binary(&sc, EM_DIV, a, b);
+        em_tensor *tq = ag_sc_binary(&sc, EM_MUL, ag_sc_unary(&sc, EM_SIGN, q),
+                                     ag_sc_unary(&sc, EM_FLOOR, ag_sc_unary(&sc, EM_ABS, q)));
+        gb = ag_sc_unary(&sc, EM_NEG, ag_sc_binary(&sc, EM_MUL, g, tq));
       }
       break;
     default:
@@ -78,30 +78,30 @@ static em_status binary_backward(em_node *n, em_tensor *const *go, em_tensor **g
   }
   if (!sc.st && need_a) {
     em_tensor_retain(ga);
-    sc.st = em_ag_finish_input_grad(n, 0, ga, &gi[0]);
+    sc.st = ag_finish_input_grad(n, 0, ga, &gi[0]);
   }
   if (!sc.st && need_b) {
     em_tensor_retain(gb);
-    sc.st = em_ag_finish_input_grad(n, 1, gb, &gi[1]);
+    sc.st = ag_finish_input_grad(n, 1, gb, &gi[1]);
   }
-  return em_sc_end(&sc);
+  return ag_sc_end(&sc);
 }
 
 em_status em_ag_binary(em_binop op, em_tensor **out, const em_tensor *a, const em_tensor *b) {
   const em_tensor *in[2] = {a, b};
-  bool record = is_differentiable_binop(op) && em_ag_any_requires_grad(2, in);
+  bool record = is_differentiable_binop(op) && ag_any_requires_grad(2, in);
   em_status st;
-  if (record && (st = em_ag_check_out_free(binop_name[op], out))) return st;
+  if (record && (st = ag_check_out_free(binop_name[op], out))) return st;
   if ((st = em_binary(op, out, a, b)) || !record) return st;
-  em_node *n = em_node_new(binop_name[op], binary_backward, 2, in, 1);
+  em_node *n = ag_node_new(binop_name[op], binary_backward, 2, in, 1);
   if (n) {
     n->i[0] = op;
     if (op == EM_MUL || op == EM_POW || op == EM_MAXIMUM || op == EM_MINIMUM || op == EM_FMOD)
-      em_node_save(n, 0, a);
-    if (op != EM_ADD && op != EM_SUB) em_node_save(n, 1, b);
-    if (op == EM_DIV || op == EM_POW) em_node_save(n, 2, *out);
+      ag_node_save(n, 0, a);
+    if (op != EM_ADD && op != EM_SUB) ag_node_save(n, 1, b);
+    if (op == EM_DIV || op == EM_POW) ag_node_save(n, 2, *out);
   }
-  return em_ag_finish_record(out, n);
+  return ag_finish_record(out, n);
 }
 
 /* ---- a op s, s op a ---- */
@@ -117,23 +117,23 @@ static em_status scalar_backward(em_node *n, em_tensor *const *go, em_tensor **g
   em_tensor *ga = NULL;
   switch (op) {
     case EM_ADD: ga = g; break;
-    case EM_SUB: ga = reversed ? em_sc_unary(&sc, EM_NEG, g) : g; break;
-    case EM_MUL: ga = em_sc_scalar(&sc, EM_MUL, g, s); break;
+    case EM_SUB: ga = reversed ? ag_sc_unary(&sc, EM_NEG, g) : g; break;
+    case EM_MUL: ga = ag_sc_scalar(&sc, EM_MUL, g, s); break;
     case EM_DIV:
-      ga = reversed ? em_sc_unary(&sc, EM_NEG, em_sc_binary(&sc, EM_DIV, em_sc_binary(&sc, EM_MUL, g, out), a))
-                    : em_sc_scalar(&sc, EM_DIV, g, s);
+      ga = reversed ? ag_sc_unary(&sc, EM_NEG, ag_sc_binary(&sc, EM_DIV, ag_sc_binary(&sc, EM_MUL, g, out), a))
+                    : ag_sc_scalar(&sc, EM_DIV, g, s);
       break;
     case EM_POW:
-      if (reversed) ga = em_sc_scalar(&sc, EM_MUL, em_sc_binary(&sc, EM_MUL, g, out), log(s));
-      else if (s == 0) ga = em_sc_scalar(&sc, EM_MUL, g, 0.0);
-      else ga = em_sc_binary(&sc, EM_MUL, g, em_sc_scalar(&sc, EM_MUL, em_sc_scalar(&sc, EM_POW, a, s - 1), s));
+      if (reversed) ga = ag_sc_scalar(&sc, EM_MUL, ag_sc_binary(&sc, EM_MUL, g, out), log(s));
+      else if (s == 0) ga = ag_sc_scalar(&sc, EM_MUL, g, 0.0);
+      else ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_scalar(&sc, EM_MUL, ag_sc_scalar(&sc, EM_POW, a, s - 1), s));
       break;
     case EM_MAXIMUM:
     case EM_MINIMUM: {
       em_binop wins = op == EM_MAXIMUM ? EM_GT : EM_LT;
-      em_tensor *w = em_sc_binary(&sc, EM_ADD, em_sc_scalar(&sc, wins, a, s),
-                                  em_sc_scalar(&sc, EM_MUL, em_sc_scalar(&sc, EM_EQ, a, s), 0.5));
-      ga = em_sc_binary(&sc, EM_MUL, g, w);
+      em_tensor *w = ag_sc_binary(&sc, EM_ADD, ag_sc_scalar(&sc, wins, a, s),
+                                  ag_sc_scalar(&sc, EM_MUL, ag_sc_scalar(&sc, EM_EQ, a, s), 0.5));
+      ga = ag_sc_binary(&sc, EM_MUL, g, w);
       break;
     }
     case EM_FMOD:
@@ -143,10 +143,10 @@ static em_status scalar_backward(em_node *n, em_tensor *const *go, em_tensor **g
       }
       /* fall through: s fmod a has derivative -trunc(s/a) in a */
       {
-        em_tensor *q = em_sc_rscalar(&sc, EM_DIV, s, a);
-        em_tensor *tq = em_sc_binary(&sc, EM_MUL, em_sc_unary(&sc, EM_SIGN, q),
-                                     em_sc_unary(&sc, EM_FLOOR, em_sc_unary(&sc, EM_ABS, q)));
-        ga = em_sc_unary(&sc, EM_NEG, em_sc_binary(&sc, EM_MUL, g, tq));
+        em_tensor *q = ag_sc_rscalar(&sc, EM_DIV, s, a);
+        em_tensor *tq = ag_sc_binary(&sc, EM_MUL, ag_sc_unary(&sc, EM_SIGN, q),
+                                     ag_sc_unary(&sc, EM_FLOOR, ag_sc_unary(&sc, EM_ABS, q)));
+        ga = ag_sc_unary(&sc, EM_NEG, ag_sc_binary(&sc, EM_MUL, g, tq));
       }
       break;
     default:
@@ -154,28 +154,28 @@ static em_status scalar_backward(em_node *n, em_tensor *const *go, em_tensor **g
   }
   if (!sc.st) {
     em_tensor_retain(ga);
-    sc.st = em_ag_finish_input_grad(n, 0, ga, &gi[0]);
+    sc.st = ag_finish_input_grad(n, 0, ga, &gi[0]);
   }
-  return em_sc_end(&sc);
+  return ag_sc_end(&sc);
 }
 
 em_status em_ag_binary_scalar(em_binop op, em_tensor **out, const em_tensor *a, double s, int reversed) {
   const em_tensor *in[1] = {a};
-  bool record = is_differentiable_binop(op) && em_ag_any_requires_grad(1, in);
+  bool record = is_differentiable_binop(op) && ag_any_requires_grad(1, in);
   em_status st;
-  if (record && (st = em_ag_check_out_free(binop_name[op], out))) return st;
+  if (record && (st = ag_check_out_free(binop_name[op], out))) return st;
   if ((st = em_binary_scalar(op, out, a, s, reversed)) || !record) return st;
-  em_node *n = em_node_new(binop_name[op], scalar_backward, 1, in, 1);
+  em_node *n = ag_node_new(binop_name[op], scalar_backward, 1, in, 1);
   if (n) {
     n->i[0] = op;
     n->i[1] = reversed;
     n->d[0] = s;
     if (op == EM_POW || op == EM_MAXIMUM || op == EM_MINIMUM || (op == EM_DIV && reversed) ||
         (op == EM_FMOD && reversed))
-      em_node_save(n, 0, a);
-    if (op == EM_DIV || op == EM_POW) em_node_save(n, 2, *out);
+      ag_node_save(n, 0, a);
+    if (op == EM_DIV || op == EM_POW) ag_node_save(n, 2, *out);
   }
-  return em_ag_finish_record(out, n);
+  return ag_finish_record(out, n);
 }
 
 /* ---- unary ---- */
@@ -189,57 +189,57 @@ static em_status unary_backward(em_node *n, em_tensor *const *go, em_tensor **gi
   em_tensor *ga = NULL;
   const double inv_sqrt_pi2 = 2.0 / sqrt(M_PI), inv_sqrt_2pi = 1.0 / sqrt(2 * M_PI);
   switch (op) {
-    case EM_NEG: ga = em_sc_unary(&sc, EM_NEG, g); break;
-    case EM_ABS: ga = em_sc_binary(&sc, EM_MUL, g, em_sc_unary(&sc, EM_SIGN, a)); break;
-    case EM_EXP: ga = em_sc_binary(&sc, EM_MUL, g, out); break;
-    case EM_LOG: ga = em_sc_binary(&sc, EM_DIV, g, a); break;
-    case EM_SQRT: ga = em_sc_binary(&sc, EM_DIV, em_sc_scalar(&sc, EM_MUL, g, 0.5), out); break;
-    case EM_SIN: ga = em_sc_binary(&sc, EM_MUL, g, em_sc_unary(&sc, EM_COS, a)); break;
-    case EM_COS: ga = em_sc_unary(&sc, EM_NEG, em_sc_binary(&sc, EM_MUL, g, em_sc_unary(&sc, EM_SIN, a))); break;
+    case EM_NEG: ga = ag_sc_unary(&sc, EM_NEG, g); break;
+    case EM_ABS: ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_unary(&sc, EM_SIGN, a)); break;
+    case EM_EXP: ga = ag_sc_binary(&sc, EM_MUL, g, out); break;
+    case EM_LOG: ga = ag_sc_binary(&sc, EM_DIV, g, a); break;
+    case EM_SQRT: ga = ag_sc_binary(&sc, EM_DIV, ag_sc_scalar(&sc, EM_MUL, g, 0.5), out); break;
+    case EM_SIN: ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_unary(&sc, EM_COS, a)); break;
+    case EM_COS: ga = ag_sc_unary(&sc, EM_NEG, ag_sc_binary(&sc, EM_MUL, g, ag_sc_unary(&sc, EM_SIN, a))); break;
     case EM_TANH: /* 1 - out^2 */
-      ga = em_sc_binary(&sc, EM_MUL, g, em_sc_rscalar(&sc, EM_SUB, 1.0, em_sc_unary(&sc, EM_SQUARE, out)));
+      ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_rscalar(&sc, EM_SUB, 1.0, ag_sc_unary(&sc, EM_SQUARE, out)));
       break;
     case EM_SIGMOID: /* out (1 - out) */
-      ga = em_sc_binary(&sc, EM_MUL, g, em_sc_binary(&sc, EM_MUL, out, em_sc_rscalar(&sc, EM_SUB, 1.0, out)));
+      ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_binary(&sc, EM_MUL, out, ag_sc_rscalar(&sc, EM_SUB, 1.0, out)));
       break;
     case EM_RELU: { /* one fused pass (g where out > 0), not a mask, a cast and a product */
       em_tensor *r = NULL;
-      const em_backend *be = em_backend_for("relu", g->storage->device);
+      const em_backend *be = tn_backend_for("relu", g->storage->device);
       em_status st = be ? em_empty(&r, out->ndim, out->sizes, out->dtype, out->storage->device) : em_last_status();
       if (!st) st = EM_BACKEND_CALL("relu", be, relu_backward, r, g, out);
-      ga = em_sc_track(&sc, r, st);
+      ga = ag_sc_track(&sc, r, st);
       break;
     }
     case EM_SIGN:
     case EM_FLOOR:
     case EM_CEIL:
-    case EM_ROUND: ga = em_sc_scalar(&sc, EM_MUL, g, 0.0); break;
+    case EM_ROUND: ga = ag_sc_scalar(&sc, EM_MUL, g, 0.0); break;
     case EM_RECIPROCAL:
-      ga = em_sc_unary(&sc, EM_NEG, em_sc_binary(&sc, EM_MUL, g, em_sc_unary(&sc, EM_SQUARE, out)));
+      ga = ag_sc_unary(&sc, EM_NEG, ag_sc_binary(&sc, EM_MUL, g, ag_sc_unary(&sc, EM_SQUARE, out)));
       break;
-    case EM_SQUARE: ga = em_sc_binary(&sc, EM_MUL, g, em_sc_scalar(&sc, EM_MUL, a, 2.0)); break;
+    case EM_SQUARE: ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_scalar(&sc, EM_MUL, a, 2.0)); break;
     case EM_RSQRT: /* -0.5 out^3 */
-      ga = em_sc_binary(&sc, EM_MUL, g, em_sc_scalar(&sc, EM_MUL, em_sc_scalar(&sc, EM_POW, out, 3.0), -0.5));
+      ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_scalar(&sc, EM_MUL, ag_sc_scalar(&sc, EM_POW, out, 3.0), -0.5));
       break;
-    case EM_LOG1P: ga = em_sc_binary(&sc, EM_DIV, g, em_sc_scalar(&sc, EM_ADD, a, 1.0)); break;
-    case EM_EXPM1: ga = em_sc_binary(&sc, EM_MUL, g, em_sc_scalar(&sc, EM_ADD, out, 1.0)); break;
+    case EM_LOG1P: ga = ag_sc_binary(&sc, EM_DIV, g, ag_sc_scalar(&sc, EM_ADD, a, 1.0)); break;
+    case EM_EXPM1: ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_scalar(&sc, EM_ADD, out, 1.0)); break;
     case EM_ERF: /* 2/sqrt(pi) exp(-a^2) */
-      ga = em_sc_binary(&sc, EM_MUL, g,
-                        em_sc_scalar(&sc, EM_MUL, em_sc_unary(&sc, EM_EXP, em_sc_unary(&sc, EM_NEG, em_sc_unary(&sc, EM_SQUARE, a))),
+      ga = ag_sc_binary(&sc, EM_MUL, g,
+                        ag_sc_scalar(&sc, EM_MUL, ag_sc_unary(&sc, EM_EXP, ag_sc_unary(&sc, EM_NEG, ag_sc_unary(&sc, EM_SQUARE, a))),
                                      inv_sqrt_pi2));
       break;
     case EM_GELU: { /* Phi(a) + a phi(a) */
-      em_tensor *cdf = em_sc_scalar(&sc, EM_MUL, em_sc_scalar(&sc, EM_ADD, em_sc_unary(&sc, EM_ERF, em_sc_scalar(&sc, EM_MUL, a, M_SQRT1_2)), 1.0), 0.5);
-      em_tensor *pdf = em_sc_scalar(&sc, EM_MUL,
-                                    em_sc_unary(&sc, EM_EXP, em_sc_scalar(&sc, EM_MUL, em_sc_unary(&sc, EM_SQUARE, a), -0.5)),
+      em_tensor *cdf = ag_sc_scalar(&sc, EM_MUL, ag_sc_scalar(&sc, EM_ADD, ag_sc_unary(&sc, EM_ERF, ag_sc_scalar(&sc, EM_MUL, a, M_SQRT1_2)), 1.0), 0.5);
+      em_tensor *pdf = ag_sc_scalar(&sc, EM_MUL,
+                                    ag_sc_unary(&sc, EM_EXP, ag_sc_scalar(&sc, EM_MUL, ag_sc_unary(&sc, EM_SQUARE, a), -0.5)),
                                     inv_sqrt_2pi);
-      ga = em_sc_binary(&sc, EM_MUL, g, em_sc_binary(&sc, EM_ADD, cdf, em_sc_binary(&sc, EM_MUL, a, pdf)));
+      ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_binary(&sc, EM_ADD, cdf, ag_sc_binary(&sc, EM_MUL, a, pdf)));
       break;
     }
     case EM_SILU: { /* s (1 + a (1 - s)) */
-      em_tensor *s = em_sc_unary(&sc, EM_SIGMOID, a);
-      em_tensor *inner = em_sc_scalar(&sc, EM_ADD, em_sc_binary(&sc, EM_MUL, a, em_sc_rscalar(&sc, EM_SUB, 1.0, s)), 1.0);
-      ga = em_sc_binary(&sc, EM_MUL, g, em_sc_binary(&sc, EM_MUL, s, inner));
+      em_tensor *s = ag_sc_unary(&sc, EM_SIGMOID, a);
+      em_tensor *inner = ag_sc_scalar(&sc, EM_ADD, ag_sc_binary(&sc, EM_MUL, a, ag_sc_rscalar(&sc, EM_SUB, 1.0, s)), 1.0);
+      ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_binary(&sc, EM_MUL, s, inner));
       break;
     }
     default:
@@ -247,32 +247,32 @@ static em_status unary_backward(em_node *n, em_tensor *const *go, em_tensor **gi
   }
   if (!sc.st) {
     em_tensor_retain(ga);
-    sc.st = em_ag_finish_input_grad(n, 0, ga, &gi[0]);
+    sc.st = ag_finish_input_grad(n, 0, ga, &gi[0]);
   }
-  return em_sc_end(&sc);
+  return ag_sc_end(&sc);
 }
 
 em_status em_ag_unary(em_unop op, em_tensor **out, const em_tensor *a) {
   const em_tensor *in[1] = {a};
-  bool record = op != EM_LOGICAL_NOT && em_ag_any_requires_grad(1, in);
+  bool record = op != EM_LOGICAL_NOT && ag_any_requires_grad(1, in);
   em_status st;
-  if (record && (st = em_ag_check_out_free(unop_name[op], out))) return st;
+  if (record && (st = ag_check_out_free(unop_name[op], out))) return st;
   if ((st = em_unary(op, out, a)) || !record) return st;
-  em_node *n = em_node_new(unop_name[op], unary_backward, 1, in, 1);
+  em_node *n = ag_node_new(unop_name[op], unary_backward, 1, in, 1);
   if (n) {
     n->i[0] = op;
     switch (op) {
       case EM_EXP: case EM_SQRT: case EM_TANH: case EM_SIGMOID: case EM_RELU: case EM_RECIPROCAL:
       case EM_RSQRT: case EM_EXPM1:
-        em_node_save(n, 2, *out);
+        ag_node_save(n, 2, *out);
         break;
       case EM_NEG: case EM_SIGN: case EM_FLOOR: case EM_CEIL: case EM_ROUND:
         break;
       default:
-        em_node_save(n, 0, a);
+        ag_node_save(n, 0, a);
     }
   }
-  return em_ag_finish_record(out, n);
+  return ag_finish_record(out, n);
 }
 
 /* ---- where, clamp ---- */
@@ -282,7 +282,7 @@ static em_status where_backward(em_node *n, em_tensor *const *go, em_tensor **gi
   if (!g) return EM_OK;
   const em_tensor *cond = n->saved[0];
   em_scratch sc = {0};
-  em_tensor *zero = em_sc_zeros(&sc, 0, NULL, g->dtype, g->storage->device);
+  em_tensor *zero = ag_sc_zeros(&sc, 0, NULL, g->dtype, g->storage->device);
   for (int i = 0; i < 2 && !sc.st; i++) {
     if (!em_node_needs_input_grad(n, i)) continue;
     em_tensor *r = NULL;
@@ -291,20 +291,20 @@ static em_status where_backward(em_node *n, em_tensor *const *go, em_tensor **gi
       sc.st = st;
       break;
     }
-    sc.st = em_ag_finish_input_grad(n, i, r, &gi[i]);
+    sc.st = ag_finish_input_grad(n, i, r, &gi[i]);
   }
-  return em_sc_end(&sc);
+  return ag_sc_end(&sc);
 }
 
 em_status em_ag_where(em_tensor **out, const em_tensor *cond, const em_tensor *a, const em_tensor *b) {
   const em_tensor *in[2] = {a, b};
-  bool record = em_ag_any_requires_grad(2, in);
+  bool record = ag_any_requires_grad(2, in);
   em_status st;
-  if (record && (st = em_ag_check_out_free("where", out))) return st;
+  if (record && (st = ag_check_out_free("where", out))) return st;
   if ((st = em_where(out, cond, a, b)) || !record) return st;
-  em_node *n = em_node_new("WhereBackward", where_backward, 2, in, 1);
-  if (n) em_node_save(n, 0, cond);
-  return em_ag_finish_record(out, n);
+  em_node *n = ag_node_new("WhereBackward", where_backward, 2, in, 1);
+  if (n) ag_node_save(n, 0, cond);
+  return ag_finish_record(out, n);
 }
 
 static em_status clamp_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
@@ -314,30 +314,30 @@ static em_status clamp_backward(em_node *n, em_tensor *const *go, em_tensor **gi
   double lo = n->d[0], hi = n->d[1];
   em_scratch sc = {0};
   em_tensor *mask = NULL;
-  if (!isnan(lo)) mask = em_sc_scalar(&sc, EM_GE, a, lo);
+  if (!isnan(lo)) mask = ag_sc_scalar(&sc, EM_GE, a, lo);
   if (!isnan(hi)) {
-    em_tensor *m2 = em_sc_scalar(&sc, EM_LE, a, hi);
-    mask = mask ? em_sc_binary(&sc, EM_LOGICAL_AND, mask, m2) : m2;
+    em_tensor *m2 = ag_sc_scalar(&sc, EM_LE, a, hi);
+    mask = mask ? ag_sc_binary(&sc, EM_LOGICAL_AND, mask, m2) : m2;
   }
-  em_tensor *ga = mask ? em_sc_binary(&sc, EM_MUL, g, mask) : g;
+  em_tensor *ga = mask ? ag_sc_binary(&sc, EM_MUL, g, mask) : g;
   if (!sc.st) {
     em_tensor_retain(ga);
-    sc.st = em_ag_finish_input_grad(n, 0, ga, &gi[0]);
+    sc.st = ag_finish_input_grad(n, 0, ga, &gi[0]);
   }
-  return em_sc_end(&sc);
+  return ag_sc_end(&sc);
 }
 
 em_status em_ag_clamp(em_tensor **out, const em_tensor *a, double low, double high) {
   const em_tensor *in[1] = {a};
-  bool record = em_ag_any_requires_grad(1, in);
+  bool record = ag_any_requires_grad(1, in);
   em_status st;
-  if (record && (st = em_ag_check_out_free("clamp", out))) return st;
+  if (record && (st = ag_check_out_free("clamp", out))) return st;
   if ((st = em_clamp(out, a, low, high)) || !record) return st;
-  em_node *n = em_node_new("ClampBackward", clamp_backward, 1, in, 1);
+  em_node *n = ag_node_new("ClampBackward", clamp_backward, 1, in, 1);
   if (n) {
-    em_node_save(n, 0, a);
+    ag_node_save(n, 0, a);
     n->d[0] = low;
     n->d[1] = high;
   }
-  return em_ag_finish_record(out, n);
+  return ag_finish_record(out, n);
 }

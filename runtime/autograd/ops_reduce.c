@@ -18,8 +18,8 @@ static void save_dims(em_node *n, const em_tensor *a, const int *dims, int ndims
 static em_tensor *unreduce(em_scratch *sc, em_node *n, const em_tensor *r, bool expand) {
   int64_t shape[EM_MAX_DIMS];
   for (int d = 0; d < n->ndims[0]; d++) shape[d] = (n->i[1] >> d) & 1 ? 1 : n->shapes[0][d];
-  em_tensor *k = em_sc_reshape(sc, r, n->ndims[0], shape);
-  return expand ? em_sc_expand(sc, k, n->ndims[0], n->shapes[0]) : k;
+  em_tensor *k = ag_sc_reshape(sc, r, n->ndims[0], shape);
+  return expand ? ag_sc_expand(sc, k, n->ndims[0], n->shapes[0]) : k;
 }
 
 static int64_t reduced_count(const em_node *n) {
@@ -37,29 +37,29 @@ static em_status reduce_backward(em_node *n, em_tensor *const *go, em_tensor **g
   em_tensor *g = unreduce(&sc, n, go[0], true), *ga = NULL;
   switch (op) {
     case EM_SUM: ga = g; break;
-    case EM_MEAN: ga = em_sc_scalar(&sc, EM_DIV, g, (double)reduced_count(n)); break;
+    case EM_MEAN: ga = ag_sc_scalar(&sc, EM_DIV, g, (double)reduced_count(n)); break;
     case EM_PROD: /* out / a; inputs with zeros are not supported (NaN) */
-      ga = em_sc_binary(&sc, EM_MUL, g, em_sc_binary(&sc, EM_DIV, unreduce(&sc, n, out, true), a));
+      ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_binary(&sc, EM_DIV, unreduce(&sc, n, out, true), a));
       break;
     case EM_MAX:
     case EM_MIN: { /* ties share the gradient evenly */
-      em_tensor *hit = em_sc_to(&sc, em_sc_binary(&sc, EM_EQ, a, unreduce(&sc, n, out, true)), g->dtype);
+      em_tensor *hit = ag_sc_to(&sc, ag_sc_binary(&sc, EM_EQ, a, unreduce(&sc, n, out, true)), g->dtype);
       int dims[EM_MAX_DIMS], nd = 0;
       for (int d = 0; d < n->ndims[0]; d++)
         if ((n->i[1] >> d) & 1) dims[nd++] = d;
-      em_tensor *ties = em_sc_expand(&sc, em_sc_sum(&sc, hit, dims, nd, 1), n->ndims[0], n->shapes[0]);
-      ga = em_sc_binary(&sc, EM_DIV, em_sc_binary(&sc, EM_MUL, g, hit), ties);
+      em_tensor *ties = ag_sc_expand(&sc, ag_sc_sum(&sc, hit, dims, nd, 1), n->ndims[0], n->shapes[0]);
+      ga = ag_sc_binary(&sc, EM_DIV, ag_sc_binary(&sc, EM_MUL, g, hit), ties);
       break;
     }
     case EM_LOGSUMEXP:
-      ga = em_sc_binary(&sc, EM_MUL, g, em_sc_unary(&sc, EM_EXP, em_sc_binary(&sc, EM_SUB, a, unreduce(&sc, n, out, true))));
+      ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_unary(&sc, EM_EXP, ag_sc_binary(&sc, EM_SUB, a, unreduce(&sc, n, out, true))));
       break;
     default:
-      em_sc_end(&sc);
+      ag_sc_end(&sc);
       return em_set_error(EM_ERR_UNSUPPORTED, "%s: no derivative", n->name);
   }
-  if (!sc.st) sc.st = em_ag_finish_input_grad(n, 0, em_sc_keep(&sc, ga), &gi[0]);
-  return em_sc_end(&sc);
+  if (!sc.st) sc.st = ag_finish_input_grad(n, 0, ag_sc_keep(&sc, ga), &gi[0]);
+  return ag_sc_end(&sc);
 }
 
 static const char *redop_name(em_redop op) {
@@ -78,26 +78,26 @@ em_status em_ag_reduce(em_redop op, em_tensor **out, em_tensor **indices, const 
                        int ndims, int keepdim, int base) {
   em_autocast_ops ac;
   if ((op == EM_SUM || op == EM_MEAN || op == EM_PROD || op == EM_LOGSUMEXP) &&
-      em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 1, &a))
-    return em_autocast_finish(&ac, ac.status ? ac.status
+      ag_autocast_prepare(&ac, EM_AUTOCAST_FP32, 1, &a))
+    return ag_autocast_finish(&ac, ac.status ? ac.status
                                              : em_ag_reduce(op, out, indices, ac.t[0], dims, ndims, keepdim, base));
   const em_tensor *in[1] = {a};
   bool record = (op == EM_SUM || op == EM_MEAN || op == EM_PROD || op == EM_MAX || op == EM_MIN ||
                  op == EM_LOGSUMEXP) &&
-                em_ag_any_requires_grad(1, in);
+                ag_any_requires_grad(1, in);
   em_status st;
-  if (record && (st = em_ag_check_out_free(redop_name(op), out))) return st;
+  if (record && (st = ag_check_out_free(redop_name(op), out))) return st;
   if ((st = em_reduce(op, out, indices, a, dims, ndims, keepdim, base)) || !record) return st;
-  em_node *n = em_node_new(redop_name(op), reduce_backward, 1, in, 1);
+  em_node *n = ag_node_new(redop_name(op), reduce_backward, 1, in, 1);
   if (n) {
     n->i[0] = op;
     save_dims(n, a, dims, ndims, keepdim);
     if (op != EM_SUM && op != EM_MEAN) {
-      em_node_save(n, 0, a);
-      em_node_save(n, 2, *out);
+      ag_node_save(n, 0, a);
+      ag_node_save(n, 2, *out);
     }
   }
-  return em_ag_finish_record(out, n);
+  return ag_finish_record(out, n);
 }
 
 /* ---- norm, var/std ---- */
@@ -109,47 +109,47 @@ static em_status norm_backward(em_node *n, em_tensor *const *go, em_tensor **gi)
   em_scratch sc = {0};
   em_tensor *g = unreduce(&sc, n, go[0], true), *out = unreduce(&sc, n, n->saved[2], true), *ga;
   if (p == 2) { /* a / ||a|| (0 where the norm is 0) */
-    ga = em_sc_binary(&sc, EM_MUL, g, em_sc_binary(&sc, EM_DIV, a, out));
+    ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_binary(&sc, EM_DIV, a, out));
   } else if (p == 1) {
-    ga = em_sc_binary(&sc, EM_MUL, g, em_sc_unary(&sc, EM_SIGN, a));
+    ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_unary(&sc, EM_SIGN, a));
   } else { /* sign(a) |a|^(p-1) / ||a||^(p-1) */
-    em_tensor *num = em_sc_binary(&sc, EM_MUL, em_sc_unary(&sc, EM_SIGN, a),
-                                  em_sc_scalar(&sc, EM_POW, em_sc_unary(&sc, EM_ABS, a), p - 1));
-    ga = em_sc_binary(&sc, EM_MUL, g, em_sc_binary(&sc, EM_DIV, num, em_sc_scalar(&sc, EM_POW, out, p - 1)));
+    em_tensor *num = ag_sc_binary(&sc, EM_MUL, ag_sc_unary(&sc, EM_SIGN, a),
+                                  ag_sc_scalar(&sc, EM_POW, ag_sc_unary(&sc, EM_ABS, a), p - 1));
+    ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_binary(&sc, EM_DIV, num, ag_sc_scalar(&sc, EM_POW, out, p - 1)));
   }
   if (p == 2 && ga) { /* a zero norm gives 0/0: PyTorch's subgradient there is 0 */
-    em_tensor *zero_mask = em_sc_scalar(&sc, EM_EQ, out, 0.0);
+    em_tensor *zero_mask = ag_sc_scalar(&sc, EM_EQ, out, 0.0);
     if (zero_mask) {
       em_status st = em_masked_fill_(ga, zero_mask, 0.0);
       if (st && !sc.st) sc.st = st;
     }
   }
-  if (!sc.st) sc.st = em_ag_finish_input_grad(n, 0, em_sc_keep(&sc, ga), &gi[0]);
-  return em_sc_end(&sc);
+  if (!sc.st) sc.st = ag_finish_input_grad(n, 0, ag_sc_keep(&sc, ga), &gi[0]);
+  return ag_sc_end(&sc);
 }
 
 em_status em_ag_norm(em_tensor **out, const em_tensor *a, double p, const int *dims, int ndims, int keepdim) {
   em_autocast_ops ac;
-  if (em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 1, &a))
-    return em_autocast_finish(&ac, ac.status ? ac.status : em_ag_norm(out, ac.t[0], p, dims, ndims, keepdim));
+  if (ag_autocast_prepare(&ac, EM_AUTOCAST_FP32, 1, &a))
+    return ag_autocast_finish(&ac, ac.status ? ac.status : em_ag_norm(out, ac.t[0], p, dims, ndims, keepdim));
   const em_tensor *in[1] = {a};
-  bool record = em_ag_any_requires_grad(1, in);
+  bool record = ag_any_requires_grad(1, in);
   em_status st;
-  if (record && (st = em_ag_check_out_free("norm", out))) return st;
+  if (record && (st = ag_check_out_free("norm", out))) return st;
   if ((st = em_norm(out, a, p, dims, ndims, keepdim)) || !record) return st;
   if (isinf(p) || p == 0) {
     em_tensor_release(*out);
     *out = NULL;
     return em_set_error(EM_ERR_UNSUPPORTED, "norm: the gradient of the %g-norm is not implemented (use p >= 1)", p);
   }
-  em_node *n = em_node_new("NormBackward", norm_backward, 1, in, 1);
+  em_node *n = ag_node_new("NormBackward", norm_backward, 1, in, 1);
   if (n) {
     n->d[0] = p;
     save_dims(n, a, dims, ndims, keepdim);
-    em_node_save(n, 0, a);
-    em_node_save(n, 2, *out);
+    ag_node_save(n, 0, a);
+    ag_node_save(n, 2, *out);
   }
-  return em_ag_finish_record(out, n);
+  return ag_finish_record(out, n);
 }
 
 static em_status var_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
@@ -162,35 +162,35 @@ static em_status var_backward(em_node *n, em_tensor *const *go, em_tensor **gi) 
     if ((n->i[1] >> d) & 1) dims[nd++] = d;
   em_scratch sc = {0};
   em_tensor *g = unreduce(&sc, n, go[0], true);
-  if (take_sqrt) g = em_sc_binary(&sc, EM_DIV, em_sc_scalar(&sc, EM_MUL, g, 0.5), unreduce(&sc, n, n->saved[2], true));
+  if (take_sqrt) g = ag_sc_binary(&sc, EM_DIV, ag_sc_scalar(&sc, EM_MUL, g, 0.5), unreduce(&sc, n, n->saved[2], true));
   double count = (double)reduced_count(n) - correction;
-  em_tensor *mean = em_sc_scalar(&sc, EM_DIV, em_sc_sum(&sc, a, dims, nd, 1), (double)reduced_count(n));
-  em_tensor *centered = em_sc_binary(&sc, EM_SUB, a, mean);
-  em_tensor *ga = em_sc_binary(&sc, EM_MUL, g, em_sc_scalar(&sc, EM_MUL, centered, 2.0 / count));
-  if (!sc.st) sc.st = em_ag_finish_input_grad(n, 0, em_sc_keep(&sc, ga), &gi[0]);
-  return em_sc_end(&sc);
+  em_tensor *mean = ag_sc_scalar(&sc, EM_DIV, ag_sc_sum(&sc, a, dims, nd, 1), (double)reduced_count(n));
+  em_tensor *centered = ag_sc_binary(&sc, EM_SUB, a, mean);
+  em_tensor *ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_scalar(&sc, EM_MUL, centered, 2.0 / count));
+  if (!sc.st) sc.st = ag_finish_input_grad(n, 0, ag_sc_keep(&sc, ga), &gi[0]);
+  return ag_sc_end(&sc);
 }
 
 em_status em_ag_var(em_tensor **out, const em_tensor *a, const int *dims, int ndims, double correction, int keepdim,
                     int take_sqrt) {
   em_autocast_ops ac;
-  if (em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 1, &a))
-    return em_autocast_finish(
+  if (ag_autocast_prepare(&ac, EM_AUTOCAST_FP32, 1, &a))
+    return ag_autocast_finish(
         &ac, ac.status ? ac.status : em_ag_var(out, ac.t[0], dims, ndims, correction, keepdim, take_sqrt));
   const em_tensor *in[1] = {a};
-  bool record = em_ag_any_requires_grad(1, in);
+  bool record = ag_any_requires_grad(1, in);
   em_status st;
-  if (record && (st = em_ag_check_out_free(take_sqrt ? "std" : "var", out))) return st;
+  if (record && (st = ag_check_out_free(take_sqrt ? "std" : "var", out))) return st;
   if ((st = em_var(out, a, dims, ndims, correction, keepdim, take_sqrt)) || !record) return st;
-  em_node *n = em_node_new(take_sqrt ? "StdBackward" : "VarBackward", var_backward, 1, in, 1);
+  em_node *n = ag_node_new(take_sqrt ? "StdBackward" : "VarBackward", var_backward, 1, in, 1);
   if (n) {
     n->d[0] = correction;
     n->i[3] = take_sqrt;
     save_dims(n, a, dims, ndims, keepdim);
-    em_node_save(n, 0, a);
-    if (take_sqrt) em_node_save(n, 2, *out);
+    ag_node_save(n, 0, a);
+    if (take_sqrt) ag_node_save(n, 2, *out);
   }
-  return em_ag_finish_record(out, n);
+  return ag_finish_record(out, n);
 }
 
 /* ---- cumsum: the gradient is the reversed cumulative sum ---- */
@@ -201,26 +201,26 @@ static em_status cumsum_backward(em_node *n, em_tensor *const *go, em_tensor **g
   em_scratch sc = {0};
   em_tensor *g = go[0], *c = NULL;
   em_status st = em_cumsum(&c, g, dim);
-  em_sc_track(&sc, c, st);
+  ag_sc_track(&sc, c, st);
   /* sum_{j >= i} g_j = total - cumsum_i + g_i */
-  em_tensor *total = em_sc_sum(&sc, g, &dim, 1, 1);
-  em_tensor *ga = em_sc_binary(&sc, EM_ADD, em_sc_binary(&sc, EM_SUB, total, c), g);
-  if (!sc.st) sc.st = em_ag_finish_input_grad(n, 0, em_sc_keep(&sc, ga), &gi[0]);
-  return em_sc_end(&sc);
+  em_tensor *total = ag_sc_sum(&sc, g, &dim, 1, 1);
+  em_tensor *ga = ag_sc_binary(&sc, EM_ADD, ag_sc_binary(&sc, EM_SUB, total, c), g);
+  if (!sc.st) sc.st = ag_finish_input_grad(n, 0, ag_sc_keep(&sc, ga), &gi[0]);
+  return ag_sc_end(&sc);
 }
 
 em_status em_ag_cumsum(em_tensor **out, const em_tensor *a, int dim) {
   em_autocast_ops ac;
-  if (em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 1, &a))
-    return em_autocast_finish(&ac, ac.status ? ac.status : em_ag_cumsum(out, ac.t[0], dim));
+  if (ag_autocast_prepare(&ac, EM_AUTOCAST_FP32, 1, &a))
+    return ag_autocast_finish(&ac, ac.status ? ac.status : em_ag_cumsum(out, ac.t[0], dim));
   const em_tensor *in[1] = {a};
-  bool record = em_ag_any_requires_grad(1, in);
+  bool record = ag_any_requires_grad(1, in);
   em_status st;
-  if (record && (st = em_ag_check_out_free("cumsum", out))) return st;
+  if (record && (st = ag_check_out_free("cumsum", out))) return st;
   if ((st = em_cumsum(out, a, dim)) || !record) return st;
-  em_node *n = em_node_new("CumsumBackward", cumsum_backward, 1, in, 1);
+  em_node *n = ag_node_new("CumsumBackward", cumsum_backward, 1, in, 1);
   if (n) n->i[0] = dim < 0 ? dim + (a->ndim ? a->ndim : 1) : dim;
-  return em_ag_finish_record(out, n);
+  return ag_finish_record(out, n);
 }
 
 /* ---- softmax / log_softmax ---- */
@@ -232,29 +232,29 @@ static em_status softmax_backward(em_node *n, em_tensor *const *go, em_tensor **
   em_scratch sc = {0};
   em_tensor *ga;
   if (log) /* g - exp(y) sum(g) */
-    ga = em_sc_binary(&sc, EM_SUB, g, em_sc_binary(&sc, EM_MUL, em_sc_unary(&sc, EM_EXP, y), em_sc_sum(&sc, g, &dim, 1, 1)));
+    ga = ag_sc_binary(&sc, EM_SUB, g, ag_sc_binary(&sc, EM_MUL, ag_sc_unary(&sc, EM_EXP, y), ag_sc_sum(&sc, g, &dim, 1, 1)));
   else /* y (g - sum(g y)) */
-    ga = em_sc_binary(&sc, EM_MUL, y, em_sc_binary(&sc, EM_SUB, g, em_sc_sum(&sc, em_sc_binary(&sc, EM_MUL, g, y), &dim, 1, 1)));
-  if (!sc.st) sc.st = em_ag_finish_input_grad(n, 0, em_sc_keep(&sc, ga), &gi[0]);
-  return em_sc_end(&sc);
+    ga = ag_sc_binary(&sc, EM_MUL, y, ag_sc_binary(&sc, EM_SUB, g, ag_sc_sum(&sc, ag_sc_binary(&sc, EM_MUL, g, y), &dim, 1, 1)));
+  if (!sc.st) sc.st = ag_finish_input_grad(n, 0, ag_sc_keep(&sc, ga), &gi[0]);
+  return ag_sc_end(&sc);
 }
 
 em_status em_ag_softmax(em_tensor **out, const em_tensor *a, int dim, int log) {
   em_autocast_ops ac;
-  if (em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 1, &a))
-    return em_autocast_finish(&ac, ac.status ? ac.status : em_ag_softmax(out, ac.t[0], dim, log));
+  if (ag_autocast_prepare(&ac, EM_AUTOCAST_FP32, 1, &a))
+    return ag_autocast_finish(&ac, ac.status ? ac.status : em_ag_softmax(out, ac.t[0], dim, log));
   const em_tensor *in[1] = {a};
-  bool record = em_ag_any_requires_grad(1, in);
+  bool record = ag_any_requires_grad(1, in);
   em_status st;
-  if (record && (st = em_ag_check_out_free(log ? "log_softmax" : "softmax", out))) return st;
+  if (record && (st = ag_check_out_free(log ? "log_softmax" : "softmax", out))) return st;
   if ((st = em_softmax(out, a, dim, log)) || !record) return st;
-  em_node *n = em_node_new(log ? "LogSoftmaxBackward" : "SoftmaxBackward", softmax_backward, 1, in, 1);
+  em_node *n = ag_node_new(log ? "LogSoftmaxBackward" : "SoftmaxBackward", softmax_backward, 1, in, 1);
   if (n) {
     n->i[0] = dim < 0 ? dim + (a->ndim ? a->ndim : 1) : dim;
     n->i[1] = log;
-    em_node_save(n, 2, *out);
+    ag_node_save(n, 2, *out);
   }
-  return em_ag_finish_record(out, n);
+  return ag_finish_record(out, n);
 }
 
 /* ---- matmul, addmm ---- */
@@ -265,9 +265,9 @@ static em_status matmul_backward(em_node *n, em_tensor *const *go, em_tensor **g
   const em_tensor *a = n->saved[0], *b = n->saved[1];
   em_scratch sc = {0};
   em_tensor *a2 = (em_tensor *)a, *b2 = (em_tensor *)b, *g = go[0];
-  if (a->ndim == 1) a2 = em_sc_reshape(&sc, a, 2, (int64_t[]){1, a->sizes[0]});
-  if (b->ndim == 1) b2 = em_sc_reshape(&sc, b, 2, (int64_t[]){b->sizes[0], 1});
-  if (sc.st) return em_sc_end(&sc);
+  if (a->ndim == 1) a2 = ag_sc_reshape(&sc, a, 2, (int64_t[]){1, a->sizes[0]});
+  if (b->ndim == 1) b2 = ag_sc_reshape(&sc, b, 2, (int64_t[]){b->sizes[0], 1});
+  if (sc.st) return ag_sc_end(&sc);
   /* the gradient with the dims that 1-d operands removed put back */
   int64_t gshape[EM_MAX_DIMS + 2];
   int gnd = 0;
@@ -278,34 +278,34 @@ static em_status matmul_backward(em_node *n, em_tensor *const *go, em_tensor **g
     gshape[pos] = 1, gnd++;
   }
   if (b->ndim == 1) gshape[gnd++] = 1;
-  em_tensor *g2 = em_sc_reshape(&sc, g, gnd, gshape);
+  em_tensor *g2 = ag_sc_reshape(&sc, g, gnd, gshape);
   if (em_node_needs_input_grad(n, 0)) {
-    em_tensor *ga = em_sc_matmul(&sc, g2, em_sc_transpose(&sc, b2, -1, -2));
-    if (!sc.st) sc.st = em_ag_finish_input_grad(n, 0, em_sc_keep(&sc, ga), &gi[0]);
+    em_tensor *ga = ag_sc_matmul(&sc, g2, ag_sc_transpose(&sc, b2, -1, -2));
+    if (!sc.st) sc.st = ag_finish_input_grad(n, 0, ag_sc_keep(&sc, ga), &gi[0]);
   }
   if (em_node_needs_input_grad(n, 1)) {
-    em_tensor *gb = em_sc_matmul(&sc, em_sc_transpose(&sc, a2, -1, -2), g2);
-    if (gb && b->ndim == 1) gb = em_sc_reshape(&sc, gb, gb->ndim - 1, gb->sizes); /* drop the trailing 1 */
-    if (!sc.st) sc.st = em_ag_finish_input_grad(n, 1, em_sc_keep(&sc, gb), &gi[1]);
+    em_tensor *gb = ag_sc_matmul(&sc, ag_sc_transpose(&sc, a2, -1, -2), g2);
+    if (gb && b->ndim == 1) gb = ag_sc_reshape(&sc, gb, gb->ndim - 1, gb->sizes); /* drop the trailing 1 */
+    if (!sc.st) sc.st = ag_finish_input_grad(n, 1, ag_sc_keep(&sc, gb), &gi[1]);
   }
-  return em_sc_end(&sc);
+  return ag_sc_end(&sc);
 }
 
 em_status em_ag_matmul(em_tensor **out, const em_tensor *a, const em_tensor *b) {
   em_autocast_ops ac;
-  if (em_autocast_prepare(&ac, EM_AUTOCAST_LOWER, 2, (const em_tensor *[]){a, b}))
-    return em_autocast_finish(&ac, ac.status ? ac.status : em_ag_matmul(out, ac.t[0], ac.t[1]));
+  if (ag_autocast_prepare(&ac, EM_AUTOCAST_LOWER, 2, (const em_tensor *[]){a, b}))
+    return ag_autocast_finish(&ac, ac.status ? ac.status : em_ag_matmul(out, ac.t[0], ac.t[1]));
   const em_tensor *in[2] = {a, b};
-  bool record = em_ag_any_requires_grad(2, in);
+  bool record = ag_any_requires_grad(2, in);
   em_status st;
-  if (record && (st = em_ag_check_out_free("matmul", out))) return st;
+  if (record && (st = ag_check_out_free("matmul", out))) return st;
   if ((st = em_matmul(out, a, b)) || !record) return st;
-  em_node *n = em_node_new("MatmulBackward", matmul_backward, 2, in, 1);
+  em_node *n = ag_node_new("MatmulBackward", matmul_backward, 2, in, 1);
   if (n) {
-    em_node_save(n, 0, a);
-    em_node_save(n, 1, b);
+    ag_node_save(n, 0, a);
+    ag_node_save(n, 1, b);
   }
-  return em_ag_finish_record(out, n);
+  return ag_finish_record(out, n);
 }
 
 static em_status addmm_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
@@ -314,39 +314,39 @@ static em_status addmm_backward(em_node *n, em_tensor *const *go, em_tensor **gi
   double beta = n->d[0], alpha = n->d[1];
   em_scratch sc = {0};
   if (em_node_needs_input_grad(n, 0)) {
-    em_tensor *gc = beta == 1 ? (em_tensor *)g : em_sc_scalar(&sc, EM_MUL, g, beta);
-    if (!sc.st) sc.st = em_ag_finish_input_grad(n, 0, em_sc_keep(&sc, gc), &gi[0]);
+    em_tensor *gc = beta == 1 ? (em_tensor *)g : ag_sc_scalar(&sc, EM_MUL, g, beta);
+    if (!sc.st) sc.st = ag_finish_input_grad(n, 0, ag_sc_keep(&sc, gc), &gi[0]);
   }
   if (em_node_needs_input_grad(n, 1)) {
-    em_tensor *ga = em_sc_matmul(&sc, g, em_sc_transpose(&sc, b, 0, 1));
-    if (alpha != 1) ga = em_sc_scalar(&sc, EM_MUL, ga, alpha);
-    if (!sc.st) sc.st = em_ag_finish_input_grad(n, 1, em_sc_keep(&sc, ga), &gi[1]);
+    em_tensor *ga = ag_sc_matmul(&sc, g, ag_sc_transpose(&sc, b, 0, 1));
+    if (alpha != 1) ga = ag_sc_scalar(&sc, EM_MUL, ga, alpha);
+    if (!sc.st) sc.st = ag_finish_input_grad(n, 1, ag_sc_keep(&sc, ga), &gi[1]);
   }
   if (em_node_needs_input_grad(n, 2)) {
-    em_tensor *gb = em_sc_matmul(&sc, em_sc_transpose(&sc, a, 0, 1), g);
-    if (alpha != 1) gb = em_sc_scalar(&sc, EM_MUL, gb, alpha);
-    if (gb && !sc.st) gi[2] = em_sc_keep(&sc, gb);
+    em_tensor *gb = ag_sc_matmul(&sc, ag_sc_transpose(&sc, a, 0, 1), g);
+    if (alpha != 1) gb = ag_sc_scalar(&sc, EM_MUL, gb, alpha);
+    if (gb && !sc.st) gi[2] = ag_sc_keep(&sc, gb);
   }
-  return em_sc_end(&sc);
+  return ag_sc_end(&sc);
 }
 
 em_status em_ag_addmm(em_tensor **out, const em_tensor *c, const em_tensor *a, const em_tensor *b, double beta,
                       double alpha) {
   em_autocast_ops ac;
-  if (em_autocast_prepare(&ac, EM_AUTOCAST_LOWER, 3, (const em_tensor *[]){c, a, b}))
-    return em_autocast_finish(&ac, ac.status ? ac.status : em_ag_addmm(out, ac.t[0], ac.t[1], ac.t[2], beta, alpha));
+  if (ag_autocast_prepare(&ac, EM_AUTOCAST_LOWER, 3, (const em_tensor *[]){c, a, b}))
+    return ag_autocast_finish(&ac, ac.status ? ac.status : em_ag_addmm(out, ac.t[0], ac.t[1], ac.t[2], beta, alpha));
   const em_tensor *in[3] = {c, a, b};
-  bool record = em_ag_any_requires_grad(3, in);
+  bool record = ag_any_requires_grad(3, in);
   em_status st;
-  if (record && (st = em_ag_check_out_free("addmm", out))) return st;
+  if (record && (st = ag_check_out_free("addmm", out))) return st;
   if ((st = em_addmm(out, c, a, b, beta, alpha)) || !record) return st;
-  em_node *n = em_node_new("AddmmBackward", addmm_backward, 3, in, 1);
+  em_node *n = ag_node_new("AddmmBackward", addmm_backward, 3, in, 1);
   if (n) {
     /* shapes[0..1] hold c and a; gradients of c are summed back to its shape */
-    em_node_save(n, 0, a);
-    em_node_save(n, 1, b);
+    ag_node_save(n, 0, a);
+    ag_node_save(n, 1, b);
     n->d[0] = beta;
     n->d[1] = alpha;
   }
-  return em_ag_finish_record(out, n);
+  return ag_finish_record(out, n);
 }

@@ -5,7 +5,7 @@
 
 #define RECORDING(name, nin, ...)                                                                          \
   const em_tensor *in_[nin] = {__VA_ARGS__};                                                                 \
-  bool record_ = em_ag_any_requires_grad(nin, in_);                                                          \
+  bool record_ = ag_any_requires_grad(nin, in_);                                                          \
   if (record_ && *out)                                                                                      \
     return em_set_error(EM_ERR_ARGUMENT, "%s: an output tensor cannot be given while recording gradients", \
                         name);
@@ -17,18 +17,18 @@ static em_status reshape_backward(em_node *n, em_tensor *const *go, em_tensor **
   if (!go[0]) return EM_OK;
   em_tensor *r = NULL;
   em_status st = em_reshape(&r, go[0], n->ndims[0], n->shapes[0]);
-  return st ? st : em_ag_finish_input_grad(n, 0, r, &gi[0]);
+  return st ? st : ag_finish_input_grad(n, 0, r, &gi[0]);
 }
 
 static em_status identity_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
   if (!go[0]) return EM_OK;
   em_tensor_retain(go[0]);
-  return em_ag_finish_input_grad(n, 0, go[0], &gi[0]); /* sums broadcast dims, casts dtype */
+  return ag_finish_input_grad(n, 0, go[0], &gi[0]); /* sums broadcast dims, casts dtype */
 }
 
 static em_status record_simple(em_tensor **out, const em_tensor *a, const char *name, em_backward_fn fn) {
   const em_tensor *in[1] = {a};
-  return em_ag_finish_record(out, em_node_new(name, fn, 1, in, 1));
+  return ag_finish_record(out, ag_node_new(name, fn, 1, in, 1));
 }
 
 #define RESHAPE_LIKE(fname, name, call)                        \
@@ -90,33 +90,33 @@ static em_status slice_backward(em_node *n, em_tensor *const *go, em_tensor **gi
     em_tensor_release(z);
     return st;
   }
-  return em_ag_finish_input_grad(n, 0, z, &gi[0]);
+  return ag_finish_input_grad(n, 0, z, &gi[0]);
 }
 
 em_status em_ag_narrow(em_tensor **out, const em_tensor *a, int dim, int64_t start, int64_t length) {
   RECORDING("narrow", 1, a)
   em_status st = em_narrow(out, a, dim, start, length);
   if (st || !record_) return st;
-  em_node *n = em_node_new("NarrowBackward", slice_backward, 1, in_, 1);
+  em_node *n = ag_node_new("NarrowBackward", slice_backward, 1, in_, 1);
   if (n) {
     if (dim < 0) dim += a->ndim;
     if (start < 0) start += a->sizes[dim];
     n->i[0] = 0, n->i[1] = dim, n->i[2] = start, n->i[3] = length;
   }
-  return em_ag_finish_record(out, n);
+  return ag_finish_record(out, n);
 }
 
 em_status em_ag_select(em_tensor **out, const em_tensor *a, int dim, int64_t index) {
   RECORDING("select", 1, a)
   em_status st = em_select(out, a, dim, index);
   if (st || !record_) return st;
-  em_node *n = em_node_new("SelectBackward", slice_backward, 1, in_, 1);
+  em_node *n = ag_node_new("SelectBackward", slice_backward, 1, in_, 1);
   if (n) {
     if (dim < 0) dim += a->ndim;
     if (index < 0) index += a->sizes[dim];
     n->i[0] = 1, n->i[1] = dim, n->i[2] = index;
   }
-  return em_ag_finish_record(out, n);
+  return ag_finish_record(out, n);
 }
 
 /* ---- transpose / permute ---- */
@@ -127,23 +127,23 @@ static em_status permute_backward(em_node *n, em_tensor *const *go, em_tensor **
   for (int d = 0; d < n->ndims[0]; d++) inverse[n->i[d]] = d;
   em_tensor *r = NULL;
   em_status st = em_permute(&r, go[0], n->ndims[0], inverse);
-  return st ? st : em_ag_finish_input_grad(n, 0, r, &gi[0]);
+  return st ? st : ag_finish_input_grad(n, 0, r, &gi[0]);
 }
 
 em_status em_ag_permute(em_tensor **out, const em_tensor *a, int ndim, const int *dims) {
   RECORDING("permute", 1, a)
   em_status st = em_permute(out, a, ndim, dims);
   if (st || !record_) return st;
-  em_node *n = em_node_new("PermuteBackward", permute_backward, 1, in_, 1);
+  em_node *n = ag_node_new("PermuteBackward", permute_backward, 1, in_, 1);
   for (int d = 0; n && d < ndim; d++) n->i[d] = dims[d] < 0 ? dims[d] + ndim : dims[d];
-  return em_ag_finish_record(out, n);
+  return ag_finish_record(out, n);
 }
 
 em_status em_ag_transpose(em_tensor **out, const em_tensor *a, int dim0, int dim1) {
   RECORDING("transpose", 1, a)
   em_status st = em_transpose(out, a, dim0, dim1);
   if (st || !record_) return st;
-  em_node *n = em_node_new("TransposeBackward", permute_backward, 1, in_, 1);
+  em_node *n = ag_node_new("TransposeBackward", permute_backward, 1, in_, 1);
   if (n) {
     int nd = a->ndim;
     for (int d = 0; d < nd; d++) n->i[d] = d;
@@ -153,7 +153,7 @@ em_status em_ag_transpose(em_tensor **out, const em_tensor *a, int dim0, int dim
       n->i[dim0] = dim1, n->i[dim1] = dim0;
     }
   }
-  return em_ag_finish_record(out, n);
+  return ag_finish_record(out, n);
 }
 
 /* ---- cat / stack: each input gets its slice of the gradient ---- */
@@ -193,9 +193,9 @@ static em_status cat_backward(em_node *n, em_tensor *const *go, em_tensor **gi) 
 }
 
 static em_status record_cat(em_tensor **out, em_tensor *const *tensors, int n, int dim, int stacked) {
-  em_node *node = em_node_new(stacked ? "StackBackward" : "CatBackward", cat_backward, n,
+  em_node *node = ag_node_new(stacked ? "StackBackward" : "CatBackward", cat_backward, n,
                               (const em_tensor *const *)tensors, 1);
-  if (!node) return em_ag_finish_record(out, NULL);
+  if (!node) return ag_finish_record(out, NULL);
   cat_ctx *c = calloc(1, sizeof *c);
   if (c) {
     c->lengths = calloc(n, sizeof *c->lengths);
@@ -203,9 +203,9 @@ static em_status record_cat(em_tensor **out, em_tensor *const *tensors, int n, i
   }
   if (!c || !c->lengths || !c->dtypes) {
     if (c) free(c->lengths), free(c->dtypes), free(c);
-    em_node_release(node);
+    ag_node_release(node);
     em_set_error(EM_ERR_MEMORY, "cat: out of memory recording the graph");
-    return em_ag_finish_record(out, NULL);
+    return ag_finish_record(out, NULL);
   }
   int nd = (*out)->ndim;
   c->dim = dim < 0 ? dim + nd : dim;
@@ -218,11 +218,11 @@ static em_status record_cat(em_tensor **out, em_tensor *const *tensors, int n, i
   }
   node->ctx = c;
   node->release_ctx = cat_release;
-  return em_ag_finish_record(out, node);
+  return ag_finish_record(out, node);
 }
 
 em_status em_ag_cat(em_tensor **out, em_tensor *const *tensors, int n, int dim) {
-  bool record = em_ag_any_requires_grad(n, (const em_tensor *const *)tensors);
+  bool record = ag_any_requires_grad(n, (const em_tensor *const *)tensors);
   if (record && *out)
     return em_set_error(EM_ERR_ARGUMENT, "cat: an output tensor cannot be given while recording gradients");
   em_status st = em_cat(out, tensors, n, dim);
@@ -231,7 +231,7 @@ em_status em_ag_cat(em_tensor **out, em_tensor *const *tensors, int n, int dim) 
 }
 
 em_status em_ag_stack(em_tensor **out, em_tensor *const *tensors, int n, int dim) {
-  bool record = em_ag_any_requires_grad(n, (const em_tensor *const *)tensors);
+  bool record = ag_any_requires_grad(n, (const em_tensor *const *)tensors);
   if (record && *out)
     return em_set_error(EM_ERR_ARGUMENT, "stack: an output tensor cannot be given while recording gradients");
   em_status st = em_stack(out, tensors, n, dim);
@@ -252,20 +252,20 @@ static em_status index_backward(em_node *n, em_tensor *const *go, em_tensor **gi
     em_tensor_release(z);
     return st;
   }
-  return em_ag_finish_input_grad(n, 0, z, &gi[0]);
+  return ag_finish_input_grad(n, 0, z, &gi[0]);
 }
 
 static em_status record_index(em_tensor **out, const em_tensor *a, const em_tensor *index, int dim, int base,
                               int gather) {
   const em_tensor *in[1] = {a};
-  em_node *n = em_node_new(gather ? "GatherBackward" : "IndexSelectBackward", index_backward, 1, in, 1);
+  em_node *n = ag_node_new(gather ? "GatherBackward" : "IndexSelectBackward", index_backward, 1, in, 1);
   if (n) {
-    em_node_save(n, 0, index);
+    ag_node_save(n, 0, index);
     n->i[0] = gather;
     n->i[1] = dim < 0 ? dim + a->ndim : dim;
     n->i[2] = base;
   }
-  return em_ag_finish_record(out, n);
+  return ag_finish_record(out, n);
 }
 
 em_status em_ag_index_select(em_tensor **out, const em_tensor *a, int dim, const em_tensor *index, int base) {
@@ -291,7 +291,7 @@ static em_status masked_fill_backward(em_node *n, em_tensor *const *go, em_tenso
     em_tensor_release(g);
     return st;
   }
-  return em_ag_finish_input_grad(n, 0, g, &gi[0]);
+  return ag_finish_input_grad(n, 0, g, &gi[0]);
 }
 
 em_status em_ag_masked_fill(em_tensor **out, const em_tensor *a, const em_tensor *mask, double value) {
@@ -304,7 +304,7 @@ em_status em_ag_masked_fill(em_tensor **out, const em_tensor *a, const em_tensor
     return st;
   }
   if (!record_) return EM_OK;
-  em_node *n = em_node_new("MaskedFillBackward", masked_fill_backward, 1, in_, 1);
-  if (n) em_node_save(n, 0, mask);
-  return em_ag_finish_record(out, n);
+  em_node *n = ag_node_new("MaskedFillBackward", masked_fill_backward, 1, in_, 1);
+  if (n) ag_node_save(n, 0, mask);
+  return ag_finish_record(out, n);
 }

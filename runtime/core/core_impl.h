@@ -7,7 +7,7 @@
 #include "ember/core.h"
 
 /* Adds delta bytes to the allocation counters (storages call it). */
-void em_memory_count(int64_t delta);
+void core_memory_count(int64_t delta);
 
 /* Element count below which a loop stays on one thread: thread start-up costs more. It
  * depends on how OpenMP's idle threads wait (runtime.c): spinning, a parallel region
@@ -15,8 +15,8 @@ void em_memory_count(int64_t delta);
  * ReLUs and smaller weights are 16-32 K elements, ran 3.5% faster than with 32768);
  * sleeping (OMP_WAIT_POLICY=passive, what ember picks on a busy machine), waking them
  * costs tens of microseconds, and 32768 it stays. EMBER_PARALLEL_GRAIN overrides. */
-extern int64_t em_parallel_grain;
-#define EM_PARALLEL_GRAIN em_parallel_grain
+extern int64_t core_parallel_grain;
+#define EM_PARALLEL_GRAIN core_parallel_grain
 
 /* float16 / bfloat16 conversion (storage types; math runs in float32). */
 static inline float em_half_to_float(uint16_t h) {

@@ -89,15 +89,15 @@ __attribute__((constructor)) static void ember_init(void) { init_threads_from_en
 static atomic_llong bytes_allocated;
 static atomic_llong bytes_peak;
 
-int64_t em_parallel_grain = 32768;
+int64_t core_parallel_grain = 32768;
 
 __attribute__((constructor)) static void choose_parallel_grain(void) {
   const char *v = getenv("EMBER_PARALLEL_GRAIN"), *wait = getenv("OMP_WAIT_POLICY");
-  if (v && atoll(v) > 0) em_parallel_grain = atoll(v);
-  else em_parallel_grain = wait && !strcasecmp(wait, "passive") ? 32768 : 8192;
+  if (v && atoll(v) > 0) core_parallel_grain = atoll(v);
+  else core_parallel_grain = wait && !strcasecmp(wait, "passive") ? 32768 : 8192;
 }
 
-void em_memory_count(int64_t delta) {
+void core_memory_count(int64_t delta) {
   long long now = atomic_fetch_add(&bytes_allocated, delta) + delta;
   long long peak = atomic_load(&bytes_peak);
   while (now > peak && !atomic_compare_exchange_weak(&bytes_peak, &peak, now)) {

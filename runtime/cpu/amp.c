@@ -54,7 +54,7 @@ DEFINE_UNSCALE(f64, double, AS_IS, AS_IS)
 DEFINE_UNSCALE(f16, uint16_t, LOAD_F16, STORE_F16)
 DEFINE_UNSCALE(bf16, uint16_t, LOAD_BF16, STORE_BF16)
 
-em_status em_cpu_amp_unscale(int n, em_tensor *const *grads, double inv_scale, int *found_inf) {
+em_status cpu_amp_unscale(int n, em_tensor *const *grads, double inv_scale, int *found_inf) {
   unscale_ctx c = {.inv_scale = inv_scale};
   atomic_init(&c.found, 0);
   for (int i = 0; i < n; i++) {
@@ -72,8 +72,8 @@ em_status em_cpu_amp_unscale(int n, em_tensor *const *grads, double inv_scale, i
     }
     const em_tensor *ops[1] = {g};
     em_iter it;
-    em_iter_init(&it, 1, ops);
-    em_iter_for_each(&it, fn, &c, 0);
+    cpu_iter_init(&it, 1, ops);
+    cpu_iter_for_each(&it, fn, &c, 0);
   }
   *found_inf = atomic_load(&c.found);
   return EM_OK;

@@ -98,7 +98,7 @@ static void cache_flush(void) {
   for (int i = 0; i < n; i++) free(ptrs[i]);
 }
 
-void *em_cpu_alloc(size_t nbytes, em_device device) {
+void *cpu_alloc(size_t nbytes, em_device device) {
   (void)device;
   if (nbytes >= HUGE_FROM) {
     size_t rounded = (nbytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
@@ -116,7 +116,7 @@ void *em_cpu_alloc(size_t nbytes, em_device device) {
   return aligned_alloc(64, rounded);
 }
 
-void em_cpu_free(void *ptr, size_t nbytes, em_device device) {
+void cpu_free(void *ptr, size_t nbytes, em_device device) {
   (void)device;
   if (ptr && nbytes >= HUGE_FROM && cache_put(ptr, (nbytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1))) return;
   free(ptr);
@@ -124,54 +124,54 @@ void em_cpu_free(void *ptr, size_t nbytes, em_device device) {
 
 /* Entries left out (NULL) are reported as unsupported by the tensor core. Each kernel
  * group lives in its own file; the functions are declared in cpu_impl.h. */
-const em_backend em_cpu_backend = {
+const em_backend cpu_tensor_backend = {
     .name = "cpu",
-    .alloc = em_cpu_alloc,
-    .free = em_cpu_free,
-    .copy = em_cpu_copy,
-    .fill = em_cpu_fill,
-    .arange = em_cpu_arange,
-    .binary = em_cpu_binary,
-    .binary_scalar = em_cpu_binary_scalar,
-    .unary = em_cpu_unary,
-    .where = em_cpu_where,
-    .clamp = em_cpu_clamp,
-    .add_scaled = em_cpu_add_scaled,
-    .reduce = em_cpu_reduce,
-    .var = em_cpu_var,
-    .scan = em_cpu_scan,
-    .softmax = em_cpu_softmax,
-    .sort = em_cpu_sort,
-    .gemm = em_cpu_gemm,
-    .index_select = em_cpu_index_select,
-    .gather = em_cpu_gather,
-    .scatter = em_cpu_scatter,
-    .index_add = em_cpu_index_add,
-    .index_fill = em_cpu_index_fill,
-    .masked_fill = em_cpu_masked_fill,
-    .masked_select = em_cpu_masked_select,
-    .nonzero = em_cpu_nonzero,
-    .count_nonzero = em_cpu_count_nonzero,
-    .random = em_cpu_random,
-    .optim_sgd = em_cpu_optim_sgd,
-    .optim_adam = em_cpu_optim_adam,
-    .optim_grad_norm = em_cpu_optim_grad_norm,
-    .amp_unscale = em_cpu_amp_unscale,
-    .conv2d = em_cpu_conv2d,
-    .conv2d_backward = em_cpu_conv2d_backward,
-    .max_pool2d = em_cpu_max_pool2d,
-    .max_pool2d_backward = em_cpu_max_pool2d_backward,
-    .avg_pool2d = em_cpu_avg_pool2d,
-    .avg_pool2d_backward = em_cpu_avg_pool2d_backward,
-    .batch_norm_stats = em_cpu_batch_norm_stats,
-    .batch_norm = em_cpu_batch_norm,
-    .batch_norm_backward = em_cpu_batch_norm_backward,
-    .layer_norm = em_cpu_layer_norm,
-    .layer_norm_backward = em_cpu_layer_norm_backward,
-    .class_loss = em_cpu_class_loss,
-    .class_loss_backward = em_cpu_class_loss_backward,
-    .count_correct = em_cpu_count_correct,
-    .embedding_bag = em_cpu_embedding_bag,
-    .embedding_bag_backward = em_cpu_embedding_bag_backward,
-    .relu_backward = em_cpu_relu_backward,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy = cpu_copy,
+    .fill = cpu_fill,
+    .arange = cpu_arange,
+    .binary = cpu_binary,
+    .binary_scalar = cpu_binary_scalar,
+    .unary = cpu_unary,
+    .where = cpu_where,
+    .clamp = cpu_clamp,
+    .add_scaled = cpu_add_scaled,
+    .reduce = cpu_reduce,
+    .var = cpu_var,
+    .scan = cpu_scan,
+    .softmax = cpu_softmax,
+    .sort = cpu_sort,
+    .gemm = cpu_gemm,
+    .index_select = cpu_index_select,
+    .gather = cpu_gather,
+    .scatter = cpu_scatter,
+    .index_add = cpu_index_add,
+    .index_fill = cpu_index_fill,
+    .masked_fill = cpu_masked_fill,
+    .masked_select = cpu_masked_select,
+    .nonzero = cpu_nonzero,
+    .count_nonzero = cpu_count_nonzero,
+    .random = cpu_random,
+    .optim_sgd = cpu_optim_sgd,
+    .optim_adam = cpu_optim_adam,
+    .optim_grad_norm = cpu_optim_grad_norm,
+    .amp_unscale = cpu_amp_unscale,
+    .conv2d = cpu_conv2d,
+    .conv2d_backward = cpu_conv2d_backward,
+    .max_pool2d = cpu_max_pool2d,
+    .max_pool2d_backward = cpu_max_pool2d_backward,
+    .avg_pool2d = cpu_avg_pool2d,
+    .avg_pool2d_backward = cpu_avg_pool2d_backward,
+    .batch_norm_stats = cpu_batch_norm_stats,
+    .batch_norm = cpu_batch_norm,
+    .batch_norm_backward = cpu_batch_norm_backward,
+    .layer_norm = cpu_layer_norm,
+    .layer_norm_backward = cpu_layer_norm_backward,
+    .class_loss = cpu_class_loss,
+    .class_loss_backward = cpu_class_loss_backward,
+    .count_correct = cpu_count_correct,
+    .embedding_bag = cpu_embedding_bag,
+    .embedding_bag_backward = cpu_embedding_bag_backward,
+    .relu_backward = cpu_relu_backward,
 };

@@ -82,17 +82,17 @@ static void copy_bytes(char **data, const int64_t *strides, int64_t n, void *ctx
   for (int64_t i = 0; i < n; i++) memcpy(data[0] + i * strides[0], data[1] + i * strides[1], size);
 }
 
-em_status em_cpu_copy(em_tensor *dst, const em_tensor *src) {
+em_status cpu_copy(em_tensor *dst, const em_tensor *src) {
   if (src->storage->device.type != EM_CPU || dst->storage->device.type != EM_CPU)
     return em_set_error(EM_ERR_DEVICE, "copy_: the CPU backend copies between CPU tensors only");
   const em_tensor *ops[2] = {dst, src};
   em_iter it;
-  em_iter_init(&it, 2, ops);
+  cpu_iter_init(&it, 2, ops);
   if (dst->dtype == src->dtype) {
     size_t size = em_dtype_size(dst->dtype);
-    em_iter_for_each(&it, copy_bytes, &size, 0);
+    cpu_iter_for_each(&it, copy_bytes, &size, 0);
   } else {
-    em_iter_for_each(&it, convert_table[src->dtype][dst->dtype], NULL, 0);
+    cpu_iter_for_each(&it, convert_table[src->dtype][dst->dtype], NULL, 0);
   }
   return EM_OK;
 }
@@ -154,17 +154,17 @@ static void encode(em_dtype dtype, double v, char *out) {
   }
 }
 
-em_status em_cpu_fill(em_tensor *t, double value) {
+em_status cpu_fill(em_tensor *t, double value) {
   fill_ctx c = {.size = em_dtype_size(t->dtype)};
   encode(t->dtype, value, c.value);
   const em_tensor *ops[1] = {t};
   em_iter it;
-  em_iter_init(&it, 1, ops);
-  em_iter_for_each(&it, fill_loop, &c, 0);
+  cpu_iter_init(&it, 1, ops);
+  cpu_iter_for_each(&it, fill_loop, &c, 0);
   return EM_OK;
 }
 
-em_status em_cpu_arange(em_tensor *t, double start, double step) {
+em_status cpu_arange(em_tensor *t, double start, double step) {
   int64_t n = em_tensor_numel(t);
   char *p = em_tensor_ptr(t);
   size_t size = em_dtype_size(t->dtype);

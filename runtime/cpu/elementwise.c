@@ -198,12 +198,12 @@ static em_status loop_status(const char *op, em_dtype dtype, elem_ctx *c) {
 static em_status run3(em_loop_fn fn, elem_ctx *c, em_tensor *out, const em_tensor *a, const em_tensor *b) {
   const em_tensor *ops[3] = {out, a, b};
   em_iter it;
-  em_iter_init(&it, 3, ops);
-  em_iter_for_each(&it, fn, c, 0);
+  cpu_iter_init(&it, 3, ops);
+  cpu_iter_for_each(&it, fn, c, 0);
   return EM_OK;
 }
 
-em_status em_cpu_binary(em_binop op, em_tensor *out, const em_tensor *a, const em_tensor *b) {
+em_status cpu_binary(em_binop op, em_tensor *out, const em_tensor *a, const em_tensor *b) {
   em_loop_fn fn = binary_loops[op][a->dtype];
   if (!fn) return unsupported(binop_names[op], a->dtype);
   elem_ctx c = {.error = 0};
@@ -237,26 +237,26 @@ static void encode_scalar(em_dtype dtype, double v, char *out) {
   }
 }
 
-em_status em_cpu_binary_scalar(em_binop op, em_tensor *out, const em_tensor *a, double s, int reversed) {
+em_status cpu_binary_scalar(em_binop op, em_tensor *out, const em_tensor *a, double s, int reversed) {
   em_dtype dt = a->dtype;
   /* Common powers take the cheaper unary kernels, as PyTorch does. */
   if (op == EM_POW && !reversed) {
-    if (s == 2.0) return em_cpu_unary(EM_SQUARE, out, a);
-    if (em_dtype_is_floating(dt) && s == 0.5) return em_cpu_unary(EM_SQRT, out, a);
-    if (em_dtype_is_floating(dt) && s == -1.0) return em_cpu_unary(EM_RECIPROCAL, out, a);
-    if (s == 1.0) return em_cpu_copy(out, a);
+    if (s == 2.0) return cpu_unary(EM_SQUARE, out, a);
+    if (em_dtype_is_floating(dt) && s == 0.5) return cpu_unary(EM_SQRT, out, a);
+    if (em_dtype_is_floating(dt) && s == -1.0) return cpu_unary(EM_RECIPROCAL, out, a);
+    if (s == 1.0) return cpu_copy(out, a);
   }
   elem_ctx c = {.error = 0, .inner = binary_loops[op][dt], .reversed = reversed};
   if (!c.inner) return unsupported(binop_names[op], dt);
   encode_scalar(dt, s, c.scalar);
   const em_tensor *ops[2] = {out, a};
   em_iter it;
-  em_iter_init(&it, 2, ops);
-  em_iter_for_each(&it, scalar_loop, &c, 0);
+  cpu_iter_init(&it, 2, ops);
+  cpu_iter_for_each(&it, scalar_loop, &c, 0);
   return loop_status(binop_names[op], dt, &c);
 }
 
-em_status em_cpu_add_scaled(em_tensor *out, const em_tensor *a, const em_tensor *b, double alpha) {
+em_status cpu_add_scaled(em_tensor *out, const em_tensor *a, const em_tensor *b, double alpha) {
   em_loop_fn fn = add_scaled_loops[a->dtype];
   if (!fn) return unsupported("add_scaled", a->dtype);
   elem_ctx c = {.error = 0, .alpha = alpha};
@@ -291,7 +291,7 @@ DEFINE_WHERE(2, uint16_t)
 DEFINE_WHERE(4, uint32_t)
 DEFINE_WHERE(8, uint64_t)
 
-em_status em_cpu_where(em_tensor *out, const em_tensor *cond, const em_tensor *a, const em_tensor *b) {
+em_status cpu_where(em_tensor *out, const em_tensor *cond, const em_tensor *a, const em_tensor *b) {
   em_loop_fn fn;
   switch (em_dtype_size(a->dtype)) {
     case 1: fn = where_1; break;
@@ -302,8 +302,8 @@ em_status em_cpu_where(em_tensor *out, const em_tensor *cond, const em_tensor *a
   }
   const em_tensor *ops[4] = {out, cond, a, b};
   em_iter it;
-  em_iter_init(&it, 4, ops);
-  em_iter_for_each(&it, fn, NULL, 0);
+  cpu_iter_init(&it, 4, ops);
+  cpu_iter_for_each(&it, fn, NULL, 0);
   return EM_OK;
 }
 
@@ -344,13 +344,13 @@ static const em_loop_fn clamp_loops[EM_NUM_DTYPES] = {
     [EM_INT64] = clamp_i64,   [EM_UINT8] = clamp_u8,
 };
 
-em_status em_cpu_clamp(em_tensor *out, const em_tensor *a, double low, double high) {
+em_status cpu_clamp(em_tensor *out, const em_tensor *a, double low, double high) {
   em_loop_fn fn = clamp_loops[a->dtype];
   if (!fn) return unsupported("clamp", a->dtype);
   elem_ctx c = {.error = 0, .lo = low, .hi = high};
   const em_tensor *ops[2] = {out, a};
   em_iter it;
-  em_iter_init(&it, 2, ops);
-  em_iter_for_each(&it, fn, &c, 0);
+  cpu_iter_init(&it, 2, ops);
+  cpu_iter_for_each(&it, fn, &c, 0);
   return EM_OK;
 }

@@ -275,7 +275,7 @@ static int run_split(const gemm_job *job, int threads) {
   return 1;
 }
 
-em_status em_cpu_gemm(em_tensor *out, const em_tensor *a, const em_tensor *b, double alpha, double beta) {
+em_status cpu_gemm(em_tensor *out, const em_tensor *a, const em_tensor *b, double alpha, double beta) {
   em_dtype dtype = out->dtype;
   if (dtype != EM_FLOAT32 && dtype != EM_FLOAT64 && dtype != EM_INT32 && dtype != EM_INT64 && dtype != EM_UINT8)
     return em_set_error(EM_ERR_DTYPE,
@@ -286,7 +286,7 @@ em_status em_cpu_gemm(em_tensor *out, const em_tensor *a, const em_tensor *b, do
   if (M > INT_MAX || N > INT_MAX || K > INT_MAX)
     return em_set_error(EM_ERR_SHAPE, "matmul: a dim of [%lld, %lld] @ [%lld, %lld] exceeds BLAS's 32-bit sizes",
                         (long long)M, (long long)K, (long long)K, (long long)N);
-  gemm_job job = {.ops = {out, a, b}, .nbatch_dims = n - 2, .nbatch = em_shape_numel(n - 2, out->sizes),
+  gemm_job job = {.ops = {out, a, b}, .nbatch_dims = n - 2, .nbatch = emp_shape_numel(n - 2, out->sizes),
                   .dtype = dtype, .alpha = alpha, .beta = beta};
   if (job.nbatch == 0 || M == 0 || N == 0) return EM_OK;
   int is_float = dtype == EM_FLOAT32 || dtype == EM_FLOAT64;
@@ -296,7 +296,7 @@ em_status em_cpu_gemm(em_tensor *out, const em_tensor *a, const em_tensor *b, do
     job.m[i] = matrix_of(job.ops[i]);
     if (!is_float || blas_layout(&job.m[i])) continue;
     /* BLAS cannot read this one as it lies: work on a contiguous copy. */
-    if ((st = em_compact_matrices(job.ops[i], 1, i > 0 || beta != 0, &copies[i]))) break;
+    if ((st = emp_compact_matrices(job.ops[i], 1, i > 0 || beta != 0, &copies[i]))) break;
     job.ops[i] = copies[i];
     job.m[i] = matrix_of(copies[i]);
     blas_layout(&job.m[i]);
@@ -312,7 +312,7 @@ em_status em_cpu_gemm(em_tensor *out, const em_tensor *a, const em_tensor *b, do
   } else if (!(job.nbatch == 1 && is_float && run_split(&job, threads))) {
     for (int64_t batch = 0; batch < job.nbatch; batch++) run_batch(&job, batch);
   }
-  if (copies[0]) st = em_cpu_copy(out, copies[0]); /* write back what was computed aside */
+  if (copies[0]) st = cpu_copy(out, copies[0]); /* write back what was computed aside */
 done:
   for (int i = 0; i < 3; i++) em_tensor_release(copies[i]);
   return st;

@@ -37,8 +37,8 @@ static em_status check_indices(const char *op, const em_tensor *index, int dim, 
   range_ctx c = {.is64 = index->dtype == EM_INT64, .lo = base, .hi = base + size};
   const em_tensor *ops[1] = {index};
   em_iter it;
-  em_iter_init(&it, 1, ops);
-  em_iter_for_each(&it, range_loop, &c, INT64_MAX); /* serial: report the first bad one */
+  cpu_iter_init(&it, 1, ops);
+  cpu_iter_for_each(&it, range_loop, &c, INT64_MAX); /* serial: report the first bad one */
   if (!c.found) return EM_OK;
   if (size == 0)
     return em_set_error(EM_ERR_INDEX, "%s: index %lld is out of range for dim %d of size 0 (the dim is empty)", op,
@@ -55,7 +55,7 @@ static em_tensor *restride(const em_tensor *t, int ndim, const int64_t *sizes, i
     if (only_dim) strides[d] = d == dim ? (t->ndim ? t->strides[0] : 1) : 0;
     else strides[d] = d == dim ? 0 : t->strides[d];
   }
-  return em_tensor_wrap(t->storage, t->dtype, ndim, sizes, strides, t->offset);
+  return tn_tensor_wrap(t->storage, t->dtype, ndim, sizes, strides, t->offset);
 }
 
 static void release_all(em_tensor **ts, int n) {
@@ -109,25 +109,25 @@ static em_status run_gather(em_tensor *out, const em_tensor *a, em_tensor *src_r
     gather_ctx c = {a->strides[dim] * (int64_t)em_dtype_size(a->dtype), base};
     const em_tensor *ops[3] = {out, src_r, idx_r};
     em_iter it;
-    em_iter_init(&it, 3, ops);
-    em_iter_for_each(&it, gather_fn(em_dtype_size(a->dtype), idx_r->dtype), &c, 0);
+    cpu_iter_init(&it, 3, ops);
+    cpu_iter_for_each(&it, gather_fn(em_dtype_size(a->dtype), idx_r->dtype), &c, 0);
   }
   em_tensor *views[2] = {src_r, idx_r};
   release_all(views, 2);
   return st;
 }
 
-em_status em_cpu_index_select(em_tensor *out, const em_tensor *a, int dim, const em_tensor *index, int base) {
+em_status cpu_index_select(em_tensor *out, const em_tensor *a, int dim, const em_tensor *index, int base) {
   em_status st = check_indices("index_select", index, dim, a->sizes[dim], base);
   if (st || em_tensor_numel(out) == 0) return st;
   return run_gather(out, a, restride(a, out->ndim, out->sizes, dim, 0), restride(index, out->ndim, out->sizes, dim, 1),
                     dim, base);
 }
 
-em_status em_cpu_gather(em_tensor *out, const em_tensor *a, int dim, const em_tensor *index, int base) {
+em_status cpu_gather(em_tensor *out, const em_tensor *a, int dim, const em_tensor *index, int base) {
   em_status st = check_indices("gather", index, dim, a->sizes[dim], base);
   if (st || em_tensor_numel(out) == 0) return st;
-  em_tensor *idx = em_tensor_alias(index);
+  em_tensor *idx = tn_tensor_alias(index);
   return run_gather(out, a, restride(a, index->ndim, index->sizes, dim, 0), idx, dim, base);
 }
 
@@ -203,13 +203,13 @@ static em_status run_write(write_ctx *c, const em_tensor *self, int dim, em_tens
   c->stride = self->strides[dim] * (int64_t)em_dtype_size(self->dtype);
   const em_tensor *ops[3] = {target_r, idx_r, src};
   em_iter it;
-  em_iter_init(&it, src ? 3 : 2, ops);
-  em_iter_for_each(&it, write_loop, c, INT64_MAX); /* serial: indices may repeat */
+  cpu_iter_init(&it, src ? 3 : 2, ops);
+  cpu_iter_for_each(&it, write_loop, c, INT64_MAX); /* serial: indices may repeat */
   release_all(views, 3);
   return EM_OK;
 }
 
-em_status em_cpu_scatter(em_tensor *self, int dim, const em_tensor *index, const em_tensor *src, double value,
+em_status cpu_scatter(em_tensor *self, int dim, const em_tensor *index, const em_tensor *src, double value,
                          int accumulate, int base) {
   const char *op = src ? (accumulate ? "scatter_add_" : "scatter_") : "scatter_value_";
   em_status st;
@@ -220,12 +220,12 @@ em_status em_cpu_scatter(em_tensor *self, int dim, const em_tensor *index, const
   write_ctx c = {.mode = !src ? W_FILL : accumulate ? W_ADD : W_COPY, .base = base, .alpha = 1};
   if (!src) encode_value(self->dtype, value, c.value);
   em_tensor *src_r = NULL;
-  if (src && !(src_r = em_tensor_wrap(src->storage, src->dtype, index->ndim, index->sizes, src->strides, src->offset)))
+  if (src && !(src_r = tn_tensor_wrap(src->storage, src->dtype, index->ndim, index->sizes, src->strides, src->offset)))
     return em_last_status();
-  return run_write(&c, self, dim, restride(self, index->ndim, index->sizes, dim, 0), em_tensor_alias(index), src_r);
+  return run_write(&c, self, dim, restride(self, index->ndim, index->sizes, dim, 0), tn_tensor_alias(index), src_r);
 }
 
-em_status em_cpu_index_add(em_tensor *self, int dim, const em_tensor *index, const em_tensor *src, double alpha,
+em_status cpu_index_add(em_tensor *self, int dim, const em_tensor *index, const em_tensor *src, double alpha,
                            int base) {
   em_status st;
   if ((st = check_add_dtype("index_add_", self->dtype)) ||
@@ -233,18 +233,18 @@ em_status em_cpu_index_add(em_tensor *self, int dim, const em_tensor *index, con
     return st;
   if (em_tensor_numel(src) == 0) return EM_OK;
   write_ctx c = {.mode = W_ADD, .base = base, .alpha = alpha};
-  em_tensor *src_v = em_tensor_alias(src);
+  em_tensor *src_v = tn_tensor_alias(src);
   return run_write(&c, self, dim, restride(self, src->ndim, src->sizes, dim, 0),
                    restride(index, src->ndim, src->sizes, dim, 1), src_v);
 }
 
-em_status em_cpu_index_fill(em_tensor *self, int dim, const em_tensor *index, double value, int base) {
+em_status cpu_index_fill(em_tensor *self, int dim, const em_tensor *index, double value, int base) {
   em_status st = check_indices("index_fill_", index, dim, self->sizes[dim], base);
   if (st) return st;
   int64_t sizes[EM_MAX_DIMS];
   memcpy(sizes, self->sizes, sizeof sizes);
   sizes[dim] = em_tensor_numel(index);
-  if (em_shape_numel(self->ndim, sizes) == 0) return EM_OK;
+  if (emp_shape_numel(self->ndim, sizes) == 0) return EM_OK;
   write_ctx c = {.mode = W_FILL, .base = base};
   encode_value(self->dtype, value, c.value);
   return run_write(&c, self, dim, restride(self, self->ndim, sizes, dim, 0), restride(index, self->ndim, sizes, dim, 1),
@@ -277,13 +277,13 @@ static void masked_fill_loop(char **data, const int64_t *strides, int64_t n, voi
     if (*(const uint8_t *)(data[1] + i * strides[1])) memcpy(data[0] + i * strides[0], c->value, c->size);
 }
 
-em_status em_cpu_masked_fill(em_tensor *self, const em_tensor *mask, double value) {
+em_status cpu_masked_fill(em_tensor *self, const em_tensor *mask, double value) {
   fill_ctx c = {.size = em_dtype_size(self->dtype)};
   encode_value(self->dtype, value, c.value);
   const em_tensor *ops[2] = {self, mask};
   em_iter it;
-  em_iter_init(&it, 2, ops);
-  em_iter_for_each(&it, masked_fill_loop, &c, 0);
+  cpu_iter_init(&it, 2, ops);
+  cpu_iter_for_each(&it, masked_fill_loop, &c, 0);
   return EM_OK;
 }
 
@@ -303,13 +303,13 @@ static void masked_select_loop(char **data, const int64_t *strides, int64_t n, v
   }
 }
 
-em_status em_cpu_masked_select(em_tensor *out, const em_tensor *a, const em_tensor *mask) {
+em_status cpu_masked_select(em_tensor *out, const em_tensor *a, const em_tensor *mask) {
   size_t size = em_dtype_size(a->dtype);
   select_ctx c = {em_tensor_ptr(out), out->strides[0] * (int64_t)size, size};
   const em_tensor *ops[2] = {a, mask};
   em_iter it;
-  em_iter_init(&it, 2, ops);
-  em_iter_for_each(&it, masked_select_loop, &c, INT64_MAX); /* serial: output order is input order */
+  cpu_iter_init(&it, 2, ops);
+  cpu_iter_for_each(&it, masked_select_loop, &c, INT64_MAX); /* serial: output order is input order */
   return EM_OK;
 }
 
@@ -326,19 +326,19 @@ static void count_loop(char **data, const int64_t *strides, int64_t n, void *vct
   c->count += k;
 }
 
-em_status em_cpu_count_nonzero(const em_tensor *a, int64_t *count) {
+em_status cpu_count_nonzero(const em_tensor *a, int64_t *count) {
   count_ctx c = {a->dtype, 0};
   const em_tensor *ops[1] = {a};
   em_iter it;
-  em_iter_init(&it, 1, ops);
-  em_iter_for_each(&it, count_loop, &c, 0);
+  cpu_iter_init(&it, 1, ops);
+  cpu_iter_for_each(&it, count_loop, &c, 0);
   *count = c.count;
   return EM_OK;
 }
 
 /* Rows of out ([count, ndim] int64) receive the positions of nonzero elements, from base,
  * in logical order. The walk keeps the multi-index, so strided inputs need no copy. */
-em_status em_cpu_nonzero(em_tensor *out, const em_tensor *a, int base) {
+em_status cpu_nonzero(em_tensor *out, const em_tensor *a, int base) {
   int64_t n = em_tensor_numel(a), row = 0, nrows = out->sizes[0];
   if (n == 0 || nrows == 0) return EM_OK;
   int nd = a->ndim;

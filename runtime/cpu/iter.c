@@ -2,7 +2,7 @@
 #include <omp.h>
 #include "cpu_impl.h"
 
-void em_iter_init(em_iter *it, int nops, const em_tensor *const *ops) {
+void cpu_iter_init(em_iter *it, int nops, const em_tensor *const *ops) {
   const em_tensor *ref = ops[0];
   it->nops = nops;
   it->numel = em_tensor_numel(ref);
@@ -77,7 +77,7 @@ static void run_range(const em_iter *it, int64_t begin, int64_t end, em_loop_fn 
   }
 }
 
-void em_iter_for_each(const em_iter *it, em_loop_fn fn, void *ctx, int64_t grain) {
+void cpu_iter_for_each(const em_iter *it, em_loop_fn fn, void *ctx, int64_t grain) {
   if (it->numel == 0) return;
   if (grain <= 0) grain = EM_PARALLEL_GRAIN;
   int threads = em_get_num_threads();

@@ -256,15 +256,15 @@ static em_status col_oom(const conv_geom *g, int threads, size_t elsize) {
 DEFINE_CONV(float, s)
 DEFINE_CONV(double, d)
 
-em_status em_cpu_conv2d(em_tensor *out, const em_tensor *x, const em_tensor *w, const em_tensor *b,
+em_status cpu_conv2d(em_tensor *out, const em_tensor *x, const em_tensor *w, const em_tensor *b,
                         const em_conv2d_params *p) {
   conv_geom g = geometry(x, w, out, p);
   if (em_tensor_numel(out) == 0) return EM_OK;
-  if (g.K == 0) return em_cpu_fill(out, 0); /* (the caller rejects empty kernels) */
+  if (g.K == 0) return cpu_fill(out, 0); /* (the caller rejects empty kernels) */
   return x->dtype == EM_FLOAT32 ? forward_s(out, x, w, b, &g) : forward_d(out, x, w, b, &g);
 }
 
-em_status em_cpu_conv2d_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy,
+em_status cpu_conv2d_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy,
                                  const em_tensor *x, const em_tensor *w, const em_conv2d_params *p) {
   conv_geom g = geometry(x, w, gy, p);
   if (g.P == 0 || g.Cog == 0 || g.K == 0) { /* no product to form: every gradient is zero */

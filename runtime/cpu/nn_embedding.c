@@ -123,7 +123,7 @@ static bag_geom geometry(const em_tensor *weight, const em_tensor *indices, cons
 
 #define PTR(t, T) ((t) ? (T *)em_tensor_ptr(t) : NULL)
 
-em_status em_cpu_embedding_bag(em_tensor *out, em_tensor *argmax, const em_tensor *weight, const em_tensor *indices,
+em_status cpu_embedding_bag(em_tensor *out, em_tensor *argmax, const em_tensor *weight, const em_tensor *indices,
                                const em_tensor *offsets, const em_tensor *psw, int mode, int base) {
   bag_geom g = geometry(weight, indices, offsets, base);
   em_status st = check(&g);
@@ -135,7 +135,7 @@ em_status em_cpu_embedding_bag(em_tensor *out, em_tensor *argmax, const em_tenso
   return EM_OK;
 }
 
-em_status em_cpu_embedding_bag_backward(em_tensor *gw, em_tensor *gpsw, const em_tensor *gout, const em_tensor *weight,
+em_status cpu_embedding_bag_backward(em_tensor *gw, em_tensor *gpsw, const em_tensor *gout, const em_tensor *weight,
                                         const em_tensor *indices, const em_tensor *offsets, const em_tensor *psw,
                                         const em_tensor *argmax, int mode, int base) {
   bag_geom g = geometry(weight, indices, offsets, base);

@@ -150,7 +150,7 @@ static void lse_rows_s(float *out, const float *x, int64_t N, int64_t C) {
   }
 }
 
-em_status em_cpu_class_loss(em_tensor *out, em_tensor *lse, em_tensor *total_weight, const em_tensor *x,
+em_status cpu_class_loss(em_tensor *out, em_tensor *lse, em_tensor *total_weight, const em_tensor *x,
                             const em_tensor *target, const em_tensor *weight, const em_class_loss_params *p) {
   loss_geom g = geometry(x, target);
   em_status st = check_targets(target, &g, p);
@@ -193,7 +193,7 @@ em_status em_cpu_class_loss(em_tensor *out, em_tensor *lse, em_tensor *total_wei
   return EM_OK;
 }
 
-em_status em_cpu_class_loss_backward(em_tensor *gx, const em_tensor *gout, const em_tensor *x, const em_tensor *lse,
+em_status cpu_class_loss_backward(em_tensor *gx, const em_tensor *gout, const em_tensor *x, const em_tensor *lse,
                                      const em_tensor *total_weight, const em_tensor *target, const em_tensor *weight,
                                      const em_class_loss_params *p) {
   loss_geom g = geometry(x, target);
@@ -242,13 +242,13 @@ em_status em_cpu_class_loss_backward(em_tensor *gx, const em_tensor *gout, const
 DEFINE_RELU_BACKWARD(float, s)
 DEFINE_RELU_BACKWARD(double, d)
 
-em_status em_cpu_relu_backward(em_tensor *gx, const em_tensor *gy, const em_tensor *y) {
+em_status cpu_relu_backward(em_tensor *gx, const em_tensor *gy, const em_tensor *y) {
   if (gx->dtype != EM_FLOAT32 && gx->dtype != EM_FLOAT64)
     return em_set_error(EM_ERR_DTYPE, "relu backward: expected float32 or float64, got %s", em_dtype_name(gx->dtype));
   const em_tensor *ops[3] = {gx, gy, y};
   em_iter it;
-  em_iter_init(&it, 3, ops);
-  em_iter_for_each(&it, gx->dtype == EM_FLOAT32 ? relu_backward_s : relu_backward_d, NULL, 0);
+  cpu_iter_init(&it, 3, ops);
+  cpu_iter_for_each(&it, gx->dtype == EM_FLOAT32 ? relu_backward_s : relu_backward_d, NULL, 0);
   return EM_OK;
 }
 
@@ -264,7 +264,7 @@ em_status em_cpu_relu_backward(em_tensor *gx, const em_tensor *gy, const em_tens
     }                                                                               \
   } while (0)
 
-em_status em_cpu_count_correct(int64_t *count, const em_tensor *x, const em_tensor *target, int base) {
+em_status cpu_count_correct(int64_t *count, const em_tensor *x, const em_tensor *target, int base) {
   int64_t rows = x->sizes[0], classes = x->sizes[1], rs = x->strides[0], cs = x->strides[1];
   int64_t ts = target->strides[0], n = 0;
   const char *tp = em_tensor_data(target);

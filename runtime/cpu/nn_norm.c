@@ -196,7 +196,7 @@ DEFINE_NORM(double, d)
 
 #define P(t, T) ((t) ? (T *)em_tensor_ptr(t) : NULL)
 
-em_status em_cpu_batch_norm_stats(em_tensor *mean, em_tensor *var, const em_tensor *x) {
+em_status cpu_batch_norm_stats(em_tensor *mean, em_tensor *var, const em_tensor *x) {
   bn_geom g = bn_geometry(x);
   if (g.N * g.S == 0) return EM_OK; /* (the caller rejects empty batches in training) */
   if (x->dtype == EM_FLOAT32) bn_stats_s(P(mean, float), P(var, float), P(x, const float), g);
@@ -204,7 +204,7 @@ em_status em_cpu_batch_norm_stats(em_tensor *mean, em_tensor *var, const em_tens
   return EM_OK;
 }
 
-em_status em_cpu_batch_norm(em_tensor *out, const em_tensor *x, const em_tensor *mean, const em_tensor *var,
+em_status cpu_batch_norm(em_tensor *out, const em_tensor *x, const em_tensor *mean, const em_tensor *var,
                             const em_tensor *w, const em_tensor *b, double eps) {
   bn_geom g = bn_geometry(x);
   if (x->dtype == EM_FLOAT32)
@@ -216,7 +216,7 @@ em_status em_cpu_batch_norm(em_tensor *out, const em_tensor *x, const em_tensor 
   return EM_OK;
 }
 
-em_status em_cpu_batch_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy,
+em_status cpu_batch_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy,
                                      const em_tensor *x, const em_tensor *mean, const em_tensor *var,
                                      const em_tensor *w, double eps, int training) {
   bn_geom g = bn_geometry(x);
@@ -232,7 +232,7 @@ em_status em_cpu_batch_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb
   return EM_OK;
 }
 
-em_status em_cpu_layer_norm(em_tensor *out, em_tensor *mean, em_tensor *rstd, const em_tensor *x, const em_tensor *w,
+em_status cpu_layer_norm(em_tensor *out, em_tensor *mean, em_tensor *rstd, const em_tensor *x, const em_tensor *w,
                             const em_tensor *b, double eps) {
   int64_t M = em_tensor_numel(mean), D = M ? em_tensor_numel(x) / M : 0;
   if (x->dtype == EM_FLOAT32)
@@ -244,7 +244,7 @@ em_status em_cpu_layer_norm(em_tensor *out, em_tensor *mean, em_tensor *rstd, co
   return EM_OK;
 }
 
-em_status em_cpu_layer_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy,
+em_status cpu_layer_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy,
                                      const em_tensor *x, const em_tensor *mean, const em_tensor *rstd,
                                      const em_tensor *w) {
   int64_t M = em_tensor_numel(mean), D = M ? em_tensor_numel(x) / M : (gw ? em_tensor_numel(gw) : 0);

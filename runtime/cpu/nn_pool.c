@@ -194,7 +194,7 @@ static int is_2x2(const pool_geom *g, const em_pool2d_params *p) {
          p->dilation[1] == 1 && p->pad[0] == 0 && p->pad[1] == 0 && 2 * g->OH <= g->H && 2 * g->OW <= g->W;
 }
 
-em_status em_cpu_max_pool2d(em_tensor *out, em_tensor *indices, const em_tensor *x, const em_pool2d_params *p) {
+em_status cpu_max_pool2d(em_tensor *out, em_tensor *indices, const em_tensor *x, const em_pool2d_params *p) {
   pool_geom g = geometry(x, out);
   int64_t in = g.H * g.W, on = g.OH * g.OW;
   int32_t *idx = (int32_t *)em_tensor_ptr(indices), *base = NULL;
@@ -219,7 +219,7 @@ em_status em_cpu_max_pool2d(em_tensor *out, em_tensor *indices, const em_tensor 
   return EM_OK;
 }
 
-em_status em_cpu_max_pool2d_backward(em_tensor *gx, const em_tensor *gy, const em_tensor *indices) {
+em_status cpu_max_pool2d_backward(em_tensor *gx, const em_tensor *gy, const em_tensor *indices) {
   pool_geom g = geometry(gx, gy);
   int64_t in = g.H * g.W, on = g.OH * g.OW;
   const int32_t *idx = (const int32_t *)em_tensor_ptr(indices);
@@ -275,10 +275,10 @@ static em_status avg_run(em_tensor *a, const em_tensor *b, const em_pool2d_param
   return EM_OK;
 }
 
-em_status em_cpu_avg_pool2d(em_tensor *out, const em_tensor *x, const em_pool2d_params *p) {
+em_status cpu_avg_pool2d(em_tensor *out, const em_tensor *x, const em_pool2d_params *p) {
   return avg_run(out, x, p, 0);
 }
 
-em_status em_cpu_avg_pool2d_backward(em_tensor *gx, const em_tensor *gy, const em_pool2d_params *p) {
+em_status cpu_avg_pool2d_backward(em_tensor *gx, const em_tensor *gy, const em_pool2d_params *p) {
   return avg_run(gx, gy, p, 1);
 }

@@ -81,7 +81,7 @@ SGD_PLAIN(double, f64)
 SGD_MOMENTUM(float, f32)
 SGD_MOMENTUM(double, f64)
 
-em_status em_cpu_optim_sgd(int n, em_tensor *const *params, const em_tensor *const *grads, em_tensor *const *bufs,
+em_status cpu_optim_sgd(int n, em_tensor *const *params, const em_tensor *const *grads, em_tensor *const *bufs,
                            const em_sgd_args *a) {
   sgd_ctx c = {.lr = a->lr, .momentum = a->momentum, .damp1 = 1.0 - a->dampening, .wd = a->weight_decay,
                .sign = a->maximize ? -1.0 : 1.0, .nesterov = a->nesterov, .first = a->first_step,
@@ -93,8 +93,8 @@ em_status em_cpu_optim_sgd(int n, em_tensor *const *params, const em_tensor *con
     int f64 = params[i]->dtype == EM_FLOAT64;
     em_loop_fn fn = momentum ? (f64 ? sgd_momentum_f64 : sgd_momentum_f32) : (f64 ? sgd_plain_f64 : sgd_plain_f32);
     em_iter it;
-    em_iter_init(&it, momentum ? 3 : 2, ops);
-    em_iter_for_each(&it, fn, &c, 0);
+    cpu_iter_init(&it, momentum ? 3 : 2, ops);
+    cpu_iter_for_each(&it, fn, &c, 0);
   }
   return EM_OK;
 }
@@ -147,7 +147,7 @@ typedef struct {
 ADAM(float, f32, sqrtf)
 ADAM(double, f64, sqrt)
 
-em_status em_cpu_optim_adam(int n, em_tensor *const *params, const em_tensor *const *grads,
+em_status cpu_optim_adam(int n, em_tensor *const *params, const em_tensor *const *grads,
                             em_tensor *const *exp_avgs, em_tensor *const *exp_avg_sqs, const em_adam_args *a) {
   double bc1 = 1.0 - pow(a->beta1, (double)a->step), bc2 = 1.0 - pow(a->beta2, (double)a->step);
   adam_ctx c = {.sign = a->maximize ? -1.0 : 1.0,
@@ -165,8 +165,8 @@ em_status em_cpu_optim_adam(int n, em_tensor *const *params, const em_tensor *co
     if (!grads[i]) continue;
     const em_tensor *ops[4] = {params[i], grads[i], exp_avgs[i], exp_avg_sqs[i]};
     em_iter it;
-    em_iter_init(&it, 4, ops);
-    em_iter_for_each(&it, params[i]->dtype == EM_FLOAT64 ? adam_f64 : adam_f32, &c, 0);
+    cpu_iter_init(&it, 4, ops);
+    cpu_iter_for_each(&it, params[i]->dtype == EM_FLOAT64 ? adam_f64 : adam_f32, &c, 0);
   }
   return EM_OK;
 }
@@ -219,7 +219,7 @@ static inline double norm_combine_max(double m, double v) { return (v > m || v !
 NORM_LOOP(float, f32)
 NORM_LOOP(double, f64)
 
-em_status em_cpu_optim_grad_norm(int n, const em_tensor *const *grads, double p, double *acc) {
+em_status cpu_optim_grad_norm(int n, const em_tensor *const *grads, double p, double *acc) {
   norm_ctx c = {.p = p, .kind = isinf(p) ? 1 : p == 2 ? 0 : 2, .nslots = em_get_num_threads()};
   if (c.nslots < 1) c.nslots = 1;
   c.slots = calloc((size_t)c.nslots, sizeof *c.slots);
@@ -227,8 +227,8 @@ em_status em_cpu_optim_grad_norm(int n, const em_tensor *const *grads, double p,
   for (int i = 0; i < n; i++) {
     if (!grads[i]) continue;
     em_iter it;
-    em_iter_init(&it, 1, &grads[i]);
-    em_iter_for_each(&it, grads[i]->dtype == EM_FLOAT64 ? norm_f64 : norm_f32, &c, 0);
+    cpu_iter_init(&it, 1, &grads[i]);
+    cpu_iter_for_each(&it, grads[i]->dtype == EM_FLOAT64 ? norm_f64 : norm_f32, &c, 0);
   }
   double total = *acc;
   for (int s = 0; s < c.nslots; s++)

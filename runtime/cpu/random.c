@@ -153,7 +153,7 @@ static em_status fill_perm(em_tensor *t, const em_random_params *p) {
   return EM_OK;
 }
 
-em_status em_cpu_random(em_tensor *t, const em_random_params *p) {
+em_status cpu_random(em_tensor *t, const em_random_params *p) {
   if (p->kind == EM_RANDOM_PERM) return fill_perm(t, p);
   int64_t n = em_tensor_numel(t);
   int contiguous = em_tensor_is_contiguous(t);

@@ -348,8 +348,8 @@ static void make_layout(red_layout *L, const em_tensor *a, int nreduce) {
   int nkeep = a->ndim - nreduce;
   L->nk = simplify(nkeep, a->sizes, a->strides, el, L->ksize, L->kstride);
   L->nr = simplify(nreduce, a->sizes + nkeep, a->strides + nkeep, el, L->rsize, L->rstride);
-  L->nout = em_shape_numel(nkeep, a->sizes);
-  L->nred = em_shape_numel(nreduce, a->sizes + nkeep);
+  L->nout = emp_shape_numel(nkeep, a->sizes);
+  L->nred = emp_shape_numel(nreduce, a->sizes + nkeep);
   L->el = el;
   L->base = em_tensor_ptr(a);
 }
@@ -579,7 +579,7 @@ static em_status run_two_pass(red_job *first, red_job *second, const red_layout 
   return st;
 }
 
-em_status em_cpu_reduce(em_redop op, em_tensor *out, em_tensor *indices, const em_tensor *a, int nreduce, double p,
+em_status cpu_reduce(em_redop op, em_tensor *out, em_tensor *indices, const em_tensor *a, int nreduce, double p,
                         int base) {
   kind k = kind_of(op, indices != NULL);
   em_status st = check_dtype("reduce", a, k);
@@ -595,7 +595,7 @@ em_status em_cpu_reduce(em_redop op, em_tensor *out, em_tensor *indices, const e
   return run_two_pass(&first, &job, &L);
 }
 
-em_status em_cpu_var(em_tensor *out, const em_tensor *a, int nreduce, double correction, int take_sqrt) {
+em_status cpu_var(em_tensor *out, const em_tensor *a, int nreduce, double correction, int take_sqrt) {
   em_status st = check_dtype("var", a, K_SQDEV);
   if (st) return st;
   red_layout L;

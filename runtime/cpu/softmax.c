@@ -150,7 +150,7 @@ static int64_t chunk_of(dim_layout l) {
 DEF_SOFTMAX(f32, float)
 DEF_SOFTMAX(f64, double)
 
-em_status em_cpu_softmax(em_tensor *out, const em_tensor *a, int dim, int log_out) {
+em_status cpu_softmax(em_tensor *out, const em_tensor *a, int dim, int log_out) {
   dim_layout l = layout_of(a, dim);
   if (l.outer * l.n * l.inner == 0) return EM_OK;
   switch (a->dtype) {
@@ -207,7 +207,7 @@ DEF_SCAN(i32, int32_t, int64_t, int64_t, uint64_t)
 DEF_SCAN(i64, int64_t, int64_t, int64_t, uint64_t)
 DEF_SCAN(u8, uint8_t, int64_t, int64_t, uint64_t)
 
-em_status em_cpu_scan(int prod, em_tensor *out, const em_tensor *a, int dim) {
+em_status cpu_scan(int prod, em_tensor *out, const em_tensor *a, int dim) {
   dim_layout l = layout_of(a, dim);
   if (l.outer * l.n * l.inner == 0) return EM_OK;
   void *y = em_tensor_ptr(out);

@@ -105,7 +105,7 @@ DEF_SORT(i32, int32_t, NAN_I)
 DEF_SORT(i64, int64_t, NAN_I)
 DEF_SORT(u8, uint8_t, NAN_I)
 
-em_status em_cpu_sort(em_tensor *values, em_tensor *indices, const em_tensor *a, int dim, int descending, int64_t k,
+em_status cpu_sort(em_tensor *values, em_tensor *indices, const em_tensor *a, int dim, int descending, int64_t k,
                       int base) {
   sort_job job = {.a = em_tensor_ptr(a), .values = em_tensor_ptr(values),
                   .indices = indices ? em_tensor_ptr(indices) : NULL, .desc = descending, .base = base, .k = k,

@@ -245,14 +245,14 @@ static const char *const unop_names[EM_NUM_UNOPS] = {
     "neg", "abs", "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "sign", "floor",
     "ceil", "round", "reciprocal", "square", "rsqrt", "log1p", "expm1", "erf", "gelu", "silu", "logical_not"};
 
-em_status em_cpu_unary(em_unop op, em_tensor *out, const em_tensor *a) {
+em_status cpu_unary(em_unop op, em_tensor *out, const em_tensor *a) {
   em_loop_fn fn = unary_loops[op][a->dtype];
   if (!fn)
     return em_set_error(EM_ERR_DTYPE, "%s: not supported for %s tensors on the CPU", unop_names[op],
                         em_dtype_name(a->dtype));
   const em_tensor *ops[2] = {out, a};
   em_iter it;
-  em_iter_init(&it, 2, ops);
-  em_iter_for_each(&it, fn, NULL, 0);
+  cpu_iter_init(&it, 2, ops);
+  cpu_iter_for_each(&it, fn, NULL, 0);
   return EM_OK;
 }

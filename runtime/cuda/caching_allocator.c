@@ -64,12 +64,12 @@ struct em_device_cache {
 
 /* ---------------------------------------------------------------- sizes */
 
-size_t em_cache_round_size(size_t nbytes) {
+size_t cuda_cache_round_size(size_t nbytes) {
   if (nbytes < EM_CACHE_ROUND) return EM_CACHE_ROUND;
   return (nbytes + EM_CACHE_ROUND - 1) / EM_CACHE_ROUND * EM_CACHE_ROUND;
 }
 
-size_t em_cache_segment_size(size_t rounded) {
+size_t cuda_cache_segment_size(size_t rounded) {
   if (rounded <= EM_CACHE_SMALL_REQUEST) return EM_CACHE_SMALL_SEGMENT;
   if (rounded < EM_CACHE_BIG_REQUEST) return EM_CACHE_LARGE_SEGMENT;
   return (rounded + EM_CACHE_SEGMENT_ROUND - 1) / EM_CACHE_SEGMENT_ROUND * EM_CACHE_SEGMENT_ROUND;
@@ -84,7 +84,7 @@ static bool worth_splitting(const block *b, size_t size) {
   return b->pool == SMALL_POOL ? rest >= EM_CACHE_ROUND : rest > EM_CACHE_SMALL_REQUEST;
 }
 
-const char *em_cache_format_bytes(char *buf, size_t n, int64_t bytes) {
+const char *cuda_cache_format_bytes(char *buf, size_t n, int64_t bytes) {
   static const char *units[] = {"KiB", "MiB", "GiB", "TiB"};
   if (bytes < 1024) {
     snprintf(buf, n, "%lld B", (long long)bytes);
@@ -336,17 +336,17 @@ static bool new_segment(em_device_cache *c, size_t size, void *stream, int pool,
 
 static em_status out_of_memory(em_device_cache *c, size_t nbytes) {
   char asked[32], used[32], cached[32], extra[96] = "";
-  em_cache_format_bytes(asked, sizeof asked, (int64_t)nbytes);
-  em_cache_format_bytes(used, sizeof used, c->stats.allocated);
-  em_cache_format_bytes(cached, sizeof cached, c->stats.reserved - c->stats.allocated);
+  cuda_cache_format_bytes(asked, sizeof asked, (int64_t)nbytes);
+  cuda_cache_format_bytes(used, sizeof used, c->stats.allocated);
+  cuda_cache_format_bytes(cached, sizeof cached, c->stats.reserved - c->stats.allocated);
   int64_t free_bytes = 0, total = 0;
   if (c->limit > 0) {
     char lim[32];
-    snprintf(extra, sizeof extra, ", limit %s", em_cache_format_bytes(lim, sizeof lim, c->limit));
+    snprintf(extra, sizeof extra, ", limit %s", cuda_cache_format_bytes(lim, sizeof lim, c->limit));
   } else if (c->ops.mem_info && !c->ops.mem_info(c->ops.ctx, c->device, &free_bytes, &total)) {
     char f[32], t[32];
-    snprintf(extra, sizeof extra, ", device free %s of %s", em_cache_format_bytes(f, sizeof f, free_bytes),
-             em_cache_format_bytes(t, sizeof t, total));
+    snprintf(extra, sizeof extra, ", device free %s of %s", cuda_cache_format_bytes(f, sizeof f, free_bytes),
+             cuda_cache_format_bytes(t, sizeof t, total));
   }
   c->stats.num_ooms++;
   return em_set_error(EM_ERR_MEMORY, "cuda:%d: out of memory allocating %s (in use by tensors %s, cached %s%s)",
@@ -378,7 +378,7 @@ static void split(em_device_cache *c, block *b, size_t size) {
 
 /* ---------------------------------------------------------------- the API */
 
-em_device_cache *em_cache_new(int device, const em_cache_ops *ops) {
+em_device_cache *emp_cache_new(int device, const em_cache_ops *ops) {
   em_device_cache *c = calloc(1, sizeof *c);
   if (!c) return NULL;
   if (pthread_mutex_init(&c->lock, NULL)) {
@@ -390,7 +390,7 @@ em_device_cache *em_cache_new(int device, const em_cache_ops *ops) {
   return c;
 }
 
-void em_cache_destroy(em_device_cache *c) {
+void cuda_cache_destroy(em_device_cache *c) {
   if (!c) return;
   for (size_t i = 0; i < c->npending; i++) c->ops.event_free(c->ops.ctx, c->pending[i].event);
   for (block *head = c->segments, *next_seg; head; head = next_seg) {
@@ -409,25 +409,25 @@ void em_cache_destroy(em_device_cache *c) {
   free(c);
 }
 
-em_status em_cache_malloc(em_device_cache *c, size_t nbytes, void *stream, void **ptr) {
+em_status emp_cache_malloc(em_device_cache *c, size_t nbytes, void *stream, void **ptr) {
   *ptr = NULL;
   if (nbytes > ((size_t)1 << 60))
     return em_set_error(EM_ERR_MEMORY, "cuda:%d: out of memory allocating %zu bytes (more than any device holds)",
                         c->device, nbytes);
-  size_t size = em_cache_round_size(nbytes);
+  size_t size = cuda_cache_round_size(nbytes);
   int pool = pool_of(size);
   em_status st = EM_OK;
   pthread_mutex_lock(&c->lock);
   if (c->npending) collect_events(c, false);
   block *b = take_best_fit(&c->pools[pool], stream, size);
-  if (!b && !new_segment(c, em_cache_segment_size(size), stream, pool, &b)) {
+  if (!b && !new_segment(c, cuda_cache_segment_size(size), stream, pool, &b)) {
     /* Flush: wait for pending frees, hand back what is wholly free, try once more. */
     c->stats.num_flushes++;
     collect_events(c, true);
     b = take_best_fit(&c->pools[pool], stream, size);
     if (!b) {
       release_free_segments(c);
-      if (!new_segment(c, em_cache_segment_size(size), stream, pool, &b)) b = NULL;
+      if (!new_segment(c, cuda_cache_segment_size(size), stream, pool, &b)) b = NULL;
     }
     if (!b) st = out_of_memory(c, nbytes);
   }
@@ -447,7 +447,7 @@ em_status em_cache_malloc(em_device_cache *c, size_t nbytes, void *stream, void 
   return st;
 }
 
-int em_cache_free(em_device_cache *c, void *ptr) {
+int emp_cache_free(em_device_cache *c, void *ptr) {
   pthread_mutex_lock(&c->lock);
   size_t j = map_find(&c->live, ptr);
   if (j == (size_t)-1) {
@@ -483,14 +483,14 @@ int em_cache_free(em_device_cache *c, void *ptr) {
   return 1;
 }
 
-int em_cache_owns(em_device_cache *c, void *ptr) {
+int cuda_cache_owns(em_device_cache *c, void *ptr) {
   pthread_mutex_lock(&c->lock);
   int found = map_find(&c->live, ptr) != (size_t)-1;
   pthread_mutex_unlock(&c->lock);
   return found;
 }
 
-em_status em_cache_record_stream(em_device_cache *c, void *ptr, void *stream) {
+em_status emp_cache_record_stream(em_device_cache *c, void *ptr, void *stream) {
   em_status st = EM_OK;
   pthread_mutex_lock(&c->lock);
   size_t j = map_find(&c->live, ptr);
@@ -518,34 +518,34 @@ done:
   return st;
 }
 
-void em_cache_empty(em_device_cache *c) {
+void emp_cache_empty(em_device_cache *c) {
   pthread_mutex_lock(&c->lock);
   collect_events(c, true);
   release_free_segments(c);
   pthread_mutex_unlock(&c->lock);
 }
 
-void em_cache_set_limit(em_device_cache *c, int64_t bytes) {
+void emp_cache_set_limit(em_device_cache *c, int64_t bytes) {
   pthread_mutex_lock(&c->lock);
   c->limit = bytes > 0 ? bytes : 0;
   pthread_mutex_unlock(&c->lock);
 }
 
-int64_t em_cache_limit(em_device_cache *c) {
+int64_t cuda_cache_limit(em_device_cache *c) {
   pthread_mutex_lock(&c->lock);
   int64_t limit = c->limit;
   pthread_mutex_unlock(&c->lock);
   return limit;
 }
 
-void em_cache_stats(em_device_cache *c, em_cuda_memory_stats *out) {
+void emp_cache_stats(em_device_cache *c, em_cuda_memory_stats *out) {
   pthread_mutex_lock(&c->lock);
   *out = c->stats;
   out->cached_blocks = (int64_t)(c->pools[SMALL_POOL].n + c->pools[LARGE_POOL].n);
   pthread_mutex_unlock(&c->lock);
 }
 
-void em_cache_reset_peak(em_device_cache *c) {
+void emp_cache_reset_peak(em_device_cache *c) {
   pthread_mutex_lock(&c->lock);
   c->stats.peak_allocated = c->stats.allocated;
   c->stats.peak_reserved = c->stats.reserved;

@@ -12,7 +12,7 @@
  *   free neighbours of the same segment.
  * - A block belongs to the stream it was allocated on and is reused only by later work on
  *   that stream: stream order alone makes reuse safe. A block used on other streams too
- *   (em_cache_record_stream) returns to its pool only when an event recorded on each of
+ *   (emp_cache_record_stream) returns to its pool only when an event recorded on each of
  *   those streams at free time has completed; completed events are collected at each
  *   malloc.
  * - When the device (or the memory limit) refuses a new segment, every cached segment that
@@ -58,33 +58,33 @@ typedef struct em_cache_ops {
 typedef struct em_device_cache em_device_cache;
 
 /* A new allocator for device (ops is copied), or NULL when the host is out of memory. */
-em_device_cache *em_cache_new(int device, const em_cache_ops *ops);
+em_device_cache *emp_cache_new(int device, const em_cache_ops *ops);
 /* Returns every segment to the device, in use or not (the device is going away). */
-void em_cache_destroy(em_device_cache *c);
+void cuda_cache_destroy(em_device_cache *c);
 
 /* nbytes on stream; nbytes 0 gives a block of 512 bytes. On failure *ptr is NULL and the
  * error is set (EM_ERR_MEMORY). */
-em_status em_cache_malloc(em_device_cache *c, size_t nbytes, void *stream, void **ptr);
+em_status emp_cache_malloc(em_device_cache *c, size_t nbytes, void *stream, void **ptr);
 /* 1 when ptr was allocated here (it is freed), 0 when this allocator does not know it. */
-int em_cache_free(em_device_cache *c, void *ptr);
+int emp_cache_free(em_device_cache *c, void *ptr);
 /* 1 when ptr is a live allocation of this allocator. */
-int em_cache_owns(em_device_cache *c, void *ptr);
+int cuda_cache_owns(em_device_cache *c, void *ptr);
 /* The block holding ptr is in use by work on stream too (ptr: any live allocation's start). */
-em_status em_cache_record_stream(em_device_cache *c, void *ptr, void *stream);
+em_status emp_cache_record_stream(em_device_cache *c, void *ptr, void *stream);
 /* Returns every cached, wholly free segment to the device (waits for pending events first). */
-void em_cache_empty(em_device_cache *c);
+void emp_cache_empty(em_device_cache *c);
 /* Caps the bytes reserved from the device (0: no cap). Lowering it below what is reserved
  * frees nothing by itself: later segments are refused until enough is released. */
-void em_cache_set_limit(em_device_cache *c, int64_t bytes);
-int64_t em_cache_limit(em_device_cache *c);
-void em_cache_stats(em_device_cache *c, em_cuda_memory_stats *out);
-void em_cache_reset_peak(em_device_cache *c);
+void emp_cache_set_limit(em_device_cache *c, int64_t bytes);
+int64_t cuda_cache_limit(em_device_cache *c);
+void emp_cache_stats(em_device_cache *c, em_cuda_memory_stats *out);
+void emp_cache_reset_peak(em_device_cache *c);
 
 /* Sizes as the allocator sees them (exposed for tests). */
-size_t em_cache_round_size(size_t nbytes);
-size_t em_cache_segment_size(size_t rounded);
+size_t cuda_cache_round_size(size_t nbytes);
+size_t cuda_cache_segment_size(size_t rounded);
 /* "512 B", "1.50 MiB", "2.00 GiB" into buf (n bytes); returns buf. */
-const char *em_cache_format_bytes(char *buf, size_t n, int64_t bytes);
+const char *cuda_cache_format_bytes(char *buf, size_t n, int64_t bytes);
 
 #ifdef __cplusplus
 }

@@ -6,7 +6,7 @@
 /* The plugin when at least one GPU is usable; otherwise NULL with the error set (op named). */
 static const em_cuda_plugin *usable(const char *op) {
   const char *why = NULL;
-  const em_cuda_plugin *p = em_cuda_plugin_get(&why);
+  const em_cuda_plugin *p = cuda_plugin_get(&why);
   if (!p) {
     em_set_error(EM_ERR_UNSUPPORTED, "%s: %s", op, why);
     return NULL;
@@ -25,10 +25,10 @@ static em_status check_device(const char *op, int device) {
   return EM_OK;
 }
 
-int em_cuda_is_built(void) { return em_cuda_plugin_get(NULL) != NULL; }
+int em_cuda_is_built(void) { return cuda_plugin_get(NULL) != NULL; }
 
 int em_cuda_device_count(void) {
-  const em_cuda_plugin *p = em_cuda_plugin_get(NULL);
+  const em_cuda_plugin *p = cuda_plugin_get(NULL);
   return p ? p->device_count(NULL) : 0;
 }
 
@@ -36,7 +36,7 @@ int em_cuda_is_available(void) { return em_cuda_device_count() > 0; }
 
 const char *em_cuda_unavailable_reason(void) {
   const char *why = NULL;
-  const em_cuda_plugin *p = em_cuda_plugin_get(&why);
+  const em_cuda_plugin *p = cuda_plugin_get(&why);
   if (!p) return why;
   if (p->device_count(&why) > 0) return "";
   return why ? why : "no CUDA device found";
@@ -51,7 +51,7 @@ em_status em_cuda_get_device_props(int device, em_cuda_device_props *out) {
 
 em_status em_cuda_get_versions(em_cuda_versions *out) {
   memset(out, 0, sizeof *out);
-  const em_cuda_plugin *p = em_cuda_plugin_get(NULL);
+  const em_cuda_plugin *p = cuda_plugin_get(NULL);
   if (!p) return em_set_error(EM_ERR_UNSUPPORTED, "cuda.versions: %s", em_cuda_unavailable_reason());
   return p->versions(out);   /* works without a GPU: library versions still answer */
 }
@@ -64,7 +64,7 @@ em_status em_cuda_set_device(int device) {
 }
 
 int em_cuda_current_device(void) {
-  const em_cuda_plugin *p = em_cuda_plugin_get(NULL);
+  const em_cuda_plugin *p = cuda_plugin_get(NULL);
   return p && p->device_count(NULL) > 0 ? p->current_device() : -1;
 }
 
@@ -94,7 +94,7 @@ em_status em_cuda_reset_peak_memory_stats(int device) {
 }
 
 em_status em_cuda_empty_cache(void) {
-  const em_cuda_plugin *p = em_cuda_plugin_get(NULL);
+  const em_cuda_plugin *p = cuda_plugin_get(NULL);
   return p && p->device_count(NULL) > 0 ? p->empty_cache() : EM_OK;   /* nothing cached */
 }
 
@@ -118,7 +118,7 @@ em_status em_cuda_stream_new(em_cuda_stream **out, int device, int priority) {
 }
 
 void em_cuda_stream_free(em_cuda_stream *s) {
-  const em_cuda_plugin *p = em_cuda_plugin_get(NULL);
+  const em_cuda_plugin *p = cuda_plugin_get(NULL);
   if (s && p) p->stream_free(s);
 }
 
@@ -145,13 +145,13 @@ em_status em_cuda_set_stream(int device, em_cuda_stream *s) {
 }
 
 em_cuda_stream *em_cuda_current_stream(int device) {
-  const em_cuda_plugin *p = em_cuda_plugin_get(NULL);
+  const em_cuda_plugin *p = cuda_plugin_get(NULL);
   if (!p || p->device_count(NULL) <= 0) return NULL;
   return p->current_stream(device < 0 ? p->current_device() : device);
 }
 
 em_status em_cuda_record_stream(em_tensor *t, em_cuda_stream *s) {
-  em_status st = em_check_tensor("record_stream", t, "tensor");
+  em_status st = tn_check_tensor("record_stream", t, "tensor");
   if (st) return st;
   if (t->storage->device.type != EM_CUDA)
     return em_set_error(EM_ERR_DEVICE, "record_stream: the tensor is on the CPU, not a GPU");
@@ -166,7 +166,7 @@ em_status em_cuda_event_new(em_cuda_event **out, int timing) {
   STREAM_FORWARD(em_last_status(), p->event_new(out, timing));
 }
 void em_cuda_event_free(em_cuda_event *e) {
-  const em_cuda_plugin *p = em_cuda_plugin_get(NULL);
+  const em_cuda_plugin *p = cuda_plugin_get(NULL);
   if (e && p) p->event_free(e);
 }
 em_status em_cuda_event_record(em_cuda_event *e, em_cuda_stream *s) { STREAM_FORWARD(em_last_status(), p->event_record(e, s)); }
@@ -180,7 +180,7 @@ em_status em_cuda_event_elapsed_ms(em_cuda_event *a, em_cuda_event *b, double *m
 
 static void free_pinned(void *ptr, void *ctx) {
   (void)ctx;
-  const em_cuda_plugin *p = em_cuda_plugin_get(NULL);
+  const em_cuda_plugin *p = cuda_plugin_get(NULL);
   if (p) p->host_free_pinned(ptr);
 }
 
@@ -194,7 +194,7 @@ em_status em_empty_pinned(em_tensor **out, int ndim, const int64_t *sizes, em_dt
       return em_set_error(EM_ERR_ARGUMENT, "pin_memory: size %lld at dim %d, expected >= 0", (long long)sizes[d], d);
   const em_cuda_plugin *p = usable("pin_memory");
   if (!p) return em_last_status();
-  size_t nbytes = (size_t)em_shape_numel(ndim, sizes) * em_dtype_size(dtype);
+  size_t nbytes = (size_t)emp_shape_numel(ndim, sizes) * em_dtype_size(dtype);
   void *mem = p->host_alloc_pinned(nbytes ? nbytes : 1);
   if (!mem) return em_last_status();
   em_status st = em_from_blob(out, mem, ndim, sizes, NULL, dtype, (em_device){EM_CPU, 0}, free_pinned, NULL);
@@ -204,7 +204,7 @@ em_status em_empty_pinned(em_tensor **out, int ndim, const int64_t *sizes, em_dt
 
 em_status em_pin_memory(em_tensor **out, const em_tensor *a) {
   *out = NULL;
-  em_status st = em_check_tensor("pin_memory", a, "tensor");
+  em_status st = tn_check_tensor("pin_memory", a, "tensor");
   if (st) return st;
   if (a->storage->device.type != EM_CPU)
     return em_set_error(EM_ERR_DEVICE, "pin_memory: only CPU tensors can be pinned (this one is on cuda:%d)",
@@ -224,8 +224,8 @@ int em_tensor_is_pinned(const em_tensor *t) {
 }
 
 em_status em_copy_async(em_tensor *dst, const em_tensor *src, int non_blocking) {
-  em_status st = em_check_tensor("copy", dst, "destination");
-  if (!st) st = em_check_tensor("copy", src, "source");
+  em_status st = tn_check_tensor("copy", dst, "destination");
+  if (!st) st = tn_check_tensor("copy", src, "source");
   if (st) return st;
   if (dst->storage->device.type == EM_CPU && src->storage->device.type == EM_CPU) return em_copy_(dst, src);
   const em_cuda_plugin *p = usable("copy");

@@ -84,7 +84,7 @@ typedef struct em_cuda_plugin {
 typedef const em_cuda_plugin *(*em_cuda_plugin_entry_fn)(void);
 
 /* libember side: the loaded plugin, or NULL (with the reason in *why) */
-const em_cuda_plugin *em_cuda_plugin_get(const char **why);
+const em_cuda_plugin *cuda_plugin_get(const char **why);
 
 #ifdef __cplusplus
 }

@@ -23,7 +23,7 @@ static void load(void) {
   } else {
     Dl_info info;
     path[0] = 0;
-    if (dladdr((void *)em_cuda_plugin_get, &info) && info.dli_fname) {
+    if (dladdr((void *)cuda_plugin_get, &info) && info.dli_fname) {
       const char *slash = strrchr(info.dli_fname, '/');
       if (slash) snprintf(path, sizeof path, "%.*s/libember_cuda.so", (int)(slash - info.dli_fname), info.dli_fname);
     }
@@ -49,7 +49,7 @@ static void load(void) {
   plugin = p;
 }
 
-const em_cuda_plugin *em_cuda_plugin_get(const char **why) {
+const em_cuda_plugin *cuda_plugin_get(const char **why) {
   pthread_once(&once, load);
   if (!plugin && why) *why = reason;
   return plugin;

@@ -33,7 +33,7 @@ static void *make(void *arg) {
   plan_key k = *(plan_key *)arg;
   free(arg);
   em_tensor *t = NULL;
-  if (em_data_epoch_plan_now(&t, k.n, k.seed, k.epoch, k.shuffle, k.rank, k.world_size, k.pad, k.base)) t = NULL;
+  if (data_epoch_plan_now(&t, k.n, k.seed, k.epoch, k.shuffle, k.rank, k.world_size, k.pad, k.base)) t = NULL;
   pthread_mutex_lock(&mu);
   if (state == AHEAD_MAKING && same(&key, &k)) {
     ready = t;
@@ -81,7 +81,7 @@ em_status em_data_epoch_plan_ahead(int64_t n, uint64_t seed, uint64_t epoch, int
   return EM_OK;
 }
 
-int em_data_plan_take(em_tensor **out, int64_t n, uint64_t seed, uint64_t epoch, int shuffle, int64_t rank,
+int data_plan_take(em_tensor **out, int64_t n, uint64_t seed, uint64_t epoch, int shuffle, int64_t rank,
                       int64_t world_size, int pad, int64_t base) {
   plan_key k = {n, rank, world_size, base, seed, epoch, shuffle != 0, pad != 0};
   pthread_mutex_lock(&mu);

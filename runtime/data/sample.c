@@ -53,11 +53,11 @@ em_status em_data_epoch_plan(em_tensor **out, int64_t n, uint64_t seed, uint64_t
   if (world_size < 1 || rank < 0 || rank >= world_size)
     return em_set_error(EM_ERR_ARGUMENT, "data_epoch_plan: rank %lld of world size %lld (expected 0 <= rank < world size)",
                         (long long)rank, (long long)world_size);
-  if (em_data_plan_take(out, n, seed, epoch, shuffle, rank, world_size, pad, base)) return EM_OK; /* made ahead */
-  return em_data_epoch_plan_now(out, n, seed, epoch, shuffle, rank, world_size, pad, base);
+  if (data_plan_take(out, n, seed, epoch, shuffle, rank, world_size, pad, base)) return EM_OK; /* made ahead */
+  return data_epoch_plan_now(out, n, seed, epoch, shuffle, rank, world_size, pad, base);
 }
 
-em_status em_data_epoch_plan_now(em_tensor **out, int64_t n, uint64_t seed, uint64_t epoch, int shuffle, int64_t rank,
+em_status data_epoch_plan_now(em_tensor **out, int64_t n, uint64_t seed, uint64_t epoch, int shuffle, int64_t rank,
                                  int64_t world_size, int pad, int64_t base) {
   if (world_size == 1 && shuffle) return em_data_randperm(out, n, seed, epoch, base); /* no second copy */
   em_tensor *order = NULL;
@@ -93,7 +93,7 @@ em_status em_data_epoch_plan_now(em_tensor **out, int64_t n, uint64_t seed, uint
 /* ---------------------------------------------------------------- rows */
 em_status em_data_put_row(em_tensor *dst, int64_t row, const em_tensor *src) {
   em_status st;
-  if ((st = em_check_tensor("data_put_row", dst, "dst")) || (st = em_check_tensor("data_put_row", src, "src")))
+  if ((st = tn_check_tensor("data_put_row", dst, "dst")) || (st = tn_check_tensor("data_put_row", src, "src")))
     return st;
   if (dst->ndim != src->ndim + 1)
     return em_set_error(EM_ERR_SHAPE, "data_put_row: a sample of shape %s does not fit a batch of shape %s "
@@ -120,7 +120,7 @@ em_status em_data_put_row(em_tensor *dst, int64_t row, const em_tensor *src) {
 
 em_status em_data_put_row_number(em_tensor *dst, int64_t row, double value) {
   em_status st;
-  if ((st = em_check_tensor("data_put_row", dst, "dst"))) return st;
+  if ((st = tn_check_tensor("data_put_row", dst, "dst"))) return st;
   if (dst->ndim != 1)
     return em_set_error(EM_ERR_SHAPE, "data_put_row: a number fits a batch of shape [rows], not %s", EM_SHAPE(dst));
   if (row < 0 || row >= dst->sizes[0])

@@ -50,7 +50,7 @@ static em_status self_post(void *impl, em_dist_work *w) {
   em_status st = EM_OK;
   if (w->kind == EM_DIST_OP_ALL_GATHER || w->kind == EM_DIST_OP_REDUCE_SCATTER) st = copy_flat(w->out, w->in);
   /* send/recv cannot reach here: a rank never addresses itself */
-  em_dist_work_done(w, st, st ? em_last_error() : NULL);
+  emp_dist_work_done(w, st, st ? em_last_error() : NULL);
   return EM_OK;
 }
 
@@ -71,4 +71,4 @@ static const em_dist_backend self_backend = {
     .abort_job = self_abort,
 };
 
-const em_dist_backend *em_dist_self_backend(void) { return &self_backend; }
+const em_dist_backend *dist_self_backend(void) { return &self_backend; }

@@ -58,7 +58,7 @@ typedef uint16_t half_t;
 #define F16_STORE(f) em_float_to_half(f)
 #endif
 
-void em_dist_combine(void *acc, const void *x, int64_t n, em_dtype dtype, em_dist_redop op) {
+void dist_combine(void *acc, const void *x, int64_t n, em_dtype dtype, em_dist_redop op) {
   switch (dtype) {
     case EM_FLOAT32: FLOAT_OPS(float) break;
     case EM_FLOAT64: FLOAT_OPS(double) break;
@@ -75,7 +75,7 @@ void em_dist_combine(void *acc, const void *x, int64_t n, em_dtype dtype, em_dis
   }
 }
 
-void em_dist_scale(void *p, int64_t n, em_dtype dtype, double s) {
+void emp_dist_scale(void *p, int64_t n, em_dtype dtype, double s) {
   if (dtype == EM_FLOAT32) {
     float *x = p, f = (float)s;
     for (int64_t i = 0; i < n; i++) x[i] *= f;

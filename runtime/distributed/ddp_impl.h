@@ -77,17 +77,17 @@ struct em_ddp {
 };
 
 /* reducer.c */
-em_status em_ddp_build_buckets(em_ddp *d, const int *order);
-void em_ddp_free_buckets(ddp_bucket *b, int nb);
-void em_ddp_hook(em_tensor *leaf, void *ctx);
+em_status ddp_build_buckets(em_ddp *d, const int *order);
+void ddp_free_buckets(ddp_bucket *b, int nb);
+void ddp_hook(em_tensor *leaf, void *ctx);
 /* Waits for what the iteration launched and forgets it (after an incomplete iteration). */
-void em_ddp_drain(em_ddp *d);
+void ddp_drain(em_ddp *d);
 /* Names the parameters that got no gradient into msg. */
-void em_ddp_describe_unready(const em_ddp *d, char *msg, size_t cap);
+void ddp_describe_unready(const em_ddp *d, char *msg, size_t cap);
 /* Shadows one synchronised backward of the other ranks with zero gradients (join). */
-em_status em_ddp_shadow_backward(em_ddp *d);
+em_status ddp_shadow_backward(em_ddp *d);
 
 /* setup.c */
-em_status em_ddp_rebuild(em_ddp *d);
+em_status ddp_rebuild(em_ddp *d);
 
 #endif

@@ -44,7 +44,7 @@ static void hook_fail(em_ddp *d, em_status st, const char *fmt, const char *name
 
 /* ---------------------------------------------------------------- buckets */
 
-void em_ddp_free_buckets(ddp_bucket *b, int nb) {
+void ddp_free_buckets(ddp_bucket *b, int nb) {
   if (!b) return;
   for (int i = 0; i < nb; i++) {
     if (b[i].work) {
@@ -53,7 +53,7 @@ void em_ddp_free_buckets(ddp_bucket *b, int nb) {
     }
     em_tensor_release(b[i].flat);
     em_tensor_release(b[i].wire);
-    em_dist_symm_release(b[i].symm);
+    dist_symm_release(b[i].symm);
     free(b[i].params);
   }
   free(b);
@@ -63,34 +63,34 @@ static int same_device(em_device a, em_device b) { return a.type == b.type && a.
 
 /* A bucket in symmetric memory where it can be (b->flat set), or nothing (b->flat NULL).
  * Collective: every rank decides alike, from the same layout and options, and
- * em_dist_symm_new agrees on the rest. */
+ * dist_symm_new agrees on the rest. */
 static em_status shared_bucket(em_ddp *d, ddp_bucket *b, int64_t numel) {
   if (!d->o.shared_memory || d->world < 2 || d->o.comm_hook != EM_DDP_HOOK_NONE || b->device.type != EM_CPU ||
-      !em_dist_symm_supports(b->dtype) || !em_dist_symm_enabled()) {
+      !dist_symm_supports(b->dtype) || !dist_symm_enabled()) {
     if (!d->shm_why[0])
       snprintf(d->shm_why, sizeof d->shm_why, "%s",
                !d->o.shared_memory ? "shared_memory = false" : d->world < 2 ? "one rank"
                : d->o.comm_hook != EM_DDP_HOOK_NONE ? "a comm_hook compresses the buckets"
                : b->device.type != EM_CPU ? "the bucket is not on the CPU"
-               : !em_dist_symm_supports(b->dtype) ? "the bucket's dtype is not a floating one"
+               : !dist_symm_supports(b->dtype) ? "the bucket's dtype is not a floating one"
                                                    : "EMBER_DIST_SHM=0");
     return EM_OK;
   }
   char why[200];
-  em_status st = em_dist_symm_new(d->group, numel * (int64_t)em_dtype_size(b->dtype), &b->symm, why, sizeof why);
+  em_status st = dist_symm_new(d->group, numel * (int64_t)em_dtype_size(b->dtype), &b->symm, why, sizeof why);
   if (st) return st;
   if (!b->symm) {
     if (!d->shm_why[0]) snprintf(d->shm_why, sizeof d->shm_why, "%s", why);
     return EM_OK;
   }
-  return em_dist_symm_tensor(&b->flat, b->symm, b->dtype, numel);
+  return dist_symm_tensor(&b->flat, b->symm, b->dtype, numel);
 }
 
 /* Lays the parameters out in buckets in `order` (n indices): a bucket closes when it
  * reaches its cap (first_bucket_bytes for the first bucket of a dtype, then bucket_bytes),
  * so a parameter larger than the cap closes its bucket alone or after smaller ones.
  * Buckets are numbered by their first parameter's position in `order`. */
-em_status em_ddp_build_buckets(em_ddp *d, const int *order) {
+em_status ddp_build_buckets(em_ddp *d, const int *order) {
   int n = d->n, nb = 0;
   int *bucket_of = malloc(sizeof(int) * n);
   int64_t *cap = malloc(sizeof(int64_t) * n), *bytes = calloc(n, sizeof(int64_t));
@@ -140,14 +140,14 @@ em_status em_ddp_build_buckets(em_ddp *d, const int *order) {
     ddp_param *p = &d->p[order[k]];
     ddp_bucket *bk = &b[bucket_of[order[k]]];
     int64_t strides[EM_MAX_DIMS];
-    em_contiguous_strides(p->param->ndim, p->param->sizes, strides);
+    emp_contiguous_strides(p->param->ndim, p->param->sizes, strides);
     st = em_as_strided(&views[order[k]], bk->flat, p->param->ndim, p->param->sizes, strides, bk->numel);
     bk->params[bk->n_params++] = p->index;
     bk->numel += p->numel;
   }
   if (st) {
     for (int i = 0; i < n; i++) em_tensor_release(views[i]);
-    em_ddp_free_buckets(b, nb);
+    ddp_free_buckets(b, nb);
     b = NULL;
     goto done;
   }
@@ -161,7 +161,7 @@ em_status em_ddp_build_buckets(em_ddp *d, const int *order) {
      * then finds .grad already there, with nothing to copy */
     if (d->o.gradient_as_bucket_view && em_set_grad_destination(p->param, p->view)) em_clear_error();
   }
-  em_ddp_free_buckets(d->b, d->nb);
+  ddp_free_buckets(d->b, d->nb);
   d->b = b;
   d->nb = nb;
   b = NULL;
@@ -218,14 +218,14 @@ static void launch_in_order(em_ddp *d) {
     b->launched_at = em_dist_now();
     if (!st && b->symm)   /* reduced here and now, in place in every rank's bucket */
     {
-      st = em_dist_symm_all_reduce(b->symm, b->flat, d->scale, &b->launched_at, &b->finished_at);
+      st = dist_symm_all_reduce(b->symm, b->flat, d->scale, &b->launched_at, &b->finished_at);
       d->st_exposed += b->finished_at - b->launched_at;   /* backward waited for all of it */
     }
     /* the last bucket is waited for at once: its wait starts it, no thread is woken */
     else if (!st && d->n_ready == d->n)
-      st = em_dist_post_then_wait(d->group, EM_DIST_OP_ALL_REDUCE, buf, buf, EM_DIST_SUM, &b->work);
+      st = dist_post_then_wait(d->group, EM_DIST_OP_ALL_REDUCE, buf, buf, EM_DIST_SUM, &b->work);
     else if (!st)
-      st = em_dist_post(d->group, EM_DIST_OP_ALL_REDUCE, buf, buf, EM_DIST_SUM, -1, 0, &b->work);
+      st = emp_dist_post(d->group, EM_DIST_OP_ALL_REDUCE, buf, buf, EM_DIST_SUM, -1, 0, &b->work);
     if (st) hook_fail(d, st, "starting the allreduce of a bucket%s failed: %s", NULL);
     d->st_buckets++;
     d->st_bytes += (double)em_tensor_numel(buf) * em_dtype_size(buf->dtype);
@@ -243,7 +243,7 @@ static void mark_ready(em_ddp *d, ddp_param *p, int hooked) {
   if (d->n_ready == d->n && !d->in_finish) finish_iteration(d);
 }
 
-void em_ddp_hook(em_tensor *leaf, void *ctx) {
+void ddp_hook(em_tensor *leaf, void *ctx) {
   (void)leaf;
   ddp_param *p = ctx;
   em_ddp *d = p->owner;
@@ -351,8 +351,8 @@ em_status em_ddp_finish(em_ddp *d) {
   if (!d) return em_set_error(EM_ERR_ARGUMENT, "DistributedDataParallel.finish: no reducer");
   if (d->armed && d->n_ready < d->n) {
     char msg[900];
-    em_ddp_describe_unready(d, msg, sizeof msg);
-    em_ddp_drain(d);
+    ddp_describe_unready(d, msg, sizeof msg);
+    ddp_drain(d);
     return em_set_error(EM_ERR_RUNTIME, "%s", msg);
   }
   if (d->hook_status) {
@@ -363,7 +363,7 @@ em_status em_ddp_finish(em_ddp *d) {
   return EM_OK;
 }
 
-void em_ddp_drain(em_ddp *d) {
+void ddp_drain(em_ddp *d) {
   if (d->used_work) {
     em_dist_work_wait(d->used_work, 0);
     em_dist_work_release(d->used_work);
@@ -378,7 +378,7 @@ void em_ddp_drain(em_ddp *d) {
   d->armed = false;
 }
 
-void em_ddp_describe_unready(const em_ddp *d, char *msg, size_t cap) {
+void ddp_describe_unready(const em_ddp *d, char *msg, size_t cap) {
   int missing = d->n - d->n_ready, listed = 0;
   int n = snprintf(msg, cap,
                    "DistributedDataParallel: the previous iteration's backward produced no gradient for %d "
@@ -482,7 +482,7 @@ static void reset_iteration(em_ddp *d) {
 
 em_status em_ddp_pre_backward(em_ddp *d, int n_outputs, em_tensor *const *outputs) {
   if (!d) return em_set_error(EM_ERR_ARGUMENT, "DistributedDataParallel: no reducer");
-  if (d->armed) em_ddp_drain(d);
+  if (d->armed) ddp_drain(d);
   reset_iteration(d);
   if (!d->order_recorded) {
     /* recording (again, when the last recording iteration did not finish) */
@@ -500,7 +500,7 @@ em_status em_ddp_pre_backward(em_ddp *d, int n_outputs, em_tensor *const *output
   int32_t *map = em_tensor_data(d->used_map);
   for (int i = 0; i < d->n; i++) map[i] = d->p[i].used;
   /* posted before any bucket, as join's shadow expects */
-  if ((st = em_dist_post(d->group, EM_DIST_OP_ALL_REDUCE, d->used_map, d->used_map, EM_DIST_SUM, -1, 0,
+  if ((st = emp_dist_post(d->group, EM_DIST_OP_ALL_REDUCE, d->used_map, d->used_map, EM_DIST_SUM, -1, 0,
                          &d->used_work))) {
     d->armed = false;
     return st;
@@ -510,11 +510,11 @@ em_status em_ddp_pre_backward(em_ddp *d, int n_outputs, em_tensor *const *output
   return EM_OK;
 }
 
-em_status em_ddp_shadow_backward(em_ddp *d) {
+em_status ddp_shadow_backward(em_ddp *d) {
   em_status st = EM_OK;
   if (d->o.find_unused_parameters) {
     if ((st = em_fill(d->used_map, 0))) return st;
-    if ((st = em_dist_post(d->group, EM_DIST_OP_ALL_REDUCE, d->used_map, d->used_map, EM_DIST_SUM, -1, 0,
+    if ((st = emp_dist_post(d->group, EM_DIST_OP_ALL_REDUCE, d->used_map, d->used_map, EM_DIST_SUM, -1, 0,
                            &d->used_work)))
       return st;
   }
@@ -523,10 +523,10 @@ em_status em_ddp_shadow_backward(em_ddp *d) {
     em_tensor *buf = b->wire ? b->wire : b->flat;
     if ((st = em_fill(buf, 0))) break;
     /* a shared bucket's reduction applies the average on whichever rank sums each slice */
-    if (b->symm) st = em_dist_symm_all_reduce(b->symm, buf, d->scale, NULL, NULL);
-    else st = em_dist_post(d->group, EM_DIST_OP_ALL_REDUCE, buf, buf, EM_DIST_SUM, -1, 0, &b->work);
+    if (b->symm) st = dist_symm_all_reduce(b->symm, buf, d->scale, NULL, NULL);
+    else st = emp_dist_post(d->group, EM_DIST_OP_ALL_REDUCE, buf, buf, EM_DIST_SUM, -1, 0, &b->work);
   }
-  em_ddp_drain(d);
+  ddp_drain(d);
   return st;
 }
 

@@ -33,7 +33,7 @@ static em_status copy_slices(em_tensor *flat, int n, em_tensor *const *ts, em_dt
     em_tensor *t = ts[i];
     if (t->dtype != dt || !same_device(t->storage->device, dev)) continue;
     int64_t strides[EM_MAX_DIMS];
-    em_contiguous_strides(t->ndim, t->sizes, strides);
+    emp_contiguous_strides(t->ndim, t->sizes, strides);
     em_tensor *slice = NULL;
     st = em_as_strided(&slice, flat, t->ndim, t->sizes, strides, off);
     if (!st) st = pack ? em_copy_(slice, t) : em_copy_(t, slice);
@@ -62,7 +62,7 @@ static em_status broadcast_tensors(em_ddp *d, int n, em_tensor *const *ts, int r
       em_tensor *flat = NULL;
       if ((st = em_empty(&flat, 1, &total, dt, dev))) break;
       if (d->rank == root) st = copy_slices(flat, n, ts, dt, dev, 1);
-      if (!st) st = em_dist_post(d->group, EM_DIST_OP_BROADCAST, flat, flat, EM_DIST_SUM, root, 0, NULL);
+      if (!st) st = emp_dist_post(d->group, EM_DIST_OP_BROADCAST, flat, flat, EM_DIST_SUM, root, 0, NULL);
       if (!st && d->rank != root) st = copy_slices(flat, n, ts, dt, dev, 0);
       em_tensor_release(flat);
     }
@@ -113,11 +113,11 @@ static em_status check_models(em_ddp *d) {
   em_status st = mine ? new_cpu(&len, 1, EM_INT64) : em_set_error(EM_ERR_MEMORY, "DistributedDataParallel: out of memory");
   if (!st) {
     ((int64_t *)em_tensor_data(len))[0] = (int64_t)strlen(mine) + 1;
-    st = em_dist_post(d->group, EM_DIST_OP_BROADCAST, len, len, EM_DIST_SUM, 0, 0, NULL);
+    st = emp_dist_post(d->group, EM_DIST_OP_BROADCAST, len, len, EM_DIST_SUM, 0, 0, NULL);
   }
   if (!st) st = new_cpu(&text, ((int64_t *)em_tensor_data(len))[0], EM_UINT8);
   if (!st && d->rank == 0) memcpy(em_tensor_data(text), mine, strlen(mine) + 1);
-  if (!st) st = em_dist_post(d->group, EM_DIST_OP_BROADCAST, text, text, EM_DIST_SUM, 0, 0, NULL);
+  if (!st) st = emp_dist_post(d->group, EM_DIST_OP_BROADCAST, text, text, EM_DIST_SUM, 0, 0, NULL);
   int first = -1;   /* line of the first difference here: 0 options, i + 1 parameter i */
   char here[700] = "", there[700] = "";
   if (!st) {
@@ -133,7 +133,7 @@ static em_status check_models(em_ddp *d) {
     ((int64_t *)em_tensor_data(where))[0] = first;
     st = new_cpu(&all, d->world, EM_INT64);
   }
-  if (!st) st = em_dist_post(d->group, EM_DIST_OP_ALL_GATHER, where, all, EM_DIST_SUM, -1, 0, NULL);
+  if (!st) st = emp_dist_post(d->group, EM_DIST_OP_ALL_GATHER, where, all, EM_DIST_SUM, -1, 0, NULL);
   if (!st) {
     const int64_t *w = em_tensor_data(all);
     int bad = -1;
@@ -180,7 +180,7 @@ static em_status check_models(em_ddp *d) {
 /* ---------------------------------------------------------------- construction */
 
 static em_status check_param(em_dist_group *g, int i, em_tensor *p, const char *name) {
-  em_status st = em_check_tensor("DistributedDataParallel", p, "parameter");
+  em_status st = tn_check_tensor("DistributedDataParallel", p, "parameter");
   if (st) return st;
   if (!em_is_leaf(p) || !em_requires_grad(p))
     return em_set_error(EM_ERR_ARGUMENT, "DistributedDataParallel: parameter '%s' (number %d) is not a leaf that "
@@ -191,12 +191,12 @@ static em_status check_param(em_dist_group *g, int i, em_tensor *p, const char *
   void *impl;   /* attaches NCCL to the group for CUDA parameters (no communication yet) */
   char op[300];
   snprintf(op, sizeof op, "DistributedDataParallel: parameter '%s'", name);
-  return em_dist_group_backend(g, (em_device_type)p->storage->device.type, &impl, op) ? EM_OK : em_last_status();
+  return dist_group_backend(g, (em_device_type)p->storage->device.type, &impl, op) ? EM_OK : em_last_status();
 }
 
 void em_ddp_release(em_ddp *d) {
   if (!d) return;
-  em_ddp_drain(d);
+  ddp_drain(d);
   for (int i = 0; i < d->n; i++) {
     ddp_param *p = &d->p[i];
     if (p->param) {
@@ -208,7 +208,7 @@ void em_ddp_release(em_ddp *d) {
     em_tensor_release(p->view);
     free(p->name);
   }
-  em_ddp_free_buckets(d->b, d->nb);
+  ddp_free_buckets(d->b, d->nb);
   em_tensor_release(d->used_map);
   free(d->p);
   free(d->arrival);
@@ -231,7 +231,7 @@ em_status em_ddp_new(em_ddp **out, em_dist_group *g, int n, em_tensor *const *pa
   if ((unsigned)opts->comm_hook > EM_DDP_HOOK_BF16)
     return em_set_error(EM_ERR_ARGUMENT, "DistributedDataParallel: unknown comm_hook %d", opts->comm_hook);
   for (int i = 0; i < n_buffers; i++) {
-    em_status st = em_check_tensor("DistributedDataParallel", buffers[i], "buffer");
+    em_status st = tn_check_tensor("DistributedDataParallel", buffers[i], "buffer");
     if (st) return st;
   }
   em_ddp *d = calloc(1, sizeof *d);
@@ -287,11 +287,11 @@ em_status em_ddp_new(em_ddp **out, em_dist_group *g, int n, em_tensor *const *pa
   if (!st && !order) st = em_set_error(EM_ERR_MEMORY, "DistributedDataParallel: out of memory");
   if (!st) {
     for (int k = 0; k < n; k++) order[k] = n - 1 - k;   /* gradients arrive roughly in reverse */
-    st = em_ddp_build_buckets(d, order);
+    st = ddp_build_buckets(d, order);
   }
   free(order);
   for (int i = 0; i < n && !st; i++) {
-    d->p[i].hook_id = em_add_leaf_hook(d->p[i].param, em_ddp_hook, &d->p[i]);
+    d->p[i].hook_id = em_add_leaf_hook(d->p[i].param, ddp_hook, &d->p[i]);
     if (d->p[i].hook_id <= 0) st = em_last_status() ? em_last_status() : EM_ERR_MEMORY;
   }
   if (st) {
@@ -304,13 +304,13 @@ em_status em_ddp_new(em_ddp **out, em_dist_group *g, int n, em_tensor *const *pa
 
 /* ---------------------------------------------------------------- rebuild */
 
-em_status em_ddp_rebuild(em_ddp *d) {
+em_status ddp_rebuild(em_ddp *d) {
   em_tensor *order = NULL;
   em_status st = new_cpu(&order, d->n, EM_INT32);
   if (st) return st;
   int32_t *o = em_tensor_data(order);
   for (int k = 0; k < d->n; k++) o[k] = d->order_recorded ? d->arrival[k] : d->n - 1 - k;
-  st = em_dist_post(d->group, EM_DIST_OP_BROADCAST, order, order, EM_DIST_SUM, 0, 0, NULL);
+  st = emp_dist_post(d->group, EM_DIST_OP_BROADCAST, order, order, EM_DIST_SUM, 0, 0, NULL);
   int *ord = malloc(sizeof(int) * d->n);
   char *seen = calloc(d->n, 1);
   em_tensor **old = calloc(d->n, sizeof *old);
@@ -323,7 +323,7 @@ em_status em_ddp_rebuild(em_ddp *d) {
   }
   if (!st) {
     for (int i = 0; i < d->n; i++) old[i] = d->p[i].view, em_tensor_retain(old[i]);
-    st = em_ddp_build_buckets(d, ord);
+    st = ddp_build_buckets(d, ord);
   }
   /* gradients that live in the old buckets move to the new ones */
   for (int i = 0; i < d->n && !st; i++) {
@@ -349,7 +349,7 @@ em_status em_ddp_rebuild(em_ddp *d) {
 
 static em_status take_hook_error(em_ddp *d) {
   if (!d->hook_status) return EM_OK;
-  em_ddp_drain(d);
+  ddp_drain(d);
   em_status st = d->hook_status;
   d->hook_status = EM_OK;
   return em_set_error(st, "%s", d->hook_error);
@@ -361,12 +361,12 @@ static em_status take_hook_error(em_ddp *d) {
 static em_status close_previous(em_ddp *d) {
   if (!d->armed) return EM_OK;
   if (d->n_hooked == 0) {
-    em_ddp_drain(d);
+    ddp_drain(d);
     return EM_OK;
   }
   char msg[1200];
-  em_ddp_describe_unready(d, msg, sizeof msg);
-  em_ddp_drain(d);
+  ddp_describe_unready(d, msg, sizeof msg);
+  ddp_drain(d);
   return em_set_error(EM_ERR_RUNTIME, "%s", msg);
 }
 
@@ -376,7 +376,7 @@ static em_status join_flags(em_ddp *d, int64_t f0, int64_t f1, int64_t f2, int64
   if (st) return st;
   int64_t *v = em_tensor_data(t);
   v[0] = f0, v[1] = f1, v[2] = f2, v[3] = f3;
-  st = em_dist_post(d->group, EM_DIST_OP_ALL_REDUCE, t, t, EM_DIST_MAX, -1, 0, NULL);
+  st = emp_dist_post(d->group, EM_DIST_OP_ALL_REDUCE, t, t, EM_DIST_MAX, -1, 0, NULL);
   if (!st) memcpy(out, v, sizeof(int64_t) * 4);
   em_tensor_release(t);
   return st;
@@ -393,7 +393,7 @@ em_status em_ddp_pre_forward(em_ddp *d, int sync, int joining, int n_buffers, em
     if (st) return st;
     d->authoritative = root = (int)(d->world - f[0]);
   }
-  if (sync && d->rebuild_pending && (st = em_ddp_rebuild(d))) return st;
+  if (sync && d->rebuild_pending && (st = ddp_rebuild(d))) return st;
   if (n_buffers > 0) st = broadcast_tensors(d, n_buffers, buffers, root);
   return st;
 }
@@ -416,9 +416,9 @@ em_status em_ddp_join_round(em_ddp *d, int n_buffers, em_tensor *const *buffers,
     return st;
   }
   d->authoritative = (int)(d->world - f[0]);
-  if (f[3] && (st = em_ddp_rebuild(d))) return st;
+  if (f[3] && (st = ddp_rebuild(d))) return st;
   if (f[2] && n_buffers > 0 && (st = broadcast_tensors(d, n_buffers, buffers, d->authoritative))) return st;
-  if (f[1] && (st = em_ddp_shadow_backward(d))) return st;
+  if (f[1] && (st = ddp_shadow_backward(d))) return st;
   *others_active = 1;
   return EM_OK;
 }

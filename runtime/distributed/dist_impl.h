@@ -51,7 +51,7 @@ struct em_dist_work {
 };
 
 /* A backend: one per process-group kind and device type. Functions run on the calling
- * thread except that completions may arrive from a backend thread (em_dist_work_done). */
+ * thread except that completions may arrive from a backend thread (emp_dist_work_done). */
 typedef struct em_dist_backend {
   const char *name;
   /* The world: fills rank/size/local_rank and the world group's private state. */
@@ -59,7 +59,7 @@ typedef struct em_dist_backend {
   /* Collective over parent: members get their rank in the new group, others -1. */
   em_status (*new_group)(void *parent_impl, int group_id, int n, const int *ranks, void **impl, int *rank);
   void (*free_group)(void *impl);
-  /* Starts w (already checked and numbered). Completion: em_dist_work_done, on any thread. */
+  /* Starts w (already checked and numbered). Completion: emp_dist_work_done, on any thread. */
   em_status (*post)(void *group_impl, em_dist_work *w);
   /* exit_status 0: finish pending work and shut down cleanly; else end the job now with
    * that status (the other ranks may be blocked in a collective with this one). */
@@ -104,45 +104,45 @@ struct em_dist_group {
 /* ---- for backends ---- */
 /* Marks w finished (st == EM_OK: done; otherwise failed with msg) and wakes its waiters;
  * releases the tensors it held. Safe from any thread. */
-void em_dist_work_done(em_dist_work *w, em_status st, const char *msg);
+void emp_dist_work_done(em_dist_work *w, em_status st, const char *msg);
 /* How many threads are blocked in em_dist_work_wait right now: a backend thread may poll
  * harder while someone waits, and leave the CPU to computation while nobody does. */
-int em_dist_num_waiters(void);
+int emp_dist_num_waiters(void);
 /* The world group (NULL before init), for backends resolving ids of other groups. */
-em_dist_group *em_dist_world_group(void);
+em_dist_group *emp_dist_world_group(void);
 /* "all_reduce", "broadcast", ... */
-const char *em_dist_op_name(em_dist_opkind kind);
+const char *emp_dist_op_name(em_dist_opkind kind);
 /* "all_reduce #12 on the world group (940 KB of float32)" into buf. */
-void em_dist_describe(const em_dist_work *w, char *buf, size_t cap);
+void emp_dist_describe(const em_dist_work *w, char *buf, size_t cap);
 
 /* The backend of g for tensors on dev, attaching a device backend (NCCL) to g on first
  * use; NULL with the error set (op named) when g has none. *impl receives g's state. */
-const em_dist_backend *em_dist_group_backend(em_dist_group *g, em_device_type dev, void **impl, const char *op);
+const em_dist_backend *dist_group_backend(em_dist_group *g, em_device_type dev, void **impl, const char *op);
 
 /* The built-in backend for a world of one process (any device: its copies dispatch). */
-const em_dist_backend *em_dist_self_backend(void);
+const em_dist_backend *dist_self_backend(void);
 /* The ZeroMQ backend for torchrun-style starts (runtime/distributed/tcp_*.c); NULL in a build
  * without ZeroMQ. */
-const em_dist_backend *em_dist_tcp_backend(void);
+const em_dist_backend *dist_tcp_backend(void);
 /* The MPI plugin's entry point (libember_mpi.so). */
 typedef const em_dist_backend *(*em_dist_backend_entry)(void);
 
 /* ---- for the reducer ---- */
 /* Posts an operation on g (checks done by the caller); *work receives the handle. */
-em_status em_dist_post(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out, em_dist_redop op,
+em_status emp_dist_post(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out, em_dist_redop op,
                        int peer, int tag, em_dist_work **work);
 /* The same, for a caller that waits for the work right after (and keeps the handle): no
  * backend thread is woken to start it, the wait does. */
-em_status em_dist_post_then_wait(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out,
+em_status dist_post_then_wait(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out,
                                  em_dist_redop op, em_dist_work **work);
 
 /* ---- elementwise reductions (combine.c), for backends that reduce themselves ----
  * acc[i] = acc[i] (op) x[i] for n elements of dtype ('avg' combines as 'sum'; integers wrap;
  * float16/bfloat16 in float32, rounded every step; max/min propagate NaN). Either pointer
  * may be misaligned (contributions read in place from a received message). */
-void em_dist_combine(void *acc, const void *x, int64_t n, em_dtype dtype, em_dist_redop op);
+void dist_combine(void *acc, const void *x, int64_t n, em_dtype dtype, em_dist_redop op);
 /* p[i] *= s for floating dtypes (the 1/size of 'avg', after the sum); others untouched. */
-void em_dist_scale(void *p, int64_t n, em_dtype dtype, double s);
+void emp_dist_scale(void *p, int64_t n, em_dtype dtype, double s);
 
 /* ---- symmetric memory (symmetric.c) ----
  * A buffer of `bytes` on every member of g, each member's mapped by all members, when all
@@ -151,22 +151,22 @@ void em_dist_scale(void *p, int64_t n, em_dtype dtype, double s);
  * (one rank, other hosts, EMBER_DIST_SHM=0, a mapping refused): why says which, and every
  * member gets NULL alike. */
 typedef struct em_dist_symm em_dist_symm;
-em_status em_dist_symm_new(em_dist_group *g, int64_t bytes, em_dist_symm **out, char *why, size_t why_cap);
-void em_dist_symm_retain(em_dist_symm *s);
-void em_dist_symm_release(em_dist_symm *s);
-void *em_dist_symm_data(const em_dist_symm *s);          /* this rank's buffer */
-int em_dist_symm_enabled(void);                         /* EMBER_DIST_SHM is not 0 */
-int em_dist_symm_supports(em_dtype dtype);              /* dtypes the allreduce sums */
+em_status dist_symm_new(em_dist_group *g, int64_t bytes, em_dist_symm **out, char *why, size_t why_cap);
+void dist_symm_retain(em_dist_symm *s);
+void dist_symm_release(em_dist_symm *s);
+void *dist_symm_data(const em_dist_symm *s);          /* this rank's buffer */
+int dist_symm_enabled(void);                         /* EMBER_DIST_SHM is not 0 */
+int dist_symm_supports(em_dtype dtype);              /* dtypes the allreduce sums */
 /* A flat CPU tensor over the first numel elements of this rank's buffer (holds s). */
-em_status em_dist_symm_tensor(em_tensor **out, em_dist_symm *s, em_dtype dtype, int64_t numel);
+em_status dist_symm_tensor(em_tensor **out, em_dist_symm *s, em_dtype dtype, int64_t numel);
 /* Sums t (a contiguous floating tensor inside s's buffer) over the members, times
  * scale, into every member's t, on the calling thread; every member calls it in the same
  * order relative to its other collectives on s's group. started/finished (may be NULL)
  * receive em_dist_now() at entry and exit. */
-em_status em_dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, double *started, double *finished);
+em_status dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, double *started, double *finished);
 /* A blocking all_reduce of t on g through g's scratch symmetric memory: returns 1 when it
  * ran (*st says how), 0 when it does not apply (not a CPU tensor of a supported dtype, or
  * g's ranks cannot share memory): then the caller posts it to the backend. */
-int em_dist_symm_try_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, em_status *st);
+int dist_symm_try_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, em_status *st);
 
 #endif

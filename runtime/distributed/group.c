@@ -141,7 +141,7 @@ static em_status load_mpi_plugin(const em_dist_backend **out) {
  * built without NCCL, or no GPU. */
 static em_status load_nccl(const char *op, const em_dist_backend **out) {
   const char *why = NULL;
-  const em_cuda_plugin *p = em_cuda_plugin_get(&why);
+  const em_cuda_plugin *p = cuda_plugin_get(&why);
   if (!p) return em_set_error(EM_ERR_UNSUPPORTED, "%s: backend 'nccl' is not available: %s", op, why);
   const em_dist_backend *be = p->nccl_backend ? p->nccl_backend() : NULL;
   if (!be)
@@ -159,7 +159,7 @@ static em_status load_nccl(const char *op, const em_dist_backend **out) {
   return EM_OK;
 }
 
-const em_dist_backend *em_dist_group_backend(em_dist_group *g, em_device_type dev, void **impl, const char *op) {
+const em_dist_backend *dist_group_backend(em_dist_group *g, em_device_type dev, void **impl, const char *op) {
   const em_dist_backend *be = g->backend[dev];
   if (be) {
     atomic_thread_fence(memory_order_acquire);   /* pairs with the release below */
@@ -230,9 +230,9 @@ static void shutdown_world(int exit_status) {
   pthread_mutex_unlock(&init_lock);
   if (!w) return;
   /* GPU work first: it may still need the CPU backend (a group's NCCL id) */
-  if (dev_be && dev_be != be && dev_be != em_dist_self_backend()) dev_be->shutdown(exit_status);
+  if (dev_be && dev_be != be && dev_be != dist_self_backend()) dev_be->shutdown(exit_status);
   if (be) {
-    if (be != em_dist_self_backend()) finalized_mpi = 1;
+    if (be != dist_self_backend()) finalized_mpi = 1;
     be->shutdown(exit_status);
   }
   /* Groups still referenced by Lua objects stay valid as handles; their backend state is
@@ -256,7 +256,7 @@ static em_status choose_backend(const char *name, const em_dist_env *env, const 
     /* torchrun-style (RANK/WORLD_SIZE, no MPI launcher): the ZeroMQ rendezvous at
      * MASTER_ADDR:MASTER_PORT and CPU collectives over TCP (runtime/distributed/tcp_*.c); NCCL's
      * id then travels over those. */
-    if (torchrun && !em_dist_tcp_backend())
+    if (torchrun && !dist_tcp_backend())
       return em_set_error(EM_ERR_UNSUPPORTED,
                           "dist.init: started torchrun-style (RANK/WORLD_SIZE set, %d processes) without an MPI "
                           "launcher, but this ember was built without ZeroMQ (libzmq3-dev), which the rendezvous at "
@@ -269,7 +269,7 @@ static em_status choose_backend(const char *name, const em_dist_env *env, const 
     return EM_OK;
   }
   if (!strcmp(name, "tcp") || !strcmp(name, "zmq")) {
-    if (!em_dist_tcp_backend())
+    if (!dist_tcp_backend())
       return em_set_error(EM_ERR_UNSUPPORTED, "dist.init: backend '%s' is not available: this ember was built "
                           "without ZeroMQ (install libzmq3-dev and rebuild)", name);
     *chosen = *resolved = "tcp";
@@ -313,9 +313,9 @@ em_status em_dist_init(const char *backend, double timeout_s) {
   }
   const em_dist_backend *be = NULL;
   if (!strcmp(chosen, "self")) {
-    be = em_dist_self_backend();
+    be = dist_self_backend();
   } else if (!strcmp(chosen, "tcp")) {
-    be = em_dist_tcp_backend();
+    be = dist_tcp_backend();
   } else {
     if (finalized_mpi) {
       pthread_mutex_unlock(&init_lock);
@@ -346,7 +346,7 @@ em_status em_dist_init(const char *backend, double timeout_s) {
   g->backend[EM_CPU] = be;
   g->impl[EM_CPU] = impl;
   /* a world of one: CUDA tensors need no communicator either */
-  if (be == em_dist_self_backend() && mode == CUDA_AUTO) g->backend[EM_CUDA] = be;
+  if (be == dist_self_backend() && mode == CUDA_AUTO) g->backend[EM_CUDA] = be;
   snprintf(g->name, sizeof g->name, "the world group");
   world = g;
   cpu_backend = be;
@@ -365,7 +365,7 @@ em_status em_dist_init(const char *backend, double timeout_s) {
 int em_dist_is_initialized(void) { return world != NULL; }
 const char *em_dist_backend_name(void) { return cpu_backend ? cpu_backend->name : NULL; }
 em_dist_group *em_dist_world(void) { return world; }
-em_dist_group *em_dist_world_group(void) { return world; }
+em_dist_group *emp_dist_world_group(void) { return world; }
 int em_dist_local_rank(void) { return world ? local_rank_value : 0; }
 
 em_status em_dist_finalize(void) {
@@ -427,7 +427,7 @@ void em_dist_group_retain(em_dist_group *g) {
 
 void em_dist_group_release(em_dist_group *g) {
   if (!g || atomic_fetch_sub(&g->refcount, 1) != 1) return;
-  em_dist_symm_release(g->symm);
+  dist_symm_release(g->symm);
   for (int d = 0; d < EM_NUM_DEVICE_TYPES; d++)
     if (g->backend[d] && g->impl[d] && g->id != 0) g->backend[d]->free_group(g->impl[d]);
   free(g->world_ranks);

@@ -98,12 +98,12 @@ static em_status cpu_tensor(em_tensor **out, int64_t n) {
   return em_zeros(out, 1, &n, EM_INT64, (em_device){EM_CPU, 0});
 }
 
-int em_dist_symm_enabled(void) {
+int dist_symm_enabled(void) {
   const char *v = getenv("EMBER_DIST_SHM");
   return !(v && (!strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "false")));
 }
 
-em_status em_dist_symm_new(em_dist_group *g, int64_t bytes, em_dist_symm **out, char *why, size_t why_cap) {
+em_status dist_symm_new(em_dist_group *g, int64_t bytes, em_dist_symm **out, char *why, size_t why_cap) {
   *out = NULL;
   if (why_cap) why[0] = 0;
   if (!g || g->rank < 0 || bytes < 0) return em_set_error(EM_ERR_ARGUMENT, "symmetric memory: bad arguments");
@@ -127,7 +127,7 @@ em_status em_dist_symm_new(em_dist_group *g, int64_t bytes, em_dist_symm **out, 
   s->map_bytes = (size_t)((SYMM_HEADER + bytes + page - 1) / page * page);
 
   /* this rank's segment; a failure is not an error yet, every rank must hear of it */
-  int ok = em_dist_symm_enabled();
+  int ok = dist_symm_enabled();
   if (!ok) snprintf(why, why_cap, "EMBER_DIST_SHM=0");
   if (ok) {
     fd = memfd_create("ember-symmetric", MFD_CLOEXEC);
@@ -145,7 +145,7 @@ em_status em_dist_symm_new(em_dist_group *g, int64_t bytes, em_dist_symm **out, 
     goto done;
   int64_t *mine = em_tensor_data(info), *each = em_tensor_data(all);
   mine[0] = ok, mine[1] = host_key(), mine[2] = getpid(), mine[3] = fd;
-  if ((st = em_dist_post(g, EM_DIST_OP_ALL_GATHER, info, all, EM_DIST_SUM, -1, 0, NULL))) goto done;
+  if ((st = emp_dist_post(g, EM_DIST_OP_ALL_GATHER, info, all, EM_DIST_SUM, -1, 0, NULL))) goto done;
   for (int r = 0; r < g->size && ok; r++) {
     if (!each[4 * r]) {
       ok = 0;
@@ -179,7 +179,7 @@ em_status em_dist_symm_new(em_dist_group *g, int64_t bytes, em_dist_symm **out, 
   }
   /* everyone mapped everyone (or nobody goes on); the fds are no longer needed after this */
   ((int64_t *)em_tensor_data(flag))[0] = ok;
-  if ((st = em_dist_post(g, EM_DIST_OP_ALL_REDUCE, flag, flag, EM_DIST_MIN, -1, 0, NULL))) goto done;
+  if ((st = emp_dist_post(g, EM_DIST_OP_ALL_REDUCE, flag, flag, EM_DIST_MIN, -1, 0, NULL))) goto done;
   if (((int64_t *)em_tensor_data(flag))[0] == 1) {
     s->group = g;
     s->spin_polls = g->size <= sysconf(_SC_NPROCESSORS_ONLN) ? SPIN_POLLS : 0;
@@ -201,32 +201,32 @@ done:
   return st;
 }
 
-void em_dist_symm_retain(em_dist_symm *s) {
+void dist_symm_retain(em_dist_symm *s) {
   if (s) atomic_fetch_add(&s->refcount, 1);
 }
 
-void em_dist_symm_release(em_dist_symm *s) {
+void dist_symm_release(em_dist_symm *s) {
   if (!s || atomic_fetch_sub(&s->refcount, 1) != 1) return;
   unmap_all(s);
   if (!s->group_weak) em_dist_group_release(s->group);
   free(s);
 }
 
-void *em_dist_symm_data(const em_dist_symm *s) { return s ? s->base[s->rank] + SYMM_HEADER : NULL; }
+void *dist_symm_data(const em_dist_symm *s) { return s ? s->base[s->rank] + SYMM_HEADER : NULL; }
 
 static void release_from_tensor(void *data, void *ctx) {
   (void)data;
-  em_dist_symm_release(ctx);
+  dist_symm_release(ctx);
 }
 
-em_status em_dist_symm_tensor(em_tensor **out, em_dist_symm *s, em_dtype dtype, int64_t numel) {
+em_status dist_symm_tensor(em_tensor **out, em_dist_symm *s, em_dtype dtype, int64_t numel) {
   if (numel * (int64_t)em_dtype_size(dtype) > s->bytes)
     return em_set_error(EM_ERR_ARGUMENT, "symmetric memory: %lld elements of %s do not fit in %lld bytes",
                         (long long)numel, em_dtype_name(dtype), (long long)s->bytes);
-  em_dist_symm_retain(s);
-  em_status st = em_from_blob(out, em_dist_symm_data(s), 1, &numel, NULL, dtype, (em_device){EM_CPU, 0},
+  dist_symm_retain(s);
+  em_status st = em_from_blob(out, dist_symm_data(s), 1, &numel, NULL, dtype, (em_device){EM_CPU, 0},
                               release_from_tensor, s);
-  if (st) em_dist_symm_release(s);
+  if (st) dist_symm_release(s);
   return st;
 }
 
@@ -272,7 +272,7 @@ static em_status meet(em_dist_symm *s, uint64_t e, em_dist_work *w) {
         const em_dist_backend *be = g->backend[EM_CPU];
         if (be && be->report_timeout) be->report_timeout(g->impl[EM_CPU], w);   /* does not return */
         char what[320];
-        em_dist_describe(w, what, sizeof what);
+        emp_dist_describe(w, what, sizeof what);
         return em_set_error(EM_ERR_RUNTIME, "ember.dist: %s: timed out after %.3g s on rank %d, waiting for rank %d",
                             what, em_dist_now() - w->posted_at, s->rank, r);
       }
@@ -280,7 +280,7 @@ static em_status meet(em_dist_symm *s, uint64_t e, em_dist_work *w) {
     const symm_ctl *theirs = ctl(s, r);
     if ((e & 1) && (theirs->numel != mine->numel || theirs->dtype != mine->dtype || theirs->op != mine->op)) {
       char what[320];
-      em_dist_describe(w, what, sizeof what);
+      emp_dist_describe(w, what, sizeof what);
       return em_set_error(EM_ERR_ARGUMENT,
                           "ember.dist: %s: rank %d called it with %lld elements of %s (%s), rank %d with %lld of %s "
                           "(%s): every rank must pass the same shape, dtype and operation", what, r,
@@ -297,7 +297,7 @@ static em_status meet(em_dist_symm *s, uint64_t e, em_dist_work *w) {
 #define BLOCK_BYTES 2048   /* combined in L1 before being written back to every rank */
 
 /* Combines elements [lo, hi) of the n members' buffers at byte offset off, in rank order
- * (em_dist_combine: the tcp backend's rules), times scale, into every member's buffer. */
+ * (dist_combine: the tcp backend's rules), times scale, into every member's buffer. */
 static void reduce_range(char *const *base, int n, int64_t off, int64_t lo, int64_t hi, em_dtype dt,
                          em_dist_redop op, double scale) {
   int64_t es = (int64_t)em_dtype_size(dt), per = BLOCK_BYTES / es;
@@ -305,8 +305,8 @@ static void reduce_range(char *const *base, int n, int64_t off, int64_t lo, int6
   for (int64_t i = lo; i < hi; i += per) {
     int64_t m = hi - i < per ? hi - i : per, at = off + i * es;
     memcpy(acc, base[0] + at, (size_t)(m * es));
-    for (int r = 1; r < n; r++) em_dist_combine(acc, base[r] + at, m, dt, op);
-    if (scale != 1) em_dist_scale(acc, m, dt, scale);
+    for (int r = 1; r < n; r++) dist_combine(acc, base[r] + at, m, dt, op);
+    if (scale != 1) emp_dist_scale(acc, m, dt, scale);
     for (int r = 0; r < n; r++) memcpy(base[r] + at, acc, (size_t)(m * es));
   }
 }
@@ -339,15 +339,15 @@ static void end_collective(em_dist_work *w) {
   if (be && be->note_seq) be->note_seq(g->impl[EM_CPU], w->seq, 1);
 }
 
-int em_dist_symm_supports(em_dtype dtype) { return em_dtype_is_floating(dtype); }
+int dist_symm_supports(em_dtype dtype) { return em_dtype_is_floating(dtype); }
 
-em_status em_dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, double *started, double *finished) {
+em_status dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, double *started, double *finished) {
   em_dist_group *g = s->group;
-  char *data = em_dist_symm_data(s);
+  char *data = dist_symm_data(s);
   size_t es = em_dtype_size(t->dtype);
   int64_t numel = em_tensor_numel(t);
   char *at = (char *)em_tensor_data(t);
-  if (!em_dist_symm_supports(t->dtype) || !em_tensor_is_contiguous(t) || at < data ||
+  if (!dist_symm_supports(t->dtype) || !em_tensor_is_contiguous(t) || at < data ||
       at + numel * (int64_t)es > data + s->bytes)
     return em_set_error(EM_ERR_ARGUMENT, "symmetric all_reduce: the tensor (%s %s) is not a contiguous floating tensor in "
                         "this group's symmetric memory", em_dtype_name(t->dtype), EM_SHAPE(t));
@@ -380,15 +380,15 @@ em_status em_dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, d
  * MPI_Allreduce's bus bandwidth from 4 KB to 256 MB on 2 ranks).
  * The scratch is made on the group's first such call (collectively: every rank makes the
  * same call); if the ranks cannot share memory, the group never tries again. */
-int em_dist_symm_try_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, em_status *st) {
-  em_dtype dt = t->dtype;   /* every dtype: em_dist_combine takes them all */
+int dist_symm_try_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, em_status *st) {
+  em_dtype dt = t->dtype;   /* every dtype: dist_combine takes them all */
   if (g->size < 2 || g->rank < 0 || t->storage->device.type != EM_CPU || !em_tensor_is_contiguous(t) ||
       g->symm_state < 0)
     return 0;
   if (!g->symm_state) {
     char why[200];
     em_dist_symm *s = NULL;
-    if ((*st = em_dist_symm_new(g, SCRATCH_BYTES, &s, why, sizeof why))) return 1;
+    if ((*st = dist_symm_new(g, SCRATCH_BYTES, &s, why, sizeof why))) return 1;
     if (!s) {
       g->symm_state = -1;
       return 0;
@@ -400,7 +400,7 @@ int em_dist_symm_try_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op
   }
   em_dist_symm *s = g->symm;
   int64_t numel = em_tensor_numel(t), es = (int64_t)em_dtype_size(dt), per = SCRATCH_BYTES / es;
-  char *data = em_dist_symm_data(s), *at = (char *)em_tensor_data(t);
+  char *data = dist_symm_data(s), *at = (char *)em_tensor_data(t);
   double scale = op == EM_DIST_AVG ? 1.0 / g->size : 1.0;
   em_dist_redop combine = op == EM_DIST_AVG ? EM_DIST_SUM : op;
   em_dist_work w;

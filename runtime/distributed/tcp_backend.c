@@ -141,7 +141,7 @@ static int receive_hello(void *router, hello *h, unsigned char *id, size_t *idle
 }
 
 /* Rank 0, after the start: any registration now comes too late. */
-void tcp_rendezvous_refuse(void *router, const char *master, int size) {
+void dist_tcp_rendezvous_refuse(void *router, const char *master, int size) {
   hello h;
   unsigned char id[256];
   size_t idlen = 0;
@@ -383,7 +383,7 @@ static em_status tcp_init(double timeout_s, int *rank, int *size, int *local_ran
                    .timeout = timeout_s};
     snprintf(s.master, sizeof s.master, "%s", master);
     started_once = 1;
-    st = tcp_thread_start(&s, deadline, &g);   /* owns the sockets from here, even on failure */
+    st = dist_tcp_thread_start(&s, deadline, &g);   /* owns the sockets from here, even on failure */
     ctx = pull = router = NULL;
   }
   free(store);
@@ -405,7 +405,7 @@ fail:
 
 static em_status tcp_new_group(void *parent_impl, int id, int n, const int *ranks, void **impl, int *rank) {
   tcp_group *parent = parent_impl, *g = calloc(1, sizeof *g);
-  int world = em_dist_world_group() ? em_dist_world_group()->size : parent->size;
+  int world = emp_dist_world_group() ? emp_dist_world_group()->size : parent->size;
   if (!g || !(g->world_ranks = malloc(sizeof(int) * n)) || !(g->group_rank = malloc(sizeof(int) * world))) {
     if (g) free(g->world_ranks);
     free(g);
@@ -420,7 +420,7 @@ static em_status tcp_new_group(void *parent_impl, int id, int n, const int *rank
     g->group_rank[g->world_ranks[i]] = i;
     if (g->world_ranks[i] == me) g->rank = i;
   }
-  tcp_register_group(g);
+  dist_tcp_register_group(g);
   *impl = g;
   *rank = g->rank;
   return EM_OK;
@@ -428,13 +428,13 @@ static em_status tcp_new_group(void *parent_impl, int id, int n, const int *rank
 
 static void tcp_free_group(void *impl) {
   tcp_group *g = impl;
-  tcp_unregister_group(g);
+  dist_tcp_unregister_group(g);
   free(g->world_ranks);
   free(g->group_rank);
   free(g);
 }
 
-static em_status tcp_post(void *impl, em_dist_work *w) { return tcp_submit(impl, w); }
+static em_status tcp_post(void *impl, em_dist_work *w) { return dist_tcp_submit(impl, w); }
 
 static const em_dist_backend tcp_backend = {
     .name = "tcp",
@@ -442,13 +442,13 @@ static const em_dist_backend tcp_backend = {
     .new_group = tcp_new_group,
     .free_group = tcp_free_group,
     .post = tcp_post,
-    .shutdown = tcp_thread_stop,
-    .abort_job = tcp_abort_job,
-    .note_seq = tcp_note_seq,
-    .report_timeout = tcp_report_timeout,
+    .shutdown = dist_tcp_thread_stop,
+    .abort_job = dist_tcp_abort_job,
+    .note_seq = dist_tcp_note_seq,
+    .report_timeout = dist_tcp_report_timeout,
 };
 
-const em_dist_backend *em_dist_tcp_backend(void) { return &tcp_backend; }
+const em_dist_backend *dist_tcp_backend(void) { return &tcp_backend; }
 #else
-const em_dist_backend *em_dist_tcp_backend(void) { return NULL; }
+const em_dist_backend *dist_tcp_backend(void) { return NULL; }
 #endif

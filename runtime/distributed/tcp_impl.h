@@ -64,14 +64,14 @@ typedef struct tcp_start {
 } tcp_start;
 /* Connects the mesh, starts the thread, waits until every peer answered over its data
  * connection (or the deadline); *world receives the world group. */
-em_status tcp_thread_start(tcp_start *s, double deadline, tcp_group **world);
-em_status tcp_submit(tcp_group *g, em_dist_work *w);
-void tcp_thread_stop(int exit_status);
-void tcp_abort_job(const char *message, int exit_status);
-void tcp_note_seq(void *group_impl, int64_t seq, int completed);
-void tcp_report_timeout(void *group_impl, em_dist_work *w);
-void tcp_register_group(tcp_group *g);
-void tcp_unregister_group(tcp_group *g);
-int tcp_thread_running(void);
+em_status dist_tcp_thread_start(tcp_start *s, double deadline, tcp_group **world);
+em_status dist_tcp_submit(tcp_group *g, em_dist_work *w);
+void dist_tcp_thread_stop(int exit_status);
+void dist_tcp_abort_job(const char *message, int exit_status);
+void dist_tcp_note_seq(void *group_impl, int64_t seq, int completed);
+void dist_tcp_report_timeout(void *group_impl, em_dist_work *w);
+void dist_tcp_register_group(tcp_group *g);
+void dist_tcp_unregister_group(tcp_group *g);
+int dist_tcp_thread_running(void);
 
 #endif

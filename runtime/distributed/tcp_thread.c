@@ -116,14 +116,14 @@ static void abort_now(const char *msg, int status) __attribute__((noreturn));
 
 /* ---------------------------------------------------------------- groups */
 
-void tcp_register_group(tcp_group *g) {
+void dist_tcp_register_group(tcp_group *g) {
   pthread_mutex_lock(&S.groups_lock);
   g->next = S.groups;
   S.groups = g;
   pthread_mutex_unlock(&S.groups_lock);
 }
 
-void tcp_unregister_group(tcp_group *g) {
+void dist_tcp_unregister_group(tcp_group *g) {
   pthread_mutex_lock(&S.groups_lock);
   for (tcp_group **p = &S.groups; *p; p = &(*p)->next)
     if (*p == g) {
@@ -133,13 +133,13 @@ void tcp_unregister_group(tcp_group *g) {
   pthread_mutex_unlock(&S.groups_lock);
 }
 
-void tcp_note_seq(void *group_impl, int64_t seq, int completed) {
+void dist_tcp_note_seq(void *group_impl, int64_t seq, int completed) {
   tcp_group *g = group_impl;
   if (completed) atomic_store(&g->completed_seq, seq);
   else atomic_store(&g->posted_seq, seq);
 }
 
-int tcp_thread_running(void) { return atomic_load(&S.running); }
+int dist_tcp_thread_running(void) { return atomic_load(&S.running); }
 
 static int rank_text(char *buf, size_t cap, const tcp_group *g, int r) {
   if (g->id == 0) return snprintf(buf, cap, "rank %d", r);
@@ -351,13 +351,13 @@ static void finish_op(tcp_op *op, em_status st, const char *why) {
   unlink_op(op);
   if (st) {
     char desc[256], msg[EM_DIST_MSG];
-    em_dist_describe(w, desc, sizeof desc);
+    emp_dist_describe(w, desc, sizeof desc);
     snprintf(msg, sizeof msg, "%s: %s", desc, why);
-    em_dist_work_done(w, st, msg);
+    emp_dist_work_done(w, st, msg);
   } else {
     if (w->redop == EM_DIST_AVG && (w->kind == EM_DIST_OP_REDUCE_SCATTER))
-      em_dist_scale(bytes_of(w->out), em_tensor_numel(w->out), w->out->dtype, 1.0 / g->size);
-    em_dist_work_done(w, EM_OK, NULL);
+      emp_dist_scale(bytes_of(w->out), em_tensor_numel(w->out), w->out->dtype, 1.0 / g->size);
+    emp_dist_work_done(w, EM_OK, NULL);
   }
   if (seq) atomic_store(&g->completed_seq, seq);
 }
@@ -404,7 +404,7 @@ static int collect(tcp_op *op, int only, char *why, size_t cap) {
     rank_text(who, sizeof who, g, k);
     if (m->h.op != w->kind) {
       snprintf(why, cap, "%s called %s as its collective #%lld on this group (the ranks called collectives in a "
-               "different order)", who, em_dist_op_name((em_dist_opkind)m->h.op), (long long)w->seq);
+               "different order)", who, emp_dist_op_name((em_dist_opkind)m->h.op), (long long)w->seq);
       return -1;
     }
     if (w->kind != EM_DIST_OP_BARRIER && (m->h.dtype != dtype_of(w) || m->h.total != numel_of(w))) {
@@ -475,7 +475,7 @@ static void combine_in_order(tcp_op *op, void *acc, const void *mine, int64_t n)
     if (k == 0) {
       if (bytes && acc != x) memcpy(acc, x, bytes);
     } else if (n) {
-      em_dist_combine(acc, x, n, dtype_of(w), w->redop);
+      dist_combine(acc, x, n, dtype_of(w), w->redop);
     }
   }
 }
@@ -547,7 +547,7 @@ static int advance(tcp_op *op) {
             return 1;
           }
           combine_in_order(op, acc, buf, total);
-          if (w->redop == EM_DIST_AVG) em_dist_scale(acc, total, dtype_of(w), 1.0 / n);
+          if (w->redop == EM_DIST_AVG) emp_dist_scale(acc, total, dtype_of(w), 1.0 / n);
           memcpy(buf, acc, (size_t)total * es);
           free(acc);
         }
@@ -564,7 +564,7 @@ static int advance(tcp_op *op) {
           return 1;
         }
         combine_in_order(op, acc, buf + (size_t)lo * es, m);
-        if (w->redop == EM_DIST_AVG) em_dist_scale(acc, m, dtype_of(w), 1.0 / n);
+        if (w->redop == EM_DIST_AVG) emp_dist_scale(acc, m, dtype_of(w), 1.0 / n);
         memcpy(buf + (size_t)lo * es, acc, (size_t)m * es);
         free(acc);
         release_got(op);
@@ -718,7 +718,7 @@ static void report_timeout(tcp_op *op, em_dist_work *w, tcp_group *g) __attribut
 static void report_timeout(tcp_op *op, em_dist_work *w, tcp_group *g) {
   double now = em_dist_now();
   char what[320];
-  em_dist_describe(w, what, sizeof what);
+  emp_dist_describe(w, what, sizeof what);
   int p2p = w->kind == EM_DIST_OP_SEND || w->kind == EM_DIST_OP_RECV;
   int *ask = malloc(sizeof(int) * g->size), *gr = malloc(sizeof(int) * g->size), n = 0;
   for (int k = 0; ask && gr && k < g->size; k++) {
@@ -789,7 +789,7 @@ static void check_health(double now) {
       tcp_op *op = op_waiting_for(p, &k);
       if (!op) continue;
       char what[320], who[64], msg[800];
-      em_dist_describe(op->w, what, sizeof what);
+      emp_dist_describe(op->w, what, sizeof what);
       rank_text(who, sizeof who, op->g, k);
       snprintf(msg, sizeof msg, "ember.dist: %s: on rank %d, waiting for %s, which has finished and left the job "
                "without taking part (the ranks called different collectives); aborting the job",
@@ -806,7 +806,7 @@ static void check_health(double now) {
     tcp_op *op = op_waiting_for(p, &k);
     if (op) {
       char what[320], who[64];
-      em_dist_describe(op->w, what, sizeof what);
+      emp_dist_describe(op->w, what, sizeof what);
       rank_text(who, sizeof who, op->g, k);
       snprintf(msg, sizeof msg, "ember.dist: %s: rank %d lost %s (%s, %.3g s ago) while waiting for it; aborting the job",
                what, op->g->rank, who, why, now - (pe->closed_at > 0 ? pe->closed_at : pe->last_heard));
@@ -846,7 +846,7 @@ static int take_tasks(void) {
     if (op) op->got = calloc(t->g->size, sizeof(mail *));
     if (!op || !op->got) {
       free(op);
-      em_dist_work_done(t->w, EM_ERR_MEMORY, "tcp backend: out of memory");
+      emp_dist_work_done(t->w, EM_ERR_MEMORY, "tcp backend: out of memory");
     } else {
       op->w = t->w;
       op->g = t->g;
@@ -869,7 +869,7 @@ static void progress_ops(void) {
   }
 }
 
-void tcp_rendezvous_refuse(void *router, const char *master, int size);
+void dist_tcp_rendezvous_refuse(void *router, const char *master, int size);
 
 static void *comm_main(void *arg) {
   (void)arg;
@@ -902,7 +902,7 @@ static void *comm_main(void *arg) {
     int any = drain_pull();
     for (int i = 2; i < ni; i++)
       if (i != rdv_item && (items[i].revents & ZMQ_POLLIN)) drain_monitor(&S.peers[item_peer[i]]);
-    if (rdv_item >= 0 && (items[rdv_item].revents & ZMQ_POLLIN)) tcp_rendezvous_refuse(S.rendezvous, S.master, S.size);
+    if (rdv_item >= 0 && (items[rdv_item].revents & ZMQ_POLLIN)) dist_tcp_rendezvous_refuse(S.rendezvous, S.master, S.size);
     if (take_tasks()) any = 1;
     if (any && S.ops) progress_ops();
     double now = em_dist_now();
@@ -946,7 +946,7 @@ static void *comm_main(void *arg) {
 
 /* ---------------------------------------------------------------- user threads */
 
-em_status tcp_thread_start(tcp_start *s, double deadline, tcp_group **world) {
+em_status dist_tcp_thread_start(tcp_start *s, double deadline, tcp_group **world) {
   S.ctx = s->ctx;
   S.pull = s->pull;
   S.rendezvous = s->rendezvous;
@@ -989,7 +989,7 @@ em_status tcp_thread_start(tcp_start *s, double deadline, tcp_group **world) {
   }
   S.mesh_missing = S.size - 1;
   S.world = g;
-  tcp_register_group(g);
+  dist_tcp_register_group(g);
   if (pthread_create(&S.thread, NULL, comm_main, NULL)) {
     close_all(0);
     return em_set_error(EM_ERR_RUNTIME, "dist.init: cannot start the communication thread (%s)", strerror(errno));
@@ -1027,9 +1027,9 @@ em_status tcp_thread_start(tcp_start *s, double deadline, tcp_group **world) {
   return EM_OK;
 }
 
-em_status tcp_submit(tcp_group *g, em_dist_work *w) {
+em_status dist_tcp_submit(tcp_group *g, em_dist_work *w) {
   task *t = malloc(sizeof *t);
-  if (!t) return em_set_error(EM_ERR_MEMORY, "%s: out of memory", em_dist_op_name(w->kind));
+  if (!t) return em_set_error(EM_ERR_MEMORY, "%s: out of memory", emp_dist_op_name(w->kind));
   t->w = w;
   t->g = g;
   t->next = NULL;
@@ -1054,7 +1054,7 @@ static void wake(void) {
   if (S.efd >= 0 && write(S.efd, &one, sizeof one) < 0) { /* awake already */ }
 }
 
-void tcp_abort_job(const char *message, int exit_status) {
+void dist_tcp_abort_job(const char *message, int exit_status) {
   if (!atomic_load(&S.running) || pthread_equal(pthread_self(), S.thread)) {
     if (message && *message) fprintf(stderr, "%s\n", message);
     if (atomic_load(&S.running)) abort_now(NULL, exit_status);
@@ -1070,10 +1070,10 @@ void tcp_abort_job(const char *message, int exit_status) {
   _exit(exit_status);
 }
 
-void tcp_report_timeout(void *group_impl, em_dist_work *w) {
+void dist_tcp_report_timeout(void *group_impl, em_dist_work *w) {
   if (!atomic_load(&S.running)) {
     char what[320];
-    em_dist_describe(w, what, sizeof what);
+    emp_dist_describe(w, what, sizeof what);
     fprintf(stderr, "ember.dist: %s: timed out after %.3g s; aborting the job\n", what, em_dist_now() - w->posted_at);
     _exit(EM_DIST_EXIT_TIMEOUT);
   }
@@ -1086,9 +1086,9 @@ void tcp_report_timeout(void *group_impl, em_dist_work *w) {
   _exit(EM_DIST_EXIT_TIMEOUT);
 }
 
-void tcp_thread_stop(int exit_status) {
+void dist_tcp_thread_stop(int exit_status) {
   if (!atomic_load(&S.running)) return;
-  if (exit_status) tcp_abort_job(NULL, exit_status);
+  if (exit_status) dist_tcp_abort_job(NULL, exit_status);
   pthread_mutex_lock(&S.lock);
   S.stopping = 1;
   pthread_mutex_unlock(&S.lock);

@@ -26,13 +26,13 @@ static em_dist_work *graveyard;   /* finished handles nobody references, freed o
 static atomic_int graveyard_used;
 static atomic_int waiters;
 
-int em_dist_num_waiters(void) { return atomic_load_explicit(&waiters, memory_order_relaxed); }
+int emp_dist_num_waiters(void) { return atomic_load_explicit(&waiters, memory_order_relaxed); }
 
 static const char *op_names[EM_DIST_NUM_OPS] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter",
                                                 "barrier",    "send",      "recv"};
 static const char *redop_names[EM_DIST_NUM_REDOPS] = {"sum", "avg", "max", "min", "product"};
 
-const char *em_dist_op_name(em_dist_opkind kind) { return kind < EM_DIST_NUM_OPS ? op_names[kind] : "?"; }
+const char *emp_dist_op_name(em_dist_opkind kind) { return kind < EM_DIST_NUM_OPS ? op_names[kind] : "?"; }
 const char *em_dist_redop_name(em_dist_redop op) {
   return (unsigned)op < EM_DIST_NUM_REDOPS ? redop_names[op] : "?";
 }
@@ -63,7 +63,7 @@ void em_dist_work_release(em_dist_work *w) {
   reap();
 }
 
-void em_dist_work_done(em_dist_work *w, em_status st, const char *msg) {
+void emp_dist_work_done(em_dist_work *w, em_status st, const char *msg) {
   w->finished_at = em_dist_now();
   w->status = st;
   if (st) snprintf(w->message, sizeof w->message, "%s", msg ? msg : "failed");
@@ -90,7 +90,7 @@ static void format_bytes(char *buf, size_t cap, double bytes) {
   else snprintf(buf, cap, "%.0f B", bytes);
 }
 
-void em_dist_describe(const em_dist_work *w, char *buf, size_t cap) {
+void emp_dist_describe(const em_dist_work *w, char *buf, size_t cap) {
   char size[32] = "";
   const em_tensor *t = w->in ? w->in : w->out;
   if (t) format_bytes(size, sizeof size, (double)em_tensor_numel(t) * em_dtype_size(t->dtype));
@@ -112,7 +112,7 @@ static em_status post_work(em_dist_group *g, em_dist_opkind kind, em_tensor *in,
   const em_tensor *t = in ? in : out;
   em_device_type dev = t ? (em_device_type)t->storage->device.type : EM_CPU;
   void *impl = NULL;
-  const em_dist_backend *be = em_dist_group_backend(g, dev, &impl, op_names[kind]);
+  const em_dist_backend *be = dist_group_backend(g, dev, &impl, op_names[kind]);
   if (!be) return em_last_status();
   int64_t seq = kind != EM_DIST_OP_SEND && kind != EM_DIST_OP_RECV ? atomic_fetch_add(&g->seq, 1) + 1 : 0;
   double now = em_dist_now();
@@ -166,12 +166,12 @@ static em_status post_work(em_dist_group *g, em_dist_opkind kind, em_tensor *in,
   return st;
 }
 
-em_status em_dist_post(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out, em_dist_redop op,
+em_status emp_dist_post(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out, em_dist_redop op,
                        int peer, int tag, em_dist_work **work) {
   return post_work(g, kind, in, out, op, peer, tag, work, work == NULL);
 }
 
-em_status em_dist_post_then_wait(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out,
+em_status dist_post_then_wait(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out,
                                  em_dist_redop op, em_dist_work **work) {
   return post_work(g, kind, in, out, op, -1, 0, work, 1);
 }
@@ -188,7 +188,7 @@ static em_status check_group(const char *op, em_dist_group *g) {
 }
 
 static em_status check_buffer(const char *op, const em_tensor *t, const char *what) {
-  em_status st = em_check_tensor(op, t, what);
+  em_status st = tn_check_tensor(op, t, what);
   if (st) return st;
   /* an empty tensor moves nothing, whatever its strides say */
   if (em_tensor_numel(t) > 0 && !em_tensor_is_contiguous(t))
@@ -234,8 +234,8 @@ em_status em_dist_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, e
       (st = check_redop("all_reduce", op, t)))
     return st;
   /* a plain call on a host's ranks: straight through shared memory (symmetric.c) */
-  if (!work && em_dist_symm_try_all_reduce(g, t, op, &st)) return st;
-  return em_dist_post(g, EM_DIST_OP_ALL_REDUCE, t, t, op, -1, 0, work);
+  if (!work && dist_symm_try_all_reduce(g, t, op, &st)) return st;
+  return emp_dist_post(g, EM_DIST_OP_ALL_REDUCE, t, t, op, -1, 0, work);
 }
 
 em_status em_dist_broadcast(em_dist_group *g, em_tensor *t, int root, em_dist_work **work) {
@@ -243,7 +243,7 @@ em_status em_dist_broadcast(em_dist_group *g, em_tensor *t, int root, em_dist_wo
   if ((st = check_group("broadcast", g)) || (st = check_buffer("broadcast", t, "tensor")) ||
       (st = check_peer("broadcast", g, root, "root")))
     return st;
-  return em_dist_post(g, EM_DIST_OP_BROADCAST, t, t, EM_DIST_SUM, root, 0, work);
+  return emp_dist_post(g, EM_DIST_OP_BROADCAST, t, t, EM_DIST_SUM, root, 0, work);
 }
 
 em_status em_dist_all_gather(em_dist_group *g, em_tensor *out, const em_tensor *in, em_dist_work **work) {
@@ -257,7 +257,7 @@ em_status em_dist_all_gather(em_dist_group *g, em_tensor *out, const em_tensor *
                         "all_gather: the output has %lld elements, expected %lld (%d ranks x %lld, the input's %s)",
                         (long long)em_tensor_numel(out), (long long)(n * g->size), g->size, (long long)n,
                         EM_SHAPE(in));
-  return em_dist_post(g, EM_DIST_OP_ALL_GATHER, (em_tensor *)in, out, EM_DIST_SUM, -1, 0, work);
+  return emp_dist_post(g, EM_DIST_OP_ALL_GATHER, (em_tensor *)in, out, EM_DIST_SUM, -1, 0, work);
 }
 
 em_status em_dist_reduce_scatter(em_dist_group *g, em_tensor *out, const em_tensor *in, em_dist_redop op,
@@ -276,13 +276,13 @@ em_status em_dist_reduce_scatter(em_dist_group *g, em_tensor *out, const em_tens
   if (em_tensor_numel(out) != n / g->size)
     return em_set_error(EM_ERR_SHAPE, "reduce_scatter: the output has %lld elements, expected %lld (%lld / %d ranks)",
                         (long long)em_tensor_numel(out), (long long)(n / g->size), (long long)n, g->size);
-  return em_dist_post(g, EM_DIST_OP_REDUCE_SCATTER, (em_tensor *)in, out, op, -1, 0, work);
+  return emp_dist_post(g, EM_DIST_OP_REDUCE_SCATTER, (em_tensor *)in, out, op, -1, 0, work);
 }
 
 em_status em_dist_barrier(em_dist_group *g, em_dist_work **work) {
   em_status st = check_group("barrier", g);
   if (st) return st;
-  return em_dist_post(g, EM_DIST_OP_BARRIER, NULL, NULL, EM_DIST_SUM, -1, 0, work);
+  return emp_dist_post(g, EM_DIST_OP_BARRIER, NULL, NULL, EM_DIST_SUM, -1, 0, work);
 }
 
 static em_status check_p2p(const char *op, em_dist_group *g, const em_tensor *t, int peer, int tag) {
@@ -299,13 +299,13 @@ static em_status check_p2p(const char *op, em_dist_group *g, const em_tensor *t,
 em_status em_dist_send(em_dist_group *g, const em_tensor *t, int dst, int tag, em_dist_work **work) {
   em_status st = check_p2p("send", g, t, dst, tag);
   if (st) return st;
-  return em_dist_post(g, EM_DIST_OP_SEND, (em_tensor *)t, (em_tensor *)t, EM_DIST_SUM, dst, tag, work);
+  return emp_dist_post(g, EM_DIST_OP_SEND, (em_tensor *)t, (em_tensor *)t, EM_DIST_SUM, dst, tag, work);
 }
 
 em_status em_dist_recv(em_dist_group *g, em_tensor *t, int src, int tag, em_dist_work **work) {
   em_status st = check_p2p("recv", g, t, src, tag);
   if (st) return st;
-  return em_dist_post(g, EM_DIST_OP_RECV, t, t, EM_DIST_SUM, src, tag, work);
+  return emp_dist_post(g, EM_DIST_OP_RECV, t, t, EM_DIST_SUM, src, tag, work);
 }
 
 /* ---------------------------------------------------------------- waiting */
@@ -358,7 +358,7 @@ em_status em_dist_work_wait(em_dist_work *w, double timeout_s) {
       pthread_mutex_unlock(&done_lock);
       atomic_fetch_sub(&waiters, 1);
       char what[256], msg[512];
-      em_dist_describe(w, what, sizeof what);
+      emp_dist_describe(w, what, sizeof what);
       snprintf(msg, sizeof msg, "%s: timed out after %.0f s (the backend did not end it)", what,
                em_dist_now() - w->posted_at);
       const em_dist_backend *be = w->group->backend[w->in ? w->in->storage->device.type : EM_CPU];

@@ -76,7 +76,7 @@ static int64_t select_top(ranked *out, const double *v, int64_t n, int64_t k) {
 }
 
 static em_status values_of(const char *op, const em_tensor *t, double **v, int64_t *n) {
-  em_status st = em_check_tensor(op, t, "scores");
+  em_status st = tn_check_tensor(op, t, "scores");
   if (st) return st;
   if (t->ndim != 1) return em_set_error(EM_ERR_SHAPE, "%s: got scores of shape %s, expected one dimension", op, EM_SHAPE(t));
   *n = t->sizes[0];

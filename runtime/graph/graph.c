@@ -35,7 +35,7 @@ static void *alloc_aligned(size_t bytes, bool zero) {
   h->bytes = bytes;
   h->offset = (size_t)(p - base);
   h->base = base;
-  em_memory_count((int64_t)bytes);
+  core_memory_count((int64_t)bytes);
   return p;
 }
 
@@ -45,7 +45,7 @@ void *gr_calloc(size_t bytes) { return alloc_aligned(bytes, true); }
 void gr_free(void *p) {
   if (!p) return;
   alloc_header *h = (alloc_header *)p - 1;
-  em_memory_count(-(int64_t)h->bytes);
+  core_memory_count(-(int64_t)h->bytes);
   free(h->base);
 }
 
@@ -61,7 +61,7 @@ void *gr_shrink(void *p, size_t bytes) {
   h->bytes = bytes;
   h->offset = (size_t)(q - base);
   h->base = base;
-  em_memory_count((int64_t)bytes - (int64_t)old);
+  core_memory_count((int64_t)bytes - (int64_t)old);
   return q;
 }
 
@@ -360,7 +360,7 @@ em_status em_graph_edges(const em_graph *g, em_tensor **src, em_tensor **dst) {
 }
 
 em_status gr_tensor_values(const char *op, const em_tensor *t, int64_t n, double **out) {
-  em_status st = em_check_tensor(op, t, "scores");
+  em_status st = tn_check_tensor(op, t, "scores");
   if (st) return st;
   if (t->ndim != 1 || t->sizes[0] != n)
     return em_set_error(EM_ERR_SHAPE, "%s: got a tensor of shape %s, expected [%lld]", op, EM_SHAPE(t), (long long)n);

@@ -352,9 +352,9 @@ em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagera
   double t2 = gr_now();
 
   bool allocated = false;
-  if ((st = em_prepare_out(op, scores, 1, &n, EM_FLOAT32, (em_device){EM_CPU, 0}, &allocated))) goto done;
+  if ((st = tn_prepare_out(op, scores, 1, &n, EM_FLOAT32, (em_device){EM_CPU, 0}, &allocated))) goto done;
   if (!em_tensor_is_contiguous(*scores)) {
-    em_discard_out(scores, allocated);
+    tn_discard_out(scores, allocated);
     st = em_set_error(EM_ERR_ARGUMENT, "%s: the scores tensor given must be contiguous", op);
     goto done;
   }
@@ -365,7 +365,7 @@ em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagera
     int64_t k = iters;
     *residuals = NULL;
     if ((st = em_empty(residuals, 1, &k, EM_FLOAT64, (em_device){EM_CPU, 0}))) {
-      em_discard_out(scores, allocated);
+      tn_discard_out(scores, allocated);
       goto done;
     }
     memcpy(em_tensor_data(*residuals), residual, (size_t)k * sizeof *residual);

@@ -17,7 +17,7 @@ static const char *const op = "graph pagerank";
 /* The plugin, or NULL with an error that says why the device cannot run PageRank. */
 static const em_cuda_plugin *plugin_for(em_device device) {
   const char *why = NULL;
-  const em_cuda_plugin *p = em_cuda_plugin_get(&why);
+  const em_cuda_plugin *p = cuda_plugin_get(&why);
   int count = p ? p->device_count(&why) : 0;
   if (count <= 0) {
     em_set_error(EM_ERR_DEVICE, "%s: device cuda:%d is not available: %s", op, device.index,
@@ -78,9 +78,9 @@ em_status gr_pagerank_cuda(em_tensor **scores, em_tensor **residuals, em_pageran
   if (!local.engine) local.engine = "cuda";
 
   bool allocated = false;
-  if ((st = em_prepare_out(op, scores, 1, &n, EM_FLOAT32, (em_device){EM_CPU, 0}, &allocated))) goto done;
+  if ((st = tn_prepare_out(op, scores, 1, &n, EM_FLOAT32, (em_device){EM_CPU, 0}, &allocated))) goto done;
   if (!em_tensor_is_contiguous(*scores)) {
-    em_discard_out(scores, allocated);
+    tn_discard_out(scores, allocated);
     st = em_set_error(EM_ERR_ARGUMENT, "%s: the scores tensor given must be contiguous", op);
     goto done;
   }
@@ -91,7 +91,7 @@ em_status gr_pagerank_cuda(em_tensor **scores, em_tensor **residuals, em_pageran
     int64_t k = local.iterations;
     *residuals = NULL;
     if ((st = em_empty(residuals, 1, &k, EM_FLOAT64, (em_device){EM_CPU, 0}))) {
-      em_discard_out(scores, allocated);
+      tn_discard_out(scores, allocated);
       goto done;
     }
     memcpy(em_tensor_data(*residuals), residual, (size_t)k * sizeof *residual);

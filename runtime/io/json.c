@@ -25,7 +25,7 @@ static int fail_byte(em_json *j, size_t pos, const char *what) {
   return fail(j, EM_JSON_SYNTAX, pos, "%s", buf);
 }
 
-void em_json_init(em_json *j, const void *text, size_t len) {
+void io_json_init(em_json *j, const void *text, size_t len) {
   memset(j, 0, sizeof *j);
   j->s = text;
   j->len = len;
@@ -39,7 +39,7 @@ static void skip_ws(em_json *j) {
   }
 }
 
-em_json_kind em_json_peek(em_json *j) {
+em_json_kind io_json_peek(em_json *j) {
   skip_ws(j);
   if (j->pos >= j->len) return EM_JSON_EOF;
   unsigned char c = j->s[j->pos];
@@ -54,7 +54,7 @@ em_json_kind em_json_peek(em_json *j) {
   }
 }
 
-const char *em_json_kind_name(em_json_kind kind) {
+const char *io_json_kind_name(em_json_kind kind) {
   static const char *names[] = {"an object", "an array", "a string", "a number", "true",
                                 "false",     "null",     "nothing", "an invalid value"};
   return (unsigned)kind <= EM_JSON_INVALID ? names[kind] : "?";
@@ -62,18 +62,18 @@ const char *em_json_kind_name(em_json_kind kind) {
 
 /* Checks that the next token is a value of `want`; a non-value is a syntax error. */
 static int expect_kind(em_json *j, em_json_kind want, const char *what) {
-  em_json_kind k = em_json_peek(j);
+  em_json_kind k = io_json_peek(j);
   if (k == want) return EM_JSON_OK;
   if (k == EM_JSON_EOF || k == EM_JSON_INVALID) return fail_byte(j, j->pos, "expected a value");
   char buf[96];
-  snprintf(buf, sizeof buf, "expected %s, got %s", what, em_json_kind_name(k));
+  snprintf(buf, sizeof buf, "expected %s, got %s", what, io_json_kind_name(k));
   return fail(j, EM_JSON_TYPE, j->pos, "%s", buf);
 }
 
 /* ---- containers ---- */
 
 static int open_container(em_json *j, em_json_kind kind) {
-  int st = expect_kind(j, kind, em_json_kind_name(kind));
+  int st = expect_kind(j, kind, io_json_kind_name(kind));
   if (st) return st;
   if (j->depth >= EM_JSON_MAX_DEPTH)
     return fail(j, EM_JSON_SYNTAX, j->pos, "values nested deeper than %s levels", "32");
@@ -82,8 +82,8 @@ static int open_container(em_json *j, em_json_kind kind) {
   return EM_JSON_OK;
 }
 
-int em_json_begin_object(em_json *j) { return open_container(j, EM_JSON_OBJECT); }
-int em_json_begin_array(em_json *j) { return open_container(j, EM_JSON_ARRAY); }
+int io_json_begin_object(em_json *j) { return open_container(j, EM_JSON_OBJECT); }
+int io_json_begin_array(em_json *j) { return open_container(j, EM_JSON_ARRAY); }
 
 /* Shared by members and elements: consumes the closer (more = 0) or a separating comma. */
 static int next_item(em_json *j, int *more, unsigned char closer) {
@@ -105,12 +105,12 @@ static int next_item(em_json *j, int *more, unsigned char closer) {
   return EM_JSON_OK;
 }
 
-int em_json_next_member(em_json *j, int *more, char **key, size_t *key_len) {
+int io_json_next_member(em_json *j, int *more, char **key, size_t *key_len) {
   *key = NULL;
   int st = next_item(j, more, '}');
   if (st || !*more) return st;
-  if (em_json_peek(j) != EM_JSON_STRING) return fail_byte(j, j->pos, "expected a string key");
-  if ((st = em_json_read_string(j, key, key_len))) return st;
+  if (io_json_peek(j) != EM_JSON_STRING) return fail_byte(j, j->pos, "expected a string key");
+  if ((st = io_json_read_string(j, key, key_len))) return st;
   skip_ws(j);
   if (j->pos >= j->len || j->s[j->pos] != ':') {
     free(*key);
@@ -121,7 +121,7 @@ int em_json_next_member(em_json *j, int *more, char **key, size_t *key_len) {
   return EM_JSON_OK;
 }
 
-int em_json_next_element(em_json *j, int *more) { return next_item(j, more, ']'); }
+int io_json_next_element(em_json *j, int *more) { return next_item(j, more, ']'); }
 
 /* ---- strings ---- */
 
@@ -149,7 +149,7 @@ static size_t utf8_seq(const unsigned char *s, size_t n) {
   return len;
 }
 
-int em_utf8_valid(const char *s, size_t len) {
+int io_utf8_valid(const char *s, size_t len) {
   const unsigned char *u = (const unsigned char *)s;
   for (size_t i = 0; i < len;) {
     size_t n = utf8_seq(u + i, len - i);
@@ -218,7 +218,7 @@ static int unescape(em_json *j, size_t *i, char *o, size_t *olen) {
   return EM_JSON_OK;
 }
 
-int em_json_read_string(em_json *j, char **out, size_t *len) {
+int io_json_read_string(em_json *j, char **out, size_t *len) {
   *out = NULL;
   int st = expect_kind(j, EM_JSON_STRING, "a string");
   if (st) return st;
@@ -291,7 +291,7 @@ static int scan_number(em_json *j, size_t *end, int *integral) {
   return EM_JSON_OK;
 }
 
-int em_json_read_int64(em_json *j, int64_t *out) {
+int io_json_read_int64(em_json *j, int64_t *out) {
   int st = expect_kind(j, EM_JSON_NUMBER, "an integer");
   if (st) return st;
   size_t end;
@@ -323,27 +323,27 @@ static int literal(em_json *j, const char *word) {
   return EM_JSON_OK;
 }
 
-int em_json_skip(em_json *j) {
+int io_json_skip(em_json *j) {
   int st, more;
   size_t end;
   char *key;
-  switch (em_json_peek(j)) {
+  switch (io_json_peek(j)) {
     case EM_JSON_OBJECT:
-      if ((st = em_json_begin_object(j))) return st;
+      if ((st = io_json_begin_object(j))) return st;
       for (;;) {
-        if ((st = em_json_next_member(j, &more, &key, NULL))) return st;
+        if ((st = io_json_next_member(j, &more, &key, NULL))) return st;
         free(key);
         if (!more) return EM_JSON_OK;
-        if ((st = em_json_skip(j))) return st;
+        if ((st = io_json_skip(j))) return st;
       }
     case EM_JSON_ARRAY:
-      if ((st = em_json_begin_array(j))) return st;
+      if ((st = io_json_begin_array(j))) return st;
       for (;;) {
-        if ((st = em_json_next_element(j, &more)) || !more) return st;
-        if ((st = em_json_skip(j))) return st;
+        if ((st = io_json_next_element(j, &more)) || !more) return st;
+        if ((st = io_json_skip(j))) return st;
       }
     case EM_JSON_STRING:
-      if ((st = em_json_read_string(j, &key, NULL))) return st;
+      if ((st = io_json_read_string(j, &key, NULL))) return st;
       free(key);
       return EM_JSON_OK;
     case EM_JSON_NUMBER:
@@ -357,14 +357,14 @@ int em_json_skip(em_json *j) {
   }
 }
 
-int em_json_finish(em_json *j) {
+int io_json_finish(em_json *j) {
   skip_ws(j);
   return j->pos == j->len ? EM_JSON_OK : fail_byte(j, j->pos, "expected the end of the header");
 }
 
 /* ---- writer ---- */
 
-void em_jsonbuf_raw(em_jsonbuf *b, const char *s, size_t n) {
+void io_jsonbuf_raw(em_jsonbuf *b, const char *s, size_t n) {
   if (b->failed) return;
   if (b->len + n + 1 > b->cap) {
     size_t cap = b->cap ? b->cap : 256;
@@ -384,8 +384,8 @@ void em_jsonbuf_raw(em_jsonbuf *b, const char *s, size_t n) {
 
 /* Escapes as serde_json does (the reference writer), so that headers match byte for byte:
  * quote, backslash and control characters; everything else, UTF-8 included, stays raw. */
-void em_jsonbuf_str(em_jsonbuf *b, const char *s) {
-  em_jsonbuf_raw(b, "\"", 1);
+void io_jsonbuf_str(em_jsonbuf *b, const char *s) {
+  io_jsonbuf_raw(b, "\"", 1);
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
     char esc[8] = {0};
     switch (*p) {
@@ -399,19 +399,19 @@ void em_jsonbuf_str(em_jsonbuf *b, const char *s) {
       default:
         if (*p < 0x20) snprintf(esc, sizeof esc, "\\u%04x", *p);
     }
-    if (esc[0]) em_jsonbuf_raw(b, esc, strlen(esc));
-    else em_jsonbuf_raw(b, (const char *)p, 1);
+    if (esc[0]) io_jsonbuf_raw(b, esc, strlen(esc));
+    else io_jsonbuf_raw(b, (const char *)p, 1);
   }
-  em_jsonbuf_raw(b, "\"", 1);
+  io_jsonbuf_raw(b, "\"", 1);
 }
 
-void em_jsonbuf_int(em_jsonbuf *b, int64_t v) {
+void io_jsonbuf_int(em_jsonbuf *b, int64_t v) {
   char buf[24];
   int n = snprintf(buf, sizeof buf, "%lld", (long long)v);
-  em_jsonbuf_raw(b, buf, (size_t)n);
+  io_jsonbuf_raw(b, buf, (size_t)n);
 }
 
-void em_jsonbuf_free(em_jsonbuf *b) {
+void io_jsonbuf_free(em_jsonbuf *b) {
   free(b->data);
   memset(b, 0, sizeof *b);
 }

@@ -34,29 +34,29 @@ typedef struct em_json {
   char msg[192];
 } em_json;
 
-void em_json_init(em_json *j, const void *text, size_t len);
+void io_json_init(em_json *j, const void *text, size_t len);
 /* Kind of the next value (skips whitespace, consumes nothing else). */
-em_json_kind em_json_peek(em_json *j);
+em_json_kind io_json_peek(em_json *j);
 /* "an object", "a string", ... for messages. */
-const char *em_json_kind_name(em_json_kind kind);
+const char *io_json_kind_name(em_json_kind kind);
 
-int em_json_begin_object(em_json *j);
+int io_json_begin_object(em_json *j);
 /* *more = 1 and the key (malloc'd, NUL-terminated, caller frees; key_len excludes the
  * NUL and may count embedded NULs) with its ':' consumed; or *more = 0 and the '}'. */
-int em_json_next_member(em_json *j, int *more, char **key, size_t *key_len);
-int em_json_begin_array(em_json *j);
+int io_json_next_member(em_json *j, int *more, char **key, size_t *key_len);
+int io_json_begin_array(em_json *j);
 /* *more = 1: an element follows (read it next); *more = 0: the ']' was consumed. */
-int em_json_next_element(em_json *j, int *more);
-int em_json_read_string(em_json *j, char **out, size_t *len);
+int io_json_next_element(em_json *j, int *more);
+int io_json_read_string(em_json *j, char **out, size_t *len);
 /* An integer with no fraction or exponent in [INT64_MIN, INT64_MAX]. */
-int em_json_read_int64(em_json *j, int64_t *out);
+int io_json_read_int64(em_json *j, int64_t *out);
 /* Reads and discards any value. */
-int em_json_skip(em_json *j);
+int io_json_skip(em_json *j);
 /* Only whitespace remains. */
-int em_json_finish(em_json *j);
+int io_json_finish(em_json *j);
 
 /* 1 when s[0..len) is well-formed UTF-8 (no overlongs, surrogates or > U+10FFFF). */
-int em_utf8_valid(const char *s, size_t len);
+int io_utf8_valid(const char *s, size_t len);
 
 /* Writer: a growing byte buffer. On allocation failure `failed` is set and later
  * appends do nothing, so callers check once at the end. */
@@ -66,9 +66,9 @@ typedef struct em_jsonbuf {
   int failed;
 } em_jsonbuf;
 
-void em_jsonbuf_raw(em_jsonbuf *b, const char *s, size_t n);
-void em_jsonbuf_str(em_jsonbuf *b, const char *s);        /* a quoted, escaped string */
-void em_jsonbuf_int(em_jsonbuf *b, int64_t v);
-void em_jsonbuf_free(em_jsonbuf *b);
+void io_jsonbuf_raw(em_jsonbuf *b, const char *s, size_t n);
+void io_jsonbuf_str(em_jsonbuf *b, const char *s);        /* a quoted, escaped string */
+void io_jsonbuf_int(em_jsonbuf *b, int64_t v);
+void io_jsonbuf_free(em_jsonbuf *b);
 
 #endif

@@ -99,7 +99,7 @@ static em_status check_save_args(const char *path, int n, const char *const *nam
   for (int i = 0; i < n; i++) {
     const char *name = names[i];
     if (!name) return save_error(path, EM_ERR_ARGUMENT, "tensor name %d is NULL", i);
-    if (!em_utf8_valid(name, strlen(name)))
+    if (!io_utf8_valid(name, strlen(name)))
       return save_error(path, EM_ERR_ARGUMENT, "tensor name %d is not valid UTF-8", i);
     if (!strcmp(name, "__metadata__"))
       return save_error(path, EM_ERR_ARGUMENT, "'__metadata__' is reserved for metadata and cannot name a tensor");
@@ -112,7 +112,7 @@ static em_status check_save_args(const char *path, int n, const char *const *nam
   }
   for (int i = 0; i < nmeta; i++) {
     if (!keys[i] || !values[i]) return save_error(path, EM_ERR_ARGUMENT, "metadata key or value %d is NULL", i);
-    if (!em_utf8_valid(keys[i], strlen(keys[i])) || !em_utf8_valid(values[i], strlen(values[i])))
+    if (!io_utf8_valid(keys[i], strlen(keys[i])) || !io_utf8_valid(values[i], strlen(values[i])))
       return save_error(path, EM_ERR_ARGUMENT, "metadata pair %d is not valid UTF-8", i);
   }
   return EM_OK;
@@ -126,16 +126,16 @@ static int64_t tensor_nbytes(const em_tensor *t) {
  * every tensor, being laid out by descending alignment) starts aligned. */
 static em_status build_header(const char *path, const save_item *items, int n, const meta_item *meta, int nmeta,
                               em_jsonbuf *b) {
-  em_jsonbuf_raw(b, "{", 1);
+  io_jsonbuf_raw(b, "{", 1);
   if (nmeta > 0) {
-    em_jsonbuf_raw(b, "\"__metadata__\":{", 16);
+    io_jsonbuf_raw(b, "\"__metadata__\":{", 16);
     for (int i = 0; i < nmeta; i++) {
-      if (i) em_jsonbuf_raw(b, ",", 1);
-      em_jsonbuf_str(b, meta[i].key);
-      em_jsonbuf_raw(b, ":", 1);
-      em_jsonbuf_str(b, meta[i].value);
+      if (i) io_jsonbuf_raw(b, ",", 1);
+      io_jsonbuf_str(b, meta[i].key);
+      io_jsonbuf_raw(b, ":", 1);
+      io_jsonbuf_str(b, meta[i].value);
     }
-    em_jsonbuf_raw(b, "}", 1);
+    io_jsonbuf_raw(b, "}", 1);
   }
   int64_t offset = 0;
   for (int i = 0; i < n; i++) {
@@ -143,24 +143,24 @@ static em_status build_header(const char *path, const save_item *items, int n, c
     int64_t nbytes = tensor_nbytes(t);
     if (nbytes > INT64_MAX - offset)
       return save_error(path, EM_ERR_ARGUMENT, "the tensors hold more than 2^63 bytes together");
-    if (nmeta > 0 || i) em_jsonbuf_raw(b, ",", 1);
-    em_jsonbuf_str(b, items[i].name);
-    em_jsonbuf_raw(b, ":{\"dtype\":", 10);
-    em_jsonbuf_str(b, dtype_codes[code_index(em_tensor_dtype(t))].code);
-    em_jsonbuf_raw(b, ",\"shape\":[", 10);
+    if (nmeta > 0 || i) io_jsonbuf_raw(b, ",", 1);
+    io_jsonbuf_str(b, items[i].name);
+    io_jsonbuf_raw(b, ":{\"dtype\":", 10);
+    io_jsonbuf_str(b, dtype_codes[code_index(em_tensor_dtype(t))].code);
+    io_jsonbuf_raw(b, ",\"shape\":[", 10);
     for (int d = 0; d < em_tensor_ndim(t); d++) {
-      if (d) em_jsonbuf_raw(b, ",", 1);
-      em_jsonbuf_int(b, em_tensor_size(t, d));
+      if (d) io_jsonbuf_raw(b, ",", 1);
+      io_jsonbuf_int(b, em_tensor_size(t, d));
     }
-    em_jsonbuf_raw(b, "],\"data_offsets\":[", 18);
-    em_jsonbuf_int(b, offset);
-    em_jsonbuf_raw(b, ",", 1);
-    em_jsonbuf_int(b, offset + nbytes);
-    em_jsonbuf_raw(b, "]}", 2);
+    io_jsonbuf_raw(b, "],\"data_offsets\":[", 18);
+    io_jsonbuf_int(b, offset);
+    io_jsonbuf_raw(b, ",", 1);
+    io_jsonbuf_int(b, offset + nbytes);
+    io_jsonbuf_raw(b, "]}", 2);
     offset += nbytes;
   }
-  em_jsonbuf_raw(b, "}", 1);
-  while (!b->failed && b->len % 8) em_jsonbuf_raw(b, " ", 1);
+  io_jsonbuf_raw(b, "}", 1);
+  while (!b->failed && b->len % 8) io_jsonbuf_raw(b, " ", 1);
   if (b->failed) return save_error(path, EM_ERR_MEMORY, "out of memory building the header");
   return EM_OK;
 }
@@ -277,7 +277,7 @@ em_status em_safetensors_save(const char *path, int n, const char *const *names,
     }
   if (!(st = build_header(path, items, n, meta, nmeta, &header))) st = write_file(path, items, n, &header);
 done:
-  em_jsonbuf_free(&header);
+  io_jsonbuf_free(&header);
   free(items);
   free(meta);
   return st;
@@ -349,22 +349,22 @@ static em_status json_error(const em_safetensors *f, const em_json *j, int code,
 static em_status read_count(em_safetensors *f, em_json *j, const char *name, const char *what, int64_t *out) {
   char ctx[256];
   snprintf(ctx, sizeof ctx, "tensor '%s': %s: ", name, what);
-  em_json_kind k = em_json_peek(j);
+  em_json_kind k = io_json_peek(j);
   if (k != EM_JSON_NUMBER && k != EM_JSON_EOF && k != EM_JSON_INVALID)
-    return open_error(f->path, EM_ERR_FORMAT, "%sexpected a non-negative integer, got %s", ctx, em_json_kind_name(k));
-  int code = em_json_read_int64(j, out);
+    return open_error(f->path, EM_ERR_FORMAT, "%sexpected a non-negative integer, got %s", ctx, io_json_kind_name(k));
+  int code = io_json_read_int64(j, out);
   if (code) return json_error(f, j, code, ctx);
   if (*out < 0) return open_error(f->path, EM_ERR_FORMAT, "%sexpected a non-negative integer, got %lld", ctx, (long long)*out);
   return EM_OK;
 }
 
 static em_status parse_dtype(em_safetensors *f, em_json *j, entry *e) {
-  em_json_kind k = em_json_peek(j);
+  em_json_kind k = io_json_peek(j);
   if (k != EM_JSON_STRING && k != EM_JSON_EOF && k != EM_JSON_INVALID)
     return open_error(f->path, EM_ERR_FORMAT, "tensor '%s': 'dtype' must be a string such as \"F32\", got %s", e->name,
-                      em_json_kind_name(k));
+                      io_json_kind_name(k));
   char *code;
-  int jst = em_json_read_string(j, &code, NULL);
+  int jst = io_json_read_string(j, &code, NULL);
   if (jst) return json_error(f, j, jst, "");
   em_status st = EM_OK;
   int i = 0;
@@ -382,14 +382,14 @@ static em_status parse_dtype(em_safetensors *f, em_json *j, entry *e) {
 }
 
 static em_status parse_shape(em_safetensors *f, em_json *j, entry *e) {
-  em_json_kind k = em_json_peek(j);
+  em_json_kind k = io_json_peek(j);
   if (k != EM_JSON_ARRAY && k != EM_JSON_EOF && k != EM_JSON_INVALID)
     return open_error(f->path, EM_ERR_FORMAT, "tensor '%s': 'shape' must be an array of integers, got %s", e->name,
-                      em_json_kind_name(k));
-  int jst = em_json_begin_array(j), more;
+                      io_json_kind_name(k));
+  int jst = io_json_begin_array(j), more;
   if (jst) return json_error(f, j, jst, "");
   for (e->ndim = 0;; e->ndim++) {
-    if ((jst = em_json_next_element(j, &more))) return json_error(f, j, jst, "");
+    if ((jst = io_json_next_element(j, &more))) return json_error(f, j, jst, "");
     if (!more) return EM_OK;
     if (e->ndim == EM_MAX_DIMS)
       return open_error(f->path, EM_ERR_UNSUPPORTED, "tensor '%s': shape has more than %d dims, ember supports up to %d",
@@ -402,14 +402,14 @@ static em_status parse_shape(em_safetensors *f, em_json *j, entry *e) {
 }
 
 static em_status parse_offsets(em_safetensors *f, em_json *j, entry *e) {
-  em_json_kind k = em_json_peek(j);
+  em_json_kind k = io_json_peek(j);
   if (k != EM_JSON_ARRAY && k != EM_JSON_EOF && k != EM_JSON_INVALID)
     return open_error(f->path, EM_ERR_FORMAT, "tensor '%s': 'data_offsets' must be an array [begin, end], got %s", e->name,
-                      em_json_kind_name(k));
-  int jst = em_json_begin_array(j), more, count = 0;
+                      io_json_kind_name(k));
+  int jst = io_json_begin_array(j), more, count = 0;
   if (jst) return json_error(f, j, jst, "");
   for (;; count++) {
-    if ((jst = em_json_next_element(j, &more))) return json_error(f, j, jst, "");
+    if ((jst = io_json_next_element(j, &more))) return json_error(f, j, jst, "");
     if (!more) break;
     if (count == 2) return open_error(f->path, EM_ERR_FORMAT, "tensor '%s': 'data_offsets' has more than 2 values", e->name);
     em_status st = read_count(f, j, e->name, count ? "data_offsets[1]" : "data_offsets[0]", count ? &e->end : &e->begin);
@@ -422,16 +422,16 @@ static em_status parse_offsets(em_safetensors *f, em_json *j, entry *e) {
 /* One tensor's object: dtype, shape, data_offsets (unknown fields are skipped, as the
  * reference reader does). */
 static em_status parse_entry(em_safetensors *f, em_json *j, entry *e) {
-  em_json_kind k = em_json_peek(j);
+  em_json_kind k = io_json_peek(j);
   if (k != EM_JSON_OBJECT && k != EM_JSON_EOF && k != EM_JSON_INVALID)
     return open_error(f->path, EM_ERR_FORMAT, "tensor '%s': expected an object with dtype, shape and data_offsets, got %s",
-                      e->name, em_json_kind_name(k));
-  int jst = em_json_begin_object(j), more, seen[3] = {0};
+                      e->name, io_json_kind_name(k));
+  int jst = io_json_begin_object(j), more, seen[3] = {0};
   if (jst) return json_error(f, j, jst, "");
   static const char *const fields[3] = {"dtype", "shape", "data_offsets"};
   for (;;) {
     char *key;
-    if ((jst = em_json_next_member(j, &more, &key, NULL))) return json_error(f, j, jst, "");
+    if ((jst = io_json_next_member(j, &more, &key, NULL))) return json_error(f, j, jst, "");
     if (!more) break;
     int which = 0;
     while (which < 3 && strcmp(key, fields[which])) which++;
@@ -442,7 +442,7 @@ static em_status parse_entry(em_safetensors *f, em_json *j, entry *e) {
     if (which == 0) st = parse_dtype(f, j, e);
     else if (which == 1) st = parse_shape(f, j, e);
     else if (which == 2) st = parse_offsets(f, j, e);
-    else if ((jst = em_json_skip(j))) st = json_error(f, j, jst, "");
+    else if ((jst = io_json_skip(j))) st = json_error(f, j, jst, "");
     if (st) return st;
   }
   for (int i = 0; i < 3; i++)
@@ -451,15 +451,15 @@ static em_status parse_entry(em_safetensors *f, em_json *j, entry *e) {
 }
 
 static em_status parse_metadata(em_safetensors *f, em_json *j) {
-  em_json_kind k = em_json_peek(j);
+  em_json_kind k = io_json_peek(j);
   if (k != EM_JSON_OBJECT && k != EM_JSON_EOF && k != EM_JSON_INVALID)
-    return open_error(f->path, EM_ERR_FORMAT, "'__metadata__' must be an object of strings, got %s", em_json_kind_name(k));
-  int jst = em_json_begin_object(j), more;
+    return open_error(f->path, EM_ERR_FORMAT, "'__metadata__' must be an object of strings, got %s", io_json_kind_name(k));
+  int jst = io_json_begin_object(j), more;
   if (jst) return json_error(f, j, jst, "");
   for (;;) {
     char *key, *value;
     size_t key_len, value_len;
-    if ((jst = em_json_next_member(j, &more, &key, &key_len))) return json_error(f, j, jst, "");
+    if ((jst = io_json_next_member(j, &more, &key, &key_len))) return json_error(f, j, jst, "");
     if (!more) return EM_OK;
     if (f->nmeta == f->meta_cap) {
       int cap = f->meta_cap ? 2 * f->meta_cap : 8;
@@ -471,14 +471,14 @@ static em_status parse_metadata(em_safetensors *f, em_json *j) {
       f->meta = grown;
       f->meta_cap = cap;
     }
-    k = em_json_peek(j);
+    k = io_json_peek(j);
     if (k != EM_JSON_STRING && k != EM_JSON_EOF && k != EM_JSON_INVALID) {
       em_status st = open_error(f->path, EM_ERR_FORMAT, "'__metadata__' value for key '%.200s' must be a string, got %s",
-                                key, em_json_kind_name(k));
+                                key, io_json_kind_name(k));
       free(key);
       return st;
     }
-    if ((jst = em_json_read_string(j, &value, &value_len))) {
+    if ((jst = io_json_read_string(j, &value, &value_len))) {
       free(key);
       return json_error(f, j, jst, "");
     }
@@ -496,13 +496,13 @@ static em_status parse_header(em_safetensors *f, const unsigned char *text, size
     return open_error(f->path, EM_ERR_FORMAT, "the header must be a JSON object starting with '{', found byte 0x%02x "
                       "at file offset 8 (not a safetensors file?)", text[0]);
   em_json j;
-  em_json_init(&j, text, len);
-  int jst = em_json_begin_object(&j), more, seen_meta = 0;
+  io_json_init(&j, text, len);
+  int jst = io_json_begin_object(&j), more, seen_meta = 0;
   if (jst) return json_error(f, &j, jst, "");
   for (;;) {
     char *key;
     size_t key_len;
-    if ((jst = em_json_next_member(&j, &more, &key, &key_len))) return json_error(f, &j, jst, "");
+    if ((jst = io_json_next_member(&j, &more, &key, &key_len))) return json_error(f, &j, jst, "");
     if (!more) break;
     em_status st;
     if (!strcmp(key, "__metadata__")) {
@@ -528,7 +528,7 @@ static em_status parse_header(em_safetensors *f, const unsigned char *text, size
       return open_error(f->path, EM_ERR_FORMAT, "tensor name '%.200s' contains a NUL character", key);
     if ((st = parse_entry(f, &j, e))) return st;
   }
-  if ((jst = em_json_finish(&j))) return json_error(f, &j, jst, "");
+  if ((jst = io_json_finish(&j))) return json_error(f, &j, jst, "");
   return EM_OK;
 }
 
@@ -556,12 +556,12 @@ static em_status validate(em_safetensors *f) {
     for (int d = 0; d < e->ndim; d++) {
       if (e->sizes[d] && numel > INT64_MAX / e->sizes[d])
         return open_error(path, EM_ERR_FORMAT, "tensor '%s': shape %s has more elements than fit in 64 bits", e->name,
-                          em_shape_str(e->ndim, e->sizes));
+                          tn_shape_str(e->ndim, e->sizes));
       numel *= e->sizes[d];
     }
     if (numel > INT64_MAX / esize)
       return open_error(path, EM_ERR_FORMAT, "tensor '%s': shape %s of %s is more bytes than fit in 64 bits", e->name,
-                        em_shape_str(e->ndim, e->sizes), em_dtype_name(e->dtype));
+                        tn_shape_str(e->ndim, e->sizes), em_dtype_name(e->dtype));
     if (e->end < e->begin)
       return open_error(path, EM_ERR_FORMAT, "tensor '%s': data_offsets [%lld, %lld] end before they begin", e->name,
                         (long long)e->begin, (long long)e->end);
@@ -569,7 +569,7 @@ static em_status validate(em_safetensors *f) {
       return open_error(path, EM_ERR_FORMAT,
                         "tensor '%s': data_offsets [%lld, %lld] hold %lld bytes, but dtype %s and shape %s need %lld",
                         e->name, (long long)e->begin, (long long)e->end, (long long)(e->end - e->begin),
-                        em_dtype_name(e->dtype), em_shape_str(e->ndim, e->sizes), (long long)(numel * esize));
+                        em_dtype_name(e->dtype), tn_shape_str(e->ndim, e->sizes), (long long)(numel * esize));
     if ((uint64_t)e->end > f->data_len)
       return open_error(path, EM_ERR_FORMAT,
                         "tensor '%s': data_offsets [%lld, %lld] run past the end of the data section (%zu bytes, "
@@ -741,8 +741,8 @@ static em_status entry_tensor(const em_safetensors *f, const entry *e, em_tensor
   s->nbytes = nbytes;
   s->deleter = mapping_deleter;
   s->deleter_ctx = f->map;
-  *out = em_tensor_wrap(s, e->dtype, e->ndim, e->sizes, NULL, 0);
-  em_storage_release(s); /* the tensor holds it now; on failure this unmaps if last */
+  *out = tn_tensor_wrap(s, e->dtype, e->ndim, e->sizes, NULL, 0);
+  tn_storage_release(s); /* the tensor holds it now; on failure this unmaps if last */
   return *out ? EM_OK : em_last_status();
 }
 
@@ -753,12 +753,12 @@ em_status em_safetensors_get(const em_safetensors *f, int i, em_tensor **out) {
   const entry *e = &f->entries[i];
   if (!*out) return entry_tensor(f, e, out);
   em_tensor *dst = *out;
-  if ((st = em_check_tensor("safetensors_get", dst, "destination"))) return st;
+  if ((st = tn_check_tensor("safetensors_get", dst, "destination"))) return st;
   int same = em_tensor_ndim(dst) == e->ndim;
   for (int d = 0; same && d < e->ndim; d++) same = em_tensor_size(dst, d) == e->sizes[d];
   if (!same)
     return em_set_error(EM_ERR_SHAPE, "safetensors_get: %s: tensor '%s' has shape %s in the file, the destination "
-                        "has shape %s", f->path, e->name, em_shape_str(e->ndim, e->sizes), EM_SHAPE(dst));
+                        "has shape %s", f->path, e->name, tn_shape_str(e->ndim, e->sizes), EM_SHAPE(dst));
   em_tensor *src = NULL;
   if ((st = entry_tensor(f, e, &src))) return st;
   st = em_copy_(dst, src);

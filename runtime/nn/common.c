@@ -3,15 +3,15 @@
 #include <string.h>
 #include "nn_impl.h"
 
-em_status em_nn_check_out(const char *op, em_tensor **out) {
+em_status nn_check_out(const char *op, em_tensor **out) {
   if (!out) return em_set_error(EM_ERR_ARGUMENT, "%s: out must not be NULL", op);
   if (*out)
     return em_set_error(EM_ERR_ARGUMENT, "%s: results are always new tensors; pass a pointer to NULL as out", op);
   return EM_OK;
 }
 
-em_status em_nn_check_float(const char *op, const em_tensor *t, const char *what) {
-  em_status st = em_check_tensor(op, t, what);
+em_status nn_check_float(const char *op, const em_tensor *t, const char *what) {
+  em_status st = tn_check_tensor(op, t, what);
   if (st) return st;
   /* float16/bfloat16 are computed by the CUDA backend (autocast); the CPU only stores them */
   if ((t->dtype == EM_FLOAT16 || t->dtype == EM_BFLOAT16) && t->storage->device.type != EM_CPU) return EM_OK;
@@ -25,9 +25,9 @@ static int same_device(const em_tensor *a, const em_tensor *b) {
   return a->storage->device.type == b->storage->device.type && a->storage->device.index == b->storage->device.index;
 }
 
-em_status em_nn_check_like(const char *op, const em_tensor *t, const char *what, const em_tensor *like) {
+em_status nn_check_like(const char *op, const em_tensor *t, const char *what, const em_tensor *like) {
   if (!t) return EM_OK;
-  em_status st = em_check_tensor(op, t, what);
+  em_status st = tn_check_tensor(op, t, what);
   if (st) return st;
   if (t->dtype != like->dtype)
     return em_set_error(EM_ERR_DTYPE, "%s: the %s is %s but the input is %s (convert one of them)", op, what,
@@ -36,8 +36,8 @@ em_status em_nn_check_like(const char *op, const em_tensor *t, const char *what,
   return EM_OK;
 }
 
-em_status em_nn_check_vector(const char *op, const em_tensor *t, const char *what, int64_t n, const em_tensor *like) {
-  em_status st = em_nn_check_like(op, t, what, like);
+em_status nn_check_vector(const char *op, const em_tensor *t, const char *what, int64_t n, const em_tensor *like) {
+  em_status st = nn_check_like(op, t, what, like);
   if (st || !t) return st;
   if (t->ndim != 1 || t->sizes[0] != n)
     return em_set_error(EM_ERR_SHAPE, "%s: expected the %s to have shape [%lld], got %s", op, what, (long long)n,
@@ -45,8 +45,8 @@ em_status em_nn_check_vector(const char *op, const em_tensor *t, const char *wha
   return EM_OK;
 }
 
-em_status em_nn_check_index(const char *op, const em_tensor *t, const char *what) {
-  em_status st = em_check_tensor(op, t, what);
+em_status nn_check_index(const char *op, const em_tensor *t, const char *what) {
+  em_status st = tn_check_tensor(op, t, what);
   if (st) return st;
   if (t->dtype != EM_INT64 && t->dtype != EM_INT32)
     return em_set_error(EM_ERR_DTYPE, "%s: expected the %s to be int64 or int32, got %s", op, what,
@@ -54,14 +54,14 @@ em_status em_nn_check_index(const char *op, const em_tensor *t, const char *what
   return EM_OK;
 }
 
-const em_backend *em_nn_backend(const char *op, const em_tensor *t) { return em_backend_for(op, t->storage->device); }
+const em_backend *nn_backend(const char *op, const em_tensor *t) { return tn_backend_for(op, t->storage->device); }
 
-em_status em_nn_contiguous(em_tensor **c, const em_tensor *a) {
+em_status nn_contiguous(em_tensor **c, const em_tensor *a) {
   *c = NULL;
   return a ? em_contiguous(c, a) : EM_OK;
 }
 
-em_status em_nn_reshaped(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes) {
+em_status nn_reshaped(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes) {
   em_tensor *c = NULL;
   em_status st = em_contiguous(&c, a);
   if (!st) st = em_reshape(out, c, ndim, sizes);
@@ -69,24 +69,24 @@ em_status em_nn_reshaped(em_tensor **out, const em_tensor *a, int ndim, const in
   return st;
 }
 
-em_status em_nn_record(em_tensor **out, em_node *n) {
+em_status nn_record(em_tensor **out, em_node *n) {
   if (!n) {
     em_tensor_release(*out);
     *out = NULL;
     return em_last_status();
   }
-  return em_ag_set_history(*out, n, 0);
+  return ag_set_history(*out, n, 0);
 }
 
 static void free_ctx(em_node *n) { free(n->ctx); }
 
-void *em_nn_node_ctx(em_node *n, size_t size) {
+void *nn_node_ctx(em_node *n, size_t size) {
   n->ctx = calloc(1, size);
   if (n->ctx) n->release_ctx = free_ctx;
   return n->ctx;
 }
 
-em_status em_nn_set_grad(em_node *n, int i, em_tensor *g, em_tensor **slot) {
+em_status nn_set_grad(em_node *n, int i, em_tensor *g, em_tensor **slot) {
   if (!g) return EM_OK;
   if (g->ndim == n->ndims[i] && !memcmp(g->sizes, n->shapes[i], sizeof(int64_t) * g->ndim)) {
     *slot = g;
@@ -97,6 +97,6 @@ em_status em_nn_set_grad(em_node *n, int i, em_tensor *g, em_tensor **slot) {
   return st;
 }
 
-void em_nn_release(int n, em_tensor **ts) {
+void nn_release(int n, em_tensor **ts) {
   for (int i = 0; i < n; i++) em_tensor_release(ts[i]);
 }

@@ -33,15 +33,15 @@ static em_status conv2d_backward(em_node *n, em_tensor *const *go, em_tensor **g
   gshape[2] = go[0]->sizes[go[0]->ndim - 2];
   gshape[3] = go[0]->sizes[go[0]->ndim - 1];
   em_tensor *gy = NULL, *gx = NULL, *gw = NULL, *gb = NULL;
-  em_status st = em_nn_reshaped(&gy, go[0], 4, gshape);
+  em_status st = nn_reshaped(&gy, go[0], 4, gshape);
   if (!st && em_node_needs_input_grad(n, 0)) st = em_empty(&gx, 4, x->sizes, x->dtype, x->storage->device);
   if (!st && em_node_needs_input_grad(n, 1)) st = em_empty(&gw, 4, w->sizes, w->dtype, w->storage->device);
   if (!st && em_node_needs_input_grad(n, 2)) st = em_empty(&gb, 1, w->sizes, w->dtype, w->storage->device);
-  const em_backend *be = st ? NULL : em_nn_backend("conv2d", x);
+  const em_backend *be = st ? NULL : nn_backend("conv2d", x);
   if (!st && !be) st = em_last_status();
   if (!st) st = EM_BACKEND_CALL("conv2d", be, conv2d_backward, gx, gw, gb, gy, x, w, &p);
   if (!st) {
-    st = em_nn_set_grad(n, 0, gx, &gi[0]);
+    st = nn_set_grad(n, 0, gx, &gi[0]);
     gx = NULL;
   }
   if (!st) {
@@ -49,7 +49,7 @@ static em_status conv2d_backward(em_node *n, em_tensor *const *go, em_tensor **g
     gw = gb = NULL;
   }
   em_tensor *tmp[] = {gy, gx, gw, gb};
-  em_nn_release(4, tmp);
+  nn_release(4, tmp);
   return st;
 }
 
@@ -62,14 +62,14 @@ static int64_t conv_out(int64_t in, int64_t k, int s, int pad, int dil) {
 em_status em_nn_conv2d(em_tensor **out, const em_tensor *x, const em_tensor *w, const em_tensor *b, int stride_h,
                        int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w, int groups) {
   em_autocast_ops ac;
-  if (em_autocast_prepare(&ac, EM_AUTOCAST_LOWER, 3, (const em_tensor *[]){x, w, b}))
-    return em_autocast_finish(&ac, ac.status ? ac.status
+  if (ag_autocast_prepare(&ac, EM_AUTOCAST_LOWER, 3, (const em_tensor *[]){x, w, b}))
+    return ag_autocast_finish(&ac, ac.status ? ac.status
                                              : em_nn_conv2d(out, ac.t[0], ac.t[1], ac.t[2], stride_h, stride_w, pad_h,
                                                             pad_w, dilation_h, dilation_w, groups));
   const char *op = "conv2d";
   em_status st;
-  if ((st = em_nn_check_out(op, out)) || (st = em_nn_check_float(op, x, "input")) ||
-      (st = em_nn_check_float(op, w, "weight")) || (st = em_nn_check_like(op, w, "weight", x)))
+  if ((st = nn_check_out(op, out)) || (st = nn_check_float(op, x, "input")) ||
+      (st = nn_check_float(op, w, "weight")) || (st = nn_check_like(op, w, "weight", x)))
     return st;
   if (x->ndim != 3 && x->ndim != 4)
     return em_set_error(EM_ERR_SHAPE, "conv2d: expected a 3-d [C, H, W] or 4-d [N, C, H, W] input, got shape %s",
@@ -97,7 +97,7 @@ em_status em_nn_conv2d(em_tensor **out, const em_tensor *x, const em_tensor *w, 
                         "conv2d: the input has %lld channels (shape %s) but the weight of shape %s with groups = %d "
                         "expects %lld",
                         (long long)C, EM_SHAPE(x), EM_SHAPE(w), groups, (long long)(w->sizes[1] * groups));
-  if ((st = em_nn_check_vector(op, b, "bias", Co, x))) return st;
+  if ((st = nn_check_vector(op, b, "bias", Co, x))) return st;
   int64_t OH = conv_out(H, kh, stride_h, pad_h, dilation_h), OW = conv_out(W, kw, stride_w, pad_w, dilation_w);
   if (OH < 1 || OW < 1)
     return em_set_error(EM_ERR_SHAPE,
@@ -106,27 +106,27 @@ em_status em_nn_conv2d(em_tensor **out, const em_tensor *x, const em_tensor *w, 
                         (long long)(H + 2 * pad_h), (long long)(W + 2 * pad_w), EM_SHAPE(x), pad_h, pad_w,
                         (long long)(dilation_h * (kh - 1) + 1), (long long)(dilation_w * (kw - 1) + 1));
   em_conv2d_params p = {{stride_h, stride_w}, {pad_h, pad_w}, {dilation_h, dilation_w}, groups};
-  const em_backend *be = em_nn_backend(op, x);
+  const em_backend *be = nn_backend(op, x);
   if (!be) return em_last_status();
   int64_t xshape[4] = {N, C, H, W}, yshape[4] = {N, Co, OH, OW};
   em_tensor *xc = NULL, *wc = NULL, *bc = NULL, *y = NULL;
-  if (!(st = em_nn_reshaped(&xc, x, 4, xshape)) && !(st = em_nn_contiguous(&wc, w)) &&
-      !(st = em_nn_contiguous(&bc, b)) && !(st = em_empty(&y, 4, yshape, x->dtype, x->storage->device)))
+  if (!(st = nn_reshaped(&xc, x, 4, xshape)) && !(st = nn_contiguous(&wc, w)) &&
+      !(st = nn_contiguous(&bc, b)) && !(st = em_empty(&y, 4, yshape, x->dtype, x->storage->device)))
     st = EM_BACKEND_CALL(op, be, conv2d, y, xc, wc, bc, &p);
   if (!st) st = batched ? (em_tensor_retain(y), *out = y, EM_OK) : em_reshape(out, y, 3, yshape + 1);
   const em_tensor *in[3] = {x, w, b};
-  if (!st && em_ag_any_requires_grad(3, in)) {
-    em_node *n = em_node_new("Conv2dBackward", conv2d_backward, 3, in, 1);
+  if (!st && ag_any_requires_grad(3, in)) {
+    em_node *n = ag_node_new("Conv2dBackward", conv2d_backward, 3, in, 1);
     if (n) {
       params_to_node(n, &p);
-      if ((st = em_node_save(n, 0, xc)) || (st = em_node_save(n, 1, wc))) {
-        em_node_release(n);
+      if ((st = ag_node_save(n, 0, xc)) || (st = ag_node_save(n, 1, wc))) {
+        ag_node_release(n);
         n = NULL;
       }
     }
-    st = em_nn_record(out, n);
+    st = nn_record(out, n);
   }
   em_tensor *tmp[] = {xc, wc, bc, y};
-  em_nn_release(4, tmp);
+  nn_release(4, tmp);
   return st;
 }

@@ -9,13 +9,13 @@ static em_status dropout_backward(em_node *n, em_tensor *const *go, em_tensor **
   if (!go[0]) return EM_OK;
   em_tensor *g = NULL;
   em_status st = em_binary(EM_MUL, &g, go[0], n->saved[0]);
-  return st ? st : em_nn_set_grad(n, 0, g, &gi[0]);
+  return st ? st : nn_set_grad(n, 0, g, &gi[0]);
 }
 
 em_status em_nn_dropout(em_tensor **out, const em_tensor *x, double p, int training) {
   const char *op = "dropout";
   em_status st;
-  if ((st = em_nn_check_out(op, out)) || (st = em_nn_check_float(op, x, "input"))) return st;
+  if ((st = nn_check_out(op, out)) || (st = nn_check_float(op, x, "input"))) return st;
   if (!(p >= 0 && p <= 1))
     return em_set_error(EM_ERR_ARGUMENT, "dropout: got p = %g, expected a probability in [0, 1]", p);
   if (!training || p == 0) { /* the identity: x itself, as PyTorch returns it */
@@ -29,13 +29,13 @@ em_status em_nn_dropout(em_tensor **out, const em_tensor *x, double p, int train
       !(st = em_binary_scalar(EM_MUL, &mask, mask, p < 1 ? 1 / (1 - p) : 0, 0)))
     st = em_binary(EM_MUL, out, x, mask);
   const em_tensor *in[1] = {x};
-  if (!st && em_ag_any_requires_grad(1, in)) {
-    em_node *n = em_node_new("DropoutBackward", dropout_backward, 1, in, 1);
-    if (n && (st = em_node_save(n, 0, mask))) {
-      em_node_release(n);
+  if (!st && ag_any_requires_grad(1, in)) {
+    em_node *n = ag_node_new("DropoutBackward", dropout_backward, 1, in, 1);
+    if (n && (st = ag_node_save(n, 0, mask))) {
+      ag_node_release(n);
       n = NULL;
     }
-    st = em_nn_record(out, n);
+    st = nn_record(out, n);
   }
   em_tensor_release(mask);
   return st;

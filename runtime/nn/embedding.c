@@ -22,7 +22,7 @@ static em_status embedding_backward(em_node *n, em_tensor *const *go, em_tensor 
     gw = NULL;
   }
   em_tensor *tmp[] = {g2, gw, pad_row};
-  em_nn_release(3, tmp);
+  nn_release(3, tmp);
   return st;
 }
 
@@ -46,8 +46,8 @@ em_status em_nn_embedding(em_tensor **out, const em_tensor *weight, const em_ten
                           int base) {
   const char *op = "embedding";
   em_status st;
-  if ((st = em_nn_check_out(op, out)) || (st = em_nn_check_float(op, weight, "weight")) ||
-      (st = em_nn_check_index(op, indices, "indices")))
+  if ((st = nn_check_out(op, out)) || (st = nn_check_float(op, weight, "weight")) ||
+      (st = nn_check_index(op, indices, "indices")))
     return st;
   if (weight->ndim != 2)
     return em_set_error(EM_ERR_SHAPE, "embedding: expected a 2-d weight [num_embeddings, dim], got shape %s",
@@ -62,21 +62,21 @@ em_status em_nn_embedding(em_tensor **out, const em_tensor *weight, const em_ten
   for (int d = 0; d < indices->ndim; d++) shape[d] = indices->sizes[d];
   shape[indices->ndim] = D;
   em_tensor *flat = NULL, *rows = NULL;
-  if (!(st = em_nn_reshaped(&flat, indices, 1, &L)) &&
+  if (!(st = nn_reshaped(&flat, indices, 1, &L)) &&
       !(st = rename_index_error(em_index_select(&rows, weight, 0, flat, base), op, R)))
     st = em_reshape(out, rows, indices->ndim + 1, shape);
   const em_tensor *in[1] = {weight};
-  if (!st && em_ag_any_requires_grad(1, in)) {
-    em_node *n = em_node_new("EmbeddingBackward", embedding_backward, 1, in, 1);
+  if (!st && ag_any_requires_grad(1, in)) {
+    em_node *n = ag_node_new("EmbeddingBackward", embedding_backward, 1, in, 1);
     if (n) {
       n->i[0] = padding_idx;
       n->i[1] = base;
-      if ((st = em_node_save(n, 0, flat))) {
-        em_node_release(n);
+      if ((st = ag_node_save(n, 0, flat))) {
+        ag_node_release(n);
         n = NULL;
       }
     }
-    st = em_nn_record(out, n);
+    st = nn_record(out, n);
   }
   em_tensor_release(flat);
   em_tensor_release(rows);
@@ -91,21 +91,21 @@ static em_status embedding_bag_backward(em_node *n, em_tensor *const *go, em_ten
                   *argmax = n->saved[4];
   int mode = (int)n->i[0], base = (int)n->i[1];
   em_tensor *gout = NULL, *gw = NULL, *gpsw = NULL;
-  em_status st = em_nn_contiguous(&gout, go[0]);
+  em_status st = nn_contiguous(&gout, go[0]);
   if (!st && em_node_needs_input_grad(n, 0)) st = em_empty(&gw, 2, w->sizes, w->dtype, w->storage->device);
   if (!st && em_node_needs_input_grad(n, 1)) st = em_empty(&gpsw, 1, idx->sizes, w->dtype, w->storage->device);
-  const em_backend *be = st ? NULL : em_nn_backend("embedding_bag", w);
+  const em_backend *be = st ? NULL : nn_backend("embedding_bag", w);
   if (!st && !be) st = em_last_status();
   if (!st) st = EM_BACKEND_CALL("embedding_bag", be, embedding_bag_backward, gw, gpsw, gout, w, idx, off, psw, argmax,
                                 mode, base);
   if (!st) {
     gi[0] = gw;
     gw = NULL;
-    st = em_nn_set_grad(n, 1, gpsw, &gi[1]);
+    st = nn_set_grad(n, 1, gpsw, &gi[1]);
     gpsw = NULL;
   }
   em_tensor *tmp[] = {gout, gw, gpsw};
-  em_nn_release(3, tmp);
+  nn_release(3, tmp);
   return st;
 }
 
@@ -115,8 +115,8 @@ em_status em_nn_embedding_bag(em_tensor **out, const em_tensor *weight, const em
   const char *op = "embedding_bag";
   const em_tensor *psw = per_sample_weights;
   em_status st;
-  if ((st = em_nn_check_out(op, out)) || (st = em_nn_check_float(op, weight, "weight")) ||
-      (st = em_nn_check_index(op, indices, "indices")) || (offsets && (st = em_nn_check_index(op, offsets, "offsets"))))
+  if ((st = nn_check_out(op, out)) || (st = nn_check_float(op, weight, "weight")) ||
+      (st = nn_check_index(op, indices, "indices")) || (offsets && (st = nn_check_index(op, offsets, "offsets"))))
     return st;
   if (weight->ndim != 2)
     return em_set_error(EM_ERR_SHAPE, "embedding_bag: expected a 2-d weight [num_embeddings, dim], got shape %s",
@@ -135,20 +135,20 @@ em_status em_nn_embedding_bag(em_tensor **out, const em_tensor *weight, const em
   if (offsets && offsets->ndim != 1)
     return em_set_error(EM_ERR_SHAPE, "embedding_bag: expected 1-d offsets, got shape %s", EM_SHAPE(offsets));
   if (psw) {
-    if ((st = em_nn_check_like(op, psw, "per_sample_weights", weight))) return st;
+    if ((st = nn_check_like(op, psw, "per_sample_weights", weight))) return st;
     if (mode != EM_BAG_SUM)
       return em_set_error(EM_ERR_ARGUMENT, "embedding_bag: per_sample_weights are only supported with mode sum");
     if (psw->ndim != indices->ndim || memcmp(psw->sizes, indices->sizes, sizeof(int64_t) * indices->ndim))
       return em_set_error(EM_ERR_SHAPE, "embedding_bag: per_sample_weights of shape %s must have the indices' shape %s",
                           EM_SHAPE(psw), EM_SHAPE(indices));
   }
-  const em_backend *be = em_nn_backend(op, weight);
+  const em_backend *be = nn_backend(op, weight);
   if (!be) return em_last_status();
   int64_t L = em_tensor_numel(indices), B = offsets ? offsets->sizes[0] : indices->sizes[0];
   int64_t oshape[2] = {B, weight->sizes[1]};
   em_tensor *idx = NULL, *off = NULL, *pswc = NULL, *wc = NULL, *argmax = NULL;
-  if ((st = em_nn_reshaped(&idx, indices, 1, &L)) || (st = em_nn_contiguous(&wc, weight))) goto done;
-  if (psw && (st = em_nn_reshaped(&pswc, psw, 1, &L))) goto done;
+  if ((st = nn_reshaped(&idx, indices, 1, &L)) || (st = nn_contiguous(&wc, weight))) goto done;
+  if (psw && (st = nn_reshaped(&pswc, psw, 1, &L))) goto done;
   if (offsets) {
     st = em_to(&off, offsets, EM_INT64, offsets->storage->device);
     if (!st && !em_tensor_is_contiguous(off)) {
@@ -175,21 +175,21 @@ em_status em_nn_embedding_bag(em_tensor **out, const em_tensor *weight, const em
     goto done;
   }
   const em_tensor *in[2] = {weight, psw};
-  if (em_ag_any_requires_grad(2, in)) {
-    em_node *n = em_node_new("EmbeddingBagBackward", embedding_bag_backward, 2, in, 1);
+  if (ag_any_requires_grad(2, in)) {
+    em_node *n = ag_node_new("EmbeddingBagBackward", embedding_bag_backward, 2, in, 1);
     if (n) {
       n->i[0] = mode;
       n->i[1] = base;
-      if ((st = em_node_save(n, 0, wc)) || (st = em_node_save(n, 1, idx)) || (st = em_node_save(n, 2, off)) ||
-          (st = em_node_save(n, 3, pswc)) || (st = em_node_save(n, 4, argmax))) {
-        em_node_release(n);
+      if ((st = ag_node_save(n, 0, wc)) || (st = ag_node_save(n, 1, idx)) || (st = ag_node_save(n, 2, off)) ||
+          (st = ag_node_save(n, 3, pswc)) || (st = ag_node_save(n, 4, argmax))) {
+        ag_node_release(n);
         n = NULL;
       }
     }
-    st = em_nn_record(out, n);
+    st = nn_record(out, n);
   }
 done:;
   em_tensor *tmp[] = {idx, off, pswc, wc, argmax};
-  em_nn_release(5, tmp);
+  nn_release(5, tmp);
   return st;
 }

@@ -11,13 +11,13 @@ static em_status linear_backward(em_node *n, em_tensor *const *go, em_tensor **g
   int64_t shape[2] = {x2->sizes[0], w->sizes[0]};
   em_status st = em_reshape(&g2, go[0], 2, shape);
   if (!st && em_node_needs_input_grad(n, 0) && !(st = em_mm(&gx, g2, w))) {
-    st = em_nn_set_grad(n, 0, gx, &gi[0]);
+    st = nn_set_grad(n, 0, gx, &gi[0]);
     gx = NULL;
   }
   /* the weight's gradient is written into its grad destination when it has one (a DDP
    * bucket's slice): no copy into the bucket afterwards */
   if (!st && em_node_needs_input_grad(n, 1) && !(st = em_transpose(&g2t, g2, 0, 1)) &&
-      !(gw = em_node_grad_destination(n, 1, 2, w->sizes, g2->dtype), st = em_mm(&gw, g2t, x2))) {
+      !(gw = ag_node_grad_destination(n, 1, 2, w->sizes, g2->dtype), st = em_mm(&gw, g2t, x2))) {
     gi[1] = gw;
     gw = NULL;
   }
@@ -37,25 +37,25 @@ static em_status linear_backward(em_node *n, em_tensor *const *go, em_tensor **g
     }
   }
   em_tensor *tmp[] = {g2, g2t, gx, gw, gb};
-  em_nn_release(5, tmp);
+  nn_release(5, tmp);
   return st;
 }
 
 em_status em_nn_linear(em_tensor **out, const em_tensor *x, const em_tensor *w, const em_tensor *b) {
   em_autocast_ops ac;
-  if (em_autocast_prepare(&ac, EM_AUTOCAST_LOWER, 3, (const em_tensor *[]){x, w, b}))
-    return em_autocast_finish(&ac, ac.status ? ac.status : em_nn_linear(out, ac.t[0], ac.t[1], ac.t[2]));
+  if (ag_autocast_prepare(&ac, EM_AUTOCAST_LOWER, 3, (const em_tensor *[]){x, w, b}))
+    return ag_autocast_finish(&ac, ac.status ? ac.status : em_nn_linear(out, ac.t[0], ac.t[1], ac.t[2]));
   const char *op = "linear";
   em_status st;
-  if ((st = em_nn_check_out(op, out)) || (st = em_nn_check_float(op, x, "input")) ||
-      (st = em_nn_check_like(op, w, "weight", x)))
+  if ((st = nn_check_out(op, out)) || (st = nn_check_float(op, x, "input")) ||
+      (st = nn_check_like(op, w, "weight", x)))
     return st;
   if (!w) return em_set_error(EM_ERR_ARGUMENT, "linear: expected a weight tensor, got nil");
   if (w->ndim != 2)
     return em_set_error(EM_ERR_SHAPE, "linear: expected the weight to be 2-d [out_features, in_features], got %s",
                         EM_SHAPE(w));
   int64_t nout = w->sizes[0], nin = w->sizes[1];
-  if ((st = em_nn_check_vector(op, b, "bias", nout, x))) return st;
+  if ((st = nn_check_vector(op, b, "bias", nout, x))) return st;
   if (x->ndim < 1 || x->sizes[x->ndim - 1] != nin)
     return em_set_error(EM_ERR_SHAPE, "linear: input of shape %s does not fit weight of shape %s (expected the last dim to be %lld)",
                         EM_SHAPE(x), EM_SHAPE(w), (long long)nin);
@@ -69,15 +69,15 @@ em_status em_nn_linear(em_tensor **out, const em_tensor *x, const em_tensor *w, 
     st = b ? em_addmm(&y2, b, x2, wt, 1, 1) : em_mm(&y2, x2, wt);
   if (!st) st = x->ndim == 2 ? (em_tensor_retain(y2), *out = y2, EM_OK) : em_reshape(out, y2, x->ndim, yshape);
   const em_tensor *in[3] = {x, w, b};
-  if (!st && em_ag_any_requires_grad(3, in)) {
-    em_node *n = em_node_new("LinearBackward", linear_backward, 3, in, 1);
-    if (n && ((st = em_node_save(n, 0, x2)) || (st = em_node_save(n, 1, w)))) {
-      em_node_release(n);
+  if (!st && ag_any_requires_grad(3, in)) {
+    em_node *n = ag_node_new("LinearBackward", linear_backward, 3, in, 1);
+    if (n && ((st = ag_node_save(n, 0, x2)) || (st = ag_node_save(n, 1, w)))) {
+      ag_node_release(n);
       n = NULL;
     }
-    st = em_nn_record(out, n);
+    st = nn_record(out, n);
   }
   em_tensor *tmp[] = {x2, wt, y2};
-  em_nn_release(3, tmp);
+  nn_release(3, tmp);
   return st;
 }

@@ -24,12 +24,12 @@ static em_status class_loss_backward(em_node *n, em_tensor *const *go, em_tensor
   em_class_loss_params p = {n->i[0], n->d[0], (int)n->i[1], (int)n->i[2], (int)n->i[3]};
   const char *op = p.log_input ? "nll_loss" : "cross_entropy";
   em_tensor *gout = NULL, *gx = NULL;
-  em_status st = em_nn_contiguous(&gout, go[0]);
+  em_status st = nn_contiguous(&gout, go[0]);
   if (!st) st = em_empty(&gx, x->ndim, x->sizes, x->dtype, x->storage->device);
-  const em_backend *be = st ? NULL : em_nn_backend(op, x);
+  const em_backend *be = st ? NULL : nn_backend(op, x);
   if (!st && !be) st = em_last_status();
   if (!st && !(st = EM_BACKEND_CALL(op, be, class_loss_backward, gx, gout, x, lse, tw, target, w, &p))) {
-    st = em_nn_set_grad(n, 0, gx, &gi[0]);
+    st = nn_set_grad(n, 0, gx, &gi[0]);
     gx = NULL;
   }
   em_tensor_release(gout);
@@ -42,7 +42,7 @@ static em_status class_loss(const char *op, em_tensor **out, const em_tensor *in
   em_status st;
   int cdim = input->ndim == 1 ? 0 : 1;
   int64_t C = input->sizes[cdim];
-  if ((st = em_nn_check_vector(op, weight, "weight", C, input))) return st;
+  if ((st = nn_check_vector(op, weight, "weight", C, input))) return st;
   /* target: the input's shape without the class dim */
   int64_t tshape[EM_MAX_DIMS], xshape[3] = {1, C, 1};
   int tnd = 0;
@@ -50,15 +50,15 @@ static em_status class_loss(const char *op, em_tensor **out, const em_tensor *in
     if (d != cdim) tshape[tnd++] = input->sizes[d];
   if (target->ndim != tnd || memcmp(target->sizes, tshape, sizeof(int64_t) * tnd))
     return em_set_error(EM_ERR_SHAPE, "%s: target of shape %s does not fit input of shape %s (expected target shape %s)",
-                        op, EM_SHAPE(target), EM_SHAPE(input), em_shape_str(tnd, tshape));
+                        op, EM_SHAPE(target), EM_SHAPE(input), tn_shape_str(tnd, tshape));
   if (input->ndim > 1) xshape[0] = input->sizes[0];
   for (int d = 2; d < input->ndim; d++) xshape[2] *= input->sizes[d];
-  const em_backend *be = em_nn_backend(op, input);
+  const em_backend *be = nn_backend(op, input);
   if (!be) return em_last_status();
   int64_t ns = xshape[0] * xshape[2];
   em_tensor *x = NULL, *t = NULL, *wc = NULL, *lse = NULL, *tw = NULL;
-  if (!(st = em_nn_reshaped(&x, input, 3, xshape)) && !(st = em_nn_contiguous(&t, target)) &&
-      !(st = em_nn_contiguous(&wc, weight)) &&
+  if (!(st = nn_reshaped(&x, input, 3, xshape)) && !(st = nn_contiguous(&t, target)) &&
+      !(st = nn_contiguous(&wc, weight)) &&
       !(st = p->log_input ? EM_OK : em_empty(&lse, 1, &ns, input->dtype, input->storage->device)) &&
       !(st = em_empty(&tw, 0, NULL, input->dtype, input->storage->device)) &&
       !(st = em_empty(out, p->reduction == EM_REDUCTION_NONE ? tnd : 0, tshape, input->dtype, input->storage->device)) &&
@@ -67,22 +67,22 @@ static em_status class_loss(const char *op, em_tensor **out, const em_tensor *in
     *out = NULL;
   }
   const em_tensor *in[1] = {input};
-  if (!st && em_ag_any_requires_grad(1, in)) {
-    em_node *n = em_node_new(p->log_input ? "NllLossBackward" : "CrossEntropyLossBackward", class_loss_backward, 1,
+  if (!st && ag_any_requires_grad(1, in)) {
+    em_node *n = ag_node_new(p->log_input ? "NllLossBackward" : "CrossEntropyLossBackward", class_loss_backward, 1,
                              in, 1);
     if (n) {
       n->i[0] = p->ignore_index, n->i[1] = p->reduction, n->i[2] = p->log_input, n->i[3] = p->base;
       n->d[0] = p->label_smoothing;
-      if ((st = em_node_save(n, 0, x)) || (st = em_node_save(n, 1, lse)) || (st = em_node_save(n, 2, tw)) ||
-          (st = em_node_save(n, 3, t)) || (st = em_node_save(n, 4, wc))) {
-        em_node_release(n);
+      if ((st = ag_node_save(n, 0, x)) || (st = ag_node_save(n, 1, lse)) || (st = ag_node_save(n, 2, tw)) ||
+          (st = ag_node_save(n, 3, t)) || (st = ag_node_save(n, 4, wc))) {
+        ag_node_release(n);
         n = NULL;
       }
     }
-    st = em_nn_record(out, n);
+    st = nn_record(out, n);
   }
   em_tensor *tmp[] = {x, t, wc, lse, tw};
-  em_nn_release(5, tmp);
+  nn_release(5, tmp);
   return st;
 }
 
@@ -93,13 +93,13 @@ static em_status soft_cross_entropy(em_tensor **out, const em_tensor *x, const e
                                     const em_tensor *weight, double smoothing, em_reduction reduction) {
   const char *op = "cross_entropy";
   em_status st;
-  if ((st = em_nn_check_like(op, target, "target", x))) return st;
+  if ((st = nn_check_like(op, target, "target", x))) return st;
   if (target->ndim != x->ndim || memcmp(target->sizes, x->sizes, sizeof(int64_t) * x->ndim))
     return em_set_error(EM_ERR_SHAPE, "cross_entropy: probability targets of shape %s must have the input's shape %s",
                         EM_SHAPE(target), EM_SHAPE(x));
   int cdim = x->ndim == 1 ? 0 : 1;
   int64_t C = x->sizes[cdim];
-  if ((st = em_nn_check_vector(op, weight, "weight", C, x))) return st;
+  if ((st = nn_check_vector(op, weight, "weight", C, x))) return st;
   em_tensor *t[8] = {NULL};
   em_tensor *logp = NULL, *tt = NULL, *prod = NULL, *wv = NULL, *s = NULL, *neg = NULL;
   const em_tensor *tgt = target;
@@ -123,7 +123,7 @@ static em_status soft_cross_entropy(em_tensor **out, const em_tensor *x, const e
   if (!st && reduction != EM_REDUCTION_NONE)
     st = em_ag_reduce(reduction == EM_REDUCTION_MEAN ? EM_MEAN : EM_SUM, out, NULL, neg, NULL, 0, 0, 0);
   em_tensor *tmp[] = {t[0], t[1], logp, tt, prod, wv, s, neg};
-  em_nn_release(8, tmp);
+  nn_release(8, tmp);
   return st;
 }
 
@@ -131,14 +131,14 @@ em_status em_nn_cross_entropy(em_tensor **out, const em_tensor *logits, const em
                               const em_tensor *weight, int64_t ignore_index, double label_smoothing,
                               em_reduction reduction, int base) {
   em_autocast_ops ac;
-  if (em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 3, (const em_tensor *[]){logits, target, weight}))
-    return em_autocast_finish(&ac, ac.status ? ac.status
+  if (ag_autocast_prepare(&ac, EM_AUTOCAST_FP32, 3, (const em_tensor *[]){logits, target, weight}))
+    return ag_autocast_finish(&ac, ac.status ? ac.status
                                              : em_nn_cross_entropy(out, ac.t[0], ac.t[1], ac.t[2], ignore_index,
                                                                    label_smoothing, reduction, base));
   const char *op = "cross_entropy";
   em_status st;
-  if ((st = em_nn_check_out(op, out)) || (st = em_nn_check_float(op, logits, "input")) ||
-      (st = em_check_tensor(op, target, "target")) || (st = check_reduction(op, reduction)))
+  if ((st = nn_check_out(op, out)) || (st = nn_check_float(op, logits, "input")) ||
+      (st = tn_check_tensor(op, target, "target")) || (st = check_reduction(op, reduction)))
     return st;
   if (logits->ndim < 1)
     return em_set_error(EM_ERR_SHAPE, "cross_entropy: expected an input [N, C, ...] or [C], got shape %s", EM_SHAPE(logits));
@@ -152,7 +152,7 @@ em_status em_nn_cross_entropy(em_tensor **out, const em_tensor *logits, const em
                           (long long)ignore_index, em_dtype_name(target->dtype));
     return soft_cross_entropy(out, logits, target, weight, label_smoothing, reduction);
   }
-  if ((st = em_nn_check_index(op, target, "target"))) return st;
+  if ((st = nn_check_index(op, target, "target"))) return st;
   em_class_loss_params p = {ignore_index, label_smoothing, reduction, 0, base};
   return class_loss(op, out, logits, target, weight, &p);
 }
@@ -160,13 +160,13 @@ em_status em_nn_cross_entropy(em_tensor **out, const em_tensor *logits, const em
 em_status em_nn_nll_loss(em_tensor **out, const em_tensor *log_probs, const em_tensor *target,
                          const em_tensor *weight, int64_t ignore_index, em_reduction reduction, int base) {
   em_autocast_ops ac;
-  if (em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 3, (const em_tensor *[]){log_probs, target, weight}))
-    return em_autocast_finish(
+  if (ag_autocast_prepare(&ac, EM_AUTOCAST_FP32, 3, (const em_tensor *[]){log_probs, target, weight}))
+    return ag_autocast_finish(
         &ac, ac.status ? ac.status : em_nn_nll_loss(out, ac.t[0], ac.t[1], ac.t[2], ignore_index, reduction, base));
   const char *op = "nll_loss";
   em_status st;
-  if ((st = em_nn_check_out(op, out)) || (st = em_nn_check_float(op, log_probs, "input")) ||
-      (st = em_nn_check_index(op, target, "target")) || (st = check_reduction(op, reduction)))
+  if ((st = nn_check_out(op, out)) || (st = nn_check_float(op, log_probs, "input")) ||
+      (st = nn_check_index(op, target, "target")) || (st = check_reduction(op, reduction)))
     return st;
   if (log_probs->ndim < 1)
     return em_set_error(EM_ERR_SHAPE, "nll_loss: expected an input [N, C, ...] or [C], got shape %s", EM_SHAPE(log_probs));
@@ -178,12 +178,12 @@ em_status em_nn_nll_loss(em_tensor **out, const em_tensor *log_probs, const em_t
 
 em_status em_nn_mse_loss(em_tensor **out, const em_tensor *input, const em_tensor *target, em_reduction reduction) {
   em_autocast_ops ac;
-  if (em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 2, (const em_tensor *[]){input, target}))
-    return em_autocast_finish(&ac, ac.status ? ac.status : em_nn_mse_loss(out, ac.t[0], ac.t[1], reduction));
+  if (ag_autocast_prepare(&ac, EM_AUTOCAST_FP32, 2, (const em_tensor *[]){input, target}))
+    return ag_autocast_finish(&ac, ac.status ? ac.status : em_nn_mse_loss(out, ac.t[0], ac.t[1], reduction));
   const char *op = "mse_loss";
   em_status st;
-  if ((st = em_nn_check_out(op, out)) || (st = em_nn_check_float(op, input, "input")) ||
-      (st = em_nn_check_like(op, target, "target", input)) || (st = check_reduction(op, reduction)))
+  if ((st = nn_check_out(op, out)) || (st = nn_check_float(op, input, "input")) ||
+      (st = nn_check_like(op, target, "target", input)) || (st = check_reduction(op, reduction)))
     return st;
   if (!target) return em_set_error(EM_ERR_ARGUMENT, "mse_loss: expected a target tensor, got nil");
   em_tensor *d = NULL, *sq = NULL;
@@ -203,9 +203,9 @@ em_status em_nn_mse_loss(em_tensor **out, const em_tensor *input, const em_tenso
 
 /* softplus(-x), stable for any x */
 static em_tensor *softplus_neg(em_scratch *sc, const em_tensor *x) {
-  em_tensor *relu_neg = em_sc_unary(sc, EM_RELU, em_sc_unary(sc, EM_NEG, x));
-  em_tensor *tail = em_sc_unary(sc, EM_LOG1P, em_sc_unary(sc, EM_EXP, em_sc_unary(sc, EM_NEG, em_sc_unary(sc, EM_ABS, x))));
-  return em_sc_binary(sc, EM_ADD, relu_neg, tail);
+  em_tensor *relu_neg = ag_sc_unary(sc, EM_RELU, ag_sc_unary(sc, EM_NEG, x));
+  em_tensor *tail = ag_sc_unary(sc, EM_LOG1P, ag_sc_unary(sc, EM_EXP, ag_sc_unary(sc, EM_NEG, ag_sc_unary(sc, EM_ABS, x))));
+  return ag_sc_binary(sc, EM_ADD, relu_neg, tail);
 }
 
 static em_status bce_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
@@ -213,34 +213,34 @@ static em_status bce_backward(em_node *n, em_tensor *const *go, em_tensor **gi) 
   const em_tensor *x = n->saved[0], *y = n->saved[1], *w = n->saved[2], *pw = n->saved[3];
   em_reduction red = (em_reduction)n->i[0];
   em_scratch sc = {0};
-  em_tensor *g = red == EM_REDUCTION_MEAN ? em_sc_scalar(&sc, EM_DIV, go[0], (double)em_tensor_numel(x)) : go[0];
-  if (w) g = em_sc_binary(&sc, EM_MUL, g, w);
-  em_tensor *pw1 = pw ? em_sc_scalar(&sc, EM_SUB, pw, 1.0) : NULL;
+  em_tensor *g = red == EM_REDUCTION_MEAN ? ag_sc_scalar(&sc, EM_DIV, go[0], (double)em_tensor_numel(x)) : go[0];
+  if (w) g = ag_sc_binary(&sc, EM_MUL, g, w);
+  em_tensor *pw1 = pw ? ag_sc_scalar(&sc, EM_SUB, pw, 1.0) : NULL;
   if (em_node_needs_input_grad(n, 0)) {
-    em_tensor *l = pw1 ? em_sc_scalar(&sc, EM_ADD, em_sc_binary(&sc, EM_MUL, pw1, y), 1.0) : NULL;
-    em_tensor *s = em_sc_unary(&sc, EM_SIGMOID, em_sc_unary(&sc, EM_NEG, x));
-    if (l) s = em_sc_binary(&sc, EM_MUL, l, s);
-    em_tensor *d = em_sc_binary(&sc, EM_SUB, em_sc_rscalar(&sc, EM_SUB, 1.0, y), s);
-    em_tensor *gx = em_sc_binary(&sc, EM_MUL, g, d);
-    if (!sc.st) sc.st = em_ag_finish_input_grad(n, 0, em_sc_keep(&sc, gx), &gi[0]);
+    em_tensor *l = pw1 ? ag_sc_scalar(&sc, EM_ADD, ag_sc_binary(&sc, EM_MUL, pw1, y), 1.0) : NULL;
+    em_tensor *s = ag_sc_unary(&sc, EM_SIGMOID, ag_sc_unary(&sc, EM_NEG, x));
+    if (l) s = ag_sc_binary(&sc, EM_MUL, l, s);
+    em_tensor *d = ag_sc_binary(&sc, EM_SUB, ag_sc_rscalar(&sc, EM_SUB, 1.0, y), s);
+    em_tensor *gx = ag_sc_binary(&sc, EM_MUL, g, d);
+    if (!sc.st) sc.st = ag_finish_input_grad(n, 0, ag_sc_keep(&sc, gx), &gi[0]);
   }
   if (em_node_needs_input_grad(n, 1)) {
-    em_tensor *d = em_sc_unary(&sc, EM_NEG, x);
-    if (pw1) d = em_sc_binary(&sc, EM_ADD, d, em_sc_binary(&sc, EM_MUL, pw1, softplus_neg(&sc, x)));
-    em_tensor *gy = em_sc_binary(&sc, EM_MUL, g, d);
-    if (!sc.st) sc.st = em_ag_finish_input_grad(n, 1, em_sc_keep(&sc, gy), &gi[1]);
+    em_tensor *d = ag_sc_unary(&sc, EM_NEG, x);
+    if (pw1) d = ag_sc_binary(&sc, EM_ADD, d, ag_sc_binary(&sc, EM_MUL, pw1, softplus_neg(&sc, x)));
+    em_tensor *gy = ag_sc_binary(&sc, EM_MUL, g, d);
+    if (!sc.st) sc.st = ag_finish_input_grad(n, 1, ag_sc_keep(&sc, gy), &gi[1]);
   }
-  return em_sc_end(&sc);
+  return ag_sc_end(&sc);
 }
 
 /* t (may be NULL) broadcasts to x's shape. */
 static em_status check_broadcast(const char *what, const em_tensor *t, const em_tensor *x) {
   const char *op = "binary_cross_entropy_with_logits";
-  em_status st = em_nn_check_like(op, t, what, x);
+  em_status st = nn_check_like(op, t, what, x);
   if (st || !t) return st;
   int nd;
   int64_t shape[EM_MAX_DIMS];
-  if (em_broadcast_shapes(op, t->ndim, t->sizes, x->ndim, x->sizes, &nd, shape) || nd != x->ndim ||
+  if (tn_broadcast_shapes(op, t->ndim, t->sizes, x->ndim, x->sizes, &nd, shape) || nd != x->ndim ||
       memcmp(shape, x->sizes, sizeof(int64_t) * nd))
     return em_set_error(EM_ERR_SHAPE, "%s: the %s of shape %s does not broadcast to the input's shape %s", op, what,
                         EM_SHAPE(t), EM_SHAPE(x));
@@ -251,14 +251,14 @@ em_status em_nn_binary_cross_entropy_with_logits(em_tensor **out, const em_tenso
                                                  const em_tensor *weight, const em_tensor *pos_weight,
                                                  em_reduction reduction) {
   em_autocast_ops ac;
-  if (em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 4, (const em_tensor *[]){logits, target, weight, pos_weight}))
-    return em_autocast_finish(&ac, ac.status ? ac.status
+  if (ag_autocast_prepare(&ac, EM_AUTOCAST_FP32, 4, (const em_tensor *[]){logits, target, weight, pos_weight}))
+    return ag_autocast_finish(&ac, ac.status ? ac.status
                                              : em_nn_binary_cross_entropy_with_logits(out, ac.t[0], ac.t[1], ac.t[2],
                                                                                       ac.t[3], reduction));
   const char *op = "binary_cross_entropy_with_logits";
   em_status st;
-  if ((st = em_nn_check_out(op, out)) || (st = em_nn_check_float(op, logits, "input")) ||
-      (st = em_nn_check_like(op, target, "target", logits)) || (st = check_reduction(op, reduction)) ||
+  if ((st = nn_check_out(op, out)) || (st = nn_check_float(op, logits, "input")) ||
+      (st = nn_check_like(op, target, "target", logits)) || (st = check_reduction(op, reduction)) ||
       (st = check_broadcast("weight", weight, logits)) || (st = check_broadcast("pos_weight", pos_weight, logits)))
     return st;
   if (!target) return em_set_error(EM_ERR_ARGUMENT, "%s: expected a target tensor, got nil", op);
@@ -269,30 +269,30 @@ em_status em_nn_binary_cross_entropy_with_logits(em_tensor **out, const em_tenso
   const em_tensor *x = logits, *y = target;
   em_tensor *sp = softplus_neg(&sc, x);
   if (pos_weight)
-    sp = em_sc_binary(&sc, EM_MUL, sp, em_sc_scalar(&sc, EM_ADD, em_sc_binary(&sc, EM_MUL, em_sc_scalar(&sc, EM_SUB, pos_weight, 1.0), y), 1.0));
-  em_tensor *loss = em_sc_binary(&sc, EM_ADD, em_sc_binary(&sc, EM_MUL, em_sc_rscalar(&sc, EM_SUB, 1.0, y), x), sp);
-  if (weight) loss = em_sc_binary(&sc, EM_MUL, loss, weight);
+    sp = ag_sc_binary(&sc, EM_MUL, sp, ag_sc_scalar(&sc, EM_ADD, ag_sc_binary(&sc, EM_MUL, ag_sc_scalar(&sc, EM_SUB, pos_weight, 1.0), y), 1.0));
+  em_tensor *loss = ag_sc_binary(&sc, EM_ADD, ag_sc_binary(&sc, EM_MUL, ag_sc_rscalar(&sc, EM_SUB, 1.0, y), x), sp);
+  if (weight) loss = ag_sc_binary(&sc, EM_MUL, loss, weight);
   if (reduction == EM_REDUCTION_NONE) {
-    *out = em_sc_keep(&sc, loss);
+    *out = ag_sc_keep(&sc, loss);
   } else if (!sc.st) {
     em_redop r = reduction == EM_REDUCTION_MEAN ? EM_MEAN : EM_SUM;
     sc.st = em_reduce(r, out, NULL, loss, NULL, 0, 0, 0);
   }
-  if ((st = em_sc_end(&sc))) {
+  if ((st = ag_sc_end(&sc))) {
     em_tensor_release(*out);
     *out = NULL;
     return st;
   }
   const em_tensor *in[2] = {logits, target};
-  if (!em_ag_any_requires_grad(2, in)) return EM_OK;
-  em_node *n = em_node_new("BinaryCrossEntropyWithLogitsBackward", bce_backward, 2, in, 1);
+  if (!ag_any_requires_grad(2, in)) return EM_OK;
+  em_node *n = ag_node_new("BinaryCrossEntropyWithLogitsBackward", bce_backward, 2, in, 1);
   if (n) {
     n->i[0] = reduction;
-    if ((st = em_node_save(n, 0, x)) || (st = em_node_save(n, 1, y)) || (st = em_node_save(n, 2, weight)) ||
-        (st = em_node_save(n, 3, pos_weight))) {
-      em_node_release(n);
+    if ((st = ag_node_save(n, 0, x)) || (st = ag_node_save(n, 1, y)) || (st = ag_node_save(n, 2, weight)) ||
+        (st = ag_node_save(n, 3, pos_weight))) {
+      ag_node_release(n);
       n = NULL;
     }
   }
-  return em_nn_record(out, n);
+  return nn_record(out, n);
 }

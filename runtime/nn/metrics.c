@@ -24,7 +24,7 @@ static em_status count_composed(int64_t *count, const em_tensor *x, const em_ten
   if (!st) st = em_reduce(EM_SUM, &total, NULL, hit, NULL, 0, 0, 0);
   if (!st) st = em_tensor_item_int64(total, count);
   em_tensor *tmp[] = {values, at, hit, total, lo, hi};
-  em_nn_release(6, tmp);
+  nn_release(6, tmp);
   return st;
 }
 
@@ -33,7 +33,7 @@ em_status em_nn_count_correct(int64_t *count, const em_tensor *logits, const em_
   em_status st;
   if (!count) return em_set_error(EM_ERR_ARGUMENT, "count_correct: count must not be NULL");
   *count = 0;
-  if ((st = em_nn_check_float(op, logits, "logits")) || (st = em_nn_check_index(op, target, "target"))) return st;
+  if ((st = nn_check_float(op, logits, "logits")) || (st = nn_check_index(op, target, "target"))) return st;
   if (logits->ndim != 2)
     return em_set_error(EM_ERR_SHAPE, "count_correct: expected logits of shape [N, C], got %s", EM_SHAPE(logits));
   if (target->ndim != 1 || target->sizes[0] != logits->sizes[0])
@@ -45,7 +45,7 @@ em_status em_nn_count_correct(int64_t *count, const em_tensor *logits, const em_
   if (logits->sizes[0] == 0) return EM_OK;
   if (logits->sizes[1] == 0)
     return em_set_error(EM_ERR_SHAPE, "count_correct: logits %s have no classes", EM_SHAPE(logits));
-  const em_backend *be = em_nn_backend(op, logits);
+  const em_backend *be = nn_backend(op, logits);
   if (!be) return em_last_status();
   if (!be->count_correct) return count_composed(count, logits, target, base);
   return be->count_correct(count, logits, target, base);

@@ -12,31 +12,31 @@
 #include "tensor/backend.h"
 
 /* *out must be a place for a new result: non-NULL and holding NULL. */
-em_status em_nn_check_out(const char *op, em_tensor **out);
+em_status nn_check_out(const char *op, em_tensor **out);
 /* t is a live float32 or float64 tensor (or float16/bfloat16 off the CPU). */
-em_status em_nn_check_float(const char *op, const em_tensor *t, const char *what);
+em_status nn_check_float(const char *op, const em_tensor *t, const char *what);
 /* t (may be NULL) is a live tensor with like's dtype and device. */
-em_status em_nn_check_like(const char *op, const em_tensor *t, const char *what, const em_tensor *like);
+em_status nn_check_like(const char *op, const em_tensor *t, const char *what, const em_tensor *like);
 /* t (may be NULL) is a live 1-d tensor of n elements with like's dtype and device. */
-em_status em_nn_check_vector(const char *op, const em_tensor *t, const char *what, int64_t n, const em_tensor *like);
+em_status nn_check_vector(const char *op, const em_tensor *t, const char *what, int64_t n, const em_tensor *like);
 /* t is a live int32 or int64 tensor (class targets, embedding indices). */
-em_status em_nn_check_index(const char *op, const em_tensor *t, const char *what);
+em_status nn_check_index(const char *op, const em_tensor *t, const char *what);
 /* The backend of t's device (NULL with the error set). */
-const em_backend *em_nn_backend(const char *op, const em_tensor *t);
+const em_backend *nn_backend(const char *op, const em_tensor *t);
 
 /* *c = a contiguous tensor with a's values (a new reference; NULL stays NULL). */
-em_status em_nn_contiguous(em_tensor **c, const em_tensor *a);
+em_status nn_contiguous(em_tensor **c, const em_tensor *a);
 /* A contiguous copy of a as a new tensor of the given shape (a view when a is contiguous). */
-em_status em_nn_reshaped(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes);
+em_status nn_reshaped(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes);
 
 /* Makes n the grad_fn of *out, or on failure (n == NULL) releases *out and reports. */
-em_status em_nn_record(em_tensor **out, em_node *n);
+em_status nn_record(em_tensor **out, em_node *n);
 /* Zeroed memory of size bytes owned by n (freed with its saved tensors), or NULL. */
-void *em_nn_node_ctx(em_node *n, size_t size);
+void *nn_node_ctx(em_node *n, size_t size);
 /* Takes over g (may be NULL) as the gradient of input i: reshaped to the input's recorded
  * shape when they differ in layout only. Inputs 0 and 1 only (their shapes are recorded). */
-em_status em_nn_set_grad(em_node *n, int i, em_tensor *g, em_tensor **slot);
+em_status nn_set_grad(em_node *n, int i, em_tensor *g, em_tensor **slot);
 /* Releases every non-NULL tensor of the list. */
-void em_nn_release(int n, em_tensor **ts);
+void nn_release(int n, em_tensor **ts);
 
 #endif

@@ -12,21 +12,21 @@ static em_status batch_norm_backward(em_node *n, em_tensor *const *go, em_tensor
   const em_tensor *x = n->saved[0], *mean = n->saved[1], *var = n->saved[2], *w = n->saved[3];
   em_tensor *gy = NULL, *gx = NULL, *gw = NULL, *gb = NULL;
   int64_t C = mean->sizes[0];
-  em_status st = em_nn_reshaped(&gy, go[0], x->ndim, x->sizes);
+  em_status st = nn_reshaped(&gy, go[0], x->ndim, x->sizes);
   if (!st && em_node_needs_input_grad(n, 0)) st = em_empty(&gx, x->ndim, x->sizes, x->dtype, x->storage->device);
   if (!st && em_node_needs_input_grad(n, 1)) st = em_empty(&gw, 1, &C, x->dtype, x->storage->device);
   if (!st && em_node_needs_input_grad(n, 2)) st = em_empty(&gb, 1, &C, x->dtype, x->storage->device);
-  const em_backend *be = st ? NULL : em_nn_backend("batch_norm", x);
+  const em_backend *be = st ? NULL : nn_backend("batch_norm", x);
   if (!st && !be) st = em_last_status();
   if (!st) st = EM_BACKEND_CALL("batch_norm", be, batch_norm_backward, gx, gw, gb, gy, x, mean, var, w, n->d[0],
                                 (int)n->i[0]);
   if (!st) {
-    st = em_nn_set_grad(n, 0, gx, &gi[0]);
+    st = nn_set_grad(n, 0, gx, &gi[0]);
     gi[1] = gw, gi[2] = gb;
     gx = gw = gb = NULL;
   }
   em_tensor *tmp[] = {gy, gx, gw, gb};
-  em_nn_release(4, tmp);
+  nn_release(4, tmp);
   return st;
 }
 
@@ -41,20 +41,20 @@ em_status em_nn_batch_norm(em_tensor **out, const em_tensor *x, const em_tensor 
                            em_tensor *running_mean, em_tensor *running_var, int training, double momentum,
                            double eps) {
   em_autocast_ops ac;
-  if (em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 3, (const em_tensor *[]){x, weight, bias}))
-    return em_autocast_finish(&ac, ac.status ? ac.status
+  if (ag_autocast_prepare(&ac, EM_AUTOCAST_FP32, 3, (const em_tensor *[]){x, weight, bias}))
+    return ag_autocast_finish(&ac, ac.status ? ac.status
                                              : em_nn_batch_norm(out, ac.t[0], ac.t[1], ac.t[2], running_mean,
                                                                 running_var, training, momentum, eps));
   const char *op = "batch_norm";
   em_status st;
-  if ((st = em_nn_check_out(op, out)) || (st = em_nn_check_float(op, x, "input"))) return st;
+  if ((st = nn_check_out(op, out)) || (st = nn_check_float(op, x, "input"))) return st;
   if (x->ndim < 2)
     return em_set_error(EM_ERR_SHAPE, "batch_norm: expected an input [N, C, ...] of at least 2 dims, got shape %s",
                         EM_SHAPE(x));
   int64_t C = x->sizes[1], count = em_tensor_numel(x) / (C ? C : 1);
-  if ((st = em_nn_check_vector(op, weight, "weight", C, x)) || (st = em_nn_check_vector(op, bias, "bias", C, x)) ||
-      (st = em_nn_check_vector(op, running_mean, "running_mean", C, x)) ||
-      (st = em_nn_check_vector(op, running_var, "running_var", C, x)))
+  if ((st = nn_check_vector(op, weight, "weight", C, x)) || (st = nn_check_vector(op, bias, "bias", C, x)) ||
+      (st = nn_check_vector(op, running_mean, "running_mean", C, x)) ||
+      (st = nn_check_vector(op, running_var, "running_var", C, x)))
     return st;
   if (!(eps >= 0) || !(momentum >= 0 && momentum <= 1))
     return em_set_error(EM_ERR_ARGUMENT, "batch_norm: got eps = %g and momentum = %g, expected eps >= 0 and momentum in [0, 1]",
@@ -64,13 +64,13 @@ em_status em_nn_batch_norm(em_tensor **out, const em_tensor *x, const em_tensor 
                         "batch_norm: expected more than 1 value per channel when training, got input of shape %s", EM_SHAPE(x));
   if (!training && (!running_mean || !running_var))
     return em_set_error(EM_ERR_ARGUMENT, "batch_norm: evaluation mode needs running_mean and running_var");
-  if (training && ((running_mean && (st = em_ag_check_inplace(op, running_mean))) ||
-                   (running_var && (st = em_ag_check_inplace(op, running_var)))))
+  if (training && ((running_mean && (st = ag_check_inplace(op, running_mean))) ||
+                   (running_var && (st = ag_check_inplace(op, running_var)))))
     return st;
-  const em_backend *be = em_nn_backend(op, x);
+  const em_backend *be = nn_backend(op, x);
   if (!be) return em_last_status();
   em_tensor *xc = NULL, *wc = NULL, *bc = NULL, *mean = NULL, *var = NULL, *unbiased = NULL;
-  if ((st = em_nn_contiguous(&xc, x)) || (st = em_nn_contiguous(&wc, weight)) || (st = em_nn_contiguous(&bc, bias)))
+  if ((st = nn_contiguous(&xc, x)) || (st = nn_contiguous(&wc, weight)) || (st = nn_contiguous(&bc, bias)))
     goto done;
   if (training) {
     if ((st = em_empty(&mean, 1, &C, x->dtype, x->storage->device)) ||
@@ -92,22 +92,22 @@ em_status em_nn_batch_norm(em_tensor **out, const em_tensor *x, const em_tensor 
     goto done;
   }
   const em_tensor *in[3] = {x, weight, bias};
-  if (em_ag_any_requires_grad(3, in)) {
-    em_node *n = em_node_new("BatchNormBackward", batch_norm_backward, 3, in, 1);
+  if (ag_any_requires_grad(3, in)) {
+    em_node *n = ag_node_new("BatchNormBackward", batch_norm_backward, 3, in, 1);
     if (n) {
       n->d[0] = eps;
       n->i[0] = training != 0;
-      if ((st = em_node_save(n, 0, xc)) || (st = em_node_save(n, 1, mean)) || (st = em_node_save(n, 2, var)) ||
-          (st = em_node_save(n, 3, wc))) {
-        em_node_release(n);
+      if ((st = ag_node_save(n, 0, xc)) || (st = ag_node_save(n, 1, mean)) || (st = ag_node_save(n, 2, var)) ||
+          (st = ag_node_save(n, 3, wc))) {
+        ag_node_release(n);
         n = NULL;
       }
     }
-    st = em_nn_record(out, n);
+    st = nn_record(out, n);
   }
 done:;
   em_tensor *tmp[] = {xc, wc, bc, mean, var, unbiased};
-  em_nn_release(6, tmp);
+  nn_release(6, tmp);
   return st;
 }
 
@@ -119,11 +119,11 @@ static em_status layer_norm_backward(em_node *n, em_tensor *const *go, em_tensor
   int nd = (int)n->i[0];
   const int64_t *pshape = x->sizes + (x->ndim - nd);
   em_tensor *gy = NULL, *gx = NULL, *gw = NULL, *gb = NULL;
-  em_status st = em_nn_reshaped(&gy, go[0], x->ndim, x->sizes);
+  em_status st = nn_reshaped(&gy, go[0], x->ndim, x->sizes);
   if (!st && em_node_needs_input_grad(n, 0)) st = em_empty(&gx, x->ndim, x->sizes, x->dtype, x->storage->device);
   if (!st && em_node_needs_input_grad(n, 1)) st = em_empty(&gw, nd, pshape, x->dtype, x->storage->device);
   if (!st && em_node_needs_input_grad(n, 2)) st = em_empty(&gb, nd, pshape, x->dtype, x->storage->device);
-  const em_backend *be = st ? NULL : em_nn_backend("layer_norm", x);
+  const em_backend *be = st ? NULL : nn_backend("layer_norm", x);
   if (!st && !be) st = em_last_status();
   if (!st) st = EM_BACKEND_CALL("layer_norm", be, layer_norm_backward, gx, gw, gb, gy, x, mean, rstd, w);
   if (!st) {
@@ -131,42 +131,42 @@ static em_status layer_norm_backward(em_node *n, em_tensor *const *go, em_tensor
     gx = gw = gb = NULL;
   }
   em_tensor *tmp[] = {gy, gx, gw, gb};
-  em_nn_release(4, tmp);
+  nn_release(4, tmp);
   return st;
 }
 
 /* t (may be NULL) has the shape of x's last nd dims. */
 static em_status check_param(const em_tensor *t, const char *what, const em_tensor *x, int nd) {
-  em_status st = em_nn_check_like("layer_norm", t, what, x);
+  em_status st = nn_check_like("layer_norm", t, what, x);
   if (st || !t) return st;
   const int64_t *want = x->sizes + (x->ndim - nd);
   int ok = t->ndim == nd;
   for (int d = 0; ok && d < nd; d++) ok = t->sizes[d] == want[d];
   if (!ok)
     return em_set_error(EM_ERR_SHAPE, "layer_norm: expected the %s to have shape %s (the input's last %d dims), got %s",
-                        what, em_shape_str(nd, want), nd, EM_SHAPE(t));
+                        what, tn_shape_str(nd, want), nd, EM_SHAPE(t));
   return EM_OK;
 }
 
 em_status em_nn_layer_norm(em_tensor **out, const em_tensor *x, int n_dims, const em_tensor *weight,
                            const em_tensor *bias, double eps) {
   em_autocast_ops ac;
-  if (em_autocast_prepare(&ac, EM_AUTOCAST_FP32, 3, (const em_tensor *[]){x, weight, bias}))
-    return em_autocast_finish(&ac, ac.status ? ac.status : em_nn_layer_norm(out, ac.t[0], n_dims, ac.t[1], ac.t[2], eps));
+  if (ag_autocast_prepare(&ac, EM_AUTOCAST_FP32, 3, (const em_tensor *[]){x, weight, bias}))
+    return ag_autocast_finish(&ac, ac.status ? ac.status : em_nn_layer_norm(out, ac.t[0], n_dims, ac.t[1], ac.t[2], eps));
   const char *op = "layer_norm";
   em_status st;
-  if ((st = em_nn_check_out(op, out)) || (st = em_nn_check_float(op, x, "input"))) return st;
+  if ((st = nn_check_out(op, out)) || (st = nn_check_float(op, x, "input"))) return st;
   if (n_dims < 1 || n_dims > x->ndim)
     return em_set_error(EM_ERR_ARGUMENT, "layer_norm: normalising over the last %d dims of an input of shape %s; expected 1..%d dims",
                         n_dims, EM_SHAPE(x), x->ndim);
   if ((st = check_param(weight, "weight", x, n_dims)) || (st = check_param(bias, "bias", x, n_dims))) return st;
   if (!(eps >= 0)) return em_set_error(EM_ERR_ARGUMENT, "layer_norm: got eps = %g, expected eps >= 0", eps);
-  const em_backend *be = em_nn_backend(op, x);
+  const em_backend *be = nn_backend(op, x);
   if (!be) return em_last_status();
   int64_t rows = 1;
   for (int d = 0; d < x->ndim - n_dims; d++) rows *= x->sizes[d];
   em_tensor *xc = NULL, *wc = NULL, *bc = NULL, *mean = NULL, *rstd = NULL;
-  if (!(st = em_nn_contiguous(&xc, x)) && !(st = em_nn_contiguous(&wc, weight)) && !(st = em_nn_contiguous(&bc, bias)) &&
+  if (!(st = nn_contiguous(&xc, x)) && !(st = nn_contiguous(&wc, weight)) && !(st = nn_contiguous(&bc, bias)) &&
       !(st = em_empty(&mean, 1, &rows, x->dtype, x->storage->device)) &&
       !(st = em_empty(&rstd, 1, &rows, x->dtype, x->storage->device)) &&
       !(st = em_empty(out, x->ndim, x->sizes, x->dtype, x->storage->device)) &&
@@ -175,19 +175,19 @@ em_status em_nn_layer_norm(em_tensor **out, const em_tensor *x, int n_dims, cons
     *out = NULL;
   }
   const em_tensor *in[3] = {x, weight, bias};
-  if (!st && em_ag_any_requires_grad(3, in)) {
-    em_node *n = em_node_new("LayerNormBackward", layer_norm_backward, 3, in, 1);
+  if (!st && ag_any_requires_grad(3, in)) {
+    em_node *n = ag_node_new("LayerNormBackward", layer_norm_backward, 3, in, 1);
     if (n) {
       n->i[0] = n_dims;
-      if ((st = em_node_save(n, 0, xc)) || (st = em_node_save(n, 1, mean)) || (st = em_node_save(n, 2, rstd)) ||
-          (st = em_node_save(n, 3, wc))) {
-        em_node_release(n);
+      if ((st = ag_node_save(n, 0, xc)) || (st = ag_node_save(n, 1, mean)) || (st = ag_node_save(n, 2, rstd)) ||
+          (st = ag_node_save(n, 3, wc))) {
+        ag_node_release(n);
         n = NULL;
       }
     }
-    st = em_nn_record(out, n);
+    st = nn_record(out, n);
   }
   em_tensor *tmp[] = {xc, wc, bc, mean, rstd};
-  em_nn_release(5, tmp);
+  nn_release(5, tmp);
   return st;
 }

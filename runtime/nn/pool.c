@@ -7,7 +7,7 @@
 
 /* The input as contiguous planes [P, H, W] (P = N * C, or C when unbatched). */
 static em_status as_planes(const char *op, const em_tensor *x, em_tensor **planes) {
-  em_status st = em_nn_check_float(op, x, "input");
+  em_status st = nn_check_float(op, x, "input");
   if (st) return st;
   if (x->ndim != 3 && x->ndim != 4)
     return em_set_error(EM_ERR_SHAPE, "%s: expected a 3-d [C, H, W] or 4-d [N, C, H, W] input, got shape %s", op,
@@ -16,7 +16,7 @@ static em_status as_planes(const char *op, const em_tensor *x, em_tensor **plane
   if (H < 1 || W < 1)
     return em_set_error(EM_ERR_SHAPE, "%s: the input of shape %s has an empty plane", op, EM_SHAPE(x));
   int64_t shape[3] = {em_tensor_numel(x) / (H * W), H, W};
-  return em_nn_reshaped(planes, x, 3, shape);
+  return nn_reshaped(planes, x, 3, shape);
 }
 
 /* The result's shape: x's with the last two dims replaced. */
@@ -67,12 +67,12 @@ static em_status max_pool2d_backward(em_node *n, em_tensor *const *go, em_tensor
   const em_tensor *idx = n->saved[0];
   int64_t in_shape[3] = {idx->sizes[0], n->shapes[0][n->ndims[0] - 2], n->shapes[0][n->ndims[0] - 1]};
   em_tensor *gy = NULL, *gx = NULL;
-  em_status st = em_nn_reshaped(&gy, go[0], 3, idx->sizes);
+  em_status st = nn_reshaped(&gy, go[0], 3, idx->sizes);
   if (!st) st = em_empty(&gx, 3, in_shape, n->dtypes[0], idx->storage->device);
-  const em_backend *be = st ? NULL : em_nn_backend("max_pool2d", idx);
+  const em_backend *be = st ? NULL : nn_backend("max_pool2d", idx);
   if (!st && !be) st = em_last_status();
   if (!st && !(st = EM_BACKEND_CALL("max_pool2d", be, max_pool2d_backward, gx, gy, idx))) {
-    st = em_nn_set_grad(n, 0, gx, &gi[0]);
+    st = nn_set_grad(n, 0, gx, &gi[0]);
     gx = NULL;
   }
   em_tensor_release(gy);
@@ -87,14 +87,14 @@ em_status em_nn_max_pool2d(em_tensor **out, const em_tensor *x, int kernel_h, in
                         ceil_mode != 0, 0, 0};
   em_tensor *xc = NULL, *y = NULL, *idx = NULL;
   int64_t oh = 0, ow = 0, shape[4];
-  em_status st = em_nn_check_out(op, out);
+  em_status st = nn_check_out(op, out);
   if (!st) st = as_planes(op, x, &xc);
   if (!st) st = window(op, x, &p, &oh, &ow);
   if (!st && xc->sizes[1] * xc->sizes[2] > INT32_MAX)
     st = em_set_error(EM_ERR_SHAPE, "%s: planes of %lld x %lld are too large (at most 2^31 elements)", op,
                       (long long)xc->sizes[1], (long long)xc->sizes[2]);
   int64_t pshape[3] = {xc ? xc->sizes[0] : 0, oh, ow};
-  const em_backend *be = st ? NULL : em_nn_backend(op, x);
+  const em_backend *be = st ? NULL : nn_backend(op, x);
   if (!st && !be) st = em_last_status();
   if (!st && !(st = em_empty(&y, 3, pshape, x->dtype, x->storage->device)) &&
       !(st = em_empty(&idx, 3, pshape, EM_INT32, x->storage->device)))
@@ -104,16 +104,16 @@ em_status em_nn_max_pool2d(em_tensor **out, const em_tensor *x, int kernel_h, in
     st = em_reshape(out, y, x->ndim, shape);
   }
   const em_tensor *in[1] = {x};
-  if (!st && em_ag_any_requires_grad(1, in)) {
-    em_node *n = em_node_new("MaxPool2dBackward", max_pool2d_backward, 1, in, 1);
-    if (n && (st = em_node_save(n, 0, idx))) {
-      em_node_release(n);
+  if (!st && ag_any_requires_grad(1, in)) {
+    em_node *n = ag_node_new("MaxPool2dBackward", max_pool2d_backward, 1, in, 1);
+    if (n && (st = ag_node_save(n, 0, idx))) {
+      ag_node_release(n);
       n = NULL;
     }
-    st = em_nn_record(out, n);
+    st = nn_record(out, n);
   }
   em_tensor *tmp[] = {xc, y, idx};
-  em_nn_release(3, tmp);
+  nn_release(3, tmp);
   return st;
 }
 
@@ -128,13 +128,13 @@ static em_status avg_pool2d_backward(em_node *n, em_tensor *const *go, em_tensor
   int64_t gshape[3] = {planes, go[0]->sizes[nd - 2], go[0]->sizes[nd - 1]};
   int64_t in_shape[3] = {planes, n->shapes[0][nd - 2], n->shapes[0][nd - 1]};
   em_tensor *gy = NULL, *gx = NULL;
-  em_status st = em_nn_reshaped(&gy, go[0], 3, gshape);
+  em_status st = nn_reshaped(&gy, go[0], 3, gshape);
   if (!st) st = em_empty(&gx, 3, in_shape, n->dtypes[0], go[0]->storage->device);
   const char *op = p->adaptive ? "adaptive_avg_pool2d" : "avg_pool2d";
-  const em_backend *be = st ? NULL : em_nn_backend(op, go[0]);
+  const em_backend *be = st ? NULL : nn_backend(op, go[0]);
   if (!st && !be) st = em_last_status();
   if (!st && !(st = EM_BACKEND_CALL(op, be, avg_pool2d_backward, gx, gy, p))) {
-    st = em_nn_set_grad(n, 0, gx, &gi[0]);
+    st = nn_set_grad(n, 0, gx, &gi[0]);
     gx = NULL;
   }
   em_tensor_release(gy);
@@ -146,7 +146,7 @@ static em_status avg_common(const char *op, em_tensor **out, const em_tensor *x,
                             int64_t oh, int64_t ow, em_tensor *xc) {
   int64_t pshape[3] = {xc->sizes[0], oh, ow}, shape[4];
   em_tensor *y = NULL;
-  const em_backend *be = em_nn_backend(op, x);
+  const em_backend *be = nn_backend(op, x);
   em_status st = be ? em_empty(&y, 3, pshape, x->dtype, x->storage->device) : em_last_status();
   if (!st) st = EM_BACKEND_CALL(op, be, avg_pool2d, y, xc, p);
   if (!st) {
@@ -154,17 +154,17 @@ static em_status avg_common(const char *op, em_tensor **out, const em_tensor *x,
     st = em_reshape(out, y, x->ndim, shape);
   }
   const em_tensor *in[1] = {x};
-  if (!st && em_ag_any_requires_grad(1, in)) {
-    em_node *n = em_node_new(p->adaptive ? "AdaptiveAvgPool2dBackward" : "AvgPool2dBackward", avg_pool2d_backward, 1,
+  if (!st && ag_any_requires_grad(1, in)) {
+    em_node *n = ag_node_new(p->adaptive ? "AdaptiveAvgPool2dBackward" : "AvgPool2dBackward", avg_pool2d_backward, 1,
                              in, 1);
-    em_pool2d_params *saved = n ? em_nn_node_ctx(n, sizeof *saved) : NULL;
+    em_pool2d_params *saved = n ? nn_node_ctx(n, sizeof *saved) : NULL;
     if (n && !saved) {
-      em_node_release(n);
+      ag_node_release(n);
       n = NULL;
       em_set_error(EM_ERR_MEMORY, "%s: out of memory recording the autograd graph", op);
     }
     if (saved) *saved = *p;
-    st = em_nn_record(out, n);
+    st = nn_record(out, n);
   }
   em_tensor_release(y);
   return st;
@@ -177,7 +177,7 @@ em_status em_nn_avg_pool2d(em_tensor **out, const em_tensor *x, int kernel_h, in
                         count_include_pad != 0, 0};
   em_tensor *xc = NULL;
   int64_t oh = 0, ow = 0;
-  em_status st = em_nn_check_out(op, out);
+  em_status st = nn_check_out(op, out);
   if (!st) st = as_planes(op, x, &xc);
   if (!st) st = window(op, x, &p, &oh, &ow);
   if (!st) st = avg_common(op, out, x, &p, oh, ow, xc);
@@ -189,7 +189,7 @@ em_status em_nn_adaptive_avg_pool2d(em_tensor **out, const em_tensor *x, int64_t
   const char *op = "adaptive_avg_pool2d";
   em_pool2d_params p = {.adaptive = 1};
   em_tensor *xc = NULL;
-  em_status st = em_nn_check_out(op, out);
+  em_status st = nn_check_out(op, out);
   if (!st) st = as_planes(op, x, &xc);
   if (!st && (out_h < 1 || out_w < 1))
     st = em_set_error(EM_ERR_ARGUMENT, "%s: expected an output size of at least 1 x 1, got %lld x %lld", op,

@@ -21,7 +21,7 @@ em_status em_amp_unscale_(int n, em_tensor *const *grads, double inv_scale, int 
   for (int i = 0; i < n; i++) {
     const em_tensor *g = grads[i];
     if (!g) continue;
-    if ((st = em_check_tensor(op, g, "gradient"))) return st;
+    if ((st = tn_check_tensor(op, g, "gradient"))) return st;
     if (!em_dtype_is_floating(g->dtype))
       return em_set_error(EM_ERR_DTYPE, "%s: gradient %d of %d is %s, expected a floating dtype", op, i + 1, n,
                           em_dtype_name(g->dtype));
@@ -31,7 +31,7 @@ em_status em_amp_unscale_(int n, em_tensor *const *grads, double inv_scale, int 
                           first + 1);
   }
   if (first < 0) return EM_OK;
-  const em_backend *be = em_backend_for(op, device);
+  const em_backend *be = tn_backend_for(op, device);
   if (!be) return em_last_status();
   return EM_BACKEND_CALL(op, be, amp_unscale, n, grads, inv_scale, found_inf);
 }

@@ -21,7 +21,7 @@ static em_status check_state(const char *op, int i, int n, const em_tensor *p, c
   if (!s)
     return em_set_error(EM_ERR_ARGUMENT, "%s: parameter %d of %d has a gradient but no %s (NULL)", op, i + 1, n,
                         what);
-  em_status st = em_check_tensor(op, s, what);
+  em_status st = tn_check_tensor(op, s, what);
   if (st) return st;
   if (!same_shape(p, s))
     return em_set_error(EM_ERR_SHAPE, "%s: parameter %d of %d has shape %s but its %s has shape %s", op, i + 1, n,
@@ -39,7 +39,7 @@ static em_status check_state(const char *op, int i, int n, const em_tensor *p, c
 static em_status check_param(const char *op, int i, int n, const em_tensor *p, const em_tensor *g,
                              em_device *device) {
   if (!p) return em_set_error(EM_ERR_ARGUMENT, "%s: parameter %d of %d is NULL", op, i + 1, n);
-  em_status st = em_check_tensor(op, p, "parameter");
+  em_status st = tn_check_tensor(op, p, "parameter");
   if (st) return st;
   if (i == 0) *device = p->storage->device;
   else if (!same_device(p->storage->device, *device))
@@ -48,7 +48,7 @@ static em_status check_param(const char *op, int i, int n, const em_tensor *p, c
   if (p->dtype != EM_FLOAT32 && p->dtype != EM_FLOAT64)
     return em_set_error(EM_ERR_DTYPE, "%s: parameter %d of %d is %s, expected float32 or float64", op, i + 1, n,
                         em_dtype_name(p->dtype));
-  if ((st = em_check_tensor(op, g, "gradient"))) return st;
+  if ((st = tn_check_tensor(op, g, "gradient"))) return st;
   if (!same_shape(p, g))
     return em_set_error(EM_ERR_SHAPE, "%s: parameter %d of %d has shape %s but its gradient has shape %s", op, i + 1,
                         n, EM_SHAPE(p), EM_SHAPE(g));
@@ -104,7 +104,7 @@ em_status em_optim_sgd(int n, em_tensor *const *params, em_tensor *const *grads,
     if (momentum != 0 && (st = check_state(op, i, n, params[i], momentum_bufs[i], "momentum buffer"))) return st;
   }
   if (!any) return EM_OK;
-  const em_backend *be = em_backend_for(op, device);
+  const em_backend *be = tn_backend_for(op, device);
   if (!be) return em_last_status();
   em_sgd_args args = {.lr = lr, .momentum = momentum, .dampening = dampening, .weight_decay = weight_decay,
                       .nesterov = nesterov != 0, .first_step = first_step != 0, .maximize = maximize != 0};
@@ -140,7 +140,7 @@ em_status em_optim_adam(int n, em_tensor *const *params, em_tensor *const *grads
       return st;
   }
   if (!any) return EM_OK;
-  const em_backend *be = em_backend_for(op, device);
+  const em_backend *be = tn_backend_for(op, device);
   if (!be) return em_last_status();
   em_adam_args args = {.lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay,
                        .decoupled = decoupled != 0, .maximize = maximize != 0, .step = step};
@@ -167,7 +167,7 @@ em_status em_optim_clip_grad_norm(int n, em_tensor *const *grads, double max_nor
   for (int i = 0; i < n; i++) {
     const em_tensor *g = grads[i];
     if (!g) continue;
-    if ((st = em_check_tensor(op, g, "gradient"))) return st;
+    if ((st = tn_check_tensor(op, g, "gradient"))) return st;
     if (g->dtype != EM_FLOAT32 && g->dtype != EM_FLOAT64)
       return em_set_error(EM_ERR_DTYPE, "%s: gradient %d of %d is %s, expected float32 or float64", op, i + 1, n,
                           em_dtype_name(g->dtype));
@@ -177,7 +177,7 @@ em_status em_optim_clip_grad_norm(int n, em_tensor *const *grads, double max_nor
                           first + 1);
   }
   if (first < 0) return EM_OK;
-  const em_backend *be = em_backend_for(op, device);
+  const em_backend *be = tn_backend_for(op, device);
   if (!be) return em_last_status();
   double acc = 0;
   if ((st = EM_BACKEND_CALL(op, be, optim_grad_norm, n, (const em_tensor *const *)grads, norm_type, &acc)))

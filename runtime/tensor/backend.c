@@ -2,13 +2,13 @@
 #include "backend.h"
 #include "cuda/cuda_plugin.h"
 
-extern const em_backend em_cpu_backend;
+extern const em_backend cpu_tensor_backend;
 
-const em_backend *em_backend_for(const char *op, em_device device) {
-  if (device.type == EM_CPU) return &em_cpu_backend;
+const em_backend *tn_backend_for(const char *op, em_device device) {
+  if (device.type == EM_CPU) return &cpu_tensor_backend;
   if (device.type == EM_CUDA) {
     const char *why = NULL;
-    const em_cuda_plugin *p = em_cuda_plugin_get(&why);
+    const em_cuda_plugin *p = cuda_plugin_get(&why);
     int count = p ? p->device_count(&why) : 0;
     if (p && device.index >= 0 && device.index < count) return p->backend;
     if (count > 0)

@@ -179,7 +179,7 @@ typedef struct em_backend {
 } em_backend;
 
 /* The backend for a device, or NULL with an error naming op when it is not available. */
-const em_backend *em_backend_for(const char *op, em_device device);
+const em_backend *tn_backend_for(const char *op, em_device device);
 /* Call a backend entry, reporting a NULL entry as unsupported. */
 #define EM_BACKEND_CALL(op_name, be, entry, ...)                                            \
   ((be)->entry ? (be)->entry(__VA_ARGS__)                                                    \

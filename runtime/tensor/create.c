@@ -12,10 +12,10 @@ static em_status check_sizes(const char *op, int ndim, const int64_t *sizes) {
   for (int d = 0; d < ndim; d++) {
     if (sizes[d] < 0)
       return em_set_error(EM_ERR_SHAPE, "%s: size %lld at dim %d is negative (shape %s)", op, (long long)sizes[d], d,
-                          em_shape_str(ndim, sizes));
+                          tn_shape_str(ndim, sizes));
     if (sizes[d] && n > INT64_MAX / 16 / sizes[d])
       return em_set_error(EM_ERR_SHAPE, "%s: shape %s has too many elements (the product of its non-zero sizes "
-                          "must stay below 2^59)", op, em_shape_str(ndim, sizes));
+                          "must stay below 2^59)", op, tn_shape_str(ndim, sizes));
     if (sizes[d]) n *= sizes[d];
   }
   return EM_OK;
@@ -30,22 +30,22 @@ em_status em_empty(em_tensor **out, int ndim, const int64_t *sizes, em_dtype dty
   em_status st;
   if ((st = check_sizes("empty", ndim, sizes)) || (st = check_dtype("empty", dtype))) return st;
   em_storage *s;
-  size_t nbytes = (size_t)em_shape_numel(ndim, sizes) * em_dtype_size(dtype);
-  if ((st = em_storage_new(&s, nbytes, device))) return st;
-  *out = em_tensor_wrap(s, dtype, ndim, sizes, NULL, 0);
-  em_storage_release(s);
+  size_t nbytes = (size_t)emp_shape_numel(ndim, sizes) * em_dtype_size(dtype);
+  if ((st = tn_storage_new(&s, nbytes, device))) return st;
+  *out = tn_tensor_wrap(s, dtype, ndim, sizes, NULL, 0);
+  tn_storage_release(s);
   return *out ? EM_OK : em_last_status();
 }
 
 em_status em_empty_like(em_tensor **out, const em_tensor *like) {
-  em_status st = em_check_tensor("empty_like", like, "tensor");
+  em_status st = tn_check_tensor("empty_like", like, "tensor");
   return st ? st : em_empty(out, like->ndim, like->sizes, like->dtype, like->storage->device);
 }
 
 em_status em_fill(em_tensor *t, double value) {
-  em_status st = em_check_tensor("fill", t, "tensor");
+  em_status st = tn_check_tensor("fill", t, "tensor");
   if (st) return st;
-  const em_backend *be = em_backend_for("fill", t->storage->device);
+  const em_backend *be = tn_backend_for("fill", t->storage->device);
   if (!be) return em_last_status();
   return EM_BACKEND_CALL("fill", be, fill, t, value);
 }
@@ -72,7 +72,7 @@ static em_status affine_fill(const char *op, em_tensor **out, int64_t n, double 
                              em_device device) {
   em_status st = em_empty(out, 1, &n, dtype, device);
   if (st) return st;
-  const em_backend *be = em_backend_for(op, device);
+  const em_backend *be = tn_backend_for(op, device);
   if (!be) st = em_last_status();
   else st = EM_BACKEND_CALL(op, be, arange, *out, start, step);
   if (st) {
@@ -117,7 +117,7 @@ em_status em_eye(em_tensor **out, int64_t n, int64_t m, em_dtype dtype, em_devic
   if (st) return st;
   /* The diagonal is a strided view: fill it through the backend. */
   int64_t k = n < m ? n : m, stride = m + 1;
-  em_tensor *diag = em_tensor_wrap((*out)->storage, dtype, 1, &k, &stride, 0);
+  em_tensor *diag = tn_tensor_wrap((*out)->storage, dtype, 1, &k, &stride, 0);
   if (!diag) return em_last_status();
   st = em_fill(diag, 1.0);
   em_tensor_release(diag);
@@ -128,8 +128,8 @@ em_status em_from_blob(em_tensor **out, void *data, int ndim, const int64_t *siz
                        em_dtype dtype, em_device device, em_deleter deleter, void *deleter_ctx) {
   em_status st;
   if ((st = check_sizes("from_blob", ndim, sizes)) || (st = check_dtype("from_blob", dtype))) return st;
-  if (!data && em_shape_numel(ndim, sizes) > 0)
-    return em_set_error(EM_ERR_ARGUMENT, "from_blob: data is NULL for shape %s", em_shape_str(ndim, sizes));
+  if (!data && emp_shape_numel(ndim, sizes) > 0)
+    return em_set_error(EM_ERR_ARGUMENT, "from_blob: data is NULL for shape %s", tn_shape_str(ndim, sizes));
   /* The storage records the extent the tensor can reach, for bookkeeping only. */
   int64_t extent = 1;
   for (int d = 0; d < ndim; d++) {
@@ -139,9 +139,9 @@ em_status em_from_blob(em_tensor **out, void *data, int ndim, const int64_t *siz
     if (strides && sizes[d] > 0 &&
         (__builtin_mul_overflow(sizes[d] - 1, stride, &reach) || __builtin_add_overflow(extent, reach, &extent)))
       return em_set_error(EM_ERR_ARGUMENT, "from_blob: shape %s with stride %lld at dim %d reaches past 2^63 elements",
-                          em_shape_str(ndim, sizes), (long long)stride, d);
+                          tn_shape_str(ndim, sizes), (long long)stride, d);
   }
-  if (!strides) extent = em_shape_numel(ndim, sizes);
+  if (!strides) extent = emp_shape_numel(ndim, sizes);
   em_storage *s = calloc(1, sizeof *s);
   if (!s) return em_set_error(EM_ERR_MEMORY, "from_blob: out of host memory");
   atomic_init(&s->refcount, 1);
@@ -151,7 +151,7 @@ em_status em_from_blob(em_tensor **out, void *data, int ndim, const int64_t *siz
   s->deleter = deleter;
   s->deleter_ctx = deleter_ctx;
   s->borrowed = deleter == NULL;
-  *out = em_tensor_wrap(s, dtype, ndim, sizes, strides, 0);
-  em_storage_release(s);
+  *out = tn_tensor_wrap(s, dtype, ndim, sizes, strides, 0);
+  tn_storage_release(s);
   return *out ? EM_OK : em_last_status();
 }

@@ -142,9 +142,9 @@ static em_status begin_out(const char *op, em_tensor **out, int ndim, const int6
   if (!out) return em_set_error(EM_ERR_ARGUMENT, "%s: out must not be NULL", op);
   em_tensor *given = *out;
   em_status st;
-  if (given && (st = em_check_tensor(op, given, "output"))) return st;
-  /* em_prepare_out checks shape and device; the dtype is checked here against can_cast. */
-  if ((st = em_prepare_out(op, out, ndim, sizes, given ? given->dtype : dtype, device, &plan->allocated)))
+  if (given && (st = tn_check_tensor(op, given, "output"))) return st;
+  /* tn_prepare_out checks shape and device; the dtype is checked here against can_cast. */
+  if ((st = tn_prepare_out(op, out, ndim, sizes, given ? given->dtype : dtype, device, &plan->allocated)))
     return st;
   if (!given) {
     plan->result = *out;
@@ -174,7 +174,7 @@ static em_status finish_out(em_tensor **out, out_plan *plan, em_status st) {
     em_tensor_release(plan->result);
   }
   plan->result = NULL;
-  if (st) em_discard_out(out, plan->allocated);
+  if (st) tn_discard_out(out, plan->allocated);
   return st;
 }
 
@@ -187,7 +187,7 @@ static em_status prepare_input(const char *op, const em_tensor *x, em_dtype dtyp
   em_tensor *src = NULL, *v = NULL;
   em_status st = em_to(&src, x, dtype, x->storage->device);
   if (st) return st;
-  if ((st = em_broadcast_to(op, &v, src, ndim, sizes))) goto done;
+  if ((st = emp_broadcast_to(op, &v, src, ndim, sizes))) goto done;
   if (unsafe_overlap(v, result)) {
     em_tensor *copy = NULL;
     em_tensor_release(v);
@@ -195,7 +195,7 @@ static em_status prepare_input(const char *op, const em_tensor *x, em_dtype dtyp
     if ((st = em_clone(&copy, src))) goto done;
     em_tensor_release(src);
     src = copy;
-    if ((st = em_broadcast_to(op, &v, src, ndim, sizes))) goto done;
+    if ((st = emp_broadcast_to(op, &v, src, ndim, sizes))) goto done;
   }
   *view = v;
   v = NULL;
@@ -214,7 +214,7 @@ static const char *op_name(char *buf, size_t n, const char *base, em_tensor **ou
 static em_status check_inputs(const char *op, const em_tensor *a, const char *what_a, const em_tensor *b,
                               const char *what_b) {
   em_status st;
-  if ((st = em_check_tensor(op, a, what_a)) || (st = em_check_tensor(op, b, what_b))) return st;
+  if ((st = tn_check_tensor(op, a, what_a)) || (st = tn_check_tensor(op, b, what_b))) return st;
   return check_same_device(op, a, b);
 }
 
@@ -235,9 +235,9 @@ em_status em_binary(em_binop op, em_tensor **out, const em_tensor *a, const em_t
                         "logical_not to invert a mask", name);
   int ndim;
   int64_t sizes[EM_MAX_DIMS];
-  if ((st = em_broadcast_shapes(name, a->ndim, a->sizes, b->ndim, b->sizes, &ndim, sizes))) return st;
+  if ((st = tn_broadcast_shapes(name, a->ndim, a->sizes, b->ndim, b->sizes, &ndim, sizes))) return st;
   em_device device = a->storage->device;
-  const em_backend *be = em_backend_for(name, device);
+  const em_backend *be = tn_backend_for(name, device);
   if (!be) return em_last_status();
   out_plan plan;
   if ((st = begin_out(name, out, ndim, sizes, is_bool_result(op) ? EM_BOOL : compute, device, &plan)))
@@ -257,7 +257,7 @@ em_status em_binary_scalar(em_binop op, em_tensor **out, const em_tensor *a, dou
   char name[32];
   op_name(name, sizeof name, binop_names[op], out, a);
   em_status st;
-  if ((st = em_check_tensor(name, a, "input")) || (st = check_math_dtype(name, a))) return st;
+  if ((st = tn_check_tensor(name, a, "input")) || (st = check_math_dtype(name, a))) return st;
   em_dtype compute = scalar_promote(a->dtype, s);
   if (op == EM_DIV && !em_dtype_is_floating(compute)) compute = EM_FLOAT32;
   if (!em_dtype_is_floating(compute)) {
@@ -270,7 +270,7 @@ em_status em_binary_scalar(em_binop op, em_tensor **out, const em_tensor *a, dou
                           em_dtype_name(compute));
   }
   em_device device = a->storage->device;
-  const em_backend *be = em_backend_for(name, device);
+  const em_backend *be = tn_backend_for(name, device);
   if (!be) return em_last_status();
   out_plan plan;
   if ((st = begin_out(name, out, a->ndim, a->sizes, is_bool_result(op) ? EM_BOOL : compute, device, &plan)))
@@ -289,13 +289,13 @@ em_status em_unary(em_unop op, em_tensor **out, const em_tensor *a) {
   char name[32];
   op_name(name, sizeof name, unop_names[op], out, a);
   em_status st;
-  if ((st = em_check_tensor(name, a, "input")) || (st = check_math_dtype(name, a))) return st;
+  if ((st = tn_check_tensor(name, a, "input")) || (st = check_math_dtype(name, a))) return st;
   if (op == EM_NEG && a->dtype == EM_BOOL)
     return em_set_error(EM_ERR_DTYPE, "%s: negating a bool tensor is not supported; use logical_not", name);
   /* Functions of reals give float32 for integer and bool inputs, as in PyTorch. */
   em_dtype compute = is_float_unop(op) && !em_dtype_is_floating(a->dtype) ? EM_FLOAT32 : a->dtype;
   em_device device = a->storage->device;
-  const em_backend *be = em_backend_for(name, device);
+  const em_backend *be = tn_backend_for(name, device);
   if (!be) return em_last_status();
   out_plan plan;
   if ((st = begin_out(name, out, a->ndim, a->sizes, op == EM_LOGICAL_NOT ? EM_BOOL : compute, device, &plan)))
@@ -313,7 +313,7 @@ em_status em_where(em_tensor **out, const em_tensor *cond, const em_tensor *a, c
   char name[32];
   op_name(name, sizeof name, "where", out, a);
   em_status st;
-  if ((st = em_check_tensor(name, cond, "condition")) ||
+  if ((st = tn_check_tensor(name, cond, "condition")) ||
       (st = check_inputs(name, a, "first input", b, "second input")) || (st = check_same_device(name, cond, a)))
     return st;
   if (cond->dtype != EM_BOOL && cond->dtype != EM_UINT8)
@@ -323,12 +323,12 @@ em_status em_where(em_tensor **out, const em_tensor *cond, const em_tensor *a, c
   em_dtype dtype = em_dtype_promote(a->dtype, b->dtype);
   int nab, ndim;
   int64_t ab[EM_MAX_DIMS], sizes[EM_MAX_DIMS];
-  if (em_broadcast_shapes(name, a->ndim, a->sizes, b->ndim, b->sizes, &nab, ab) ||
-      em_broadcast_shapes(name, cond->ndim, cond->sizes, nab, ab, &ndim, sizes))
+  if (tn_broadcast_shapes(name, a->ndim, a->sizes, b->ndim, b->sizes, &nab, ab) ||
+      tn_broadcast_shapes(name, cond->ndim, cond->sizes, nab, ab, &ndim, sizes))
     return em_set_error(EM_ERR_SHAPE, "%s: shapes %s (condition), %s and %s cannot be broadcast together", name,
                         EM_SHAPE(cond), EM_SHAPE(a), EM_SHAPE(b));
   em_device device = a->storage->device;
-  const em_backend *be = em_backend_for(name, device);
+  const em_backend *be = tn_backend_for(name, device);
   if (!be) return em_last_status();
   out_plan plan;
   if ((st = begin_out(name, out, ndim, sizes, dtype, device, &plan))) return finish_out(out, &plan, st);
@@ -347,13 +347,13 @@ em_status em_clamp(em_tensor **out, const em_tensor *a, double low, double high)
   char name[32];
   op_name(name, sizeof name, "clamp", out, a);
   em_status st;
-  if ((st = em_check_tensor(name, a, "input")) || (st = check_math_dtype(name, a))) return st;
+  if ((st = tn_check_tensor(name, a, "input")) || (st = check_math_dtype(name, a))) return st;
   /* Bounds promote like scalars (an int tensor clamped to 0.5 gives float32); NaN is no bound. */
   em_dtype compute = a->dtype;
   if (!isnan(low)) compute = scalar_promote(compute, low);
   if (!isnan(high)) compute = scalar_promote(compute, high);
   em_device device = a->storage->device;
-  const em_backend *be = em_backend_for(name, device);
+  const em_backend *be = tn_backend_for(name, device);
   if (!be) return em_last_status();
   out_plan plan;
   if ((st = begin_out(name, out, a->ndim, a->sizes, compute, device, &plan))) return finish_out(out, &plan, st);
@@ -380,9 +380,9 @@ em_status em_add_scaled(em_tensor **out, const em_tensor *a, const em_tensor *b,
   }
   int ndim;
   int64_t sizes[EM_MAX_DIMS];
-  if ((st = em_broadcast_shapes(name, a->ndim, a->sizes, b->ndim, b->sizes, &ndim, sizes))) return st;
+  if ((st = tn_broadcast_shapes(name, a->ndim, a->sizes, b->ndim, b->sizes, &ndim, sizes))) return st;
   em_device device = a->storage->device;
-  const em_backend *be = em_backend_for(name, device);
+  const em_backend *be = tn_backend_for(name, device);
   if (!be) return em_last_status();
   out_plan plan;
   if ((st = begin_out(name, out, ndim, sizes, compute, device, &plan))) return finish_out(out, &plan, st);

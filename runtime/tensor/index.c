@@ -20,14 +20,14 @@ static em_tensor *at_least_1d(const em_tensor *t) {
     return (em_tensor *)t;
   }
   int64_t one = 1;
-  return em_tensor_wrap(t->storage, t->dtype, 1, &one, &one, t->offset);
+  return tn_tensor_wrap(t->storage, t->dtype, 1, &one, &one, t->offset);
 }
 
 static int ndim1(const em_tensor *t) { return t->ndim ? t->ndim : 1; }
 static int64_t size1(const em_tensor *t, int d) { return t->ndim ? t->sizes[d] : 1; }
 
 static em_status check_index(const char *op, const em_tensor *self, const em_tensor *index, int max_ndim) {
-  em_status st = em_check_tensor(op, index, "index");
+  em_status st = tn_check_tensor(op, index, "index");
   if (st) return st;
   if (index->dtype != EM_INT64 && index->dtype != EM_INT32)
     return em_set_error(EM_ERR_DTYPE, "%s: the index must be an int64 or int32 tensor, got %s", op,
@@ -40,28 +40,28 @@ static em_status check_index(const char *op, const em_tensor *self, const em_ten
 }
 
 static const em_backend *backend_of(const char *op, const em_tensor *t) {
-  return em_backend_for(op, t->storage->device);
+  return tn_backend_for(op, t->storage->device);
 }
 
 /* ---- index_select, gather ---- */
 
 em_status em_index_select(em_tensor **out, const em_tensor *a, int dim, const em_tensor *index, int base) {
   const char *op = "index_select";
-  em_status st = em_check_tensor(op, a, "tensor");
-  if (st || (st = check_index(op, a, index, 1)) || (st = em_check_dim(op, &dim, a->ndim))) return st;
+  em_status st = tn_check_tensor(op, a, "tensor");
+  if (st || (st = check_index(op, a, index, 1)) || (st = tn_check_dim(op, &dim, a->ndim))) return st;
   int64_t n = em_tensor_numel(index), sizes[EM_MAX_DIMS];
   if (a->ndim == 0 && n != 1)
     return em_set_error(EM_ERR_SHAPE, "%s: a 0-d tensor takes an index of one element, got shape %s", op,
                         EM_SHAPE(index));
   for (int d = 0; d < a->ndim; d++) sizes[d] = d == dim ? n : a->sizes[d];
   bool allocated;
-  if ((st = em_prepare_out(op, out, a->ndim, sizes, a->dtype, a->storage->device, &allocated))) return st;
+  if ((st = tn_prepare_out(op, out, a->ndim, sizes, a->dtype, a->storage->device, &allocated))) return st;
   const em_backend *be = backend_of(op, a);
   em_tensor *o = at_least_1d(*out), *a1 = at_least_1d(a), *i1 = at_least_1d(index);
   if (!be || !o || !a1 || !i1) st = em_last_status();
   else st = EM_BACKEND_CALL(op, be, index_select, o, a1, dim, i1, base);
   em_tensor_release(o), em_tensor_release(a1), em_tensor_release(i1);
-  if (st) em_discard_out(out, allocated);
+  if (st) tn_discard_out(out, allocated);
   return st;
 }
 
@@ -84,18 +84,18 @@ static em_status check_fits(const char *op, const em_tensor *index, const em_ten
 
 em_status em_gather(em_tensor **out, const em_tensor *a, int dim, const em_tensor *index, int base) {
   const char *op = "gather";
-  em_status st = em_check_tensor(op, a, "tensor");
-  if (st || (st = check_index(op, a, index, 0)) || (st = em_check_dim(op, &dim, a->ndim)) ||
+  em_status st = tn_check_tensor(op, a, "tensor");
+  if (st || (st = check_index(op, a, index, 0)) || (st = tn_check_dim(op, &dim, a->ndim)) ||
       (st = check_fits(op, index, a, "tensor", dim, 0)))
     return st;
   bool allocated;
-  if ((st = em_prepare_out(op, out, index->ndim, index->sizes, a->dtype, a->storage->device, &allocated))) return st;
+  if ((st = tn_prepare_out(op, out, index->ndim, index->sizes, a->dtype, a->storage->device, &allocated))) return st;
   const em_backend *be = backend_of(op, a);
   em_tensor *o = at_least_1d(*out), *a1 = at_least_1d(a), *i1 = at_least_1d(index);
   if (!be || !o || !a1 || !i1) st = em_last_status();
   else st = EM_BACKEND_CALL(op, be, gather, o, a1, dim, i1, base);
   em_tensor_release(o), em_tensor_release(a1), em_tensor_release(i1);
-  if (st) em_discard_out(out, allocated);
+  if (st) tn_discard_out(out, allocated);
   return st;
 }
 
@@ -103,7 +103,7 @@ em_status em_gather(em_tensor **out, const em_tensor *a, int dim, const em_tenso
 
 /* src converted to self's dtype (retained as is when it already matches). */
 static em_status src_as(const char *op, const em_tensor *self, const em_tensor *src, em_tensor **out) {
-  em_status st = em_check_tensor(op, src, "source");
+  em_status st = tn_check_tensor(op, src, "source");
   if (st) return st;
   if (!same_device(self, src))
     return em_set_error(EM_ERR_DEVICE, "%s: the source is on another device than the tensor", op);
@@ -116,8 +116,8 @@ static em_status src_as(const char *op, const em_tensor *self, const em_tensor *
 
 static em_status scatter(const char *op, em_tensor *self, int dim, const em_tensor *index, const em_tensor *src,
                          double value, int accumulate, int base) {
-  em_status st = em_check_tensor(op, self, "tensor");
-  if (st || (st = check_index(op, self, index, 0)) || (st = em_check_dim(op, &dim, self->ndim)) ||
+  em_status st = tn_check_tensor(op, self, "tensor");
+  if (st || (st = check_index(op, self, index, 0)) || (st = tn_check_dim(op, &dim, self->ndim)) ||
       (st = check_fits(op, index, self, "tensor", dim, 0)) ||
       (src && (st = check_fits(op, index, src, "source", dim, 1))))
     return st;
@@ -134,7 +134,7 @@ static em_status scatter(const char *op, em_tensor *self, int dim, const em_tens
 em_status em_scatter_(em_tensor *self, int dim, const em_tensor *index, const em_tensor *src, int accumulate,
                       int base) {
   const char *op = accumulate ? "scatter_add_" : "scatter_";
-  em_status st = em_check_tensor(op, src, "source");
+  em_status st = tn_check_tensor(op, src, "source");
   return st ? st : scatter(op, self, dim, index, src, 0, accumulate, base);
 }
 
@@ -145,9 +145,9 @@ em_status em_scatter_value_(em_tensor *self, int dim, const em_tensor *index, do
 em_status em_index_add_(em_tensor *self, int dim, const em_tensor *index, const em_tensor *src, double alpha,
                         int base) {
   const char *op = "index_add_";
-  em_status st = em_check_tensor(op, self, "tensor");
-  if (st || (st = check_index(op, self, index, 1)) || (st = em_check_dim(op, &dim, self->ndim)) ||
-      (st = em_check_tensor(op, src, "source")))
+  em_status st = tn_check_tensor(op, self, "tensor");
+  if (st || (st = check_index(op, self, index, 1)) || (st = tn_check_dim(op, &dim, self->ndim)) ||
+      (st = tn_check_tensor(op, src, "source")))
     return st;
   /* src is self's shape except along dim, where it has one slice per index. */
   int ok = ndim1(src) == ndim1(self) && size1(src, dim) == em_tensor_numel(index);
@@ -169,8 +169,8 @@ em_status em_index_add_(em_tensor *self, int dim, const em_tensor *index, const 
 
 em_status em_index_fill_(em_tensor *self, int dim, const em_tensor *index, double value, int base) {
   const char *op = "index_fill_";
-  em_status st = em_check_tensor(op, self, "tensor");
-  if (st || (st = check_index(op, self, index, 1)) || (st = em_check_dim(op, &dim, self->ndim))) return st;
+  em_status st = tn_check_tensor(op, self, "tensor");
+  if (st || (st = check_index(op, self, index, 1)) || (st = tn_check_dim(op, &dim, self->ndim))) return st;
   const em_backend *be = backend_of(op, self);
   em_tensor *t1 = at_least_1d(self), *i1 = at_least_1d(index);
   if (!be || !t1 || !i1) st = em_last_status();
@@ -182,7 +182,7 @@ em_status em_index_fill_(em_tensor *self, int dim, const em_tensor *index, doubl
 /* ---- masks ---- */
 
 static em_status check_mask(const char *op, const em_tensor *a, const em_tensor *mask) {
-  em_status st = em_check_tensor(op, mask, "mask");
+  em_status st = tn_check_tensor(op, mask, "mask");
   if (st) return st;
   if (mask->dtype != EM_BOOL && mask->dtype != EM_UINT8)
     return em_set_error(EM_ERR_DTYPE, "%s: the mask must be bool or uint8, got %s", op, em_dtype_name(mask->dtype));
@@ -193,10 +193,10 @@ static em_status check_mask(const char *op, const em_tensor *a, const em_tensor 
 
 em_status em_masked_fill_(em_tensor *self, const em_tensor *mask, double value) {
   const char *op = "masked_fill_";
-  em_status st = em_check_tensor(op, self, "tensor");
+  em_status st = tn_check_tensor(op, self, "tensor");
   if (st || (st = check_mask(op, self, mask))) return st;
   em_tensor *m = NULL;
-  if (em_broadcast_to(op, &m, mask, self->ndim, self->sizes))
+  if (emp_broadcast_to(op, &m, mask, self->ndim, self->sizes))
     return em_set_error(EM_ERR_SHAPE, "%s: the mask of shape %s does not broadcast to the tensor's shape %s", op,
                         EM_SHAPE(mask), EM_SHAPE(self));
   const em_backend *be = backend_of(op, self);
@@ -212,22 +212,22 @@ static em_status count_nonzero(const char *op, const em_tensor *t, int64_t *coun
 
 em_status em_masked_select(em_tensor **out, const em_tensor *a, const em_tensor *mask) {
   const char *op = "masked_select";
-  em_status st = em_check_tensor(op, a, "tensor");
+  em_status st = tn_check_tensor(op, a, "tensor");
   if (st || (st = check_mask(op, a, mask))) return st;
   int nd;
   int64_t sizes[EM_MAX_DIMS], count = 0;
-  if (em_broadcast_shapes(op, a->ndim, a->sizes, mask->ndim, mask->sizes, &nd, sizes))
+  if (tn_broadcast_shapes(op, a->ndim, a->sizes, mask->ndim, mask->sizes, &nd, sizes))
     return em_set_error(EM_ERR_SHAPE, "%s: the tensor of shape %s and the mask of shape %s cannot be broadcast", op,
                         EM_SHAPE(a), EM_SHAPE(mask));
   em_tensor *ab = NULL, *mb = NULL;
   bool allocated = false;
   const em_backend *be = backend_of(op, a);
   if (!be) return em_last_status();
-  if ((st = em_broadcast_to(op, &ab, a, nd, sizes)) || (st = em_broadcast_to(op, &mb, mask, nd, sizes)) ||
+  if ((st = emp_broadcast_to(op, &ab, a, nd, sizes)) || (st = emp_broadcast_to(op, &mb, mask, nd, sizes)) ||
       (st = count_nonzero(op, mb, &count)) ||
-      (st = em_prepare_out(op, out, 1, &count, a->dtype, a->storage->device, &allocated)))
+      (st = tn_prepare_out(op, out, 1, &count, a->dtype, a->storage->device, &allocated)))
     goto done;
-  if (count > 0 && (st = EM_BACKEND_CALL(op, be, masked_select, *out, ab, mb))) em_discard_out(out, allocated);
+  if (count > 0 && (st = EM_BACKEND_CALL(op, be, masked_select, *out, ab, mb))) tn_discard_out(out, allocated);
 done:
   em_tensor_release(ab), em_tensor_release(mb);
   return st;
@@ -235,15 +235,15 @@ done:
 
 em_status em_nonzero(em_tensor **out, const em_tensor *a, int base) {
   const char *op = "nonzero";
-  em_status st = em_check_tensor(op, a, "tensor");
+  em_status st = tn_check_tensor(op, a, "tensor");
   int64_t count = 0;
   if (st || (st = count_nonzero(op, a, &count))) return st;
   int64_t sizes[2] = {count, a->ndim};
   bool allocated;
-  if ((st = em_prepare_out(op, out, 2, sizes, EM_INT64, a->storage->device, &allocated))) return st;
+  if ((st = tn_prepare_out(op, out, 2, sizes, EM_INT64, a->storage->device, &allocated))) return st;
   const em_backend *be = backend_of(op, a);
   st = be ? EM_BACKEND_CALL(op, be, nonzero, *out, a, base) : em_last_status();
-  if (st) em_discard_out(out, allocated);
+  if (st) tn_discard_out(out, allocated);
   return st;
 }
 
@@ -286,13 +286,13 @@ em_status em_cat(em_tensor **out, em_tensor *const *tensors, int n, int dim) {
   if (ref < 0) { /* nothing but empty tensors */
     int64_t zero = 0;
     bool allocated;
-    return em_prepare_out(op, out, 1, &zero, dtype, tensors[0]->storage->device, &allocated);
+    return tn_prepare_out(op, out, 1, &zero, dtype, tensors[0]->storage->device, &allocated);
   }
   const em_tensor *r = tensors[ref];
   if (r->ndim == 0)
     return em_set_error(EM_ERR_SHAPE, "%s: the %s tensor is 0-d; 0-d tensors cannot be concatenated (stack them)", op,
                         ordinal(ref, b1));
-  if ((st = em_check_dim(op, &dim, r->ndim))) return st;
+  if ((st = tn_check_dim(op, &dim, r->ndim))) return st;
   int64_t sizes[EM_MAX_DIMS];
   for (int d = 0; d < r->ndim; d++) sizes[d] = r->sizes[d];
   sizes[dim] = 0;
@@ -309,7 +309,7 @@ em_status em_cat(em_tensor **out, em_tensor *const *tensors, int n, int dim) {
     sizes[dim] += t->sizes[dim];
   }
   bool allocated;
-  if ((st = em_prepare_out(op, out, r->ndim, sizes, dtype, r->storage->device, &allocated))) return st;
+  if ((st = tn_prepare_out(op, out, r->ndim, sizes, dtype, r->storage->device, &allocated))) return st;
   int64_t start = 0;
   for (int i = 0; i < n && !st; i++) {
     const em_tensor *t = tensors[i];
@@ -319,7 +319,7 @@ em_status em_cat(em_tensor **out, em_tensor *const *tensors, int n, int dim) {
     em_tensor_release(slot);
     start += t->sizes[dim];
   }
-  if (st) em_discard_out(out, allocated);
+  if (st) tn_discard_out(out, allocated);
   return st;
 }
 
@@ -333,7 +333,7 @@ em_status em_stack(em_tensor **out, em_tensor *const *tensors, int n, int dim) {
   if (r->ndim + 1 > EM_MAX_DIMS)
     return em_set_error(EM_ERR_SHAPE, "%s: stacking %d-d tensors needs %d dims, ember supports %d", op, r->ndim,
                         r->ndim + 1, EM_MAX_DIMS);
-  if ((st = em_check_dim(op, &dim, r->ndim + 1))) return st;
+  if ((st = tn_check_dim(op, &dim, r->ndim + 1))) return st;
   for (int i = 1; i < n; i++) {
     const em_tensor *t = tensors[i];
     int ok = t->ndim == r->ndim;
@@ -345,12 +345,12 @@ em_status em_stack(em_tensor **out, em_tensor *const *tensors, int n, int dim) {
   int64_t sizes[EM_MAX_DIMS];
   for (int d = 0, j = 0; d <= r->ndim; d++) sizes[d] = d == dim ? n : r->sizes[j++];
   bool allocated;
-  if ((st = em_prepare_out(op, out, r->ndim + 1, sizes, dtype, r->storage->device, &allocated))) return st;
+  if ((st = tn_prepare_out(op, out, r->ndim + 1, sizes, dtype, r->storage->device, &allocated))) return st;
   for (int i = 0; i < n && !st; i++) {
     em_tensor *slot = NULL;
     if (!(st = em_select(&slot, *out, dim, i))) st = em_copy_(slot, tensors[i]);
     em_tensor_release(slot);
   }
-  if (st) em_discard_out(out, allocated);
+  if (st) tn_discard_out(out, allocated);
   return st;
 }

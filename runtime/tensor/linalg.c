@@ -17,8 +17,8 @@ static int same_device(const em_tensor *a, const em_tensor *b) {
 static em_status check_operands(const char *op, const em_tensor *a, const em_tensor *b, const em_tensor *c,
                                 em_dtype *dtype) {
   em_status st;
-  if ((st = em_check_tensor(op, a, "first operand")) || (st = em_check_tensor(op, b, "second operand"))) return st;
-  if (c && (st = em_check_tensor(op, c, "added tensor"))) return st;
+  if ((st = tn_check_tensor(op, a, "first operand")) || (st = tn_check_tensor(op, b, "second operand"))) return st;
+  if (c && (st = tn_check_tensor(op, c, "added tensor"))) return st;
   if (!same_device(a, b) || (c && !same_device(a, c)))
     return em_set_error(EM_ERR_DEVICE, "%s: the operands are on different devices", op);
   em_dtype d = em_dtype_promote(a->dtype, b->dtype);
@@ -36,7 +36,7 @@ static em_status check_operands(const char *op, const em_tensor *a, const em_ten
 /* A header for t seen as (ndim, sizes, strides); t's storage is shared. */
 static em_status restride(em_tensor **out, const em_tensor *t, int ndim, const int64_t *sizes,
                           const int64_t *strides) {
-  *out = em_tensor_wrap(t->storage, t->dtype, ndim, sizes, strides, t->offset);
+  *out = tn_tensor_wrap(t->storage, t->dtype, ndim, sizes, strides, t->offset);
   return *out ? EM_OK : em_last_status();
 }
 
@@ -61,9 +61,9 @@ static em_status product(const char *op, em_tensor **out, const em_tensor *a, co
                         op, EM_SHAPE(a), EM_SHAPE(b), (long long)K, b_vec ? "only" : "second-to-last", (long long)Kb);
   int na = a_vec ? 0 : a->ndim - 2, nb = b_vec ? 0 : b->ndim - 2, nbatch;
   int64_t batch[EM_MAX_DIMS];
-  if (em_broadcast_shapes(op, na, a->sizes, nb, b->sizes, &nbatch, batch))
+  if (tn_broadcast_shapes(op, na, a->sizes, nb, b->sizes, &nbatch, batch))
     return em_set_error(EM_ERR_SHAPE, "%s: the batch dims %s of shape %s and %s of shape %s cannot be broadcast", op,
-                        em_shape_str(na, a->sizes), EM_SHAPE(a), em_shape_str(nb, b->sizes), EM_SHAPE(b));
+                        tn_shape_str(na, a->sizes), EM_SHAPE(a), tn_shape_str(nb, b->sizes), EM_SHAPE(b));
   /* The result drops the promoted unit dims. */
   int nd = nbatch + 2, nres = nbatch;
   int64_t res[EM_MAX_DIMS], full[EM_MAX_DIMS];
@@ -74,15 +74,15 @@ static em_status product(const char *op, em_tensor **out, const em_tensor *a, co
   if (c) {
     int nc;
     int64_t cs[EM_MAX_DIMS];
-    if (em_broadcast_shapes(op, c->ndim, c->sizes, nres, res, &nc, cs) || nc != nres ||
-        em_shape_numel(nc, cs) != em_shape_numel(nres, res))
+    if (tn_broadcast_shapes(op, c->ndim, c->sizes, nres, res, &nc, cs) || nc != nres ||
+        emp_shape_numel(nc, cs) != emp_shape_numel(nres, res))
       return em_set_error(EM_ERR_SHAPE, "%s: the added tensor of shape %s does not broadcast to the product's shape %s",
-                          op, EM_SHAPE(c), em_shape_str(nres, res));
+                          op, EM_SHAPE(c), tn_shape_str(nres, res));
   }
 
   bool allocated;
-  if ((st = em_prepare_out(op, out, nres, res, dtype, a->storage->device, &allocated))) return st;
-  if (em_shape_numel(nres, res) == 0) return EM_OK;
+  if ((st = tn_prepare_out(op, out, nres, res, dtype, a->storage->device, &allocated))) return st;
+  if (emp_shape_numel(nres, res) == 0) return EM_OK;
   em_tensor *ac = NULL, *bc = NULL, *target = NULL, *a3 = NULL, *b3 = NULL, *o3 = NULL, *tmp = NULL;
   if ((st = em_to(&ac, a, dtype, a->storage->device)) || (st = em_to(&bc, b, dtype, b->storage->device))) goto fail;
   /* A product cannot be written over its own operands: compute aside, then copy. */
@@ -107,7 +107,7 @@ static em_status product(const char *op, em_tensor **out, const em_tensor *a, co
   }
   for (int d = 0; d < nbatch; d++) sz[d] = batch[d];
   sz[nbatch] = M, sz[nbatch + 1] = K;
-  if (st || (st = em_broadcast_to(op, &a3, tmp, nd, sz))) goto fail;
+  if (st || (st = emp_broadcast_to(op, &a3, tmp, nd, sz))) goto fail;
   em_tensor_release(tmp);
   tmp = NULL;
   if (b_vec) {
@@ -117,14 +117,14 @@ static em_status product(const char *op, em_tensor **out, const em_tensor *a, co
     st = restride(&tmp, bc, bc->ndim, bc->sizes, bc->strides);
   }
   sz[nbatch] = K, sz[nbatch + 1] = N;
-  if (st || (st = em_broadcast_to(op, &b3, tmp, nd, sz))) goto fail;
+  if (st || (st = emp_broadcast_to(op, &b3, tmp, nd, sz))) goto fail;
   /* The result's view re-inserts the dropped unit dims (their stride never matters). */
   for (int d = 0, j = 0; d < nd; d++) {
     int dropped = (d == nbatch && a_vec) || (d == nbatch + 1 && b_vec);
     str[d] = dropped ? 1 : target->strides[j++];
   }
   if ((st = restride(&o3, target, nd, full, str))) goto fail;
-  const em_backend *be = em_backend_for(op, a->storage->device);
+  const em_backend *be = tn_backend_for(op, a->storage->device);
   if (!be || (st = EM_BACKEND_CALL(op, be, gemm, o3, a3, b3, alpha, beta))) {
     st = be ? st : em_last_status();
     goto fail;
@@ -138,12 +138,12 @@ fail:
   em_tensor_release(b3);
   em_tensor_release(o3);
   em_tensor_release(target);
-  if (st) em_discard_out(out, allocated);
+  if (st) tn_discard_out(out, allocated);
   return st;
 }
 
 static em_status check_rank(const char *op, const em_tensor *t, int ndim, const char *what) {
-  em_status st = em_check_tensor(op, t, what);
+  em_status st = tn_check_tensor(op, t, what);
   if (st) return st;
   if (t->ndim != ndim)
     return em_set_error(EM_ERR_SHAPE, "%s: expected the %s to be %d-d, got shape %s", op, what, ndim, EM_SHAPE(t));
@@ -172,7 +172,7 @@ em_status em_addmm(em_tensor **out, const em_tensor *c, const em_tensor *a, cons
                    double alpha) {
   em_status st;
   if ((st = check_rank("addmm", a, 2, "first operand")) || (st = check_rank("addmm", b, 2, "second operand")) ||
-      (st = em_check_tensor("addmm", c, "added tensor")))
+      (st = tn_check_tensor("addmm", c, "added tensor")))
     return st;
   return product("addmm", out, a, b, c, beta, alpha);
 }

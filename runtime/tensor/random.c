@@ -43,7 +43,7 @@ static void reserve(int64_t n, uint64_t *seed, uint64_t *offset) {
 }
 
 static em_status check_target(const char *op, const em_tensor *t, int floats_only) {
-  em_status st = em_check_tensor(op, t, "tensor");
+  em_status st = tn_check_tensor(op, t, "tensor");
   if (st) return st;
   if (t->dtype == EM_FLOAT16 || t->dtype == EM_BFLOAT16)
     return em_set_error(EM_ERR_DTYPE, "%s: dtype %s is storage-only; fill a float32 tensor and convert with to('%s')",
@@ -56,7 +56,7 @@ static em_status check_target(const char *op, const em_tensor *t, int floats_onl
 
 /* Reserves counters and runs the backend fill. */
 static em_status run_fill(const char *op, em_tensor *t, em_random_params *p) {
-  const em_backend *be = em_backend_for(op, t->storage->device);
+  const em_backend *be = tn_backend_for(op, t->storage->device);
   if (!be) return em_last_status();
   int64_t n = em_tensor_numel(t);
   if (n == 0) return EM_OK;
@@ -134,9 +134,9 @@ em_status em_randperm(em_tensor **out, int64_t n, em_dtype dtype, em_device devi
     return em_set_error(EM_ERR_ARGUMENT, "randperm: n = %lld does not fit dtype %s (largest exact value %lld)",
                         (long long)n, em_dtype_name(dtype), (long long)hi);
   bool allocated;
-  em_status st = em_prepare_out("randperm", out, 1, &n, dtype, device, &allocated);
+  em_status st = tn_prepare_out("randperm", out, 1, &n, dtype, device, &allocated);
   if (st) return st;
   em_random_params p = {.kind = EM_RANDOM_PERM};
-  if ((st = run_fill("randperm", *out, &p))) em_discard_out(out, allocated);
+  if ((st = run_fill("randperm", *out, &p))) tn_discard_out(out, allocated);
   return st;
 }

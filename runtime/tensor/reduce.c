@@ -59,7 +59,7 @@ static em_status plan_reduce(const char *op, const em_tensor *a, const int *dims
       return em_set_error(EM_ERR_ARGUMENT, "%s: %d dims given, expected 0..%d", op, ndims, EM_MAX_DIMS);
     for (int i = 0; i < ndims; i++) {
       int d = dims[i];
-      em_status st = em_check_dim(op, &d, a->ndim);
+      em_status st = tn_check_dim(op, &d, a->ndim);
       if (st) return st;
       if (mask & (1u << d))
         return em_set_error(EM_ERR_ARGUMENT, "%s: dim %d appears more than once in dims (shape %s)", op, dims[i],
@@ -88,7 +88,7 @@ static em_status plan_reduce(const char *op, const em_tensor *a, const int *dims
     p->count *= a->sizes[d];
   }
   p->nreduce = p->nrdims;
-  p->perm = em_tensor_wrap(a->storage, a->dtype, a->ndim, sizes, strides, a->offset);
+  p->perm = tn_tensor_wrap(a->storage, a->dtype, a->ndim, sizes, strides, a->offset);
   return p->perm ? EM_OK : em_last_status();
 }
 
@@ -96,7 +96,7 @@ static em_status plan_reduce(const char *op, const em_tensor *a, const int *dims
 static em_status check_nonempty(const char *op, const em_tensor *a, const reduce_plan *p) {
   if (p->count > 0) return EM_OK;
   return em_set_error(EM_ERR_SHAPE, "%s: cannot reduce over zero elements (input shape %s, reduced dims %s): %s has no identity",
-                      op, EM_SHAPE(a), em_shape_str(p->nrdims, p->rdims), op);
+                      op, EM_SHAPE(a), tn_shape_str(p->nrdims, p->rdims), op);
 }
 
 /* ---- results ----
@@ -113,17 +113,17 @@ static em_status begin_result(const char *op, result *r, em_tensor **out, int no
   r->out = out;
   r->target = NULL;
   r->temporary = false;
-  em_status st = em_prepare_out(op, out, nout, out_sizes, dtype, device, &r->allocated);
+  em_status st = tn_prepare_out(op, out, nout, out_sizes, dtype, device, &r->allocated);
   if (st) return st;
   const em_tensor *o = *out;
   if (em_tensor_is_contiguous(o)) {
-    r->target = em_tensor_wrap(o->storage, dtype, ntarget, target_sizes, NULL, o->offset);
+    r->target = tn_tensor_wrap(o->storage, dtype, ntarget, target_sizes, NULL, o->offset);
     st = r->target ? EM_OK : em_last_status();
   } else {
     r->temporary = true;
     st = em_empty(&r->target, ntarget, target_sizes, dtype, device);
   }
-  if (st) em_discard_out(out, r->allocated);
+  if (st) tn_discard_out(out, r->allocated);
   return st;
 }
 
@@ -140,7 +140,7 @@ static em_status end_result(result *r, em_status st) {
   }
   em_tensor_release(r->target);
   r->target = NULL;
-  if (st) em_discard_out(r->out, r->allocated);
+  if (st) tn_discard_out(r->out, r->allocated);
   return st;
 }
 
@@ -150,7 +150,7 @@ static em_status reduce_impl(em_redop op, em_tensor **out, em_tensor **indices, 
                              int ndims, int keepdim, int base, double p) {
   if ((int)op < 0 || op >= EM_NUM_REDOPS) return em_set_error(EM_ERR_ARGUMENT, "reduce: unknown reduction %d", (int)op);
   const char *name = redop_names[op];
-  em_status st = em_check_tensor(name, a, "input");
+  em_status st = tn_check_tensor(name, a, "input");
   if (st || (st = check_compute_dtype(name, a))) return st;
   if (indices && op != EM_MAX && op != EM_MIN)
     return em_set_error(EM_ERR_ARGUMENT, "%s: indices are only returned by max and min", name);
@@ -166,7 +166,7 @@ static em_status reduce_impl(em_redop op, em_tensor **out, em_tensor **indices, 
   if ((st = plan_reduce(name, a, dims, ndims, keepdim, &plan))) return st;
   int needs_elements = op == EM_MAX || op == EM_MIN || op == EM_ARGMAX || op == EM_ARGMIN ||
                        (op == EM_NORM && isinf(p));
-  const em_backend *be = em_backend_for(name, a->storage->device);
+  const em_backend *be = tn_backend_for(name, a->storage->device);
   if ((needs_elements && (st = check_nonempty(name, a, &plan))) || (!be && (st = em_last_status()))) {
     em_tensor_release(plan.perm);
     return st;
@@ -180,8 +180,8 @@ static em_status reduce_impl(em_redop op, em_tensor **out, em_tensor **indices, 
   st = end_result(&r, st);
   st = end_result(&ri, st);
   if (st) { /* a failure in either result releases both when they were allocated here */
-    em_discard_out(out, r.allocated);
-    if (indices) em_discard_out(indices, ri.allocated);
+    tn_discard_out(out, r.allocated);
+    if (indices) tn_discard_out(indices, ri.allocated);
   }
   em_tensor_release(plan.perm);
   return st;
@@ -199,12 +199,12 @@ em_status em_norm(em_tensor **out, const em_tensor *a, double p, const int *dims
 em_status em_var(em_tensor **out, const em_tensor *a, const int *dims, int ndims, double correction, int keepdim,
                  int take_sqrt) {
   const char *name = take_sqrt ? "std" : "var";
-  em_status st = em_check_tensor(name, a, "input");
+  em_status st = tn_check_tensor(name, a, "input");
   if (st || (st = check_compute_dtype(name, a)) || (st = check_float(name, a))) return st;
   if (isnan(correction)) return em_set_error(EM_ERR_ARGUMENT, "%s: correction is NaN", name);
   reduce_plan plan;
   if ((st = plan_reduce(name, a, dims, ndims, keepdim, &plan))) return st;
-  const em_backend *be = em_backend_for(name, a->storage->device);
+  const em_backend *be = tn_backend_for(name, a->storage->device);
   result r = {0};
   st = be ? begin_result(name, &r, out, plan.nout, plan.out, plan.nkeep, plan.keep, a->dtype, a->storage->device)
           : em_last_status();
@@ -228,9 +228,9 @@ static em_status softmax_kernel(const em_backend *be, em_tensor *out, const em_t
 
 static em_status along_dim(const char *name, em_tensor **out, const em_tensor *a, int dim, em_dtype dtype,
                            dim_kernel kernel, int flag) {
-  em_status st = em_check_dim(name, &dim, a->ndim);
+  em_status st = tn_check_dim(name, &dim, a->ndim);
   if (st) return st;
-  const em_backend *be = em_backend_for(name, a->storage->device);
+  const em_backend *be = tn_backend_for(name, a->storage->device);
   if (!be) return em_last_status();
   em_tensor *input = NULL;
   if ((st = em_contiguous(&input, a))) return st;
@@ -243,7 +243,7 @@ static em_status along_dim(const char *name, em_tensor **out, const em_tensor *a
 }
 
 static em_status scan(const char *name, em_tensor **out, const em_tensor *a, int dim, int prod) {
-  em_status st = em_check_tensor(name, a, "input");
+  em_status st = tn_check_tensor(name, a, "input");
   if (st || (st = check_compute_dtype(name, a))) return st;
   em_dtype dtype = em_dtype_is_floating(a->dtype) ? a->dtype : EM_INT64;
   return along_dim(name, out, a, dim, dtype, scan_kernel, prod);
@@ -254,7 +254,7 @@ em_status em_cumprod(em_tensor **out, const em_tensor *a, int dim) { return scan
 
 em_status em_softmax(em_tensor **out, const em_tensor *a, int dim, int log) {
   const char *name = log ? "log_softmax" : "softmax";
-  em_status st = em_check_tensor(name, a, "input");
+  em_status st = tn_check_tensor(name, a, "input");
   if (st || (st = check_compute_dtype(name, a)) || (st = check_float(name, a))) return st;
   return along_dim(name, out, a, dim, a->dtype, softmax_kernel, log);
 }
@@ -263,27 +263,27 @@ em_status em_softmax(em_tensor **out, const em_tensor *a, int dim, int log) {
 
 static em_status sort_impl(const char *name, em_tensor **values, em_tensor **indices, const em_tensor *a, int64_t k,
                            int k_given, int dim, int descending, int base) {
-  em_status st = em_check_tensor(name, a, "input");
-  if (st || (st = check_compute_dtype(name, a)) || (st = em_check_dim(name, &dim, a->ndim))) return st;
+  em_status st = tn_check_tensor(name, a, "input");
+  if (st || (st = check_compute_dtype(name, a)) || (st = tn_check_dim(name, &dim, a->ndim))) return st;
   if (!values) return em_set_error(EM_ERR_ARGUMENT, "%s: values must not be NULL", name);
   int64_t size = a->ndim ? a->sizes[dim] : 1;
   if (!k_given) k = size;
   if (k < 0 || k > size)
     return em_set_error(EM_ERR_INDEX, "%s: k = %lld is out of range for dim %d of size %lld (shape %s, expected 0..%lld)",
                         name, (long long)k, dim, (long long)size, EM_SHAPE(a), (long long)size);
-  const em_backend *be = em_backend_for(name, a->storage->device);
+  const em_backend *be = tn_backend_for(name, a->storage->device);
   if (!be) return em_last_status();
   int64_t sizes[EM_MAX_DIMS];
   for (int d = 0; d < a->ndim; d++) sizes[d] = d == dim ? k : a->sizes[d];
   bool valloc = false, ialloc = false;
   em_device dev = a->storage->device;
-  st = em_prepare_out(name, values, a->ndim, sizes, a->dtype, dev, &valloc);
-  if (!st && indices) st = em_prepare_out(name, indices, a->ndim, sizes, EM_INT64, dev, &ialloc);
+  st = tn_prepare_out(name, values, a->ndim, sizes, a->dtype, dev, &valloc);
+  if (!st && indices) st = tn_prepare_out(name, indices, a->ndim, sizes, EM_INT64, dev, &ialloc);
   if (!st)
     st = EM_BACKEND_CALL(name, be, sort, *values, indices ? *indices : NULL, a, dim, descending, k, base);
   if (st) {
-    em_discard_out(values, valloc);
-    if (indices) em_discard_out(indices, ialloc);
+    tn_discard_out(values, valloc);
+    if (indices) tn_discard_out(indices, ialloc);
   }
   return st;
 }

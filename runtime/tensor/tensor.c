@@ -7,8 +7,8 @@
 
 /* ---- storage ---- */
 
-em_status em_storage_new(em_storage **out, size_t nbytes, em_device device) {
-  const em_backend *be = em_backend_for("allocate", device);
+em_status tn_storage_new(em_storage **out, size_t nbytes, em_device device) {
+  const em_backend *be = tn_backend_for("allocate", device);
   if (!be) return em_last_status();
   em_storage *s = calloc(1, sizeof *s);
   if (!s) return em_set_error(EM_ERR_MEMORY, "allocate: out of host memory for a storage header");
@@ -30,28 +30,28 @@ em_status em_storage_new(em_storage **out, size_t nbytes, em_device device) {
   atomic_init(&s->refcount, 1);
   s->device = device;
   s->nbytes = nbytes;
-  em_memory_count((int64_t)nbytes);
+  core_memory_count((int64_t)nbytes);
   *out = s;
   return EM_OK;
 }
 
-void em_storage_retain(em_storage *s) { atomic_fetch_add(&s->refcount, 1); }
+void tn_storage_retain(em_storage *s) { atomic_fetch_add(&s->refcount, 1); }
 
-void em_storage_release(em_storage *s) {
+void tn_storage_release(em_storage *s) {
   if (!s || atomic_fetch_sub(&s->refcount, 1) != 1) return;
   if (s->deleter) {
     s->deleter(s->data, s->deleter_ctx);
   } else if (!s->borrowed) {
-    const em_backend *be = em_backend_for("free", s->device);
+    const em_backend *be = tn_backend_for("free", s->device);
     if (be) be->free(s->data, s->nbytes ? s->nbytes : 1, s->device);
-    em_memory_count(-(int64_t)s->nbytes);
+    core_memory_count(-(int64_t)s->nbytes);
   }
   free(s);
 }
 
 /* ---- tensor headers ---- */
 
-em_tensor *em_tensor_wrap(em_storage *storage, em_dtype dtype, int ndim, const int64_t *sizes,
+em_tensor *tn_tensor_wrap(em_storage *storage, em_dtype dtype, int ndim, const int64_t *sizes,
                           const int64_t *strides, int64_t offset) {
   em_tensor *t = calloc(1, sizeof *t);
   if (!t) {
@@ -65,16 +65,16 @@ em_tensor *em_tensor_wrap(em_storage *storage, em_dtype dtype, int ndim, const i
   if (strides) {
     if (ndim) memcpy(t->strides, strides, sizeof(int64_t) * ndim);
   } else {
-    em_contiguous_strides(ndim, t->sizes, t->strides);
+    emp_contiguous_strides(ndim, t->sizes, t->strides);
   }
   t->offset = offset;
   t->storage = storage;
-  em_storage_retain(storage);
+  tn_storage_retain(storage);
   return t;
 }
 
-em_tensor *em_tensor_alias(const em_tensor *a) {
-  return em_tensor_wrap(a->storage, a->dtype, a->ndim, a->sizes, a->strides, a->offset);
+em_tensor *tn_tensor_alias(const em_tensor *a) {
+  return tn_tensor_wrap(a->storage, a->dtype, a->ndim, a->sizes, a->strides, a->offset);
 }
 
 void em_tensor_retain(em_tensor *t) {
@@ -84,7 +84,7 @@ void em_tensor_retain(em_tensor *t) {
 void em_tensor_release(em_tensor *t) {
   if (!t || atomic_fetch_sub(&t->refcount, 1) != 1) return;
   if (t->autograd && t->autograd_free) t->autograd_free(t->autograd);
-  em_storage_release(t->storage);
+  tn_storage_release(t->storage);
   free(t);
 }
 
@@ -94,9 +94,9 @@ em_status em_tensor_free(em_tensor *t) {
   if (!t) return em_set_error(EM_ERR_ARGUMENT, "free: expected a tensor, got NULL");
   if (t->freed) return EM_OK;
   em_storage *empty;
-  em_status st = em_storage_new(&empty, 0, t->storage->device);
+  em_status st = tn_storage_new(&empty, 0, t->storage->device);
   if (st) return st;
-  em_storage_release(t->storage);
+  tn_storage_release(t->storage);
   t->storage = empty;
   t->ndim = 1;
   t->sizes[0] = 0;
@@ -113,7 +113,7 @@ int64_t em_tensor_stride(const em_tensor *t, int dim) { return dim >= 0 && dim <
 const int64_t *em_tensor_sizes(const em_tensor *t) { return t->sizes; }
 const int64_t *em_tensor_strides(const em_tensor *t) { return t->strides; }
 int64_t em_tensor_offset(const em_tensor *t) { return t->offset; }
-int64_t em_tensor_numel(const em_tensor *t) { return em_shape_numel(t->ndim, t->sizes); }
+int64_t em_tensor_numel(const em_tensor *t) { return emp_shape_numel(t->ndim, t->sizes); }
 em_dtype em_tensor_dtype(const em_tensor *t) { return t->dtype; }
 em_device em_tensor_device(const em_tensor *t) { return t->storage->device; }
 void *em_tensor_data(const em_tensor *t) { return em_tensor_ptr(t); }
@@ -133,7 +133,7 @@ int em_tensor_is_contiguous(const em_tensor *t) {
 /* ---- element access (slow path: one element) ---- */
 
 static em_status element_offset(const char *op, const em_tensor *t, const int64_t *index, int64_t *off) {
-  em_status st = em_check_tensor(op, t, "tensor");
+  em_status st = tn_check_tensor(op, t, "tensor");
   if (st) return st;
   int64_t o = t->offset;
   for (int d = 0; d < t->ndim; d++) {
@@ -182,7 +182,7 @@ static em_status read_element(const em_tensor *t, int64_t off, void *buf) {
     memcpy(buf, (const char *)t->storage->data + off * (int64_t)size, size);
     return EM_OK;
   }
-  em_tensor *view = em_tensor_wrap(t->storage, t->dtype, 0, NULL, NULL, off), *host = NULL;
+  em_tensor *view = tn_tensor_wrap(t->storage, t->dtype, 0, NULL, NULL, off), *host = NULL;
   if (!view) return em_last_status();
   em_status st = em_empty(&host, 0, NULL, t->dtype, (em_device){EM_CPU, 0});
   if (!st) st = em_copy_(host, view);
@@ -198,7 +198,7 @@ static em_status write_element(em_tensor *t, int64_t off, const void *buf) {
     memcpy((char *)t->storage->data + off * (int64_t)size, buf, size);
     return EM_OK;
   }
-  em_tensor *view = em_tensor_wrap(t->storage, t->dtype, 0, NULL, NULL, off), *host = NULL;
+  em_tensor *view = tn_tensor_wrap(t->storage, t->dtype, 0, NULL, NULL, off), *host = NULL;
   if (!view) return em_last_status();
   em_status st = em_empty(&host, 0, NULL, t->dtype, (em_device){EM_CPU, 0});
   if (!st) {
@@ -230,7 +230,7 @@ em_status em_tensor_set(em_tensor *t, const int64_t *index, double value) {
 }
 
 em_status em_tensor_item(const em_tensor *t, double *value) {
-  em_status st = em_check_tensor("item", t, "tensor");
+  em_status st = tn_check_tensor("item", t, "tensor");
   if (st) return st;
   if (em_tensor_numel(t) != 1)
     return em_set_error(EM_ERR_SHAPE, "item: expected a tensor with one element, got shape %s (%lld elements)",
@@ -240,7 +240,7 @@ em_status em_tensor_item(const em_tensor *t, double *value) {
 }
 
 em_status em_tensor_item_int64(const em_tensor *t, int64_t *value) {
-  em_status st = em_check_tensor("item", t, "tensor");
+  em_status st = tn_check_tensor("item", t, "tensor");
   if (st) return st;
   if (em_tensor_numel(t) != 1)
     return em_set_error(EM_ERR_SHAPE, "item: expected a tensor with one element, got shape %s", EM_SHAPE(t));
@@ -253,13 +253,13 @@ em_status em_tensor_item_int64(const em_tensor *t, int64_t *value) {
 
 /* ---- shared helpers ---- */
 
-int64_t em_shape_numel(int ndim, const int64_t *sizes) {
+int64_t emp_shape_numel(int ndim, const int64_t *sizes) {
   int64_t n = 1;
   for (int d = 0; d < ndim; d++) n *= sizes[d];
   return n;
 }
 
-void em_contiguous_strides(int ndim, const int64_t *sizes, int64_t *strides) {
+void emp_contiguous_strides(int ndim, const int64_t *sizes, int64_t *strides) {
   int64_t s = 1;
   for (int d = ndim - 1; d >= 0; d--) {
     strides[d] = s;
@@ -267,7 +267,7 @@ void em_contiguous_strides(int ndim, const int64_t *sizes, int64_t *strides) {
   }
 }
 
-const char *em_shape_str(int ndim, const int64_t *sizes) {
+const char *tn_shape_str(int ndim, const int64_t *sizes) {
   static _Thread_local char ring[4][160];
   static _Thread_local int next;
   char *buf = ring[next++ & 3];
@@ -278,7 +278,7 @@ const char *em_shape_str(int ndim, const int64_t *sizes) {
   return buf;
 }
 
-em_status em_check_dim(const char *op, int *dim, int ndim) {
+em_status tn_check_dim(const char *op, int *dim, int ndim) {
   int n = ndim ? ndim : 1; /* a 0-d tensor accepts dim 0 and -1, as in PyTorch */
   if (*dim < -n || *dim >= n)
     return em_set_error(EM_ERR_INDEX, "%s: dim %d out of range for a %d-d tensor (expected %d..%d)", op, *dim, ndim,
@@ -287,13 +287,13 @@ em_status em_check_dim(const char *op, int *dim, int ndim) {
   return EM_OK;
 }
 
-em_status em_check_tensor(const char *op, const em_tensor *t, const char *what) {
+em_status tn_check_tensor(const char *op, const em_tensor *t, const char *what) {
   if (!t) return em_set_error(EM_ERR_ARGUMENT, "%s: expected a tensor for %s, got nil", op, what);
   if (t->freed) return em_set_error(EM_ERR_ARGUMENT, "%s: the %s was freed with free()", op, what);
   return EM_OK;
 }
 
-em_status em_prepare_out(const char *op, em_tensor **out, int ndim, const int64_t *sizes, em_dtype dtype,
+em_status tn_prepare_out(const char *op, em_tensor **out, int ndim, const int64_t *sizes, em_dtype dtype,
                          em_device device, bool *allocated) {
   *allocated = false;
   if (!out) return em_set_error(EM_ERR_ARGUMENT, "%s: out must not be NULL", op);
@@ -304,11 +304,11 @@ em_status em_prepare_out(const char *op, em_tensor **out, int ndim, const int64_
     return EM_OK;
   }
   em_tensor *o = *out;
-  em_status st = em_check_tensor(op, o, "output");
+  em_status st = tn_check_tensor(op, o, "output");
   if (st) return st;
   if (o->ndim != ndim || memcmp(o->sizes, sizes, sizeof(int64_t) * ndim))
     return em_set_error(EM_ERR_SHAPE, "%s: output has shape %s, expected %s", op, EM_SHAPE(o),
-                        em_shape_str(ndim, sizes));
+                        tn_shape_str(ndim, sizes));
   if (o->dtype != dtype)
     return em_set_error(EM_ERR_DTYPE, "%s: output has dtype %s, expected %s", op, em_dtype_name(o->dtype),
                         em_dtype_name(dtype));
@@ -317,14 +317,14 @@ em_status em_prepare_out(const char *op, em_tensor **out, int ndim, const int64_
   return EM_OK;
 }
 
-void em_discard_out(em_tensor **out, bool allocated) {
+void tn_discard_out(em_tensor **out, bool allocated) {
   if (allocated && out && *out) {
     em_tensor_release(*out);
     *out = NULL;
   }
 }
 
-em_status em_broadcast_shapes(const char *op, int na, const int64_t *a, int nb, const int64_t *b, int *out_ndim,
+em_status tn_broadcast_shapes(const char *op, int na, const int64_t *a, int nb, const int64_t *b, int *out_ndim,
                               int64_t *out_sizes) {
   int n = na > nb ? na : nb;
   for (int i = 0; i < n; i++) {
@@ -332,17 +332,17 @@ em_status em_broadcast_shapes(const char *op, int na, const int64_t *a, int nb, 
     int64_t sb = i < n - nb ? 1 : b[i - (n - nb)];
     if (sa != sb && sa != 1 && sb != 1)
       return em_set_error(EM_ERR_SHAPE, "%s: shapes %s and %s cannot be broadcast together", op,
-                          em_shape_str(na, a), em_shape_str(nb, b));
+                          tn_shape_str(na, a), tn_shape_str(nb, b));
     out_sizes[i] = sa == 1 ? sb : sa;
   }
   *out_ndim = n;
   return EM_OK;
 }
 
-em_status em_broadcast_to(const char *op, em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes) {
+em_status emp_broadcast_to(const char *op, em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes) {
   if (ndim < a->ndim)
     return em_set_error(EM_ERR_SHAPE, "%s: cannot broadcast shape %s to %s", op, EM_SHAPE(a),
-                        em_shape_str(ndim, sizes));
+                        tn_shape_str(ndim, sizes));
   int64_t strides[EM_MAX_DIMS];
   for (int i = 0; i < ndim; i++) {
     int j = i - (ndim - a->ndim);
@@ -354,9 +354,9 @@ em_status em_broadcast_to(const char *op, em_tensor **out, const em_tensor *a, i
       strides[i] = 0;
     } else {
       return em_set_error(EM_ERR_SHAPE, "%s: cannot broadcast shape %s to %s", op, EM_SHAPE(a),
-                          em_shape_str(ndim, sizes));
+                          tn_shape_str(ndim, sizes));
     }
   }
-  *out = em_tensor_wrap(a->storage, a->dtype, ndim, sizes, strides, a->offset);
+  *out = tn_tensor_wrap(a->storage, a->dtype, ndim, sizes, strides, a->offset);
   return *out ? EM_OK : em_last_status();
 }

@@ -43,43 +43,43 @@ struct em_tensor {
 };
 
 /* Storage */
-em_status em_storage_new(em_storage **out, size_t nbytes, em_device device);
-void em_storage_retain(em_storage *s);
-void em_storage_release(em_storage *s);
+em_status tn_storage_new(em_storage **out, size_t nbytes, em_device device);
+void tn_storage_retain(em_storage *s);
+void tn_storage_release(em_storage *s);
 
 /* A new tensor header over `storage` (retained). */
-em_tensor *em_tensor_wrap(em_storage *storage, em_dtype dtype, int ndim, const int64_t *sizes,
+em_tensor *tn_tensor_wrap(em_storage *storage, em_dtype dtype, int ndim, const int64_t *sizes,
                           const int64_t *strides, int64_t offset);
 /* A header sharing a's storage with a's dtype (a view to be reshaped by the caller). */
-em_tensor *em_tensor_alias(const em_tensor *a);
+em_tensor *tn_tensor_alias(const em_tensor *a);
 
 /* Helpers for operations. */
 static inline char *em_tensor_ptr(const em_tensor *t) {
   return (char *)t->storage->data + t->offset * (int64_t)em_dtype_size(t->dtype);
 }
-int64_t em_shape_numel(int ndim, const int64_t *sizes);
-void em_contiguous_strides(int ndim, const int64_t *sizes, int64_t *strides);
+int64_t emp_shape_numel(int ndim, const int64_t *sizes);
+void emp_contiguous_strides(int ndim, const int64_t *sizes, int64_t *strides);
 /* Formats "[2, 3]" into buf (a static thread-local ring; valid for a few calls). */
-const char *em_shape_str(int ndim, const int64_t *sizes);
-#define EM_SHAPE(t) em_shape_str((t)->ndim, (t)->sizes)
+const char *tn_shape_str(int ndim, const int64_t *sizes);
+#define EM_SHAPE(t) tn_shape_str((t)->ndim, (t)->sizes)
 /* Normalises a possibly negative dim against ndim; error names op. */
-em_status em_check_dim(const char *op, int *dim, int ndim);
+em_status tn_check_dim(const char *op, int *dim, int ndim);
 /* Checks t is non-NULL and not freed. */
-em_status em_check_tensor(const char *op, const em_tensor *t, const char *what);
+em_status tn_check_tensor(const char *op, const em_tensor *t, const char *what);
 /* Resolves an out parameter: allocates when *out is NULL, else checks shape and dtype. */
-em_status em_prepare_out(const char *op, em_tensor **out, int ndim, const int64_t *sizes,
+em_status tn_prepare_out(const char *op, em_tensor **out, int ndim, const int64_t *sizes,
                          em_dtype dtype, em_device device, bool *allocated);
 /* Broadcasts shapes a and b into out_sizes (ndim in *out_ndim). */
-em_status em_broadcast_shapes(const char *op, int na, const int64_t *a, int nb, const int64_t *b,
+em_status tn_broadcast_shapes(const char *op, int na, const int64_t *a, int nb, const int64_t *b,
                               int *out_ndim, int64_t *out_sizes);
 /* A view of a expanded to (ndim, sizes) with zero strides where broadcast. */
-em_status em_broadcast_to(const char *op, em_tensor **out, const em_tensor *a, int ndim,
+em_status emp_broadcast_to(const char *op, em_tensor **out, const em_tensor *a, int ndim,
                           const int64_t *sizes);
 /* A contiguous copy of t (only its layout when copy_values is 0) for BLAS backends; with
  * keep_broadcast, zero-stride batch dims stay broadcast (copied once). runtime/tensor/copy.c */
-em_status em_compact_matrices(const em_tensor *t, int keep_broadcast, int copy_values, em_tensor **out);
-/* Undo a result allocated by em_prepare_out after a failure. */
-void em_discard_out(em_tensor **out, bool allocated);
+em_status emp_compact_matrices(const em_tensor *t, int keep_broadcast, int copy_values, em_tensor **out);
+/* Undo a result allocated by tn_prepare_out after a failure. */
+void tn_discard_out(em_tensor **out, bool allocated);
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,7 @@
 
 static em_status make_view(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes,
                            const int64_t *strides, int64_t offset) {
-  *out = em_tensor_wrap(a->storage, a->dtype, ndim, sizes, strides, offset);
+  *out = tn_tensor_wrap(a->storage, a->dtype, ndim, sizes, strides, offset);
   return *out ? EM_OK : em_last_status();
 }
 
@@ -13,7 +13,7 @@ static em_status make_view(em_tensor **out, const em_tensor *a, int ndim, const 
 static int view_strides(const em_tensor *a, int ndim, const int64_t *sizes, int64_t *strides) {
   int64_t numel = em_tensor_numel(a);
   if (numel == 0 || a->ndim == 0) {
-    em_contiguous_strides(ndim, sizes, strides);
+    emp_contiguous_strides(ndim, sizes, strides);
     return 1;
   }
   int view_d = ndim - 1;
@@ -46,16 +46,16 @@ static em_status infer_sizes(const char *op, const em_tensor *a, int ndim, const
   for (int d = 0; d < ndim; d++) {
     sizes[d] = in[d];
     if (in[d] == -1) {
-      if (infer >= 0) return em_set_error(EM_ERR_SHAPE, "%s: only one dim can be -1, got shape %s", op, em_shape_str(ndim, in));
+      if (infer >= 0) return em_set_error(EM_ERR_SHAPE, "%s: only one dim can be -1, got shape %s", op, tn_shape_str(ndim, in));
       infer = d;
     } else if (in[d] < 0) {
-      return em_set_error(EM_ERR_SHAPE, "%s: invalid size %lld in shape %s", op, (long long)in[d], em_shape_str(ndim, in));
+      return em_set_error(EM_ERR_SHAPE, "%s: invalid size %lld in shape %s", op, (long long)in[d], tn_shape_str(ndim, in));
     } else if (in[d]) {
       /* a zero makes the element count 0 whatever the other sizes, but strides still
        * multiply them: bound their product as empty() does */
       if (nonzero > INT64_MAX / 16 / in[d])
         return em_set_error(EM_ERR_SHAPE, "%s: shape %s has too many elements (the product of its non-zero sizes "
-                            "must stay below 2^59)", op, em_shape_str(ndim, in));
+                            "must stay below 2^59)", op, tn_shape_str(ndim, in));
       nonzero *= in[d];
       known *= in[d];
     } else {
@@ -65,18 +65,18 @@ static em_status infer_sizes(const char *op, const em_tensor *a, int ndim, const
   if (infer >= 0) {
     if (known == 0 || numel % known)
       return em_set_error(EM_ERR_SHAPE, "%s: shape %s is invalid for a tensor of %lld elements (shape %s)", op,
-                          em_shape_str(ndim, in), (long long)numel, EM_SHAPE(a));
+                          tn_shape_str(ndim, in), (long long)numel, EM_SHAPE(a));
     sizes[infer] = numel / known;
     known = numel;
   }
   if (known != numel)
     return em_set_error(EM_ERR_SHAPE, "%s: shape %s is invalid for a tensor of %lld elements (shape %s)", op,
-                        em_shape_str(ndim, in), (long long)numel, EM_SHAPE(a));
+                        tn_shape_str(ndim, in), (long long)numel, EM_SHAPE(a));
   return EM_OK;
 }
 
 em_status em_view(em_tensor **out, const em_tensor *a, int ndim, const int64_t *in_sizes) {
-  em_status st = em_check_tensor("view", a, "tensor");
+  em_status st = tn_check_tensor("view", a, "tensor");
   if (st) return st;
   int64_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS];
   if ((st = infer_sizes("view", a, ndim, in_sizes, sizes))) return st;
@@ -84,12 +84,12 @@ em_status em_view(em_tensor **out, const em_tensor *a, int ndim, const int64_t *
     return em_set_error(EM_ERR_SHAPE,
                         "view: a tensor of shape %s with these strides cannot be viewed as %s; call contiguous() "
                         "first or use reshape()",
-                        EM_SHAPE(a), em_shape_str(ndim, sizes));
+                        EM_SHAPE(a), tn_shape_str(ndim, sizes));
   return make_view(out, a, ndim, sizes, strides, a->offset);
 }
 
 em_status em_reshape(em_tensor **out, const em_tensor *a, int ndim, const int64_t *in_sizes) {
-  em_status st = em_check_tensor("reshape", a, "tensor");
+  em_status st = tn_check_tensor("reshape", a, "tensor");
   if (st) return st;
   int64_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS];
   if ((st = infer_sizes("reshape", a, ndim, in_sizes, sizes))) return st;
@@ -102,8 +102,8 @@ em_status em_reshape(em_tensor **out, const em_tensor *a, int ndim, const int64_
 }
 
 em_status em_narrow(em_tensor **out, const em_tensor *a, int dim, int64_t start, int64_t length) {
-  em_status st = em_check_tensor("narrow", a, "tensor");
-  if (st || (st = em_check_dim("narrow", &dim, a->ndim))) return st;
+  em_status st = tn_check_tensor("narrow", a, "tensor");
+  if (st || (st = tn_check_dim("narrow", &dim, a->ndim))) return st;
   if (a->ndim == 0) return em_set_error(EM_ERR_SHAPE, "narrow: cannot narrow a 0-d tensor");
   int64_t size = a->sizes[dim];
   if (start < 0) start += size;
@@ -117,10 +117,10 @@ em_status em_narrow(em_tensor **out, const em_tensor *a, int dim, int64_t start,
 }
 
 em_status em_select(em_tensor **out, const em_tensor *a, int dim, int64_t index) {
-  em_status st = em_check_tensor("select", a, "tensor");
+  em_status st = tn_check_tensor("select", a, "tensor");
   if (st) return st;
   if (a->ndim == 0) return em_set_error(EM_ERR_SHAPE, "select: cannot index a 0-d tensor");
-  if ((st = em_check_dim("select", &dim, a->ndim))) return st;
+  if ((st = tn_check_dim("select", &dim, a->ndim))) return st;
   int64_t size = a->sizes[dim];
   if (index < -size || index >= size)
     return em_set_error(EM_ERR_INDEX, "select: index %lld out of range for dim %d of size %lld", (long long)index, dim,
@@ -137,8 +137,8 @@ em_status em_select(em_tensor **out, const em_tensor *a, int dim, int64_t index)
 }
 
 em_status em_transpose(em_tensor **out, const em_tensor *a, int dim0, int dim1) {
-  em_status st = em_check_tensor("transpose", a, "tensor");
-  if (st || (st = em_check_dim("transpose", &dim0, a->ndim)) || (st = em_check_dim("transpose", &dim1, a->ndim)))
+  em_status st = tn_check_tensor("transpose", a, "tensor");
+  if (st || (st = tn_check_dim("transpose", &dim0, a->ndim)) || (st = tn_check_dim("transpose", &dim1, a->ndim)))
     return st;
   int64_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS];
   memcpy(sizes, a->sizes, sizeof sizes);
@@ -151,7 +151,7 @@ em_status em_transpose(em_tensor **out, const em_tensor *a, int dim0, int dim1) 
 }
 
 em_status em_permute(em_tensor **out, const em_tensor *a, int ndim, const int *dims) {
-  em_status st = em_check_tensor("permute", a, "tensor");
+  em_status st = tn_check_tensor("permute", a, "tensor");
   if (st) return st;
   if (ndim != a->ndim)
     return em_set_error(EM_ERR_SHAPE, "permute: got %d dims for a %d-d tensor of shape %s", ndim, a->ndim, EM_SHAPE(a));
@@ -159,7 +159,7 @@ em_status em_permute(em_tensor **out, const em_tensor *a, int ndim, const int *d
   int seen[EM_MAX_DIMS] = {0};
   for (int i = 0; i < ndim; i++) {
     int d = dims[i];
-    if ((st = em_check_dim("permute", &d, ndim))) return st;
+    if ((st = tn_check_dim("permute", &d, ndim))) return st;
     if (seen[d]++) return em_set_error(EM_ERR_ARGUMENT, "permute: dim %d appears twice", dims[i]);
     sizes[i] = a->sizes[d];
     strides[i] = a->strides[d];
@@ -168,12 +168,12 @@ em_status em_permute(em_tensor **out, const em_tensor *a, int ndim, const int *d
 }
 
 em_status em_expand(em_tensor **out, const em_tensor *a, int ndim, const int64_t *in_sizes) {
-  em_status st = em_check_tensor("expand", a, "tensor");
+  em_status st = tn_check_tensor("expand", a, "tensor");
   if (st) return st;
   if (ndim > EM_MAX_DIMS) return em_set_error(EM_ERR_SHAPE, "expand: %d dims, ember supports %d", ndim, EM_MAX_DIMS);
   if (ndim < a->ndim)
     return em_set_error(EM_ERR_SHAPE, "expand: the target shape %s has fewer dims than the tensor (shape %s)",
-                        em_shape_str(ndim, in_sizes), EM_SHAPE(a));
+                        tn_shape_str(ndim, in_sizes), EM_SHAPE(a));
   int64_t sizes[EM_MAX_DIMS], nonzero = 1;
   for (int i = 0; i < ndim; i++) {
     int j = i - (ndim - a->ndim);
@@ -181,16 +181,16 @@ em_status em_expand(em_tensor **out, const em_tensor *a, int ndim, const int64_t
     if (sizes[i] < 0) return em_set_error(EM_ERR_SHAPE, "expand: invalid size -1 for a new leading dim");
     if (sizes[i] && nonzero > INT64_MAX / 16 / sizes[i])
       return em_set_error(EM_ERR_SHAPE, "expand: shape %s has too many elements (the product of its non-zero sizes "
-                          "must stay below 2^59)", em_shape_str(ndim, in_sizes));
+                          "must stay below 2^59)", tn_shape_str(ndim, in_sizes));
     if (sizes[i]) nonzero *= sizes[i];
   }
-  return em_broadcast_to("expand", out, a, ndim, sizes);
+  return emp_broadcast_to("expand", out, a, ndim, sizes);
 }
 
 em_status em_squeeze(em_tensor **out, const em_tensor *a, int dim, int all_dims) {
-  em_status st = em_check_tensor("squeeze", a, "tensor");
+  em_status st = tn_check_tensor("squeeze", a, "tensor");
   if (st) return st;
-  if (!all_dims && (st = em_check_dim("squeeze", &dim, a->ndim))) return st;
+  if (!all_dims && (st = tn_check_dim("squeeze", &dim, a->ndim))) return st;
   int64_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS];
   int n = 0;
   for (int d = 0; d < a->ndim; d++) {
@@ -202,7 +202,7 @@ em_status em_squeeze(em_tensor **out, const em_tensor *a, int dim, int all_dims)
 }
 
 em_status em_unsqueeze(em_tensor **out, const em_tensor *a, int dim) {
-  em_status st = em_check_tensor("unsqueeze", a, "tensor");
+  em_status st = tn_check_tensor("unsqueeze", a, "tensor");
   if (st) return st;
   if (a->ndim >= EM_MAX_DIMS) return em_set_error(EM_ERR_SHAPE, "unsqueeze: tensor already has %d dims", a->ndim);
   int n = a->ndim + 1;
@@ -224,8 +224,8 @@ em_status em_unsqueeze(em_tensor **out, const em_tensor *a, int dim) {
 }
 
 em_status em_flatten(em_tensor **out, const em_tensor *a, int start_dim, int end_dim) {
-  em_status st = em_check_tensor("flatten", a, "tensor");
-  if (st || (st = em_check_dim("flatten", &start_dim, a->ndim)) || (st = em_check_dim("flatten", &end_dim, a->ndim)))
+  em_status st = tn_check_tensor("flatten", a, "tensor");
+  if (st || (st = tn_check_dim("flatten", &start_dim, a->ndim)) || (st = tn_check_dim("flatten", &end_dim, a->ndim)))
     return st;
   if (a->ndim == 0) {
     int64_t one = 1;
@@ -244,7 +244,7 @@ em_status em_flatten(em_tensor **out, const em_tensor *a, int start_dim, int end
 
 em_status em_as_strided(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes, const int64_t *strides,
                         int64_t offset) {
-  em_status st = em_check_tensor("as_strided", a, "tensor");
+  em_status st = tn_check_tensor("as_strided", a, "tensor");
   if (st) return st;
   if (ndim < 0 || ndim > EM_MAX_DIMS) return em_set_error(EM_ERR_SHAPE, "as_strided: %d dims", ndim);
   /* Refuse views that reach outside the storage: that would read foreign memory. */
@@ -254,7 +254,7 @@ em_status em_as_strided(em_tensor **out, const em_tensor *a, int ndim, const int
       return em_set_error(EM_ERR_ARGUMENT, "as_strided: negative size or stride at dim %d", d);
     if (sizes[d] && nonzero > INT64_MAX / 16 / sizes[d]) /* zero strides let any size through the bound below */
       return em_set_error(EM_ERR_SHAPE, "as_strided: shape %s has too many elements (the product of its non-zero "
-                          "sizes must stay below 2^59)", em_shape_str(ndim, sizes));
+                          "sizes must stay below 2^59)", tn_shape_str(ndim, sizes));
     if (sizes[d]) nonzero *= sizes[d];
     if (sizes[d] == 0) last = -1;
     if (last >= 0 && (__builtin_mul_overflow(sizes[d] - 1, strides[d], &reach) ||

@@ -36,8 +36,8 @@ static double at2(const em_tensor *t, int64_t i, int64_t j) {
 }
 
 static void reset_autocast(void) {
-  em_autocast_force_(EM_CPU, 0, EM_BFLOAT16);
-  em_autocast_force_(EM_CUDA, 0, EM_FLOAT16);
+  ag_autocast_force_(EM_CPU, 0, EM_BFLOAT16);
+  ag_autocast_force_(EM_CUDA, 0, EM_FLOAT16);
 }
 
 static void test_state_and_checks(void **unused) {
@@ -59,12 +59,12 @@ static void test_state_and_checks(void **unused) {
   assert_int_equal(em_autocast_is_enabled(EM_CUDA), 1);
   assert_int_equal(em_autocast_is_enabled(-1), 1);
   assert_int_equal(em_autocast_get_dtype(EM_CUDA), EM_BFLOAT16);
-  assert_int_equal(em_autocast_target(EM_AUTOCAST_LOWER, EM_CUDA, EM_FLOAT32), EM_BFLOAT16);
-  assert_int_equal(em_autocast_target(EM_AUTOCAST_LOWER, EM_CUDA, EM_FLOAT16), EM_BFLOAT16);
-  assert_int_equal(em_autocast_target(EM_AUTOCAST_LOWER, EM_CUDA, EM_FLOAT64), EM_FLOAT64);
-  assert_int_equal(em_autocast_target(EM_AUTOCAST_FP32, EM_CUDA, EM_BFLOAT16), EM_FLOAT32);
-  assert_int_equal(em_autocast_target(EM_AUTOCAST_FP32, EM_CUDA, EM_FLOAT32), EM_FLOAT32);
-  assert_int_equal(em_autocast_target(EM_AUTOCAST_LOWER, EM_CPU, EM_FLOAT32), EM_FLOAT32); /* off there */
+  assert_int_equal(ag_autocast_target(EM_AUTOCAST_LOWER, EM_CUDA, EM_FLOAT32), EM_BFLOAT16);
+  assert_int_equal(ag_autocast_target(EM_AUTOCAST_LOWER, EM_CUDA, EM_FLOAT16), EM_BFLOAT16);
+  assert_int_equal(ag_autocast_target(EM_AUTOCAST_LOWER, EM_CUDA, EM_FLOAT64), EM_FLOAT64);
+  assert_int_equal(ag_autocast_target(EM_AUTOCAST_FP32, EM_CUDA, EM_BFLOAT16), EM_FLOAT32);
+  assert_int_equal(ag_autocast_target(EM_AUTOCAST_FP32, EM_CUDA, EM_FLOAT32), EM_FLOAT32);
+  assert_int_equal(ag_autocast_target(EM_AUTOCAST_LOWER, EM_CPU, EM_FLOAT32), EM_FLOAT32); /* off there */
 
   /* CPU tensors are untouched by cuda autocast */
   em_tensor *x = mat(EM_FLOAT32, 2, 3, -1), *w = mat(EM_FLOAT32, 4, 3, 0.5), *y = NULL;
@@ -72,9 +72,9 @@ static void test_state_and_checks(void **unused) {
   assert_int_equal(em_tensor_dtype(y), EM_FLOAT32);
   em_tensor_release(y);
   /* suspend/resume around backward */
-  em_autocast_saved saved = em_autocast_suspend();
+  em_autocast_saved saved = ag_autocast_suspend();
   assert_int_equal(em_autocast_is_enabled(EM_CUDA), 0);
-  em_autocast_resume(saved);
+  ag_autocast_resume(saved);
   assert_int_equal(em_autocast_is_enabled(EM_CUDA), 1);
   assert_int_equal(em_autocast_set(EM_CUDA, 0, EM_FLOAT16), EM_OK);
   assert_int_equal(em_autocast_is_enabled(-1), 0);
@@ -92,9 +92,9 @@ static void test_lower_policy_operands(void **unused) {
   assert_int_equal(em_requires_grad_(x, 1), EM_OK);
   em_autocast_ops ac;
   const em_tensor *in[4] = {x, d, i, NULL};
-  assert_int_equal(em_autocast_prepare(&ac, EM_AUTOCAST_LOWER, 4, in), 0); /* off: nothing to do */
-  em_autocast_force_(EM_CPU, 1, EM_BFLOAT16);
-  assert_int_equal(em_autocast_prepare(&ac, EM_AUTOCAST_LOWER, 4, in), 1);
+  assert_int_equal(ag_autocast_prepare(&ac, EM_AUTOCAST_LOWER, 4, in), 0); /* off: nothing to do */
+  ag_autocast_force_(EM_CPU, 1, EM_BFLOAT16);
+  assert_int_equal(ag_autocast_prepare(&ac, EM_AUTOCAST_LOWER, 4, in), 1);
   assert_int_equal(ac.status, EM_OK);
   assert_int_equal(em_tensor_dtype(ac.t[0]), EM_BFLOAT16);
   assert_non_null(em_grad_fn_name(ac.t[0])); /* recorded: gradients reach x as float32 */
@@ -105,8 +105,8 @@ static void test_lower_policy_operands(void **unused) {
   /* already in the autocast dtype: nothing more to do (the op's second call) */
   const em_tensor *again[1] = {ac.t[0]};
   em_autocast_ops ac2;
-  assert_int_equal(em_autocast_prepare(&ac2, EM_AUTOCAST_LOWER, 1, again), 0);
-  assert_int_equal(em_autocast_finish(&ac, EM_OK), EM_OK);
+  assert_int_equal(ag_autocast_prepare(&ac2, EM_AUTOCAST_LOWER, 1, again), 0);
+  assert_int_equal(ag_autocast_finish(&ac, EM_OK), EM_OK);
   /* an op of the lower policy on the CPU: it casts, then the CPU refuses bfloat16 math */
   em_tensor *w = mat(EM_FLOAT32, 4, 3, 0.5), *y = NULL;
   assert_int_equal(em_nn_linear(&y, x, w, NULL), EM_ERR_DTYPE);
@@ -132,7 +132,7 @@ static void test_fp32_policy_on_cpu(void **unused) {
   assert_int_equal(em_softmax(&ref, xr, 1, 0), EM_OK);
   em_tensor *y = NULL;
   assert_int_equal(em_ag_softmax(&y, x, 1, 0), EM_ERR_DTYPE); /* autocast off: bfloat16 has no math */
-  em_autocast_force_(EM_CPU, 1, EM_BFLOAT16);
+  ag_autocast_force_(EM_CPU, 1, EM_BFLOAT16);
   assert_int_equal(em_ag_softmax(&y, x, 1, 0), EM_OK);
   assert_int_equal(em_tensor_dtype(y), EM_FLOAT32);
   for (int64_t r = 0; r < 2; r++)
@@ -151,7 +151,7 @@ static void test_fp32_policy_on_cpu(void **unused) {
   assert_int_equal(em_tensor_get(loss_ref, NULL, &lr), EM_OK);
   assert_true(fabs(lv - lr) < 1e-6);
   /* backward (run with autocast on: em_backward turns it off while it runs) */
-  em_autocast_force_(EM_CPU, 1, EM_BFLOAT16);
+  ag_autocast_force_(EM_CPU, 1, EM_BFLOAT16);
   assert_int_equal(em_backward(loss, NULL, 0), EM_OK);
   assert_int_equal(em_autocast_is_enabled(EM_CPU), 1);
   reset_autocast();

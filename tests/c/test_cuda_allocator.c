@@ -150,7 +150,7 @@ static em_cache_ops fake_ops(fake_device *f, int with_mem_info) {
 static int setup(void **state) {
   fixture *fx = calloc(1, sizeof *fx);
   em_cache_ops ops = fake_ops(&fx->dev, 0);
-  fx->cache = em_cache_new(0, &ops);
+  fx->cache = emp_cache_new(0, &ops);
   *state = fx;
   return fx->cache ? 0 : -1;
 }
@@ -159,7 +159,7 @@ static int setup(void **state) {
  * device must end empty (and ASan sees no leak). */
 static int teardown(void **state) {
   fixture *fx = *state;
-  em_cache_destroy(fx->cache);
+  cuda_cache_destroy(fx->cache);
   assert_int_equal(fx->dev.used, 0);
   assert_int_equal(fx->dev.events_live, 0);
   free(fx);
@@ -168,13 +168,13 @@ static int teardown(void **state) {
 
 static em_cuda_memory_stats stats_of(em_device_cache *c) {
   em_cuda_memory_stats s;
-  em_cache_stats(c, &s);
+  emp_cache_stats(c, &s);
   return s;
 }
 
 static void *alloc_ok(em_device_cache *c, size_t n, void *stream) {
   void *p = NULL;
-  assert_int_equal(em_cache_malloc(c, n, stream, &p), EM_OK);
+  assert_int_equal(emp_cache_malloc(c, n, stream, &p), EM_OK);
   assert_non_null(p);
   assert_int_equal((uintptr_t)p % 512, 0);
   return p;
@@ -184,22 +184,22 @@ static void *alloc_ok(em_device_cache *c, size_t n, void *stream) {
 
 static void test_rounding(void **state) {
   (void)state;
-  assert_int_equal(em_cache_round_size(0), 512);
-  assert_int_equal(em_cache_round_size(1), 512);
-  assert_int_equal(em_cache_round_size(512), 512);
-  assert_int_equal(em_cache_round_size(513), 1024);
-  assert_int_equal(em_cache_round_size(MiB + 1), MiB + 512);
+  assert_int_equal(cuda_cache_round_size(0), 512);
+  assert_int_equal(cuda_cache_round_size(1), 512);
+  assert_int_equal(cuda_cache_round_size(512), 512);
+  assert_int_equal(cuda_cache_round_size(513), 1024);
+  assert_int_equal(cuda_cache_round_size(MiB + 1), MiB + 512);
   /* small requests come from 2 MiB segments, medium ones from 20 MiB, big ones alone */
-  assert_int_equal(em_cache_segment_size(512), 2 * MiB);
-  assert_int_equal(em_cache_segment_size(MiB), 2 * MiB);
-  assert_int_equal(em_cache_segment_size(MiB + 512), 20 * MiB);
-  assert_int_equal(em_cache_segment_size(10 * MiB - 512), 20 * MiB);
-  assert_int_equal(em_cache_segment_size(10 * MiB), 10 * MiB);
-  assert_int_equal(em_cache_segment_size(11 * MiB + 512), 12 * MiB);
+  assert_int_equal(cuda_cache_segment_size(512), 2 * MiB);
+  assert_int_equal(cuda_cache_segment_size(MiB), 2 * MiB);
+  assert_int_equal(cuda_cache_segment_size(MiB + 512), 20 * MiB);
+  assert_int_equal(cuda_cache_segment_size(10 * MiB - 512), 20 * MiB);
+  assert_int_equal(cuda_cache_segment_size(10 * MiB), 10 * MiB);
+  assert_int_equal(cuda_cache_segment_size(11 * MiB + 512), 12 * MiB);
   char buf[32];
-  assert_string_equal(em_cache_format_bytes(buf, sizeof buf, 512), "512 B");
-  assert_string_equal(em_cache_format_bytes(buf, sizeof buf, 3 * (int64_t)MiB / 2), "1.50 MiB");
-  assert_string_equal(em_cache_format_bytes(buf, sizeof buf, 2 * (int64_t)GiB), "2.00 GiB");
+  assert_string_equal(cuda_cache_format_bytes(buf, sizeof buf, 512), "512 B");
+  assert_string_equal(cuda_cache_format_bytes(buf, sizeof buf, 3 * (int64_t)MiB / 2), "1.50 MiB");
+  assert_string_equal(cuda_cache_format_bytes(buf, sizeof buf, 2 * (int64_t)GiB), "2.00 GiB");
 }
 
 static void test_rounded_sizes_in_stats(void **state) {
@@ -210,8 +210,8 @@ static void test_rounded_sizes_in_stats(void **state) {
   em_cuda_memory_stats s = stats_of(fx->cache);
   assert_int_equal(s.allocated, 1024);
   assert_int_equal(s.reserved, 2 * MiB);
-  em_cache_free(fx->cache, p);
-  em_cache_free(fx->cache, q);
+  emp_cache_free(fx->cache, p);
+  emp_cache_free(fx->cache, q);
 }
 
 /* ---------------------------------------------------------------- pools */
@@ -231,10 +231,10 @@ static void test_small_pool_carves_one_segment(void **state) {
   /* the next MiB does not fit in the remaining 1 MiB - 2 KiB: a second segment */
   void *d = alloc_ok(fx->cache, MiB, S1);
   assert_int_equal(fx->dev.raw_allocs, 2);
-  em_cache_free(fx->cache, a);
-  em_cache_free(fx->cache, b);
-  em_cache_free(fx->cache, c);
-  em_cache_free(fx->cache, d);
+  emp_cache_free(fx->cache, a);
+  emp_cache_free(fx->cache, b);
+  emp_cache_free(fx->cache, c);
+  emp_cache_free(fx->cache, d);
 }
 
 static void test_large_pool_segments(void **state) {
@@ -252,13 +252,13 @@ static void test_large_pool_segments(void **state) {
   assert_int_equal(s.allocated, 3 * MiB + 5 * MiB + 12 * MiB + 512);
   assert_int_equal(s.cached_blocks, 2);   /* the 20 MiB segment's tail and the 14 MiB one's */
   /* a small request never takes a large block: a 2 MiB segment of its own */
-  em_cache_free(fx->cache, a);
+  emp_cache_free(fx->cache, a);
   void *d = alloc_ok(fx->cache, 4096, S1);
   assert_int_equal(fx->dev.raw_allocs, 3);
   assert_int_equal(stats_of(fx->cache).reserved, 36 * MiB);
-  em_cache_free(fx->cache, b);
-  em_cache_free(fx->cache, c);
-  em_cache_free(fx->cache, d);
+  emp_cache_free(fx->cache, b);
+  emp_cache_free(fx->cache, c);
+  emp_cache_free(fx->cache, d);
 }
 
 static void test_large_remainder_not_split_below_1mib(void **state) {
@@ -267,7 +267,7 @@ static void test_large_remainder_not_split_below_1mib(void **state) {
   em_cuda_memory_stats s = stats_of(fx->cache);
   assert_int_equal(s.allocated, 20 * MiB);
   assert_int_equal(s.cached_blocks, 0);
-  em_cache_free(fx->cache, a);
+  emp_cache_free(fx->cache, a);
   /* 18.5 MiB leaves 1.5 MiB: split */
   void *b = alloc_ok(fx->cache, 18 * MiB + 512 * KiB, S1);
   assert_ptr_equal(a, b);
@@ -275,7 +275,7 @@ static void test_large_remainder_not_split_below_1mib(void **state) {
   assert_int_equal(s.allocated, 18 * MiB + 512 * KiB);
   assert_int_equal(s.cached_blocks, 1);
   assert_int_equal(fx->dev.raw_allocs, 1);
-  em_cache_free(fx->cache, b);
+  emp_cache_free(fx->cache, b);
 }
 
 /* ---------------------------------------------------------------- split and merge */
@@ -286,16 +286,16 @@ static void test_split_and_merge(void **state) {
   char *b = alloc_ok(fx->cache, 64 * KiB, S1);
   char *c = alloc_ok(fx->cache, 64 * KiB, S1);
   assert_int_equal(stats_of(fx->cache).cached_blocks, 1);   /* the tail */
-  em_cache_free(fx->cache, b);                              /* a hole between a and c */
+  emp_cache_free(fx->cache, b);                              /* a hole between a and c */
   assert_int_equal(stats_of(fx->cache).cached_blocks, 2);
-  em_cache_free(fx->cache, a);                              /* merges with b's hole */
+  emp_cache_free(fx->cache, a);                              /* merges with b's hole */
   assert_int_equal(stats_of(fx->cache).cached_blocks, 2);
   /* a 128 KiB request fits exactly in the merged a+b */
   char *ab = alloc_ok(fx->cache, 128 * KiB, S1);
   assert_ptr_equal(ab, a);
   assert_int_equal(stats_of(fx->cache).cached_blocks, 1);
-  em_cache_free(fx->cache, ab);
-  em_cache_free(fx->cache, c);                              /* merges both ways: one block */
+  emp_cache_free(fx->cache, ab);
+  emp_cache_free(fx->cache, c);                              /* merges both ways: one block */
   em_cuda_memory_stats s = stats_of(fx->cache);
   assert_int_equal(s.cached_blocks, 1);
   assert_int_equal(s.allocated, 0);
@@ -303,7 +303,7 @@ static void test_split_and_merge(void **state) {
   char *big = alloc_ok(fx->cache, MiB, S1);
   assert_ptr_equal(big, a);
   assert_int_equal(fx->dev.raw_allocs, 1);
-  em_cache_free(fx->cache, big);
+  emp_cache_free(fx->cache, big);
 }
 
 static void test_best_fit(void **state) {
@@ -314,8 +314,8 @@ static void test_best_fit(void **state) {
   char *b = alloc_ok(fx->cache, 2 * MiB, S1);
   char *s2 = alloc_ok(fx->cache, 2 * MiB, S1);
   assert_ptr_equal(b, a + 6 * MiB);
-  em_cache_free(fx->cache, a);
-  em_cache_free(fx->cache, b);
+  emp_cache_free(fx->cache, a);
+  emp_cache_free(fx->cache, b);
   assert_int_equal(stats_of(fx->cache).cached_blocks, 3);
   /* 1.5 MiB: the 2 MiB hole is the best fit; its 512 KiB rest is not worth a block */
   char *x = alloc_ok(fx->cache, MiB + 512 * KiB, S1);
@@ -325,10 +325,10 @@ static void test_best_fit(void **state) {
   char *y = alloc_ok(fx->cache, 3 * MiB, S1);
   assert_ptr_equal(y, a);
   assert_int_equal(fx->dev.raw_allocs, 1);
-  em_cache_free(fx->cache, x);
-  em_cache_free(fx->cache, y);
-  em_cache_free(fx->cache, s1);
-  em_cache_free(fx->cache, s2);
+  emp_cache_free(fx->cache, x);
+  emp_cache_free(fx->cache, y);
+  emp_cache_free(fx->cache, s1);
+  emp_cache_free(fx->cache, s2);
   assert_int_equal(stats_of(fx->cache).cached_blocks, 1);
 }
 
@@ -337,7 +337,7 @@ static void test_best_fit(void **state) {
 static void test_blocks_reused_on_their_stream_only(void **state) {
   fixture *fx = *state;
   void *a = alloc_ok(fx->cache, 4096, S1);
-  em_cache_free(fx->cache, a);
+  emp_cache_free(fx->cache, a);
   void *b = alloc_ok(fx->cache, 4096, S2);   /* S1's cached block is not S2's */
   assert_ptr_not_equal(a, b);
   assert_int_equal(fx->dev.raw_allocs, 2);
@@ -345,20 +345,20 @@ static void test_blocks_reused_on_their_stream_only(void **state) {
   assert_ptr_equal(a, c);
   void *d = alloc_ok(fx->cache, 4096, NULL); /* the default stream is a stream too */
   assert_int_equal(fx->dev.raw_allocs, 3);
-  em_cache_free(fx->cache, b);
-  em_cache_free(fx->cache, c);
-  em_cache_free(fx->cache, d);
+  emp_cache_free(fx->cache, b);
+  emp_cache_free(fx->cache, c);
+  emp_cache_free(fx->cache, d);
   assert_int_equal(fx->dev.events_live, 0);   /* stream order alone: no events */
 }
 
 static void test_record_stream_defers_reuse(void **state) {
   fixture *fx = *state;
   void *a = alloc_ok(fx->cache, 4096, S1);
-  assert_int_equal(em_cache_record_stream(fx->cache, a, S2), EM_OK);
-  assert_int_equal(em_cache_record_stream(fx->cache, a, S2), EM_OK);   /* once per stream */
-  assert_int_equal(em_cache_record_stream(fx->cache, a, S3), EM_OK);
-  assert_int_equal(em_cache_record_stream(fx->cache, a, S1), EM_OK);   /* its own: nothing */
-  em_cache_free(fx->cache, a);
+  assert_int_equal(emp_cache_record_stream(fx->cache, a, S2), EM_OK);
+  assert_int_equal(emp_cache_record_stream(fx->cache, a, S2), EM_OK);   /* once per stream */
+  assert_int_equal(emp_cache_record_stream(fx->cache, a, S3), EM_OK);
+  assert_int_equal(emp_cache_record_stream(fx->cache, a, S1), EM_OK);   /* its own: nothing */
+  emp_cache_free(fx->cache, a);
   assert_int_equal(fx->dev.events_live, 2);                            /* on S2 and S3 */
   em_cuda_memory_stats s = stats_of(fx->cache);
   assert_int_equal(s.allocated, 0);
@@ -375,29 +375,29 @@ static void test_record_stream_defers_reuse(void **state) {
   assert_ptr_equal(a, d);
   assert_int_equal(fx->dev.events_live, 0);
   assert_int_equal(fx->dev.syncs, 0);        /* never waited */
-  em_cache_free(fx->cache, b);
-  em_cache_free(fx->cache, c);
-  em_cache_free(fx->cache, d);
+  emp_cache_free(fx->cache, b);
+  emp_cache_free(fx->cache, c);
+  emp_cache_free(fx->cache, d);
 }
 
 static void test_record_stream_errors_and_done_streams(void **state) {
   fixture *fx = *state;
   char *a = alloc_ok(fx->cache, 4096, S1);
-  assert_int_equal(em_cache_record_stream(fx->cache, a + 512, S2), EM_ERR_ARGUMENT);
+  assert_int_equal(emp_cache_record_stream(fx->cache, a + 512, S2), EM_ERR_ARGUMENT);
   assert_non_null(strstr(em_last_error(), "is not memory in use on cuda:0"));
-  assert_int_equal(em_cache_owns(fx->cache, a), 1);
-  assert_int_equal(em_cache_owns(fx->cache, a + 512), 0);
-  assert_int_equal(em_cache_free(fx->cache, a + 512), 0);   /* not ours: untouched */
+  assert_int_equal(cuda_cache_owns(fx->cache, a), 1);
+  assert_int_equal(cuda_cache_owns(fx->cache, a + 512), 0);
+  assert_int_equal(emp_cache_free(fx->cache, a + 512), 0);   /* not ours: untouched */
   /* a stream whose work is already done (no event to wait for): freed at once */
   fx->dev.record_null = 1;
-  assert_int_equal(em_cache_record_stream(fx->cache, a, S2), EM_OK);
-  assert_int_equal(em_cache_free(fx->cache, a), 1);
-  assert_int_equal(em_cache_owns(fx->cache, a), 0);
+  assert_int_equal(emp_cache_record_stream(fx->cache, a, S2), EM_OK);
+  assert_int_equal(emp_cache_free(fx->cache, a), 1);
+  assert_int_equal(cuda_cache_owns(fx->cache, a), 0);
   void *b = alloc_ok(fx->cache, 4096, S1);
   assert_ptr_equal(a, b);
-  assert_int_equal(em_cache_free(fx->cache, a), 1);
-  assert_int_equal(em_cache_free(fx->cache, a), 0);          /* a double free is refused */
-  assert_int_equal(em_cache_record_stream(fx->cache, a, S2), EM_ERR_ARGUMENT);
+  assert_int_equal(emp_cache_free(fx->cache, a), 1);
+  assert_int_equal(emp_cache_free(fx->cache, a), 0);          /* a double free is refused */
+  assert_int_equal(emp_cache_record_stream(fx->cache, a, S2), EM_ERR_ARGUMENT);
 }
 
 /* ---------------------------------------------------------------- out of memory */
@@ -407,9 +407,9 @@ static void test_flush_and_retry(void **state) {
   fx->dev.capacity = 22 * MiB;
   void *a = alloc_ok(fx->cache, MiB, S1);
   void *b = alloc_ok(fx->cache, MiB, S2);
-  assert_int_equal(em_cache_record_stream(fx->cache, b, S3), EM_OK);
-  em_cache_free(fx->cache, a);
-  em_cache_free(fx->cache, b);   /* pending on S3 */
+  assert_int_equal(emp_cache_record_stream(fx->cache, b, S3), EM_OK);
+  emp_cache_free(fx->cache, a);
+  emp_cache_free(fx->cache, b);   /* pending on S3 */
   assert_int_equal(fx->dev.used, 4 * MiB);
   /* 3 MiB needs a 20 MiB segment: 24 > 22 MiB, so the cache is flushed (S3's event is
    * waited for) and both 2 MiB segments go back before the retry succeeds */
@@ -422,7 +422,7 @@ static void test_flush_and_retry(void **state) {
   assert_int_equal(s.reserved, 20 * MiB);
   assert_int_equal(fx->dev.syncs, 1);
   assert_int_equal(fx->dev.events_live, 0);
-  em_cache_free(fx->cache, c);
+  emp_cache_free(fx->cache, c);
 }
 
 static void test_flush_finds_a_pending_block(void **state) {
@@ -430,8 +430,8 @@ static void test_flush_finds_a_pending_block(void **state) {
   void *a = alloc_ok(fx->cache, MiB, S1);
   void *filler = alloc_ok(fx->cache, MiB, S1);   /* the rest of the segment */
   assert_int_equal(fx->dev.raw_allocs, 1);
-  assert_int_equal(em_cache_record_stream(fx->cache, a, S2), EM_OK);
-  em_cache_free(fx->cache, a);
+  assert_int_equal(emp_cache_record_stream(fx->cache, a, S2), EM_OK);
+  emp_cache_free(fx->cache, a);
   /* the device refuses a new segment; after waiting for S2, a's block serves the request */
   fx->dev.refuse_next = 1;
   void *b = alloc_ok(fx->cache, MiB, S1);
@@ -440,8 +440,8 @@ static void test_flush_finds_a_pending_block(void **state) {
   assert_int_equal(s.num_flushes, 1);
   assert_int_equal(s.num_device_allocs, 1);
   assert_int_equal(s.num_device_frees, 0);
-  em_cache_free(fx->cache, b);
-  em_cache_free(fx->cache, filler);
+  emp_cache_free(fx->cache, b);
+  emp_cache_free(fx->cache, filler);
 }
 
 static void test_oom_message(void **state) {
@@ -449,7 +449,7 @@ static void test_oom_message(void **state) {
   fx->dev.capacity = 8 * MiB;
   void *a = alloc_ok(fx->cache, MiB, S1);   /* 1 MiB used by tensors, 1 MiB cached */
   void *p = (void *)0x1234;
-  assert_int_equal(em_cache_malloc(fx->cache, 2 * GiB, S1, &p), EM_ERR_MEMORY);
+  assert_int_equal(emp_cache_malloc(fx->cache, 2 * GiB, S1, &p), EM_ERR_MEMORY);
   assert_null(p);
   assert_string_equal(em_last_error(),
                       "cuda:0: out of memory allocating 2.00 GiB (in use by tensors 1.00 MiB, cached 1.00 MiB)");
@@ -458,9 +458,9 @@ static void test_oom_message(void **state) {
   assert_int_equal(s.num_flushes, 1);
   assert_int_equal(s.allocated, MiB);   /* the failure changed nothing else */
   assert_int_equal(s.num_allocs, 1);
-  em_cache_free(fx->cache, a);
+  emp_cache_free(fx->cache, a);
   /* absurd sizes fail before rounding can overflow */
-  assert_int_equal(em_cache_malloc(fx->cache, SIZE_MAX - 3, S1, &p), EM_ERR_MEMORY);
+  assert_int_equal(emp_cache_malloc(fx->cache, SIZE_MAX - 3, S1, &p), EM_ERR_MEMORY);
   assert_non_null(strstr(em_last_error(), "cuda:0: out of memory allocating"));
 }
 
@@ -469,40 +469,40 @@ static void test_oom_message_names_device_memory(void **state) {
   fake_device *f = calloc(1, sizeof *f);
   f->capacity = 16 * MiB;
   em_cache_ops ops = fake_ops(f, 1);
-  em_device_cache *c = em_cache_new(3, &ops);
+  em_device_cache *c = emp_cache_new(3, &ops);
   void *p;
-  assert_int_equal(em_cache_malloc(c, 100 * MiB, NULL, &p), EM_ERR_MEMORY);
+  assert_int_equal(emp_cache_malloc(c, 100 * MiB, NULL, &p), EM_ERR_MEMORY);
   assert_string_equal(em_last_error(), "cuda:3: out of memory allocating 100.00 MiB (in use by tensors 0 B, "
                                        "cached 0 B, device free 16.00 MiB of 16.00 MiB)");
-  em_cache_destroy(c);
+  cuda_cache_destroy(c);
   free(f);
 }
 
 static void test_memory_limit(void **state) {
   fixture *fx = *state;
-  em_cache_set_limit(fx->cache, 3 * MiB);
-  assert_int_equal(em_cache_limit(fx->cache), 3 * MiB);
+  emp_cache_set_limit(fx->cache, 3 * MiB);
+  assert_int_equal(cuda_cache_limit(fx->cache), 3 * MiB);
   void *a = alloc_ok(fx->cache, MiB, S1);
   void *p;
   /* S2 needs a segment of its own: 4 MiB reserved would pass the 3 MiB limit */
-  assert_int_equal(em_cache_malloc(fx->cache, 4096, S2, &p), EM_ERR_MEMORY);
+  assert_int_equal(emp_cache_malloc(fx->cache, 4096, S2, &p), EM_ERR_MEMORY);
   assert_string_equal(em_last_error(), "cuda:0: out of memory allocating 4.00 KiB (in use by tensors 1.00 MiB, "
                                        "cached 1.00 MiB, limit 3.00 MiB)");
   assert_int_equal(fx->dev.raw_allocs, 1);   /* the device was never asked */
   /* once S1's block is free, the flush hands its segment back and S2 fits */
-  em_cache_free(fx->cache, a);
+  emp_cache_free(fx->cache, a);
   void *b = alloc_ok(fx->cache, 4096, S2);
   em_cuda_memory_stats s = stats_of(fx->cache);
   assert_int_equal(s.reserved, 2 * MiB);
   assert_int_equal(s.num_ooms, 1);
   assert_int_equal(s.num_flushes, 2);
   /* a request larger than the limit itself */
-  assert_int_equal(em_cache_malloc(fx->cache, 4 * MiB, S2, &p), EM_ERR_MEMORY);
-  em_cache_free(fx->cache, b);
+  assert_int_equal(emp_cache_malloc(fx->cache, 4 * MiB, S2, &p), EM_ERR_MEMORY);
+  emp_cache_free(fx->cache, b);
   /* no limit again: anything the device holds */
-  em_cache_set_limit(fx->cache, 0);
+  emp_cache_set_limit(fx->cache, 0);
   void *c = alloc_ok(fx->cache, 64 * MiB, S1);
-  em_cache_free(fx->cache, c);
+  emp_cache_free(fx->cache, c);
 }
 
 /* ---------------------------------------------------------------- counters and emptying */
@@ -511,7 +511,7 @@ static void test_stats_and_peaks(void **state) {
   fixture *fx = *state;
   void *a = alloc_ok(fx->cache, 3 * MiB, S1);
   void *b = alloc_ok(fx->cache, 2 * MiB, S1);
-  em_cache_free(fx->cache, a);
+  emp_cache_free(fx->cache, a);
   em_cuda_memory_stats s = stats_of(fx->cache);
   assert_int_equal(s.allocated, 2 * MiB);
   assert_int_equal(s.peak_allocated, 5 * MiB);
@@ -523,13 +523,13 @@ static void test_stats_and_peaks(void **state) {
   assert_int_equal(s.num_device_frees, 0);
   assert_int_equal(s.num_ooms, 0);
   assert_int_equal(s.num_flushes, 0);
-  em_cache_reset_peak(fx->cache);
+  emp_cache_reset_peak(fx->cache);
   s = stats_of(fx->cache);
   assert_int_equal(s.peak_allocated, 2 * MiB);
   assert_int_equal(s.peak_reserved, 20 * MiB);
-  em_cache_free(fx->cache, b);
-  em_cache_empty(fx->cache);
-  em_cache_reset_peak(fx->cache);
+  emp_cache_free(fx->cache, b);
+  emp_cache_empty(fx->cache);
+  emp_cache_reset_peak(fx->cache);
   s = stats_of(fx->cache);
   assert_int_equal(s.peak_allocated, 0);
   assert_int_equal(s.peak_reserved, 0);
@@ -542,13 +542,13 @@ static void test_empty_cache(void **state) {
   void *a = alloc_ok(fx->cache, 4096, S2);
   void *b = alloc_ok(fx->cache, 5 * MiB, S1);
   void *c = alloc_ok(fx->cache, 12 * MiB, S2);
-  assert_int_equal(em_cache_record_stream(fx->cache, c, S3), EM_OK);
-  em_cache_free(fx->cache, a);
-  em_cache_free(fx->cache, b);
-  em_cache_free(fx->cache, c);                          /* pending on S3: waited for */
+  assert_int_equal(emp_cache_record_stream(fx->cache, c, S3), EM_OK);
+  emp_cache_free(fx->cache, a);
+  emp_cache_free(fx->cache, b);
+  emp_cache_free(fx->cache, c);                          /* pending on S3: waited for */
   em_cuda_memory_stats s = stats_of(fx->cache);
   assert_int_equal(s.reserved, 2 * MiB + 2 * MiB + 20 * MiB + 12 * MiB);
-  em_cache_empty(fx->cache);
+  emp_cache_empty(fx->cache);
   s = stats_of(fx->cache);
   assert_int_equal(s.reserved, 2 * MiB);
   assert_int_equal(s.allocated, 4096);
@@ -556,8 +556,8 @@ static void test_empty_cache(void **state) {
   assert_int_equal(s.num_device_frees, 3);
   assert_int_equal(fx->dev.used, 2 * MiB);
   assert_int_equal(fx->dev.events_live, 0);
-  em_cache_free(fx->cache, keep);
-  em_cache_empty(fx->cache);
+  emp_cache_free(fx->cache, keep);
+  emp_cache_empty(fx->cache);
   s = stats_of(fx->cache);
   assert_int_equal(s.reserved, 0);
   assert_int_equal(s.cached_blocks, 0);
@@ -570,8 +570,8 @@ static void test_destroy_with_live_and_pending_blocks(void **state) {
   alloc_ok(fx->cache, 4096, S1);
   alloc_ok(fx->cache, 30 * MiB, S1);
   void *p = alloc_ok(fx->cache, 4096, S1);
-  assert_int_equal(em_cache_record_stream(fx->cache, p, S2), EM_OK);
-  em_cache_free(fx->cache, p);
+  assert_int_equal(emp_cache_record_stream(fx->cache, p, S2), EM_OK);
+  emp_cache_free(fx->cache, p);
   assert_int_equal(fx->dev.events_live, 1);
 }
 
@@ -604,8 +604,8 @@ static void test_random_use_never_overlaps(void **state) {
       for (size_t k = 0; k < live[i].n; k += 97) assert_int_equal(live[i].p[k], live[i].tag);
       assert_int_equal(live[i].p[live[i].n - 1], live[i].tag);
       if (next_random(&rng) % 4 == 0)
-        assert_int_equal(em_cache_record_stream(fx->cache, live[i].p, streams[next_random(&rng) % 3]), EM_OK);
-      assert_int_equal(em_cache_free(fx->cache, live[i].p), 1);
+        assert_int_equal(emp_cache_record_stream(fx->cache, live[i].p, streams[next_random(&rng) % 3]), EM_OK);
+      assert_int_equal(emp_cache_free(fx->cache, live[i].p), 1);
       live[i].p = NULL;
     } else {
       uint64_t r = next_random(&rng);
@@ -619,12 +619,12 @@ static void test_random_use_never_overlaps(void **state) {
   }
   int64_t expect = 0;
   for (int i = 0; i < SLOTS; i++)
-    if (live[i].p) expect += (int64_t)em_cache_round_size(live[i].n);
+    if (live[i].p) expect += (int64_t)cuda_cache_round_size(live[i].n);
   em_cuda_memory_stats s = stats_of(fx->cache);
   assert_true(s.allocated >= expect);   /* blocks whose rest was not split are larger */
   for (int i = 0; i < SLOTS; i++)
-    if (live[i].p) em_cache_free(fx->cache, live[i].p);
-  em_cache_empty(fx->cache);
+    if (live[i].p) emp_cache_free(fx->cache, live[i].p);
+  emp_cache_empty(fx->cache);
   s = stats_of(fx->cache);
   assert_int_equal(s.allocated, 0);
   assert_int_equal(s.reserved, 0);
@@ -649,14 +649,14 @@ static void *hammer(void *vp) {
   for (int step = 0; step < 20000; step++) {
     int i = (int)(next_random(&rng) % 16);
     if (held[i]) {
-      if (!em_cache_free(a->cache, held[i])) a->failures++;
+      if (!emp_cache_free(a->cache, held[i])) a->failures++;
       held[i] = NULL;
-    } else if (em_cache_malloc(a->cache, (size_t)(next_random(&rng) % (2 * MiB)) + 1, a->stream, &held[i])) {
+    } else if (emp_cache_malloc(a->cache, (size_t)(next_random(&rng) % (2 * MiB)) + 1, a->stream, &held[i])) {
       a->failures++;
     }
   }
   for (int i = 0; i < 16; i++)
-    if (held[i] && !em_cache_free(a->cache, held[i])) a->failures++;
+    if (held[i] && !emp_cache_free(a->cache, held[i])) a->failures++;
   return NULL;
 }
 
@@ -676,7 +676,7 @@ static void test_threads(void **state) {
   em_cuda_memory_stats s = stats_of(fx->cache);
   assert_int_equal(s.allocated, 0);
   assert_int_equal(s.num_allocs, s.num_frees);
-  em_cache_empty(fx->cache);
+  emp_cache_empty(fx->cache);
   assert_int_equal(fx->dev.used, 0);
 }
 

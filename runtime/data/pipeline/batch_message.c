@@ -26,7 +26,7 @@ static void hold_release(void *data, void *ctx) {
   (void)data;
   dp_msg_hold *h = ctx;
   if (atomic_fetch_sub(&h->refs, 1) != 1) return;
-  em_memory_count(-h->counted);
+  core_memory_count(-h->counted);
   zmq_msg_close(&h->msg);
   free(h);
 }
@@ -128,7 +128,7 @@ em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_
     base = zmq_msg_data(&hold->msg);
     avail = zmq_msg_size(&hold->msg);
     hold->counted = (int64_t)avail;
-    em_memory_count(hold->counted);
+    core_memory_count(hold->counted);
   }
   em_loader_batch *b = calloc(1, sizeof *b);
   if (!b) {

@@ -154,7 +154,7 @@ dp_loan *dp_loan_new(dp_lender *ln, struct dp_shm_map *map, int64_t slot, int64_
   o->counted = bytes;
   atomic_init(&o->refs, 1);
   atomic_fetch_add(&ln->lent, 1);
-  em_memory_count(bytes); /* Lua's collector is nudged by lent bytes as by allocated ones */
+  core_memory_count(bytes); /* Lua's collector is nudged by lent bytes as by allocated ones */
   return o;
 }
 
@@ -168,7 +168,7 @@ void dp_loan_release(void *data, void *ctx) {
   dp_loan *o = ctx;
   if (atomic_fetch_sub(&o->refs, 1) != 1) return;
   dp_lender *ln = o->lender;
-  em_memory_count(-o->counted);
+  core_memory_count(-o->counted);
   atomic_fetch_sub(&ln->lent, 1);
   int queued = 0;
   pthread_mutex_lock(&ln->mu);

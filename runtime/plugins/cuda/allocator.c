@@ -130,7 +130,7 @@ static em_device_cache *cache_for(const char *op, int device) {
         .event_free = event_free,
         .mem_info = mem_info,
     };
-    c = em_cache_new(device, &ops);
+    c = emp_cache_new(device, &ops);
     if (c) __atomic_store_n(&caches[device], c, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock(&caches_lock);
@@ -148,7 +148,7 @@ void *em_gpu_malloc(size_t nbytes, int device) {
   em_device_cache *c = cache_for("cuda malloc", device);
   if (!c) return NULL;
   void *p = NULL;
-  if (em_cache_malloc(c, nbytes, (void *)em_gpu_current_stream(device), &p)) {
+  if (emp_cache_malloc(c, nbytes, (void *)em_gpu_current_stream(device), &p)) {
     /* not out of memory but a failing device: say so rather than "out of memory" */
     cudaError_t err = __atomic_exchange_n(&contexts[device].failure, cudaSuccess, __ATOMIC_RELAXED);
     if (err != cudaSuccess) em_gpu_error(err, "cuda malloc");
@@ -161,7 +161,7 @@ void em_gpu_free(void *ptr) {
   if (!ptr) return;
   for (int d = 0; d < EM_GPU_MAX_DEVICES; d++) {
     em_device_cache *c = existing_cache(d);
-    if (c && em_cache_free(c, ptr)) return;
+    if (c && emp_cache_free(c, ptr)) return;
   }
 }
 
@@ -170,7 +170,7 @@ static void *backend_alloc(size_t nbytes, em_device device) { return em_gpu_mall
 static void backend_free(void *ptr, size_t nbytes, em_device device) {
   (void)nbytes;
   em_device_cache *c = existing_cache(device.index);
-  if (!c || !em_cache_free(c, ptr)) em_gpu_free(ptr);
+  if (!c || !emp_cache_free(c, ptr)) em_gpu_free(ptr);
 }
 
 void em_gpu_register_memory(em_backend *be) {
@@ -184,21 +184,21 @@ void em_gpu_register_memory(em_backend *be) {
 em_status em_gpu_memory_stats(int device, em_cuda_memory_stats *out) {
   em_device_cache *c = cache_for("cuda.memory_stats", device);
   if (!c) return em_last_status();
-  em_cache_stats(c, out);
+  emp_cache_stats(c, out);
   return EM_OK;
 }
 
 em_status em_gpu_reset_peak(int device) {
   em_device_cache *c = cache_for("cuda.reset_peak_memory_stats", device);
   if (!c) return em_last_status();
-  em_cache_reset_peak(c);
+  emp_cache_reset_peak(c);
   return EM_OK;
 }
 
 em_status em_gpu_empty_cache(void) {
   for (int d = 0; d < EM_GPU_MAX_DEVICES; d++) {
     em_device_cache *c = existing_cache(d);
-    if (c) em_cache_empty(c);
+    if (c) emp_cache_empty(c);
   }
   return EM_OK;
 }
@@ -206,7 +206,7 @@ em_status em_gpu_empty_cache(void) {
 em_status em_gpu_set_memory_limit(int device, int64_t bytes) {
   em_device_cache *c = cache_for("cuda.set_memory_limit", device);
   if (!c) return em_last_status();
-  em_cache_set_limit(c, bytes);
+  emp_cache_set_limit(c, bytes);
   return EM_OK;
 }
 
@@ -216,7 +216,7 @@ em_status em_gpu_record_stream(void *ptr, int device, em_cuda_stream *s) {
   if (s && s->device != device)
     return em_set_error(EM_ERR_DEVICE, "record_stream: the tensor is on cuda:%d and the stream on cuda:%d", device,
                         s->device);
-  return em_cache_record_stream(c, ptr, s ? (void *)s->handle : NULL);
+  return emp_cache_record_stream(c, ptr, s ? (void *)s->handle : NULL);
 }
 
 /* ---- pinned host memory (portable: pinned for every device's context) */

@@ -230,7 +230,7 @@ em_status em_gpu_gemm(em_tensor *out, const em_tensor *a, const em_tensor *b, do
   if (st) return st;
   int n = out->ndim, device = out->storage->device.index;
   int64_t M = out->sizes[n - 2], N = out->sizes[n - 1], K = a->sizes[n - 1];
-  if (em_shape_numel(n - 2, out->sizes) == 0 || M == 0 || N == 0) return EM_OK;
+  if (emp_shape_numel(n - 2, out->sizes) == 0 || M == 0 || N == 0) return EM_OK;
   cudaStream_t stream;
   if ((st = em_gpu_enter("matmul", device, &stream))) return st;
   if (K == 0) return scale_only(out, beta);
@@ -242,7 +242,7 @@ em_status em_gpu_gemm(em_tensor *out, const em_tensor *a, const em_tensor *b, do
     if (em_gemm_matrix_layout(matrix_of(ops[i]), &trans, &ld) && !(i == 0 && repeats_elements(out))) continue;
     /* cuBLAS cannot read this one as it lies: work on a contiguous copy (the output's
      * values are needed only when beta reads them) */
-    if (!(st = em_compact_matrices(ops[i], i != 0, i > 0 || beta != 0, &copies[i]))) ops[i] = copies[i];
+    if (!(st = emp_compact_matrices(ops[i], i != 0, i > 0 || beta != 0, &copies[i]))) ops[i] = copies[i];
   }
   gemm_call call;
   if (!st && !em_gemm_plan(matrix_of(ops[0]), matrix_of(ops[1]), matrix_of(ops[2]), &call.plan))

@@ -331,7 +331,7 @@ extern "C" em_status em_gpu_copy(em_tensor *dst, const em_tensor *src) { return 
 /* em_copy_async: broadcasts src like copy_, then copies, waiting only when it must. */
 extern "C" em_status em_gpu_copy_async(em_tensor *dst, const em_tensor *src, int non_blocking) {
   em_tensor *expanded = NULL;
-  em_status st = em_broadcast_to("copy_", &expanded, src, dst->ndim, dst->sizes);
+  em_status st = emp_broadcast_to("copy_", &expanded, src, dst->ndim, dst->sizes);
   if (st) return st;
   st = copy_any(dst, expanded, non_blocking != 0);
   em_tensor_release(expanded);

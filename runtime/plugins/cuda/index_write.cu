@@ -97,7 +97,7 @@ em_status enter(write_call &c, const char *name, const em_tensor *self) {
  * position times self's stride along dim receives value. */
 em_status run_fill(const write_call &c, em_tensor *self, const em_tensor *index, int ndim, const int64_t *sizes,
                    const int64_t *self_strides, const int64_t *idx_strides, int dim, int base, double value) {
-  int64_t n = em_shape_numel(ndim, sizes);
+  int64_t n = emp_shape_numel(ndim, sizes);
   if (n == 0) return EM_OK;
   const int64_t *sp[2] = {self_strides, idx_strides};
   em_geom g[2];
@@ -127,10 +127,10 @@ em_status apply_typed(const write_call &c, em_tensor *self, const em_tensor *src
 em_status run_sorted(const write_call &c, em_tensor *self, const em_tensor *index, const em_tensor *src, int ndim,
                      const int64_t *sizes, const int64_t *idx_strides, const int64_t *src_strides, int dim, int base,
                      int add, double alpha) {
-  int64_t n = em_shape_numel(ndim, sizes);
+  int64_t n = emp_shape_numel(ndim, sizes);
   if (n == 0) return EM_OK;
   int64_t lin[EM_MAX_DIMS];
-  em_contiguous_strides(self->ndim, self->sizes, lin);
+  emp_contiguous_strides(self->ndim, self->sizes, lin);
   const int64_t lin_step = lin[dim];
   lin[dim] = 0;
   const int64_t *sp[3] = {idx_strides, lin, src_strides};

@@ -228,7 +228,7 @@ typedef struct doomed {
 static void finish(pending *p, em_status st, const char *msg, int reuse_event) {
   if (reuse_event) give_event(p->ng, p->done);
   else cudaEventDestroy(p->done);
-  em_dist_work_done(p->w, st, msg);
+  emp_dist_work_done(p->w, st, msg);
   free(p);
 }
 
@@ -257,7 +257,7 @@ static int poll_once(int wait_for_lock) {
       double deadline = atomic_load(&p->w->deadline);
       if (!seen && now > deadline) {
         char what[300];
-        em_dist_describe(p->w, what, sizeof what);
+        emp_dist_describe(p->w, what, sizeof what);
         doomed *d = &to_break[n_break++];
         d->ng = ng;
         d->culprit = p->w;
@@ -306,12 +306,12 @@ static int poll_once(int wait_for_lock) {
     cudaError_t e = p->seen;
     char what[300], msg[EM_DIST_MSG + 320];
     if (atomic_load(&p->ng->broken)) {
-      em_dist_describe(p->w, what, sizeof what);
+      emp_dist_describe(p->w, what, sizeof what);
       if (p->w == p->ng->culprit) snprintf(msg, sizeof msg, "%s", p->ng->why);
       else snprintf(msg, sizeof msg, "%s: cancelled: %s", what, p->ng->why);
       finish(p, EM_ERR_RUNTIME, msg, e == cudaSuccess);
     } else if (e != cudaSuccess) {
-      em_dist_describe(p->w, what, sizeof what);
+      emp_dist_describe(p->w, what, sizeof what);
       snprintf(msg, sizeof msg, "%s: CUDA error %s (%s) on rank %d (cuda:%d) while NCCL ran it", what,
                cudaGetErrorName(e), cudaGetErrorString(e), my_rank(p->ng), p->ng->device);
       finish(p, EM_ERR_DEVICE, msg, 0);
@@ -385,7 +385,7 @@ static em_status connect_group(nccl_group *ng, em_dist_work *w, int device, cons
     }
   }
   /* rank 0 takes part even when it failed, so that nobody waits for it */
-  st = em_dist_post(g, EM_DIST_OP_BROADCAST, box, box, EM_DIST_SUM, 0, 0, NULL);
+  st = emp_dist_post(g, EM_DIST_OP_BROADCAST, box, box, EM_DIST_SUM, 0, 0, NULL);
   if (st) {
     em_tensor_release(box);
     return em_set_error(st, "%s: sending the NCCL id over the CPU backend failed: %s", desc, em_last_error());
@@ -519,7 +519,7 @@ static void record_on_comm_stream(nccl_group *ng, const em_tensor *t) {
 static em_status nccl_post(void *impl, em_dist_work *w) {
   nccl_group *ng = impl;
   char desc[256];
-  em_dist_describe(w, desc, sizeof desc);
+  emp_dist_describe(w, desc, sizeof desc);
   /* (a subgroup kept past dist.finalize still has this backend; the poller is gone) */
   if (S.stopping || !S.running) return em_set_error(EM_ERR_RUNTIME, "%s: the distributed world was finalized", desc);
   const em_tensor *t = w->in ? w->in : w->out;
@@ -559,7 +559,7 @@ static em_status nccl_post(void *impl, em_dist_work *w) {
   if (t && em_tensor_numel(t) == 0) {   /* nothing moves, on any rank */
     w->started_at = em_dist_now();
     pthread_mutex_unlock(&ng->lock);
-    em_dist_work_done(w, EM_OK, NULL);
+    emp_dist_work_done(w, EM_OK, NULL);
     return EM_OK;
   }
   cudaStream_t compute;
@@ -613,7 +613,7 @@ static em_status nccl_post(void *impl, em_dist_work *w) {
     /* queued on the GPU already: wait for it here rather than lose track of it */
     cudaEventSynchronize(done);
     give_event(ng, done);
-    em_dist_work_done(w, EM_OK, NULL);
+    emp_dist_work_done(w, EM_OK, NULL);
     return EM_OK;
   }
   p->w = w;
@@ -654,7 +654,7 @@ static void nccl_shutdown(int exit_status) {
 
 /* Ends the job through the CPU backend, which can reach the other ranks. */
 static void nccl_abort_job(const char *message, int exit_status) {
-  em_dist_group *w = em_dist_world_group();
+  em_dist_group *w = emp_dist_world_group();
   const em_dist_backend *cpu = w ? w->backend[EM_CPU] : NULL;
   if (cpu && cpu != &nccl_table && cpu->abort_job) cpu->abort_job(message, exit_status);
   if (message) fprintf(stderr, "%s\n", message);

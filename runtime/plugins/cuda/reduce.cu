@@ -263,8 +263,8 @@ void make_layout(red_layout &L, const em_tensor *a, int nreduce) {
   int nkeep = a->ndim - nreduce;
   L.nk = em_rp_simplify(nkeep, a->sizes, a->strides, L.ksizes, L.kstrides);
   L.nr = em_rp_simplify(nreduce, a->sizes + nkeep, a->strides + nkeep, L.rsizes, L.rstrides);
-  L.nout = em_shape_numel(nkeep, a->sizes);
-  L.nred = em_shape_numel(nreduce, a->sizes + nkeep);
+  L.nout = emp_shape_numel(nkeep, a->sizes);
+  L.nred = emp_shape_numel(nreduce, a->sizes + nkeep);
   L.red_contig = L.nr == 1 && L.rstrides[0] == 1;
   L.outputs_contig = L.kstrides[L.nk - 1] == 1;
 }

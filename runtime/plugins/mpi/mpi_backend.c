@@ -101,11 +101,11 @@ static void *data_of(const em_tensor *t) {
 
 static void fail_work(em_dist_work *w, const char *what, int code) {
   char msg[EM_DIST_MSG], desc[256], why[400];
-  em_dist_describe(w, desc, sizeof desc);
+  emp_dist_describe(w, desc, sizeof desc);
   if (code) em_mpi_error_text(code, why, sizeof why);
   else snprintf(why, sizeof why, "%s", what);
   snprintf(msg, sizeof msg, "%s: %s", desc, why);
-  em_dist_work_done(w, EM_ERR_RUNTIME, msg);
+  emp_dist_work_done(w, EM_ERR_RUNTIME, msg);
 }
 
 /* A plain blocking collective (w->direct) of up to 256 KB per rank runs as MPI's own
@@ -154,9 +154,9 @@ static int run_blocking(em_dist_work *w, mpi_group *g) {
     return 1;
   }
   if (w->redop == EM_DIST_AVG && (w->kind == EM_DIST_OP_ALL_REDUCE || w->kind == EM_DIST_OP_REDUCE_SCATTER))
-    em_dist_scale(data_of(w->out), em_tensor_numel(w->out), w->out->dtype, 1.0 / g->size);
+    emp_dist_scale(data_of(w->out), em_tensor_numel(w->out), w->out->dtype, 1.0 / g->size);
   if (w->seq) g->completed_seq = w->seq;
-  em_dist_work_done(w, EM_OK, NULL);
+  emp_dist_work_done(w, EM_OK, NULL);
   return 1;
 }
 
@@ -279,9 +279,9 @@ int em_mpi_try_finish(inflight *f) {
       fail_work(w, problem, 0);
     } else {
       if (w->redop == EM_DIST_AVG && (w->kind == EM_DIST_OP_ALL_REDUCE || w->kind == EM_DIST_OP_REDUCE_SCATTER))
-        em_dist_scale(data_of(w->out), em_tensor_numel(w->out), w->out->dtype, 1.0 / f->g->size);
+        emp_dist_scale(data_of(w->out), em_tensor_numel(w->out), w->out->dtype, 1.0 / f->g->size);
       if (w->seq) f->g->completed_seq = w->seq;
-      em_dist_work_done(w, EM_OK, NULL);
+      emp_dist_work_done(w, EM_OK, NULL);
     }
   }
   if (sts != MPI_STATUSES_IGNORE && sts != small_st) free(sts);
@@ -325,7 +325,7 @@ static void mpi_free_group(void *impl) {
 
 static em_status mpi_post(void *impl, em_dist_work *w) {
   mpi_task *t = calloc(1, sizeof *t);
-  if (!t) return em_set_error(EM_ERR_MEMORY, "%s: out of memory", em_dist_op_name(w->kind));
+  if (!t) return em_set_error(EM_ERR_MEMORY, "%s: out of memory", emp_dist_op_name(w->kind));
   t->kind = TASK_WORK;
   t->work = w;
   t->group = impl;

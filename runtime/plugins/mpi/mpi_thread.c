@@ -142,7 +142,7 @@ static void report_timeout(inflight *f, double now) {
   mpi_group *g = f->g;
   em_dist_work *w = f->w;
   char what[320];
-  if (w) em_dist_describe(w, what, sizeof what);
+  if (w) emp_dist_describe(w, what, sizeof what);
   else if (f->finalizing) snprintf(what, sizeof what, "the end of the job (every rank meets before MPI_Finalize)");
   else snprintf(what, sizeof what, "new_group on %s", g->id ? "a subgroup" : "the world group");
   double posted = w ? w->posted_at : f->deadline_fallback - S.timeout;
@@ -379,7 +379,7 @@ static void check_watch(void) {
   double now = em_dist_now();
   if (now <= atomic_load(&S.watch_deadline)) return;
   char what[320];
-  em_dist_describe(&S.watch_copy, what, sizeof what);
+  emp_dist_describe(&S.watch_copy, what, sizeof what);
   fprintf(stderr,
           "ember.dist: %s: timed out after %.3g s on rank %d inside a blocking MPI call (a small blocking "
           "collective, run by MPI itself: the ranks that did not take part cannot be named); aborting the job\n",
@@ -470,7 +470,7 @@ static void loop(void) {
         pthread_mutex_unlock(&S.lock);
         return;
       }
-      if (busy && em_dist_num_waiters() == 0) break;
+      if (busy && emp_dist_num_waiters() == 0) break;
       if (atomic_load(&S.watching)) {
         timed_wait_ms(ASIDE_WAKE_MS);
         check_watch();
