@@ -17,9 +17,11 @@ find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
   add_test(NAME host/cli
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/repl/test_cli.py $<TARGET_FILE:ember_host>)
+  add_test(NAME host/hostile_inputs
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/repl/test_hostile_cli.py $<TARGET_FILE:ember_host>)
   add_test(NAME host/repl_tty
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/repl/test_tty.py $<TARGET_FILE:ember_host>)
-  set_tests_properties(host/cli host/repl_tty PROPERTIES
+  set_tests_properties(host/cli host/hostile_inputs host/repl_tty PROPERTIES
     ENVIRONMENT "EMBER_NUM_THREADS=2" TIMEOUT 120 SKIP_RETURN_CODE 77)
 else()
   message(WARNING "python3 not found: the ember CLI and REPL tests are not registered")

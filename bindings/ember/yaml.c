@@ -18,12 +18,19 @@
 #include <yaml.h>
 
 #define MAX_DEPTH 64
+/* An alias is a reference to an earlier node, and converting copies it, so a small file of
+ * aliases of aliases expands exponentially ("billion laughs"). Pipeline files are a few
+ * hundred nodes: the conversion stops past these bounds. */
+#define MAX_NODES 100000
+#define MAX_ALIAS_USES 10000
 
 typedef struct {
   lua_State *L;
   yaml_document_t *doc;
   int lines_index; /* stack index of the lines table */
   int null_index;  /* stack index of the null sentinel */
+  unsigned char *seen; /* per node of doc: converted once already (a later visit is an alias) */
+  long nodes, alias_uses;
   char path[1024];
 } converter;
 
@@ -101,7 +108,22 @@ static int push_node(converter *c, yaml_node_t *node, int depth) {
     lua_pushfstring(L, "%d: nesting deeper than %d levels", (int)node->start_mark.line + 1, MAX_DEPTH);
     return 0;
   }
-  luaL_checkstack(L, 8, "yaml nesting");
+  if (++c->nodes > MAX_NODES) {
+    lua_pushfstring(L, "%d: the document expands to more than %d nodes (aliases included), expected a smaller file",
+                    (int)node->start_mark.line + 1, MAX_NODES);
+    return 0;
+  }
+  unsigned char *seen = &c->seen[node - c->doc->nodes.start];
+  if (*seen && ++c->alias_uses > MAX_ALIAS_USES) {
+    lua_pushfstring(L, "%d: more than %d alias uses, expected at most that many", (int)node->start_mark.line + 1,
+                    MAX_ALIAS_USES);
+    return 0;
+  }
+  *seen = 1;
+  if (!lua_checkstack(L, 8)) { /* not luaL_checkstack: raising here would leak the document */
+    lua_pushfstring(L, "%d: nesting too deep for the Lua stack", (int)node->start_mark.line + 1);
+    return 0;
+  }
   record_line(c, node);
   switch (node->type) {
     case YAML_SCALAR_NODE: {
@@ -164,6 +186,13 @@ static int load_text(lua_State *L, const char *text, size_t len, const char *nam
     return luaL_error(L, "%s", msg);
   }
   converter c = {.L = L, .doc = &doc};
+  size_t count = (size_t)(doc.nodes.top - doc.nodes.start);
+  c.seen = calloc(count ? count : 1, 1);
+  if (!c.seen) {
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    return luaL_error(L, "%s: out of memory for %d YAML nodes", name, (int)count);
+  }
   lua_newtable(L); /* lines */
   c.lines_index = lua_gettop(L);
   lua_getfield(L, lua_upvalueindex(1), "null");
@@ -176,6 +205,7 @@ static int load_text(lua_State *L, const char *text, size_t len, const char *nam
   } else {
     ok = push_node(&c, root, 0);
   }
+  free(c.seen);
   yaml_document_delete(&doc);
   yaml_parser_delete(&parser);
   if (!ok) {

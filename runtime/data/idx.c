@@ -146,7 +146,11 @@ static const char *dims_text(char *buf, size_t len, int ndim, const int64_t *siz
   return buf;
 }
 
-static em_status read_idx(gzFile f, const char *path, int64_t limit, em_tensor **out) {
+/* Deflate expands at most about 1032:1, so a gzipped file of `size` bytes holds at most
+ * this much: the bound that keeps a header from asking for memory the file cannot fill. */
+#define GZIP_MAX_RATIO 1032
+
+static em_status read_idx(gzFile f, const char *path, int64_t size, int64_t limit, em_tensor **out) {
   const idx_type *type = NULL;
   int ndim = 0;
   int64_t sizes[EM_MAX_DIMS];
@@ -155,10 +159,15 @@ static em_status read_idx(gzFile f, const char *path, int64_t limit, em_tensor *
   char dtext[160];
   dims_text(dtext, sizeof dtext, ndim, sizes);
   /* Element count of one item (dims 1..) and of the whole file, checked for overflow. */
-  int64_t item = 1, total;
+  int64_t item = 1, total, nonzero = 1;
   for (int d = 1; d < ndim; d++)
     if (__builtin_mul_overflow(item, sizes[d], &item))
       return em_set_error(EM_ERR_FORMAT, OP ": '%s': the header's dims %s are too large", path, dtext);
+  /* A zero dim makes no elements, but the tensor's strides still multiply the others. */
+  for (int d = 0; d < ndim; d++)
+    if (sizes[d] && (__builtin_mul_overflow(nonzero, sizes[d], &nonzero) || nonzero > INT64_MAX / 16))
+      return em_set_error(EM_ERR_FORMAT, OP ": '%s': the header's dims %s are too large (the product of the "
+                          "non-zero ones must stay below 2^59)", path, dtext);
   int64_t total_bytes;
   if (__builtin_mul_overflow(item, sizes[0], &total) ||
       __builtin_mul_overflow(total, (int64_t)type->file_size, &total_bytes) || total_bytes > INT64_MAX / 4)
@@ -169,6 +178,16 @@ static em_status read_idx(gzFile f, const char *path, int64_t limit, em_tensor *
   memcpy(out_sizes, sizes, sizeof out_sizes);
   out_sizes[0] = items;
   int64_t n = items * item, want = n * type->file_size;
+  int64_t header = 4 + 4 * (int64_t)ndim, avail;
+  const int plain = gzdirect(f);
+  if (plain) avail = size > header ? size - header : 0;
+  else if (__builtin_mul_overflow(size, (int64_t)GZIP_MAX_RATIO, &avail)) avail = INT64_MAX;
+  if (want > avail)
+    return em_set_error(EM_ERR_FORMAT,
+                        OP ": '%s' is truncated: %lld data bytes expected (%lld items of the header's dims %s), "
+                        "the file %s %lld",
+                        path, (long long)want, (long long)items, dtext,
+                        plain ? "holds" : "is gzipped and can hold at most", (long long)avail);
   if ((st = em_empty(out, ndim, out_sizes, type->dtype, (em_device){EM_CPU, 0}))) return st;
 
   void *raw = type->code == 0x08 ? em_tensor_data(*out) : malloc(want ? (size_t)want : 1);
@@ -211,7 +230,7 @@ em_status em_data_read_idx(em_tensor **out, const char *path, int64_t limit) {
   gzFile f = gzopen(path, "rb");
   if (!f) return em_set_error(EM_ERR_IO, OP ": cannot open '%s': %s", path, errno ? strerror(errno) : "zlib error");
   gzbuffer(f, 1 << 17);
-  em_status st = read_idx(f, path, limit, out);
+  em_status st = read_idx(f, path, (int64_t)sb.st_size, limit, out);
   gzclose(f);
   return st;
 }

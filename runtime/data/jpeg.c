@@ -34,12 +34,26 @@ void dp_jpeg_free(dp_jpeg *j) {
   free(j);
 }
 
+/* A Huffman-coded JPEG spends at least one bit on each 8x8 block of its full-resolution
+ * component, 512 pixels per byte; a header that promises more pixels per byte of the
+ * file than 8 times that is refused before the image is allocated. */
+#define JPEG_MAX_PIXELS_PER_BYTE 4096
+
 em_status dp_jpeg_decode(dp_jpeg *j, const void *data, size_t n, int channels, const char *what,
                          const uint8_t **pixels, int *h, int *w, int *c) {
-  int width, height, subsamp, colorspace;
+  int width = 0, height = 0, subsamp = -1, colorspace = -1;
   if (n > (size_t)0x7fffffff || tjDecompressHeader3(j->tj, data, (unsigned long)n, &width, &height, &subsamp,
                                                     &colorspace) != 0)
     return em_set_error(EM_ERR_FORMAT, "jpeg: %s: not a JPEG image (%s)", what, tjGetErrorStr2(j->tj));
+  /* libjpeg-turbo accepts a tables-only stream (SOI, tables, EOI) as a header and leaves
+   * the sizes unset: there is no image in it. */
+  if (width < 1 || height < 1)
+    return em_set_error(EM_ERR_FORMAT, "jpeg: %s: %zu bytes without an image (no frame header: a tables-only or "
+                        "empty stream), expected a JPEG image", what, n);
+  if ((double)width * height > (double)n * JPEG_MAX_PIXELS_PER_BYTE)
+    return em_set_error(EM_ERR_FORMAT, "jpeg: %s: the header says %dx%d pixels, more than %zu bytes can encode "
+                        "(at most %d pixels per byte): truncated or crafted", what, width, height, n,
+                        JPEG_MAX_PIXELS_PER_BYTE);
   int ch = channels ? channels : (colorspace == TJCS_GRAY ? 1 : 3);
   if (ch != 1 && ch != 3) return em_set_error(EM_ERR_ARGUMENT, "jpeg: %s: channels must be 1 or 3, got %d", what, ch);
   size_t need = (size_t)width * (size_t)height * (size_t)ch;
@@ -49,9 +63,12 @@ em_status dp_jpeg_decode(dp_jpeg *j, const void *data, size_t n, int channels, c
     j->buf = b;
     j->cap = need;
   }
-  if (tjDecompress2(j->tj, data, (unsigned long)n, j->buf, width, 0, height, ch == 1 ? TJPF_GRAY : TJPF_RGB, 0) != 0 &&
-      tjGetErrorCode(j->tj) == TJERR_FATAL)
-    return em_set_error(EM_ERR_FORMAT, "jpeg: %s: cannot decode (%s)", what, tjGetErrorStr2(j->tj));
+  /* A warning means corrupt or missing data (a truncated file "decodes" to filler pixels):
+   * stop on it. The scan limit bounds the work a crafted progressive file can ask for. */
+  if (tjDecompress2(j->tj, data, (unsigned long)n, j->buf, width, 0, height, ch == 1 ? TJPF_GRAY : TJPF_RGB,
+                    TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS) != 0)
+    return em_set_error(EM_ERR_FORMAT, "jpeg: %s: cannot decode the %dx%d image of %zu bytes (%s)", what, width,
+                        height, n, tjGetErrorStr2(j->tj));
   *pixels = j->buf;
   *h = height;
   *w = width;

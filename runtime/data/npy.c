@@ -77,6 +77,15 @@ static em_status parse_header(dp_npy *out, const char *h) {
   return EM_OK;
 }
 
+/* "(60000, 28, 28)" for messages. */
+static const char *shape_text(char *buf, size_t cap, const dp_npy *a) {
+  size_t used = (size_t)snprintf(buf, cap, "(");
+  for (int d = 0; d < a->ndim && used < cap; d++)
+    used += (size_t)snprintf(buf + used, cap - used, "%s%lld", d ? ", " : "", (long long)a->shape[d]);
+  if (used < cap) snprintf(buf + used, cap - used, ")");
+  return buf;
+}
+
 em_status dp_npy_open(dp_npy *out, const char *path, int map) {
   memset(out, 0, sizeof *out);
   snprintf(out->path, sizeof out->path, "%s", path);
@@ -118,9 +127,19 @@ em_status dp_npy_open(dp_npy *out, const char *path, int map) {
   header[hlen] = 0;
   if ((st = parse_header(out, header))) goto done;
   out->data_offset = hstart + hlen;
-  int64_t count = 1;
-  for (int i = 0; i < out->ndim; i++) count *= out->shape[i];
-  int64_t want = count * (int64_t)em_dtype_size(out->dtype);
+  /* As NumPy does: the product of the non-zero dims must not overflow either, since a
+   * zero dim beside huge ones still yields huge strides and row sizes. */
+  int64_t count = 1, nonzero = (int64_t)em_dtype_size(out->dtype), want;
+  for (int i = 0; i < out->ndim; i++) {
+    if (out->shape[i] && __builtin_mul_overflow(nonzero, out->shape[i], &nonzero)) {
+      char text[200];
+      st = em_set_error(EM_ERR_FORMAT, OP ": '%s': the header's shape %s of %s is too large (its bytes overflow 64 "
+                        "bits)", path, shape_text(text, sizeof text, out), em_dtype_name(out->dtype));
+      goto done;
+    }
+    count *= out->shape[i]; /* at most nonzero: cannot overflow */
+  }
+  want = count * (int64_t)em_dtype_size(out->dtype);
   if (sb.st_size - out->data_offset != want) {
     st = em_set_error(EM_ERR_FORMAT, OP ": '%s' holds %lld data bytes, its header (shape of %lld elements of %s) "
                       "promises %lld", path, (long long)(sb.st_size - out->data_offset), (long long)count,

@@ -15,6 +15,7 @@
  * A source is used by one thread at a time (it keeps scratch buffers and file handles). */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,6 +208,17 @@ static em_status sample_at(em_source *s, int64_t i, const uint8_t **px, int *h, 
   return st;
 }
 
+/* Image geometry from a file's dims: each at least 1 and the image's bytes within an int
+ * (the augmentation kernel indexes pixels with ints). what names the file and its dims. */
+static em_status set_image_dims(em_source *s, em_status code, int64_t c, int64_t h, int64_t w, const char *what) {
+  if (c < 1 || h < 1 || w < 1 || c > INT_MAX / h / w)
+    return em_set_error(code, OP ": %s: images of %lld x %lld x %lld (channels x height x width), expected "
+                        "each at least 1 and at most %d bytes in all", what, (long long)c, (long long)h, (long long)w,
+                        INT_MAX);
+  s->c = (int)c, s->h = (int)h, s->w = (int)w;
+  return EM_OK;
+}
+
 /* ---------------------------------------------------------------- open */
 static em_status open_idx(em_source *s, char **paths, int np, int64_t limit) {
   if (np < 1 || np > 2) return em_set_error(EM_ERR_ARGUMENT, OP ": idx expects the images file and the labels file");
@@ -217,7 +229,10 @@ static em_status open_idx(em_source *s, char **paths, int np, int64_t limit) {
                         em_dtype_name(em_tensor_dtype(s->images)), em_tensor_ndim(s->images));
   s->n = em_tensor_size(s->images, 0);
   s->image = 1;
-  s->c = 1, s->h = (int)em_tensor_size(s->images, 1), s->w = (int)em_tensor_size(s->images, 2);
+  char what[600];
+  snprintf(what, sizeof what, "'%s'", paths[0]);
+  st = set_image_dims(s, EM_ERR_FORMAT, 1, em_tensor_size(s->images, 1), em_tensor_size(s->images, 2), what);
+  if (st) return st;
   s->row_bytes = (int64_t)s->h * s->w;
   if (np == 2) {
     if ((st = em_data_read_idx(&s->labels, paths[1], limit > 0 ? limit : -1))) return st;
@@ -241,12 +256,16 @@ static em_status open_npy(em_source *s, char **paths, int np, const em_source_op
   if (s->x.dtype == EM_UINT8 && (s->x.ndim == 3 || s->x.ndim == 4)) {
     s->image = 1;
     s->last = o->channels_last;
-    if (s->x.ndim == 3)
-      s->c = 1, s->h = (int)s->x.shape[1], s->w = (int)s->x.shape[2], s->last = 0;
-    else if (s->last)
-      s->h = (int)s->x.shape[1], s->w = (int)s->x.shape[2], s->c = (int)s->x.shape[3];
-    else
-      s->c = (int)s->x.shape[1], s->h = (int)s->x.shape[2], s->w = (int)s->x.shape[3];
+    const int64_t *d = s->x.shape;
+    char what[600];
+    snprintf(what, sizeof what, "'%s' (uint8 of %d dims, read as images)", paths[0], s->x.ndim);
+    if (s->x.ndim == 3) s->last = 0, st = set_image_dims(s, EM_ERR_FORMAT, 1, d[1], d[2], what);
+    else if (s->last) st = set_image_dims(s, EM_ERR_FORMAT, d[3], d[1], d[2], what);
+    else st = set_image_dims(s, EM_ERR_FORMAT, d[1], d[2], d[3], what);
+    if (st) return st;
+  } else if (s->n > 0 && s->row_bytes == 0) {
+    return em_set_error(EM_ERR_FORMAT, OP ": '%s' holds %lld samples of 0 bytes (a zero dim after the first), "
+                        "expected samples with data", paths[0], (long long)s->n);
   }
   s->raw_dtype = s->x.dtype;
   s->raw_ndim = s->x.ndim - 1;
@@ -300,15 +319,17 @@ static em_status open_tfrecord(em_source *s, char **paths, int np, const em_sour
     return EM_OK;
   }
   /* raw pixels: [H, W], [C, H, W] or [H, W, C] (channels_last) */
+  em_status st;
+  const char *what = "the shape given for raw tfrecord images";
   if (o->ndim == 2)
-    s->c = 1, s->h = (int)o->shape[0], s->w = (int)o->shape[1];
+    st = set_image_dims(s, EM_ERR_ARGUMENT, 1, o->shape[0], o->shape[1], what);
   else if (o->ndim == 3 && o->channels_last)
-    s->h = (int)o->shape[0], s->w = (int)o->shape[1], s->c = (int)o->shape[2], s->last = 1;
+    s->last = 1, st = set_image_dims(s, EM_ERR_ARGUMENT, o->shape[2], o->shape[0], o->shape[1], what);
   else if (o->ndim == 3)
-    s->c = (int)o->shape[0], s->h = (int)o->shape[1], s->w = (int)o->shape[2];
+    st = set_image_dims(s, EM_ERR_ARGUMENT, o->shape[0], o->shape[1], o->shape[2], what);
   else
     return em_set_error(EM_ERR_ARGUMENT, OP ": raw (not encoded) tfrecord images need their shape [H, W] or [C, H, W]");
-  if (s->c < 1 || s->h < 1 || s->w < 1) return em_set_error(EM_ERR_ARGUMENT, OP ": bad raw image shape");
+  if (st) return st;
   s->row_bytes = (int64_t)s->c * s->h * s->w;
   return EM_OK;
 }
@@ -497,8 +518,8 @@ em_status em_source_fill(em_source *s, const int64_t *ids, int64_t n, int64_t ba
   int plain_copy = !augments(aug);
   char first_bad[1024] = "";
   for (int64_t i = 0; i < n; i++) {
-    int64_t id = ids[i] - base;
-    if (id < 0 || id >= s->n)
+    int64_t id;
+    if (__builtin_sub_overflow(ids[i], base, &id) || id < 0 || id >= s->n) /* ids may come from a peer */
       return em_set_error(EM_ERR_INDEX, OP ": sample id %lld is out of range (expected %lld..%lld)", (long long)ids[i],
                           (long long)base, (long long)(s->n - 1 + base));
     const uint8_t *px;

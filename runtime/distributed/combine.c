@@ -49,8 +49,15 @@
     default: LOOP(T, STORE(LOAD(y) + LOAD(v))); break;                               \
   }
 
+#ifdef __FLT16_MAX__ /* the compiler has a half type (gcc 12, clang 15 on x86) */
+typedef _Float16 half_t;
 #define F16_LOAD(h) ((float)(h))
 #define F16_STORE(f) ((_Float16)(f))
+#else /* clang 14 on x86 (the fuzz build): the same round-to-nearest-even in software */
+typedef uint16_t half_t;
+#define F16_LOAD(h) em_half_to_float(h)
+#define F16_STORE(f) em_float_to_half(f)
+#endif
 
 void dist_combine(void *acc, const void *x, int64_t n, em_dtype dtype, em_dist_redop op) {
   switch (dtype) {
@@ -59,7 +66,7 @@ void dist_combine(void *acc, const void *x, int64_t n, em_dtype dtype, em_dist_r
     case EM_INT32: INT_OPS(int32_t, uint32_t) break;
     case EM_INT64: INT_OPS(int64_t, uint64_t) break;
     case EM_UINT8: INT_OPS(uint8_t, unsigned) break;
-    case EM_FLOAT16: HALF_OPS(_Float16, F16_LOAD, F16_STORE) break;
+    case EM_FLOAT16: HALF_OPS(half_t, F16_LOAD, F16_STORE) break;
     case EM_BFLOAT16: HALF_OPS(uint16_t, em_bf16_to_float, em_float_to_bf16) break;
     case EM_BOOL:
       if (op == EM_DIST_MIN || op == EM_DIST_PRODUCT) LOOP(uint8_t, (uint8_t)(y & v));
@@ -77,8 +84,8 @@ void emp_dist_scale(void *p, int64_t n, em_dtype dtype, double s) {
     double *x = p;
     for (int64_t i = 0; i < n; i++) x[i] *= s;
   } else if (dtype == EM_FLOAT16) {
-    _Float16 *x = p;
-    for (int64_t i = 0; i < n; i++) x[i] = (_Float16)((float)x[i] * (float)s);
+    half_t *x = p;
+    for (int64_t i = 0; i < n; i++) x[i] = F16_STORE(F16_LOAD(x[i]) * (float)s);
   } else if (dtype == EM_BFLOAT16) {
     uint16_t *x = p;
     for (int64_t i = 0; i < n; i++) x[i] = em_float_to_bf16(em_bf16_to_float(x[i]) * (float)s);

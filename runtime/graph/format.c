@@ -146,6 +146,141 @@ static em_status bad_file(const char *path, const char *what) {
   return em_set_error(EM_ERR_FORMAT, "load_ember: %s: %s", path, what);
 }
 
+/* The first index in [0, count) where bad(i) holds, or -1: a parallel scan that reports
+ * the smallest failing index, so the error does not depend on the thread count. */
+#define FIRST_BAD(count, i, bad, out)                                    \
+  do {                                                                   \
+    int64_t first_ = -1;                                                 \
+    _Pragma("omp parallel for schedule(static) num_threads(gr_threads())") \
+    for (int64_t i = 0; i < (count); i++)                                \
+      if (bad) {                                                         \
+        _Pragma("omp critical(gr_emg_check)")                            \
+        if (first_ < 0 || i < first_) first_ = i;                        \
+      }                                                                  \
+    (out) = first_;                                                      \
+  } while (0)
+
+static bool sources_sorted(const uint32_t *a, int64_t len) {
+  for (int64_t i = 1; i < len; i++)
+    if (a[i] < a[i - 1]) return false;
+  return true;
+}
+
+/* out_degree[u] is the number of arcs whose source is u (PageRank divides by it). */
+static em_status check_degrees(const em_graph *g, const char *path) {
+  const int64_t n = g->n, m = g->m;
+  uint32_t *count = gr_calloc((size_t)(n ? n : 1) * sizeof *count);
+  if (!count) return gr_oom("load_ember", (size_t)n * 4);
+  const uint32_t *src = g->sources;
+#pragma omp parallel for schedule(static) num_threads(gr_threads())
+  for (int64_t j = 0; j < m; j++) __atomic_fetch_add(&count[src[j]], 1, __ATOMIC_RELAXED);
+  int64_t bad;
+  FIRST_BAD(n, v, count[v] != g->out_degree[v], bad);
+  em_status st = EM_OK;
+  if (bad >= 0) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "section 'out_degree' gives vertex %lld %u arcs, the sources list it %u times",
+             (long long)bad, g->out_degree[bad], count[bad]);
+    st = bad_file(path, msg);
+  }
+  gr_free(count);
+  return st;
+}
+
+/* to_dense must be a permutation of [0, n) and to_internal its inverse. */
+static em_status check_permutation(const em_graph *g, const char *path) {
+  const int64_t n = g->n;
+  const uint32_t *td = g->to_dense, *ti = g->to_internal;
+  char msg[256];
+  int64_t bad;
+  FIRST_BAD(n, v, td[v] >= (uint64_t)n || ti[v] >= (uint64_t)n, bad);
+  if (bad >= 0) {
+    snprintf(msg, sizeof msg, "vertex %lld maps to %u (to_dense) and %u (to_internal), expected ids below %lld",
+             (long long)bad, td[bad], ti[bad], (long long)n);
+    return bad_file(path, msg);
+  }
+  FIRST_BAD(n, v, ti[td[v]] != (uint32_t)v, bad); /* an inverse exists only for a permutation */
+  if (bad >= 0) {
+    snprintf(msg, sizeof msg,
+             "sections 'to_dense' and 'to_internal' are not inverse permutations (internal %lld -> dense %u -> "
+             "internal %u)",
+             (long long)bad, td[bad], ti[td[bad]]);
+    return bad_file(path, msg);
+  }
+  return EM_OK;
+}
+
+/* Label ranges ascend within the data, and each non-empty name ends with its NUL. */
+static em_status check_labels(const em_graph *g, uint64_t label_bytes, const char *path) {
+  const int64_t n = g->n, *lo = g->label_offsets;
+  const char *d = g->label_data;
+  char msg[256];
+  if (lo[0] != 0 || (uint64_t)lo[n] != label_bytes) {
+    snprintf(msg, sizeof msg, "section 'label_offsets' runs from %lld to %lld, expected 0 to %llu (the label bytes)",
+             (long long)lo[0], (long long)lo[n], (unsigned long long)label_bytes);
+    return bad_file(path, msg);
+  }
+  int64_t bad;
+  FIRST_BAD(n, v,
+            lo[v + 1] < lo[v] || (uint64_t)lo[v + 1] > label_bytes || (lo[v + 1] > lo[v] && d[lo[v + 1] - 1] != 0),
+            bad);
+  if (bad >= 0) {
+    snprintf(msg, sizeof msg,
+             "section 'label_offsets' at vertex %lld (%lld to %lld) is not a NUL-terminated range of the label data",
+             (long long)bad, (long long)lo[bad], (long long)lo[bad + 1]);
+    return bad_file(path, msg);
+  }
+  return EM_OK;
+}
+
+/* Checksums only say that the sections are what the writer wrote, and anyone can write
+ * them: the graph's invariants (graph_impl.h) are checked before anything trusts them. */
+static em_status check_structure(em_graph *g, uint64_t label_bytes, const char *path) {
+  char msg[256];
+  const int64_t n = g->n, m = g->m, *off = g->offsets;
+  const uint32_t *src = g->sources;
+  int64_t bad;
+  if (off[0] != 0 || off[n] != m) {
+    snprintf(msg, sizeof msg, "section 'offsets' runs from %lld to %lld, expected 0 to %lld (the arc count)",
+             (long long)off[0], (long long)off[n], (long long)m);
+    return bad_file(path, msg);
+  }
+  FIRST_BAD(n, v, off[v + 1] < off[v], bad);
+  if (bad >= 0) {
+    snprintf(msg, sizeof msg, "section 'offsets' decreases at vertex %lld (%lld then %lld), expected non-decreasing",
+             (long long)bad, (long long)off[bad], (long long)off[bad + 1]);
+    return bad_file(path, msg);
+  }
+  FIRST_BAD(m, j, src[j] >= (uint64_t)n, bad);
+  if (bad >= 0) {
+    snprintf(msg, sizeof msg, "section 'sources' element %lld is %u, expected a vertex id below %lld", (long long)bad,
+             src[bad], (long long)n);
+    return bad_file(path, msg);
+  }
+  FIRST_BAD(n, v, !sources_sorted(src + off[v], off[v + 1] - off[v]), bad);
+  if (bad >= 0) {
+    snprintf(msg, sizeof msg, "section 'sources' is not sorted within vertex %lld (arcs %lld to %lld)", (long long)bad,
+             (long long)off[bad], (long long)off[bad + 1]);
+    return bad_file(path, msg);
+  }
+  em_status st = check_degrees(g, path);
+  if (!st && g->to_dense) st = check_permutation(g, path);
+  if (!st && g->original) {
+    const int64_t *o = g->original;
+    FIRST_BAD(n - 1, v, o[v + 1] <= o[v], bad);
+    if (bad >= 0) {
+      snprintf(msg, sizeof msg, "section 'original_ids' does not ascend at vertex %lld (%lld then %lld)",
+               (long long)bad, (long long)o[bad], (long long)o[bad + 1]);
+      return bad_file(path, msg);
+    }
+  } else if (!st && g->id_base != 0 && g->id_base != 1) {
+    snprintf(msg, sizeof msg, "the header's id_base is %lld, expected 0 or 1", (long long)g->id_base);
+    return bad_file(path, msg);
+  }
+  if (!st && g->label_offsets) st = check_labels(g, label_bytes, path);
+  return st;
+}
+
 /* Checks the header and points g's arrays at the sections of the mapping. */
 static em_status attach_sections(em_graph *g, const emg_header *h, const char *path, bool verify) {
   char msg[256];
@@ -163,8 +298,10 @@ static em_status attach_sections(em_graph *g, const emg_header *h, const char *p
                       : (s->id == SEC_OFFSETS || s->id == SEC_LABEL_OFFSETS) ? (uint64_t)n + 1
                       : s->id == SEC_LABEL_DATA ? s->count
                                                 : (uint64_t)n;
-    if (s->elem_bytes != section_elem[s->id] || s->count != expect || s->offset % 64 ||
-        s->offset < EMG_HEADER || s->offset > h->file_bytes || s->count * s->elem_bytes > h->file_bytes - s->offset) {
+    uint64_t bytes;
+    if (s->elem_bytes != section_elem[s->id] || s->count != expect || s->offset % 64 || s->offset < EMG_HEADER ||
+        s->offset > h->file_bytes || __builtin_mul_overflow(s->count, (uint64_t)s->elem_bytes, &bytes) ||
+        bytes > h->file_bytes - s->offset) {
       snprintf(msg, sizeof msg, "section '%s' does not fit the header (offset %llu, %llu elements of %u bytes)", name,
                (unsigned long long)s->offset, (unsigned long long)s->count, s->elem_bytes);
       return bad_file(path, msg);
@@ -173,7 +310,7 @@ static em_status attach_sections(em_graph *g, const emg_header *h, const char *p
     counts[s->id] = s->count;
     if (verify) {
       uint64_t sum;
-      em_status st = gr_checksum(where[s->id], s->count * s->elem_bytes, s->id, &sum);
+      em_status st = gr_checksum(where[s->id], bytes, s->id, &sum);
       if (st) return st;
       if (sum != s->checksum) {
         snprintf(msg, sizeof msg, "checksum mismatch in section '%s' (the file is corrupt)", name);
@@ -196,10 +333,7 @@ static em_status attach_sections(em_graph *g, const emg_header *h, const char *p
   g->original = where[SEC_ORIGINAL];
   g->label_offsets = where[SEC_LABEL_OFFSETS];
   g->label_data = where[SEC_LABEL_DATA];
-  if (g->offsets[0] != 0 || g->offsets[n] != m) return bad_file(path, "the offsets do not span the edges");
-  if (g->label_offsets && (g->label_offsets[0] != 0 || (uint64_t)g->label_offsets[n] != counts[SEC_LABEL_DATA]))
-    return bad_file(path, "the label offsets do not span the label data");
-  return EM_OK;
+  return check_structure(g, counts[SEC_LABEL_DATA], path);
 }
 
 /* Applies transforming options to a loaded graph by building it again. */

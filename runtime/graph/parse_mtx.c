@@ -10,6 +10,11 @@
 #include <strings.h>
 #include "graph_impl.h"
 
+/* The vertices a size line may declare: any count up to MTX_MIN_ROWS, else this many per
+ * byte of the file (isolated vertices are legal, but not billions from a 40-byte file). */
+#define MTX_MIN_ROWS ((uint64_t)1 << 20)
+#define MTX_ROWS_PER_BYTE 64
+
 typedef enum { FIELD_PATTERN, FIELD_REAL, FIELD_INTEGER } mtx_field;
 
 typedef struct mtx_ctx {
@@ -204,6 +209,24 @@ static em_status read_header(mtx_ctx *c, size_t *body, int64_t *line, uint64_t *
     }
     if (v[0] > (uint64_t)GR_MAX_VERTICES)
       return header_error(c, n, "more rows than the 2^32-1 vertices 32-bit ids allow: '%s'", s, e);
+    /* Declared vertices that no entry names cost nothing in the file and about 20 bytes
+     * each to build: the size line may not ask for more than the file could plausibly
+     * describe. An entry takes at least 4 bytes ("1 1\n"), so the entry count is bounded
+     * by the bytes after the size line. */
+    uint64_t rest = c->text.size - pos, max_rows = MTX_MIN_ROWS + MTX_ROWS_PER_BYTE * (uint64_t)c->text.size;
+    if (v[0] > max_rows) {
+      char msg[200];
+      snprintf(msg, sizeof msg, "the size line declares %llu vertices, more than a file of %zu bytes may (at most "
+               "%llu): '%%s'", (unsigned long long)v[0], c->text.size, (unsigned long long)max_rows);
+      return header_error(c, n, msg, s, e);
+    }
+    if (v[2] > rest / 4 + 1) {
+      char msg[200];
+      snprintf(msg, sizeof msg,
+               "the size line announces %llu entries, the %llu bytes after it hold at most %llu: '%%s'",
+               (unsigned long long)v[2], (unsigned long long)rest, (unsigned long long)(rest / 4 + 1));
+      return header_error(c, n, msg, s, e);
+    }
     c->rows = v[0];
     c->cols = v[1];
     *nnz = v[2];

@@ -253,6 +253,10 @@ em_status gr_load_snap(em_graph **out, const char *path, const em_graph_options 
                       (long long)(lines + (c.text.size && c.text.data[c.text.size - 1] != '\n')));
     goto done;
   }
+  /* The dense map costs 4 bytes per 64 ids up to the largest (a rank per bitmap word), the
+   * sparse one 16 bytes per edge: a few edges with a large id ("0 3000000000") take the
+   * sparse one, so memory and time follow the file, not the ids it names. */
+  if (!big && (max_id >> 6) > 8 * (uint64_t)edges + 65536) big = true;
   if ((st = big ? map_sparse(&c, edges, &original) : map_dense(&c, max_id, &original))) goto done;
   gr_source src = {.op = c.op, .what = path, .n = c.n, .max_edges = edges, .num_chunks = chunks, .scan = scan_push,
                    .ctx = &c, .text = &c.text};

@@ -7,14 +7,17 @@
 static em_status check_sizes(const char *op, int ndim, const int64_t *sizes) {
   if (ndim < 0 || ndim > EM_MAX_DIMS)
     return em_set_error(EM_ERR_SHAPE, "%s: %d dims requested, ember supports 0..%d", op, ndim, EM_MAX_DIMS);
+  /* Strides are products of the sizes with zeros counted as ones, so a zero beside huge
+   * sizes must not let those products overflow either. */
   int64_t n = 1;
   for (int d = 0; d < ndim; d++) {
     if (sizes[d] < 0)
       return em_set_error(EM_ERR_SHAPE, "%s: size %lld at dim %d is negative (shape %s)", op, (long long)sizes[d], d,
                           tn_shape_str(ndim, sizes));
     if (sizes[d] && n > INT64_MAX / 16 / sizes[d])
-      return em_set_error(EM_ERR_SHAPE, "%s: shape %s has too many elements", op, tn_shape_str(ndim, sizes));
-    n *= sizes[d];
+      return em_set_error(EM_ERR_SHAPE, "%s: shape %s has too many elements (the product of its non-zero sizes "
+                          "must stay below 2^59)", op, tn_shape_str(ndim, sizes));
+    if (sizes[d]) n *= sizes[d];
   }
   return EM_OK;
 }
@@ -133,7 +136,11 @@ em_status em_from_blob(em_tensor **out, void *data, int ndim, const int64_t *siz
   for (int d = 0; d < ndim; d++) {
     int64_t stride = strides ? strides[d] : 0;
     if (stride < 0) return em_set_error(EM_ERR_ARGUMENT, "from_blob: negative stride at dim %d", d);
-    if (strides && sizes[d] > 0) extent += (sizes[d] - 1) * stride;
+    int64_t reach;
+    if (strides && sizes[d] > 0 &&
+        (__builtin_mul_overflow(sizes[d] - 1, stride, &reach) || __builtin_add_overflow(extent, reach, &extent)))
+      return em_set_error(EM_ERR_ARGUMENT, "from_blob: shape %s with stride %lld at dim %d reaches past 2^63 elements",
+                          tn_shape_str(ndim, sizes), (long long)stride, d);
   }
   if (!strides) extent = emp_shape_numel(ndim, sizes);
   em_storage *s = calloc(1, sizeof *s);

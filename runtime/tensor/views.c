@@ -43,7 +43,7 @@ static em_status infer_sizes(const char *op, const em_tensor *a, int ndim, const
   if (ndim < 0 || ndim > EM_MAX_DIMS)
     return em_set_error(EM_ERR_SHAPE, "%s: %d dims requested, ember supports 0..%d", op, ndim, EM_MAX_DIMS);
   int infer = -1;
-  int64_t known = 1, numel = em_tensor_numel(a);
+  int64_t known = 1, numel = em_tensor_numel(a), nonzero = 1;
   for (int d = 0; d < ndim; d++) {
     sizes[d] = in[d];
     if (in[d] == -1) {
@@ -51,8 +51,16 @@ static em_status infer_sizes(const char *op, const em_tensor *a, int ndim, const
       infer = d;
     } else if (in[d] < 0) {
       return em_set_error(EM_ERR_SHAPE, "%s: invalid size %lld in shape %s", op, (long long)in[d], tn_shape_str(ndim, in));
-    } else {
+    } else if (in[d]) {
+      /* a zero makes the element count 0 whatever the other sizes, but strides still
+       * multiply them: bound their product as empty() does */
+      if (nonzero > INT64_MAX / 16 / in[d])
+        return em_set_error(EM_ERR_SHAPE, "%s: shape %s has too many elements (the product of its non-zero sizes "
+                            "must stay below 2^59)", op, tn_shape_str(ndim, in));
+      nonzero *= in[d];
       known *= in[d];
+    } else {
+      known = 0;
     }
   }
   if (infer >= 0) {
@@ -167,11 +175,15 @@ em_status em_expand(em_tensor **out, const em_tensor *a, int ndim, const int64_t
   if (ndim < a->ndim)
     return em_set_error(EM_ERR_SHAPE, "expand: the target shape %s has fewer dims than the tensor (shape %s)",
                         tn_shape_str(ndim, in_sizes), EM_SHAPE(a));
-  int64_t sizes[EM_MAX_DIMS];
+  int64_t sizes[EM_MAX_DIMS], nonzero = 1;
   for (int i = 0; i < ndim; i++) {
     int j = i - (ndim - a->ndim);
     sizes[i] = in_sizes[i] == -1 && j >= 0 ? a->sizes[j] : in_sizes[i];
     if (sizes[i] < 0) return em_set_error(EM_ERR_SHAPE, "expand: invalid size -1 for a new leading dim");
+    if (sizes[i] && nonzero > INT64_MAX / 16 / sizes[i])
+      return em_set_error(EM_ERR_SHAPE, "expand: shape %s has too many elements (the product of its non-zero sizes "
+                          "must stay below 2^59)", tn_shape_str(ndim, in_sizes));
+    if (sizes[i]) nonzero *= sizes[i];
   }
   return emp_broadcast_to("expand", out, a, ndim, sizes);
 }
@@ -237,12 +249,19 @@ em_status em_as_strided(em_tensor **out, const em_tensor *a, int ndim, const int
   if (st) return st;
   if (ndim < 0 || ndim > EM_MAX_DIMS) return em_set_error(EM_ERR_SHAPE, "as_strided: %d dims", ndim);
   /* Refuse views that reach outside the storage: that would read foreign memory. */
-  int64_t last = offset;
+  int64_t last = offset, nonzero = 1, reach;
   for (int d = 0; d < ndim; d++) {
     if (sizes[d] < 0 || strides[d] < 0)
       return em_set_error(EM_ERR_ARGUMENT, "as_strided: negative size or stride at dim %d", d);
+    if (sizes[d] && nonzero > INT64_MAX / 16 / sizes[d]) /* zero strides let any size through the bound below */
+      return em_set_error(EM_ERR_SHAPE, "as_strided: shape %s has too many elements (the product of its non-zero "
+                          "sizes must stay below 2^59)", tn_shape_str(ndim, sizes));
+    if (sizes[d]) nonzero *= sizes[d];
     if (sizes[d] == 0) last = -1;
-    if (last >= 0) last += (sizes[d] - 1) * strides[d];
+    if (last >= 0 && (__builtin_mul_overflow(sizes[d] - 1, strides[d], &reach) ||
+                      __builtin_add_overflow(last, reach, &last)))
+      return em_set_error(EM_ERR_INDEX, "as_strided: size %lld with stride %lld at dim %d reaches past 2^63 elements",
+                          (long long)sizes[d], (long long)strides[d], d);
   }
   int64_t capacity = (int64_t)(a->storage->nbytes / em_dtype_size(a->dtype));
   if (offset < 0 || last >= capacity)

@@ -92,6 +92,25 @@ static void test_create_and_release(void **state) {
   t = NULL;
   assert_int_equal(em_empty(&t, 2, bad, EM_FLOAT32, CPU), EM_ERR_SHAPE);
   assert_non_null(strstr(em_last_error(), "size -1 at dim 1 is negative"));
+  /* a zero beside huge sizes: no elements, but the strides would overflow */
+  int64_t huge[4] = {0, (int64_t)1 << 32, (int64_t)1 << 32, 16};
+  assert_int_equal(em_empty(&t, 4, huge, EM_FLOAT32, CPU), EM_ERR_SHAPE);
+  assert_non_null(strstr(em_last_error(), "has too many elements"));
+  int64_t zero = 0;
+  em_tensor *e = NULL, *v = NULL;
+  assert_int_equal(em_empty(&e, 1, &zero, EM_FLOAT32, CPU), EM_OK);
+  assert_int_equal(em_reshape(&v, e, 4, huge), EM_ERR_SHAPE);
+  assert_non_null(strstr(em_last_error(), "has too many elements"));
+  assert_int_equal(em_view(&v, e, 4, huge), EM_ERR_SHAPE);
+  int64_t wide[3] = {(int64_t)1 << 32, (int64_t)1 << 32, 0};
+  assert_int_equal(em_expand(&v, e, 3, wide), EM_ERR_SHAPE);
+  em_tensor_release(e);
+  assert_int_equal(em_empty(&e, 1, (int64_t[]){1}, EM_FLOAT32, CPU), EM_OK);
+  int64_t big3[3] = {(int64_t)1 << 32, (int64_t)1 << 32, 2};
+  assert_int_equal(em_expand(&v, e, 3, big3), EM_ERR_SHAPE);
+  assert_int_equal(em_as_strided(&v, e, 3, big3, (int64_t[]){0, 0, 0}, 0), EM_ERR_SHAPE);
+  assert_null(v);
+  em_tensor_release(e);
 }
 
 static void test_eye_linspace(void **state) {

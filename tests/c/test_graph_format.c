@@ -165,6 +165,102 @@ static void test_ember_errors(void **state) {
   em_graph_free(g);
 }
 
+/* A section of an ember file, by its place in the table (header byte 88, 32 bytes each). */
+static unsigned char *section_at(unsigned char *bytes, int i, uint64_t *count) {
+  uint64_t off;
+  memcpy(&off, bytes + 88 + 32 * i + 8, 8);
+  if (count) memcpy(count, bytes + 88 + 32 * i + 16, 8);
+  return bytes + off;
+}
+
+/* Recomputes every checksum, as anyone crafting a file can. */
+static void reseal(unsigned char *bytes, size_t len) {
+  uint32_t ns;
+  memcpy(&ns, bytes + 52, 4);
+  for (uint32_t i = 0; i < ns; i++) {
+    uint32_t id, elem;
+    uint64_t off, count, sum;
+    memcpy(&id, bytes + 88 + 32 * i, 4);
+    memcpy(&elem, bytes + 88 + 32 * i + 4, 4);
+    memcpy(&off, bytes + 88 + 32 * i + 8, 8);
+    memcpy(&count, bytes + 88 + 32 * i + 16, 8);
+    if (off < len && count * elem <= len - off && gr_checksum(bytes + off, count * elem, id, &sum) == EM_OK)
+      memcpy(bytes + 88 + 32 * i + 24, &sum, 8);
+  }
+  uint64_t zero = 0, sum;
+  memcpy(bytes + 504, &zero, 8);
+  sum = gr_xxh64(bytes, 512, 1);
+  memcpy(bytes + 504, &sum, 8);
+}
+
+/* Valid checksums over a broken structure: each invariant is checked, with and without
+ * verification, and with and without the rebuild that reordering options cause. */
+static void expect_structure_error(unsigned char *bytes, size_t len, const char *want) {
+  reseal(bytes, len);
+  const char *p = tg_write("crafted.emg", bytes, len);
+  for (int verify = 0; verify <= 1; verify++)
+    for (int reorder = 0; reorder <= 1; reorder++) {
+      em_graph_options o = tg_opts(reorder);
+      o.format = EM_GRAPH_FORMAT_EMBER;
+      o.verify = verify;
+      em_graph *g = NULL;
+      tg_expect_error(em_graph_load(&g, p, &o), EM_ERR_FORMAT, "crafted.emg", want, NULL);
+      assert_null(g);
+    }
+}
+
+static void test_ember_structure(void **state) {
+  (void)state;
+  em_graph *g = small_labelled(1); /* 4 vertices, 5 arcs, reordered, with ids and labels */
+  const char *good = tg_path("good.emg");
+  assert_int_equal(em_graph_save(g, good), EM_OK);
+  em_graph_free(g);
+  size_t len;
+  unsigned char *orig = read_file(good, &len), *b = malloc(len);
+  int64_t v64;
+  uint32_t v32;
+#define FRESH() memcpy(b, orig, len)
+  FRESH(); /* offsets that decrease */
+  v64 = 5;
+  memcpy(section_at(b, 0, NULL) + 8, &v64, 8);
+  expect_structure_error(b, len, "section 'offsets' decreases at vertex 1 (5 then 2)");
+  FRESH(); /* a source id past the vertices */
+  v32 = 4;
+  memcpy(section_at(b, 1, NULL) + 4, &v32, 4);
+  expect_structure_error(b, len, "section 'sources' element 1 is 4, expected a vertex id below 4");
+  FRESH(); /* an out-degree that disagrees with the sources */
+  memcpy(&v32, section_at(b, 2, NULL), 4);
+  v32 += 1;
+  memcpy(section_at(b, 2, NULL), &v32, 4);
+  expect_structure_error(b, len, "section 'out_degree' gives vertex 0");
+  FRESH(); /* to_dense not a permutation */
+  memcpy(section_at(b, 3, NULL), section_at(b, 3, NULL) + 4, 4);
+  expect_structure_error(b, len, "are not inverse permutations");
+  FRESH();
+  v32 = 99;
+  memcpy(section_at(b, 4, NULL) + 8, &v32, 4);
+  expect_structure_error(b, len, "(to_internal), expected ids below 4");
+  FRESH(); /* original ids that do not ascend */
+  memcpy(section_at(b, 5, NULL), section_at(b, 5, NULL) + 8, 8);
+  expect_structure_error(b, len, "section 'original_ids' does not ascend at vertex 0");
+  FRESH(); /* a label range past the data, and one without its NUL */
+  uint64_t ndata;
+  section_at(b, 7, &ndata);
+  v64 = (int64_t)ndata + 100;
+  memcpy(section_at(b, 6, NULL) + 8, &v64, 8);
+  expect_structure_error(b, len, "section 'label_offsets' at vertex 0");
+  FRESH();
+  memset(section_at(b, 7, NULL), 'x', ndata);
+  expect_structure_error(b, len, "is not a NUL-terminated range of the label data");
+  FRESH(); /* count x element size wraps: 2^62 arcs of 4 bytes "fit" in 0 bytes */
+  uint64_t huge = (uint64_t)1 << 62;
+  memcpy(b + 40, &huge, 8);               /* num_edges */
+  memcpy(b + 88 + 32 * 1 + 16, &huge, 8); /* the sources' count */
+  expect_structure_error(b, len, "section 'sources' does not fit the header");
+#undef FRESH
+  free(b), free(orig);
+}
+
 /* gapbs .sg: bool directed, int64 arcs, int64 vertices, int64 offsets[n+1], int32 ids[m]
  * (and the in-edge CSR when directed), packed. */
 static size_t sg_bytes(unsigned char *buf, unsigned char directed, int64_t n, const int64_t *off, const int32_t *nb,
@@ -253,6 +349,7 @@ static void test_sg_errors(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip), cmocka_unit_test(test_options_on_load), cmocka_unit_test(test_ember_errors),
+      cmocka_unit_test(test_ember_structure),
       cmocka_unit_test(test_sg),         cmocka_unit_test(test_sg_errors),
   };
   return cmocka_run_group_tests(tests, tg_setup, tg_cleanup);

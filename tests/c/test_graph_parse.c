@@ -255,6 +255,11 @@ static void test_mtx_errors(void **state) {
   mtx_error("badidx.mtx", WITH_HEADER("3 3 1\n1 b 1\n"), "badidx.mtx:3:", "expected a column index");
   mtx_error("few.mtx", WITH_HEADER("3 3 3\n1 2 1\n2 3 1\n"), "few.mtx:2:", "announces 3 entries, the file has 2");
   mtx_error("many.mtx", WITH_HEADER("3 3 1\n1 2 1\n2 3 1\n"), "many.mtx:2:", "announces 1 entries, the file has 2");
+  /* sizes taken on trust: billions of vertices or entries from a few bytes */
+  mtx_error("rows.mtx", WITH_HEADER("4000000000 4000000000 1\n1 2 1\n"), "rows.mtx:2:",
+            "declares 4000000000 vertices, more than a file of");
+  mtx_error("nnz.mtx", WITH_HEADER("3 3 18446744073709551615\n1 2 1\n"), "nnz.mtx:2:",
+            "announces 18446744073709551615 entries, the 6 bytes after it hold at most 2");
 #undef WITH_HEADER
 }
 

@@ -151,11 +151,48 @@ static void test_misbehaving_reader(void **state) {
   close_both(&s);
 }
 
+/* The checks both ends apply to a peer's LEASE, SLOTS, HELLO and WELCOME (pipeline/wire.h). */
+static void test_message_checks(void **state) {
+  (void)state;
+  dp_hdr h;
+  dp_hdr_init(&h, DP_LEASE);
+  h.n = 3;
+  assert_true(dp_lease_valid(&h, 2, 24));
+  assert_true(dp_lease_valid(&h, 3, 24));
+  assert_false(dp_lease_valid(&h, 2, 23));
+  assert_false(dp_lease_valid(&h, 4, 24));
+  h.n = (int64_t)1 << 61; /* n x 8 wraps to 0: an empty frame must not pass for 2^61 ids */
+  assert_false(dp_lease_valid(&h, 2, 0));
+  h.n = 0;
+  assert_false(dp_lease_valid(&h, 2, 0));
+  h.n = -1;
+  assert_false(dp_slots_valid(&h, 2, 0));
+  h.n = 0;
+  assert_true(dp_slots_valid(&h, 2, 0));
+  h.n = (int64_t)1 << 62;
+  assert_false(dp_slots_valid(&h, 2, 0));
+  dp_hello in, out;
+  memset(&in, 'x', sizeof in);
+  in.pid = 42;
+  in.dataset_size = 10;
+  assert_true(dp_hello_read(&out, &in, sizeof in));
+  assert_int_equal(strlen(out.host), sizeof out.host - 1); /* terminated however it came */
+  assert_int_equal(strlen(out.ring), sizeof out.ring - 1);
+  assert_false(dp_hello_read(&out, &in, sizeof in - 1));
+  in.dataset_size = -5;
+  assert_false(dp_hello_read(&out, &in, sizeof in));
+  assert_true(dp_seconds_valid(0.5));
+  assert_false(dp_seconds_valid(0.0 / 0.0));
+  assert_false(dp_seconds_valid(1.0 / 0.0));
+  assert_false(dp_seconds_valid(-1));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_attach_put_take),
       cmocka_unit_test(test_full_ring_and_wrap),
       cmocka_unit_test(test_misbehaving_reader),
+      cmocka_unit_test(test_message_checks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -44,7 +44,7 @@ em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_
     snprintf(why, why_cap, "bad tensor descriptions");
     return NULL;
   }
-  if (n < 0 || n > len || h->skipped < 0 || zmq_msg_size(&f[3]) != (size_t)n * sizeof(int64_t)) {
+  if (n < 0 || n > len || h->skipped < 0 || h->skipped > len - n || !dp_count_fits(n, zmq_msg_size(&f[3]), 8)) {
     snprintf(why, why_cap, "%lld rows for an item of %lld samples", (long long)n, (long long)len);
     return NULL;
   }

@@ -43,9 +43,10 @@ void dp_host_identity(char host[64], char boot_id[40]) {
 
 int64_t dp_desc_bytes(const em_tensor_desc *d) {
   if (d->ndim < 1 || d->ndim > 8 || d->dtype < 0 || d->dtype >= EM_NUM_DTYPES) return -1;
-  int64_t n = 1;
+  int64_t n = 1, nonzero = 1; /* a zero beside huge sizes: no bytes, but overflowing strides */
   for (int i = 0; i < d->ndim; i++) {
-    if (d->sizes[i] < 0 || (d->sizes[i] && n > INT64_MAX / 16 / d->sizes[i])) return -1;
+    if (d->sizes[i] < 0 || (d->sizes[i] && nonzero > INT64_MAX / 16 / d->sizes[i])) return -1;
+    if (d->sizes[i]) nonzero *= d->sizes[i];
     n *= d->sizes[i];
   }
   return n * (int64_t)em_dtype_size((em_dtype)d->dtype);

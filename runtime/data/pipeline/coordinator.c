@@ -248,10 +248,8 @@ static void reject(em_loader *l, const zmq_msg_t *rid, const char *reason) {
 
 static void on_hello(em_loader *l, frames *m) {
   dp_coord *c = &l->c;
-  if (m->n != 4 || zmq_msg_size(&m->f[2]) != sizeof(dp_hello)) return;
   dp_hello hello;
-  memcpy(&hello, zmq_msg_data(&m->f[2]), sizeof hello);
-  hello.host[63] = hello.boot_id[39] = hello.name[63] = hello.ring[63] = 0;
+  if (m->n != 4 || !dp_hello_read(&hello, zmq_msg_data(&m->f[2]), zmq_msg_size(&m->f[2]))) return;
   char fp[1024];
   dp_text(fp, sizeof fp, zmq_msg_data(&m->f[3]), zmq_msg_size(&m->f[3]));
   dp_worker *w = find_worker(c, &m->f[0]);
@@ -421,11 +419,27 @@ static void on_message(em_loader *l, frames *m) {
   }
   dp_worker *w = find_worker(c, &m->f[0]);
   if (w) w->last_seen = now;
-  switch (h.kind) {
-    case DP_BATCH: on_batch(l, m, w); break;
-    case DP_ERROR:
-    case DP_FATAL: on_error(l, m, w); break;
-    default: break; /* HEARTBEAT: last_seen is all */
+  if (!w && (h.kind == DP_BATCH || h.kind == DP_ERROR || h.kind == DP_FATAL)) {
+    /* Only a reader that said hello (and was welcomed) may deliver results or end the run:
+     * anyone who can reach the endpoint could send a FATAL. A reader whose dataset fails
+     * to load says FATAL before it can say hello: its text is kept as the likely reason
+     * when the readers are all gone, and nothing more. */
+    char text[400] = "";
+    if (h.kind == DP_FATAL && m->n >= 3) dp_text(text, sizeof text, zmq_msg_data(&m->f[2]), zmq_msg_size(&m->f[2]));
+    pthread_mutex_lock(&l->mu);
+    if (h.kind == DP_FATAL)
+      snprintf(l->last_reject, sizeof l->last_reject, "a reader failed before it said hello (unverified): %s", text);
+    else
+      snprintf(l->last_reject, sizeof l->last_reject, "a %s from a peer that never said hello was ignored",
+               h.kind == DP_BATCH ? "BATCH" : "ERROR");
+    pthread_mutex_unlock(&l->mu);
+  } else {
+    switch (h.kind) {
+      case DP_BATCH: on_batch(l, m, w); break;
+      case DP_ERROR:
+      case DP_FATAL: on_error(l, m, w); break;
+      default: break; /* HEARTBEAT: last_seen is all */
+    }
   }
   if (!w && h.kind != DP_FATAL) { /* a reader this trainer does not know (lost, or a restart) */
     dp_hdr r = header(l, DP_RESET);

@@ -159,8 +159,9 @@ static void on_trainer_message(em_reader *r, int ci, zmq_msg_t *f, int n) {
       c->welcomed = 1;
       c->refused = 0;
       c->session = h.session;
-      if (h.heartbeat_s > 0) c->hb = h.heartbeat_s;
-      if (h.heartbeat_timeout_s > c->hb) c->hb_timeout = h.heartbeat_timeout_s;
+      if (dp_seconds_valid(h.heartbeat_s)) c->hb = h.heartbeat_s;
+      if (dp_seconds_valid(h.heartbeat_timeout_s) && h.heartbeat_timeout_s > c->hb)
+        c->hb_timeout = h.heartbeat_timeout_s;
       c->shm_ok = (h.flags & DP_FLAG_SHM) && r->o.shared_memory;
       c->skip_bad = (h.flags & DP_FLAG_SKIP_BAD) != 0;
       break;
@@ -183,9 +184,7 @@ static void on_trainer_message(em_reader *r, int ci, zmq_msg_t *f, int n) {
       c->last_hello = 0;
       break;
     case DP_LEASE: {
-      if (!c->welcomed || h.session != c->session || (n != 2 && n != 3) || h.n < 1 ||
-          zmq_msg_size(&f[1]) != (size_t)h.n * sizeof(int64_t))
-        break;
+      if (!c->welcomed || h.session != c->session || !dp_lease_valid(&h, n, zmq_msg_size(&f[1]))) break;
       if (n == 3) free_slots(r, ci, &f[2]);
       rd_msg *m = calloc(1, sizeof *m);
       if (m) m->ids = malloc(zmq_msg_size(&f[1]));
@@ -203,7 +202,7 @@ static void on_trainer_message(em_reader *r, int ci, zmq_msg_t *f, int n) {
       break;
     }
     case DP_SLOTS:
-      if (n == 2 && h.n >= 0 && zmq_msg_size(&f[1]) == (size_t)h.n * sizeof(int64_t)) free_slots(r, ci, &f[1]);
+      if (dp_slots_valid(&h, n, zmq_msg_size(&f[1]))) free_slots(r, ci, &f[1]);
       break;
     case DP_BYE:
       forget_conn(r, ci);

@@ -108,6 +108,31 @@ static inline int dp_hdr_valid(const void *data, size_t size) {
   return h.magic == DP_MAGIC && h.version == DP_VERSION && h.kind >= DP_HELLO && h.kind < DP_NUM_KINDS;
 }
 
+/* ---- checks both ends apply to what a peer sent (the fuzz harnesses call them too) ---- */
+/* A frame of exactly n elements of elem bytes. n comes from the peer: dividing, not
+ * multiplying, so a huge n cannot wrap to the frame's size. */
+static inline int dp_count_fits(int64_t n, size_t bytes, size_t elem) {
+  return n >= 0 && bytes % elem == 0 && (uint64_t)(bytes / elem) == (uint64_t)n;
+}
+/* LEASE: [hdr][ids x n] or [hdr][ids x n][slots]; at least one id. */
+static inline int dp_lease_valid(const dp_hdr *h, int nframes, size_t ids_bytes) {
+  return (nframes == 2 || nframes == 3) && h->n >= 1 && dp_count_fits(h->n, ids_bytes, sizeof(int64_t));
+}
+/* SLOTS: [hdr][slots x n]. */
+static inline int dp_slots_valid(const dp_hdr *h, int nframes, size_t bytes) {
+  return nframes == 2 && dp_count_fits(h->n, bytes, sizeof(int64_t));
+}
+/* HELLO's body into *out with every string terminated; 0 when the frame is not one. */
+static inline int dp_hello_read(dp_hello *out, const void *data, size_t size) {
+  if (size != sizeof *out) return 0;
+  memcpy(out, data, sizeof *out);
+  out->host[sizeof out->host - 1] = out->boot_id[sizeof out->boot_id - 1] = 0;
+  out->name[sizeof out->name - 1] = out->ring[sizeof out->ring - 1] = 0;
+  return out->pid >= 0 && out->dataset_size >= 0;
+}
+/* WELCOME's heartbeat times: taken only when finite and within an hour. */
+static inline int dp_seconds_valid(double s) { return s > 0 && s <= 3600; }
+
 /* ---- shared helpers (pipeline/common.c) ---- */
 uint64_t dp_random64(void);              /* from /dev/urandom, else time and pid */
 void dp_host_identity(char host[64], char boot_id[40]);
