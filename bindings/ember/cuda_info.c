@@ -33,7 +33,7 @@ void em_host_print_cuda(void) {
     printf("  cuda:    none (%s)\n", em_cuda_unavailable_reason());
   }
   em_cuda_versions v;
-  if (em_cuda_get_versions(&v)) return;   /* no plugin: the reason above says so */
+  if (em_cuda_get_versions(&v)) return; /* no plugin: the reason above says so */
   char driver[16], runtime[16], cublas[16], cudnn[16], nccl[16];
   cuda_version(driver, sizeof driver, v.driver);
   cuda_version(runtime, sizeof runtime, v.runtime);

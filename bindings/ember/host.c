@@ -69,17 +69,15 @@ static const char *usage_text =
 int em_host_traceback(lua_State *L) {
   const char *msg = lua_tostring(L, 1);
   if (!msg) {
-    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
-      msg = lua_tostring(L, -1);
-    else
-      msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) msg = lua_tostring(L, -1);
+    else msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   }
   luaL_traceback(L, L, msg, 1);
   return 1;
 }
 
 int em_host_pcall(lua_State *L, int nargs, int nresults) {
-  int base = lua_gettop(L) - nargs;  /* the function's slot */
+  int base = lua_gettop(L) - nargs; /* the function's slot */
   lua_pushcfunction(L, em_host_traceback);
   lua_insert(L, base);
   int status = lua_pcall(L, nargs, nresults, base);
@@ -139,14 +137,13 @@ int em_host_load_ember(lua_State *L) {
 static void set_paths(lua_State *L) {
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "path");
-  lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s/?.lua;%s/?.lua;%s/?/init.lua;%s",
-                  EMBER_SOURCE_LUA_DIR, EMBER_SOURCE_LUA_DIR, EMBER_BUILD_LUA_DIR,
-                  EMBER_INSTALL_LUA_DIR, EMBER_INSTALL_LUA_DIR, lua_tostring(L, -1));
+  lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s/?.lua;%s/?.lua;%s/?/init.lua;%s", EMBER_SOURCE_LUA_DIR,
+                  EMBER_SOURCE_LUA_DIR, EMBER_BUILD_LUA_DIR, EMBER_INSTALL_LUA_DIR, EMBER_INSTALL_LUA_DIR,
+                  lua_tostring(L, -1));
   lua_setfield(L, -3, "path");
   lua_pop(L, 1);
   lua_getfield(L, -1, "cpath");
-  lua_pushfstring(L, "%s/?.so;%s/?.so;%s", EMBER_BUILD_DIR, EMBER_INSTALL_LIB_DIR,
-                  lua_tostring(L, -1));
+  lua_pushfstring(L, "%s/?.so;%s/?.so;%s", EMBER_BUILD_DIR, EMBER_INSTALL_LIB_DIR, lua_tostring(L, -1));
   lua_setfield(L, -3, "cpath");
   lua_pop(L, 1);
   /* bindings/ember/yaml.c is linked in too when libyaml was found: require 'ember_yaml' then
@@ -225,12 +222,12 @@ static int run_jit_cmd(lua_State *L, const char *cmd) {
 /* ---------------------------------------------------------------- command line */
 
 typedef struct options {
-  int script;       /* argv index of the script (or command), argc when there is none */
+  int script; /* argv index of the script (or command), argc when there is none */
   int after_dashes; /* the script came after "--": never a command */
-  int interactive;  /* -i */
-  int exec;         /* -e or -l given */
-  int threads;      /* --threads N, 0 when not given */
-  int other;        /* -e, -l, -i or -j given (commands take none of them) */
+  int interactive; /* -i */
+  int exec; /* -e or -l given */
+  int threads; /* --threads N, 0 when not given */
+  int other; /* -e, -l, -i or -j given (commands take none of them) */
 } options;
 
 static int usage_error(const char *fmt, const char *what) {
@@ -314,12 +311,9 @@ static int run_options(lua_State *L, int argc, char **argv, const options *o) {
     if (a[1] != 'e' && a[1] != 'l' && a[1] != 'j') continue;
     const char *v = option_value(argc, argv, &i);
     int status;
-    if (a[1] == 'e')
-      status = run_loaded(L, luaL_loadbuffer(L, v, strlen(v), "=(command line)"));
-    else if (a[1] == 'l')
-      status = run_require(L, v);
-    else
-      status = run_jit_cmd(L, v);
+    if (a[1] == 'e') status = run_loaded(L, luaL_loadbuffer(L, v, strlen(v), "=(command line)"));
+    else if (a[1] == 'l') status = run_require(L, v);
+    else status = run_jit_cmd(L, v);
     if (status) return status;
   }
   return 0;
@@ -330,8 +324,7 @@ static void check_thread_env(void) {
   const char *env = getenv("EMBER_NUM_THREADS");
   int n;
   if (env && *env && parse_threads(env, &n))
-    fprintf(stderr, "ember: ignoring EMBER_NUM_THREADS='%s' (expected a whole number from 1 to 4096)\n",
-            env);
+    fprintf(stderr, "ember: ignoring EMBER_NUM_THREADS='%s' (expected a whole number from 1 to 4096)\n", env);
 }
 
 /* ---------------------------------------------------------------- commands */
@@ -423,7 +416,7 @@ static int run_command(lua_State *L, int argc, char **argv, const options *o) {
 /* ---------------------------------------------------------------- main */
 
 int main(int argc, char **argv) {
-  if (ember_select_blas_kernels) ember_select_blas_kernels(argv);  /* may re-exec, once */
+  if (ember_select_blas_kernels) ember_select_blas_kernels(argv); /* may re-exec, once */
   options o;
   int status = collect_options(argc, argv, &o);
   if (status >= 0) return status;
@@ -451,6 +444,6 @@ int main(int argc, char **argv) {
     int repl_status = em_repl_run(L);
     if (!status) status = repl_status;
   }
-  lua_close(L);  /* runs finalizers: tensors still held by Lua are released */
+  lua_close(L); /* runs finalizers: tensors still held by Lua are released */
   return status;
 }

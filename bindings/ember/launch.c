@@ -79,7 +79,7 @@ static int cma_works(void) {
   if (child == 0) {
     char c;
     close(fds[1]);
-    (void)!read(fds[0], &c, 1);   /* wait until the parent is done */
+    (void)!read(fds[0], &c, 1); /* wait until the parent is done */
     _exit(0);
   }
   close(fds[0]);
@@ -104,10 +104,10 @@ typedef struct line_buf {
 typedef struct stream {
   int fd;
   FILE *out;
-  char pending[8192];   /* bytes not parsed yet (at most a partial tag) */
+  char pending[8192]; /* bytes not parsed yet (at most a partial tag) */
   size_t n_pending;
-  int rank;             /* rank of the text being read; -1: mpirun itself */
-  line_buf *lines;      /* per rank, [0] for mpirun at index nproc */
+  int rank; /* rank of the text being read; -1: mpirun itself */
+  line_buf *lines; /* per rank, [0] for mpirun at index nproc */
   int nproc;
   int prefix;
 } stream;
@@ -193,7 +193,7 @@ static void consume(stream *s, const char *data, size_t n) {
       continue;
     }
     emit_run(s, buf + start, pos - start);
-    if (t < 0) {   /* a tag cut by the read: keep it for the next one */
+    if (t < 0) { /* a tag cut by the read: keep it for the next one */
       s->n_pending = len - pos < sizeof s->pending ? len - pos : 0;
       memcpy(s->pending, buf + pos, s->n_pending);
       return;
@@ -296,8 +296,7 @@ static int run_prefixed(char **cmd, int nproc, int prefix) {
     for (int r = 0; r <= nproc; r++) free(s[k].lines[r].data);
     free(s[k].lines);
   }
-  while (!exited && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  while (!exited && waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }

@@ -43,18 +43,18 @@ typedef enum { LINE_OK, LINE_EOF, LINE_INTERRUPTED } line_status;
 
 typedef struct repl {
   lua_State *L;
-  int tty;          /* stdin is a terminal: prompts, banner, line editing */
-  int module_ref;   /* ember.repl (format, complete), LUA_NOREF if it did not load */
-  int jit_off_ref;  /* jit.off, LUA_NOREF without the jit module */
-  int failed;       /* a statement raised an error (exit status 1 when not a terminal) */
+  int tty; /* stdin is a terminal: prompts, banner, line editing */
+  int module_ref; /* ember.repl (format, complete), LUA_NOREF if it did not load */
+  int jit_off_ref; /* jit.off, LUA_NOREF without the jit module */
+  int failed; /* a statement raised an error (exit status 1 when not a terminal) */
 } repl;
 
 /* ---------------------------------------------------------------- signals */
 
-static lua_State *volatile running;     /* the state while a statement runs, else NULL */
+static lua_State *volatile running; /* the state while a statement runs, else NULL */
 static volatile sig_atomic_t got_sigint;
 static volatile sig_atomic_t got_sigwinch;
-static int wake_pipe[2] = {-1, -1};     /* handlers -> the wait for input (self-pipe) */
+static int wake_pipe[2] = {-1, -1}; /* handlers -> the wait for input (self-pipe) */
 
 static void wake(void) {
   if (wake_pipe[1] >= 0) {
@@ -77,7 +77,7 @@ static void on_sigint(int sig) {
   lua_State *L = running;
   if (L) {
     lua_sethook(L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
-    alarm(1);  /* on_sigalrm says why nothing happened if the hook never fires */
+    alarm(1); /* on_sigalrm says why nothing happened if the hook never fires */
   }
 }
 
@@ -140,7 +140,7 @@ static line_status read_line_plain(repl *r, const char *prompt, char **out) {
       if (r->tty) fputc('\n', stdout);
       return LINE_INTERRUPTED;
     }
-    if (r->tty) fputc('\n', stdout);  /* Ctrl-D: the shell's prompt on a line of its own */
+    if (r->tty) fputc('\n', stdout); /* Ctrl-D: the shell's prompt on a line of its own */
     return LINE_EOF;
   }
   if (n > 0 && line[n - 1] == '\n') line[--n] = 0;
@@ -205,8 +205,7 @@ static line_status read_line_readline(const char *prompt, char **out) {
     }
     if (wake_pipe[0] >= 0 && FD_ISSET(wake_pipe[0], &fds)) {
       char drain[64];
-      while (read(wake_pipe[0], drain, sizeof drain) > 0) {
-      }
+      while (read(wake_pipe[0], drain, sizeof drain) > 0) {}
     }
     /* select() reports ready input ahead of a signal that came with it; the handler has
      * run by now, and a Ctrl-C must clear the line before the keys after it are read. */
@@ -214,7 +213,7 @@ static line_status read_line_readline(const char *prompt, char **out) {
     rl_callback_read_char();
   }
   if (!line_read) {
-    fputs("\n", rl_outstream);  /* Ctrl-D: leave the shell's prompt on a line of its own */
+    fputs("\n", rl_outstream); /* Ctrl-D: leave the shell's prompt on a line of its own */
     return LINE_EOF;
   }
   *out = line_read;
@@ -226,12 +225,9 @@ static line_status read_line_readline(const char *prompt, char **out) {
 static void history_open(void) {
   const char *env = getenv("EMBER_HISTORY");
   const char *home = getenv("HOME");
-  if (env)
-    snprintf(history_path, sizeof history_path, "%s", env);
-  else if (home && *home)
-    snprintf(history_path, sizeof history_path, "%s/.ember_history", home);
-  else
-    history_path[0] = 0;
+  if (env) snprintf(history_path, sizeof history_path, "%s", env);
+  else if (home && *home) snprintf(history_path, sizeof history_path, "%s/.ember_history", home);
+  else history_path[0] = 0;
   using_history();
   stifle_history(HISTORY_LINES);
   if (!history_path[0]) return;
@@ -245,15 +241,12 @@ static void history_add(const char *line) {
   if (last && !strcmp(last->line, line)) return;
   add_history(line);
   if (!history_path[0]) return;
-  if (access(history_path, F_OK) == 0)
-    append_history(1, history_path);
-  else
-    write_history(history_path);
+  if (access(history_path, F_OK) == 0) append_history(1, history_path);
+  else write_history(history_path);
 }
 
 static void history_close(void) {
-  if (history_path[0] && access(history_path, F_OK) == 0)
-    history_truncate_file(history_path, HISTORY_LINES);
+  if (history_path[0] && access(history_path, F_OK) == 0) history_truncate_file(history_path, HISTORY_LINES);
 }
 
 static void free_candidates(void) {
@@ -276,7 +269,7 @@ static char *next_candidate(const char *text, int state) {
 static char **complete(const char *text, int start, int end) {
   (void)start;
   (void)end;
-  rl_attempted_completion_over = 1;  /* never fall back to file names */
+  rl_attempted_completion_over = 1; /* never fall back to file names */
   rl_completion_append_character = '\0';
   lua_State *L = completion_L;
   if (!L || completion_ref == LUA_NOREF) return NULL;
@@ -302,7 +295,7 @@ static char **complete(const char *text, int start, int end) {
 
 static void readline_open(repl *r) {
   rl_readline_name = "ember";
-  rl_catch_signals = 0;  /* SIGINT and SIGWINCH are handled here */
+  rl_catch_signals = 0; /* SIGINT and SIGWINCH are handled here */
   rl_catch_sigwinch = 0;
   rl_attempted_completion_function = complete;
   rl_basic_word_break_characters = " \t\n\"\\'`@$><=;|&{(+-*/%^~#,)}[]";
@@ -361,7 +354,7 @@ static int load_text(lua_State *L, const char *fmt, const char *chunk) {
  * in a plain "return f(x)" the call is a tail call, and an error raised in f would lose
  * the frame and the position of the line typed. */
 static parse_status parse(lua_State *L, const char *chunk, int *expression) {
-  if (chunk[0] == '=') chunk++;  /* "=expr" is the old spelling of "return expr" */
+  if (chunk[0] == '=') chunk++; /* "=expr" is the old spelling of "return expr" */
   *expression = 0;
   int status = load_text(L, "return %s", chunk);
   if (status == 0) {
@@ -369,7 +362,7 @@ static parse_status parse(lua_State *L, const char *chunk, int *expression) {
     *expression = load_text(L, "return (...)(1, %s\n)", chunk) == 0;
     if (*expression) return PARSE_OK;
     lua_pop(L, 1);
-    load_text(L, "return %s", chunk);  /* e.g. "1;": fine after return, not in a call */
+    load_text(L, "return %s", chunk); /* e.g. "1;": fine after return, not in a call */
     return PARSE_OK;
   }
   int expr_incomplete = status == LUA_ERRSYNTAX && is_incomplete(L);
@@ -396,7 +389,7 @@ static line_status read_chunk(repl *r, int *compiled) {
     if (strspn(line, " \t") == strlen(line)) free(line), line = NULL;
   } while (!line);
   remember_line(r, line);
-  lua_pushstring(L, line);  /* the chunk so far */
+  lua_pushstring(L, line); /* the chunk so far */
   free(line);
   for (;;) {
     parse_status ps = parse(L, lua_tostring(L, -1), &expression);
@@ -406,13 +399,13 @@ static line_status read_chunk(repl *r, int *compiled) {
       return LINE_OK;
     }
     if (ps == PARSE_ERROR) break;
-    lua_pop(L, 1);  /* the incomplete-chunk message */
+    lua_pop(L, 1); /* the incomplete-chunk message */
     ls = read_line(r, PROMPT_MORE, &line);
     if (ls == LINE_INTERRUPTED) {
       lua_pop(L, 1);
       return ls;
     }
-    if (ls == LINE_EOF) {  /* the chunk never got complete: show why */
+    if (ls == LINE_EOF) { /* the chunk never got complete: show why */
       parse(L, lua_tostring(L, -1), &expression);
       break;
     }
@@ -442,7 +435,7 @@ static void print_values(repl *r, int base) {
     lua_getfield(L, -1, "format");
     lua_remove(L, -2);
   } else {
-    lua_getglobal(L, "print");  /* fallback: print separates with tabs too */
+    lua_getglobal(L, "print"); /* fallback: print separates with tabs too */
   }
   lua_insert(L, base + 1);
   if (em_host_pcall(L, n, 1) == 0) {
@@ -460,7 +453,7 @@ static int pass_values(lua_State *L) { return lua_gettop(L) - 1; }
 
 static void run_chunk(repl *r, int expression) {
   lua_State *L = r->L;
-  int base = lua_gettop(L) - 1;  /* below the function */
+  int base = lua_gettop(L) - 1; /* below the function */
   if (r->jit_off_ref != LUA_NOREF) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, r->jit_off_ref);
     lua_pushvalue(L, -2);
@@ -475,7 +468,7 @@ static void run_chunk(repl *r, int expression) {
   running = NULL;
   alarm(0);
   set_sigint(0);
-  if (got_sigint) {  /* a Ctrl-C that came too late for the hook */
+  if (got_sigint) { /* a Ctrl-C that came too late for the hook */
     lua_sethook(L, NULL, 0, 0);
     got_sigint = 0;
   }
@@ -513,8 +506,7 @@ static void print_banner(lua_State *L) {
   lua_getglobal(L, "jit");
   lua_getfield(L, -1, "version");
   const char *jit = lua_isstring(L, -1) ? lua_tostring(L, -1) : LUAJIT_VERSION;
-  printf("ember %s | %s | threads: %d | devices: %s\n", em_version(), jit,
-         em_get_num_threads(), devices);
+  printf("ember %s | %s | threads: %d | devices: %s\n", em_version(), jit, em_get_num_threads(), devices);
   lua_pop(L, 2);
 #ifdef EMBER_HAVE_READLINE
   printf("The library is the global `ember`. Tab completes, Ctrl-C interrupts, Ctrl-D exits.\n");
@@ -526,7 +518,7 @@ static void print_banner(lua_State *L) {
 
 int em_repl_run(lua_State *L) {
   repl r = {.L = L, .tty = isatty(STDIN_FILENO), .failed = 0};
-  em_host_load_ember(L);  /* reported if it fails; plain Lua still works */
+  em_host_load_ember(L); /* reported if it fails; plain Lua still works */
   r.module_ref = ref_field(L, "ember.repl", NULL);
   r.jit_off_ref = ref_field(L, "jit", "off");
   if (r.tty) print_banner(L);

@@ -28,7 +28,7 @@ typedef struct {
   lua_State *L;
   yaml_document_t *doc;
   int lines_index; /* stack index of the lines table */
-  int null_index;  /* stack index of the null sentinel */
+  int null_index; /* stack index of the null sentinel */
   unsigned char *seen; /* per node of doc: converted once already (a later visit is an alias) */
   long nodes, alias_uses;
   char path[1024];
@@ -165,9 +165,7 @@ static int push_node(converter *c, yaml_node_t *node, int depth) {
       }
       return 1;
     }
-    default:
-      lua_pushvalue(L, c->null_index);
-      return 1;
+    default: lua_pushvalue(L, c->null_index); return 1;
   }
 }
 

@@ -3,7 +3,7 @@
 #include "autocast.h"
 
 typedef struct autocast_state {
-  int any;                               /* on for some device type: the ops' fast check */
+  int any; /* on for some device type: the ops' fast check */
   unsigned char on[EM_NUM_DEVICE_TYPES];
   unsigned char dtype_set[EM_NUM_DEVICE_TYPES];
   em_dtype dtype[EM_NUM_DEVICE_TYPES];

@@ -17,16 +17,16 @@
 
 typedef enum em_autocast_policy {
   EM_AUTOCAST_LOWER, /* matmul, addmm, linear, conv2d: float32/float16/bfloat16 operands to the autocast dtype */
-  EM_AUTOCAST_FP32   /* softmax, losses, norms, sums: float16/bfloat16 operands to float32 */
+  EM_AUTOCAST_FP32 /* softmax, losses, norms, sums: float16/bfloat16 operands to float32 */
 } em_autocast_policy;
 
 #define EM_AUTOCAST_MAX_OPERANDS 4
 
 typedef struct em_autocast_ops {
   const em_tensor *t[EM_AUTOCAST_MAX_OPERANDS]; /* the operands to use */
-  em_tensor *cast[EM_AUTOCAST_MAX_OPERANDS];    /* the casts made (released by finish) */
+  em_tensor *cast[EM_AUTOCAST_MAX_OPERANDS]; /* the casts made (released by finish) */
   int n;
-  em_status status;                             /* a failed cast */
+  em_status status; /* a failed cast */
 } em_autocast_ops;
 
 /* The dtype that an operand of `dtype` on a device of device_type takes under policy in

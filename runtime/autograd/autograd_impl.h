@@ -18,20 +18,20 @@ typedef struct em_node em_node;
 typedef em_status (*em_backward_fn)(em_node *n, em_tensor *const *grad_out, em_tensor **grad_in);
 
 typedef struct em_edge {
-  em_node *node;   /* producer of the input (its grad_fn or its leaf accumulator); NULL: no grad */
-  int input_nr;    /* which output of that node */
+  em_node *node; /* producer of the input (its grad_fn or its leaf accumulator); NULL: no grad */
+  int input_nr; /* which output of that node */
 } em_edge;
 
 struct em_node {
   atomic_int refcount;
   const char *name;
-  em_backward_fn backward;      /* NULL for a leaf accumulator */
+  em_backward_fn backward; /* NULL for a leaf accumulator */
   void (*release_ctx)(em_node *n);
-  uint64_t seq;                 /* creation order: the engine runs newest first */
+  uint64_t seq; /* creation order: the engine runs newest first */
   int n_inputs;
-  em_edge *next;                /* n_inputs edges */
+  em_edge *next; /* n_inputs edges */
   int n_outputs;
-  bool released;                /* saved state dropped after a backward without retain_graph */
+  bool released; /* saved state dropped after a backward without retain_graph */
   /* Saved state for the backward function. Tensors are history-free aliases (no cycles). */
   em_tensor *saved[EM_NODE_MAX_SAVED];
   double d[4];
@@ -61,13 +61,13 @@ typedef struct em_autograd_meta {
   bool requires_grad;
   bool retains_grad;
   em_tensor *grad;
-  em_node *grad_fn;             /* strong */
+  em_node *grad_fn; /* strong */
   int output_nr;
-  em_node *accumulator;         /* weak: the leaf's accumulator while a graph uses it */
+  em_node *accumulator; /* weak: the leaf's accumulator while a graph uses it */
   em_leaf_hook_entry *hooks;
   int n_hooks, cap_hooks;
-  em_tensor *self;              /* the tensor this record belongs to (weak) */
-  em_tensor *grad_dest;         /* em_set_grad_destination (strong), or NULL */
+  em_tensor *self; /* the tensor this record belongs to (weak) */
+  em_tensor *grad_dest; /* em_set_grad_destination (strong), or NULL */
 } em_autograd_meta;
 
 /* ---- for differentiable ops ---- */

@@ -245,8 +245,8 @@ em_status em_set_grad_destination(em_tensor *leaf, em_tensor *dest) {
         dest->storage->device.index != leaf->storage->device.index)
       return em_set_error(EM_ERR_ARGUMENT,
                           "set_grad_destination: the destination (%s %s) must be contiguous, with the tensor's shape "
-                          "%s, dtype %s and device", em_dtype_name(dest->dtype), EM_SHAPE(dest), EM_SHAPE(leaf),
-                          em_dtype_name(leaf->dtype));
+                          "%s, dtype %s and device",
+                          em_dtype_name(dest->dtype), EM_SHAPE(dest), EM_SHAPE(leaf), em_dtype_name(leaf->dtype));
   }
   em_autograd_meta *m = ag_meta(leaf, dest != NULL);
   if (!m) return dest ? em_set_error(EM_ERR_MEMORY, "set_grad_destination: out of memory") : EM_OK;
@@ -258,7 +258,7 @@ em_status em_set_grad_destination(em_tensor *leaf, em_tensor *dest) {
 
 em_tensor *ag_node_grad_destination(const em_node *n, int i, int ndim, const int64_t *shape, em_dtype dtype) {
   const em_node *acc = n->next[i].node;
-  if (!acc || acc->backward || !acc->leaf) return NULL;   /* not a leaf's accumulator */
+  if (!acc || acc->backward || !acc->leaf) return NULL; /* not a leaf's accumulator */
   const em_autograd_meta *m = acc->leaf->autograd;
   em_tensor *d = m ? m->grad_dest : NULL;
   /* not when a gradient for the leaf arrived already in this backward: it may be d itself */
@@ -271,8 +271,7 @@ em_tensor *ag_node_grad_destination(const em_node *n, int i, int ndim, const int
 
 em_status em_retain_grad(em_tensor *t) {
   em_autograd_meta *m = t ? t->autograd : NULL;
-  if (!m || !m->requires_grad)
-    return em_set_error(EM_ERR_ARGUMENT, "retain_grad: the tensor does not require grad");
+  if (!m || !m->requires_grad) return em_set_error(EM_ERR_ARGUMENT, "retain_grad: the tensor does not require grad");
   if (!m->grad_fn) return EM_OK; /* leaves keep their grad anyway */
   if (m->output_nr >= EM_NODE_MAX_OUTPUTS)
     return em_set_error(EM_ERR_UNSUPPORTED, "retain_grad: not supported on output %d of %s", m->output_nr,

@@ -49,8 +49,8 @@ em_status em_ag_custom(int n_inputs, em_tensor *const *inputs, int n_outputs, em
     if (release) release(ctx);
     return EM_OK;
   }
-  em_node *n = ag_node_new(name ? name : "CustomBackward", custom_backward, n_inputs,
-                           (const em_tensor *const *)inputs, n_outputs);
+  em_node *n = ag_node_new(name ? name : "CustomBackward", custom_backward, n_inputs, (const em_tensor *const *)inputs,
+                           n_outputs);
   custom_ctx *c = n ? calloc(1, sizeof *c) : NULL;
   if (c) {
     c->ndims = calloc(n_inputs ? n_inputs : 1, sizeof *c->ndims);

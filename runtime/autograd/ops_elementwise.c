@@ -4,19 +4,19 @@
 #include "tensor/backend.h"
 
 static const char *binop_name[EM_NUM_BINOPS] = {
-    [EM_ADD] = "AddBackward",      [EM_SUB] = "SubBackward",         [EM_MUL] = "MulBackward",
-    [EM_DIV] = "DivBackward",      [EM_POW] = "PowBackward",         [EM_MAXIMUM] = "MaximumBackward",
+    [EM_ADD] = "AddBackward",         [EM_SUB] = "SubBackward",   [EM_MUL] = "MulBackward",
+    [EM_DIV] = "DivBackward",         [EM_POW] = "PowBackward",   [EM_MAXIMUM] = "MaximumBackward",
     [EM_MINIMUM] = "MinimumBackward", [EM_FMOD] = "FmodBackward",
 };
 
 static const char *unop_name[EM_NUM_UNOPS] = {
-    [EM_NEG] = "NegBackward",     [EM_ABS] = "AbsBackward",       [EM_EXP] = "ExpBackward",
-    [EM_LOG] = "LogBackward",     [EM_SQRT] = "SqrtBackward",     [EM_SIN] = "SinBackward",
-    [EM_COS] = "CosBackward",     [EM_TANH] = "TanhBackward",     [EM_SIGMOID] = "SigmoidBackward",
-    [EM_RELU] = "ReluBackward",   [EM_SIGN] = "SignBackward",     [EM_FLOOR] = "FloorBackward",
-    [EM_CEIL] = "CeilBackward",   [EM_ROUND] = "RoundBackward",   [EM_RECIPROCAL] = "ReciprocalBackward",
+    [EM_NEG] = "NegBackward",       [EM_ABS] = "AbsBackward",     [EM_EXP] = "ExpBackward",
+    [EM_LOG] = "LogBackward",       [EM_SQRT] = "SqrtBackward",   [EM_SIN] = "SinBackward",
+    [EM_COS] = "CosBackward",       [EM_TANH] = "TanhBackward",   [EM_SIGMOID] = "SigmoidBackward",
+    [EM_RELU] = "ReluBackward",     [EM_SIGN] = "SignBackward",   [EM_FLOOR] = "FloorBackward",
+    [EM_CEIL] = "CeilBackward",     [EM_ROUND] = "RoundBackward", [EM_RECIPROCAL] = "ReciprocalBackward",
     [EM_SQUARE] = "SquareBackward", [EM_RSQRT] = "RsqrtBackward", [EM_LOG1P] = "Log1pBackward",
-    [EM_EXPM1] = "Expm1Backward", [EM_ERF] = "ErfBackward",       [EM_GELU] = "GeluBackward",
+    [EM_EXPM1] = "Expm1Backward",   [EM_ERF] = "ErfBackward",     [EM_GELU] = "GeluBackward",
     [EM_SILU] = "SiluBackward",
 };
 
@@ -33,9 +33,7 @@ static em_status binary_backward(em_node *n, em_tensor *const *go, em_tensor **g
   em_tensor *ga = NULL, *gb = NULL;
   bool need_a = em_node_needs_input_grad(n, 0), need_b = em_node_needs_input_grad(n, 1);
   switch (op) {
-    case EM_ADD:
-      ga = g, gb = g;
-      break;
+    case EM_ADD: ga = g, gb = g; break;
     case EM_SUB:
       ga = g;
       if (need_b) gb = ag_sc_unary(&sc, EM_NEG, g);
@@ -58,10 +56,8 @@ static em_status binary_backward(em_node *n, em_tensor *const *go, em_tensor **g
     case EM_MINIMUM: { /* ties share the gradient equally, as PyTorch does */
       em_binop wins = op == EM_MAXIMUM ? EM_GT : EM_LT;
       em_tensor *half = ag_sc_scalar(&sc, EM_MUL, ag_sc_binary(&sc, EM_EQ, a, b), 0.5);
-      if (need_a)
-        ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_binary(&sc, EM_ADD, ag_sc_binary(&sc, wins, a, b), half));
-      if (need_b)
-        gb = ag_sc_binary(&sc, EM_MUL, g, ag_sc_binary(&sc, EM_ADD, ag_sc_binary(&sc, wins, b, a), half));
+      if (need_a) ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_binary(&sc, EM_ADD, ag_sc_binary(&sc, wins, a, b), half));
+      if (need_b) gb = ag_sc_binary(&sc, EM_MUL, g, ag_sc_binary(&sc, EM_ADD, ag_sc_binary(&sc, wins, b, a), half));
       break;
     }
     case EM_FMOD: /* fmod(a, b) = a - trunc(a/b) b: d/da = 1, d/db = -trunc(a/b) */
@@ -73,8 +69,7 @@ static em_status binary_backward(em_node *n, em_tensor *const *go, em_tensor **g
         gb = ag_sc_unary(&sc, EM_NEG, ag_sc_binary(&sc, EM_MUL, g, tq));
       }
       break;
-    default:
-      return em_set_error(EM_ERR_UNSUPPORTED, "%s: no derivative", n->name);
+    default: return em_set_error(EM_ERR_UNSUPPORTED, "%s: no derivative", n->name);
   }
   if (!sc.st && need_a) {
     em_tensor_retain(ga);
@@ -96,8 +91,7 @@ em_status em_ag_binary(em_binop op, em_tensor **out, const em_tensor *a, const e
   em_node *n = ag_node_new(binop_name[op], binary_backward, 2, in, 1);
   if (n) {
     n->i[0] = op;
-    if (op == EM_MUL || op == EM_POW || op == EM_MAXIMUM || op == EM_MINIMUM || op == EM_FMOD)
-      ag_node_save(n, 0, a);
+    if (op == EM_MUL || op == EM_POW || op == EM_MAXIMUM || op == EM_MINIMUM || op == EM_FMOD) ag_node_save(n, 0, a);
     if (op != EM_ADD && op != EM_SUB) ag_node_save(n, 1, b);
     if (op == EM_DIV || op == EM_POW) ag_node_save(n, 2, *out);
   }
@@ -149,8 +143,7 @@ static em_status scalar_backward(em_node *n, em_tensor *const *go, em_tensor **g
         ga = ag_sc_unary(&sc, EM_NEG, ag_sc_binary(&sc, EM_MUL, g, tq));
       }
       break;
-    default:
-      return em_set_error(EM_ERR_UNSUPPORTED, "%s: no derivative", n->name);
+    default: return em_set_error(EM_ERR_UNSUPPORTED, "%s: no derivative", n->name);
   }
   if (!sc.st) {
     em_tensor_retain(ga);
@@ -224,26 +217,29 @@ static em_status unary_backward(em_node *n, em_tensor *const *go, em_tensor **gi
     case EM_LOG1P: ga = ag_sc_binary(&sc, EM_DIV, g, ag_sc_scalar(&sc, EM_ADD, a, 1.0)); break;
     case EM_EXPM1: ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_scalar(&sc, EM_ADD, out, 1.0)); break;
     case EM_ERF: /* 2/sqrt(pi) exp(-a^2) */
-      ga = ag_sc_binary(&sc, EM_MUL, g,
-                        ag_sc_scalar(&sc, EM_MUL, ag_sc_unary(&sc, EM_EXP, ag_sc_unary(&sc, EM_NEG, ag_sc_unary(&sc, EM_SQUARE, a))),
-                                     inv_sqrt_pi2));
+      ga = ag_sc_binary(
+          &sc, EM_MUL, g,
+          ag_sc_scalar(&sc, EM_MUL, ag_sc_unary(&sc, EM_EXP, ag_sc_unary(&sc, EM_NEG, ag_sc_unary(&sc, EM_SQUARE, a))),
+                       inv_sqrt_pi2));
       break;
     case EM_GELU: { /* Phi(a) + a phi(a) */
-      em_tensor *cdf = ag_sc_scalar(&sc, EM_MUL, ag_sc_scalar(&sc, EM_ADD, ag_sc_unary(&sc, EM_ERF, ag_sc_scalar(&sc, EM_MUL, a, M_SQRT1_2)), 1.0), 0.5);
-      em_tensor *pdf = ag_sc_scalar(&sc, EM_MUL,
-                                    ag_sc_unary(&sc, EM_EXP, ag_sc_scalar(&sc, EM_MUL, ag_sc_unary(&sc, EM_SQUARE, a), -0.5)),
-                                    inv_sqrt_2pi);
+      em_tensor *cdf = ag_sc_scalar(
+          &sc, EM_MUL,
+          ag_sc_scalar(&sc, EM_ADD, ag_sc_unary(&sc, EM_ERF, ag_sc_scalar(&sc, EM_MUL, a, M_SQRT1_2)), 1.0), 0.5);
+      em_tensor *pdf = ag_sc_scalar(
+          &sc, EM_MUL, ag_sc_unary(&sc, EM_EXP, ag_sc_scalar(&sc, EM_MUL, ag_sc_unary(&sc, EM_SQUARE, a), -0.5)),
+          inv_sqrt_2pi);
       ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_binary(&sc, EM_ADD, cdf, ag_sc_binary(&sc, EM_MUL, a, pdf)));
       break;
     }
     case EM_SILU: { /* s (1 + a (1 - s)) */
       em_tensor *s = ag_sc_unary(&sc, EM_SIGMOID, a);
-      em_tensor *inner = ag_sc_scalar(&sc, EM_ADD, ag_sc_binary(&sc, EM_MUL, a, ag_sc_rscalar(&sc, EM_SUB, 1.0, s)), 1.0);
+      em_tensor *inner =
+          ag_sc_scalar(&sc, EM_ADD, ag_sc_binary(&sc, EM_MUL, a, ag_sc_rscalar(&sc, EM_SUB, 1.0, s)), 1.0);
       ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_binary(&sc, EM_MUL, s, inner));
       break;
     }
-    default:
-      return em_set_error(EM_ERR_UNSUPPORTED, "%s: no derivative", n->name);
+    default: return em_set_error(EM_ERR_UNSUPPORTED, "%s: no derivative", n->name);
   }
   if (!sc.st) {
     em_tensor_retain(ga);
@@ -262,14 +258,20 @@ em_status em_ag_unary(em_unop op, em_tensor **out, const em_tensor *a) {
   if (n) {
     n->i[0] = op;
     switch (op) {
-      case EM_EXP: case EM_SQRT: case EM_TANH: case EM_SIGMOID: case EM_RELU: case EM_RECIPROCAL:
-      case EM_RSQRT: case EM_EXPM1:
-        ag_node_save(n, 2, *out);
-        break;
-      case EM_NEG: case EM_SIGN: case EM_FLOOR: case EM_CEIL: case EM_ROUND:
-        break;
-      default:
-        ag_node_save(n, 0, a);
+      case EM_EXP:
+      case EM_SQRT:
+      case EM_TANH:
+      case EM_SIGMOID:
+      case EM_RELU:
+      case EM_RECIPROCAL:
+      case EM_RSQRT:
+      case EM_EXPM1: ag_node_save(n, 2, *out); break;
+      case EM_NEG:
+      case EM_SIGN:
+      case EM_FLOOR:
+      case EM_CEIL:
+      case EM_ROUND: break;
+      default: ag_node_save(n, 0, a);
     }
   }
   return ag_finish_record(out, n);

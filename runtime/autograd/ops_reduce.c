@@ -52,11 +52,10 @@ static em_status reduce_backward(em_node *n, em_tensor *const *go, em_tensor **g
       break;
     }
     case EM_LOGSUMEXP:
-      ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_unary(&sc, EM_EXP, ag_sc_binary(&sc, EM_SUB, a, unreduce(&sc, n, out, true))));
+      ga = ag_sc_binary(&sc, EM_MUL, g,
+                        ag_sc_unary(&sc, EM_EXP, ag_sc_binary(&sc, EM_SUB, a, unreduce(&sc, n, out, true))));
       break;
-    default:
-      ag_sc_end(&sc);
-      return em_set_error(EM_ERR_UNSUPPORTED, "%s: no derivative", n->name);
+    default: ag_sc_end(&sc); return em_set_error(EM_ERR_UNSUPPORTED, "%s: no derivative", n->name);
   }
   if (!sc.st) sc.st = ag_finish_input_grad(n, 0, ag_sc_keep(&sc, ga), &gi[0]);
   return ag_sc_end(&sc);
@@ -79,12 +78,12 @@ em_status em_ag_reduce(em_redop op, em_tensor **out, em_tensor **indices, const 
   em_autocast_ops ac;
   if ((op == EM_SUM || op == EM_MEAN || op == EM_PROD || op == EM_LOGSUMEXP) &&
       ag_autocast_prepare(&ac, EM_AUTOCAST_FP32, 1, &a))
-    return ag_autocast_finish(&ac, ac.status ? ac.status
-                                             : em_ag_reduce(op, out, indices, ac.t[0], dims, ndims, keepdim, base));
+    return ag_autocast_finish(
+        &ac, ac.status ? ac.status : em_ag_reduce(op, out, indices, ac.t[0], dims, ndims, keepdim, base));
   const em_tensor *in[1] = {a};
-  bool record = (op == EM_SUM || op == EM_MEAN || op == EM_PROD || op == EM_MAX || op == EM_MIN ||
-                 op == EM_LOGSUMEXP) &&
-                ag_any_requires_grad(1, in);
+  bool record =
+      (op == EM_SUM || op == EM_MEAN || op == EM_PROD || op == EM_MAX || op == EM_MIN || op == EM_LOGSUMEXP) &&
+      ag_any_requires_grad(1, in);
   em_status st;
   if (record && (st = ag_check_out_free(redop_name(op), out))) return st;
   if ((st = em_reduce(op, out, indices, a, dims, ndims, keepdim, base)) || !record) return st;
@@ -232,9 +231,11 @@ static em_status softmax_backward(em_node *n, em_tensor *const *go, em_tensor **
   em_scratch sc = {0};
   em_tensor *ga;
   if (log) /* g - exp(y) sum(g) */
-    ga = ag_sc_binary(&sc, EM_SUB, g, ag_sc_binary(&sc, EM_MUL, ag_sc_unary(&sc, EM_EXP, y), ag_sc_sum(&sc, g, &dim, 1, 1)));
+    ga = ag_sc_binary(&sc, EM_SUB, g,
+                      ag_sc_binary(&sc, EM_MUL, ag_sc_unary(&sc, EM_EXP, y), ag_sc_sum(&sc, g, &dim, 1, 1)));
   else /* y (g - sum(g y)) */
-    ga = ag_sc_binary(&sc, EM_MUL, y, ag_sc_binary(&sc, EM_SUB, g, ag_sc_sum(&sc, ag_sc_binary(&sc, EM_MUL, g, y), &dim, 1, 1)));
+    ga = ag_sc_binary(&sc, EM_MUL, y,
+                      ag_sc_binary(&sc, EM_SUB, g, ag_sc_sum(&sc, ag_sc_binary(&sc, EM_MUL, g, y), &dim, 1, 1)));
   if (!sc.st) sc.st = ag_finish_input_grad(n, 0, ag_sc_keep(&sc, ga), &gi[0]);
   return ag_sc_end(&sc);
 }

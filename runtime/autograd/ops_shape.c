@@ -3,12 +3,11 @@
 #include <string.h>
 #include "autograd_impl.h"
 
-#define RECORDING(name, nin, ...)                                                                          \
-  const em_tensor *in_[nin] = {__VA_ARGS__};                                                                 \
-  bool record_ = ag_any_requires_grad(nin, in_);                                                          \
-  if (record_ && *out)                                                                                      \
-    return em_set_error(EM_ERR_ARGUMENT, "%s: an output tensor cannot be given while recording gradients", \
-                        name);
+#define RECORDING(name, nin, ...)                \
+  const em_tensor *in_[nin] = {__VA_ARGS__};     \
+  bool record_ = ag_any_requires_grad(nin, in_); \
+  if (record_ && *out)                           \
+    return em_set_error(EM_ERR_ARGUMENT, "%s: an output tensor cannot be given while recording gradients", name);
 
 /* ---- views whose gradient is the gradient reshaped back (view, reshape, flatten,
  * squeeze, unsqueeze) or cast back (to, contiguous) or summed back (expand) ---- */
@@ -31,26 +30,26 @@ static em_status record_simple(em_tensor **out, const em_tensor *a, const char *
   return ag_finish_record(out, ag_node_new(name, fn, 1, in, 1));
 }
 
-#define RESHAPE_LIKE(fname, name, call)                        \
-  {                                                            \
-    RECORDING(name, 1, a)                                      \
-    em_status st = (call);                                     \
-    if (st || !record_) return st;                             \
-    return record_simple(out, a, name, reshape_backward);      \
+#define RESHAPE_LIKE(fname, name, call)                   \
+  {                                                       \
+    RECORDING(name, 1, a)                                 \
+    em_status st = (call);                                \
+    if (st || !record_) return st;                        \
+    return record_simple(out, a, name, reshape_backward); \
   }
 
 em_status em_ag_view(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes)
-    RESHAPE_LIKE(view, "ViewBackward", em_view(out, a, ndim, sizes))
-em_status em_ag_reshape(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes)
-    RESHAPE_LIKE(reshape, "ReshapeBackward", em_reshape(out, a, ndim, sizes))
-em_status em_ag_flatten(em_tensor **out, const em_tensor *a, int start_dim, int end_dim)
-    RESHAPE_LIKE(flatten, "FlattenBackward", em_flatten(out, a, start_dim, end_dim))
-em_status em_ag_squeeze(em_tensor **out, const em_tensor *a, int dim, int all_dims)
-    RESHAPE_LIKE(squeeze, "SqueezeBackward", em_squeeze(out, a, dim, all_dims))
-em_status em_ag_unsqueeze(em_tensor **out, const em_tensor *a, int dim)
-    RESHAPE_LIKE(unsqueeze, "UnsqueezeBackward", em_unsqueeze(out, a, dim))
+    RESHAPE_LIKE(view, "ViewBackward", em_view(out, a, ndim, sizes)) em_status
+    em_ag_reshape(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes)
+        RESHAPE_LIKE(reshape, "ReshapeBackward", em_reshape(out, a, ndim, sizes)) em_status
+    em_ag_flatten(em_tensor **out, const em_tensor *a, int start_dim, int end_dim)
+        RESHAPE_LIKE(flatten, "FlattenBackward", em_flatten(out, a, start_dim, end_dim)) em_status
+    em_ag_squeeze(em_tensor **out, const em_tensor *a, int dim, int all_dims)
+        RESHAPE_LIKE(squeeze, "SqueezeBackward", em_squeeze(out, a, dim, all_dims)) em_status
+    em_ag_unsqueeze(em_tensor **out, const em_tensor *a, int dim)
+        RESHAPE_LIKE(unsqueeze, "UnsqueezeBackward", em_unsqueeze(out, a, dim))
 
-em_status em_ag_expand(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes) {
+            em_status em_ag_expand(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes) {
   RECORDING("expand", 1, a)
   em_status st = em_expand(out, a, ndim, sizes);
   if (st || !record_) return st;
@@ -67,8 +66,7 @@ em_status em_ag_contiguous(em_tensor **out, const em_tensor *a) {
 
 em_status em_ag_to(em_tensor **out, const em_tensor *a, em_dtype dtype, em_device device) {
   RECORDING("to", 1, a)
-  if (record_ && !em_dtype_is_floating(dtype))
-    record_ = false; /* integer results carry no gradient */
+  if (record_ && !em_dtype_is_floating(dtype)) record_ = false; /* integer results carry no gradient */
   em_status st = em_to(out, a, dtype, device);
   if (st || !record_ || *out == a) return st;
   return record_simple(out, a, "ToCopyBackward", identity_backward);
@@ -161,7 +159,7 @@ em_status em_ag_transpose(em_tensor **out, const em_tensor *a, int dim0, int dim
 typedef struct {
   int dim, stacked;
   int n;
-  int64_t *lengths;   /* along dim (1 each for stack) */
+  int64_t *lengths; /* along dim (1 each for stack) */
   em_dtype *dtypes;
 } cat_ctx;
 
@@ -181,7 +179,8 @@ static em_status cat_backward(em_node *n, em_tensor *const *go, em_tensor **gi) 
     int64_t len = c->lengths[i];
     if (em_node_needs_input_grad(n, i)) {
       em_tensor *slice = NULL, *cast = NULL;
-      em_status st = c->stacked ? em_select(&slice, go[0], c->dim, start) : em_narrow(&slice, go[0], c->dim, start, len);
+      em_status st =
+          c->stacked ? em_select(&slice, go[0], c->dim, start) : em_narrow(&slice, go[0], c->dim, start, len);
       if (!st) st = em_to(&cast, slice, c->dtypes[i], slice->storage->device);
       em_tensor_release(slice);
       if (st) return st;
@@ -193,8 +192,8 @@ static em_status cat_backward(em_node *n, em_tensor *const *go, em_tensor **gi) 
 }
 
 static em_status record_cat(em_tensor **out, em_tensor *const *tensors, int n, int dim, int stacked) {
-  em_node *node = ag_node_new(stacked ? "StackBackward" : "CatBackward", cat_backward, n,
-                              (const em_tensor *const *)tensors, 1);
+  em_node *node =
+      ag_node_new(stacked ? "StackBackward" : "CatBackward", cat_backward, n, (const em_tensor *const *)tensors, 1);
   if (!node) return ag_finish_record(out, NULL);
   cat_ctx *c = calloc(1, sizeof *c);
   if (c) {

@@ -16,12 +16,12 @@ em_tensor *ag_sc_track(em_scratch *sc, em_tensor *t, em_status st) {
   return t;
 }
 
-#define SC_CALL(call)                     \
-  do {                                    \
-    if (sc->st) return NULL;              \
-    em_tensor *r = NULL;                  \
-    em_status st = (call);                \
-    return ag_sc_track(sc, r, st);        \
+#define SC_CALL(call)              \
+  do {                             \
+    if (sc->st) return NULL;       \
+    em_tensor *r = NULL;           \
+    em_status st = (call);         \
+    return ag_sc_track(sc, r, st); \
   } while (0)
 
 em_tensor *ag_sc_binary(em_scratch *sc, em_binop op, const em_tensor *a, const em_tensor *b) {
@@ -38,9 +38,7 @@ em_tensor *ag_sc_sum(em_scratch *sc, const em_tensor *a, const int *dims, int nd
   SC_CALL(em_reduce(EM_SUM, &r, NULL, a, dims, ndims, keepdim, 0));
 }
 em_tensor *ag_sc_matmul(em_scratch *sc, const em_tensor *a, const em_tensor *b) { SC_CALL(em_matmul(&r, a, b)); }
-em_tensor *ag_sc_transpose(em_scratch *sc, const em_tensor *a, int d0, int d1) {
-  SC_CALL(em_transpose(&r, a, d0, d1));
-}
+em_tensor *ag_sc_transpose(em_scratch *sc, const em_tensor *a, int d0, int d1) { SC_CALL(em_transpose(&r, a, d0, d1)); }
 em_tensor *ag_sc_reshape(em_scratch *sc, const em_tensor *a, int ndim, const int64_t *sizes) {
   SC_CALL(em_reshape(&r, a, ndim, sizes));
 }

@@ -59,8 +59,8 @@ static inline uint16_t em_float_to_half(float f) {
   int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
   uint32_t man = x & 0x7fffff;
   if (((x >> 23) & 0xff) == 0xff) return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0)); /* inf/nan */
-  if (exp >= 0x1f) return (uint16_t)(sign | 0x7c00);                                     /* overflow */
-  if (exp <= 0) {                                                                         /* subnormal */
+  if (exp >= 0x1f) return (uint16_t)(sign | 0x7c00); /* overflow */
+  if (exp <= 0) { /* subnormal */
     if (exp < -10) return (uint16_t)sign;
     man |= 0x800000;
     uint32_t shift = (uint32_t)(14 - exp);
@@ -86,7 +86,7 @@ static inline uint16_t em_float_to_bf16(float f) {
   uint32_t x;
   memcpy(&x, &f, 4);
   if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40); /* quiet NaN */
-  x += 0x7fff + ((x >> 16) & 1);                                          /* nearest even */
+  x += 0x7fff + ((x >> 16) & 1); /* nearest even */
   return (uint16_t)(x >> 16);
 }
 

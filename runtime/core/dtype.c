@@ -53,7 +53,6 @@ static int rank(em_dtype d) {
 
 em_dtype em_dtype_promote(em_dtype a, em_dtype b) {
   if (a == b) return a;
-  if ((a == EM_FLOAT16 && b == EM_BFLOAT16) || (a == EM_BFLOAT16 && b == EM_FLOAT16))
-    return EM_FLOAT32;
+  if ((a == EM_FLOAT16 && b == EM_BFLOAT16) || (a == EM_BFLOAT16 && b == EM_FLOAT16)) return EM_FLOAT32;
   return rank(a) >= rank(b) ? a : b;
 }

@@ -54,23 +54,21 @@ em_status core_replace_file(const char *what, const char *path, core_file_writer
   int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (fd < 0) {
     int err = errno;
-    em_status st = em_set_error(EM_ERR_IO, "%s '%s': cannot create the temporary file '%s': %s%s", what, path, tmp,
-                                strerror(err),
-                                err == EEXIST ? " (another save is writing it, or a crashed one left it: remove it)"
-                                              : "");
+    em_status st =
+        em_set_error(EM_ERR_IO, "%s '%s': cannot create the temporary file '%s': %s%s", what, path, tmp, strerror(err),
+                     err == EEXIST ? " (another save is writing it, or a crashed one left it: remove it)" : "");
     free(tmp);
     return st;
   }
   em_status st = write_contents(fd, ctx);
-  if (!st && fsync(fd)) st = em_set_error(EM_ERR_IO, "%s '%s': fsync of '%s' failed: %s", what, path, tmp, strerror(errno));
+  if (!st && fsync(fd))
+    st = em_set_error(EM_ERR_IO, "%s '%s': fsync of '%s' failed: %s", what, path, tmp, strerror(errno));
   if (close(fd) && !st)
     st = em_set_error(EM_ERR_IO, "%s '%s': closing '%s' failed: %s", what, path, tmp, strerror(errno));
   if (!st && rename(tmp, path))
     st = em_set_error(EM_ERR_IO, "%s '%s': cannot rename '%s' over it: %s", what, path, tmp, strerror(errno));
-  if (st)
-    unlink(tmp);
-  else
-    sync_parent_folder(path);
+  if (st) unlink(tmp);
+  else sync_parent_folder(path);
   free(tmp);
   return st;
 }

@@ -46,7 +46,18 @@ CORE_HD int64_t core_int_mod(int64_t x, int64_t y, int *err) {
  * its position (max/min with indices, argmax/argmin), a flag (any/all), |x|^p (norm), squared
  * deviations (var) or exp(x - max) (logsumexp). */
 typedef enum core_reduce_kind {
-  RK_SUM, RK_PROD, RK_MAXV, RK_MINV, RK_MAXI, RK_MINI, RK_ANY, RK_ALL, RK_NORM, RK_SQDEV, RK_SUMEXP, RK_COUNT
+  RK_SUM,
+  RK_PROD,
+  RK_MAXV,
+  RK_MINV,
+  RK_MAXI,
+  RK_MINI,
+  RK_ANY,
+  RK_ALL,
+  RK_NORM,
+  RK_SQDEV,
+  RK_SUMEXP,
+  RK_COUNT
 } core_reduce_kind;
 
 CORE_HD int core_reduce_kind_of(em_redop op, int with_indices) {

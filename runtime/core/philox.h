@@ -42,8 +42,8 @@ EM_PHILOX_FN em_philox4 em_philox4x32_10(em_philox4 ctr, uint32_t k0, uint32_t k
     }
     uint64_t p0 = (uint64_t)EM_PHILOX_M0 * ctr.x[0];
     uint64_t p1 = (uint64_t)EM_PHILOX_M1 * ctr.x[2];
-    em_philox4 next = {{(uint32_t)(p1 >> 32) ^ ctr.x[1] ^ k0, (uint32_t)p1, (uint32_t)(p0 >> 32) ^ ctr.x[3] ^ k1,
-                        (uint32_t)p0}};
+    em_philox4 next = {
+        {(uint32_t)(p1 >> 32) ^ ctr.x[1] ^ k0, (uint32_t)p1, (uint32_t)(p0 >> 32) ^ ctr.x[3] ^ k1, (uint32_t)p0}};
     ctr = next;
   }
   return ctr;

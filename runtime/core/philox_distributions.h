@@ -63,9 +63,9 @@ EM_PHILOX_FN double em_det_log(double x) {
   p = fma(p, z, 0x1.5555555555555p-1); /* 2/3 */
   const double de = (double)e;
   const double hf = 0.5 * (f * f);
-  const double hr = fma(z, p, hf);                       /* hf + R */
+  const double hr = fma(z, p, hf); /* hf + R */
   const double t = fma(s, hr, de * 0x1.ef35793c7673p-45); /* s (hf + R) + e ln2_lo */
-  return fma(de, 0x1.62e42fefa38p-1, f - (hf - t));      /* + e ln2_hi */
+  return fma(de, 0x1.62e42fefa38p-1, f - (hf - t)); /* + e ln2_hi */
 }
 
 /* sin and cos of x for 0 <= x <= 8 (Box-Muller's angles lie in [0, 2 pi)). n = x / (pi/2)
@@ -88,7 +88,7 @@ EM_PHILOX_FN void em_det_sincos(double x, double *sin_out, double *cos_out) {
   ps = fma(ps, z, -0x1.a01a01a01a01ap-13);
   ps = fma(ps, z, 0x1.1111111111111p-7);
   ps = fma(ps, z, -0x1.5555555555555p-3); /* -1/3! */
-  double pc = 0x1.e542ba4020225p-62;      /* 1/20! */
+  double pc = 0x1.e542ba4020225p-62; /* 1/20! */
   pc = fma(pc, z, -0x1.6827863b97d97p-53);
   pc = fma(pc, z, 0x1.ae7f3e733b81fp-45);
   pc = fma(pc, z, -0x1.93974a8c07c9dp-37);

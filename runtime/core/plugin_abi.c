@@ -6,7 +6,7 @@
 typedef struct report {
   char *buf;
   size_t cap, len;
-  int n;   /* differences so far */
+  int n; /* differences so far */
 } report;
 
 /* Counts the difference even when the report is full: a short buffer never hides one. */

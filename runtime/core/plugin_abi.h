@@ -25,19 +25,20 @@ extern "C" {
 #define EM_PLUGIN_HANDSHAKE 2
 
 typedef struct em_plugin_abi_item {
-  const char *what;   /* the expression as written, e.g. "sizeof(em_tensor)" */
-  uint64_t value;     /* its value in the build that made this item */
+  const char *what; /* the expression as written, e.g. "sizeof(em_tensor)" */
+  uint64_t value; /* its value in the build that made this item */
 } em_plugin_abi_item;
 
 typedef struct em_plugin_abi {
-  uint32_t handshake;                /* EM_PLUGIN_HANDSHAKE; nothing else is read unless it matches */
+  uint32_t handshake; /* EM_PLUGIN_HANDSHAKE; nothing else is read unless it matches */
   uint32_t count;
-  const em_plugin_abi_item *items;   /* [count] */
+  const em_plugin_abi_item *items; /* [count] */
 } em_plugin_abi;
 
 /* For a list macro L(X) of expressions: static const em_plugin_abi_item items[] = {L(EM_PLUGIN_ABI_ITEM)}; */
 #define EM_PLUGIN_ABI_ITEM(expr) {#expr, (uint64_t)(expr)},
-#define EM_PLUGIN_ABI_OF(items) {EM_PLUGIN_HANDSHAKE, (uint32_t)(sizeof(items) / sizeof((items)[0])), (items)}
+#define EM_PLUGIN_ABI_OF(items) \
+  { EM_PLUGIN_HANDSHAKE, (uint32_t)(sizeof(items) / sizeof((items)[0])), (items) }
 
 /* 0 when the plugin at path describes the same layout as ours (libember's own items for
  * that plugin); -1 otherwise, with why (cap bytes) naming every item that differs, e.g.

@@ -50,7 +50,7 @@ em_status em_device_parse(const char *name, em_device *out) {
 
 int em_device_count(em_device_type type) {
   if (type == EM_CPU) return 1;
-  if (type == EM_CUDA) return em_cuda_device_count();   /* 0 without the plugin or a GPU */
+  if (type == EM_CUDA) return em_cuda_device_count(); /* 0 without the plugin or a GPU */
   return 0;
 }
 
@@ -61,7 +61,7 @@ int em_device_available(em_device device) {
 
 /* ---- threads ---- */
 
-static int num_threads;  /* 0: not yet set */
+static int num_threads; /* 0: not yet set */
 
 static void init_threads_from_env(void) {
   const char *env = getenv("EMBER_NUM_THREADS");
@@ -100,8 +100,7 @@ __attribute__((constructor)) static void choose_parallel_grain(void) {
 void core_memory_count(int64_t delta) {
   long long now = atomic_fetch_add(&bytes_allocated, delta) + delta;
   long long peak = atomic_load(&bytes_peak);
-  while (now > peak && !atomic_compare_exchange_weak(&bytes_peak, &peak, now)) {
-  }
+  while (now > peak && !atomic_compare_exchange_weak(&bytes_peak, &peak, now)) {}
 }
 
 int64_t em_memory_allocated(void) { return atomic_load(&bytes_allocated); }

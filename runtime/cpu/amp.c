@@ -11,17 +11,17 @@ typedef struct {
   atomic_int found;
 } unscale_ctx;
 
-#define DEFINE_UNSCALE(SUF, T, LOAD, STORE)                                           \
-  static void unscale_##SUF(char **data, const int64_t *st, int64_t n, void *vctx) {  \
-    unscale_ctx *c = vctx;                                                            \
-    int found = 0;                                                                    \
-    for (int64_t i = 0; i < n; i++) {                                                 \
-      T *p = (T *)(data[0] + i * st[0]);                                              \
-      double v = LOAD(*p);                                                            \
-      found |= !isfinite(v);                                                          \
-      *p = STORE(v * c->inv_scale);                                                   \
-    }                                                                                 \
-    if (found) atomic_store_explicit(&c->found, 1, memory_order_relaxed);             \
+#define DEFINE_UNSCALE(SUF, T, LOAD, STORE)                                          \
+  static void unscale_##SUF(char **data, const int64_t *st, int64_t n, void *vctx) { \
+    unscale_ctx *c = vctx;                                                           \
+    int found = 0;                                                                   \
+    for (int64_t i = 0; i < n; i++) {                                                \
+      T *p = (T *)(data[0] + i * st[0]);                                             \
+      double v = LOAD(*p);                                                           \
+      found |= !isfinite(v);                                                         \
+      *p = STORE(v * c->inv_scale);                                                  \
+    }                                                                                \
+    if (found) atomic_store_explicit(&c->found, 1, memory_order_relaxed);            \
   }
 
 #define AS_IS(v) (v)

@@ -34,10 +34,10 @@ __attribute__((constructor)) static void tune_malloc(void) {
 
 static struct {
   pthread_mutex_t lock;
-  size_t size[CACHE_SLOTS];   /* rounded sizes, oldest first */
+  size_t size[CACHE_SLOTS]; /* rounded sizes, oldest first */
   void *ptr[CACHE_SLOTS];
   int n;
-  size_t bytes, cap;           /* set once, by the constructor below */
+  size_t bytes, cap; /* set once, by the constructor below */
 } cache = {.lock = PTHREAD_MUTEX_INITIALIZER, .cap = (size_t)256 << 20};
 
 __attribute__((constructor)) static void read_cache_cap(void) {
@@ -45,7 +45,7 @@ __attribute__((constructor)) static void read_cache_cap(void) {
   if (v && *v) cache.cap = atol(v) > 0 ? (size_t)atol(v) << 20 : 0;
 }
 
-static void cache_drop(int i) {   /* under the lock; the caller frees the block */
+static void cache_drop(int i) { /* under the lock; the caller frees the block */
   cache.bytes -= cache.size[i];
   memmove(&cache.size[i], &cache.size[i + 1], sizeof cache.size[0] * (cache.n - i - 1));
   memmove(&cache.ptr[i], &cache.ptr[i + 1], sizeof cache.ptr[0] * (cache.n - i - 1));
@@ -105,7 +105,7 @@ void *cpu_alloc(size_t nbytes, em_device device) {
     void *p = cache_take(rounded);
     if (p) return p;
     p = aligned_alloc(HUGE_PAGE, rounded);
-    if (!p) {   /* out of memory: give back what the cache holds, and try once more */
+    if (!p) { /* out of memory: give back what the cache holds, and try once more */
       cache_flush();
       p = aligned_alloc(HUGE_PAGE, rounded);
     }
@@ -126,7 +126,4 @@ void cpu_free(void *ptr, size_t nbytes, em_device device) {
  * cpu_impl.h. The CPU has the kernel of each optional entry too. */
 #define cpu_optional_count_correct cpu_count_correct
 
-const em_backend cpu_tensor_backend = {
-    .name = "cpu",
-    EM_BACKEND_TABLE(cpu)
-};
+const em_backend cpu_tensor_backend = {.name = "cpu", EM_BACKEND_TABLE(cpu)};

@@ -6,14 +6,14 @@
 
 /* Each dtype: enum, short name, storage type, kind (I: integer path through int64,
  * F: float path through double). */
-#define EM_ALL_DTYPES(X)                 \
-  X(EM_FLOAT32, f32, float, F)           \
-  X(EM_FLOAT64, f64, double, F)          \
-  X(EM_FLOAT16, f16, uint16_t, F)        \
-  X(EM_BFLOAT16, bf16, uint16_t, F)      \
-  X(EM_INT32, i32, int32_t, I)           \
-  X(EM_INT64, i64, int64_t, I)           \
-  X(EM_UINT8, u8, uint8_t, I)            \
+#define EM_ALL_DTYPES(X)            \
+  X(EM_FLOAT32, f32, float, F)      \
+  X(EM_FLOAT64, f64, double, F)     \
+  X(EM_FLOAT16, f16, uint16_t, F)   \
+  X(EM_BFLOAT16, bf16, uint16_t, F) \
+  X(EM_INT32, i32, int32_t, I)      \
+  X(EM_INT64, i64, int64_t, I)      \
+  X(EM_UINT8, u8, uint8_t, I)       \
   X(EM_BOOL, b8, uint8_t, I)
 
 /* Loads as double (F) or int64 (I); stores from either. */
@@ -21,9 +21,9 @@
 #define LOAD_f64(p) (*(const double *)(p))
 #define LOAD_f16(p) ((double)em_half_to_float(*(const uint16_t *)(p)))
 #define LOAD_bf16(p) ((double)em_bf16_to_float(*(const uint16_t *)(p)))
-#define LOAD_i32(p) ((int64_t)*(const int32_t *)(p))
+#define LOAD_i32(p) ((int64_t) * (const int32_t *)(p))
 #define LOAD_i64(p) (*(const int64_t *)(p))
-#define LOAD_u8(p) ((int64_t)*(const uint8_t *)(p))
+#define LOAD_u8(p) ((int64_t) * (const uint8_t *)(p))
 #define LOAD_b8(p) ((int64_t)(*(const uint8_t *)(p) != 0))
 #define STORE_f32(p, v) (*(float *)(p) = (float)(v))
 #define STORE_f64(p, v) (*(double *)(p) = (double)(v))
@@ -35,40 +35,37 @@
 #define STORE_b8(p, v) (*(uint8_t *)(p) = (uint8_t)((v) != 0))
 
 /* One conversion loop per (source, destination) pair. */
-#define DEFINE_CONVERT(DE, DN, DT, DK, SE, SN, ST, SK)                                       \
+#define DEFINE_CONVERT(DE, DN, DT, DK, SE, SN, ST, SK)                                            \
   static void convert_##SN##_to_##DN(char **data, const int64_t *strides, int64_t n, void *ctx) { \
-    char *dst = data[0];                                                                      \
-    const char *src = data[1];                                                                \
-    int64_t ds = strides[0], ss = strides[1];                                                 \
-    if (ds == sizeof(DT) && ss == sizeof(ST)) {                                               \
-      DT *restrict d = (DT *)dst;                                                             \
-      const ST *restrict s = (const ST *)src;                                                 \
-      for (int64_t i = 0; i < n; i++) STORE_##DN(d + i, LOAD_##SN(s + i));                   \
-    } else {                                                                                  \
-      for (int64_t i = 0; i < n; i++) STORE_##DN(dst + i * ds, LOAD_##SN(src + i * ss));     \
-    }                                                                                         \
+    char *dst = data[0];                                                                          \
+    const char *src = data[1];                                                                    \
+    int64_t ds = strides[0], ss = strides[1];                                                     \
+    if (ds == sizeof(DT) && ss == sizeof(ST)) {                                                   \
+      DT *restrict d = (DT *)dst;                                                                 \
+      const ST *restrict s = (const ST *)src;                                                     \
+      for (int64_t i = 0; i < n; i++) STORE_##DN(d + i, LOAD_##SN(s + i));                        \
+    } else {                                                                                      \
+      for (int64_t i = 0; i < n; i++) STORE_##DN(dst + i * ds, LOAD_##SN(src + i * ss));          \
+    }                                                                                             \
   }
 #define CONVERT_FROM(SE, SN, ST, SK) EM_ALL_DTYPES_WITH_SRC(SE, SN, ST, SK)
-#define EM_ALL_DTYPES_WITH_SRC(SE, SN, ST, SK)     \
-  DEFINE_CONVERT(EM_FLOAT32, f32, float, F, SE, SN, ST, SK)    \
-  DEFINE_CONVERT(EM_FLOAT64, f64, double, F, SE, SN, ST, SK)   \
-  DEFINE_CONVERT(EM_FLOAT16, f16, uint16_t, F, SE, SN, ST, SK) \
+#define EM_ALL_DTYPES_WITH_SRC(SE, SN, ST, SK)                   \
+  DEFINE_CONVERT(EM_FLOAT32, f32, float, F, SE, SN, ST, SK)      \
+  DEFINE_CONVERT(EM_FLOAT64, f64, double, F, SE, SN, ST, SK)     \
+  DEFINE_CONVERT(EM_FLOAT16, f16, uint16_t, F, SE, SN, ST, SK)   \
   DEFINE_CONVERT(EM_BFLOAT16, bf16, uint16_t, F, SE, SN, ST, SK) \
-  DEFINE_CONVERT(EM_INT32, i32, int32_t, I, SE, SN, ST, SK)    \
-  DEFINE_CONVERT(EM_INT64, i64, int64_t, I, SE, SN, ST, SK)    \
-  DEFINE_CONVERT(EM_UINT8, u8, uint8_t, I, SE, SN, ST, SK)     \
+  DEFINE_CONVERT(EM_INT32, i32, int32_t, I, SE, SN, ST, SK)      \
+  DEFINE_CONVERT(EM_INT64, i64, int64_t, I, SE, SN, ST, SK)      \
+  DEFINE_CONVERT(EM_UINT8, u8, uint8_t, I, SE, SN, ST, SK)       \
   DEFINE_CONVERT(EM_BOOL, b8, uint8_t, I, SE, SN, ST, SK)
 EM_ALL_DTYPES(CONVERT_FROM)
 
 #define TABLE_ROW_ENTRY(DE, DN, DT, DK, SN) [DE] = convert_##SN##_to_##DN,
-#define TABLE_ROW(SE, SN, ST, SK)                                                               \
-  [SE] = {TABLE_ROW_ENTRY(EM_FLOAT32, f32, float, F, SN) TABLE_ROW_ENTRY(EM_FLOAT64, f64, double, F, SN) \
-              TABLE_ROW_ENTRY(EM_FLOAT16, f16, uint16_t, F, SN)                                   \
-                  TABLE_ROW_ENTRY(EM_BFLOAT16, bf16, uint16_t, F, SN)                             \
-                      TABLE_ROW_ENTRY(EM_INT32, i32, int32_t, I, SN)                              \
-                          TABLE_ROW_ENTRY(EM_INT64, i64, int64_t, I, SN)                          \
-                              TABLE_ROW_ENTRY(EM_UINT8, u8, uint8_t, I, SN)                       \
-                                  TABLE_ROW_ENTRY(EM_BOOL, b8, uint8_t, I, SN)},
+#define TABLE_ROW(SE, SN, ST, SK)                                                                                   \
+  [SE] = {TABLE_ROW_ENTRY(EM_FLOAT32, f32, float, F, SN) TABLE_ROW_ENTRY(EM_FLOAT64, f64, double, F, SN)            \
+              TABLE_ROW_ENTRY(EM_FLOAT16, f16, uint16_t, F, SN) TABLE_ROW_ENTRY(EM_BFLOAT16, bf16, uint16_t, F, SN) \
+                  TABLE_ROW_ENTRY(EM_INT32, i32, int32_t, I, SN) TABLE_ROW_ENTRY(EM_INT64, i64, int64_t, I, SN)     \
+                      TABLE_ROW_ENTRY(EM_UINT8, u8, uint8_t, I, SN) TABLE_ROW_ENTRY(EM_BOOL, b8, uint8_t, I, SN)},
 
 static em_loop_fn const convert_table[EM_NUM_DTYPES][EM_NUM_DTYPES] = {EM_ALL_DTYPES(TABLE_ROW)};
 
@@ -113,7 +110,8 @@ static void fill_loop(char **data, const int64_t *strides, int64_t n, void *vctx
       uint8_t v;
       memcpy(&v, c->value, 1);
       if (s == 1) memset(p, v, (size_t)n);
-      else for (int64_t i = 0; i < n; i++) p[i * s] = (char)v;
+      else
+        for (int64_t i = 0; i < n; i++) p[i * s] = (char)v;
       break;
     }
     case 2: {
@@ -125,15 +123,19 @@ static void fill_loop(char **data, const int64_t *strides, int64_t n, void *vctx
     case 4: {
       uint32_t v;
       memcpy(&v, c->value, 4);
-      if (s == 4) for (int64_t i = 0; i < n; i++) ((uint32_t *)p)[i] = v;
-      else for (int64_t i = 0; i < n; i++) memcpy(p + i * s, &v, 4);
+      if (s == 4)
+        for (int64_t i = 0; i < n; i++) ((uint32_t *)p)[i] = v;
+      else
+        for (int64_t i = 0; i < n; i++) memcpy(p + i * s, &v, 4);
       break;
     }
     default: {
       uint64_t v;
       memcpy(&v, c->value, 8);
-      if (s == 8) for (int64_t i = 0; i < n; i++) ((uint64_t *)p)[i] = v;
-      else for (int64_t i = 0; i < n; i++) memcpy(p + i * s, &v, 8);
+      if (s == 8)
+        for (int64_t i = 0; i < n; i++) ((uint64_t *)p)[i] = v;
+      else
+        for (int64_t i = 0; i < n; i++) memcpy(p + i * s, &v, 8);
       break;
     }
   }

@@ -15,9 +15,9 @@
 
 typedef struct em_iter {
   int nops;
-  int ndim;                                    /* >= 1 after init */
+  int ndim; /* >= 1 after init */
   int64_t numel;
-  int64_t sizes[EM_MAX_DIMS];                  /* outermost first */
+  int64_t sizes[EM_MAX_DIMS]; /* outermost first */
   int64_t strides[EM_ITER_MAX_OPS][EM_MAX_DIMS]; /* bytes */
   char *data[EM_ITER_MAX_OPS];
 } em_iter;
@@ -44,26 +44,28 @@ static inline int em_iter_inner_contiguous(const int64_t *strides, const size_t 
     __VA_ARGS__;                        \
   } break;
 
-#define EM_DISPATCH_MATH(dtype, opname, ...)                                                     \
-  switch (dtype) {                                                                               \
-    EM_DTYPE_CASE(EM_FLOAT32, float, __VA_ARGS__)                                                \
-    EM_DTYPE_CASE(EM_FLOAT64, double, __VA_ARGS__)                                               \
-    EM_DTYPE_CASE(EM_INT32, int32_t, __VA_ARGS__)                                                \
-    EM_DTYPE_CASE(EM_INT64, int64_t, __VA_ARGS__)                                                \
-    EM_DTYPE_CASE(EM_UINT8, uint8_t, __VA_ARGS__)                                                \
-    EM_DTYPE_CASE(EM_BOOL, uint8_t, __VA_ARGS__)                                                 \
-    default:                                                                                     \
-      return em_set_error(EM_ERR_DTYPE, "%s: dtype %s is not supported on the CPU (convert with " \
-                          "to('float32') first)", (opname), em_dtype_name(dtype));               \
+#define EM_DISPATCH_MATH(dtype, opname, ...)                                        \
+  switch (dtype) {                                                                  \
+    EM_DTYPE_CASE(EM_FLOAT32, float, __VA_ARGS__)                                   \
+    EM_DTYPE_CASE(EM_FLOAT64, double, __VA_ARGS__)                                  \
+    EM_DTYPE_CASE(EM_INT32, int32_t, __VA_ARGS__)                                   \
+    EM_DTYPE_CASE(EM_INT64, int64_t, __VA_ARGS__)                                   \
+    EM_DTYPE_CASE(EM_UINT8, uint8_t, __VA_ARGS__)                                   \
+    EM_DTYPE_CASE(EM_BOOL, uint8_t, __VA_ARGS__)                                    \
+    default:                                                                        \
+      return em_set_error(EM_ERR_DTYPE,                                             \
+                          "%s: dtype %s is not supported on the CPU (convert with " \
+                          "to('float32') first)",                                   \
+                          (opname), em_dtype_name(dtype));                          \
   }
 
-#define EM_DISPATCH_FLOAT(dtype, opname, ...)                                                      \
-  switch (dtype) {                                                                                 \
-    EM_DTYPE_CASE(EM_FLOAT32, float, __VA_ARGS__)                                                  \
-    EM_DTYPE_CASE(EM_FLOAT64, double, __VA_ARGS__)                                                 \
-    default:                                                                                       \
+#define EM_DISPATCH_FLOAT(dtype, opname, ...)                                                         \
+  switch (dtype) {                                                                                    \
+    EM_DTYPE_CASE(EM_FLOAT32, float, __VA_ARGS__)                                                     \
+    EM_DTYPE_CASE(EM_FLOAT64, double, __VA_ARGS__)                                                    \
+    default:                                                                                          \
       return em_set_error(EM_ERR_DTYPE, "%s: expected a float32 or float64 tensor, got %s", (opname), \
-                          em_dtype_name(dtype));                                                   \
+                          em_dtype_name(dtype));                                                      \
   }
 
 /* The backend's entries, cpu_<entry> for every entry of runtime/tensor/backend.h, one

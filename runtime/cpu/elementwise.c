@@ -16,10 +16,10 @@
 
 /* Shared by every inner loop of one call (and by all threads). */
 typedef struct {
-  atomic_int error;      /* set by integer pow / fmod on a value they cannot take */
-  em_loop_fn inner;      /* binary_scalar: the tensor-tensor loop it wraps */
-  int reversed;          /* binary_scalar: the scalar is the left operand */
-  double alpha, lo, hi;  /* add_scaled; clamp */
+  atomic_int error; /* set by integer pow / fmod on a value they cannot take */
+  em_loop_fn inner; /* binary_scalar: the tensor-tensor loop it wraps */
+  int reversed; /* binary_scalar: the scalar is the left operand */
+  double alpha, lo, hi; /* add_scaled; clamp */
   _Alignas(8) char scalar[8]; /* binary_scalar: the scalar in the compute dtype */
 } elem_ctx;
 
@@ -48,79 +48,79 @@ static inline int64_t imod(int64_t x, int64_t y, elem_ctx *c) {
  * (its unsigned twin, for wrap-around integer arithmetic without undefined behaviour)
  * and `c` (the ctx). restrict is safe with exact in-place aliasing (out == a): element i
  * is read before it is written and no other element depends on it. */
-#define BINARY_LOOPS(T, OT, EXPR)                                                        \
-  char *po = data[0];                                                                    \
-  const char *pa = data[1], *pb = data[2];                                               \
-  const int64_t so = strides[0], sa = strides[1], sb = strides[2];                       \
-  if (so == sizeof(OT) && sa == sizeof(T) && sb == sizeof(T)) {                          \
-    OT *restrict o = (OT *)po;                                                           \
-    const T *restrict va = (const T *)pa, *restrict vb = (const T *)pb;                  \
-    for (int64_t i = 0; i < n; i++) {                                                    \
-      const T x = va[i], y = vb[i];                                                      \
-      o[i] = (OT)(EXPR);                                                                 \
-    }                                                                                    \
-  } else if (so == sizeof(OT) && sa == sizeof(T) && sb == 0) {                           \
-    OT *restrict o = (OT *)po;                                                           \
-    const T *restrict va = (const T *)pa;                                                \
-    const T y = *(const T *)pb;                                                          \
-    for (int64_t i = 0; i < n; i++) {                                                    \
-      const T x = va[i];                                                                 \
-      o[i] = (OT)(EXPR);                                                                 \
-    }                                                                                    \
-  } else if (so == sizeof(OT) && sa == 0 && sb == sizeof(T)) {                           \
-    OT *restrict o = (OT *)po;                                                           \
-    const T *restrict vb = (const T *)pb;                                                \
-    const T x = *(const T *)pa;                                                          \
-    for (int64_t i = 0; i < n; i++) {                                                    \
-      const T y = vb[i];                                                                 \
-      o[i] = (OT)(EXPR);                                                                 \
-    }                                                                                    \
-  } else {                                                                               \
-    for (int64_t i = 0; i < n; i++) {                                                    \
-      const T x = *(const T *)(pa + i * sa), y = *(const T *)(pb + i * sb);              \
-      *(OT *)(po + i * so) = (OT)(EXPR);                                                 \
-    }                                                                                    \
+#define BINARY_LOOPS(T, OT, EXPR)                                           \
+  char *po = data[0];                                                       \
+  const char *pa = data[1], *pb = data[2];                                  \
+  const int64_t so = strides[0], sa = strides[1], sb = strides[2];          \
+  if (so == sizeof(OT) && sa == sizeof(T) && sb == sizeof(T)) {             \
+    OT *restrict o = (OT *)po;                                              \
+    const T *restrict va = (const T *)pa, *restrict vb = (const T *)pb;     \
+    for (int64_t i = 0; i < n; i++) {                                       \
+      const T x = va[i], y = vb[i];                                         \
+      o[i] = (OT)(EXPR);                                                    \
+    }                                                                       \
+  } else if (so == sizeof(OT) && sa == sizeof(T) && sb == 0) {              \
+    OT *restrict o = (OT *)po;                                              \
+    const T *restrict va = (const T *)pa;                                   \
+    const T y = *(const T *)pb;                                             \
+    for (int64_t i = 0; i < n; i++) {                                       \
+      const T x = va[i];                                                    \
+      o[i] = (OT)(EXPR);                                                    \
+    }                                                                       \
+  } else if (so == sizeof(OT) && sa == 0 && sb == sizeof(T)) {              \
+    OT *restrict o = (OT *)po;                                              \
+    const T *restrict vb = (const T *)pb;                                   \
+    const T x = *(const T *)pa;                                             \
+    for (int64_t i = 0; i < n; i++) {                                       \
+      const T y = vb[i];                                                    \
+      o[i] = (OT)(EXPR);                                                    \
+    }                                                                       \
+  } else {                                                                  \
+    for (int64_t i = 0; i < n; i++) {                                       \
+      const T x = *(const T *)(pa + i * sa), y = *(const T *)(pb + i * sb); \
+      *(OT *)(po + i * so) = (OT)(EXPR);                                    \
+    }                                                                       \
   }
 
 /* PRE runs once per call before the loop (e.g. to convert alpha to scalar_t). */
-#define DEFINE_BINARY(NAME, SUF, T, UT, OT, PRE, EXPR)                                   \
+#define DEFINE_BINARY(NAME, SUF, T, UT, OT, PRE, EXPR)                                  \
   static void NAME##_##SUF(char **data, const int64_t *strides, int64_t n, void *ctx) { \
-    typedef T scalar_t;                                                                  \
-    typedef UT uscalar_t __attribute__((unused));                                        \
-    elem_ctx *c = ctx;                                                                   \
-    (void)c;                                                                             \
-    PRE;                                                                                 \
-    BINARY_LOOPS(scalar_t, OT, EXPR)                                                     \
+    typedef T scalar_t;                                                                 \
+    typedef UT uscalar_t __attribute__((unused));                                       \
+    elem_ctx *c = ctx;                                                                  \
+    (void)c;                                                                            \
+    PRE;                                                                                \
+    BINARY_LOOPS(scalar_t, OT, EXPR)                                                    \
   }
 
 /* Type-generic libm calls for the two float types. */
-#define FM(fn, x, y) _Generic((x), float: fn##f, double: fn)(x, y)
+#define FM(fn, x, y) _Generic((x), float : fn##f, double : fn)(x, y)
 
 /* Ops with one expression for every type; floats have uscalar_t == scalar_t. NaN
  * propagates through maximum/minimum (x != x is false for integers and folds away). */
-#define GENERIC_OPS(X, SUF, T, UT)                                                             \
-  X(add, SUF, T, UT, T, , (scalar_t)((uscalar_t)x + (uscalar_t)y))                           \
-  X(sub, SUF, T, UT, T, , (scalar_t)((uscalar_t)x - (uscalar_t)y))                           \
-  X(mul, SUF, T, UT, T, , (scalar_t)((uscalar_t)x * (uscalar_t)y))                           \
-  X(maximum, SUF, T, UT, T, , (x > y || x != x) ? x : y)                                     \
-  X(minimum, SUF, T, UT, T, , (x < y || x != x) ? x : y)                                     \
-  X(eq, SUF, T, UT, uint8_t, , x == y)                                                       \
-  X(ne, SUF, T, UT, uint8_t, , x != y)                                                       \
-  X(lt, SUF, T, UT, uint8_t, , x < y)                                                        \
-  X(le, SUF, T, UT, uint8_t, , x <= y)                                                       \
-  X(gt, SUF, T, UT, uint8_t, , x > y)                                                        \
-  X(ge, SUF, T, UT, uint8_t, , x >= y)                                                       \
-  X(logical_and, SUF, T, UT, uint8_t, , (x != 0) & (y != 0))                                 \
-  X(logical_or, SUF, T, UT, uint8_t, , (x != 0) | (y != 0))                                  \
-  X(logical_xor, SUF, T, UT, uint8_t, , (x != 0) ^ (y != 0))                                 \
-  X(add_scaled, SUF, T, UT, T, const scalar_t al = (scalar_t)c->alpha,                       \
+#define GENERIC_OPS(X, SUF, T, UT)                                     \
+  X(add, SUF, T, UT, T, , (scalar_t)((uscalar_t)x + (uscalar_t)y))     \
+  X(sub, SUF, T, UT, T, , (scalar_t)((uscalar_t)x - (uscalar_t)y))     \
+  X(mul, SUF, T, UT, T, , (scalar_t)((uscalar_t)x * (uscalar_t)y))     \
+  X(maximum, SUF, T, UT, T, , (x > y || x != x) ? x : y)               \
+  X(minimum, SUF, T, UT, T, , (x < y || x != x) ? x : y)               \
+  X(eq, SUF, T, UT, uint8_t, , x == y)                                 \
+  X(ne, SUF, T, UT, uint8_t, , x != y)                                 \
+  X(lt, SUF, T, UT, uint8_t, , x < y)                                  \
+  X(le, SUF, T, UT, uint8_t, , x <= y)                                 \
+  X(gt, SUF, T, UT, uint8_t, , x > y)                                  \
+  X(ge, SUF, T, UT, uint8_t, , x >= y)                                 \
+  X(logical_and, SUF, T, UT, uint8_t, , (x != 0) & (y != 0))           \
+  X(logical_or, SUF, T, UT, uint8_t, , (x != 0) | (y != 0))            \
+  X(logical_xor, SUF, T, UT, uint8_t, , (x != 0) ^ (y != 0))           \
+  X(add_scaled, SUF, T, UT, T, const scalar_t al = (scalar_t)c->alpha, \
     (scalar_t)((uscalar_t)x + (uscalar_t)al * (uscalar_t)y))
-#define FLOAT_OPS(X, SUF, T, UT)                 \
-  X(div, SUF, T, UT, T, , x / y)                 \
-  X(pow, SUF, T, UT, T, , FM(pow, x, y))         \
+#define FLOAT_OPS(X, SUF, T, UT)         \
+  X(div, SUF, T, UT, T, , x / y)         \
+  X(pow, SUF, T, UT, T, , FM(pow, x, y)) \
   X(fmod, SUF, T, UT, T, , FM(fmod, x, y))
-#define INT_OPS(X, SUF, T, UT)                                            \
-  X(pow, SUF, T, UT, T, , (scalar_t)ipow((int64_t)x, (int64_t)y, c))    \
+#define INT_OPS(X, SUF, T, UT)                                       \
+  X(pow, SUF, T, UT, T, , (scalar_t)ipow((int64_t)x, (int64_t)y, c)) \
   X(fmod, SUF, T, UT, T, , (scalar_t)imod((int64_t)x, (int64_t)y, c))
 
 GENERIC_OPS(DEFINE_BINARY, f32, float, float)
@@ -139,12 +139,15 @@ DEFINE_BINARY(add_scaled, b8, uint8_t, uint8_t, uint8_t, const uint8_t al = c->a
 /* Rows of the tables. Booleans reuse the uint8 loops where 0/1 behave as booleans:
  * comparisons and logical ops; add and maximum are or, mul and minimum are and (as in
  * PyTorch). DIV never sees integers (the core computes it in floating point). */
-#define INT_AND_FLOAT(NAME)                                                                         \
+#define INT_AND_FLOAT(NAME)                                                                               \
   [EM_FLOAT32] = NAME##_f32, [EM_FLOAT64] = NAME##_f64, [EM_INT32] = NAME##_i32, [EM_INT64] = NAME##_i64, \
   [EM_UINT8] = NAME##_u8
-#define ROW(NAME) {INT_AND_FLOAT(NAME), [EM_BOOL] = NAME##_u8}
-#define ROW_NOBOOL(NAME) {INT_AND_FLOAT(NAME)}
-#define ROW_BOOL_AS(NAME, BOOL_FN) {INT_AND_FLOAT(NAME), [EM_BOOL] = BOOL_FN}
+#define ROW(NAME) \
+  { INT_AND_FLOAT(NAME), [EM_BOOL] = NAME##_u8 }
+#define ROW_NOBOOL(NAME) \
+  { INT_AND_FLOAT(NAME) }
+#define ROW_BOOL_AS(NAME, BOOL_FN) \
+  { INT_AND_FLOAT(NAME), [EM_BOOL] = BOOL_FN }
 
 static const em_loop_fn binary_loops[EM_NUM_BINOPS][EM_NUM_DTYPES] = {
     [EM_ADD] = ROW_BOOL_AS(add, logical_or_u8),
@@ -169,8 +172,8 @@ static const em_loop_fn binary_loops[EM_NUM_BINOPS][EM_NUM_DTYPES] = {
 static const em_loop_fn add_scaled_loops[EM_NUM_DTYPES] = ROW_BOOL_AS(add_scaled, add_scaled_b8);
 
 static const char *const binop_names[EM_NUM_BINOPS] = {
-    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmod", "eq", "ne", "lt", "le", "gt", "ge",
-    "logical_and", "logical_or", "logical_xor"};
+    "add", "sub", "mul", "div", "pow", "maximum",     "minimum",    "fmod",       "eq",
+    "ne",  "lt",  "le",  "gt",  "ge",  "logical_and", "logical_or", "logical_xor"};
 
 static em_status unsupported(const char *op, em_dtype dtype) {
   return em_set_error(EM_ERR_DTYPE, "%s: not supported for %s tensors on the CPU", op, em_dtype_name(dtype));
@@ -180,8 +183,10 @@ static em_status unsupported(const char *op, em_dtype dtype) {
 static em_status loop_status(const char *op, em_dtype dtype, elem_ctx *c) {
   switch (atomic_load(&c->error)) {
     case ERR_NEG_POW:
-      return em_set_error(EM_ERR_ARGUMENT, "%s: integers to negative integer powers are not allowed (%s tensors; "
-                          "convert to float32 first)", op, em_dtype_name(dtype));
+      return em_set_error(EM_ERR_ARGUMENT,
+                          "%s: integers to negative integer powers are not allowed (%s tensors; "
+                          "convert to float32 first)",
+                          op, em_dtype_name(dtype));
     case ERR_ZERO_DIV:
       return em_set_error(EM_ERR_ARGUMENT, "%s: integer division by zero (%s tensors)", op, em_dtype_name(dtype));
     default: return EM_OK;
@@ -258,26 +263,25 @@ em_status cpu_add_scaled(em_tensor *out, const em_tensor *a, const em_tensor *b,
 
 /* ---- where: a select that only moves bytes, so one loop per element size ---- */
 
-#define DEFINE_WHERE(SUF, T)                                                                     \
-  static void where_##SUF(char **data, const int64_t *strides, int64_t n, void *ctx) {          \
-    char *po = data[0];                                                                          \
-    const char *pc = data[1], *pa = data[2], *pb = data[3];                                      \
-    const int64_t so = strides[0], sc = strides[1], sa = strides[2], sb = strides[3];            \
-    if (so == sizeof(T) && sc == 1 && sa == sizeof(T) && sb == sizeof(T)) {                      \
-      T *restrict o = (T *)po;                                                                   \
-      const uint8_t *restrict vc = (const uint8_t *)pc;                                          \
-      const T *restrict va = (const T *)pa, *restrict vb = (const T *)pb;                        \
-      for (int64_t i = 0; i < n; i++) o[i] = vc[i] ? va[i] : vb[i];                              \
-    } else if (so == sizeof(T) && sc == 1 && sa == sizeof(T) && sb == 0) {                       \
-      T *restrict o = (T *)po;                                                                   \
-      const uint8_t *restrict vc = (const uint8_t *)pc;                                          \
-      const T *restrict va = (const T *)pa, y = *(const T *)pb;                                  \
-      for (int64_t i = 0; i < n; i++) o[i] = vc[i] ? va[i] : y;                                  \
-    } else {                                                                                     \
-      for (int64_t i = 0; i < n; i++)                                                            \
-        *(T *)(po + i * so) = *(const uint8_t *)(pc + i * sc) ? *(const T *)(pa + i * sa)        \
-                                                              : *(const T *)(pb + i * sb);       \
-    }                                                                                            \
+#define DEFINE_WHERE(SUF, T)                                                                                           \
+  static void where_##SUF(char **data, const int64_t *strides, int64_t n, void *ctx) {                                 \
+    char *po = data[0];                                                                                                \
+    const char *pc = data[1], *pa = data[2], *pb = data[3];                                                            \
+    const int64_t so = strides[0], sc = strides[1], sa = strides[2], sb = strides[3];                                  \
+    if (so == sizeof(T) && sc == 1 && sa == sizeof(T) && sb == sizeof(T)) {                                            \
+      T *restrict o = (T *)po;                                                                                         \
+      const uint8_t *restrict vc = (const uint8_t *)pc;                                                                \
+      const T *restrict va = (const T *)pa, *restrict vb = (const T *)pb;                                              \
+      for (int64_t i = 0; i < n; i++) o[i] = vc[i] ? va[i] : vb[i];                                                    \
+    } else if (so == sizeof(T) && sc == 1 && sa == sizeof(T) && sb == 0) {                                             \
+      T *restrict o = (T *)po;                                                                                         \
+      const uint8_t *restrict vc = (const uint8_t *)pc;                                                                \
+      const T *restrict va = (const T *)pa, y = *(const T *)pb;                                                        \
+      for (int64_t i = 0; i < n; i++) o[i] = vc[i] ? va[i] : y;                                                        \
+    } else {                                                                                                           \
+      for (int64_t i = 0; i < n; i++)                                                                                  \
+        *(T *)(po + i * so) = *(const uint8_t *)(pc + i * sc) ? *(const T *)(pa + i * sa) : *(const T *)(pb + i * sb); \
+    }                                                                                                                  \
   }
 DEFINE_WHERE(1, uint8_t)
 DEFINE_WHERE(2, uint16_t)
@@ -302,29 +306,29 @@ em_status cpu_where(em_tensor *out, const em_tensor *cond, const em_tensor *a, c
 
 /* ---- clamp: bounds arrive as doubles (NaN: none) and are fitted to the dtype once ---- */
 
-#define DEFINE_CLAMP(SUF, T, LOWEST, HIGHEST)                                                    \
-  static void clamp_##SUF(char **data, const int64_t *strides, int64_t n, void *ctx) {          \
-    const elem_ctx *c = ctx;                                                                     \
-    /* Bounds beyond the dtype's range are no bound. A NaN input stays NaN: both */              \
-    /* comparisons are false. low > high gives high, as in PyTorch. */                           \
-    const T lo = isnan(c->lo) || c->lo <= (double)(LOWEST) ? (LOWEST) : (T)c->lo;               \
-    const T hi = isnan(c->hi) || c->hi >= (double)(HIGHEST) ? (HIGHEST) : (T)c->hi;             \
-    char *po = data[0];                                                                          \
-    const char *pa = data[1];                                                                    \
-    const int64_t so = strides[0], sa = strides[1];                                              \
-    if (so == sizeof(T) && sa == sizeof(T)) {                                                    \
-      T *restrict o = (T *)po;                                                                   \
-      const T *restrict va = (const T *)pa;                                                      \
-      for (int64_t i = 0; i < n; i++) {                                                          \
-        T r = va[i] < lo ? lo : va[i];                                                           \
-        o[i] = r > hi ? hi : r;                                                                  \
-      }                                                                                          \
-    } else {                                                                                     \
-      for (int64_t i = 0; i < n; i++) {                                                          \
-        T x = *(const T *)(pa + i * sa), r = x < lo ? lo : x;                                    \
-        *(T *)(po + i * so) = r > hi ? hi : r;                                                   \
-      }                                                                                          \
-    }                                                                                            \
+#define DEFINE_CLAMP(SUF, T, LOWEST, HIGHEST)                                          \
+  static void clamp_##SUF(char **data, const int64_t *strides, int64_t n, void *ctx) { \
+    const elem_ctx *c = ctx;                                                           \
+    /* Bounds beyond the dtype's range are no bound. A NaN input stays NaN: both */    \
+    /* comparisons are false. low > high gives high, as in PyTorch. */                 \
+    const T lo = isnan(c->lo) || c->lo <= (double)(LOWEST) ? (LOWEST) : (T)c->lo;      \
+    const T hi = isnan(c->hi) || c->hi >= (double)(HIGHEST) ? (HIGHEST) : (T)c->hi;    \
+    char *po = data[0];                                                                \
+    const char *pa = data[1];                                                          \
+    const int64_t so = strides[0], sa = strides[1];                                    \
+    if (so == sizeof(T) && sa == sizeof(T)) {                                          \
+      T *restrict o = (T *)po;                                                         \
+      const T *restrict va = (const T *)pa;                                            \
+      for (int64_t i = 0; i < n; i++) {                                                \
+        T r = va[i] < lo ? lo : va[i];                                                 \
+        o[i] = r > hi ? hi : r;                                                        \
+      }                                                                                \
+    } else {                                                                           \
+      for (int64_t i = 0; i < n; i++) {                                                \
+        T x = *(const T *)(pa + i * sa), r = x < lo ? lo : x;                          \
+        *(T *)(po + i * so) = r > hi ? hi : r;                                         \
+      }                                                                                \
+    }                                                                                  \
   }
 DEFINE_CLAMP(f32, float, -INFINITY, INFINITY)
 DEFINE_CLAMP(f64, double, -INFINITY, INFINITY)

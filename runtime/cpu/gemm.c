@@ -50,57 +50,57 @@ static int inc(int64_t n, int64_t stride) { return n == 1 ? 1 : (int)stride; }
 
 /* ---- float32 / float64: one body per type ---- */
 
-#define DEFINE_BLAS_GEMM(T, PREFIX)                                                                        \
-  /* y = alpha * m @ x + beta * y */                                                                       \
-  static void gemv_##PREFIX(mat m, const T *x, int incx, T *y, int incy, T alpha, T beta) {                \
-    if (beta == 0) /* never read y: it may be uninitialised memory holding NaN bit patterns */             \
-      for (int64_t i = 0; i < m.rows; i++) y[i * incy] = 0;                                                \
-    if (!m.trans)                                                                                          \
-      cblas_##PREFIX##gemv(CblasRowMajor, CblasNoTrans, (int)m.rows, (int)m.cols, alpha, (const T *)m.ptr, \
-                           (int)m.ld, x, incx, beta, y, incy);                                             \
-    else                                                                                                   \
-      cblas_##PREFIX##gemv(CblasRowMajor, CblasTrans, (int)m.cols, (int)m.rows, alpha, (const T *)m.ptr,   \
-                           (int)m.ld, x, incx, beta, y, incy);                                             \
-  }                                                                                                        \
-  static void gemm_one_##PREFIX(mat a, mat b, mat c, T alpha, T beta) {                                    \
-    if (c.trans) { /* column-major output: out^T = b^T @ a^T */                                            \
-      mat at = mat_t(a);                                                                                   \
-      a = mat_t(b), b = at, c = mat_t(c);                                                                  \
-    }                                                                                                      \
-    int64_t M = c.rows, N = c.cols, K = a.cols;                                                            \
-    T *out = (T *)c.ptr;                                                                                   \
-    if (K == 0) { /* nothing to multiply: out = beta * out */                                              \
-      for (int64_t i = 0; i < M; i++)                                                                      \
-        for (int64_t j = 0; j < N; j++) out[i * c.rs + j] = beta == 0 ? 0 : beta * out[i * c.rs + j];      \
-    } else if (M == 1 && N == 1) {                                                                         \
-      T d = cblas_##PREFIX##dot((int)K, (const T *)a.ptr, inc(K, a.cs), (const T *)b.ptr, inc(K, b.rs));   \
-      out[0] = beta == 0 ? alpha * d : alpha * d + beta * out[0];                                          \
-    } else if (N == 1) {                                                                                   \
-      gemv_##PREFIX(a, (const T *)b.ptr, inc(K, b.rs), out, inc(M, c.rs), alpha, beta);                    \
-    } else if (M == 1) {                                                                                   \
-      gemv_##PREFIX(mat_t(b), (const T *)a.ptr, inc(K, a.cs), out, inc(N, c.cs), alpha, beta);             \
-    } else {                                                                                               \
-      cblas_##PREFIX##gemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans,                             \
-                           b.trans ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha,             \
-                           (const T *)a.ptr, (int)a.ld, (const T *)b.ptr, (int)b.ld, beta, out, (int)c.ld);  \
-    }                                                                                                      \
+#define DEFINE_BLAS_GEMM(T, PREFIX)                                                                                    \
+  /* y = alpha * m @ x + beta * y */                                                                                   \
+  static void gemv_##PREFIX(mat m, const T *x, int incx, T *y, int incy, T alpha, T beta) {                            \
+    if (beta == 0) /* never read y: it may be uninitialised memory holding NaN bit patterns */                         \
+      for (int64_t i = 0; i < m.rows; i++) y[i * incy] = 0;                                                            \
+    if (!m.trans)                                                                                                      \
+      cblas_##PREFIX##gemv(CblasRowMajor, CblasNoTrans, (int)m.rows, (int)m.cols, alpha, (const T *)m.ptr, (int)m.ld,  \
+                           x, incx, beta, y, incy);                                                                    \
+    else                                                                                                               \
+      cblas_##PREFIX##gemv(CblasRowMajor, CblasTrans, (int)m.cols, (int)m.rows, alpha, (const T *)m.ptr, (int)m.ld, x, \
+                           incx, beta, y, incy);                                                                       \
+  }                                                                                                                    \
+  static void gemm_one_##PREFIX(mat a, mat b, mat c, T alpha, T beta) {                                                \
+    if (c.trans) { /* column-major output: out^T = b^T @ a^T */                                                        \
+      mat at = mat_t(a);                                                                                               \
+      a = mat_t(b), b = at, c = mat_t(c);                                                                              \
+    }                                                                                                                  \
+    int64_t M = c.rows, N = c.cols, K = a.cols;                                                                        \
+    T *out = (T *)c.ptr;                                                                                               \
+    if (K == 0) { /* nothing to multiply: out = beta * out */                                                          \
+      for (int64_t i = 0; i < M; i++)                                                                                  \
+        for (int64_t j = 0; j < N; j++) out[i * c.rs + j] = beta == 0 ? 0 : beta * out[i * c.rs + j];                  \
+    } else if (M == 1 && N == 1) {                                                                                     \
+      T d = cblas_##PREFIX##dot((int)K, (const T *)a.ptr, inc(K, a.cs), (const T *)b.ptr, inc(K, b.rs));               \
+      out[0] = beta == 0 ? alpha * d : alpha * d + beta * out[0];                                                      \
+    } else if (N == 1) {                                                                                               \
+      gemv_##PREFIX(a, (const T *)b.ptr, inc(K, b.rs), out, inc(M, c.rs), alpha, beta);                                \
+    } else if (M == 1) {                                                                                               \
+      gemv_##PREFIX(mat_t(b), (const T *)a.ptr, inc(K, a.cs), out, inc(N, c.cs), alpha, beta);                         \
+    } else {                                                                                                           \
+      cblas_##PREFIX##gemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans, b.trans ? CblasTrans : CblasNoTrans,    \
+                           (int)M, (int)N, (int)K, alpha, (const T *)a.ptr, (int)a.ld, (const T *)b.ptr, (int)b.ld,    \
+                           beta, out, (int)c.ld);                                                                      \
+    }                                                                                                                  \
   }
 DEFINE_BLAS_GEMM(float, s)
 DEFINE_BLAS_GEMM(double, d)
 
 /* ---- integers: a plain loop (strided, any layout) ---- */
 
-#define DEFINE_INT_GEMM(T, NAME)                                                      \
-  static void gemm_one_##NAME(mat a, mat b, mat c, T alpha, T beta) {                 \
-    const T *A = (const T *)a.ptr, *B = (const T *)b.ptr;                             \
-    T *C = (T *)c.ptr;                                                                \
-    for (int64_t i = 0; i < c.rows; i++)                                              \
-      for (int64_t j = 0; j < c.cols; j++) {                                          \
-        T acc = 0;                                                                    \
+#define DEFINE_INT_GEMM(T, NAME)                                                                     \
+  static void gemm_one_##NAME(mat a, mat b, mat c, T alpha, T beta) {                                \
+    const T *A = (const T *)a.ptr, *B = (const T *)b.ptr;                                            \
+    T *C = (T *)c.ptr;                                                                               \
+    for (int64_t i = 0; i < c.rows; i++)                                                             \
+      for (int64_t j = 0; j < c.cols; j++) {                                                         \
+        T acc = 0;                                                                                   \
         for (int64_t k = 0; k < a.cols; k++) acc += A[i * a.rs + k * a.cs] * B[k * b.rs + j * b.cs]; \
-        T *o = C + i * c.rs + j * c.cs;                                               \
-        *o = beta == 0 ? (T)(alpha * acc) : (T)(alpha * acc + beta * *o);             \
-      }                                                                               \
+        T *o = C + i * c.rs + j * c.cs;                                                              \
+        *o = beta == 0 ? (T)(alpha * acc) : (T)(alpha * acc + beta * *o);                            \
+      }                                                                                              \
   }
 DEFINE_INT_GEMM(int32_t, i32)
 DEFINE_INT_GEMM(int64_t, i64)
@@ -110,7 +110,7 @@ DEFINE_INT_GEMM(uint8_t, u8)
 
 typedef struct gemm_job {
   const em_tensor *ops[3]; /* out, a, b: BLAS-describable (or integer) */
-  mat m[3];                /* the matrix of batch 0 of each */
+  mat m[3]; /* the matrix of batch 0 of each */
   int nbatch_dims;
   int64_t nbatch;
   em_dtype dtype;
@@ -214,15 +214,15 @@ static void gemm_piece(em_dtype dtype, mat a, mat b, mat c, double alpha, double
 
 /* c (row-major rows x cols, leading dim ld) += each of the n partial products that follow
  * one another in parts (contiguous rows x cols each), rows [r0, r1) only. */
-#define DEFINE_ADD_PARTIALS(T, SUF)                                                                   \
-  static void add_partials_##SUF(T *c, int64_t ld, const T *parts, int n, int64_t rows, int64_t cols, \
-                                 int64_t r0, int64_t r1) {                                            \
-    for (int p = 0; p < n; p++)                                                                       \
-      for (int64_t i = r0; i < r1; i++) {                                                             \
-        T *restrict ci = c + i * ld;                                                                  \
-        const T *restrict pi = parts + (p * rows + i) * cols;                                         \
-        for (int64_t j = 0; j < cols; j++) ci[j] += pi[j];                                            \
-      }                                                                                               \
+#define DEFINE_ADD_PARTIALS(T, SUF)                                                                               \
+  static void add_partials_##SUF(T *c, int64_t ld, const T *parts, int n, int64_t rows, int64_t cols, int64_t r0, \
+                                 int64_t r1) {                                                                    \
+    for (int p = 0; p < n; p++)                                                                                   \
+      for (int64_t i = r0; i < r1; i++) {                                                                         \
+        T *restrict ci = c + i * ld;                                                                              \
+        const T *restrict pi = parts + (p * rows + i) * cols;                                                     \
+        for (int64_t j = 0; j < cols; j++) ci[j] += pi[j];                                                        \
+      }                                                                                                           \
   }
 DEFINE_ADD_PARTIALS(float, s)
 DEFINE_ADD_PARTIALS(double, d)
@@ -287,8 +287,12 @@ em_status cpu_gemm(em_tensor *out, const em_tensor *a, const em_tensor *b, doubl
   if (M > INT_MAX || N > INT_MAX || K > INT_MAX)
     return em_set_error(EM_ERR_SHAPE, "matmul: a dim of [%lld, %lld] @ [%lld, %lld] exceeds BLAS's 32-bit sizes",
                         (long long)M, (long long)K, (long long)K, (long long)N);
-  gemm_job job = {.ops = {out, a, b}, .nbatch_dims = n - 2, .nbatch = emp_shape_numel(n - 2, out->sizes),
-                  .dtype = dtype, .alpha = alpha, .beta = beta};
+  gemm_job job = {.ops = {out, a, b},
+                  .nbatch_dims = n - 2,
+                  .nbatch = emp_shape_numel(n - 2, out->sizes),
+                  .dtype = dtype,
+                  .alpha = alpha,
+                  .beta = beta};
   if (job.nbatch == 0 || M == 0 || N == 0) return EM_OK;
   int is_float = dtype == EM_FLOAT32 || dtype == EM_FLOAT64;
   em_tensor *copies[3] = {NULL, NULL, NULL};

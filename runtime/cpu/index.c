@@ -71,15 +71,15 @@ typedef struct gather_ctx {
 } gather_ctx;
 
 /* data: out, source (zero stride along dim), index. */
-#define DEFINE_GATHER(T, IT, NAME)                                                         \
-  static void NAME(char **data, const int64_t *strides, int64_t n, void *vctx) {           \
-    const gather_ctx *c = vctx;                                                            \
-    char *out = data[0];                                                                   \
-    const char *src = data[1], *idx = data[2];                                             \
-    for (int64_t i = 0; i < n; i++) {                                                      \
-      int64_t k = *(const IT *)(idx + i * strides[2]) - c->base;                           \
-      *(T *)(out + i * strides[0]) = *(const T *)(src + i * strides[1] + k * c->stride);   \
-    }                                                                                      \
+#define DEFINE_GATHER(T, IT, NAME)                                                       \
+  static void NAME(char **data, const int64_t *strides, int64_t n, void *vctx) {         \
+    const gather_ctx *c = vctx;                                                          \
+    char *out = data[0];                                                                 \
+    const char *src = data[1], *idx = data[2];                                           \
+    for (int64_t i = 0; i < n; i++) {                                                    \
+      int64_t k = *(const IT *)(idx + i * strides[2]) - c->base;                         \
+      *(T *)(out + i * strides[0]) = *(const T *)(src + i * strides[1] + k * c->stride); \
+    }                                                                                    \
   }
 DEFINE_GATHER(uint8_t, int64_t, gather_1_i64)
 DEFINE_GATHER(uint16_t, int64_t, gather_2_i64)
@@ -101,8 +101,7 @@ static em_loop_fn gather_fn(size_t elsize, em_dtype index_dtype) {
 }
 
 /* out = src read at index along dim; src_r and idx_r already have out's shape. */
-static em_status run_gather(em_tensor *out, const em_tensor *a, em_tensor *src_r, em_tensor *idx_r, int dim,
-                            int base) {
+static em_status run_gather(em_tensor *out, const em_tensor *a, em_tensor *src_r, em_tensor *idx_r, int dim, int base) {
   em_status st = EM_OK;
   if (!src_r || !idx_r) {
     st = em_last_status();
@@ -171,12 +170,27 @@ static void write_loop(char **data, const int64_t *strides, int64_t n, void *vct
 
 static void encode_value(em_dtype dtype, double v, char *out) {
   switch (dtype) {
-    case EM_FLOAT32: { float f = (float)v; memcpy(out, &f, 4); } break;
+    case EM_FLOAT32: {
+      float f = (float)v;
+      memcpy(out, &f, 4);
+    } break;
     case EM_FLOAT64: memcpy(out, &v, 8); break;
-    case EM_FLOAT16: { uint16_t h = em_float_to_half((float)v); memcpy(out, &h, 2); } break;
-    case EM_BFLOAT16: { uint16_t h = em_float_to_bf16((float)v); memcpy(out, &h, 2); } break;
-    case EM_INT32: { int32_t i = (int32_t)v; memcpy(out, &i, 4); } break;
-    case EM_INT64: { int64_t i = (int64_t)v; memcpy(out, &i, 8); } break;
+    case EM_FLOAT16: {
+      uint16_t h = em_float_to_half((float)v);
+      memcpy(out, &h, 2);
+    } break;
+    case EM_BFLOAT16: {
+      uint16_t h = em_float_to_bf16((float)v);
+      memcpy(out, &h, 2);
+    } break;
+    case EM_INT32: {
+      int32_t i = (int32_t)v;
+      memcpy(out, &i, 4);
+    } break;
+    case EM_INT64: {
+      int64_t i = (int64_t)v;
+      memcpy(out, &i, 8);
+    } break;
     case EM_UINT8: out[0] = (char)(uint8_t)(int64_t)v; break;
     case EM_BOOL: out[0] = v != 0; break;
     default: break;
@@ -211,7 +225,7 @@ static em_status run_write(write_ctx *c, const em_tensor *self, int dim, em_tens
 }
 
 em_status cpu_scatter(em_tensor *self, int dim, const em_tensor *index, const em_tensor *src, double value,
-                         int accumulate, int base) {
+                      int accumulate, int base) {
   const char *op = src ? (accumulate ? "scatter_add_" : "scatter_") : "scatter_value_";
   em_status st;
   if ((accumulate && (st = check_add_dtype(op, self->dtype))) ||
@@ -227,7 +241,7 @@ em_status cpu_scatter(em_tensor *self, int dim, const em_tensor *index, const em
 }
 
 em_status cpu_index_add(em_tensor *self, int dim, const em_tensor *index, const em_tensor *src, double alpha,
-                           int base) {
+                        int base) {
   em_status st;
   if ((st = check_add_dtype("index_add_", self->dtype)) ||
       (st = check_indices("index_add_", index, dim, self->sizes[dim], base)))

@@ -12,8 +12,7 @@ void cpu_iter_init(em_iter *it, int nops, const em_tensor *const *ops) {
   for (int d = 0; d < ref->ndim; d++) {
     if (ref->sizes[d] == 1) continue;
     it->sizes[n] = ref->sizes[d];
-    for (int i = 0; i < nops; i++)
-      it->strides[i][n] = ops[i]->strides[d] * (int64_t)em_dtype_size(ops[i]->dtype);
+    for (int i = 0; i < nops; i++) it->strides[i][n] = ops[i]->strides[d] * (int64_t)em_dtype_size(ops[i]->dtype);
     n++;
   }
   if (n == 0) { /* a scalar, or all dims of size 1 */
@@ -91,7 +90,8 @@ void cpu_iter_for_each(const em_iter *it, em_loop_fn fn, void *ctx, int64_t grai
   {
     int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     /* Chunk edges rounded to 16 elements keep vector loops aligned within a row. */
-    int64_t begin = (it->numel * t / nt) & ~(int64_t)15, end = t == nt - 1 ? it->numel : (it->numel * (t + 1) / nt) & ~(int64_t)15;
+    int64_t begin = (it->numel * t / nt) & ~(int64_t)15,
+            end = t == nt - 1 ? it->numel : (it->numel * (t + 1) / nt) & ~(int64_t)15;
     if (end > begin) run_range(it, begin, end, fn, ctx);
   }
 }

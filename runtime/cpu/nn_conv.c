@@ -29,10 +29,22 @@ typedef struct conv_geom {
 } conv_geom;
 
 static conv_geom geometry(const em_tensor *x, const em_tensor *w, const em_tensor *y, const em_conv2d_params *p) {
-  conv_geom g = {.N = x->sizes[0], .C = x->sizes[1], .H = x->sizes[2], .W = x->sizes[3], .Co = w->sizes[0],
-                 .OH = y->sizes[2], .OW = y->sizes[3], .kh = w->sizes[2], .kw = w->sizes[3],
-                 .sh = p->stride[0], .sw = p->stride[1], .ph = p->pad[0], .pw = p->pad[1],
-                 .dh = p->dilation[0], .dw = p->dilation[1], .groups = p->groups};
+  conv_geom g = {.N = x->sizes[0],
+                 .C = x->sizes[1],
+                 .H = x->sizes[2],
+                 .W = x->sizes[3],
+                 .Co = w->sizes[0],
+                 .OH = y->sizes[2],
+                 .OW = y->sizes[3],
+                 .kh = w->sizes[2],
+                 .kw = w->sizes[3],
+                 .sh = p->stride[0],
+                 .sw = p->stride[1],
+                 .ph = p->pad[0],
+                 .pw = p->pad[1],
+                 .dh = p->dilation[0],
+                 .dw = p->dilation[1],
+                 .groups = p->groups};
   g.Cg = g.C / g.groups;
   g.Cog = g.Co / g.groups;
   g.K = g.Cg * g.kh * g.kw;
@@ -60,6 +72,7 @@ static em_status col_oom(const conv_geom *g, int threads, size_t elsize) {
 }
 
 /* One generic body per float type: T is the C type, S the BLAS prefix (s or d). */
+/* clang-format off */
 #define DEFINE_CONV(T, S)                                                                                        \
   /* col[K, P] from x[Cg, H, W] (one group of one image). Row (c, i, j) of col holds x[c]           \
    * shifted by the kernel tap (i, j); padding reads as 0. With stride 1 and OW == W (same             \
@@ -252,20 +265,21 @@ static em_status col_oom(const conv_geom *g, int threads, size_t elsize) {
     free(part);                                                                                                  \
     return EM_OK;                                                                                                \
   }
+/* clang-format on */
 
 DEFINE_CONV(float, s)
 DEFINE_CONV(double, d)
 
 em_status cpu_conv2d(em_tensor *out, const em_tensor *x, const em_tensor *w, const em_tensor *b,
-                        const em_conv2d_params *p) {
+                     const em_conv2d_params *p) {
   conv_geom g = geometry(x, w, out, p);
   if (em_tensor_numel(out) == 0) return EM_OK;
   if (g.K == 0) return cpu_fill(out, 0); /* (the caller rejects empty kernels) */
   return x->dtype == EM_FLOAT32 ? forward_s(out, x, w, b, &g) : forward_d(out, x, w, b, &g);
 }
 
-em_status cpu_conv2d_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy,
-                                 const em_tensor *x, const em_tensor *w, const em_conv2d_params *p) {
+em_status cpu_conv2d_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy, const em_tensor *x,
+                              const em_tensor *w, const em_conv2d_params *p) {
   conv_geom g = geometry(x, w, gy, p);
   if (g.P == 0 || g.Cog == 0 || g.K == 0) { /* no product to form: every gradient is zero */
     em_tensor *all[3] = {gx, gw, gb};

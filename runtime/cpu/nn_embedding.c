@@ -39,12 +39,14 @@ static em_status check(const bag_geom *g) {
   for (int64_t i = 0; i < g->L; i++) {
     int64_t r = row_of(g, i);
     if (r < 0 || r >= g->R)
-      return em_set_error(EM_ERR_INDEX, "embedding_bag: index %lld is out of range for %lld embeddings (expected %d..%lld)",
+      return em_set_error(EM_ERR_INDEX,
+                          "embedding_bag: index %lld is out of range for %lld embeddings (expected %d..%lld)",
                           (long long)(r + g->base), (long long)g->R, g->base, (long long)(g->R - 1 + g->base));
   }
   return EM_OK;
 }
 
+/* clang-format off */
 #define DEFINE_BAG(T, S_)                                                                                       \
   static void forward_##S_(T *out, int64_t *argmax, const T *w, const T *psw, int mode, const bag_geom *g) {   \
     int par = use_threads(g->B, g->L * g->D);                                                                  \
@@ -111,33 +113,39 @@ static em_status check(const bag_geom *g) {
       }                                                                                                        \
     }                                                                                                          \
   }
+/* clang-format on */
 
 DEFINE_BAG(float, s)
 DEFINE_BAG(double, d)
 
 static bag_geom geometry(const em_tensor *weight, const em_tensor *indices, const em_tensor *offsets, int base) {
-  bag_geom g = {weight->sizes[0], weight->sizes[1], em_tensor_numel(indices), em_tensor_numel(offsets),
-                indices->dtype == EM_INT64, em_tensor_ptr(indices), (const int64_t *)em_tensor_ptr(offsets), base};
+  bag_geom g = {weight->sizes[0],
+                weight->sizes[1],
+                em_tensor_numel(indices),
+                em_tensor_numel(offsets),
+                indices->dtype == EM_INT64,
+                em_tensor_ptr(indices),
+                (const int64_t *)em_tensor_ptr(offsets),
+                base};
   return g;
 }
 
 #define PTR(t, T) ((t) ? (T *)em_tensor_ptr(t) : NULL)
 
 em_status cpu_embedding_bag(em_tensor *out, em_tensor *argmax, const em_tensor *weight, const em_tensor *indices,
-                               const em_tensor *offsets, const em_tensor *psw, int mode, int base) {
+                            const em_tensor *offsets, const em_tensor *psw, int mode, int base) {
   bag_geom g = geometry(weight, indices, offsets, base);
   em_status st = check(&g);
   if (st) return st;
   if (weight->dtype == EM_FLOAT32)
     forward_s(PTR(out, float), PTR(argmax, int64_t), PTR(weight, const float), PTR(psw, const float), mode, &g);
-  else
-    forward_d(PTR(out, double), PTR(argmax, int64_t), PTR(weight, const double), PTR(psw, const double), mode, &g);
+  else forward_d(PTR(out, double), PTR(argmax, int64_t), PTR(weight, const double), PTR(psw, const double), mode, &g);
   return EM_OK;
 }
 
 em_status cpu_embedding_bag_backward(em_tensor *gw, em_tensor *gpsw, const em_tensor *gout, const em_tensor *weight,
-                                        const em_tensor *indices, const em_tensor *offsets, const em_tensor *psw,
-                                        const em_tensor *argmax, int mode, int base) {
+                                     const em_tensor *indices, const em_tensor *offsets, const em_tensor *psw,
+                                     const em_tensor *argmax, int mode, int base) {
   bag_geom g = geometry(weight, indices, offsets, base);
   if (weight->dtype == EM_FLOAT32)
     backward_s(PTR(gw, float), PTR(gpsw, float), PTR(gout, const float), PTR(weight, const float),

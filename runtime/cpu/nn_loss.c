@@ -50,6 +50,7 @@ static em_status check_targets(const em_tensor *target, const loss_geom *g, cons
 #define EXP_s(v) em_vexpf(v)
 #define EXP_d(v) exp(v)
 
+/* clang-format off */
 #define DEFINE_LOSS(T, S_)                                                                                      \
   /* log(sum(exp(x_c))) over the C values of a sample, C apart by stride */                                   \
   static double lse_##S_(const T *x, int64_t C, int64_t stride) {                                              \
@@ -121,6 +122,7 @@ static em_status check_targets(const em_tensor *target, const loss_geom *g, cons
         o[t * st] -= a;                                                                                        \
       }                                                                                                        \
   }
+/* clang-format on */
 
 DEFINE_LOSS(float, s)
 DEFINE_LOSS(double, d)
@@ -151,7 +153,7 @@ static void lse_rows_s(float *out, const float *x, int64_t N, int64_t C) {
 }
 
 em_status cpu_class_loss(em_tensor *out, em_tensor *lse, em_tensor *total_weight, const em_tensor *x,
-                            const em_tensor *target, const em_tensor *weight, const em_class_loss_params *p) {
+                         const em_tensor *target, const em_tensor *weight, const em_class_loss_params *p) {
   loss_geom g = geometry(x, target);
   em_status st = check_targets(target, &g, p);
   if (st) return st;
@@ -194,8 +196,8 @@ em_status cpu_class_loss(em_tensor *out, em_tensor *lse, em_tensor *total_weight
 }
 
 em_status cpu_class_loss_backward(em_tensor *gx, const em_tensor *gout, const em_tensor *x, const em_tensor *lse,
-                                     const em_tensor *total_weight, const em_tensor *target, const em_tensor *weight,
-                                     const em_class_loss_params *p) {
+                                  const em_tensor *total_weight, const em_tensor *target, const em_tensor *weight,
+                                  const em_class_loss_params *p) {
   loss_geom g = geometry(x, target);
   int is32 = x->dtype == EM_FLOAT32;
   double scale = 1;
@@ -225,19 +227,19 @@ em_status cpu_class_loss_backward(em_tensor *gx, const em_tensor *gout, const em
 /* ---- ReLU backward: gx = y > 0 ? gy : 0, on the strided iterator (gy may be a broadcast
  * view) with a contiguous fast path that vectorises ---- */
 
-#define DEFINE_RELU_BACKWARD(T, S_)                                                                  \
-  static void relu_backward_##S_(char **data, const int64_t *strides, int64_t n, void *ctx) {       \
-    (void)ctx;                                                                                       \
-    if (strides[0] == sizeof(T) && strides[1] == sizeof(T) && strides[2] == sizeof(T)) {            \
-      T *restrict o = (T *)data[0];                                                                  \
-      const T *restrict d = (const T *)data[1], *restrict y = (const T *)data[2];                    \
-      for (int64_t i = 0; i < n; i++) o[i] = y[i] > 0 ? d[i] : (T)0;                                 \
-      return;                                                                                        \
-    }                                                                                                \
-    for (int64_t i = 0; i < n; i++) {                                                                \
-      T yv = *(const T *)(data[2] + i * strides[2]), dv = *(const T *)(data[1] + i * strides[1]);    \
-      *(T *)(data[0] + i * strides[0]) = yv > 0 ? dv : (T)0;                                         \
-    }                                                                                                \
+#define DEFINE_RELU_BACKWARD(T, S_)                                                               \
+  static void relu_backward_##S_(char **data, const int64_t *strides, int64_t n, void *ctx) {     \
+    (void)ctx;                                                                                    \
+    if (strides[0] == sizeof(T) && strides[1] == sizeof(T) && strides[2] == sizeof(T)) {          \
+      T *restrict o = (T *)data[0];                                                               \
+      const T *restrict d = (const T *)data[1], *restrict y = (const T *)data[2];                 \
+      for (int64_t i = 0; i < n; i++) o[i] = y[i] > 0 ? d[i] : (T)0;                              \
+      return;                                                                                     \
+    }                                                                                             \
+    for (int64_t i = 0; i < n; i++) {                                                             \
+      T yv = *(const T *)(data[2] + i * strides[2]), dv = *(const T *)(data[1] + i * strides[1]); \
+      *(T *)(data[0] + i * strides[0]) = yv > 0 ? dv : (T)0;                                      \
+    }                                                                                             \
   }
 DEFINE_RELU_BACKWARD(float, s)
 DEFINE_RELU_BACKWARD(double, d)
@@ -254,14 +256,14 @@ em_status cpu_relu_backward(em_tensor *gx, const em_tensor *gy, const em_tensor 
 
 /* ---- count_correct: the rows whose first largest logit (NaN largest, as argmax) is at the
  * target. Scalar on purpose: a row is a few classes, and the whole count is ~1 us. */
-#define ROW_ARGMAX(T)                                                               \
-  do {                                                                              \
-    const T *restrict row = (const T *)em_tensor_data(x) + i * rs;                  \
-    T best = row[0];                                                                \
-    for (int64_t k = 1; k < classes; k++) {                                         \
-      T v = row[k * cs];                                                            \
-      if (v > best || (v != v && best == best)) best = v, at = k;                   \
-    }                                                                               \
+#define ROW_ARGMAX(T)                                              \
+  do {                                                             \
+    const T *restrict row = (const T *)em_tensor_data(x) + i * rs; \
+    T best = row[0];                                               \
+    for (int64_t k = 1; k < classes; k++) {                        \
+      T v = row[k * cs];                                           \
+      if (v > best || (v != v && best == best)) best = v, at = k;  \
+    }                                                              \
   } while (0)
 
 em_status cpu_count_correct(int64_t *count, const em_tensor *x, const em_tensor *target, int base) {
@@ -272,8 +274,10 @@ em_status cpu_count_correct(int64_t *count, const em_tensor *x, const em_tensor 
   for (int64_t i = 0; i < rows; i++) {
     int64_t want = t64 ? ((const int64_t *)tp)[i * ts] : ((const int32_t *)tp)[i * ts];
     if (want < base || want - base >= classes)
-      return em_set_error(EM_ERR_INDEX, "count_correct: target %lld at position %lld is out of range for %lld classes "
-                          "(expected %d..%lld)", (long long)want, (long long)(i + base), (long long)classes, base,
+      return em_set_error(EM_ERR_INDEX,
+                          "count_correct: target %lld at position %lld is out of range for %lld classes "
+                          "(expected %d..%lld)",
+                          (long long)want, (long long)(i + base), (long long)classes, base,
                           (long long)(classes - 1 + base));
     int64_t at = 0;
     if (x->dtype == EM_FLOAT32) ROW_ARGMAX(float);

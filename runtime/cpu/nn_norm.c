@@ -31,40 +31,41 @@ static bn_geom bn_geometry(const em_tensor *x) {
  * chain every addition). sum2: sum of (x - k) and of (x - k)^2; dot: sum of d and of
  * d * (x - k). */
 #define LANES 8
-#define DEFINE_SUMS(T, S_)                                                                          \
-  static void sum2_##S_(const T *x, int64_t n, double k, double *s1, double *s2) {                 \
-    double a[LANES] = {0}, b[LANES] = {0};                                                          \
-    int64_t i = 0;                                                                                  \
-    for (; i + LANES <= n; i += LANES)                                                              \
-      for (int j = 0; j < LANES; j++) {                                                             \
-        double v = (double)x[i + j] - k;                                                            \
-        a[j] += v, b[j] += v * v;                                                                   \
-      }                                                                                             \
-    for (int j = 0; i + j < n; j++) {                                                               \
-      double v = (double)x[i + j] - k;                                                              \
-      a[j] += v, b[j] += v * v;                                                                     \
-    }                                                                                               \
-    for (int j = 1; j < LANES; j++) a[0] += a[j], b[0] += b[j];                                     \
-    *s1 += a[0], *s2 += b[0];                                                                       \
-  }                                                                                                 \
+#define DEFINE_SUMS(T, S_)                                                                                \
+  static void sum2_##S_(const T *x, int64_t n, double k, double *s1, double *s2) {                        \
+    double a[LANES] = {0}, b[LANES] = {0};                                                                \
+    int64_t i = 0;                                                                                        \
+    for (; i + LANES <= n; i += LANES)                                                                    \
+      for (int j = 0; j < LANES; j++) {                                                                   \
+        double v = (double)x[i + j] - k;                                                                  \
+        a[j] += v, b[j] += v * v;                                                                         \
+      }                                                                                                   \
+    for (int j = 0; i + j < n; j++) {                                                                     \
+      double v = (double)x[i + j] - k;                                                                    \
+      a[j] += v, b[j] += v * v;                                                                           \
+    }                                                                                                     \
+    for (int j = 1; j < LANES; j++) a[0] += a[j], b[0] += b[j];                                           \
+    *s1 += a[0], *s2 += b[0];                                                                             \
+  }                                                                                                       \
   static void dot_##S_(const T *d, const T *x, const T *w, int64_t n, double k, double *s1, double *s2) { \
-    double a[LANES] = {0}, b[LANES] = {0};                                                          \
-    int64_t i = 0;                                                                                  \
-    for (; i + LANES <= n; i += LANES)                                                              \
-      for (int j = 0; j < LANES; j++) {                                                             \
-        double dv = (double)d[i + j] * (w ? (double)w[i + j] : 1.0);                                \
-        a[j] += dv, b[j] += dv * ((double)x[i + j] - k);                                            \
-      }                                                                                             \
-    for (int j = 0; i + j < n; j++) {                                                               \
-      double dv = (double)d[i + j] * (w ? (double)w[i + j] : 1.0);                                  \
-      a[j] += dv, b[j] += dv * ((double)x[i + j] - k);                                              \
-    }                                                                                               \
-    for (int j = 1; j < LANES; j++) a[0] += a[j], b[0] += b[j];                                     \
-    *s1 += a[0], *s2 += b[0];                                                                       \
+    double a[LANES] = {0}, b[LANES] = {0};                                                                \
+    int64_t i = 0;                                                                                        \
+    for (; i + LANES <= n; i += LANES)                                                                    \
+      for (int j = 0; j < LANES; j++) {                                                                   \
+        double dv = (double)d[i + j] * (w ? (double)w[i + j] : 1.0);                                      \
+        a[j] += dv, b[j] += dv * ((double)x[i + j] - k);                                                  \
+      }                                                                                                   \
+    for (int j = 0; i + j < n; j++) {                                                                     \
+      double dv = (double)d[i + j] * (w ? (double)w[i + j] : 1.0);                                        \
+      a[j] += dv, b[j] += dv * ((double)x[i + j] - k);                                                    \
+    }                                                                                                     \
+    for (int j = 1; j < LANES; j++) a[0] += a[j], b[0] += b[j];                                           \
+    *s1 += a[0], *s2 += b[0];                                                                             \
   }
 DEFINE_SUMS(float, s)
 DEFINE_SUMS(double, d)
 
+/* clang-format off */
 #define DEFINE_NORM(T, S_)                                                                                        \
   static void bn_stats_##S_(T *mean, T *var, const T *x, bn_geom g) {                                            \
     int par = use_threads(g.C, g.N * g.C * g.S);                                                                 \
@@ -190,6 +191,7 @@ DEFINE_SUMS(double, d)
       }                                                                                                          \
     }                                                                                                            \
   }
+/* clang-format on */
 
 DEFINE_NORM(float, s)
 DEFINE_NORM(double, d)
@@ -205,26 +207,26 @@ em_status cpu_batch_norm_stats(em_tensor *mean, em_tensor *var, const em_tensor 
 }
 
 em_status cpu_batch_norm(em_tensor *out, const em_tensor *x, const em_tensor *mean, const em_tensor *var,
-                            const em_tensor *w, const em_tensor *b, double eps) {
+                         const em_tensor *w, const em_tensor *b, double eps) {
   bn_geom g = bn_geometry(x);
   if (x->dtype == EM_FLOAT32)
     bn_forward_s(P(out, float), P(x, const float), P(mean, const float), P(var, const float), P(w, const float),
                  P(b, const float), eps, g);
   else
-    bn_forward_d(P(out, double), P(x, const double), P(mean, const double), P(var, const double),
-                 P(w, const double), P(b, const double), eps, g);
+    bn_forward_d(P(out, double), P(x, const double), P(mean, const double), P(var, const double), P(w, const double),
+                 P(b, const double), eps, g);
   return EM_OK;
 }
 
-em_status cpu_batch_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy,
-                                     const em_tensor *x, const em_tensor *mean, const em_tensor *var,
-                                     const em_tensor *w, double eps, int training) {
+em_status cpu_batch_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy, const em_tensor *x,
+                                  const em_tensor *mean, const em_tensor *var, const em_tensor *w, double eps,
+                                  int training) {
   bn_geom g = bn_geometry(x);
   double *sums = malloc(sizeof(double) * 2 * (g.C ? g.C : 1));
   if (!sums) return em_set_error(EM_ERR_MEMORY, "batch_norm backward: out of memory");
   if (x->dtype == EM_FLOAT32)
-    bn_backward_s(P(gx, float), P(gw, float), P(gb, float), P(gy, const float), P(x, const float),
-                  P(mean, const float), P(var, const float), P(w, const float), eps, training, g, sums);
+    bn_backward_s(P(gx, float), P(gw, float), P(gb, float), P(gy, const float), P(x, const float), P(mean, const float),
+                  P(var, const float), P(w, const float), eps, training, g, sums);
   else
     bn_backward_d(P(gx, double), P(gw, double), P(gb, double), P(gy, const double), P(x, const double),
                   P(mean, const double), P(var, const double), P(w, const double), eps, training, g, sums);
@@ -233,24 +235,23 @@ em_status cpu_batch_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, c
 }
 
 em_status cpu_layer_norm(em_tensor *out, em_tensor *mean, em_tensor *rstd, const em_tensor *x, const em_tensor *w,
-                            const em_tensor *b, double eps) {
+                         const em_tensor *b, double eps) {
   int64_t M = em_tensor_numel(mean), D = M ? em_tensor_numel(x) / M : 0;
   if (x->dtype == EM_FLOAT32)
-    ln_forward_s(P(out, float), P(mean, float), P(rstd, float), P(x, const float), P(w, const float),
-                 P(b, const float), eps, M, D);
+    ln_forward_s(P(out, float), P(mean, float), P(rstd, float), P(x, const float), P(w, const float), P(b, const float),
+                 eps, M, D);
   else
     ln_forward_d(P(out, double), P(mean, double), P(rstd, double), P(x, const double), P(w, const double),
                  P(b, const double), eps, M, D);
   return EM_OK;
 }
 
-em_status cpu_layer_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy,
-                                     const em_tensor *x, const em_tensor *mean, const em_tensor *rstd,
-                                     const em_tensor *w) {
+em_status cpu_layer_norm_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy, const em_tensor *x,
+                                  const em_tensor *mean, const em_tensor *rstd, const em_tensor *w) {
   int64_t M = em_tensor_numel(mean), D = M ? em_tensor_numel(x) / M : (gw ? em_tensor_numel(gw) : 0);
   if (x->dtype == EM_FLOAT32)
-    ln_backward_s(P(gx, float), P(gw, float), P(gb, float), P(gy, const float), P(x, const float),
-                  P(mean, const float), P(rstd, const float), P(w, const float), M, D);
+    ln_backward_s(P(gx, float), P(gw, float), P(gb, float), P(gy, const float), P(x, const float), P(mean, const float),
+                  P(rstd, const float), P(w, const float), M, D);
   else
     ln_backward_d(P(gx, double), P(gw, double), P(gb, double), P(gy, const double), P(x, const double),
                   P(mean, const double), P(rstd, const double), P(w, const double), M, D);

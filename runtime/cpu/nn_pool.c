@@ -37,8 +37,8 @@ static span *avg_spans(int64_t in, int64_t out, int k, int s, int pad, const em_
   for (int64_t o = 0; o < out; o++) {
     int64_t a, b, full;
     if (p->adaptive) {
-      a = o * in / out;                      /* floor */
-      b = ((o + 1) * in + out - 1) / out;    /* ceil */
+      a = o * in / out; /* floor */
+      b = ((o + 1) * in + out - 1) / out; /* ceil */
       full = b - a;
     } else {
       a = o * s - pad;
@@ -74,115 +74,113 @@ static inline double value_d(uint64_t u) {
   return f;
 }
 
-#define DEFINE_POOL(T, U, S)                                                                                    \
+#define DEFINE_POOL(T, U, S)                                                                                          \
   /* a whole plane of a 2x2, stride 2 pool; base[q] is output q's top-left input. One loop               \
    * over the plane (rows are too short to vectorise one by one) with branch-free selects on             \
-   * bit masks (random data defeats branch prediction), so that it vectorises with gathers. */           \
-  static __attribute__((noinline)) void max2x2_plane_##S(T *restrict y, int32_t *restrict idx,                   \
-                                                         const T *restrict x, const int32_t *restrict base,      \
-                                                         int64_t n, int32_t W) {                                 \
-    for (int64_t q = 0; q < n; q++) {                                                                          \
-      int32_t at = base[q];                                                                                    \
-      T v[4] = {x[at], x[at + 1], x[at + W], x[at + W + 1]};                                                   \
-      int32_t pos[4] = {at, at + 1, at + W, at + W + 1};                                                       \
-      U m = bits_##S(v[0]);                                                                                    \
-      uint32_t mi = (uint32_t)at;                                                                              \
-      for (int k = 1; k < 4; k++) {                                                                            \
-        int t = (v[k] > value_##S(m)) | (v[k] != v[k]); /* NaN wins, as in PyTorch */                          \
-        U kv = (U)0 - (U)t;                                                                                    \
-        uint32_t ki = 0u - (uint32_t)t;                                                                        \
-        m = (bits_##S(v[k]) & kv) | (m & ~kv);                                                                 \
-        mi = ((uint32_t)pos[k] & ki) | (mi & ~ki);                                                             \
-      }                                                                                                        \
-      y[q] = value_##S(m);                                                                                     \
-      idx[q] = (int32_t)mi;                                                                                    \
-    }                                                                                                          \
-  }                                                                                                            \
-  static void max_plane_##S(T *restrict y, int32_t *restrict idx, const T *restrict x, const pool_geom *g,     \
-                            const em_pool2d_params *p, const int32_t *base) {                                  \
-    if (base) {                                                                                                \
-      max2x2_plane_##S(y, idx, x, base, g->OH * g->OW, (int32_t)g->W);                                         \
-      return;                                                                                                  \
-    }                                                                                                          \
-    int kh = p->kernel[0], kw = p->kernel[1], sh = p->stride[0], sw = p->stride[1];                            \
-    int dh = p->dilation[0], dw = p->dilation[1];                                                              \
-    for (int64_t oh = 0; oh < g->OH; oh++) {                                                                   \
-      int64_t hs = oh * sh - p->pad[0], he = hs + (int64_t)(kh - 1) * dh + 1;                                  \
-      if (he > g->H) he = g->H;                                                                                \
-      while (hs < 0) hs += dh;                                                                                 \
-      for (int64_t ow = 0; ow < g->OW; ow++) {                                                                 \
-        int64_t ws = ow * sw - p->pad[1], we = ws + (int64_t)(kw - 1) * dw + 1;                                \
-        if (we > g->W) we = g->W;                                                                              \
-        while (ws < 0) ws += dw;                                                                               \
-        T m = -INFINITY;                                                                                       \
-        int64_t mi = hs < he && ws < we ? hs * g->W + ws : -1; /* -1: an empty window (never, by the shape rules) */ \
-        for (int64_t h = hs; h < he; h += dh)                                                                  \
-          for (int64_t w = ws; w < we; w += dw) {                                                              \
-            T v = x[h * g->W + w];                                                                             \
-            if (v > m || isnan(v)) m = v, mi = h * g->W + w; /* NaN propagates, as in PyTorch */               \
-          }                                                                                                    \
-        y[oh * g->OW + ow] = m;                                                                                \
-        idx[oh * g->OW + ow] = (int32_t)mi;                                                                    \
-      }                                                                                                        \
-    }                                                                                                          \
-  }                                                                                                            \
+   * bit masks (random data defeats branch prediction), so that it vectorises with gathers. */            \
+  static __attribute__((noinline)) void max2x2_plane_##S(T *restrict y, int32_t *restrict idx, const T *restrict x,   \
+                                                         const int32_t *restrict base, int64_t n, int32_t W) {        \
+    for (int64_t q = 0; q < n; q++) {                                                                                 \
+      int32_t at = base[q];                                                                                           \
+      T v[4] = {x[at], x[at + 1], x[at + W], x[at + W + 1]};                                                          \
+      int32_t pos[4] = {at, at + 1, at + W, at + W + 1};                                                              \
+      U m = bits_##S(v[0]);                                                                                           \
+      uint32_t mi = (uint32_t)at;                                                                                     \
+      for (int k = 1; k < 4; k++) {                                                                                   \
+        int t = (v[k] > value_##S(m)) | (v[k] != v[k]); /* NaN wins, as in PyTorch */                                 \
+        U kv = (U)0 - (U)t;                                                                                           \
+        uint32_t ki = 0u - (uint32_t)t;                                                                               \
+        m = (bits_##S(v[k]) & kv) | (m & ~kv);                                                                        \
+        mi = ((uint32_t)pos[k] & ki) | (mi & ~ki);                                                                    \
+      }                                                                                                               \
+      y[q] = value_##S(m);                                                                                            \
+      idx[q] = (int32_t)mi;                                                                                           \
+    }                                                                                                                 \
+  }                                                                                                                   \
+  static void max_plane_##S(T *restrict y, int32_t *restrict idx, const T *restrict x, const pool_geom *g,            \
+                            const em_pool2d_params *p, const int32_t *base) {                                         \
+    if (base) {                                                                                                       \
+      max2x2_plane_##S(y, idx, x, base, g->OH * g->OW, (int32_t)g->W);                                                \
+      return;                                                                                                         \
+    }                                                                                                                 \
+    int kh = p->kernel[0], kw = p->kernel[1], sh = p->stride[0], sw = p->stride[1];                                   \
+    int dh = p->dilation[0], dw = p->dilation[1];                                                                     \
+    for (int64_t oh = 0; oh < g->OH; oh++) {                                                                          \
+      int64_t hs = oh * sh - p->pad[0], he = hs + (int64_t)(kh - 1) * dh + 1;                                         \
+      if (he > g->H) he = g->H;                                                                                       \
+      while (hs < 0) hs += dh;                                                                                        \
+      for (int64_t ow = 0; ow < g->OW; ow++) {                                                                        \
+        int64_t ws = ow * sw - p->pad[1], we = ws + (int64_t)(kw - 1) * dw + 1;                                       \
+        if (we > g->W) we = g->W;                                                                                     \
+        while (ws < 0) ws += dw;                                                                                      \
+        T m = -INFINITY;                                                                                              \
+        int64_t mi = hs < he && ws < we ? hs * g->W + ws : -1; /* -1: an empty window (never, by the shape rules) */  \
+        for (int64_t h = hs; h < he; h += dh)                                                                         \
+          for (int64_t w = ws; w < we; w += dw) {                                                                     \
+            T v = x[h * g->W + w];                                                                                    \
+            if (v > m || isnan(v)) m = v, mi = h * g->W + w; /* NaN propagates, as in PyTorch */                      \
+          }                                                                                                           \
+        y[oh * g->OW + ow] = m;                                                                                       \
+        idx[oh * g->OW + ow] = (int32_t)mi;                                                                           \
+      }                                                                                                               \
+    }                                                                                                                 \
+  }                                                                                                                   \
   /* When the input is tiled by the 2x2 blocks of the outputs (the usual MaxPool2d(2)), each  \
    * input element belongs to one block: one pass writes gy or 0 to all of them, instead of   \
    * zeroing the plane and scattering. The pass runs over input columns with no branch, so    \
    * it vectorises (6x faster than a loop over windows that stops at a bad index); the check  \
    * that every index lies inside its block comes after it. Returns 0 (nothing to trust:     \
-   * the caller redoes the plane) when one does not, i.e. the windows were not 2x2 tiles. */  \
-  static int max2x2_backward_plane_##S(T *restrict gx, const T *restrict gy, const int32_t *restrict idx,      \
-                                       int64_t OH, int64_t OW) {                                               \
-    const int32_t W = (int32_t)(2 * OW);                                                                       \
-    int bad = 0;                                                                                               \
-    for (int64_t oh = 0; oh < OH; oh++) {                                                                      \
-      T *restrict r0 = gx + 2 * oh * W, *restrict r1 = r0 + W;                                                 \
-      const int32_t *restrict iq = idx + oh * OW;                                                              \
-      const T *restrict gq = gy + oh * OW;                                                                     \
-      const int32_t base = (int32_t)(2 * oh * W);                                                              \
-      for (int32_t w = 0; w < W; w++) {                                                                        \
-        int32_t ow = w >> 1, d = iq[ow] - base - 2 * ow, col = w & 1;                                          \
-        T g = gq[ow];                                                                                          \
-        r0[w] = d == col ? g : (T)0;                                                                           \
-        r1[w] = d == W + col ? g : (T)0;                                                                       \
-      }                                                                                                        \
-      for (int32_t ow = 0; ow < (int32_t)OW; ow++) {                                                           \
-        int32_t d = iq[ow] - base - 2 * ow;                                                                    \
-        bad |= (uint32_t)d > 1u && (uint32_t)(d - W) > 1u;                                                     \
-      }                                                                                                        \
-    }                                                                                                          \
-    return !bad;                                                                                               \
-  }                                                                                                            \
-  static void max_backward_plane_##S(T *restrict gx, const T *restrict gy, const int32_t *restrict idx,        \
-                                     int64_t in, int64_t out, int64_t OH, int64_t OW, int tiled) {             \
-    if (tiled && max2x2_backward_plane_##S(gx, gy, idx, OH, OW)) return;                                       \
-    memset(gx, 0, sizeof(T) * in);                                                                             \
-    for (int64_t o = 0; o < out; o++)                                                                          \
-      if (idx[o] >= 0) gx[idx[o]] += gy[o];                                                                    \
-  }                                                                                                            \
-  static void avg_plane_##S(T *restrict y, const T *restrict x, const pool_geom *g, const span *hs,            \
-                            const span *ws) {                                                                  \
-    for (int64_t oh = 0; oh < g->OH; oh++)                                                                     \
-      for (int64_t ow = 0; ow < g->OW; ow++) {                                                                 \
-        T s = 0;                                                                                               \
-        for (int64_t h = hs[oh].start; h < hs[oh].end; h++)                                                    \
-          for (int64_t w = ws[ow].start; w < ws[ow].end; w++) s += x[h * g->W + w];                            \
-        int64_t div = hs[oh].count * ws[ow].count;                                                             \
-        y[oh * g->OW + ow] = div > 0 ? s / (T)div : 0; /* an all-padding window gives 0 */                     \
-      }                                                                                                        \
-  }                                                                                                            \
-  static void avg_backward_plane_##S(T *restrict gx, const T *restrict gy, const pool_geom *g, const span *hs, \
-                                     const span *ws) {                                                         \
-    memset(gx, 0, sizeof(T) * g->H * g->W);                                                                    \
-    for (int64_t oh = 0; oh < g->OH; oh++)                                                                     \
-      for (int64_t ow = 0; ow < g->OW; ow++) {                                                                 \
-        int64_t div = hs[oh].count * ws[ow].count;                                                             \
-        if (div <= 0) continue;                                                                                \
-        T v = gy[oh * g->OW + ow] / (T)div;                                                                    \
-        for (int64_t h = hs[oh].start; h < hs[oh].end; h++)                                                    \
-          for (int64_t w = ws[ow].start; w < ws[ow].end; w++) gx[h * g->W + w] += v;                           \
-      }                                                                                                        \
+   * the caller redoes the plane) when one does not, i.e. the windows were not 2x2 tiles. */                       \
+  static int max2x2_backward_plane_##S(T *restrict gx, const T *restrict gy, const int32_t *restrict idx, int64_t OH, \
+                                       int64_t OW) {                                                                  \
+    const int32_t W = (int32_t)(2 * OW);                                                                              \
+    int bad = 0;                                                                                                      \
+    for (int64_t oh = 0; oh < OH; oh++) {                                                                             \
+      T *restrict r0 = gx + 2 * oh * W, *restrict r1 = r0 + W;                                                        \
+      const int32_t *restrict iq = idx + oh * OW;                                                                     \
+      const T *restrict gq = gy + oh * OW;                                                                            \
+      const int32_t base = (int32_t)(2 * oh * W);                                                                     \
+      for (int32_t w = 0; w < W; w++) {                                                                               \
+        int32_t ow = w >> 1, d = iq[ow] - base - 2 * ow, col = w & 1;                                                 \
+        T g = gq[ow];                                                                                                 \
+        r0[w] = d == col ? g : (T)0;                                                                                  \
+        r1[w] = d == W + col ? g : (T)0;                                                                              \
+      }                                                                                                               \
+      for (int32_t ow = 0; ow < (int32_t)OW; ow++) {                                                                  \
+        int32_t d = iq[ow] - base - 2 * ow;                                                                           \
+        bad |= (uint32_t)d > 1u && (uint32_t)(d - W) > 1u;                                                            \
+      }                                                                                                               \
+    }                                                                                                                 \
+    return !bad;                                                                                                      \
+  }                                                                                                                   \
+  static void max_backward_plane_##S(T *restrict gx, const T *restrict gy, const int32_t *restrict idx, int64_t in,   \
+                                     int64_t out, int64_t OH, int64_t OW, int tiled) {                                \
+    if (tiled && max2x2_backward_plane_##S(gx, gy, idx, OH, OW)) return;                                              \
+    memset(gx, 0, sizeof(T) * in);                                                                                    \
+    for (int64_t o = 0; o < out; o++)                                                                                 \
+      if (idx[o] >= 0) gx[idx[o]] += gy[o];                                                                           \
+  }                                                                                                                   \
+  static void avg_plane_##S(T *restrict y, const T *restrict x, const pool_geom *g, const span *hs, const span *ws) { \
+    for (int64_t oh = 0; oh < g->OH; oh++)                                                                            \
+      for (int64_t ow = 0; ow < g->OW; ow++) {                                                                        \
+        T s = 0;                                                                                                      \
+        for (int64_t h = hs[oh].start; h < hs[oh].end; h++)                                                           \
+          for (int64_t w = ws[ow].start; w < ws[ow].end; w++) s += x[h * g->W + w];                                   \
+        int64_t div = hs[oh].count * ws[ow].count;                                                                    \
+        y[oh * g->OW + ow] = div > 0 ? s / (T)div : 0; /* an all-padding window gives 0 */                            \
+      }                                                                                                               \
+  }                                                                                                                   \
+  static void avg_backward_plane_##S(T *restrict gx, const T *restrict gy, const pool_geom *g, const span *hs,        \
+                                     const span *ws) {                                                                \
+    memset(gx, 0, sizeof(T) * g->H * g->W);                                                                           \
+    for (int64_t oh = 0; oh < g->OH; oh++)                                                                            \
+      for (int64_t ow = 0; ow < g->OW; ow++) {                                                                        \
+        int64_t div = hs[oh].count * ws[ow].count;                                                                    \
+        if (div <= 0) continue;                                                                                       \
+        T v = gy[oh * g->OW + ow] / (T)div;                                                                           \
+        for (int64_t h = hs[oh].start; h < hs[oh].end; h++)                                                           \
+          for (int64_t w = ws[ow].start; w < ws[ow].end; w++) gx[h * g->W + w] += v;                                  \
+      }                                                                                                               \
   }
 
 DEFINE_POOL(float, uint32_t, s)

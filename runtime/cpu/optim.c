@@ -24,56 +24,54 @@ typedef struct {
   int nesterov, first, has_wd;
 } sgd_ctx;
 
-#define SGD_PLAIN(T, SUF)                                                                            \
-  static void sgd_plain_##SUF(char **data, const int64_t *st, int64_t n, void *vctx) {              \
-    const sgd_ctx *c = vctx;                                                                         \
-    const T lr = (T)c->lr, wd = (T)c->wd, sign = (T)c->sign;                                         \
-    const int has_wd = c->has_wd;                                                                    \
-    if (st[0] == sizeof(T) && st[1] == sizeof(T)) {                                                  \
-      T *restrict p = (T *)data[0];                                                                  \
-      const T *restrict g = (const T *)data[1];                                                      \
-      for (int64_t i = 0; i < n; i++) {                                                              \
-        T d = sign * g[i];                                                                           \
-        if (has_wd) d += wd * p[i];                                                                  \
-        p[i] -= lr * d;                                                                              \
-      }                                                                                              \
-      return;                                                                                        \
-    }                                                                                                \
-    for (int64_t i = 0; i < n; i++) {                                                                \
-      T *p = (T *)(data[0] + i * st[0]);                                                             \
-      T d = sign * *(const T *)(data[1] + i * st[1]);                                                \
-      if (has_wd) d += wd * *p;                                                                      \
-      *p -= lr * d;                                                                                  \
-    }                                                                                                \
+#define SGD_PLAIN(T, SUF)                                                              \
+  static void sgd_plain_##SUF(char **data, const int64_t *st, int64_t n, void *vctx) { \
+    const sgd_ctx *c = vctx;                                                           \
+    const T lr = (T)c->lr, wd = (T)c->wd, sign = (T)c->sign;                           \
+    const int has_wd = c->has_wd;                                                      \
+    if (st[0] == sizeof(T) && st[1] == sizeof(T)) {                                    \
+      T *restrict p = (T *)data[0];                                                    \
+      const T *restrict g = (const T *)data[1];                                        \
+      for (int64_t i = 0; i < n; i++) {                                                \
+        T d = sign * g[i];                                                             \
+        if (has_wd) d += wd * p[i];                                                    \
+        p[i] -= lr * d;                                                                \
+      }                                                                                \
+      return;                                                                          \
+    }                                                                                  \
+    for (int64_t i = 0; i < n; i++) {                                                  \
+      T *p = (T *)(data[0] + i * st[0]);                                               \
+      T d = sign * *(const T *)(data[1] + i * st[1]);                                  \
+      if (has_wd) d += wd * *p;                                                        \
+      *p -= lr * d;                                                                    \
+    }                                                                                  \
   }
 
 /* The element update shared by the contiguous and strided paths of the momentum loop. */
-#define SGD_MOMENTUM_BODY(P, G, B)             \
-  do {                                         \
-    scalar_t d = sign * (G);                          \
-    if (has_wd) d += wd * (P);                 \
-    scalar_t b = first ? d : mom * (B) + damp1 * d;   \
-    (B) = b;                                   \
-    (P) -= lr * (nesterov ? d + mom * b : b);  \
+#define SGD_MOMENTUM_BODY(P, G, B)                  \
+  do {                                              \
+    scalar_t d = sign * (G);                        \
+    if (has_wd) d += wd * (P);                      \
+    scalar_t b = first ? d : mom * (B) + damp1 * d; \
+    (B) = b;                                        \
+    (P) -= lr * (nesterov ? d + mom * b : b);       \
   } while (0)
 
-#define SGD_MOMENTUM(T, SUF)                                                                         \
-  static void sgd_momentum_##SUF(char **data, const int64_t *st, int64_t n, void *vctx) {           \
-    typedef T scalar_t;                                                                              \
-    const sgd_ctx *c = vctx;                                                                         \
-    const T lr = (T)c->lr, wd = (T)c->wd, sign = (T)c->sign, mom = (T)c->momentum,                   \
-            damp1 = (T)c->damp1;                                                                     \
-    const int has_wd = c->has_wd, first = c->first, nesterov = c->nesterov;                          \
-    if (st[0] == sizeof(T) && st[1] == sizeof(T) && st[2] == sizeof(T)) {                            \
-      T *restrict p = (T *)data[0];                                                                  \
-      const T *restrict g = (const T *)data[1];                                                      \
-      T *restrict buf = (T *)data[2];                                                                \
-      for (int64_t i = 0; i < n; i++) SGD_MOMENTUM_BODY(p[i], g[i], buf[i]);                         \
-      return;                                                                                        \
-    }                                                                                                \
-    for (int64_t i = 0; i < n; i++)                                                                  \
-      SGD_MOMENTUM_BODY(*(T *)(data[0] + i * st[0]), *(const T *)(data[1] + i * st[1]),              \
-                        *(T *)(data[2] + i * st[2]));                                                \
+#define SGD_MOMENTUM(T, SUF)                                                                                          \
+  static void sgd_momentum_##SUF(char **data, const int64_t *st, int64_t n, void *vctx) {                             \
+    typedef T scalar_t;                                                                                               \
+    const sgd_ctx *c = vctx;                                                                                          \
+    const T lr = (T)c->lr, wd = (T)c->wd, sign = (T)c->sign, mom = (T)c->momentum, damp1 = (T)c->damp1;               \
+    const int has_wd = c->has_wd, first = c->first, nesterov = c->nesterov;                                           \
+    if (st[0] == sizeof(T) && st[1] == sizeof(T) && st[2] == sizeof(T)) {                                             \
+      T *restrict p = (T *)data[0];                                                                                   \
+      const T *restrict g = (const T *)data[1];                                                                       \
+      T *restrict buf = (T *)data[2];                                                                                 \
+      for (int64_t i = 0; i < n; i++) SGD_MOMENTUM_BODY(p[i], g[i], buf[i]);                                          \
+      return;                                                                                                         \
+    }                                                                                                                 \
+    for (int64_t i = 0; i < n; i++)                                                                                   \
+      SGD_MOMENTUM_BODY(*(T *)(data[0] + i * st[0]), *(const T *)(data[1] + i * st[1]), *(T *)(data[2] + i * st[2])); \
   }
 
 SGD_PLAIN(float, f32)
@@ -82,9 +80,14 @@ SGD_MOMENTUM(float, f32)
 SGD_MOMENTUM(double, f64)
 
 em_status cpu_optim_sgd(int n, em_tensor *const *params, const em_tensor *const *grads, em_tensor *const *bufs,
-                           const em_sgd_args *a) {
-  sgd_ctx c = {.lr = a->lr, .momentum = a->momentum, .damp1 = 1.0 - a->dampening, .wd = a->weight_decay,
-               .sign = a->maximize ? -1.0 : 1.0, .nesterov = a->nesterov, .first = a->first_step,
+                        const em_sgd_args *a) {
+  sgd_ctx c = {.lr = a->lr,
+               .momentum = a->momentum,
+               .damp1 = 1.0 - a->dampening,
+               .wd = a->weight_decay,
+               .sign = a->maximize ? -1.0 : 1.0,
+               .nesterov = a->nesterov,
+               .first = a->first_step,
                .has_wd = a->weight_decay != 0};
   int momentum = a->momentum != 0;
   for (int i = 0; i < n; i++) {
@@ -112,43 +115,43 @@ typedef struct {
   int coupled_wd, decoupled_wd;
 } adam_ctx;
 
-#define ADAM_BODY(SQRT, P, G, M, V)                               \
-  do {                                                            \
-    scalar_t g = sign * (G);                                             \
-    if (coupled_wd) g += wd * (P);                                \
-    scalar_t p = decoupled_wd ? (P) * decay : (P);                       \
-    scalar_t m = (M) + omb1 * (g - (M));                                 \
-    scalar_t v = b2 * (V) + omb2 * g * g;                                \
-    (M) = m;                                                      \
-    (V) = v;                                                      \
-    (P) = p - step_size * m / (SQRT(v) * inv_bc2_sqrt + eps);  \
+#define ADAM_BODY(SQRT, P, G, M, V)                           \
+  do {                                                        \
+    scalar_t g = sign * (G);                                  \
+    if (coupled_wd) g += wd * (P);                            \
+    scalar_t p = decoupled_wd ? (P)*decay : (P);              \
+    scalar_t m = (M) + omb1 * (g - (M));                      \
+    scalar_t v = b2 * (V) + omb2 * g * g;                     \
+    (M) = m;                                                  \
+    (V) = v;                                                  \
+    (P) = p - step_size * m / (SQRT(v) * inv_bc2_sqrt + eps); \
   } while (0)
 
-#define ADAM(T, SUF, SQRT)                                                                           \
-  static void adam_##SUF(char **data, const int64_t *st, int64_t n, void *vctx) {        \
-    typedef T scalar_t;                                                                              \
-    const adam_ctx *c = vctx;                                                                        \
-    const T sign = (T)c->sign, wd = (T)c->wd, decay = (T)c->decay, omb1 = (T)c->one_minus_b1,        \
-            b2 = (T)c->beta2, omb2 = (T)c->one_minus_b2, inv_bc2_sqrt = (T)c->inv_bc2_sqrt,          \
-            eps = (T)c->eps, step_size = (T)c->step_size;                                            \
-    const int coupled_wd = c->coupled_wd, decoupled_wd = c->decoupled_wd;                            \
-    if (st[0] == sizeof(T) && st[1] == sizeof(T) && st[2] == sizeof(T) && st[3] == sizeof(T)) {      \
-      T *restrict pp = (T *)data[0];                                                                 \
-      const T *restrict gp = (const T *)data[1];                                                     \
-      T *restrict mp = (T *)data[2], *restrict vp = (T *)data[3];                                    \
-      for (int64_t i = 0; i < n; i++) ADAM_BODY(SQRT, pp[i], gp[i], mp[i], vp[i]);                     \
-      return;                                                                                        \
-    }                                                                                                \
-    for (int64_t i = 0; i < n; i++)                                                                  \
-      ADAM_BODY(SQRT, *(T *)(data[0] + i * st[0]), *(const T *)(data[1] + i * st[1]),                \
-                *(T *)(data[2] + i * st[2]), *(T *)(data[3] + i * st[3]));                           \
+#define ADAM(T, SUF, SQRT)                                                                                         \
+  static void adam_##SUF(char **data, const int64_t *st, int64_t n, void *vctx) {                                  \
+    typedef T scalar_t;                                                                                            \
+    const adam_ctx *c = vctx;                                                                                      \
+    const T sign = (T)c->sign, wd = (T)c->wd, decay = (T)c->decay, omb1 = (T)c->one_minus_b1, b2 = (T)c->beta2,    \
+            omb2 = (T)c->one_minus_b2, inv_bc2_sqrt = (T)c->inv_bc2_sqrt, eps = (T)c->eps,                         \
+            step_size = (T)c->step_size;                                                                           \
+    const int coupled_wd = c->coupled_wd, decoupled_wd = c->decoupled_wd;                                          \
+    if (st[0] == sizeof(T) && st[1] == sizeof(T) && st[2] == sizeof(T) && st[3] == sizeof(T)) {                    \
+      T *restrict pp = (T *)data[0];                                                                               \
+      const T *restrict gp = (const T *)data[1];                                                                   \
+      T *restrict mp = (T *)data[2], *restrict vp = (T *)data[3];                                                  \
+      for (int64_t i = 0; i < n; i++) ADAM_BODY(SQRT, pp[i], gp[i], mp[i], vp[i]);                                 \
+      return;                                                                                                      \
+    }                                                                                                              \
+    for (int64_t i = 0; i < n; i++)                                                                                \
+      ADAM_BODY(SQRT, *(T *)(data[0] + i * st[0]), *(const T *)(data[1] + i * st[1]), *(T *)(data[2] + i * st[2]), \
+                *(T *)(data[3] + i * st[3]));                                                                      \
   }
 
 ADAM(float, f32, sqrtf)
 ADAM(double, f64, sqrt)
 
-em_status cpu_optim_adam(int n, em_tensor *const *params, const em_tensor *const *grads,
-                            em_tensor *const *exp_avgs, em_tensor *const *exp_avg_sqs, const em_adam_args *a) {
+em_status cpu_optim_adam(int n, em_tensor *const *params, const em_tensor *const *grads, em_tensor *const *exp_avgs,
+                         em_tensor *const *exp_avg_sqs, const em_adam_args *a) {
   double bc1 = 1.0 - pow(a->beta1, (double)a->step), bc2 = 1.0 - pow(a->beta2, (double)a->step);
   adam_ctx c = {.sign = a->maximize ? -1.0 : 1.0,
                 .wd = a->weight_decay,
@@ -176,44 +179,43 @@ em_status cpu_optim_adam(int n, em_tensor *const *params, const em_tensor *const
  * accumulator, whatever the gradient's dtype); the slots are combined at the end. */
 typedef struct {
   double p;
-  int kind;            /* 0: sum of squares, 1: max |g|, 2: sum |g|^p */
+  int kind; /* 0: sum of squares, 1: max |g|, 2: sum |g|^p */
   int nslots;
-  double (*slots)[8];  /* one cache line per thread */
+  double (*slots)[8]; /* one cache line per thread */
 } norm_ctx;
 
 static inline double norm_combine_max(double m, double v) { return (v > m || v != v) ? v : m; }
 
-#define NORM_LOOP(T, SUF)                                                               \
-  static void norm_##SUF(char **data, const int64_t *st, int64_t n, void *vctx) {      \
-    norm_ctx *c = vctx;                                                                 \
-    double acc = 0;                                                                     \
-    const char *base = data[0];                                                         \
-    const int64_t s = st[0];                                                            \
-    if (c->kind == 0) {                                                                 \
-      if (s == sizeof(T)) {                                                             \
+#define NORM_LOOP(T, SUF)                                                                                    \
+  static void norm_##SUF(char **data, const int64_t *st, int64_t n, void *vctx) {                            \
+    norm_ctx *c = vctx;                                                                                      \
+    double acc = 0;                                                                                          \
+    const char *base = data[0];                                                                              \
+    const int64_t s = st[0];                                                                                 \
+    if (c->kind == 0) {                                                                                      \
+      if (s == sizeof(T)) {                                                                                  \
         /* Eight independent partial sums: a single FP accumulator cannot vectorise     \
          * without reassociation, which -O3 alone does not allow. */                    \
-        const T *restrict g = (const T *)base;                                          \
-        double part[8] = {0};                                                           \
-        int64_t i = 0;                                                                  \
-        for (; i + 8 <= n; i += 8)                                                      \
-          for (int k = 0; k < 8; k++) part[k] += (double)g[i + k] * (double)g[i + k];   \
-        for (; i < n; i++) acc += (double)g[i] * (double)g[i];                          \
-        for (int k = 0; k < 8; k++) acc += part[k];                                     \
-      } else {                                                                          \
-        for (int64_t i = 0; i < n; i++) {                                               \
-          double x = *(const T *)(base + i * s);                                        \
-          acc += x * x;                                                                 \
-        }                                                                               \
-      }                                                                                 \
-    } else if (c->kind == 1) {                                                          \
-      for (int64_t i = 0; i < n; i++)                                                   \
-        acc = norm_combine_max(acc, fabs((double)*(const T *)(base + i * s)));          \
-    } else {                                                                            \
-      for (int64_t i = 0; i < n; i++) acc += pow(fabs((double)*(const T *)(base + i * s)), c->p); \
-    }                                                                                   \
-    double *slot = &c->slots[omp_get_thread_num() % c->nslots][0];                      \
-    *slot = c->kind == 1 ? norm_combine_max(*slot, acc) : *slot + acc;                  \
+        const T *restrict g = (const T *)base;                                                               \
+        double part[8] = {0};                                                                                \
+        int64_t i = 0;                                                                                       \
+        for (; i + 8 <= n; i += 8)                                                                           \
+          for (int k = 0; k < 8; k++) part[k] += (double)g[i + k] * (double)g[i + k];                        \
+        for (; i < n; i++) acc += (double)g[i] * (double)g[i];                                               \
+        for (int k = 0; k < 8; k++) acc += part[k];                                                          \
+      } else {                                                                                               \
+        for (int64_t i = 0; i < n; i++) {                                                                    \
+          double x = *(const T *)(base + i * s);                                                             \
+          acc += x * x;                                                                                      \
+        }                                                                                                    \
+      }                                                                                                      \
+    } else if (c->kind == 1) {                                                                               \
+      for (int64_t i = 0; i < n; i++) acc = norm_combine_max(acc, fabs((double)*(const T *)(base + i * s))); \
+    } else {                                                                                                 \
+      for (int64_t i = 0; i < n; i++) acc += pow(fabs((double)*(const T *)(base + i * s)), c->p);            \
+    }                                                                                                        \
+    double *slot = &c->slots[omp_get_thread_num() % c->nslots][0];                                           \
+    *slot = c->kind == 1 ? norm_combine_max(*slot, acc) : *slot + acc;                                       \
   }
 
 NORM_LOOP(float, f32)

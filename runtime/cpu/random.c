@@ -44,19 +44,20 @@ static inline void walker_next(walker *w) {
 /* Stores n generated values (doubles, or int64 when iv is set) at logical positions
  * begin.. of t. Float values were already rounded where it matters, so the casts here
  * are exact. */
-#define STORE_AS(CT, CONV)                                                        \
-  do {                                                                            \
-    CT *base = (CT *)em_tensor_ptr(t);                                            \
-    if (contiguous) {                                                             \
-      CT *restrict d = base + begin;                                              \
-      if (iv) for (int64_t i = 0; i < n; i++) d[i] = CONV(iv[i]);                 \
-      else for (int64_t i = 0; i < n; i++) d[i] = CONV(dv[i]);                    \
-    } else {                                                                      \
-      walker w;                                                                   \
-      walker_init(&w, t, begin);                                                  \
-      for (int64_t i = 0; i < n; i++, walker_next(&w))                            \
-        base[w.off] = iv ? CONV(iv[i]) : CONV(dv[i]);                             \
-    }                                                                             \
+#define STORE_AS(CT, CONV)                                                                           \
+  do {                                                                                               \
+    CT *base = (CT *)em_tensor_ptr(t);                                                               \
+    if (contiguous) {                                                                                \
+      CT *restrict d = base + begin;                                                                 \
+      if (iv)                                                                                        \
+        for (int64_t i = 0; i < n; i++) d[i] = CONV(iv[i]);                                          \
+      else                                                                                           \
+        for (int64_t i = 0; i < n; i++) d[i] = CONV(dv[i]);                                          \
+    } else {                                                                                         \
+      walker w;                                                                                      \
+      walker_init(&w, t, begin);                                                                     \
+      for (int64_t i = 0; i < n; i++, walker_next(&w)) base[w.off] = iv ? CONV(iv[i]) : CONV(dv[i]); \
+    }                                                                                                \
   } while (0)
 #define CONV_PLAIN(v) (v)
 #define CONV_BOOL(v) ((v) != 0)

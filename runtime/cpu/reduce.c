@@ -30,8 +30,8 @@
 #include "plugins/plugin_api.h"
 
 #define RED_BLOCK 32768 /* elements per block of a long reduction */
-#define LANES 32        /* independent accumulators in a lane kernel */
-#define STRIP 1024      /* at most this many outputs accumulated together by the outer walk */
+#define LANES 32 /* independent accumulators in a lane kernel */
+#define STRIP 1024 /* at most this many outputs accumulated together by the outer walk */
 
 /* Internal kinds: what is accumulated. Public ops map onto them (MEAN is SUM, ARGMAX is
  * MAXI, ...); the difference is in how the final value is written. */
@@ -39,10 +39,10 @@ typedef core_reduce_kind kind;
 
 /* The state of one output. */
 typedef struct red_state {
-  double f;    /* float accumulator; max/min value of float inputs */
-  int64_t i;   /* integer accumulator; max/min value of integer inputs */
+  double f; /* float accumulator; max/min value of float inputs */
+  int64_t i; /* integer accumulator; max/min value of integer inputs */
   int64_t pos; /* position of the max/min within the reduced elements */
-  double c;    /* the center from the first pass (variance, logsumexp) */
+  double c; /* the center from the first pass (variance, logsumexp) */
 } red_state;
 
 /* Accumulators of the outer walk, one per output of a strip. */
@@ -85,80 +85,78 @@ typedef struct {
 #define UPD_MAXABS(a, x) UPD_MAX_F(a, fabs((double)(x)))
 #define UPD_MINABS(a, x) UPD_MIN_F(a, fabs((double)(x)))
 #define UPD_POW(a, x) ((a) += pow(fabs((double)(x)), p))
-#define UPD_SQDEV(a, x) ((a) += ((double)(x) - c_) * ((double)(x) - c_))
+#define UPD_SQDEV(a, x) ((a) += ((double)(x)-c_) * ((double)(x)-c_))
 #define EXP_float(v) ((double)em_vexpf((float)(v)))
 #define EXP_double(v) exp(v)
 
 /* Runs UPDATE over n elements into LANES independent accumulators (so the contiguous
  * loop vectorises), folds the lanes pairwise with FOLD, and folds that into RESULT. */
-#define LANE_LOOP(T, ACC, INIT, UPDATE, FOLD, xp, n, s, RESULT)                                 \
-  do {                                                                                          \
-    if ((n) < LANES) { /* short runs: skip the lane set-up */                                    \
-      for (int64_t i_ = 0; i_ < (n); i_++) UPDATE(RESULT, *(const T *)((xp) + i_ * (s)));       \
-      break;                                                                                    \
-    }                                                                                           \
-    ACC lane_[LANES];                                                                           \
-    for (int j_ = 0; j_ < LANES; j_++) lane_[j_] = (INIT);                                      \
-    if ((s) == (int64_t)sizeof(T)) {                                                            \
-      const T *restrict x_ = (const T *)(xp);                                                   \
-      int64_t i_ = 0;                                                                           \
-      for (; i_ + LANES <= (n); i_ += LANES)                                                    \
-        for (int j_ = 0; j_ < LANES; j_++) UPDATE(lane_[j_], x_[i_ + j_]);                      \
-      for (int j_ = 0; i_ + j_ < (n); j_++) UPDATE(lane_[j_], x_[i_ + j_]);                     \
-    } else {                                                                                    \
+#define LANE_LOOP(T, ACC, INIT, UPDATE, FOLD, xp, n, s, RESULT)                                      \
+  do {                                                                                               \
+    if ((n) < LANES) { /* short runs: skip the lane set-up */                                        \
+      for (int64_t i_ = 0; i_ < (n); i_++) UPDATE(RESULT, *(const T *)((xp) + i_ * (s)));            \
+      break;                                                                                         \
+    }                                                                                                \
+    ACC lane_[LANES];                                                                                \
+    for (int j_ = 0; j_ < LANES; j_++) lane_[j_] = (INIT);                                           \
+    if ((s) == (int64_t)sizeof(T)) {                                                                 \
+      const T *restrict x_ = (const T *)(xp);                                                        \
+      int64_t i_ = 0;                                                                                \
+      for (; i_ + LANES <= (n); i_ += LANES)                                                         \
+        for (int j_ = 0; j_ < LANES; j_++) UPDATE(lane_[j_], x_[i_ + j_]);                           \
+      for (int j_ = 0; i_ + j_ < (n); j_++) UPDATE(lane_[j_], x_[i_ + j_]);                          \
+    } else {                                                                                         \
       for (int64_t i_ = 0; i_ < (n); i_++) UPDATE(lane_[i_ % LANES], *(const T *)((xp) + i_ * (s))); \
-    }                                                                                           \
-    for (int w_ = LANES / 2; w_; w_ /= 2)                                                       \
-      for (int j_ = 0; j_ < w_; j_++) FOLD(lane_[j_], lane_[j_ + w_]);                          \
-    FOLD(RESULT, lane_[0]);                                                                     \
+    }                                                                                                \
+    for (int w_ = LANES / 2; w_; w_ /= 2)                                                            \
+      for (int j_ = 0; j_ < w_; j_++) FOLD(lane_[j_], lane_[j_ + w_]);                               \
+    FOLD(RESULT, lane_[0]);                                                                          \
   } while (0)
 
 /* A kind that keeps one accumulator per output: lane kernel and strip kernel. FIELD is f
  * (double) or i (int64). */
-#define DEF_SIMPLE(K, N, T, ACC, FIELD, INIT, UPDATE, FOLD)                                     \
-  static void seg_##K##_##N(red_state *st, const char *x, int64_t n, int64_t s, int64_t pos, double p) { \
-    LANE_LOOP(T, ACC, INIT, UPDATE, FOLD, x, n, s, st->FIELD);                                  \
-  }                                                                                             \
-  static void strip_##K##_##N(strip_buf *b, const char *xp, int64_t n, int64_t pos, const double *center, \
-                              double p) {                                                       \
-    ACC *restrict acc = b->FIELD;                                                               \
-    const T *restrict x = (const T *)xp;                                                        \
-    for (int64_t k = 0; k < n; k++) UPDATE(acc[k], x[k]);                                       \
+#define DEF_SIMPLE(K, N, T, ACC, FIELD, INIT, UPDATE, FOLD)                                                           \
+  static void seg_##K##_##N(red_state *st, const char *x, int64_t n, int64_t s, int64_t pos, double p) {              \
+    LANE_LOOP(T, ACC, INIT, UPDATE, FOLD, x, n, s, st->FIELD);                                                        \
+  }                                                                                                                   \
+  static void strip_##K##_##N(strip_buf *b, const char *xp, int64_t n, int64_t pos, const double *center, double p) { \
+    ACC *restrict acc = b->FIELD;                                                                                     \
+    const T *restrict x = (const T *)xp;                                                                              \
+    for (int64_t k = 0; k < n; k++) UPDATE(acc[k], x[k]);                                                             \
   }
 
 /* Max/min with the position of the first winner (NaN counts as the winner). The lane
  * kernel finds the run's extreme at full vector speed; only when it beats the state is
  * the run searched again for its first position (rare after the first blocks). */
-#define DEF_INDEXED(K, N, T, ACC, FIELD, CMP, ISNAN, UPD)                                       \
-  static void seg_##K##_##N(red_state *st, const char *x, int64_t n, int64_t s, int64_t pos, double p) { \
-    ACC best = *(const T *)x;                                                                   \
-    LANE_LOOP(T, ACC, best, UPD, UPD, x, n, s, best);                                           \
-    if (!(best CMP st->FIELD || (ISNAN(best) && !ISNAN(st->FIELD)))) return;                    \
-    int64_t i = 0;                                                                              \
-    if (ISNAN(best))                                                                            \
-      while (!ISNAN(*(const T *)(x + i * s))) i++;                                              \
-    else                                                                                        \
-      while (*(const T *)(x + i * s) != best) i++;                                              \
-    st->FIELD = best, st->pos = pos + i;                                                        \
-  }                                                                                             \
-  static void strip_##K##_##N(strip_buf *b, const char *xp, int64_t n, int64_t pos, const double *center, \
-                              double p) {                                                       \
-    ACC *restrict acc = b->FIELD;                                                               \
-    int64_t *restrict at = b->pos;                                                              \
-    const T *restrict x = (const T *)xp;                                                        \
-    for (int64_t k = 0; k < n; k++)                                                             \
-      if (x[k] CMP acc[k] || (ISNAN(x[k]) && !ISNAN(acc[k]))) acc[k] = x[k], at[k] = pos;        \
+#define DEF_INDEXED(K, N, T, ACC, FIELD, CMP, ISNAN, UPD)                                                             \
+  static void seg_##K##_##N(red_state *st, const char *x, int64_t n, int64_t s, int64_t pos, double p) {              \
+    ACC best = *(const T *)x;                                                                                         \
+    LANE_LOOP(T, ACC, best, UPD, UPD, x, n, s, best);                                                                 \
+    if (!(best CMP st->FIELD || (ISNAN(best) && !ISNAN(st->FIELD)))) return;                                          \
+    int64_t i = 0;                                                                                                    \
+    if (ISNAN(best))                                                                                                  \
+      while (!ISNAN(*(const T *)(x + i * s))) i++;                                                                    \
+    else                                                                                                              \
+      while (*(const T *)(x + i * s) != best) i++;                                                                    \
+    st->FIELD = best, st->pos = pos + i;                                                                              \
+  }                                                                                                                   \
+  static void strip_##K##_##N(strip_buf *b, const char *xp, int64_t n, int64_t pos, const double *center, double p) { \
+    ACC *restrict acc = b->FIELD;                                                                                     \
+    int64_t *restrict at = b->pos;                                                                                    \
+    const T *restrict x = (const T *)xp;                                                                              \
+    for (int64_t k = 0; k < n; k++)                                                                                   \
+      if (x[k] CMP acc[k] || (ISNAN(x[k]) && !ISNAN(acc[k]))) acc[k] = x[k], at[k] = pos;                             \
   }
 
 /* Kinds for every dtype. */
-#define DEF_ALL_KINDS(N, T, ACC, FIELD, ADD, MUL, MAX, MIN, ISNAN)                 \
-  DEF_SIMPLE(sum, N, T, ACC, FIELD, 0, ADD, ADD)                                   \
-  DEF_SIMPLE(prod, N, T, ACC, FIELD, 1, MUL, MUL)                                  \
-  DEF_SIMPLE(maxv, N, T, ACC, FIELD, st->FIELD, MAX, MAX)                          \
-  DEF_SIMPLE(minv, N, T, ACC, FIELD, st->FIELD, MIN, MIN)                          \
-  DEF_SIMPLE(any, N, T, int64_t, i, 0, UPD_OR, UPD_OR)                             \
-  DEF_SIMPLE(all, N, T, int64_t, i, 1, UPD_AND, UPD_AND)                           \
-  DEF_INDEXED(maxi, N, T, ACC, FIELD, >, ISNAN, MAX)                               \
+#define DEF_ALL_KINDS(N, T, ACC, FIELD, ADD, MUL, MAX, MIN, ISNAN) \
+  DEF_SIMPLE(sum, N, T, ACC, FIELD, 0, ADD, ADD)                   \
+  DEF_SIMPLE(prod, N, T, ACC, FIELD, 1, MUL, MUL)                  \
+  DEF_SIMPLE(maxv, N, T, ACC, FIELD, st->FIELD, MAX, MAX)          \
+  DEF_SIMPLE(minv, N, T, ACC, FIELD, st->FIELD, MIN, MIN)          \
+  DEF_SIMPLE(any, N, T, int64_t, i, 0, UPD_OR, UPD_OR)             \
+  DEF_SIMPLE(all, N, T, int64_t, i, 1, UPD_AND, UPD_AND)           \
+  DEF_INDEXED(maxi, N, T, ACC, FIELD, >, ISNAN, MAX)               \
   DEF_INDEXED(mini, N, T, ACC, FIELD, <, ISNAN, MIN)
 
 DEF_ALL_KINDS(f32, float, double, f, UPD_ADD, UPD_MUL, UPD_MAX_F, UPD_MIN_F, NAN_F)
@@ -191,57 +189,60 @@ static void seg_sum_f32_grouped(red_state *st, const char *xp, int64_t n, int64_
 
 /* Float-only kinds: norms (the order p picks the update), squared deviations from the
  * center, and exp(x - center). */
-#define DEF_FLOAT_KINDS(N, T)                                                                   \
-  static void seg_norm_##N(red_state *st, const char *x, int64_t n, int64_t s, int64_t pos, double p) { \
-    if (p == 2) LANE_LOOP(T, double, 0, UPD_SQ, UPD_ADD, x, n, s, st->f);                       \
-    else if (p == 1) LANE_LOOP(T, double, 0, UPD_ABS, UPD_ADD, x, n, s, st->f);                 \
-    else if (p == INFINITY) LANE_LOOP(T, double, 0, UPD_MAXABS, UPD_MAX_F, x, n, s, st->f);     \
-    else if (p == -INFINITY) LANE_LOOP(T, double, INFINITY, UPD_MINABS, UPD_MIN_F, x, n, s, st->f); \
-    else if (p == 0) LANE_LOOP(T, double, 0, UPD_NZ, UPD_ADD, x, n, s, st->f);                  \
-    else LANE_LOOP(T, double, 0, UPD_POW, UPD_ADD, x, n, s, st->f);                             \
-  }                                                                                             \
-  static void strip_norm_##N(strip_buf *b, const char *xp, int64_t n, int64_t pos, const double *center, \
-                             double p) {                                                        \
-    double *restrict acc = b->f;                                                                \
-    const T *restrict x = (const T *)xp;                                                        \
-    if (p == 2) for (int64_t k = 0; k < n; k++) UPD_SQ(acc[k], x[k]);                           \
-    else if (p == 1) for (int64_t k = 0; k < n; k++) UPD_ABS(acc[k], x[k]);                     \
-    else if (p == INFINITY) for (int64_t k = 0; k < n; k++) UPD_MAXABS(acc[k], x[k]);           \
-    else if (p == -INFINITY) for (int64_t k = 0; k < n; k++) UPD_MINABS(acc[k], x[k]);          \
-    else if (p == 0) for (int64_t k = 0; k < n; k++) UPD_NZ(acc[k], x[k]);                      \
-    else for (int64_t k = 0; k < n; k++) UPD_POW(acc[k], x[k]);                                 \
-  }                                                                                             \
-  static void seg_sqdev_##N(red_state *st, const char *x, int64_t n, int64_t s, int64_t pos, double p) { \
-    const double c_ = st->c;                                                                    \
-    LANE_LOOP(T, double, 0, UPD_SQDEV, UPD_ADD, x, n, s, st->f);                                \
-  }                                                                                             \
-  static void strip_sqdev_##N(strip_buf *b, const char *xp, int64_t n, int64_t pos, const double *center, \
-                              double p) {                                                       \
-    double *restrict acc = b->f;                                                                \
-    const T *restrict x = (const T *)xp;                                                        \
-    for (int64_t k = 0; k < n; k++) {                                                           \
-      const double c_ = center[k];                                                              \
-      UPD_SQDEV(acc[k], x[k]);                                                                  \
-    }                                                                                           \
-  }                                                                                             \
-  static void seg_sumexp_##N(red_state *st, const char *x, int64_t n, int64_t s, int64_t pos, double p) { \
-    const T c_ = (T)st->c;                                                                      \
-    LANE_LOOP(T, double, 0, UPD_EXP_##N, UPD_ADD, x, n, s, st->f);                              \
-  }                                                                                             \
-  static void strip_sumexp_##N(strip_buf *b, const char *xp, int64_t n, int64_t pos, const double *center, \
-                               double p) {                                                      \
-    double *restrict acc = b->f;                                                                \
-    const T *restrict x = (const T *)xp;                                                        \
-    for (int64_t k = 0; k < n; k++) {                                                           \
-      const T c_ = (T)center[k];                                                                \
-      UPD_EXP_##N(acc[k], x[k]);                                                                \
-    }                                                                                           \
+#define DEF_FLOAT_KINDS(N, T)                                                                                          \
+  static void seg_norm_##N(red_state *st, const char *x, int64_t n, int64_t s, int64_t pos, double p) {                \
+    if (p == 2) LANE_LOOP(T, double, 0, UPD_SQ, UPD_ADD, x, n, s, st->f);                                              \
+    else if (p == 1) LANE_LOOP(T, double, 0, UPD_ABS, UPD_ADD, x, n, s, st->f);                                        \
+    else if (p == INFINITY) LANE_LOOP(T, double, 0, UPD_MAXABS, UPD_MAX_F, x, n, s, st->f);                            \
+    else if (p == -INFINITY) LANE_LOOP(T, double, INFINITY, UPD_MINABS, UPD_MIN_F, x, n, s, st->f);                    \
+    else if (p == 0) LANE_LOOP(T, double, 0, UPD_NZ, UPD_ADD, x, n, s, st->f);                                         \
+    else LANE_LOOP(T, double, 0, UPD_POW, UPD_ADD, x, n, s, st->f);                                                    \
+  }                                                                                                                    \
+  static void strip_norm_##N(strip_buf *b, const char *xp, int64_t n, int64_t pos, const double *center, double p) {   \
+    double *restrict acc = b->f;                                                                                       \
+    const T *restrict x = (const T *)xp;                                                                               \
+    if (p == 2)                                                                                                        \
+      for (int64_t k = 0; k < n; k++) UPD_SQ(acc[k], x[k]);                                                            \
+    else if (p == 1)                                                                                                   \
+      for (int64_t k = 0; k < n; k++) UPD_ABS(acc[k], x[k]);                                                           \
+    else if (p == INFINITY)                                                                                            \
+      for (int64_t k = 0; k < n; k++) UPD_MAXABS(acc[k], x[k]);                                                        \
+    else if (p == -INFINITY)                                                                                           \
+      for (int64_t k = 0; k < n; k++) UPD_MINABS(acc[k], x[k]);                                                        \
+    else if (p == 0)                                                                                                   \
+      for (int64_t k = 0; k < n; k++) UPD_NZ(acc[k], x[k]);                                                            \
+    else                                                                                                               \
+      for (int64_t k = 0; k < n; k++) UPD_POW(acc[k], x[k]);                                                           \
+  }                                                                                                                    \
+  static void seg_sqdev_##N(red_state *st, const char *x, int64_t n, int64_t s, int64_t pos, double p) {               \
+    const double c_ = st->c;                                                                                           \
+    LANE_LOOP(T, double, 0, UPD_SQDEV, UPD_ADD, x, n, s, st->f);                                                       \
+  }                                                                                                                    \
+  static void strip_sqdev_##N(strip_buf *b, const char *xp, int64_t n, int64_t pos, const double *center, double p) {  \
+    double *restrict acc = b->f;                                                                                       \
+    const T *restrict x = (const T *)xp;                                                                               \
+    for (int64_t k = 0; k < n; k++) {                                                                                  \
+      const double c_ = center[k];                                                                                     \
+      UPD_SQDEV(acc[k], x[k]);                                                                                         \
+    }                                                                                                                  \
+  }                                                                                                                    \
+  static void seg_sumexp_##N(red_state *st, const char *x, int64_t n, int64_t s, int64_t pos, double p) {              \
+    const T c_ = (T)st->c;                                                                                             \
+    LANE_LOOP(T, double, 0, UPD_EXP_##N, UPD_ADD, x, n, s, st->f);                                                     \
+  }                                                                                                                    \
+  static void strip_sumexp_##N(strip_buf *b, const char *xp, int64_t n, int64_t pos, const double *center, double p) { \
+    double *restrict acc = b->f;                                                                                       \
+    const T *restrict x = (const T *)xp;                                                                               \
+    for (int64_t k = 0; k < n; k++) {                                                                                  \
+      const T c_ = (T)center[k];                                                                                       \
+      UPD_EXP_##N(acc[k], x[k]);                                                                                       \
+    }                                                                                                                  \
   }
 
 /* exp(x - max) in the input's precision: the difference of two floats near each other
  * is exact, and float32 exp stays vectorisable. */
-#define UPD_EXP_f32(a, x) ((a) += EXP_float((x) - c_))
-#define UPD_EXP_f64(a, x) ((a) += EXP_double((x) - c_))
+#define UPD_EXP_f32(a, x) ((a) += EXP_float((x)-c_))
+#define UPD_EXP_f64(a, x) ((a) += EXP_double((x)-c_))
 DEF_FLOAT_KINDS(f32, float)
 DEF_FLOAT_KINDS(f64, double)
 
@@ -250,18 +251,17 @@ DEF_FLOAT_KINDS(f64, double)
 #define SEG_SUM_i32 seg_sum_i32
 #define SEG_SUM_i64 seg_sum_i64
 #define SEG_SUM_u8 seg_sum_u8
-#define ROW_ALL(N)                                                                              \
-  {                                                                                             \
-    [RK_SUM] = {SEG_SUM_##N, strip_sum_##N}, [RK_PROD] = {seg_prod_##N, strip_prod_##N},           \
-    [RK_MAXV] = {seg_maxv_##N, strip_maxv_##N}, [RK_MINV] = {seg_minv_##N, strip_minv_##N},       \
-    [RK_MAXI] = {seg_maxi_##N, strip_maxi_##N}, [RK_MINI] = {seg_mini_##N, strip_mini_##N},       \
-    [RK_ANY] = {seg_any_##N, strip_any_##N}, [RK_ALL] = {seg_all_##N, strip_all_##N},             \
-    ROW_FLOAT_##N                                                                               \
+#define ROW_ALL(N)                                                                                  \
+  {                                                                                                 \
+    [RK_SUM] = {SEG_SUM_##N, strip_sum_##N}, [RK_PROD] = {seg_prod_##N, strip_prod_##N},            \
+    [RK_MAXV] = {seg_maxv_##N, strip_maxv_##N}, [RK_MINV] = {seg_minv_##N, strip_minv_##N},         \
+    [RK_MAXI] = {seg_maxi_##N, strip_maxi_##N}, [RK_MINI] = {seg_mini_##N, strip_mini_##N},         \
+    [RK_ANY] = {seg_any_##N, strip_any_##N}, [RK_ALL] = {seg_all_##N, strip_all_##N}, ROW_FLOAT_##N \
   }
-#define ROW_FLOAT_f32 \
+#define ROW_FLOAT_f32                                                                        \
   [RK_NORM] = {seg_norm_f32, strip_norm_f32}, [RK_SQDEV] = {seg_sqdev_f32, strip_sqdev_f32}, \
   [RK_SUMEXP] = {seg_sumexp_f32, strip_sumexp_f32},
-#define ROW_FLOAT_f64 \
+#define ROW_FLOAT_f64                                                                        \
   [RK_NORM] = {seg_norm_f64, strip_norm_f64}, [RK_SQDEV] = {seg_sqdev_f64, strip_sqdev_f64}, \
   [RK_SUMEXP] = {seg_sumexp_f64, strip_sumexp_f64},
 #define ROW_FLOAT_i32
@@ -279,8 +279,10 @@ static void kind_init(kind k, double p, double *f, int64_t *i) {
   switch (k) {
     case RK_PROD: *f = 1, *i = 1; break;
     case RK_ALL: *f = 1, *i = 1; break;
-    case RK_MAXV: case RK_MAXI: *f = -INFINITY, *i = INT64_MIN; break;
-    case RK_MINV: case RK_MINI: *f = INFINITY, *i = INT64_MAX; break;
+    case RK_MAXV:
+    case RK_MAXI: *f = -INFINITY, *i = INT64_MIN; break;
+    case RK_MINV:
+    case RK_MINI: *f = INFINITY, *i = INT64_MAX; break;
     case RK_NORM: *f = p == -INFINITY ? INFINITY : 0, *i = 0; break;
     default: *f = 0, *i = 0; break;
   }
@@ -293,8 +295,14 @@ static void kind_combine(kind k, int is_float, double p, red_state *a, const red
       if (is_float) a->f *= b->f;
       else UPD_IMUL(a->i, b->i);
       break;
-    case RK_MAXV: if (is_float) UPD_MAX_F(a->f, b->f); else UPD_MAX_I(a->i, b->i); break;
-    case RK_MINV: if (is_float) UPD_MIN_F(a->f, b->f); else UPD_MIN_I(a->i, b->i); break;
+    case RK_MAXV:
+      if (is_float) UPD_MAX_F(a->f, b->f);
+      else UPD_MAX_I(a->i, b->i);
+      break;
+    case RK_MINV:
+      if (is_float) UPD_MIN_F(a->f, b->f);
+      else UPD_MIN_I(a->i, b->i);
+      break;
     case RK_MAXI:
       if (is_float ? (b->f > a->f || (NAN_F(b->f) && !NAN_F(a->f))) : b->i > a->i) *a = *b;
       break;
@@ -318,7 +326,7 @@ static void kind_combine(kind k, int is_float, double p, red_state *a, const red
 /* ---- layout ---- */
 
 typedef struct red_layout {
-  int nk, nr;                                  /* kept / reduced dims after simplifying */
+  int nk, nr; /* kept / reduced dims after simplifying */
   int64_t ksize[EM_MAX_DIMS], kstride[EM_MAX_DIMS]; /* strides in bytes */
   int64_t rsize[EM_MAX_DIMS], rstride[EM_MAX_DIMS];
   int64_t nout, nred;
@@ -372,11 +380,11 @@ typedef struct red_job {
   kind k;
   const red_kernel *kern;
   int is_float;
-  double p;               /* norm order */
-  const double *center;   /* per output, from the first pass (or NULL) */
-  double *center_out;     /* first pass: write f * center_scale here instead of out */
+  double p; /* norm order */
+  const double *center; /* per output, from the first pass (or NULL) */
+  double *center_out; /* first pass: write f * center_scale here instead of out */
   double center_scale;
-  em_redop op;            /* final write: how to turn the state into the value */
+  em_redop op; /* final write: how to turn the state into the value */
   int variance, take_sqrt;
   double correction;
   em_tensor *out, *indices;
@@ -410,8 +418,10 @@ static void emit(const red_job *job, int64_t j, const red_state *st, int64_t cou
   double f = st->f;
   switch (job->op) {
     case EM_MEAN: f /= (double)count; break;
-    case EM_ARGMAX: case EM_ARGMIN: put(job->out, j, 0, st->pos + job->base, 1); return;
-    case EM_ANY: case EM_ALL: put(job->out, j, 0, st->i, 1); return;
+    case EM_ARGMAX:
+    case EM_ARGMIN: put(job->out, j, 0, st->pos + job->base, 1); return;
+    case EM_ANY:
+    case EM_ALL: put(job->out, j, 0, st->i, 1); return;
     case EM_LOGSUMEXP: f = isfinite(st->c) ? st->c + log(st->f) : st->c; break; /* inf/NaN max: itself */
     case EM_NORM:
       if (job->p == 2) f = sqrt(f);
@@ -459,8 +469,8 @@ static em_status inner_walk(const red_job *job, const red_layout *L) {
   if (nblocks > 1 && !(partial = malloc((size_t)work * sizeof *partial)))
     return em_set_error(EM_ERR_MEMORY, "reduce: out of memory for %lld partial results", (long long)work);
   int64_t per_item = L->nred < RED_BLOCK ? L->nred : RED_BLOCK, chunk = 16384 / per_item + 1;
-#pragma omp parallel for schedule(dynamic, chunk) num_threads(em_get_num_threads()) \
-    if (use_threads(work, L->nout * L->nred))
+#pragma omp parallel for schedule(dynamic, chunk) \
+    num_threads(em_get_num_threads()) if (use_threads(work, L->nout * L->nred))
   for (int64_t w = 0; w < work; w++) {
     int64_t j = w / nblocks, b = w % nblocks;
     const char *base = L->base + flat_offset(L->nk, L->ksize, L->kstride, j);
@@ -540,8 +550,8 @@ static em_status run(const red_job *job, const red_layout *L) {
   }
   /* Rows contiguous and wide enough to vectorise across outputs, reduction not
    * contiguous: the outer walk. */
-  int outer = L->nout > 1 && L->kstride[L->nk - 1] == L->el && L->ksize[L->nk - 1] >= 16 &&
-              L->rstride[L->nr - 1] != L->el;
+  int outer =
+      L->nout > 1 && L->kstride[L->nk - 1] == L->el && L->ksize[L->nk - 1] >= 16 && L->rstride[L->nr - 1] != L->el;
   return outer ? outer_walk(job, L) : inner_walk(job, L);
 }
 
@@ -567,14 +577,21 @@ static em_status run_two_pass(red_job *first, red_job *second, const red_layout 
 }
 
 em_status cpu_reduce(em_redop op, em_tensor *out, em_tensor *indices, const em_tensor *a, int nreduce, double p,
-                        int base) {
+                     int base) {
   kind k = (kind)core_reduce_kind_of(op, indices != NULL);
   em_status st = check_dtype("reduce", a, k);
   if (st) return st;
   red_layout L;
   make_layout(&L, a, nreduce);
-  red_job job = {.k = k, .kern = &kernels[a->dtype][k], .is_float = em_dtype_is_floating(a->dtype), .p = p,
-                 .op = op, .out = out, .indices = indices, .base = base, .center_scale = 1};
+  red_job job = {.k = k,
+                 .kern = &kernels[a->dtype][k],
+                 .is_float = em_dtype_is_floating(a->dtype),
+                 .p = p,
+                 .op = op,
+                 .out = out,
+                 .indices = indices,
+                 .base = base,
+                 .center_scale = 1};
   if (op != EM_LOGSUMEXP) return run(&job, &L);
   red_job first = job;
   first.k = RK_MAXV;
@@ -587,9 +604,17 @@ em_status cpu_var(em_tensor *out, const em_tensor *a, int nreduce, double correc
   if (st) return st;
   red_layout L;
   make_layout(&L, a, nreduce);
-  red_job mean = {.k = RK_SUM, .kern = &kernels[a->dtype][RK_SUM], .is_float = 1, .op = EM_MEAN,
+  red_job mean = {.k = RK_SUM,
+                  .kern = &kernels[a->dtype][RK_SUM],
+                  .is_float = 1,
+                  .op = EM_MEAN,
                   .center_scale = 1.0 / (double)L.nred};
-  red_job dev = {.k = RK_SQDEV, .kern = &kernels[a->dtype][RK_SQDEV], .is_float = 1, .variance = 1,
-                 .take_sqrt = take_sqrt, .correction = correction, .out = out};
+  red_job dev = {.k = RK_SQDEV,
+                 .kern = &kernels[a->dtype][RK_SQDEV],
+                 .is_float = 1,
+                 .variance = 1,
+                 .take_sqrt = take_sqrt,
+                 .correction = correction,
+                 .out = out};
   return run_two_pass(&mean, &dev, &L);
 }

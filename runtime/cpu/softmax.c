@@ -14,7 +14,7 @@
 #include "vmath.h"
 
 #define STRIP 256 /* columns carried together down a non-last dim */
-#define LANES 16  /* independent accumulators in a row loop */
+#define LANES 16 /* independent accumulators in a row loop */
 #define CHUNK 1024 /* elements summed in lanes before the sum moves to double */
 
 typedef struct {
@@ -32,9 +32,7 @@ static dim_layout layout_of(const em_tensor *a, int dim) {
 }
 
 /* Work items: rows (inner == 1) or strips of columns. */
-static int64_t work_items(dim_layout l) {
-  return l.inner == 1 ? l.outer : l.outer * ((l.inner + STRIP - 1) / STRIP);
-}
+static int64_t work_items(dim_layout l) { return l.inner == 1 ? l.outer : l.outer * ((l.inner + STRIP - 1) / STRIP); }
 
 static int use_threads(int64_t work, int64_t elements) {
   return work > 1 && elements >= EM_PARALLEL_GRAIN && em_get_num_threads() > 1 && !omp_in_parallel();
@@ -58,6 +56,7 @@ static int64_t chunk_of(dim_layout l) {
 
 /* Each loop below does one thing, with no stores under a condition, so that GCC and
  * Clang vectorise all of them (a conditional store inside the exp loop kept it scalar). */
+/* clang-format off */
 #define DEF_SOFTMAX(N, T)                                                                   \
   static T row_max_##N(const T *x, int64_t n) {                                             \
     T lane[LANES];                                                                          \
@@ -146,6 +145,7 @@ static int64_t chunk_of(dim_layout l) {
       }                                                                                     \
     }                                                                                       \
   }
+/* clang-format on */
 
 DEF_SOFTMAX(f32, float)
 DEF_SOFTMAX(f64, double)
@@ -168,6 +168,7 @@ em_status cpu_softmax(em_tensor *out, const em_tensor *a, int dim, int log_out) 
 #define SCAN_ADD(acc, x) ((acc) = (ACC)((UACC)(acc) + (UACC)(x)))
 #define SCAN_MUL(acc, x) ((acc) = (ACC)((UACC)(acc) * (UACC)(x)))
 
+/* clang-format off */
 #define DEF_SCAN(N, T, OUT, ACC_T, UACC_T)                                                  \
   static void scan_##N(OUT *y, const T *x, dim_layout l, int prod) {                        \
     typedef ACC_T ACC;                                                                      \
@@ -200,6 +201,7 @@ em_status cpu_softmax(em_tensor *out, const em_tensor *a, int dim, int log_out) 
       }                                                                                     \
     }                                                                                       \
   }
+/* clang-format on */
 
 DEF_SCAN(f32, float, float, double, double)
 DEF_SCAN(f64, double, double, double, double)
@@ -217,7 +219,8 @@ em_status cpu_scan(int prod, em_tensor *out, const em_tensor *a, int dim) {
     case EM_FLOAT64: scan_f64(y, x, l, prod); return EM_OK;
     case EM_INT32: scan_i32(y, x, l, prod); return EM_OK;
     case EM_INT64: scan_i64(y, x, l, prod); return EM_OK;
-    case EM_UINT8: case EM_BOOL: scan_u8(y, x, l, prod); return EM_OK;
+    case EM_UINT8:
+    case EM_BOOL: scan_u8(y, x, l, prod); return EM_OK;
     default:
       return em_set_error(EM_ERR_DTYPE, "%s: dtype %s is not supported on the CPU (convert with to('float32') first)",
                           prod ? "cumprod" : "cumsum", em_dtype_name(a->dtype));

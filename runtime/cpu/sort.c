@@ -13,6 +13,7 @@
 #define NAN_F(x) ((x) != (x))
 #define NAN_I(x) 0
 
+/* clang-format off */
 #define DEF_SORT(N, T, ISNAN)                                                               \
   typedef struct {                                                                          \
     T v;                                                                                    \
@@ -74,6 +75,7 @@
     }                                                                                       \
     return failed;                                                                          \
   }
+/* clang-format on */
 
 /* Rows are every position of the other dims; offsets in bytes for a, values, indices. */
 typedef struct {
@@ -95,8 +97,7 @@ static void row_offsets(const sort_job *job, int64_t r, int64_t *off) {
 }
 
 static int use_threads(const sort_job *job) {
-  return job->rows > 1 && job->rows * job->n >= EM_PARALLEL_GRAIN / 4 && em_get_num_threads() > 1 &&
-         !omp_in_parallel();
+  return job->rows > 1 && job->rows * job->n >= EM_PARALLEL_GRAIN / 4 && em_get_num_threads() > 1 && !omp_in_parallel();
 }
 
 DEF_SORT(f32, float, NAN_F)
@@ -106,9 +107,13 @@ DEF_SORT(i64, int64_t, NAN_I)
 DEF_SORT(u8, uint8_t, NAN_I)
 
 em_status cpu_sort(em_tensor *values, em_tensor *indices, const em_tensor *a, int dim, int descending, int64_t k,
-                      int base) {
-  sort_job job = {.a = em_tensor_ptr(a), .values = em_tensor_ptr(values),
-                  .indices = indices ? em_tensor_ptr(indices) : NULL, .desc = descending, .base = base, .k = k,
+                   int base) {
+  sort_job job = {.a = em_tensor_ptr(a),
+                  .values = em_tensor_ptr(values),
+                  .indices = indices ? em_tensor_ptr(indices) : NULL,
+                  .desc = descending,
+                  .base = base,
+                  .k = k,
                   .rows = 1};
   const em_tensor *t[3] = {a, values, indices};
   for (int d = 0; d < a->ndim; d++) {
@@ -129,7 +134,8 @@ em_status cpu_sort(em_tensor *values, em_tensor *indices, const em_tensor *a, in
     case EM_FLOAT64: failed = sort_rows_f64(&job); break;
     case EM_INT32: failed = sort_rows_i32(&job); break;
     case EM_INT64: failed = sort_rows_i64(&job); break;
-    case EM_UINT8: case EM_BOOL: failed = sort_rows_u8(&job); break;
+    case EM_UINT8:
+    case EM_BOOL: failed = sort_rows_u8(&job); break;
     default:
       return em_set_error(EM_ERR_DTYPE, "sort: dtype %s is not supported on the CPU (convert with to('float32') first)",
                           em_dtype_name(a->dtype));

@@ -112,8 +112,8 @@ static inline double em_gelu(double x) { return 0.5 * x * (1 + erf(x * M_SQRT1_2
 
 /* floor and ceil through rint, which gcc vectorises without -fno-math-errno (floorf
  * does not). Exact: rint(x) is an integer within 0.5 of x, and r -/+ 1 is exact. */
-#define FLOOR(x) _Generic((x), float: floor_via_rintf, double: floor_via_rint)(x)
-#define CEIL(x) _Generic((x), float: ceil_via_rintf, double: ceil_via_rint)(x)
+#define FLOOR(x) _Generic((x), float : floor_via_rintf, double : floor_via_rint)(x)
+#define CEIL(x) _Generic((x), float : ceil_via_rintf, double : ceil_via_rint)(x)
 static inline float floor_via_rintf(float x) {
   float r = rintf(x);
   return r > x ? r - 1.0f : r;
@@ -132,68 +132,68 @@ static inline double ceil_via_rint(double x) {
 }
 
 /* Type-generic calls: float32 takes the vectorisable versions where there are some. */
-#define M1(fn, x) _Generic((x), float: fn##f, double: fn)(x)
-#define EXP(x) _Generic((x), float: em_vexpf, double: exp)(x)
-#define TANH(x) _Generic((x), float: em_tanhf, double: tanh)(x)
-#define SIGMOID(x) _Generic((x), float: em_sigmoidf, double: em_sigmoid)(x)
-#define ERF(x) _Generic((x), float: em_erff, double: erf)(x)
-#define GELU(x) _Generic((x), float: em_geluf, double: em_gelu)(x)
+#define M1(fn, x) _Generic((x), float : fn##f, double : fn)(x)
+#define EXP(x) _Generic((x), float : em_vexpf, double : exp)(x)
+#define TANH(x) _Generic((x), float : em_tanhf, double : tanh)(x)
+#define SIGMOID(x) _Generic((x), float : em_sigmoidf, double : em_sigmoid)(x)
+#define ERF(x) _Generic((x), float : em_erff, double : erf)(x)
+#define GELU(x) _Generic((x), float : em_geluf, double : em_gelu)(x)
 
 /* ---- the generic one-input loop: data = {out, a}; the body sees x, scalar_t, uscalar_t ---- */
-#define DEFINE_UNARY(NAME, SUF, T, UT, OT, EXPR)                                         \
+#define DEFINE_UNARY(NAME, SUF, T, UT, OT, EXPR)                                        \
   static void NAME##_##SUF(char **data, const int64_t *strides, int64_t n, void *ctx) { \
-    typedef T scalar_t __attribute__((unused));                                          \
-    typedef UT uscalar_t __attribute__((unused));                                        \
-    char *po = data[0];                                                                  \
-    const char *pa = data[1];                                                            \
-    const int64_t so = strides[0], sa = strides[1];                                      \
-    if (so == sizeof(OT) && sa == sizeof(T)) {                                           \
-      OT *restrict o = (OT *)po;                                                         \
-      const T *restrict va = (const T *)pa;                                              \
-      for (int64_t i = 0; i < n; i++) {                                                  \
-        const T x = va[i];                                                               \
-        o[i] = (OT)(EXPR);                                                               \
-      }                                                                                  \
-    } else {                                                                             \
-      for (int64_t i = 0; i < n; i++) {                                                  \
-        const T x = *(const T *)(pa + i * sa);                                           \
-        *(OT *)(po + i * so) = (OT)(EXPR);                                               \
-      }                                                                                  \
-    }                                                                                    \
+    typedef T scalar_t __attribute__((unused));                                         \
+    typedef UT uscalar_t __attribute__((unused));                                       \
+    char *po = data[0];                                                                 \
+    const char *pa = data[1];                                                           \
+    const int64_t so = strides[0], sa = strides[1];                                     \
+    if (so == sizeof(OT) && sa == sizeof(T)) {                                          \
+      OT *restrict o = (OT *)po;                                                        \
+      const T *restrict va = (const T *)pa;                                             \
+      for (int64_t i = 0; i < n; i++) {                                                 \
+        const T x = va[i];                                                              \
+        o[i] = (OT)(EXPR);                                                              \
+      }                                                                                 \
+    } else {                                                                            \
+      for (int64_t i = 0; i < n; i++) {                                                 \
+        const T x = *(const T *)(pa + i * sa);                                          \
+        *(OT *)(po + i * so) = (OT)(EXPR);                                              \
+      }                                                                                 \
+    }                                                                                   \
   }
 
 /* Functions of floats (integer inputs were converted to float32 by the core). */
-#define FLOAT_FUNCS(X, SUF, T)                                                     \
-  X(exp, SUF, T, T, T, EXP(x))                                                     \
-  X(log, SUF, T, T, T, M1(log, x))                                                 \
-  X(sqrt, SUF, T, T, T, M1(sqrt, x))                                               \
-  X(sin, SUF, T, T, T, M1(sin, x))                                                 \
-  X(cos, SUF, T, T, T, M1(cos, x))                                                 \
-  X(tanh, SUF, T, T, T, TANH(x))                                                   \
-  X(sigmoid, SUF, T, T, T, SIGMOID(x))                                             \
-  X(reciprocal, SUF, T, T, T, (scalar_t)1 / x)                                     \
-  X(rsqrt, SUF, T, T, T, (scalar_t)1 / M1(sqrt, x))                                \
-  X(log1p, SUF, T, T, T, M1(log1p, x))                                             \
-  X(expm1, SUF, T, T, T, M1(expm1, x))                                             \
-  X(erf, SUF, T, T, T, ERF(x))                                                     \
-  X(gelu, SUF, T, T, T, GELU(x))                                                   \
-  X(silu, SUF, T, T, T, x * SIGMOID(x))                                         \
-  X(abs, SUF, T, T, T, M1(fabs, x))                                                \
-  X(floor, SUF, T, T, T, FLOOR(x))                                                 \
-  X(ceil, SUF, T, T, T, CEIL(x))                                                   \
+#define FLOAT_FUNCS(X, SUF, T)                      \
+  X(exp, SUF, T, T, T, EXP(x))                      \
+  X(log, SUF, T, T, T, M1(log, x))                  \
+  X(sqrt, SUF, T, T, T, M1(sqrt, x))                \
+  X(sin, SUF, T, T, T, M1(sin, x))                  \
+  X(cos, SUF, T, T, T, M1(cos, x))                  \
+  X(tanh, SUF, T, T, T, TANH(x))                    \
+  X(sigmoid, SUF, T, T, T, SIGMOID(x))              \
+  X(reciprocal, SUF, T, T, T, (scalar_t)1 / x)      \
+  X(rsqrt, SUF, T, T, T, (scalar_t)1 / M1(sqrt, x)) \
+  X(log1p, SUF, T, T, T, M1(log1p, x))              \
+  X(expm1, SUF, T, T, T, M1(expm1, x))              \
+  X(erf, SUF, T, T, T, ERF(x))                      \
+  X(gelu, SUF, T, T, T, GELU(x))                    \
+  X(silu, SUF, T, T, T, x *SIGMOID(x))              \
+  X(abs, SUF, T, T, T, M1(fabs, x))                 \
+  X(floor, SUF, T, T, T, FLOOR(x))                  \
+  X(ceil, SUF, T, T, T, CEIL(x))                    \
   X(round, SUF, T, T, T, M1(rint, x)) /* half to even in the default rounding mode */
 /* Integer versions of the dtype-keeping ops: floor/ceil/round are the identity. */
-#define INT_FUNCS(X, SUF, T, UT)                                          \
+#define INT_FUNCS(X, SUF, T, UT)                                             \
   X(abs, SUF, T, UT, T, x < 0 ? (scalar_t)((uscalar_t)0 - (uscalar_t)x) : x) \
-  X(floor, SUF, T, UT, T, x)                                              \
-  X(ceil, SUF, T, UT, T, x)                                               \
+  X(floor, SUF, T, UT, T, x)                                                 \
+  X(ceil, SUF, T, UT, T, x)                                                  \
   X(round, SUF, T, UT, T, x)
 /* One expression for every dtype. sign(NaN) is 0 and relu(NaN) is NaN, as in PyTorch. */
-#define GENERIC_FUNCS(X, SUF, T, UT)                                        \
-  X(neg, SUF, T, UT, T, (scalar_t)((uscalar_t)0 - (uscalar_t)x))          \
-  X(sign, SUF, T, UT, T, (scalar_t)((x > 0) - (x < 0)))                   \
-  X(relu, SUF, T, UT, T, x < 0 ? (scalar_t)0 : x)                          \
-  X(square, SUF, T, UT, T, (scalar_t)((uscalar_t)x * (uscalar_t)x))       \
+#define GENERIC_FUNCS(X, SUF, T, UT)                                \
+  X(neg, SUF, T, UT, T, (scalar_t)((uscalar_t)0 - (uscalar_t)x))    \
+  X(sign, SUF, T, UT, T, (scalar_t)((x > 0) - (x < 0)))             \
+  X(relu, SUF, T, UT, T, x < 0 ? (scalar_t)0 : x)                   \
+  X(square, SUF, T, UT, T, (scalar_t)((uscalar_t)x * (uscalar_t)x)) \
   X(logical_not, SUF, T, UT, uint8_t, x == 0)
 
 FLOAT_FUNCS(DEFINE_UNARY, f32, float)
@@ -209,13 +209,19 @@ GENERIC_FUNCS(DEFINE_UNARY, u8, uint8_t, uint8_t)
 
 /* Booleans use the uint8 loops: on 0/1 abs, sign, relu, square, floor, ceil and round
  * are the identity. Negating a bool is an error in the core. */
-#define FROW(NAME) {[EM_FLOAT32] = NAME##_f32, [EM_FLOAT64] = NAME##_f64}
-#define ROW(NAME)                                                                                     \
-  {[EM_FLOAT32] = NAME##_f32, [EM_FLOAT64] = NAME##_f64, [EM_INT32] = NAME##_i32, [EM_INT64] = NAME##_i64, \
-   [EM_UINT8] = NAME##_u8, [EM_BOOL] = NAME##_u8}
+#define FROW(NAME) \
+  { [EM_FLOAT32] = NAME##_f32, [EM_FLOAT64] = NAME##_f64 }
+#define ROW(NAME)                                                                                           \
+  {                                                                                                         \
+    [EM_FLOAT32] = NAME##_f32, [EM_FLOAT64] = NAME##_f64, [EM_INT32] = NAME##_i32, [EM_INT64] = NAME##_i64, \
+    [EM_UINT8] = NAME##_u8, [EM_BOOL] = NAME##_u8                                                           \
+  }
 
 static const em_loop_fn unary_loops[EM_NUM_UNOPS][EM_NUM_DTYPES] = {
-    [EM_NEG] = {[EM_FLOAT32] = neg_f32, [EM_FLOAT64] = neg_f64, [EM_INT32] = neg_i32, [EM_INT64] = neg_i64,
+    [EM_NEG] = {[EM_FLOAT32] = neg_f32,
+                [EM_FLOAT64] = neg_f64,
+                [EM_INT32] = neg_i32,
+                [EM_INT64] = neg_i64,
                 [EM_UINT8] = neg_u8},
     [EM_ABS] = ROW(abs),
     [EM_EXP] = FROW(exp),
@@ -241,9 +247,10 @@ static const em_loop_fn unary_loops[EM_NUM_UNOPS][EM_NUM_DTYPES] = {
     [EM_LOGICAL_NOT] = ROW(logical_not),
 };
 
-static const char *const unop_names[EM_NUM_UNOPS] = {
-    "neg", "abs", "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "sign", "floor",
-    "ceil", "round", "reciprocal", "square", "rsqrt", "log1p", "expm1", "erf", "gelu", "silu", "logical_not"};
+static const char *const unop_names[EM_NUM_UNOPS] = {"neg",   "abs",   "exp",        "log",    "sqrt",       "sin",
+                                                     "cos",   "tanh",  "sigmoid",    "relu",   "sign",       "floor",
+                                                     "ceil",  "round", "reciprocal", "square", "rsqrt",      "log1p",
+                                                     "expm1", "erf",   "gelu",       "silu",   "logical_not"};
 
 em_status cpu_unary(em_unop op, em_tensor *out, const em_tensor *a) {
   em_loop_fn fn = unary_loops[op][a->dtype];

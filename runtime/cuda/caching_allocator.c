@@ -23,14 +23,14 @@ typedef struct block block;
 struct block {
   char *ptr;
   size_t size;
-  void *stream;                 /* the stream it was allocated on */
+  void *stream; /* the stream it was allocated on */
   int pool;
-  bool allocated;               /* held by a caller */
+  bool allocated; /* held by a caller */
   bool in_free_list;
-  int pending;                  /* events still to complete before it is free */
-  block *prev, *next;           /* neighbours in the segment */
-  block *seg_prev, *seg_next;   /* the segment list (first blocks only) */
-  void **uses;                  /* other streams using it (record_stream) */
+  int pending; /* events still to complete before it is free */
+  block *prev, *next; /* neighbours in the segment */
+  block *seg_prev, *seg_next; /* the segment list (first blocks only) */
+  void **uses; /* other streams using it (record_stream) */
   int nuses, uses_cap;
 };
 
@@ -40,9 +40,9 @@ typedef struct {
 } free_list;
 
 typedef struct {
-  void **keys;                  /* NULL: empty slot */
+  void **keys; /* NULL: empty slot */
   block **vals;
-  size_t cap, count;            /* cap is a power of two */
+  size_t cap, count; /* cap is a power of two */
 } ptr_map;
 
 typedef struct {
@@ -60,7 +60,7 @@ struct em_device_cache {
   size_t npending, pending_cap;
   block *segments;
   int64_t limit;
-  em_cuda_memory_stats stats;   /* cached_blocks is computed when asked */
+  em_cuda_memory_stats stats; /* cached_blocks is computed when asked */
 };
 
 /* ---------------------------------------------------------------- sizes */
@@ -158,7 +158,7 @@ static block *take_best_fit(free_list *l, void *stream, size_t size) {
 /* ---------------------------------------------------------------- live blocks by address */
 
 static size_t slot_of(const ptr_map *m, const void *key) {
-  uint64_t h = (uint64_t)(uintptr_t)key >> 9;   /* blocks are 512-byte aligned */
+  uint64_t h = (uint64_t)(uintptr_t)key >> 9; /* blocks are 512-byte aligned */
   h *= 0x9E3779B97F4A7C15ull;
   return (size_t)(h >> 20) & (m->cap - 1);
 }
@@ -358,7 +358,7 @@ static em_status out_of_memory(em_device_cache *c, size_t nbytes) {
 static void split(em_device_cache *c, block *b, size_t size) {
   if (!worth_splitting(b, size)) return;
   block *rest = calloc(1, sizeof *rest);
-  if (!rest) return;   /* no host memory: hand out the whole block */
+  if (!rest) return; /* no host memory: hand out the whole block */
   rest->ptr = b->ptr + size;
   rest->size = b->size - size;
   rest->stream = b->stream;
@@ -462,7 +462,7 @@ int emp_cache_free(em_device_cache *c, void *ptr) {
   note_allocated(c, -(int64_t)b->size);
   for (int i = 0; i < b->nuses; i++) {
     void *ev = c->ops.event_record(c->ops.ctx, c->device, b->uses[i]);
-    if (!ev) continue;   /* that stream's work has already completed */
+    if (!ev) continue; /* that stream's work has already completed */
     if (c->npending == c->pending_cap) {
       size_t cap = c->pending_cap ? 2 * c->pending_cap : 64;
       pending_event *grown = realloc(c->pending, cap * sizeof *grown);

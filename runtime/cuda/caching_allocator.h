@@ -31,11 +31,11 @@
 extern "C" {
 #endif
 
-#define EM_CACHE_ROUND ((size_t)512)                 /* every size is a multiple */
-#define EM_CACHE_SMALL_REQUEST ((size_t)1 << 20)    /* <= this: the small pool */
+#define EM_CACHE_ROUND ((size_t)512) /* every size is a multiple */
+#define EM_CACHE_SMALL_REQUEST ((size_t)1 << 20) /* <= this: the small pool */
 #define EM_CACHE_SMALL_SEGMENT ((size_t)2 << 20)
-#define EM_CACHE_LARGE_SEGMENT ((size_t)20 << 20)   /* for large requests under ... */
-#define EM_CACHE_BIG_REQUEST ((size_t)10 << 20)     /* ... this; above, a segment of its own */
+#define EM_CACHE_LARGE_SEGMENT ((size_t)20 << 20) /* for large requests under ... */
+#define EM_CACHE_BIG_REQUEST ((size_t)10 << 20) /* ... this; above, a segment of its own */
 #define EM_CACHE_SEGMENT_ROUND ((size_t)2 << 20)
 
 /* How the allocator reaches its device. Streams and events are opaque handles (a NULL
@@ -48,8 +48,8 @@ typedef struct em_cache_ops {
   /* an event marking the work queued so far on stream; NULL means that work has already
    * completed (the device layer returns NULL after synchronising when it cannot record) */
   void *(*event_record)(void *ctx, int device, void *stream);
-  int (*event_query)(void *ctx, void *event);          /* 1 when completed */
-  void (*event_synchronize)(void *ctx, void *event);   /* waits for it */
+  int (*event_query)(void *ctx, void *event); /* 1 when completed */
+  void (*event_synchronize)(void *ctx, void *event); /* waits for it */
   void (*event_free)(void *ctx, void *event);
   /* optional (may be NULL): the device's free and total memory, for the OOM message */
   int (*mem_info)(void *ctx, int device, int64_t *free_bytes, int64_t *total_bytes);

@@ -54,7 +54,7 @@ em_status em_cuda_get_versions(em_cuda_versions *out) {
   memset(out, 0, sizeof *out);
   const em_cuda_plugin *p = cuda_plugin_get(NULL);
   if (!p) return em_set_error(EM_ERR_UNSUPPORTED, "cuda.versions: %s", em_cuda_unavailable_reason());
-  return p->versions(out);   /* works without a GPU: library versions still answer */
+  return p->versions(out); /* works without a GPU: library versions still answer */
 }
 
 em_status em_cuda_set_device(int device) {
@@ -96,13 +96,14 @@ em_status em_cuda_reset_peak_memory_stats(int device) {
 
 em_status em_cuda_empty_cache(void) {
   const em_cuda_plugin *p = cuda_plugin_get(NULL);
-  return p && p->device_count(NULL) > 0 ? p->empty_cache() : EM_OK;   /* nothing cached */
+  return p && p->device_count(NULL) > 0 ? p->empty_cache() : EM_OK; /* nothing cached */
 }
 
 em_status em_cuda_set_memory_limit(int device, int64_t bytes) {
   const em_cuda_plugin *p = usable("cuda.set_memory_limit");
   if (!p) return em_last_status();
-  if (bytes < 0) return em_set_error(EM_ERR_ARGUMENT, "cuda.set_memory_limit: limit must be >= 0, got %lld", (long long)bytes);
+  if (bytes < 0)
+    return em_set_error(EM_ERR_ARGUMENT, "cuda.set_memory_limit: limit must be >= 0, got %lld", (long long)bytes);
   em_status st = check_device("cuda.set_memory_limit", device);
   return st ? st : p->set_memory_limit(device, bytes);
 }
@@ -123,9 +124,9 @@ void em_cuda_stream_free(em_cuda_stream *s) {
   if (s && p) p->stream_free(s);
 }
 
-#define STREAM_FORWARD(ret_fail, call)                          \
-  const em_cuda_plugin *p = usable(__func__);                   \
-  if (!p) return ret_fail;                                      \
+#define STREAM_FORWARD(ret_fail, call)        \
+  const em_cuda_plugin *p = usable(__func__); \
+  if (!p) return ret_fail;                    \
   return call
 
 em_status em_cuda_stream_synchronize(em_cuda_stream *s) { STREAM_FORWARD(em_last_status(), p->stream_synchronize(s)); }
@@ -158,7 +159,7 @@ em_status em_cuda_record_stream(em_tensor *t, em_cuda_stream *s) {
     return em_set_error(EM_ERR_DEVICE, "record_stream: the tensor is on the CPU, not a GPU");
   const em_cuda_plugin *p = usable("record_stream");
   if (!p) return em_last_status();
-  if (t->storage->deleter || t->storage->borrowed) return EM_OK;   /* not the allocator's memory */
+  if (t->storage->deleter || t->storage->borrowed) return EM_OK; /* not the allocator's memory */
   return p->record_stream(t->storage->data, t->storage->device.index, s);
 }
 
@@ -170,7 +171,9 @@ void em_cuda_event_free(em_cuda_event *e) {
   const em_cuda_plugin *p = cuda_plugin_get(NULL);
   if (e && p) p->event_free(e);
 }
-em_status em_cuda_event_record(em_cuda_event *e, em_cuda_stream *s) { STREAM_FORWARD(em_last_status(), p->event_record(e, s)); }
+em_status em_cuda_event_record(em_cuda_event *e, em_cuda_stream *s) {
+  STREAM_FORWARD(em_last_status(), p->event_record(e, s));
+}
 em_status em_cuda_event_synchronize(em_cuda_event *e) { STREAM_FORWARD(em_last_status(), p->event_synchronize(e)); }
 int em_cuda_event_query(em_cuda_event *e) { STREAM_FORWARD(1, p->event_query(e)); }
 em_status em_cuda_event_elapsed_ms(em_cuda_event *a, em_cuda_event *b, double *ms) {
@@ -189,7 +192,8 @@ em_status em_empty_pinned(em_tensor **out, int ndim, const int64_t *sizes, em_dt
   *out = NULL;
   if (ndim < 0 || ndim > EM_MAX_DIMS)
     return em_set_error(EM_ERR_ARGUMENT, "pin_memory: %d dims, expected 0..%d", ndim, EM_MAX_DIMS);
-  if ((int)dtype < 0 || dtype >= EM_NUM_DTYPES) return em_set_error(EM_ERR_DTYPE, "pin_memory: invalid dtype %d", dtype);
+  if ((int)dtype < 0 || dtype >= EM_NUM_DTYPES)
+    return em_set_error(EM_ERR_DTYPE, "pin_memory: invalid dtype %d", dtype);
   for (int d = 0; d < ndim; d++)
     if (sizes[d] < 0)
       return em_set_error(EM_ERR_ARGUMENT, "pin_memory: size %lld at dim %d, expected >= 0", (long long)sizes[d], d);

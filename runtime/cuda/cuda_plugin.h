@@ -34,15 +34,15 @@ extern "C" {
 typedef struct em_cuda_pagerank_job {
   int device;
   int64_t n, m;
-  const int64_t *offsets;       /* [n + 1] */
-  const uint32_t *sources;      /* [m] */
-  const uint32_t *out_degree;   /* [n] */
-  const float *teleport;        /* [n] summing to 1, internal order; NULL: uniform */
+  const int64_t *offsets; /* [n + 1] */
+  const uint32_t *sources; /* [m] */
+  const uint32_t *out_degree; /* [n] */
+  const float *teleport; /* [n] summing to 1, internal order; NULL: uniform */
   double damping, tol;
-  int max_iter, method;         /* em_pagerank_method */
-  float *scores;                /* out: [n] host, internal order */
-  double *residuals;            /* out: [max_iter] host, or NULL */
-  em_pagerank_stats *stats;     /* out: iterations, converged, residual, seconds, ... */
+  int max_iter, method; /* em_pagerank_method */
+  float *scores; /* out: [n] host, internal order */
+  double *residuals; /* out: [max_iter] host, or NULL */
+  em_pagerank_stats *stats; /* out: iterations, converged, residual, seconds, ... */
 } em_cuda_pagerank_job;
 
 struct em_dist_backend;
@@ -51,7 +51,7 @@ struct em_dist_backend;
 typedef void (*em_cuda_proc)(void);
 
 typedef struct em_cuda_plugin {
-  em_plugin_abi abi;                     /* first: EM_CUDA_PLUGIN_ABI as the plugin was built */
+  em_plugin_abi abi; /* first: EM_CUDA_PLUGIN_ABI as the plugin was built */
   const em_backend *backend;
   /* devices: count returns 0 (and sets *why) when there is no driver or no GPU */
   int (*device_count)(const char **why);
@@ -66,7 +66,7 @@ typedef struct em_cuda_plugin {
   em_status (*empty_cache)(void);
   em_status (*set_memory_limit)(int device, int64_t bytes);
   em_status (*record_stream)(void *device_ptr, int device, em_cuda_stream *s);
-  void *(*host_alloc_pinned)(size_t nbytes);        /* NULL with the error set */
+  void *(*host_alloc_pinned)(size_t nbytes); /* NULL with the error set */
   void (*host_free_pinned)(void *ptr);
   /* streams and events */
   em_status (*stream_new)(em_cuda_stream **out, int device, int priority);
@@ -101,10 +101,11 @@ typedef const struct em_dist_backend *(*em_cuda_nccl_backend_fn)(void);
 /* What the plugin and libember must agree on (core/plugin_abi.h): the tensor backend, the
  * structs of the core and the extras, and the process-group structs NCCL shares (expanded
  * where runtime/distributed/dist_impl.h is included too). */
-#define EM_CUDA_PLUGIN_ABI(X)                                                                 \
-  EM_BACKEND_ABI(X) EM_DIST_ABI(X) X(EM_CUDA_PLUGIN_API_VERSION) X(sizeof(em_cuda_plugin))    \
-  X(sizeof(em_cuda_device_props)) X(sizeof(em_cuda_memory_stats)) X(sizeof(em_cuda_versions)) \
-  X(sizeof(em_cuda_pagerank_job)) X(sizeof(em_pagerank_stats))
+#define EM_CUDA_PLUGIN_ABI(X)                                                                            \
+  EM_BACKEND_ABI(X)                                                                                      \
+  EM_DIST_ABI(X) X(EM_CUDA_PLUGIN_API_VERSION) X(sizeof(em_cuda_plugin)) X(sizeof(em_cuda_device_props)) \
+      X(sizeof(em_cuda_memory_stats)) X(sizeof(em_cuda_versions)) X(sizeof(em_cuda_pagerank_job))        \
+          X(sizeof(em_pagerank_stats))
 
 typedef const em_cuda_plugin *(*em_cuda_plugin_entry_fn)(void);
 

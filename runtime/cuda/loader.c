@@ -3,7 +3,7 @@
  * The plugin is looked for next to libember.so, or where EMBER_CUDA_PLUGIN points. A
  * missing plugin, a missing driver and a machine without a GPU are all ordinary: CUDA is
  * then "unavailable" with a reason that says which, and CPU work is unaffected. */
-#define _GNU_SOURCE 1   /* dladdr */
+#define _GNU_SOURCE 1 /* dladdr */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>

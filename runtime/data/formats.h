@@ -13,8 +13,8 @@ typedef struct dp_npy {
   em_dtype dtype;
   int ndim;
   int64_t shape[8];
-  int64_t data_offset;  /* where the elements start in the file */
-  const uint8_t *map;   /* the whole file, mapped read-only (NULL if only the header was read) */
+  int64_t data_offset; /* where the elements start in the file */
+  const uint8_t *map; /* the whole file, mapped read-only (NULL if only the header was read) */
   size_t map_bytes;
 } dp_npy;
 /* Parses the header of path (and maps the file when map is 1). Errors name the file. */
@@ -24,8 +24,8 @@ void dp_npy_close(dp_npy *n);
 /* ---- tfrecord.c ---- */
 typedef struct dp_record {
   int32_t file;
-  int64_t offset;  /* of the record's 12-byte header */
-  int64_t length;  /* of its data */
+  int64_t offset; /* of the record's 12-byte header */
+  int64_t length; /* of its data */
 } dp_record;
 /* Appends the records of path (file number `file`) to *recs, checking each length's CRC. */
 em_status dp_tfrecord_index(const char *path, int file, dp_record **recs, int64_t *n, int64_t *cap);
@@ -42,8 +42,8 @@ dp_jpeg *dp_jpeg_new(void);
 void dp_jpeg_free(dp_jpeg *j);
 /* Decodes into the decoder's buffer as [h, w, channels]; channels 0 keeps the file's (1 for
  * grayscale, else 3). *pixels stays valid until the next call. */
-em_status dp_jpeg_decode(dp_jpeg *j, const void *data, size_t n, int channels, const char *what,
-                         const uint8_t **pixels, int *h, int *w, int *c);
+em_status dp_jpeg_decode(dp_jpeg *j, const void *data, size_t n, int channels, const char *what, const uint8_t **pixels,
+                         int *h, int *w, int *c);
 
 /* ---- transforms.c ---- */
 /* The output geometry of aug for an input of c x h x w; an error when the crop does not fit. */

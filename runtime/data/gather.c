@@ -19,6 +19,7 @@ static inline void prefetch_row(const void *p, int64_t bytes) {
   for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch((const char *)p + b, 0, 0);
 }
 
+/* clang-format off */
 #define GATHER_ROWS(T)                                                                \
   do {                                                                                \
     const T *restrict s = (const T *)em_tensor_data(src);                             \
@@ -31,6 +32,7 @@ static inline void prefetch_row(const void *p, int64_t bytes) {
       for (int64_t j = 0; j < row; j++) to[j] = (float)from[j] * fs + fh;             \
     }                                                                                 \
   } while (0)
+/* clang-format on */
 
 em_status em_data_gather_normalize(em_tensor **out, const em_tensor *src, const em_tensor *index, int64_t base,
                                    double scale, double shift) {
@@ -54,9 +56,12 @@ em_status em_data_gather_normalize(em_tensor **out, const em_tensor *src, const 
   for (int64_t i = 0; i < rows; i++) {
     int64_t v = idx[i * istride];
     if (v < base || v - base >= items)
-      return em_set_error(EM_ERR_INDEX, OP ": index %lld at position %lld is out of range for %lld items "
-                          "(expected %lld..%lld)", (long long)v, (long long)(i + base), (long long)items,
-                          (long long)base, (long long)(items - 1 + base));
+      return em_set_error(EM_ERR_INDEX,
+                          OP
+                          ": index %lld at position %lld is out of range for %lld items "
+                          "(expected %lld..%lld)",
+                          (long long)v, (long long)(i + base), (long long)items, (long long)base,
+                          (long long)(items - 1 + base));
   }
   int64_t out_sizes[EM_MAX_DIMS];
   out_sizes[0] = rows;

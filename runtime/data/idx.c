@@ -19,7 +19,7 @@
 
 typedef struct idx_type {
   uint8_t code;
-  int file_size;  /* bytes per element on disk */
+  int file_size; /* bytes per element on disk */
   em_dtype dtype; /* what it becomes */
   const char *name;
 } idx_type;
@@ -45,12 +45,10 @@ static int64_t read_bytes(gzFile f, const char *path, void *buf, int64_t n) {
     int errnum = Z_OK;
     const char *why = gzerror(f, &errnum);
     if (got < 0 || (errnum != Z_OK && errnum != Z_STREAM_END)) {
-      if (errnum == Z_ERRNO)
-        em_set_error(EM_ERR_IO, OP ": cannot read '%s': %s", path, strerror(errno));
+      if (errnum == Z_ERRNO) em_set_error(EM_ERR_IO, OP ": cannot read '%s': %s", path, strerror(errno));
       else if (errnum == Z_BUF_ERROR)
         em_set_error(EM_ERR_FORMAT, OP ": '%s': the gzip stream is truncated (%s)", path, why);
-      else
-        em_set_error(EM_ERR_FORMAT, OP ": '%s': corrupt gzip data (%s)", path, why);
+      else em_set_error(EM_ERR_FORMAT, OP ": '%s': corrupt gzip data (%s)", path, why);
       return -1;
     }
     if (got == 0) break;
@@ -111,12 +109,14 @@ static em_status read_header(gzFile f, const char *path, const idx_type **type, 
                         path, (long long)got);
   if (magic[0] || magic[1])
     return em_set_error(EM_ERR_FORMAT,
-                        OP ": '%s' is not an IDX file: it starts with 0x%02x%02x%02x%02x, expected two zero bytes, "
+                        OP
+                        ": '%s' is not an IDX file: it starts with 0x%02x%02x%02x%02x, expected two zero bytes, "
                         "a type code and the number of dims (e.g. 0x00000803)",
                         path, magic[0], magic[1], magic[2], magic[3]);
   if (!(*type = find_type(magic[2])))
     return em_set_error(EM_ERR_FORMAT,
-                        OP ": '%s': unknown type code 0x%02x in the header, expected 0x08 (unsigned byte), "
+                        OP
+                        ": '%s': unknown type code 0x%02x in the header, expected 0x08 (unsigned byte), "
                         "0x09 (signed byte), 0x0B (int16), 0x0C (int32), 0x0D (float32) or 0x0E (float64)",
                         path, magic[2]);
   *ndim = magic[3];
@@ -166,8 +166,11 @@ static em_status read_idx(gzFile f, const char *path, int64_t size, int64_t limi
   /* A zero dim makes no elements, but the tensor's strides still multiply the others. */
   for (int d = 0; d < ndim; d++)
     if (sizes[d] && (__builtin_mul_overflow(nonzero, sizes[d], &nonzero) || nonzero > INT64_MAX / 16))
-      return em_set_error(EM_ERR_FORMAT, OP ": '%s': the header's dims %s are too large (the product of the "
-                          "non-zero ones must stay below 2^59)", path, dtext);
+      return em_set_error(EM_ERR_FORMAT,
+                          OP
+                          ": '%s': the header's dims %s are too large (the product of the "
+                          "non-zero ones must stay below 2^59)",
+                          path, dtext);
   int64_t total_bytes;
   if (__builtin_mul_overflow(item, sizes[0], &total) ||
       __builtin_mul_overflow(total, (int64_t)type->file_size, &total_bytes) || total_bytes > INT64_MAX / 4)
@@ -184,7 +187,8 @@ static em_status read_idx(gzFile f, const char *path, int64_t size, int64_t limi
   else if (__builtin_mul_overflow(size, (int64_t)GZIP_MAX_RATIO, &avail)) avail = INT64_MAX;
   if (want > avail)
     return em_set_error(EM_ERR_FORMAT,
-                        OP ": '%s' is truncated: %lld data bytes expected (%lld items of the header's dims %s), "
+                        OP
+                        ": '%s' is truncated: %lld data bytes expected (%lld items of the header's dims %s), "
                         "the file %s %lld",
                         path, (long long)want, (long long)items, dtext,
                         plain ? "holds" : "is gzipped and can hold at most", (long long)avail);
@@ -199,7 +203,8 @@ static em_status read_idx(gzFile f, const char *path, int64_t size, int64_t limi
   int64_t got = read_bytes(f, path, raw, want);
   if (got >= 0 && got < want)
     em_set_error(EM_ERR_FORMAT,
-                 OP ": '%s' is truncated: %lld data bytes expected (%lld items of the header's dims %s), "
+                 OP
+                 ": '%s' is truncated: %lld data bytes expected (%lld items of the header's dims %s), "
                  "the file holds %lld",
                  path, (long long)want, (long long)items, dtext, (long long)got);
   int64_t rest = 0;
@@ -207,7 +212,8 @@ static em_status read_idx(gzFile f, const char *path, int64_t size, int64_t limi
     rest = count_rest(f, path);
     if (rest > 0)
       em_set_error(EM_ERR_FORMAT,
-                   OP ": '%s' has %lld bytes after the %lld data bytes that the header's dims %s describe "
+                   OP
+                   ": '%s' has %lld bytes after the %lld data bytes that the header's dims %s describe "
                    "(expected the file to end there)",
                    path, (long long)rest, (long long)total_bytes, dtext);
   }

@@ -39,21 +39,24 @@ void dp_jpeg_free(dp_jpeg *j) {
  * file than 8 times that is refused before the image is allocated. */
 #define JPEG_MAX_PIXELS_PER_BYTE 4096
 
-em_status dp_jpeg_decode(dp_jpeg *j, const void *data, size_t n, int channels, const char *what,
-                         const uint8_t **pixels, int *h, int *w, int *c) {
+em_status dp_jpeg_decode(dp_jpeg *j, const void *data, size_t n, int channels, const char *what, const uint8_t **pixels,
+                         int *h, int *w, int *c) {
   int width = 0, height = 0, subsamp = -1, colorspace = -1;
-  if (n > (size_t)0x7fffffff || tjDecompressHeader3(j->tj, data, (unsigned long)n, &width, &height, &subsamp,
-                                                    &colorspace) != 0)
+  if (n > (size_t)0x7fffffff ||
+      tjDecompressHeader3(j->tj, data, (unsigned long)n, &width, &height, &subsamp, &colorspace) != 0)
     return em_set_error(EM_ERR_FORMAT, "jpeg: %s: not a JPEG image (%s)", what, tjGetErrorStr2(j->tj));
   /* libjpeg-turbo accepts a tables-only stream (SOI, tables, EOI) as a header and leaves
    * the sizes unset: there is no image in it. */
   if (width < 1 || height < 1)
-    return em_set_error(EM_ERR_FORMAT, "jpeg: %s: %zu bytes without an image (no frame header: a tables-only or "
-                        "empty stream), expected a JPEG image", what, n);
+    return em_set_error(EM_ERR_FORMAT,
+                        "jpeg: %s: %zu bytes without an image (no frame header: a tables-only or "
+                        "empty stream), expected a JPEG image",
+                        what, n);
   if ((double)width * height > (double)n * JPEG_MAX_PIXELS_PER_BYTE)
-    return em_set_error(EM_ERR_FORMAT, "jpeg: %s: the header says %dx%d pixels, more than %zu bytes can encode "
-                        "(at most %d pixels per byte): truncated or crafted", what, width, height, n,
-                        JPEG_MAX_PIXELS_PER_BYTE);
+    return em_set_error(EM_ERR_FORMAT,
+                        "jpeg: %s: the header says %dx%d pixels, more than %zu bytes can encode "
+                        "(at most %d pixels per byte): truncated or crafted",
+                        what, width, height, n, JPEG_MAX_PIXELS_PER_BYTE);
   int ch = channels ? channels : (colorspace == TJCS_GRAY ? 1 : 3);
   if (ch != 1 && ch != 3) return em_set_error(EM_ERR_ARGUMENT, "jpeg: %s: channels must be 1 or 3, got %d", what, ch);
   size_t need = (size_t)width * (size_t)height * (size_t)ch;
@@ -67,8 +70,8 @@ em_status dp_jpeg_decode(dp_jpeg *j, const void *data, size_t n, int channels, c
    * stop on it. The scan limit bounds the work a crafted progressive file can ask for. */
   if (tjDecompress2(j->tj, data, (unsigned long)n, j->buf, width, 0, height, ch == 1 ? TJPF_GRAY : TJPF_RGB,
                     TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS) != 0)
-    return em_set_error(EM_ERR_FORMAT, "jpeg: %s: cannot decode the %dx%d image of %zu bytes (%s)", what, width,
-                        height, n, tjGetErrorStr2(j->tj));
+    return em_set_error(EM_ERR_FORMAT, "jpeg: %s: cannot decode the %dx%d image of %zu bytes (%s)", what, width, height,
+                        n, tjGetErrorStr2(j->tj));
   *pixels = j->buf;
   *h = height;
   *w = width;
@@ -101,8 +104,10 @@ em_status em_data_jpeg_encode(em_tensor **out, const em_tensor *image, int quali
   int nd = em_tensor_ndim(image);
   int64_t c = nd == 3 ? em_tensor_size(image, 2) : 1;
   if (em_tensor_dtype(image) != EM_UINT8 || (nd != 2 && nd != 3) || (c != 1 && c != 3))
-    return em_set_error(EM_ERR_ARGUMENT, "jpeg_encode: expected a uint8 image [H, W] or [H, W, 1 or 3], got %s "
-                        "with %d dims", em_dtype_name(em_tensor_dtype(image)), nd);
+    return em_set_error(EM_ERR_ARGUMENT,
+                        "jpeg_encode: expected a uint8 image [H, W] or [H, W, 1 or 3], got %s "
+                        "with %d dims",
+                        em_dtype_name(em_tensor_dtype(image)), nd);
   if (quality < 1 || quality > 100)
     return em_set_error(EM_ERR_ARGUMENT, "jpeg_encode: quality must be 1 to 100, got %d", quality);
   em_tensor *src = NULL;
@@ -135,8 +140,8 @@ dp_jpeg *dp_jpeg_new(void) {
   return NULL;
 }
 void dp_jpeg_free(dp_jpeg *j) { (void)j; }
-em_status dp_jpeg_decode(dp_jpeg *j, const void *data, size_t n, int channels, const char *what,
-                         const uint8_t **pixels, int *h, int *w, int *c) {
+em_status dp_jpeg_decode(dp_jpeg *j, const void *data, size_t n, int channels, const char *what, const uint8_t **pixels,
+                         int *h, int *w, int *c) {
   (void)j, (void)data, (void)n, (void)channels, (void)what, (void)pixels, (void)h, (void)w, (void)c;
   return no_jpeg();
 }

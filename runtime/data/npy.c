@@ -21,7 +21,7 @@
 static const struct {
   const char *code;
   em_dtype dtype;
-} npy_types[] = {{"u1", EM_UINT8}, {"b1", EM_BOOL},    {"i4", EM_INT32},   {"i8", EM_INT64},
+} npy_types[] = {{"u1", EM_UINT8},   {"b1", EM_BOOL},    {"i4", EM_INT32},  {"i8", EM_INT64},
                  {"f2", EM_FLOAT16}, {"f4", EM_FLOAT32}, {"f8", EM_FLOAT64}};
 
 /* The value of 'key' in the header dict: a pointer just past "'key':" and spaces. */
@@ -41,14 +41,18 @@ static const char *dict_value(const char *h, const char *key) {
 static em_status parse_header(dp_npy *out, const char *h) {
   const char *d = dict_value(h, "descr"), *f = dict_value(h, "fortran_order"), *s = dict_value(h, "shape");
   if (!d || !f || !s || *d != '\'' || *s != '(')
-    return em_set_error(EM_ERR_FORMAT, OP ": '%s': the header lacks descr, fortran_order or shape: %.200s", out->path, h);
+    return em_set_error(EM_ERR_FORMAT, OP ": '%s': the header lacks descr, fortran_order or shape: %.200s", out->path,
+                        h);
   char descr[16] = {0};
   size_t n = strcspn(d + 1, "'");
   if (n >= sizeof descr) return em_set_error(EM_ERR_FORMAT, OP ": '%s': unknown dtype %.40s", out->path, d);
   memcpy(descr, d + 1, n);
   if (!strncmp(f, "True", 4))
-    return em_set_error(EM_ERR_FORMAT, OP ": '%s': Fortran-order arrays are not supported (save with "
-                        "np.ascontiguousarray)", out->path);
+    return em_set_error(EM_ERR_FORMAT,
+                        OP
+                        ": '%s': Fortran-order arrays are not supported (save with "
+                        "np.ascontiguousarray)",
+                        out->path);
   char order = descr[0];
   const char *code = descr + 1;
   if (order != '<' && order != '|' && order != '=') code = descr, order = '?';
@@ -59,8 +63,11 @@ static em_status parse_header(dp_npy *out, const char *h) {
       found = 1;
     }
   if (!found || order == '?')
-    return em_set_error(EM_ERR_FORMAT, OP ": '%s': dtype '%s' is not supported (expected little-endian u1, b1, i4, "
-                        "i8, f2, f4 or f8)", out->path, descr);
+    return em_set_error(EM_ERR_FORMAT,
+                        OP
+                        ": '%s': dtype '%s' is not supported (expected little-endian u1, b1, i4, "
+                        "i8, f2, f4 or f8)",
+                        out->path, descr);
   out->ndim = 0;
   const char *p = s + 1;
   for (;;) {
@@ -133,17 +140,23 @@ em_status dp_npy_open(dp_npy *out, const char *path, int map) {
   for (int i = 0; i < out->ndim; i++) {
     if (out->shape[i] && __builtin_mul_overflow(nonzero, out->shape[i], &nonzero)) {
       char text[200];
-      st = em_set_error(EM_ERR_FORMAT, OP ": '%s': the header's shape %s of %s is too large (its bytes overflow 64 "
-                        "bits)", path, shape_text(text, sizeof text, out), em_dtype_name(out->dtype));
+      st = em_set_error(EM_ERR_FORMAT,
+                        OP
+                        ": '%s': the header's shape %s of %s is too large (its bytes overflow 64 "
+                        "bits)",
+                        path, shape_text(text, sizeof text, out), em_dtype_name(out->dtype));
       goto done;
     }
     count *= out->shape[i]; /* at most nonzero: cannot overflow */
   }
   want = count * (int64_t)em_dtype_size(out->dtype);
   if (sb.st_size - out->data_offset != want) {
-    st = em_set_error(EM_ERR_FORMAT, OP ": '%s' holds %lld data bytes, its header (shape of %lld elements of %s) "
-                      "promises %lld", path, (long long)(sb.st_size - out->data_offset), (long long)count,
-                      em_dtype_name(out->dtype), (long long)want);
+    st = em_set_error(EM_ERR_FORMAT,
+                      OP
+                      ": '%s' holds %lld data bytes, its header (shape of %lld elements of %s) "
+                      "promises %lld",
+                      path, (long long)(sb.st_size - out->data_offset), (long long)count, em_dtype_name(out->dtype),
+                      (long long)want);
     goto done;
   }
   if (map && sb.st_size > 0) {
@@ -208,13 +221,15 @@ em_status em_data_write_npy(const char *path, const em_tensor *t) {
   const char *code = NULL;
   for (size_t i = 0; i < sizeof npy_types / sizeof npy_types[0]; i++)
     if (npy_types[i].dtype == dt) code = npy_types[i].code;
-  if (!code) return em_set_error(EM_ERR_DTYPE, OP ": cannot write %s tensors (NumPy has no such dtype)", em_dtype_name(dt));
+  if (!code)
+    return em_set_error(EM_ERR_DTYPE, OP ": cannot write %s tensors (NumPy has no such dtype)", em_dtype_name(dt));
   if (em_tensor_device(t).type != EM_CPU) return em_set_error(EM_ERR_DEVICE, OP ": write expects a CPU tensor");
   char shape[256] = "";
   int nd = em_tensor_ndim(t);
   for (int i = 0; i < nd; i++) {
     size_t used = strlen(shape);
-    snprintf(shape + used, sizeof shape - used, "%lld%s", (long long)em_tensor_size(t, i), nd == 1 || i + 1 < nd ? ", " : "");
+    snprintf(shape + used, sizeof shape - used, "%lld%s", (long long)em_tensor_size(t, i),
+             nd == 1 || i + 1 < nd ? ", " : "");
   }
   char header[400];
   int len = snprintf(header, sizeof header, "{'descr': '%c%s', 'fortran_order': False, 'shape': (%s), }",

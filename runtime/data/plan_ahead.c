@@ -82,7 +82,7 @@ em_status em_data_epoch_plan_ahead(int64_t n, uint64_t seed, uint64_t epoch, int
 }
 
 int data_plan_take(em_tensor **out, int64_t n, uint64_t seed, uint64_t epoch, int shuffle, int64_t rank,
-                      int64_t world_size, int pad, int64_t base) {
+                   int64_t world_size, int pad, int64_t base) {
   plan_key k = {n, rank, world_size, base, seed, epoch, shuffle != 0, pad != 0};
   pthread_mutex_lock(&mu);
   if (state == AHEAD_EMPTY || !same(&key, &k)) {

@@ -18,8 +18,7 @@
 
 static em_philox4 sample_block(em_sample_rng *r) {
   uint64_t k = r->counter++;
-  em_philox4 ctr = {{(uint32_t)k, (uint32_t)((uint64_t)r->id >> 32), (uint32_t)r->id,
-                     (uint32_t)r->epoch ^ SAMPLE_TAG}};
+  em_philox4 ctr = {{(uint32_t)k, (uint32_t)((uint64_t)r->id >> 32), (uint32_t)r->id, (uint32_t)r->epoch ^ SAMPLE_TAG}};
   return em_philox4x32_10(ctr, (uint32_t)r->seed, (uint32_t)(r->seed >> 32));
 }
 
@@ -51,14 +50,15 @@ em_status em_data_epoch_plan(em_tensor **out, int64_t n, uint64_t seed, uint64_t
   if (!out || *out) return em_set_error(EM_ERR_ARGUMENT, "data_epoch_plan: out must point to NULL (the result is new)");
   if (n < 0) return em_set_error(EM_ERR_ARGUMENT, "data_epoch_plan: n is %lld, expected n >= 0", (long long)n);
   if (world_size < 1 || rank < 0 || rank >= world_size)
-    return em_set_error(EM_ERR_ARGUMENT, "data_epoch_plan: rank %lld of world size %lld (expected 0 <= rank < world size)",
+    return em_set_error(EM_ERR_ARGUMENT,
+                        "data_epoch_plan: rank %lld of world size %lld (expected 0 <= rank < world size)",
                         (long long)rank, (long long)world_size);
   if (data_plan_take(out, n, seed, epoch, shuffle, rank, world_size, pad, base)) return EM_OK; /* made ahead */
   return data_epoch_plan_now(out, n, seed, epoch, shuffle, rank, world_size, pad, base);
 }
 
 em_status data_epoch_plan_now(em_tensor **out, int64_t n, uint64_t seed, uint64_t epoch, int shuffle, int64_t rank,
-                                 int64_t world_size, int pad, int64_t base) {
+                              int64_t world_size, int pad, int64_t base) {
   if (world_size == 1 && shuffle) return em_data_randperm(out, n, seed, epoch, base); /* no second copy */
   em_tensor *order = NULL;
   em_status st;
@@ -96,12 +96,16 @@ em_status em_data_put_row(em_tensor *dst, int64_t row, const em_tensor *src) {
   if ((st = tn_check_tensor("data_put_row", dst, "dst")) || (st = tn_check_tensor("data_put_row", src, "src")))
     return st;
   if (dst->ndim != src->ndim + 1)
-    return em_set_error(EM_ERR_SHAPE, "data_put_row: a sample of shape %s does not fit a batch of shape %s "
-                        "(expected the batch's shape without its first dim)", EM_SHAPE(src), EM_SHAPE(dst));
+    return em_set_error(EM_ERR_SHAPE,
+                        "data_put_row: a sample of shape %s does not fit a batch of shape %s "
+                        "(expected the batch's shape without its first dim)",
+                        EM_SHAPE(src), EM_SHAPE(dst));
   for (int d = 0; d < src->ndim; d++)
     if (dst->sizes[d + 1] != src->sizes[d])
-      return em_set_error(EM_ERR_SHAPE, "data_put_row: a sample of shape %s does not fit a batch of shape %s "
-                          "(expected the batch's shape without its first dim)", EM_SHAPE(src), EM_SHAPE(dst));
+      return em_set_error(EM_ERR_SHAPE,
+                          "data_put_row: a sample of shape %s does not fit a batch of shape %s "
+                          "(expected the batch's shape without its first dim)",
+                          EM_SHAPE(src), EM_SHAPE(dst));
   if (row < 0 || row >= dst->sizes[0])
     return em_set_error(EM_ERR_INDEX, "data_put_row: row %lld out of range for a batch of %lld rows", (long long)row,
                         (long long)dst->sizes[0]);

@@ -35,19 +35,19 @@ struct em_source {
   int kind;
   int64_t n, label_offset;
   int has_labels, image, encoded, channels;
-  int c, h, w, last;       /* image geometry (encoded: the first sample's) */
-  em_dtype raw_dtype;      /* raw rows */
+  int c, h, w, last; /* image geometry (encoded: the first sample's) */
+  em_dtype raw_dtype; /* raw rows */
   int raw_ndim;
   int64_t raw_shape[8], row_bytes;
-  em_tensor *images, *labels;          /* idx */
-  dp_npy x, y;                         /* npy */
-  char **files;                        /* tfrecord shards, jpeg files */
+  em_tensor *images, *labels; /* idx */
+  dp_npy x, y; /* npy */
+  char **files; /* tfrecord shards, jpeg files */
   int nfiles;
   int *fds;
   dp_record *recs;
   int64_t nrecs, cap_recs;
   char *image_key, *label_key;
-  int64_t *file_labels;                /* jpeg */
+  int64_t *file_labels; /* jpeg */
   uint8_t *buf;
   size_t cap;
   dp_jpeg *jpeg;
@@ -212,9 +212,11 @@ static em_status sample_at(em_source *s, int64_t i, const uint8_t **px, int *h, 
  * (the augmentation kernel indexes pixels with ints). what names the file and its dims. */
 static em_status set_image_dims(em_source *s, em_status code, int64_t c, int64_t h, int64_t w, const char *what) {
   if (c < 1 || h < 1 || w < 1 || c > INT_MAX / h / w)
-    return em_set_error(code, OP ": %s: images of %lld x %lld x %lld (channels x height x width), expected "
-                        "each at least 1 and at most %d bytes in all", what, (long long)c, (long long)h, (long long)w,
-                        INT_MAX);
+    return em_set_error(code,
+                        OP
+                        ": %s: images of %lld x %lld x %lld (channels x height x width), expected "
+                        "each at least 1 and at most %d bytes in all",
+                        what, (long long)c, (long long)h, (long long)w, INT_MAX);
   s->c = (int)c, s->h = (int)h, s->w = (int)w;
   return EM_OK;
 }
@@ -236,8 +238,8 @@ static em_status open_idx(em_source *s, char **paths, int np, int64_t limit) {
   s->row_bytes = (int64_t)s->h * s->w;
   if (np == 2) {
     if ((st = em_data_read_idx(&s->labels, paths[1], limit > 0 ? limit : -1))) return st;
-    if (em_tensor_ndim(s->labels) != 1 || em_tensor_size(s->labels, 0) != s->n || em_tensor_dtype(s->labels) == EM_FLOAT32 ||
-        em_tensor_dtype(s->labels) == EM_FLOAT64)
+    if (em_tensor_ndim(s->labels) != 1 || em_tensor_size(s->labels, 0) != s->n ||
+        em_tensor_dtype(s->labels) == EM_FLOAT32 || em_tensor_dtype(s->labels) == EM_FLOAT64)
       return em_set_error(EM_ERR_FORMAT, OP ": '%s' should hold %lld integer labels, it holds %s of %d dims", paths[1],
                           (long long)s->n, em_dtype_name(em_tensor_dtype(s->labels)), em_tensor_ndim(s->labels));
     s->has_labels = 1;
@@ -249,7 +251,8 @@ static em_status open_npy(em_source *s, char **paths, int np, const em_source_op
   if (np < 1 || np > 2) return em_set_error(EM_ERR_ARGUMENT, OP ": npy expects an x file and optionally a y file");
   em_status st = dp_npy_open(&s->x, paths[0], 1);
   if (st) return st;
-  if (s->x.ndim < 1) return em_set_error(EM_ERR_FORMAT, OP ": '%s' holds a 0-d array, expected samples along dim 0", paths[0]);
+  if (s->x.ndim < 1)
+    return em_set_error(EM_ERR_FORMAT, OP ": '%s' holds a 0-d array, expected samples along dim 0", paths[0]);
   s->n = s->x.shape[0];
   s->row_bytes = (int64_t)em_dtype_size(s->x.dtype);
   for (int d = 1; d < s->x.ndim; d++) s->row_bytes *= s->x.shape[d];
@@ -264,8 +267,11 @@ static em_status open_npy(em_source *s, char **paths, int np, const em_source_op
     else st = set_image_dims(s, EM_ERR_FORMAT, d[1], d[2], d[3], what);
     if (st) return st;
   } else if (s->n > 0 && s->row_bytes == 0) {
-    return em_set_error(EM_ERR_FORMAT, OP ": '%s' holds %lld samples of 0 bytes (a zero dim after the first), "
-                        "expected samples with data", paths[0], (long long)s->n);
+    return em_set_error(EM_ERR_FORMAT,
+                        OP
+                        ": '%s' holds %lld samples of 0 bytes (a zero dim after the first), "
+                        "expected samples with data",
+                        paths[0], (long long)s->n);
   }
   s->raw_dtype = s->x.dtype;
   s->raw_ndim = s->x.ndim - 1;
@@ -274,8 +280,11 @@ static em_status open_npy(em_source *s, char **paths, int np, const em_source_op
     if ((st = dp_npy_open(&s->y, paths[1], 1))) return st;
     if (s->y.ndim != 1 || s->y.shape[0] != s->n ||
         (s->y.dtype != EM_UINT8 && s->y.dtype != EM_INT32 && s->y.dtype != EM_INT64))
-      return em_set_error(EM_ERR_FORMAT, OP ": '%s' should hold %lld integer labels (u1, i4 or i8), it holds %s of %d "
-                          "dims", paths[1], (long long)s->n, em_dtype_name(s->y.dtype), s->y.ndim);
+      return em_set_error(EM_ERR_FORMAT,
+                          OP
+                          ": '%s' should hold %lld integer labels (u1, i4 or i8), it holds %s of %d "
+                          "dims",
+                          paths[1], (long long)s->n, em_dtype_name(s->y.dtype), s->y.ndim);
     s->has_labels = 1;
   }
   return EM_OK;
@@ -321,12 +330,10 @@ static em_status open_tfrecord(em_source *s, char **paths, int np, const em_sour
   /* raw pixels: [H, W], [C, H, W] or [H, W, C] (channels_last) */
   em_status st;
   const char *what = "the shape given for raw tfrecord images";
-  if (o->ndim == 2)
-    st = set_image_dims(s, EM_ERR_ARGUMENT, 1, o->shape[0], o->shape[1], what);
+  if (o->ndim == 2) st = set_image_dims(s, EM_ERR_ARGUMENT, 1, o->shape[0], o->shape[1], what);
   else if (o->ndim == 3 && o->channels_last)
     s->last = 1, st = set_image_dims(s, EM_ERR_ARGUMENT, o->shape[2], o->shape[0], o->shape[1], what);
-  else if (o->ndim == 3)
-    st = set_image_dims(s, EM_ERR_ARGUMENT, o->shape[0], o->shape[1], o->shape[2], what);
+  else if (o->ndim == 3) st = set_image_dims(s, EM_ERR_ARGUMENT, o->shape[0], o->shape[1], o->shape[2], what);
   else
     return em_set_error(EM_ERR_ARGUMENT, OP ": raw (not encoded) tfrecord images need their shape [H, W] or [C, H, W]");
   if (st) return st;
@@ -494,8 +501,9 @@ static em_status check_out(em_source *s, const em_augment *aug, int64_t n, em_te
   for (int i = 0; i < nd; i++) {
     if (!t[i] || (int)em_tensor_dtype(t[i]) != d[i].dtype || em_tensor_ndim(t[i]) != d[i].ndim ||
         !em_tensor_is_contiguous(t[i]) || em_tensor_size(t[i], 0) < n)
-      return em_set_error(EM_ERR_ARGUMENT, OP ": fill: '%s' must be a contiguous %s tensor of %d dims with >= %lld rows",
-                          d[i].name, em_dtype_name((em_dtype)d[i].dtype), d[i].ndim, (long long)n);
+      return em_set_error(EM_ERR_ARGUMENT,
+                          OP ": fill: '%s' must be a contiguous %s tensor of %d dims with >= %lld rows", d[i].name,
+                          em_dtype_name((em_dtype)d[i].dtype), d[i].ndim, (long long)n);
     for (int k = 1; k < d[i].ndim; k++)
       if (em_tensor_size(t[i], k) != d[i].sizes[k])
         return em_set_error(EM_ERR_SHAPE, OP ": fill: '%s' has the wrong sample shape", d[i].name);
@@ -529,7 +537,8 @@ em_status em_source_fill(em_source *s, const int64_t *ids, int64_t n, int64_t ba
     if (!st && s->image && (h != s->h || w != s->w) && dp_augment_shape(aug, s->c ? s->c : 3, h, w, &oc, &oh, &ow)) {
       st = em_last_status(); /* a crop that does not fit this image */
     } else if (!st && s->image && (h != s->h || w != s->w) && !(aug && aug->crop_h && aug->crop_w)) {
-      st = em_set_error(EM_ERR_FORMAT, OP ": sample %lld: a %dx%d image where the first was %dx%d (crop them to one size)",
+      st = em_set_error(EM_ERR_FORMAT,
+                        OP ": sample %lld: a %dx%d image where the first was %dx%d (crop them to one size)",
                         (long long)ids[i], h, w, s->h, s->w);
     }
     if (st) {
@@ -540,10 +549,8 @@ em_status em_source_fill(em_source *s, const int64_t *ids, int64_t n, int64_t ba
     }
     em_sample_rng rng = {seed, epoch, ids[i], 0};
     uint8_t *dst = xd + k * xrow;
-    if (s->image && (plain_copy == 0 || (s->last && c > 1)))
-      dp_augment_sample(px, c, h, w, s->last, aug, &rng, dst);
-    else /* raw rows, and images kept as they are (channels first already): one copy */
-      memcpy(dst, px, (size_t)xrow);
+    if (s->image && (plain_copy == 0 || (s->last && c > 1))) dp_augment_sample(px, c, h, w, s->last, aug, &rng, dst);
+    else /* raw rows, and images kept as they are (channels first already): one copy */ memcpy(dst, px, (size_t)xrow);
     if (yd) yd[k] = label + s->label_offset;
     if (kept_ids) kept_ids[k] = ids[i];
     k++;
@@ -555,10 +562,8 @@ em_status em_source_fill(em_source *s, const int64_t *ids, int64_t n, int64_t ba
     times->read += t_read;
     times->decode += t_decode;
     double rest = total - t_read - t_decode; /* in-memory sources: the copy is the read */
-    if (augments(aug) || s->encoded)
-      times->transform += rest > 0 ? rest : 0;
-    else
-      times->read += rest > 0 ? rest : 0;
+    if (augments(aug) || s->encoded) times->transform += rest > 0 ? rest : 0;
+    else times->read += rest > 0 ? rest : 0;
   }
   if (bad) em_set_error(EM_ERR_FORMAT, "%s", first_bad); /* for the caller's log; the status is EM_OK */
   return EM_OK;

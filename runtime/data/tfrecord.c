@@ -73,7 +73,9 @@ uint32_t em_data_crc32c(const void *data, size_t n, uint32_t crc) {
 
 uint32_t em_data_tfrecord_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
-static uint32_t le32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint32_t le32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
 static uint64_t le64(const uint8_t *p) { return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32; }
 
 /* ---------------------------------------------------------------- records */
@@ -86,22 +88,29 @@ em_status dp_tfrecord_index(const char *path, int file, dp_record **recs, int64_
   while (off < size) {
     uint8_t h[12];
     if (size - off < 12 || pread(fd, h, 12, off) != 12) {
-      st = em_set_error(EM_ERR_FORMAT, OP ": '%s': record %lld at offset %lld is truncated (%lld bytes left, a header "
-                        "takes 12)", path, (long long)count, (long long)off, (long long)(size - off));
+      st = em_set_error(EM_ERR_FORMAT,
+                        OP
+                        ": '%s': record %lld at offset %lld is truncated (%lld bytes left, a header "
+                        "takes 12)",
+                        path, (long long)count, (long long)off, (long long)(size - off));
       break;
     }
     uint64_t len = le64(h);
     uint32_t want = le32(h + 8), got = em_data_tfrecord_mask(em_data_crc32c(h, 8, 0));
     if (want != got) {
-      st = em_set_error(EM_ERR_FORMAT, OP ": '%s': record %lld at offset %lld: the length's CRC-32C does not match "
-                        "(stored 0x%08x, computed 0x%08x): not a TFRecord file, or corrupt", path, (long long)count,
-                        (long long)off, want, got);
+      st = em_set_error(EM_ERR_FORMAT,
+                        OP
+                        ": '%s': record %lld at offset %lld: the length's CRC-32C does not match "
+                        "(stored 0x%08x, computed 0x%08x): not a TFRecord file, or corrupt",
+                        path, (long long)count, (long long)off, want, got);
       break;
     }
     if (len > (uint64_t)(size - off - 12) || (uint64_t)(size - off - 12) - len < 4) {
-      st = em_set_error(EM_ERR_FORMAT, OP ": '%s': record %lld at offset %lld is truncated (%llu data bytes + 4 "
-                        "promised, %lld in the file)", path, (long long)count, (long long)off,
-                        (unsigned long long)len, (long long)(size - off - 12));
+      st = em_set_error(EM_ERR_FORMAT,
+                        OP
+                        ": '%s': record %lld at offset %lld is truncated (%llu data bytes + 4 "
+                        "promised, %lld in the file)",
+                        path, (long long)count, (long long)off, (unsigned long long)len, (long long)(size - off - 12));
       break;
     }
     if (*n == *cap) {
@@ -137,8 +146,11 @@ em_status dp_tfrecord_read(int fd, const char *path, const dp_record *r, int64_t
                         got < 0 ? ": " : " (short read)", got < 0 ? strerror(errno) : "");
   uint32_t want = le32(*buf + r->length), crc = em_data_tfrecord_mask(em_data_crc32c(*buf, (size_t)r->length, 0));
   if (want != crc)
-    return em_set_error(EM_ERR_FORMAT, OP ": '%s': the record at offset %lld (sample %lld): data CRC-32C mismatch "
-                        "(stored 0x%08x, computed 0x%08x)", path, (long long)r->offset, (long long)index, want, crc);
+    return em_set_error(EM_ERR_FORMAT,
+                        OP
+                        ": '%s': the record at offset %lld (sample %lld): data CRC-32C mismatch "
+                        "(stored 0x%08x, computed 0x%08x)",
+                        path, (long long)r->offset, (long long)index, want, crc);
   return EM_OK;
 }
 

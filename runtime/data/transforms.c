@@ -116,8 +116,10 @@ em_status em_data_augment(em_tensor **out, const em_tensor *image, int channels_
   if (!image) return em_set_error(EM_ERR_ARGUMENT, "augment: image must not be NULL");
   int nd = em_tensor_ndim(image);
   if (em_tensor_dtype(image) != EM_UINT8 || nd < 2 || nd > 3 || em_tensor_device(image).type != EM_CPU)
-    return em_set_error(EM_ERR_ARGUMENT, "augment: expected a uint8 CPU image [C, H, W], [H, W, C] or [H, W], got "
-                        "%s with %d dims", em_dtype_name(em_tensor_dtype(image)), nd);
+    return em_set_error(EM_ERR_ARGUMENT,
+                        "augment: expected a uint8 CPU image [C, H, W], [H, W, C] or [H, W], got "
+                        "%s with %d dims",
+                        em_dtype_name(em_tensor_dtype(image)), nd);
   int c, h, w;
   if (nd == 2) {
     c = 1, h = (int)em_tensor_size(image, 0), w = (int)em_tensor_size(image, 1);

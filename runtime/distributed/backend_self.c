@@ -70,10 +70,10 @@ static const em_dist_backend self_backend = {
     .post = self_post,
     .shutdown = self_shutdown,
     .abort_job = self_abort,
-    .progress = NULL,         /* every work completes inside post */
+    .progress = NULL, /* every work completes inside post */
     .run_direct = NULL,
-    .attach = NULL,           /* also serves CUDA tensors in a world of one (its copies dispatch) */
-    .note_seq = NULL,         /* no other rank asks about this one's progress */
+    .attach = NULL, /* also serves CUDA tensors in a world of one (its copies dispatch) */
+    .note_seq = NULL, /* no other rank asks about this one's progress */
     .report_timeout = NULL,
 };
 

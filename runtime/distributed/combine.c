@@ -12,41 +12,41 @@
 /* Elements are read and written through memcpy: a contribution lies in a received
  * message at whatever offset its header left (UBSan flags a misaligned typed load), and
  * the compiler turns these into plain (unaligned) vector loads anyway. */
-#define LOOP(T, EXPR)                                  \
-  do {                                                 \
-    char *restrict d_ = acc;                           \
-    const char *restrict s_ = x;                       \
-    for (int64_t i = 0; i < n; i++) {                  \
-      T y, v;                                          \
-      memcpy(&y, d_ + i * sizeof(T), sizeof(T));       \
-      memcpy(&v, s_ + i * sizeof(T), sizeof(T));       \
-      T r_ = (EXPR);                                   \
-      memcpy(d_ + i * sizeof(T), &r_, sizeof(T));      \
-    }                                                  \
+#define LOOP(T, EXPR)                             \
+  do {                                            \
+    char *restrict d_ = acc;                      \
+    const char *restrict s_ = x;                  \
+    for (int64_t i = 0; i < n; i++) {             \
+      T y, v;                                     \
+      memcpy(&y, d_ + i * sizeof(T), sizeof(T));  \
+      memcpy(&v, s_ + i * sizeof(T), sizeof(T));  \
+      T r_ = (EXPR);                              \
+      memcpy(d_ + i * sizeof(T), &r_, sizeof(T)); \
+    }                                             \
   } while (0)
 
-#define FLOAT_OPS(T)                                                 \
-  switch (op) {                                                      \
-    case EM_DIST_MAX: LOOP(T, v > y || v != v ? v : y); break;       \
-    case EM_DIST_MIN: LOOP(T, v < y || v != v ? v : y); break;       \
-    case EM_DIST_PRODUCT: LOOP(T, y * v); break;                     \
-    default: LOOP(T, y + v); break;                                  \
+#define FLOAT_OPS(T)                                           \
+  switch (op) {                                                \
+    case EM_DIST_MAX: LOOP(T, v > y || v != v ? v : y); break; \
+    case EM_DIST_MIN: LOOP(T, v < y || v != v ? v : y); break; \
+    case EM_DIST_PRODUCT: LOOP(T, y *v); break;                \
+    default: LOOP(T, y + v); break;                            \
   }
 
-#define INT_OPS(T, U)                                                \
-  switch (op) {                                                      \
-    case EM_DIST_MAX: LOOP(T, v > y ? v : y); break;                 \
-    case EM_DIST_MIN: LOOP(T, v < y ? v : y); break;                 \
-    case EM_DIST_PRODUCT: LOOP(T, (T)((U)y * (U)v)); break;          \
-    default: LOOP(T, (T)((U)y + (U)v)); break;                       \
+#define INT_OPS(T, U)                                       \
+  switch (op) {                                             \
+    case EM_DIST_MAX: LOOP(T, v > y ? v : y); break;        \
+    case EM_DIST_MIN: LOOP(T, v < y ? v : y); break;        \
+    case EM_DIST_PRODUCT: LOOP(T, (T)((U)y * (U)v)); break; \
+    default: LOOP(T, (T)((U)y + (U)v)); break;              \
   }
 
-#define HALF_OPS(T, LOAD, STORE)                                                     \
-  switch (op) {                                                                      \
+#define HALF_OPS(T, LOAD, STORE)                                                                          \
+  switch (op) {                                                                                           \
     case EM_DIST_MAX: LOOP(T, STORE(LOAD(v) > LOAD(y) || LOAD(v) != LOAD(v) ? LOAD(v) : LOAD(y))); break; \
     case EM_DIST_MIN: LOOP(T, STORE(LOAD(v) < LOAD(y) || LOAD(v) != LOAD(v) ? LOAD(v) : LOAD(y))); break; \
-    case EM_DIST_PRODUCT: LOOP(T, STORE(LOAD(y) * LOAD(v))); break;                  \
-    default: LOOP(T, STORE(LOAD(y) + LOAD(v))); break;                               \
+    case EM_DIST_PRODUCT: LOOP(T, STORE(LOAD(y) * LOAD(v))); break;                                       \
+    default: LOOP(T, STORE(LOAD(y) + LOAD(v))); break;                                                    \
   }
 
 #ifdef __FLT16_MAX__ /* the compiler has a half type (gcc 12, clang 15 on x86) */

@@ -15,27 +15,27 @@ typedef struct em_ddp em_ddp;
 typedef struct ddp_param {
   em_ddp *owner;
   int index;
-  em_tensor *param;      /* retained */
+  em_tensor *param; /* retained */
   char *name;
   int bucket;
-  int64_t offset;        /* elements into the bucket */
+  int64_t offset; /* elements into the bucket */
   int64_t numel;
-  em_tensor *view;       /* the param's slice of its bucket, with the param's shape */
+  em_tensor *view; /* the param's slice of its bucket, with the param's shape */
   int64_t hook_id;
-  bool ready;            /* this iteration */
-  bool used;             /* find_unused_parameters: reached from the outputs */
+  bool ready; /* this iteration */
+  bool used; /* find_unused_parameters: reached from the outputs */
 } ddp_param;
 
 typedef struct ddp_bucket {
   em_dtype dtype;
   em_device device;
-  int *params;           /* indices, in layout order */
+  int *params; /* indices, in layout order */
   int n_params;
   int64_t numel;
-  em_tensor *flat;       /* [numel]: the gradients (views point here) */
-  em_tensor *wire;       /* fp16/bf16 copy sent by the compression hooks, or NULL */
-  em_dist_symm *symm;    /* flat's memory, mapped by every rank (reduced in place), or NULL */
-  int pending;           /* parameters not ready yet this iteration */
+  em_tensor *flat; /* [numel]: the gradients (views point here) */
+  em_tensor *wire; /* fp16/bf16 copy sent by the compression hooks, or NULL */
+  em_dist_symm *symm; /* flat's memory, mapped by every rank (reduced in place), or NULL */
+  int pending; /* parameters not ready yet this iteration */
   em_dist_work *work;
   double launched_at, finished_at;
 } ddp_bucket;
@@ -48,19 +48,19 @@ struct em_ddp {
   int nb;
   ddp_bucket *b;
   em_ddp_options o;
-  double scale;          /* 1 / world: the average, applied while copying into buckets
+  double scale; /* 1 / world: the average, applied while copying into buckets
                           * (MPI) or by the reduction (buckets in shared memory) */
-  char shm_why[200];     /* why the buckets are not in shared memory, when they are not */
+  char shm_why[200]; /* why the buckets are not in shared memory, when they are not */
   /* pointer -> index of the parameters, for the graph walk */
   const em_tensor **lookup_keys;
   int *lookup_vals;
   int lookup_cap;
   /* the iteration */
-  bool armed;            /* the coming backward reduces */
+  bool armed; /* the coming backward reduces */
   int n_ready;
-  int n_hooked;          /* ready through a hook (not marked unused) */
-  int next_launch;       /* the next bucket to launch: buckets start in order */
-  em_tensor *used_map;   /* int32 [n], find_unused_parameters */
+  int n_hooked; /* ready through a hook (not marked unused) */
+  int next_launch; /* the next bucket to launch: buckets start in order */
+  em_tensor *used_map; /* int32 [n], find_unused_parameters */
   em_dist_work *used_work;
   bool in_finish;
   /* bucket rebuild: the order gradients arrived in the first synchronised iteration */

@@ -70,11 +70,12 @@ static em_status shared_bucket(em_ddp *d, ddp_bucket *b, int64_t numel) {
       !dist_symm_supports(b->dtype) || !dist_symm_enabled()) {
     if (!d->shm_why[0])
       snprintf(d->shm_why, sizeof d->shm_why, "%s",
-               !d->o.shared_memory ? "shared_memory = false" : d->world < 2 ? "one rank"
+               !d->o.shared_memory                  ? "shared_memory = false"
+               : d->world < 2                       ? "one rank"
                : d->o.comm_hook != EM_DDP_HOOK_NONE ? "a comm_hook compresses the buckets"
-               : b->device.type != EM_CPU ? "the bucket is not on the CPU"
-               : !dist_symm_supports(b->dtype) ? "the bucket's dtype is not a floating one"
-                                                   : "EMBER_DIST_SHM=0");
+               : b->device.type != EM_CPU           ? "the bucket is not on the CPU"
+               : !dist_symm_supports(b->dtype)      ? "the bucket's dtype is not a floating one"
+                                                    : "EMBER_DIST_SHM=0");
     return EM_OK;
   }
   char why[200];
@@ -130,7 +131,8 @@ em_status ddp_build_buckets(em_ddp *d, const int *order) {
     b[j].params = malloc(sizeof(int) * b[j].n_params);
     int64_t len = b[j].numel;
     if (!b[j].params) st = em_set_error(EM_ERR_MEMORY, "DistributedDataParallel: out of memory building buckets");
-    else if (!(st = shared_bucket(d, &b[j], len)) && !b[j].flat) st = em_zeros(&b[j].flat, 1, &len, b[j].dtype, b[j].device);
+    else if (!(st = shared_bucket(d, &b[j], len)) && !b[j].flat)
+      st = em_zeros(&b[j].flat, 1, &len, b[j].dtype, b[j].device);
     if (!st && d->o.comm_hook != EM_DDP_HOOK_NONE)
       st = em_zeros(&b[j].wire, 1, &len, d->o.comm_hook == EM_DDP_HOOK_FP16 ? EM_FLOAT16 : EM_BFLOAT16, b[j].device);
     b[j].n_params = 0;
@@ -213,20 +215,19 @@ static void launch_in_order(em_ddp *d) {
     em_tensor *buf = b->flat;
     em_status st = EM_OK;
     if (b->wire) {
-      st = em_copy_(b->wire, b->flat);   /* compress: fp32 -> fp16/bf16 */
+      st = em_copy_(b->wire, b->flat); /* compress: fp32 -> fp16/bf16 */
       buf = b->wire;
     }
     b->launched_at = em_clock_monotonic();
-    if (!st && b->symm)   /* reduced here and now, in place in every rank's bucket */
+    if (!st && b->symm) /* reduced here and now, in place in every rank's bucket */
     {
       st = dist_symm_all_reduce(b->symm, b->flat, d->scale, &b->launched_at, &b->finished_at);
-      d->st_exposed += b->finished_at - b->launched_at;   /* backward waited for all of it */
+      d->st_exposed += b->finished_at - b->launched_at; /* backward waited for all of it */
     }
     /* the last bucket is waited for at once: its wait starts it, no thread is woken */
     else if (!st && d->n_ready == d->n)
       st = dist_post_then_wait(d->group, EM_DIST_OP_ALL_REDUCE, buf, buf, EM_DIST_SUM, &b->work);
-    else if (!st)
-      st = emp_dist_post(d->group, EM_DIST_OP_ALL_REDUCE, buf, buf, EM_DIST_SUM, -1, 0, &b->work);
+    else if (!st) st = emp_dist_post(d->group, EM_DIST_OP_ALL_REDUCE, buf, buf, EM_DIST_SUM, -1, 0, &b->work);
     if (st) hook_fail(d, st, "starting the allreduce of a bucket%s failed: %s", NULL);
     d->st_buckets++;
     d->st_bytes += (double)em_tensor_numel(buf) * em_dtype_size(buf->dtype);
@@ -248,7 +249,7 @@ void ddp_hook(em_tensor *leaf, void *ctx) {
   (void)leaf;
   ddp_param *p = ctx;
   em_ddp *d = p->owner;
-  if (!d->armed || d->hook_status) return;   /* no_sync, or a backward DDP did not prepare */
+  if (!d->armed || d->hook_status) return; /* no_sync, or a backward DDP did not prepare */
   if (p->ready) {
     em_set_error(EM_ERR_RUNTIME, "no further detail");
     hook_fail(d, EM_ERR_RUNTIME,
@@ -314,7 +315,7 @@ static em_status finish_iteration(em_ddp *d) {
     } else if (fin > span_end) {
       span_end = fin;
     }
-    if (!st && b->wire) st = em_copy_(b->flat, b->wire);   /* decompress */
+    if (!st && b->wire) st = em_copy_(b->flat, b->wire); /* decompress */
   }
   if (span_end > span_start) comm += span_end - span_start;
   d->st_exposed += em_clock_monotonic() - t0;
@@ -502,7 +503,7 @@ em_status em_ddp_pre_backward(em_ddp *d, int n_outputs, em_tensor *const *output
   for (int i = 0; i < d->n; i++) map[i] = d->p[i].used;
   /* posted before any bucket, as join's shadow expects */
   if ((st = emp_dist_post(d->group, EM_DIST_OP_ALL_REDUCE, d->used_map, d->used_map, EM_DIST_SUM, -1, 0,
-                         &d->used_work))) {
+                          &d->used_work))) {
     d->armed = false;
     return st;
   }
@@ -516,7 +517,7 @@ em_status ddp_shadow_backward(em_ddp *d) {
   if (d->o.find_unused_parameters) {
     if ((st = em_fill(d->used_map, 0))) return st;
     if ((st = emp_dist_post(d->group, EM_DIST_OP_ALL_REDUCE, d->used_map, d->used_map, EM_DIST_SUM, -1, 0,
-                           &d->used_work)))
+                            &d->used_work)))
       return st;
   }
   for (int i = 0; i < d->nb && !st; i++) {

@@ -58,8 +58,9 @@ static em_status broadcast_tensors(em_ddp *d, int n, em_tensor *const *ts, int r
     for (int first = 0; first < n && !st; first++) {
       if (ts[first]->dtype != (em_dtype)dt) continue;
       em_device dev = ts[first]->storage->device;
-      int seen = 0;   /* this device was done with an earlier tensor */
-      for (int j = 0; j < first && !seen; j++) seen = ts[j]->dtype == (em_dtype)dt && same_device(ts[j]->storage->device, dev);
+      int seen = 0; /* this device was done with an earlier tensor */
+      for (int j = 0; j < first && !seen; j++)
+        seen = ts[j]->dtype == (em_dtype)dt && same_device(ts[j]->storage->device, dev);
       if (seen) continue;
       int64_t total = 0;
       for (int i = first; i < n; i++)
@@ -86,8 +87,9 @@ static char *signature(const em_ddp *d) {
   for (int i = 0; i < d->n; i++) cap += strlen(d->p[i].name) + 160;
   char *s = malloc(cap);
   if (!s) return NULL;
-  len += snprintf(s + len, cap - len, "bucket_cap_bytes %lld, first_bucket_bytes %lld, find_unused_parameters %d, "
-                                      "gradient_as_bucket_view %d, comm_hook %d, shared_memory %d\n",
+  len += snprintf(s + len, cap - len,
+                  "bucket_cap_bytes %lld, first_bucket_bytes %lld, find_unused_parameters %d, "
+                  "gradient_as_bucket_view %d, comm_hook %d, shared_memory %d\n",
                   (long long)d->o.bucket_bytes, (long long)d->o.first_bucket_bytes, d->o.find_unused_parameters,
                   d->o.gradient_as_bucket_view, d->o.comm_hook, d->o.shared_memory);
   for (int i = 0; i < d->n; i++) {
@@ -116,7 +118,8 @@ static int line_of(const char *s, int line, char *buf, size_t cap) {
 static em_status check_models(em_ddp *d) {
   char *mine = signature(d);
   em_tensor *len = NULL, *text = NULL, *where = NULL, *all = NULL;
-  em_status st = mine ? new_cpu(&len, 1, EM_INT64) : em_set_error(EM_ERR_MEMORY, "DistributedDataParallel: out of memory");
+  em_status st =
+      mine ? new_cpu(&len, 1, EM_INT64) : em_set_error(EM_ERR_MEMORY, "DistributedDataParallel: out of memory");
   if (!st) {
     ((int64_t *)em_tensor_data(len))[0] = (int64_t)strlen(mine) + 1;
     st = emp_dist_post(d->group, EM_DIST_OP_BROADCAST, len, len, EM_DIST_SUM, 0, 0, NULL);
@@ -124,7 +127,7 @@ static em_status check_models(em_ddp *d) {
   if (!st) st = new_cpu(&text, ((int64_t *)em_tensor_data(len))[0], EM_UINT8);
   if (!st && d->rank == 0) memcpy(em_tensor_data(text), mine, strlen(mine) + 1);
   if (!st) st = emp_dist_post(d->group, EM_DIST_OP_BROADCAST, text, text, EM_DIST_SUM, 0, 0, NULL);
-  int first = -1;   /* line of the first difference here: 0 options, i + 1 parameter i */
+  int first = -1; /* line of the first difference here: 0 options, i + 1 parameter i */
   char here[700] = "", there[700] = "";
   if (!st) {
     const char *theirs = em_tensor_data(text);
@@ -150,15 +153,21 @@ static em_status check_models(em_ddp *d) {
       char msg[1600];
       if (first >= 0) {
         /* this rank differs: show both sides */
-        int have_here = line_of(mine, first, here, sizeof here), have_there = line_of(theirs, first, there, sizeof there);
+        int have_here = line_of(mine, first, here, sizeof here),
+            have_there = line_of(theirs, first, there, sizeof there);
         if (first == 0)
-          snprintf(msg, sizeof msg, "DistributedDataParallel: the options differ between rank %d and rank 0 (here: %s; "
-                   "rank 0: %s)", d->rank, here, there);
+          snprintf(msg, sizeof msg,
+                   "DistributedDataParallel: the options differ between rank %d and rank 0 (here: %s; "
+                   "rank 0: %s)",
+                   d->rank, here, there);
         else if (have_here && have_there)
-          snprintf(msg, sizeof msg, "DistributedDataParallel: rank %d's model differs from rank 0's at parameter %d: %s "
-                   "here, %s on rank 0 (every rank must build the same model)", d->rank, first, here, there);
+          snprintf(msg, sizeof msg,
+                   "DistributedDataParallel: rank %d's model differs from rank 0's at parameter %d: %s "
+                   "here, %s on rank 0 (every rank must build the same model)",
+                   d->rank, first, here, there);
         else
-          snprintf(msg, sizeof msg, "DistributedDataParallel: rank %d's model has %d parameters, rank 0's has a "
+          snprintf(msg, sizeof msg,
+                   "DistributedDataParallel: rank %d's model has %d parameters, rank 0's has a "
                    "different number: parameter %d is %s (every rank must build the same model)",
                    d->rank, d->n, first, have_here ? here : there);
       } else {
@@ -168,7 +177,8 @@ static em_status check_models(em_ddp *d) {
           snprintf(msg, sizeof msg, "DistributedDataParallel: rank %d's options differ from rank 0's (rank 0: %s)", bad,
                    there);
         else
-          snprintf(msg, sizeof msg, "DistributedDataParallel: rank %d's model differs from rank 0's at parameter %lld "
+          snprintf(msg, sizeof msg,
+                   "DistributedDataParallel: rank %d's model differs from rank 0's at parameter %lld "
                    "(%s on rank 0; see rank %d's error); every rank must build the same model",
                    bad, (long long)line, have ? there : "missing", bad);
       }
@@ -189,12 +199,16 @@ static em_status check_param(em_dist_group *g, int i, em_tensor *p, const char *
   em_status st = tn_check_tensor("DistributedDataParallel", p, "parameter");
   if (st) return st;
   if (!em_is_leaf(p) || !em_requires_grad(p))
-    return em_set_error(EM_ERR_ARGUMENT, "DistributedDataParallel: parameter '%s' (number %d) is not a leaf that "
-                        "requires grad", name, i + 1);
+    return em_set_error(EM_ERR_ARGUMENT,
+                        "DistributedDataParallel: parameter '%s' (number %d) is not a leaf that "
+                        "requires grad",
+                        name, i + 1);
   if (p->dtype != EM_FLOAT32 && p->dtype != EM_FLOAT64)
-    return em_set_error(EM_ERR_DTYPE, "DistributedDataParallel: parameter '%s' has dtype %s (expected float32 or "
-                        "float64)", name, em_dtype_name(p->dtype));
-  void *impl;   /* attaches NCCL to the group for CUDA parameters (no communication yet) */
+    return em_set_error(EM_ERR_DTYPE,
+                        "DistributedDataParallel: parameter '%s' has dtype %s (expected float32 or "
+                        "float64)",
+                        name, em_dtype_name(p->dtype));
+  void *impl; /* attaches NCCL to the group for CUDA parameters (no communication yet) */
   char op[300];
   snprintf(op, sizeof op, "DistributedDataParallel: parameter '%s'", name);
   return dist_group_backend(g, (em_device_type)p->storage->device.type, &impl, op) ? EM_OK : em_last_status();
@@ -292,7 +306,7 @@ em_status em_ddp_new(em_ddp **out, em_dist_group *g, int n, em_tensor *const *pa
   int *order = st ? NULL : malloc(sizeof(int) * n);
   if (!st && !order) st = em_set_error(EM_ERR_MEMORY, "DistributedDataParallel: out of memory");
   if (!st) {
-    for (int k = 0; k < n; k++) order[k] = n - 1 - k;   /* gradients arrive roughly in reverse */
+    for (int k = 0; k < n; k++) order[k] = n - 1 - k; /* gradients arrive roughly in reverse */
     st = ddp_build_buckets(d, order);
   }
   free(order);

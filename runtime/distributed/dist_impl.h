@@ -18,12 +18,18 @@
  * plugins built against another version are refused when they load (EM_DIST_ABI). */
 #define EM_DIST_BACKEND_API_VERSION 2
 
-#define EM_DIST_EXIT_TIMEOUT 124   /* exit status of a job aborted by a timeout */
+#define EM_DIST_EXIT_TIMEOUT 124 /* exit status of a job aborted by a timeout */
 #define EM_DIST_MSG 768
 
 typedef enum em_dist_opkind {
-  EM_DIST_OP_ALL_REDUCE = 0, EM_DIST_OP_BROADCAST, EM_DIST_OP_ALL_GATHER, EM_DIST_OP_REDUCE_SCATTER,
-  EM_DIST_OP_BARRIER, EM_DIST_OP_SEND, EM_DIST_OP_RECV, EM_DIST_NUM_OPS
+  EM_DIST_OP_ALL_REDUCE = 0,
+  EM_DIST_OP_BROADCAST,
+  EM_DIST_OP_ALL_GATHER,
+  EM_DIST_OP_REDUCE_SCATTER,
+  EM_DIST_OP_BARRIER,
+  EM_DIST_OP_SEND,
+  EM_DIST_OP_RECV,
+  EM_DIST_NUM_OPS
 } em_dist_opkind;
 
 typedef enum em_dist_state { EM_WORK_PENDING = 0, EM_WORK_DONE, EM_WORK_FAILED } em_dist_state;
@@ -31,21 +37,21 @@ typedef enum em_dist_state { EM_WORK_PENDING = 0, EM_WORK_DONE, EM_WORK_FAILED }
 /* One collective or point-to-point operation in flight. */
 struct em_dist_work {
   atomic_int refcount;
-  atomic_int state;          /* em_dist_state */
+  atomic_int state; /* em_dist_state */
   em_dist_opkind kind;
   em_dist_redop redop;
-  int peer;                  /* root (broadcast), dst (send), src (recv): group ranks */
+  int peer; /* root (broadcast), dst (send), src (recv): group ranks */
   int tag;
-  em_tensor *in, *out;       /* retained until completion; in == out for in-place ops */
-  em_dist_group *group;      /* retained */
-  int64_t seq;               /* collectives: 1, 2, ... per group on this rank; p2p: 0 */
-  double posted_at;          /* em_clock_monotonic() */
-  _Atomic double deadline;   /* posted_at + timeout; em_dist_work_wait may shorten it */
-  double started_at;         /* when the backend began moving data (after earlier work) */
+  em_tensor *in, *out; /* retained until completion; in == out for in-place ops */
+  em_dist_group *group; /* retained */
+  int64_t seq; /* collectives: 1, 2, ... per group on this rank; p2p: 0 */
+  double posted_at; /* em_clock_monotonic() */
+  _Atomic double deadline; /* posted_at + timeout; em_dist_work_wait may shorten it */
+  double started_at; /* when the backend began moving data (after earlier work) */
   double finished_at;
-  int on_stack;              /* a direct call's work on the caller's stack: nobody else waits */
-  int blocking;              /* the caller waits at once: no need to wake a thread */
-  int direct;                /* a plain blocking call (no handle): the backend may run it as
+  int on_stack; /* a direct call's work on the caller's stack: nobody else waits */
+  int blocking; /* the caller waits at once: no need to wake a thread */
+  int direct; /* a plain blocking call (no handle): the backend may run it as
                               * its own blocking collective. Decided by the call alone, so the
                               * same on every rank (MPI matches blocking and non-blocking
                               * collectives only with their own kind) */
@@ -103,16 +109,16 @@ typedef struct em_dist_backend {
 
 struct em_dist_group {
   atomic_int refcount;
-  int id;                    /* creation number, equal on every rank */
-  int rank, size;            /* rank -1: this process is not a member */
-  int *world_ranks;          /* world rank of each member */
+  int id; /* creation number, equal on every rank */
+  int rank, size; /* rank -1: this process is not a member */
+  int *world_ranks; /* world rank of each member */
   double timeout;
-  atomic_llong seq;          /* collectives posted */
-  atomic_llong completed;    /* collectives completed */
+  atomic_llong seq; /* collectives posted */
+  atomic_llong completed; /* collectives completed */
   const em_dist_backend *backend[EM_NUM_DEVICE_TYPES];
   void *impl[EM_NUM_DEVICE_TYPES];
   struct em_dist_symm *symm; /* scratch in symmetric memory for plain CPU all_reduce */
-  int symm_state;            /* 0 not tried, 1 symm ready, -1 the ranks cannot share memory */
+  int symm_state; /* 0 not tried, 1 symm ready, -1 the ranks cannot share memory */
   char name[48];
 };
 
@@ -143,15 +149,16 @@ typedef const em_dist_plugin *(*em_dist_plugin_entry)(void);
 /* What a plugin holding a process-group backend and libember must agree on: the tensors it
  * moves and the structs of this header. EM_TENSOR_ABI comes from tensor/tensor_impl.h. */
 #define EM_DIST_ABI(X)                                                                        \
-  X(EM_DIST_BACKEND_API_VERSION) X(EM_DIST_NUM_OPS) X(EM_DIST_MSG) X(sizeof(em_dist_backend)) \
-  X(sizeof(struct em_dist_work)) X(sizeof(struct em_dist_group))
+  X(EM_DIST_BACKEND_API_VERSION)                                                              \
+  X(EM_DIST_NUM_OPS) X(EM_DIST_MSG) X(sizeof(em_dist_backend)) X(sizeof(struct em_dist_work)) \
+      X(sizeof(struct em_dist_group))
 #define EM_DIST_PLUGIN_ABI(X) EM_TENSOR_ABI(X) EM_DIST_ABI(X) X(sizeof(em_dist_plugin))
 
 /* ---- for the reducer ---- */
 /* The same, for a caller that waits for the work right after (and keeps the handle): no
  * backend thread is woken to start it, the wait does. */
-em_status dist_post_then_wait(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out,
-                                 em_dist_redop op, em_dist_work **work);
+em_status dist_post_then_wait(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out, em_dist_redop op,
+                              em_dist_work **work);
 
 /* ---- elementwise reductions (combine.c), for backends that reduce themselves ----
  * acc[i] = acc[i] (op) x[i] for n elements of dtype ('avg' combines as 'sum'; integers wrap;
@@ -169,9 +176,9 @@ typedef struct em_dist_symm em_dist_symm;
 em_status dist_symm_new(em_dist_group *g, int64_t bytes, em_dist_symm **out, char *why, size_t why_cap);
 void dist_symm_retain(em_dist_symm *s);
 void dist_symm_release(em_dist_symm *s);
-void *dist_symm_data(const em_dist_symm *s);          /* this rank's buffer */
-int dist_symm_enabled(void);                         /* EMBER_DIST_SHM is not 0 */
-int dist_symm_supports(em_dtype dtype);              /* dtypes the allreduce sums */
+void *dist_symm_data(const em_dist_symm *s); /* this rank's buffer */
+int dist_symm_enabled(void); /* EMBER_DIST_SHM is not 0 */
+int dist_symm_supports(em_dtype dtype); /* dtypes the allreduce sums */
 /* A flat CPU tensor over the first numel elements of this rank's buffer (holds s). */
 em_status dist_symm_tensor(em_tensor **out, em_dist_symm *s, em_dtype dtype, int64_t numel);
 /* Sums t (a contiguous floating tensor inside s's buffer) over the members, times

@@ -46,10 +46,10 @@ static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static em_dist_group *world;
 static const em_dist_backend *cpu_backend;
 static int local_rank_value;
-static int finalized_mpi;      /* MPI cannot be initialised twice in one process */
-static char init_name[16];     /* what init resolved the backend to: self, mpi or nccl */
+static int finalized_mpi; /* MPI cannot be initialised twice in one process */
+static char init_name[16]; /* what init resolved the backend to: self, mpi or nccl */
 static int cuda_mode;
-static const em_dist_backend *cuda_backend;   /* attached to groups on first use */
+static const em_dist_backend *cuda_backend; /* attached to groups on first use */
 static pthread_mutex_t attach_lock = PTHREAD_MUTEX_INITIALIZER;
 static int exit_handler_set;
 static atomic_int next_group_id = 1;
@@ -77,8 +77,7 @@ void em_dist_env_detect(em_dist_env *out) {
     e.rank = r, e.world_size = n, e.launcher = "pmi";
     env_int("MPI_LOCALRANKID", &e.local_rank);
     env_int("MPI_LOCALNRANKS", &e.local_size);
-  } else if (env_int("SLURM_PROCID", &r) &&
-             (env_int("SLURM_STEP_NUM_TASKS", &n) || env_int("SLURM_NTASKS", &n))) {
+  } else if (env_int("SLURM_PROCID", &r) && (env_int("SLURM_STEP_NUM_TASKS", &n) || env_int("SLURM_NTASKS", &n))) {
     e.rank = r, e.world_size = n, e.launcher = "slurm";
     env_int("SLURM_LOCALID", &e.local_rank);
     /* "2(x3),1": tasks on this node lead the list only on the first node; a rough figure
@@ -167,7 +166,7 @@ static em_status load_nccl(const char *op, const em_dist_backend **out) {
 const em_dist_backend *dist_group_backend(em_dist_group *g, em_device_type dev, void **impl, const char *op) {
   const em_dist_backend *be = g->backend[dev];
   if (be) {
-    atomic_thread_fence(memory_order_acquire);   /* pairs with the release below */
+    atomic_thread_fence(memory_order_acquire); /* pairs with the release below */
     *impl = g->impl[dev];
     return be;
   }
@@ -190,7 +189,7 @@ const em_dist_backend *dist_group_backend(em_dist_group *g, em_device_type dev, 
     if (!st && cuda_backend->attach) st = cuda_backend->attach(g, &state);
     if (!st) {
       g->impl[dev] = state;
-      atomic_thread_fence(memory_order_release);   /* readers that see the backend see its state */
+      atomic_thread_fence(memory_order_release); /* readers that see the backend see its state */
       g->backend[dev] = cuda_backend;
     }
   }
@@ -218,8 +217,9 @@ static em_status connect_world_nccl(int local_rank) {
   if (!st) st = em_zeros(&t, 1, &one, EM_FLOAT32, (em_device){EM_CUDA, n > 0 ? local_rank % n : 0});
   if (!st) st = em_dist_all_reduce(world, t, EM_DIST_SUM, NULL);
   em_tensor_release(t);
-  if (st) return em_set_error(st, "dist.init: connecting NCCL (local rank %d, cuda:%d): %s", local_rank,
-                              n > 0 ? local_rank % n : 0, em_last_error());
+  if (st)
+    return em_set_error(st, "dist.init: connecting NCCL (local rank %d, cuda:%d): %s", local_rank,
+                        n > 0 ? local_rank % n : 0, em_last_error());
   return EM_OK;
 }
 
@@ -275,8 +275,10 @@ static em_status choose_backend(const char *name, const em_dist_env *env, const 
   }
   if (!strcmp(name, "tcp") || !strcmp(name, "zmq")) {
     if (!dist_tcp_backend())
-      return em_set_error(EM_ERR_UNSUPPORTED, "dist.init: backend '%s' is not available: this ember was built "
-                          "without ZeroMQ (install libzmq3-dev and rebuild)", name);
+      return em_set_error(EM_ERR_UNSUPPORTED,
+                          "dist.init: backend '%s' is not available: this ember was built "
+                          "without ZeroMQ (install libzmq3-dev and rebuild)",
+                          name);
     *chosen = *resolved = "tcp";
     *mode = CUDA_NONE;
     return EM_OK;
@@ -301,7 +303,7 @@ em_status em_dist_init(const char *backend, double timeout_s) {
   em_status st = choose_backend(backend, &env, &chosen, &mode, &resolved);
   if (st) return st;
   const em_dist_backend *nccl = NULL;
-  if (mode == CUDA_NCCL && (st = load_nccl("dist.init", &nccl))) return st;   /* before MPI starts */
+  if (mode == CUDA_NCCL && (st = load_nccl("dist.init", &nccl))) return st; /* before MPI starts */
   if (timeout_s <= 0) {
     const char *t = getenv("EMBER_DIST_TIMEOUT");
     char *end = NULL;
@@ -312,7 +314,7 @@ em_status em_dist_init(const char *backend, double timeout_s) {
   if (world) {
     int same = !strcmp(init_name, resolved);
     pthread_mutex_unlock(&init_lock);
-    if (same || !backend || !strcmp(backend, "auto")) return EM_OK;  /* already initialised */
+    if (same || !backend || !strcmp(backend, "auto")) return EM_OK; /* already initialised */
     return em_set_error(EM_ERR_ARGUMENT, "dist.init: already initialised with backend '%s', cannot switch to '%s'",
                         init_name, resolved);
   }
@@ -336,7 +338,8 @@ em_status em_dist_init(const char *backend, double timeout_s) {
   int rank = 0, size = 1, local = 0;
   if (!g) st = em_set_error(EM_ERR_MEMORY, "dist.init: out of memory");
   if (!st) st = be->init(timeout_s, &rank, &size, &local, &impl);
-  if (!st && !(g->world_ranks = malloc(sizeof(int) * size))) st = em_set_error(EM_ERR_MEMORY, "dist.init: out of memory");
+  if (!st && !(g->world_ranks = malloc(sizeof(int) * size)))
+    st = em_set_error(EM_ERR_MEMORY, "dist.init: out of memory");
   if (st) {
     free(g);
     pthread_mutex_unlock(&init_lock);
@@ -386,7 +389,8 @@ em_status em_dist_new_group(em_dist_group **out, em_dist_group *parent, int n, c
   *out = NULL;
   if (!parent) parent = world;
   if (!parent) return em_set_error(EM_ERR_RUNTIME, "new_group: call dist.init first");
-  if (parent->rank < 0) return em_set_error(EM_ERR_ARGUMENT, "new_group: this rank is not a member of the parent group");
+  if (parent->rank < 0)
+    return em_set_error(EM_ERR_ARGUMENT, "new_group: this rank is not a member of the parent group");
   if (n < 1 || !ranks) return em_set_error(EM_ERR_ARGUMENT, "new_group: expected at least one rank, got %d", n);
   if (n > parent->size)
     return em_set_error(EM_ERR_ARGUMENT, "new_group: %d ranks listed, the parent group has %d", n, parent->size);
@@ -403,7 +407,7 @@ em_status em_dist_new_group(em_dist_group **out, em_dist_group *parent, int n, c
     return em_set_error(EM_ERR_MEMORY, "new_group: out of memory");
   }
   atomic_init(&g->refcount, 1);
-  g->id = atomic_fetch_add(&next_group_id, 1);  /* every rank creates groups in the same order */
+  g->id = atomic_fetch_add(&next_group_id, 1); /* every rank creates groups in the same order */
   g->size = n;
   g->rank = -1;
   g->timeout = parent->timeout;
@@ -411,7 +415,7 @@ em_status em_dist_new_group(em_dist_group **out, em_dist_group *parent, int n, c
   snprintf(g->name, sizeof g->name, "group %d", g->id);
   for (int d = 0; d < EM_NUM_DEVICE_TYPES; d++) {
     const em_dist_backend *be = parent->backend[d];
-    if (!be || !be->new_group) continue;   /* device backends attach on first use */
+    if (!be || !be->new_group) continue; /* device backends attach on first use */
     int r = -1;
     em_status st = be->new_group(parent->impl[d], g->id, n, ranks, &g->impl[d], &r);
     if (st) {

@@ -42,27 +42,27 @@
 #include "tensor/tensor_impl.h"
 #include "plugins/plugin_api.h"
 
-#define SYMM_HEADER 4096   /* the control line, padded to a page so data stays page-aligned */
-#define SPIN_POLLS 2000    /* ~50-100 us of pause before yielding the core */
-#define YIELD_POLLS 2000   /* then sched_yield; then sleeps of growing length */
+#define SYMM_HEADER 4096 /* the control line, padded to a page so data stays page-aligned */
+#define SPIN_POLLS 2000 /* ~50-100 us of pause before yielding the core */
+#define YIELD_POLLS 2000 /* then sched_yield; then sleeps of growing length */
 #define MAX_SLEEP_NS 200000
 
 typedef struct symm_ctl {
-  _Atomic uint64_t epoch;   /* 2k-1: bucket k written; 2k: slice of allreduce k reduced */
-  int64_t numel;            /* this rank's allreduce k, published with epoch 2k-1 so that */
-  int32_t dtype, op;        /* the others can refuse a mismatched call instead of summing garbage */
+  _Atomic uint64_t epoch; /* 2k-1: bucket k written; 2k: slice of allreduce k reduced */
+  int64_t numel; /* this rank's allreduce k, published with epoch 2k-1 so that */
+  int32_t dtype, op; /* the others can refuse a mismatched call instead of summing garbage */
 } symm_ctl;
 
 struct em_dist_symm {
   atomic_int refcount;
-  em_dist_group *group;     /* retained */
+  em_dist_group *group; /* retained */
   int rank, size;
-  int64_t bytes;            /* data bytes per member */
-  size_t map_bytes;         /* header + data, page-rounded */
-  char **base;              /* [size]: each member's segment in this process */
-  uint64_t epoch;           /* this rank's count of meetings */
-  int group_weak;           /* the group owns this symm (its scratch): no reference back */
-  long spin_polls;          /* 0 when the members outnumber the cores: spinning would only
+  int64_t bytes; /* data bytes per member */
+  size_t map_bytes; /* header + data, page-rounded */
+  char **base; /* [size]: each member's segment in this process */
+  uint64_t epoch; /* this rank's count of meetings */
+  int group_weak; /* the group owns this symm (its scratch): no reference back */
+  long spin_polls; /* 0 when the members outnumber the cores: spinning would only
                              * keep a waited-for rank off its core */
 };
 
@@ -138,8 +138,9 @@ em_status dist_symm_new(em_dist_group *g, int64_t bytes, em_dist_symm **out, cha
       if (p == MAP_FAILED) ok = 0;
       else s->base[s->rank] = p;
     }
-    if (!ok) snprintf(why, why_cap, "rank %d could not make a shared segment of %lld bytes: %s", s->rank,
-                      (long long)s->map_bytes, strerror(errno));
+    if (!ok)
+      snprintf(why, why_cap, "rank %d could not make a shared segment of %lld bytes: %s", s->rank,
+               (long long)s->map_bytes, strerror(errno));
   }
   /* [ok, host, pid, fd] from everyone */
   if ((st = cpu_tensor(&info, 4)) || (st = cpu_tensor(&all, 4 * (int64_t)g->size)) || (st = cpu_tensor(&flag, 1)))
@@ -225,8 +226,8 @@ em_status dist_symm_tensor(em_tensor **out, em_dist_symm *s, em_dtype dtype, int
     return em_set_error(EM_ERR_ARGUMENT, "symmetric memory: %lld elements of %s do not fit in %lld bytes",
                         (long long)numel, em_dtype_name(dtype), (long long)s->bytes);
   dist_symm_retain(s);
-  em_status st = em_from_blob(out, dist_symm_data(s), 1, &numel, NULL, dtype, (em_device){EM_CPU, 0},
-                              release_from_tensor, s);
+  em_status st =
+      em_from_blob(out, dist_symm_data(s), 1, &numel, NULL, dtype, (em_device){EM_CPU, 0}, release_from_tensor, s);
   if (st) dist_symm_release(s);
   return st;
 }
@@ -271,7 +272,7 @@ static em_status meet(em_dist_symm *s, uint64_t e, em_dist_work *w) {
       if (em_clock_monotonic() > atomic_load(&w->deadline)) {
         em_dist_group *g = s->group;
         const em_dist_backend *be = g->backend[EM_CPU];
-        if (be && be->report_timeout) be->report_timeout(g->impl[EM_CPU], w);   /* does not return */
+        if (be && be->report_timeout) be->report_timeout(g->impl[EM_CPU], w); /* does not return */
         char what[320];
         emp_dist_describe(w, what, sizeof what);
         return em_set_error(EM_ERR_RUNTIME, "ember.dist: %s: timed out after %.3g s on rank %d, waiting for rank %d",
@@ -284,8 +285,8 @@ static em_status meet(em_dist_symm *s, uint64_t e, em_dist_work *w) {
       emp_dist_describe(w, what, sizeof what);
       return em_set_error(EM_ERR_ARGUMENT,
                           "ember.dist: %s: rank %d called it with %lld elements of %s (%s), rank %d with %lld of %s "
-                          "(%s): every rank must pass the same shape, dtype and operation", what, r,
-                          (long long)theirs->numel, em_dtype_name((em_dtype)theirs->dtype),
+                          "(%s): every rank must pass the same shape, dtype and operation",
+                          what, r, (long long)theirs->numel, em_dtype_name((em_dtype)theirs->dtype),
                           em_dist_redop_name((em_dist_redop)theirs->op), s->rank, (long long)mine->numel,
                           em_dtype_name((em_dtype)mine->dtype), em_dist_redop_name((em_dist_redop)mine->op));
     }
@@ -295,12 +296,12 @@ static em_status meet(em_dist_symm *s, uint64_t e, em_dist_work *w) {
 
 /* ---------------------------------------------------------------- allreduce */
 
-#define BLOCK_BYTES 2048   /* combined in L1 before being written back to every rank */
+#define BLOCK_BYTES 2048 /* combined in L1 before being written back to every rank */
 
 /* Combines elements [lo, hi) of the n members' buffers at byte offset off, in rank order
  * (dist_combine: the tcp backend's rules), times scale, into every member's buffer. */
-static void reduce_range(char *const *base, int n, int64_t off, int64_t lo, int64_t hi, em_dtype dt,
-                         em_dist_redop op, double scale) {
+static void reduce_range(char *const *base, int n, int64_t off, int64_t lo, int64_t hi, em_dtype dt, em_dist_redop op,
+                         double scale) {
   int64_t es = (int64_t)em_dtype_size(dt), per = BLOCK_BYTES / es;
   _Alignas(64) char acc[BLOCK_BYTES];
   for (int64_t i = lo; i < hi; i += per) {
@@ -314,10 +315,10 @@ static void reduce_range(char *const *base, int n, int64_t off, int64_t lo, int6
 
 /* This rank's slice of numel elements at byte offset off (from the data start): slices start
  * on 64-byte lines, so no two ranks write one line. */
-static void reduce_my_slice(em_dist_symm *s, em_dtype dt, int64_t off, int64_t numel, em_dist_redop op,
-                            double scale) {
+static void reduce_my_slice(em_dist_symm *s, em_dtype dt, int64_t off, int64_t numel, em_dist_redop op, double scale) {
   int64_t es = (int64_t)em_dtype_size(dt), line = 64 / es, n = s->size;
-  int64_t lo = numel * s->rank / n / line * line, hi = s->rank == n - 1 ? numel : numel * (s->rank + 1) / n / line * line;
+  int64_t lo = numel * s->rank / n / line * line,
+          hi = s->rank == n - 1 ? numel : numel * (s->rank + 1) / n / line * line;
   reduce_range(s->base, (int)n, off + SYMM_HEADER, lo, hi, dt, op, scale);
 }
 
@@ -350,8 +351,10 @@ em_status dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, doub
   char *at = (char *)em_tensor_data(t);
   if (!dist_symm_supports(t->dtype) || !em_tensor_is_contiguous(t) || at < data ||
       at + numel * (int64_t)es > data + s->bytes)
-    return em_set_error(EM_ERR_ARGUMENT, "symmetric all_reduce: the tensor (%s %s) is not a contiguous floating tensor in "
-                        "this group's symmetric memory", em_dtype_name(t->dtype), EM_SHAPE(t));
+    return em_set_error(EM_ERR_ARGUMENT,
+                        "symmetric all_reduce: the tensor (%s %s) is not a contiguous floating tensor in "
+                        "this group's symmetric memory",
+                        em_dtype_name(t->dtype), EM_SHAPE(t));
   em_dist_work w;
   begin_collective(&w, g, t, EM_DIST_SUM);
   if (started) *started = w.posted_at;
@@ -382,7 +385,7 @@ em_status dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, doub
  * The scratch is made on the group's first such call (collectively: every rank makes the
  * same call); if the ranks cannot share memory, the group never tries again. */
 int dist_symm_try_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, em_status *st) {
-  em_dtype dt = t->dtype;   /* every dtype: dist_combine takes them all */
+  em_dtype dt = t->dtype; /* every dtype: dist_combine takes them all */
   if (g->size < 2 || g->rank < 0 || t->storage->device.type != EM_CPU || !em_tensor_is_contiguous(t) ||
       g->symm_state < 0)
     return 0;
@@ -394,7 +397,7 @@ int dist_symm_try_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, e
       g->symm_state = -1;
       return 0;
     }
-    s->group_weak = 1;   /* the group holds it: no reference the other way */
+    s->group_weak = 1; /* the group holds it: no reference the other way */
     em_dist_group_release(g);
     g->symm = s;
     g->symm_state = 1;
@@ -408,7 +411,7 @@ int dist_symm_try_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, e
   begin_collective(&w, g, t, op);
   *st = EM_OK;
   int64_t done = 0;
-  do {   /* at least one round, so that an empty tensor meets too (and is checked) */
+  do { /* at least one round, so that an empty tensor meets too (and is checked) */
     int64_t m = numel - done < per ? numel - done : per;
     memcpy(data, at + done * es, (size_t)(m * es));
     s->epoch += 2;

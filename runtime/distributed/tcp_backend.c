@@ -31,7 +31,7 @@
 #include "plugins/plugin_api.h"
 
 #define ENDPOINT_CAP 160
-#define RDV_MAGIC 0x454d4252u   /* "EMBR" */
+#define RDV_MAGIC 0x454d4252u /* "EMBR" */
 #define DEFAULT_PORT 29500
 #define LATE_ANSWER_GRACE_S 3.0
 
@@ -55,8 +55,11 @@ static int started_once;
 static em_status env_int(const char *name, int required, int fallback, long lo, long hi, int *out) {
   const char *v = getenv(name);
   if (!v || !*v) {
-    if (required) return em_set_error(EM_ERR_ARGUMENT, "dist.init: backend 'tcp' needs %s (torchrun-style: RANK, "
-                                      "WORLD_SIZE, MASTER_ADDR, MASTER_PORT); it is not set", name);
+    if (required)
+      return em_set_error(EM_ERR_ARGUMENT,
+                          "dist.init: backend 'tcp' needs %s (torchrun-style: RANK, "
+                          "WORLD_SIZE, MASTER_ADDR, MASTER_PORT); it is not set",
+                          name);
     *out = fallback;
     return EM_OK;
   }
@@ -127,7 +130,7 @@ static int receive_hello(void *router, hello *h, unsigned char *id, size_t *idle
   zmq_getsockopt(router, ZMQ_RCVMORE, &more, &ms);
   if (!more) return 0;
   int len = zmq_recv(router, h, sizeof *h, 0);
-  for (;;) {   /* drop anything further */
+  for (;;) { /* drop anything further */
     zmq_getsockopt(router, ZMQ_RCVMORE, &more, &ms);
     if (!more) break;
     char junk[64];
@@ -148,11 +151,12 @@ void dist_tcp_rendezvous_refuse(void *router, const char *master, int size) {
   size_t idlen = 0;
   while (receive_hello(router, &h, id, &idlen)) {
     char text[640];
-    snprintf(text, sizeof text,
-             "dist.init: rank %d (pid %d on %s) came too late: the job at MASTER_ADDR:MASTER_PORT = %s has "
-             "started already with all its WORLD_SIZE=%d ranks (is RANK=%d given to two processes, or is this a process "
-             "of another job on the same port?)",
-             h.rank, h.pid, h.host, master, size, h.rank);
+    snprintf(
+        text, sizeof text,
+        "dist.init: rank %d (pid %d on %s) came too late: the job at MASTER_ADDR:MASTER_PORT = %s has "
+        "started already with all its WORLD_SIZE=%d ranks (is RANK=%d given to two processes, or is this a process "
+        "of another job on the same port?)",
+        h.rank, h.pid, h.host, master, size, h.rank);
     reply_error(router, id, idlen, text);
   }
 }
@@ -177,11 +181,14 @@ static em_status gather_ranks(void *router, const hello *mine, int world, double
   size_t idlen = 0;
   while (count < world && !err[0]) {
     if (em_clock_monotonic() > deadline) {
-      int len = snprintf(err, sizeof err, "dist.init: rendezvous at MASTER_ADDR:MASTER_PORT = %s timed out after %.3g s: "
-                         "%d of WORLD_SIZE=%d ranks came; missing rank", master, timeout, count, world);
+      int len = snprintf(err, sizeof err,
+                         "dist.init: rendezvous at MASTER_ADDR:MASTER_PORT = %s timed out after %.3g s: "
+                         "%d of WORLD_SIZE=%d ranks came; missing rank",
+                         master, timeout, count, world);
       int listed = 0;
       for (int r = 0; r < world && len < (int)sizeof err - 40; r++)
-        if (!reg[r].present) len += snprintf(err + len, sizeof err - len, "%s %d", listed++ ? "," : (world - count > 1 ? "s" : ""), r);
+        if (!reg[r].present)
+          len += snprintf(err + len, sizeof err - len, "%s %d", listed++ ? "," : (world - count > 1 ? "s" : ""), r);
       snprintf(err + len, sizeof err - len, " (not started, or started with another MASTER_ADDR/MASTER_PORT?)");
       break;
     }
@@ -190,22 +197,26 @@ static em_status gather_ranks(void *router, const hello *mine, int world, double
     while (!err[0] && receive_hello(router, &h, id, &idlen)) {
       char text[640];
       if (strcmp(h.job, mine->job)) {
-        snprintf(text, sizeof text, "dist.init: rank %d (pid %d on %s) belongs to another job: its job id "
-                 "(EMBER_DIST_JOB or TORCHELASTIC_RUN_ID) is '%s', rank 0's at %s is '%s'", h.rank, h.pid, h.host, h.job,
-                 master, mine->job);
+        snprintf(text, sizeof text,
+                 "dist.init: rank %d (pid %d on %s) belongs to another job: its job id "
+                 "(EMBER_DIST_JOB or TORCHELASTIC_RUN_ID) is '%s', rank 0's at %s is '%s'",
+                 h.rank, h.pid, h.host, h.job, master, mine->job);
         reply_error(router, id, idlen, text);
         continue;
       }
       if (h.world != world)
-        snprintf(err, sizeof err, "dist.init: WORLD_SIZE differs between ranks: rank 0 (pid %d on %s) has WORLD_SIZE=%d, "
-                 "rank %d (pid %d on %s) has WORLD_SIZE=%d", mine->pid, mine->host, world, h.rank, h.pid, h.host, h.world);
+        snprintf(err, sizeof err,
+                 "dist.init: WORLD_SIZE differs between ranks: rank 0 (pid %d on %s) has WORLD_SIZE=%d, "
+                 "rank %d (pid %d on %s) has WORLD_SIZE=%d",
+                 mine->pid, mine->host, world, h.rank, h.pid, h.host, h.world);
       else if (h.rank < 0 || h.rank >= world)
         snprintf(err, sizeof err, "dist.init: RANK=%d (pid %d on %s) is outside [0, WORLD_SIZE=%d)", h.rank, h.pid,
                  h.host, world);
       else if (reg[h.rank].present)
-        snprintf(err, sizeof err, "dist.init: RANK=%d is claimed by two processes: pid %d on %s and pid %d on %s (each "
-                 "process needs its own RANK in [0, WORLD_SIZE=%d))", h.rank, reg[h.rank].h.pid, reg[h.rank].h.host,
-                 h.pid, h.host, world);
+        snprintf(err, sizeof err,
+                 "dist.init: RANK=%d is claimed by two processes: pid %d on %s and pid %d on %s (each "
+                 "process needs its own RANK in [0, WORLD_SIZE=%d))",
+                 h.rank, reg[h.rank].h.pid, reg[h.rank].h.host, h.pid, h.host, world);
       if (err[0]) {
         reply_error(router, id, idlen, err);
         break;
@@ -257,7 +268,7 @@ static em_status register_with_master(void *ctx, const char *url, const hello *m
                       zmq_strerror(zmq_errno()));
     goto done;
   }
-  zmq_send(dealer, mine, sizeof *mine, ZMQ_DONTWAIT);   /* queued until the connection is up */
+  zmq_send(dealer, mine, sizeof *mine, ZMQ_DONTWAIT); /* queued until the connection is up */
   size_t len = sizeof(welcome) + (size_t)world * ENDPOINT_CAP;
   welcome *w = malloc(len);
   if (!w) {
@@ -270,13 +281,16 @@ static em_status register_with_master(void *ctx, const char *url, const hello *m
      * little longer than our own deadline */
     if (now > deadline + (connected ? LATE_ANSWER_GRACE_S : 0)) {
       if (connected)
-        st = em_set_error(EM_ERR_RUNTIME, "dist.init: rank %d reached rank 0 at MASTER_ADDR:MASTER_PORT = %s, but the "
-                          "rendezvous did not complete within %.3g s (rank 0 still waits for other ranks)", mine->rank,
-                          master, timeout);
+        st = em_set_error(EM_ERR_RUNTIME,
+                          "dist.init: rank %d reached rank 0 at MASTER_ADDR:MASTER_PORT = %s, but the "
+                          "rendezvous did not complete within %.3g s (rank 0 still waits for other ranks)",
+                          mine->rank, master, timeout);
       else
-        st = em_set_error(EM_ERR_RUNTIME, "dist.init: rank %d could not reach rank 0 at MASTER_ADDR:MASTER_PORT = %s "
+        st = em_set_error(EM_ERR_RUNTIME,
+                          "dist.init: rank %d could not reach rank 0 at MASTER_ADDR:MASTER_PORT = %s "
                           "within %.3g s (is rank 0 running? MASTER_ADDR and MASTER_PORT must be the same on every "
-                          "rank, and rank 0's address reachable from here)", mine->rank, master, timeout);
+                          "rank, and rank 0's address reachable from here)",
+                          mine->rank, master, timeout);
       break;
     }
     zmq_pollitem_t it[2] = {{dealer, 0, ZMQ_POLLIN, 0}, {mon, 0, ZMQ_POLLIN, 0}};
@@ -302,8 +316,8 @@ static em_status register_with_master(void *ctx, const char *url, const hello *m
       break;
     }
     if (n != (int)len) {
-      st = em_set_error(EM_ERR_RUNTIME, "dist.init: rank 0's answer at %s has the wrong size (a different ember build?)",
-                        master);
+      st = em_set_error(EM_ERR_RUNTIME,
+                        "dist.init: rank 0's answer at %s has the wrong size (a different ember build?)", master);
       break;
     }
     for (int r = 0; r < world; r++) {
@@ -330,8 +344,7 @@ static em_status tcp_init(double timeout_s, int *rank, int *size, int *local_ran
       (st = env_int("MASTER_PORT", 0, DEFAULT_PORT, 1, 65535, &port)))
     return st;
   if (r >= world) return em_set_error(EM_ERR_ARGUMENT, "dist.init: RANK=%d is outside [0, WORLD_SIZE=%d)", r, world);
-  if (started_once)
-    return em_set_error(EM_ERR_RUNTIME, "dist.init: the tcp backend cannot start twice in one process");
+  if (started_once) return em_set_error(EM_ERR_RUNTIME, "dist.init: the tcp backend cannot start twice in one process");
   const char *addr = getenv("MASTER_ADDR");
   if (!addr || !*addr) addr = "127.0.0.1";
   char ip[64], local_ip[64], master[160], url[200], ep[ENDPOINT_CAP];
@@ -370,8 +383,10 @@ static em_status tcp_init(double timeout_s, int *rank, int *size, int *local_ran
   if (world > 1 && r == 0) {
     router = zmq_socket(ctx, ZMQ_ROUTER);
     if (!router || zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof zero) || zmq_bind(router, url)) {
-      st = em_set_error(EM_ERR_RUNTIME, "dist.init: rank 0 cannot listen at MASTER_ADDR:MASTER_PORT = %s: %s (another "
-                        "job on that port, or two processes with RANK=0?)", master, zmq_strerror(zmq_errno()));
+      st = em_set_error(EM_ERR_RUNTIME,
+                        "dist.init: rank 0 cannot listen at MASTER_ADDR:MASTER_PORT = %s: %s (another "
+                        "job on that port, or two processes with RANK=0?)",
+                        master, zmq_strerror(zmq_errno()));
     } else {
       st = gather_ranks(router, &me, world, deadline, timeout_s, master, endpoints);
     }
@@ -380,11 +395,16 @@ static em_status tcp_init(double timeout_s, int *rank, int *size, int *local_ran
   }
   tcp_group *g = NULL;
   if (!st) {
-    tcp_start s = {.ctx = ctx, .pull = pull, .rendezvous = router, .endpoints = endpoints, .rank = r, .size = world,
+    tcp_start s = {.ctx = ctx,
+                   .pull = pull,
+                   .rendezvous = router,
+                   .endpoints = endpoints,
+                   .rank = r,
+                   .size = world,
                    .timeout = timeout_s};
     snprintf(s.master, sizeof s.master, "%s", master);
     started_once = 1;
-    st = dist_tcp_thread_start(&s, deadline, &g);   /* owns the sockets from here, even on failure */
+    st = dist_tcp_thread_start(&s, deadline, &g); /* owns the sockets from here, even on failure */
     ctx = pull = router = NULL;
   }
   free(store);

@@ -16,51 +16,51 @@
 #include <stdint.h>
 #include "distributed/dist_impl.h"
 
-#define TCP_MAGIC 0x454d4254u   /* "EMBT" */
+#define TCP_MAGIC 0x454d4254u /* "EMBT" */
 
 typedef enum {
-  TCP_MSG_COLL = 1,    /* one phase of a collective: seq, phase */
-  TCP_MSG_P2P,         /* send/recv: seq holds the tag */
+  TCP_MSG_COLL = 1, /* one phase of a collective: seq, phase */
+  TCP_MSG_P2P, /* send/recv: seq holds the tag */
   TCP_MSG_HEARTBEAT,
-  TCP_MSG_BYE,         /* the sender finished cleanly: its connections close next */
-  TCP_MSG_ABORT,       /* the sender ends the job: aux = exit status, payload = why */
-  TCP_MSG_QUERY,       /* how far did you get on group `group`? (seq: the collective asked about) */
-  TCP_MSG_ANSWER,      /* seq = last posted, aux = last completed (-2: finished) */
-  TCP_MSG_MESH_HELLO,  /* init: the data connection works */
+  TCP_MSG_BYE, /* the sender finished cleanly: its connections close next */
+  TCP_MSG_ABORT, /* the sender ends the job: aux = exit status, payload = why */
+  TCP_MSG_QUERY, /* how far did you get on group `group`? (seq: the collective asked about) */
+  TCP_MSG_ANSWER, /* seq = last posted, aux = last completed (-2: finished) */
+  TCP_MSG_MESH_HELLO, /* init: the data connection works */
 } tcp_msg_kind;
 
 /* Wire header (both ends run the same build on machines of one byte order). */
 typedef struct tcp_hdr {
   uint32_t magic;
-  uint8_t kind;        /* tcp_msg_kind */
-  uint8_t op;          /* TCP_MSG_COLL: em_dist_opkind, checked against the receiver's */
-  uint8_t dtype;       /* em_dtype of the payload */
+  uint8_t kind; /* tcp_msg_kind */
+  uint8_t op; /* TCP_MSG_COLL: em_dist_opkind, checked against the receiver's */
+  uint8_t dtype; /* em_dtype of the payload */
   uint8_t phase;
-  int32_t src;         /* world rank of the sender */
-  int32_t group;       /* group id */
+  int32_t src; /* world rank of the sender */
+  int32_t group; /* group id */
   int64_t seq;
   int64_t aux;
-  int64_t total;       /* TCP_MSG_COLL: elements of the whole collective on the sender */
+  int64_t total; /* TCP_MSG_COLL: elements of the whole collective on the sender */
 } tcp_hdr;
 
 /* A group as this backend sees it. */
 typedef struct tcp_group {
   int id, rank, size;
-  int *world_ranks;         /* group rank -> world rank */
-  int *group_rank;          /* world rank -> group rank, -1 for non-members */
+  int *world_ranks; /* group rank -> world rank */
+  int *group_rank; /* world rank -> group rank, -1 for non-members */
   _Atomic int64_t posted_seq, completed_seq;
-  struct tcp_group *next;   /* registry (tcp_thread.c) */
+  struct tcp_group *next; /* registry (tcp_thread.c) */
 } tcp_group;
 
 /* ---- tcp_thread.c ---- */
 typedef struct tcp_start {
   void *ctx;
-  void *pull;               /* this rank's data socket, bound */
-  void *rendezvous;         /* rank 0: the ROUTER at MASTER_ADDR:MASTER_PORT (answers latecomers) */
-  char **endpoints;         /* [world] data endpoints */
+  void *pull; /* this rank's data socket, bound */
+  void *rendezvous; /* rank 0: the ROUTER at MASTER_ADDR:MASTER_PORT (answers latecomers) */
+  char **endpoints; /* [world] data endpoints */
   int rank, size;
   double timeout;
-  char master[160];         /* "127.0.0.1:29500", for messages */
+  char master[160]; /* "127.0.0.1:29500", for messages */
 } tcp_start;
 /* Connects the mesh, starts the thread, waits until every peer answered over its data
  * connection (or the deadline); *world receives the world group. */

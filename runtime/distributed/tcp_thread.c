@@ -45,7 +45,7 @@
 #include "plugins/plugin_api.h"
 
 #define HEARTBEAT_S 1.0
-#define LOST_GRACE_S 1.0      /* a closed connection: how long its goodbye may still be on the way */
+#define LOST_GRACE_S 1.0 /* a closed connection: how long its goodbye may still be on the way */
 #define QUERY_GRACE_S 1.5
 #define POLL_MS 50
 #define SMALL_BYTES ((int64_t)32 << 10)
@@ -69,7 +69,7 @@ typedef struct tcp_op {
   em_dist_work *w;
   tcp_group *g;
   int phase;
-  mail **got;               /* [group size]: this phase's messages, by sender */
+  mail **got; /* [group size]: this phase's messages, by sender */
   struct tcp_op *next;
 } tcp_op;
 
@@ -82,7 +82,7 @@ typedef struct task {
 static struct {
   pthread_t thread;
   atomic_int running;
-  pthread_mutex_t lock;     /* the queue, requests, mesh start-up */
+  pthread_mutex_t lock; /* the queue, requests, mesh start-up */
   pthread_cond_t cond;
   task *head, *tail;
   int efd;
@@ -90,7 +90,7 @@ static struct {
   atomic_int abort_requested;
   int abort_status;
   char abort_msg[EM_DIST_MSG];
-  em_dist_work *diag_work;  /* report_timeout's request */
+  em_dist_work *diag_work; /* report_timeout's request */
   tcp_group *diag_group;
   int mesh_missing;
   /* the thread's own */
@@ -110,8 +110,11 @@ static struct {
   pthread_mutex_t groups_lock;
   tcp_group *groups;
   tcp_group *world;
-} S = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .groups_lock = PTHREAD_MUTEX_INITIALIZER,
-       .efd = -1, .diag_gid = -1};
+} S = {.lock = PTHREAD_MUTEX_INITIALIZER,
+       .cond = PTHREAD_COND_INITIALIZER,
+       .groups_lock = PTHREAD_MUTEX_INITIALIZER,
+       .efd = -1,
+       .diag_gid = -1};
 
 static void abort_now(const char *msg, int status) __attribute__((noreturn));
 
@@ -159,7 +162,7 @@ static void send_msg(int to, tcp_hdr *h, const void *data, size_t bytes) {
   memcpy(zmq_msg_data(&m), h, sizeof *h);
   if (zmq_msg_send(&m, p->push, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
     zmq_msg_close(&m);
-    return;   /* cannot happen with unlimited queues; a lost peer is noticed anyway */
+    return; /* cannot happen with unlimited queues; a lost peer is noticed anyway */
   }
   zmq_msg_init_size(&m, bytes);
   if (bytes) memcpy(zmq_msg_data(&m), data, bytes);
@@ -199,19 +202,18 @@ static void handle(mail *m) {
   switch (m->h.kind) {
     case TCP_MSG_COLL:
     case TCP_MSG_P2P: {
-      mail **p = &S.mailbox;   /* appended: arrival order is kept for point-to-point matching */
+      mail **p = &S.mailbox; /* appended: arrival order is kept for point-to-point matching */
       while (*p) p = &(*p)->next;
       m->next = NULL;
       *p = m;
       return;
     }
-    case TCP_MSG_BYE:
-      S.peers[src].bye = 1;
-      break;
+    case TCP_MSG_BYE: S.peers[src].bye = 1; break;
     case TCP_MSG_ABORT: {
       size_t n = zmq_msg_size(&m->body);
       char why[EM_DIST_MSG];
-      snprintf(why, sizeof why, "%.*s", (int)(n < sizeof why ? n : sizeof why - 1), (const char *)zmq_msg_data(&m->body));
+      snprintf(why, sizeof why, "%.*s", (int)(n < sizeof why ? n : sizeof why - 1),
+               (const char *)zmq_msg_data(&m->body));
       fprintf(stderr, "ember.dist: rank %d ended the job (exit status %lld)%s%s; rank %d exits too\n", src,
               (long long)m->h.aux, why[0] ? ": " : "", why, S.rank);
       fflush(stderr);
@@ -238,8 +240,7 @@ static void handle(mail *m) {
         pthread_mutex_unlock(&S.lock);
       }
       break;
-    default:
-      break;
+    default: break;
   }
   free_mail(m);
 }
@@ -404,14 +405,18 @@ static int collect(tcp_op *op, int only, char *why, size_t cap) {
     char who[64];
     rank_text(who, sizeof who, g, k);
     if (m->h.op != w->kind) {
-      snprintf(why, cap, "%s called %s as its collective #%lld on this group (the ranks called collectives in a "
-               "different order)", who, emp_dist_op_name((em_dist_opkind)m->h.op), (long long)w->seq);
+      snprintf(why, cap,
+               "%s called %s as its collective #%lld on this group (the ranks called collectives in a "
+               "different order)",
+               who, emp_dist_op_name((em_dist_opkind)m->h.op), (long long)w->seq);
       return -1;
     }
     if (w->kind != EM_DIST_OP_BARRIER && (m->h.dtype != dtype_of(w) || m->h.total != numel_of(w))) {
-      snprintf(why, cap, "%s passed %lld elements of %s, this rank %lld elements of %s (every rank must pass the "
-               "same size and dtype)", who, (long long)m->h.total, em_dtype_name((em_dtype)m->h.dtype),
-               (long long)numel_of(w), em_dtype_name(dtype_of(w)));
+      snprintf(why, cap,
+               "%s passed %lld elements of %s, this rank %lld elements of %s (every rank must pass the "
+               "same size and dtype)",
+               who, (long long)m->h.total, em_dtype_name((em_dtype)m->h.dtype), (long long)numel_of(w),
+               em_dtype_name(dtype_of(w)));
       return -1;
     }
   }
@@ -499,8 +504,9 @@ static int advance(tcp_op *op) {
         *p = m->next;
         int64_t got = (int64_t)zmq_msg_size(&m->body), want = total * (int64_t)es;
         if (got != want || m->h.dtype != dtype_of(w)) {
-          snprintf(why, sizeof why, "expected %lld elements of %s, the sender sent %lld elements of %s", (long long)total,
-                   em_dtype_name(dtype_of(w)), (long long)(got / (int64_t)em_dtype_size((em_dtype)m->h.dtype)),
+          snprintf(why, sizeof why, "expected %lld elements of %s, the sender sent %lld elements of %s",
+                   (long long)total, em_dtype_name(dtype_of(w)),
+                   (long long)(got / (int64_t)em_dtype_size((em_dtype)m->h.dtype)),
                    em_dtype_name((em_dtype)m->h.dtype));
           free_mail(m);
           finish_op(op, EM_ERR_SHAPE, why);
@@ -583,8 +589,7 @@ static int advance(tcp_op *op) {
           }
       break;
     }
-    default:
-      break;
+    default: break;
   }
   if (why[0]) finish_op(op, EM_ERR_RUNTIME, why);
   else finish_op(op, EM_OK, NULL);
@@ -612,8 +617,7 @@ static int start(tcp_op *op) {
       finish_op(op, EM_OK, NULL);
       return 1;
     }
-    case EM_DIST_OP_RECV:
-      break;
+    case EM_DIST_OP_RECV: break;
     case EM_DIST_OP_BARRIER:
       for (int k = 0; k < n; k++)
         if (k != r) send_coll(op, k, 0, NULL, 0);
@@ -645,8 +649,7 @@ static int start(tcp_op *op) {
         }
       }
       break;
-    default:
-      break;
+    default: break;
   }
   return advance(op);
 }
@@ -730,12 +733,12 @@ static void report_timeout(tcp_op *op, em_dist_work *w, tcp_group *g) {
   }
   if (ask && gr) ask_progress(g, w->seq, ask, n);
   char msg[2048];
-  int len = snprintf(msg, sizeof msg, "ember.dist: %s: timed out after %.3g s on rank %d", what, now - w->posted_at,
-                     g->rank);
+  int len =
+      snprintf(msg, sizeof msg, "ember.dist: %s: timed out after %.3g s on rank %d", what, now - w->posted_at, g->rank);
   int listed = 0;
   for (int i = 0; i < n && len < (int)sizeof msg - 300; i++) {
     int wr = ask[i];
-    if (!op && !p2p && S.answered[wr] && S.answer_posted[wr] >= w->seq) continue;   /* it got there */
+    if (!op && !p2p && S.answered[wr] && S.answer_posted[wr] >= w->seq) continue; /* it got there */
     len += snprintf(msg + len, sizeof msg - len, "%s", listed++ ? "; " : ", waiting for ");
     len += rank_text(msg + len, sizeof msg - len, g, gr[i]);
     const char *state;
@@ -753,16 +756,19 @@ static void report_timeout(tcp_op *op, em_dist_work *w, tcp_group *g) {
                (long long)S.answer_posted[wr]);
       state = buf;
     } else {
-      snprintf(buf, sizeof buf, " (alive and past it: its last collective on this group is #%lld, but its data has "
-               "not arrived)", (long long)S.answer_posted[wr]);
+      snprintf(buf, sizeof buf,
+               " (alive and past it: its last collective on this group is #%lld, but its data has "
+               "not arrived)",
+               (long long)S.answer_posted[wr]);
       state = buf;
     }
     len += snprintf(msg + len, sizeof msg - len, "%s", state);
   }
   if (!listed && n > 0)
-    len += snprintf(msg + len, sizeof msg - len,
-                    ": every rank has reached it, so the ranks called collectives that do not match (a different order, "
-                    "or other sizes or dtypes on some rank)");
+    len +=
+        snprintf(msg + len, sizeof msg - len,
+                 ": every rank has reached it, so the ranks called collectives that do not match (a different order, "
+                 "or other sizes or dtypes on some rank)");
   snprintf(msg + len, sizeof msg - len, "; aborting the job");
   abort_now(msg, EM_DIST_EXIT_TIMEOUT);
 }
@@ -792,15 +798,15 @@ static void check_health(double now) {
       char what[320], who[64], msg[800];
       emp_dist_describe(op->w, what, sizeof what);
       rank_text(who, sizeof who, op->g, k);
-      snprintf(msg, sizeof msg, "ember.dist: %s: on rank %d, waiting for %s, which has finished and left the job "
+      snprintf(msg, sizeof msg,
+               "ember.dist: %s: on rank %d, waiting for %s, which has finished and left the job "
                "without taking part (the ranks called different collectives); aborting the job",
                what, op->g->rank, who);
       abort_now(msg, EM_DIST_EXIT_TIMEOUT);
     }
     if (pe->closed_at > 0 && now - pe->closed_at > LOST_GRACE_S)
       why = "its connection closed without a goodbye: killed or crashed";
-    else if (S.mesh_seen[p] && now - pe->last_heard > S.hb_timeout)
-      why = "no heartbeat: stopped, hung or unreachable";
+    else if (S.mesh_seen[p] && now - pe->last_heard > S.hb_timeout) why = "no heartbeat: stopped, hung or unreachable";
     if (!why) continue;
     char msg[1200];
     int k;
@@ -809,8 +815,9 @@ static void check_health(double now) {
       char what[320], who[64];
       emp_dist_describe(op->w, what, sizeof what);
       rank_text(who, sizeof who, op->g, k);
-      snprintf(msg, sizeof msg, "ember.dist: %s: rank %d lost %s (%s, %.3g s ago) while waiting for it; aborting the job",
-               what, op->g->rank, who, why, now - (pe->closed_at > 0 ? pe->closed_at : pe->last_heard));
+      snprintf(msg, sizeof msg,
+               "ember.dist: %s: rank %d lost %s (%s, %.3g s ago) while waiting for it; aborting the job", what,
+               op->g->rank, who, why, now - (pe->closed_at > 0 ? pe->closed_at : pe->last_heard));
     } else {
       /* a collective run outside the backend (shared memory) is known by its number only */
       char busy[200] = "";
@@ -851,7 +858,7 @@ static int take_tasks(void) {
     } else {
       op->w = t->w;
       op->g = t->g;
-      tcp_op **p = &S.ops;   /* posting order */
+      tcp_op **p = &S.ops; /* posting order */
       while (*p) p = &(*p)->next;
       *p = op;
       start(op);
@@ -864,7 +871,7 @@ static int take_tasks(void) {
 
 static void progress_ops(void) {
   for (tcp_op *op = S.ops; op;) {
-    tcp_op *next = op->next;   /* advance frees op when it finishes */
+    tcp_op *next = op->next; /* advance frees op when it finishes */
     advance(op);
     op = next;
   }
@@ -891,7 +898,8 @@ static void *comm_main(void *arg) {
     zmq_poll(items, ni, POLL_MS);
     if (items[1].revents & ZMQ_POLLIN) {
       uint64_t v;
-      if (read(S.efd, &v, sizeof v) < 0) { /* nothing to read: another round drained it */ }
+      if (read(S.efd, &v, sizeof v) < 0) { /* nothing to read: another round drained it */
+      }
     }
     pthread_mutex_lock(&S.lock);
     int stop_now = S.stop_now, stopping = S.stopping;
@@ -903,7 +911,8 @@ static void *comm_main(void *arg) {
     int any = drain_pull();
     for (int i = 2; i < ni; i++)
       if (i != rdv_item && (items[i].revents & ZMQ_POLLIN)) drain_monitor(&S.peers[item_peer[i]]);
-    if (rdv_item >= 0 && (items[rdv_item].revents & ZMQ_POLLIN)) dist_tcp_rendezvous_refuse(S.rendezvous, S.master, S.size);
+    if (rdv_item >= 0 && (items[rdv_item].revents & ZMQ_POLLIN))
+      dist_tcp_rendezvous_refuse(S.rendezvous, S.master, S.size);
     if (take_tasks()) any = 1;
     if (any && S.ops) progress_ops();
     double now = em_clock_monotonic();
@@ -1011,12 +1020,14 @@ em_status dist_tcp_thread_start(tcp_start *s, double deadline, tcp_group **world
     char list[400];
     int len = 0, shown = 0;
     for (int p = 0; p < S.size && len < (int)sizeof list - 40; p++)
-      if (p != S.rank && !S.mesh_seen[p]) len += snprintf(list + len, sizeof list - len, "%s%d", shown++ ? ", " : "", p);
+      if (p != S.rank && !S.mesh_seen[p])
+        len += snprintf(list + len, sizeof list - len, "%s%d", shown++ ? ", " : "", p);
     pthread_mutex_lock(&S.lock);
-    S.stop_now = 2;   /* the peers must not wait for this rank either */
+    S.stop_now = 2; /* the peers must not wait for this rank either */
     pthread_mutex_unlock(&S.lock);
     uint64_t one = 1;
-    if (write(S.efd, &one, sizeof one) < 0) { /* the thread polls anyway */ }
+    if (write(S.efd, &one, sizeof one) < 0) { /* the thread polls anyway */
+    }
     pthread_join(S.thread, NULL);
     atomic_store(&S.running, 0);
     return em_set_error(EM_ERR_RUNTIME,
@@ -1046,13 +1057,15 @@ em_status dist_tcp_submit(tcp_group *g, em_dist_work *w) {
   S.tail = t;
   pthread_mutex_unlock(&S.lock);
   uint64_t one = 1;
-  if (write(S.efd, &one, sizeof one) < 0) { /* the counter is full: the thread is awake anyway */ }
+  if (write(S.efd, &one, sizeof one) < 0) { /* the counter is full: the thread is awake anyway */
+  }
   return EM_OK;
 }
 
 static void wake(void) {
   uint64_t one = 1;
-  if (S.efd >= 0 && write(S.efd, &one, sizeof one) < 0) { /* awake already */ }
+  if (S.efd >= 0 && write(S.efd, &one, sizeof one) < 0) { /* awake already */
+  }
 }
 
 void dist_tcp_abort_job(const char *message, int exit_status) {
@@ -1067,7 +1080,7 @@ void dist_tcp_abort_job(const char *message, int exit_status) {
   atomic_store(&S.abort_requested, 1);
   pthread_mutex_unlock(&S.lock);
   wake();
-  sleep(5);   /* the thread tells the peers and exits the process */
+  sleep(5); /* the thread tells the peers and exits the process */
   _exit(exit_status);
 }
 
@@ -1075,7 +1088,8 @@ void dist_tcp_report_timeout(void *group_impl, em_dist_work *w) {
   if (!atomic_load(&S.running)) {
     char what[320];
     emp_dist_describe(w, what, sizeof what);
-    fprintf(stderr, "ember.dist: %s: timed out after %.3g s; aborting the job\n", what, em_clock_monotonic() - w->posted_at);
+    fprintf(stderr, "ember.dist: %s: timed out after %.3g s; aborting the job\n", what,
+            em_clock_monotonic() - w->posted_at);
     _exit(EM_DIST_EXIT_TIMEOUT);
   }
   pthread_mutex_lock(&S.lock);
@@ -1083,7 +1097,7 @@ void dist_tcp_report_timeout(void *group_impl, em_dist_work *w) {
   S.diag_work = w;
   pthread_mutex_unlock(&S.lock);
   wake();
-  sleep(10);   /* the thread reports and exits the process */
+  sleep(10); /* the thread reports and exits the process */
   _exit(EM_DIST_EXIT_TIMEOUT);
 }
 

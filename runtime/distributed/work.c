@@ -23,7 +23,7 @@
 
 static pthread_mutex_t done_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER;
-static em_dist_work *graveyard;   /* finished handles nobody references, freed on a user thread */
+static em_dist_work *graveyard; /* finished handles nobody references, freed on a user thread */
 static atomic_int graveyard_used;
 static atomic_int waiters;
 
@@ -34,9 +34,7 @@ static const char *op_names[EM_DIST_NUM_OPS] = {"all_reduce", "broadcast", "all_
 static const char *redop_names[EM_DIST_NUM_REDOPS] = {"sum", "avg", "max", "min", "product"};
 
 const char *emp_dist_op_name(em_dist_opkind kind) { return kind < EM_DIST_NUM_OPS ? op_names[kind] : "?"; }
-const char *em_dist_redop_name(em_dist_redop op) {
-  return (unsigned)op < EM_DIST_NUM_REDOPS ? redop_names[op] : "?";
-}
+const char *em_dist_redop_name(em_dist_redop op) { return (unsigned)op < EM_DIST_NUM_REDOPS ? redop_names[op] : "?"; }
 
 static void free_work(em_dist_work *w) {
   em_tensor_release(w->in);
@@ -69,7 +67,7 @@ void emp_dist_work_done(em_dist_work *w, em_status st, const char *msg) {
   w->status = st;
   if (st) snprintf(w->message, sizeof w->message, "%s", msg ? msg : "failed");
   if (w->kind != EM_DIST_OP_SEND && w->kind != EM_DIST_OP_RECV) atomic_fetch_add(&w->group->completed, 1);
-  if (w->on_stack) {   /* its caller is the thread completing it: nobody to wake */
+  if (w->on_stack) { /* its caller is the thread completing it: nobody to wake */
     atomic_store(&w->state, st ? EM_WORK_FAILED : EM_WORK_DONE);
     return;
   }
@@ -99,10 +97,8 @@ void emp_dist_describe(const em_dist_work *w, char *buf, size_t cap) {
   if (w->kind == EM_DIST_OP_SEND || w->kind == EM_DIST_OP_RECV)
     n = snprintf(buf, cap, "%s %s rank %d (tag %d) on %s", op_names[w->kind],
                  w->kind == EM_DIST_OP_SEND ? "to" : "from", w->peer, w->tag, w->group->name);
-  else
-    n = snprintf(buf, cap, "%s #%lld on %s", op_names[w->kind], (long long)w->seq, w->group->name);
-  if (t && n > 0 && (size_t)n < cap)
-    snprintf(buf + n, cap - n, " (%s of %s)", size, em_dtype_name(t->dtype));
+  else n = snprintf(buf, cap, "%s #%lld on %s", op_names[w->kind], (long long)w->seq, w->group->name);
+  if (t && n > 0 && (size_t)n < cap) snprintf(buf + n, cap - n, " (%s of %s)", size, em_dtype_name(t->dtype));
 }
 
 /* ---------------------------------------------------------------- posting */
@@ -134,7 +130,7 @@ static em_status post_work(em_dist_group *g, em_dist_opkind kind, em_tensor *in,
   }
   em_dist_work *w = calloc(1, sizeof *w);
   if (!w) return em_set_error(EM_ERR_MEMORY, "%s: out of memory", op_names[kind]);
-  atomic_init(&w->refcount, 2);   /* the caller's and the backend's */
+  atomic_init(&w->refcount, 2); /* the caller's and the backend's */
   atomic_init(&w->state, EM_WORK_PENDING);
   w->kind = kind;
   w->redop = op;
@@ -168,12 +164,12 @@ static em_status post_work(em_dist_group *g, em_dist_opkind kind, em_tensor *in,
 }
 
 em_status emp_dist_post(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out, em_dist_redop op,
-                       int peer, int tag, em_dist_work **work) {
+                        int peer, int tag, em_dist_work **work) {
   return post_work(g, kind, in, out, op, peer, tag, work, work == NULL);
 }
 
-em_status dist_post_then_wait(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out,
-                                 em_dist_redop op, em_dist_work **work) {
+em_status dist_post_then_wait(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out, em_dist_redop op,
+                              em_dist_work **work) {
   return post_work(g, kind, in, out, op, -1, 0, work, 1);
 }
 
@@ -256,8 +252,7 @@ em_status em_dist_all_gather(em_dist_group *g, em_tensor *out, const em_tensor *
   if (em_tensor_numel(out) != n * g->size)
     return em_set_error(EM_ERR_SHAPE,
                         "all_gather: the output has %lld elements, expected %lld (%d ranks x %lld, the input's %s)",
-                        (long long)em_tensor_numel(out), (long long)(n * g->size), g->size, (long long)n,
-                        EM_SHAPE(in));
+                        (long long)em_tensor_numel(out), (long long)(n * g->size), g->size, (long long)n, EM_SHAPE(in));
   return emp_dist_post(g, EM_DIST_OP_ALL_GATHER, (em_tensor *)in, out, EM_DIST_SUM, -1, 0, work);
 }
 
@@ -291,8 +286,9 @@ static em_status check_p2p(const char *op, em_dist_group *g, const em_tensor *t,
   if ((st = check_group(op, g)) || (st = check_buffer(op, t, "tensor")) ||
       (st = check_peer(op, g, peer, !strcmp(op, "send") ? "destination rank" : "source rank")))
     return st;
-  if (peer == g->rank) return em_set_error(EM_ERR_ARGUMENT, "%s: rank %d cannot %s itself", op, peer,
-                                           !strcmp(op, "send") ? "send to" : "receive from");
+  if (peer == g->rank)
+    return em_set_error(EM_ERR_ARGUMENT, "%s: rank %d cannot %s itself", op, peer,
+                        !strcmp(op, "send") ? "send to" : "receive from");
   if (tag < 0 || tag > 32767) return em_set_error(EM_ERR_ARGUMENT, "%s: tag %d out of range [0, 32767]", op, tag);
   return EM_OK;
 }
@@ -332,7 +328,7 @@ em_status em_dist_work_wait(em_dist_work *w, double timeout_s) {
     unsigned idle = 0;
     while (atomic_load(&w->state) == EM_WORK_PENDING) {
       int r = be->progress();
-      if (r < 0) break;                  /* the backend cannot: sleep below */
+      if (r < 0) break; /* the backend cannot: sleep below */
       if (r > 0) {
         phase = em_clock_monotonic(), idle = 0, nap = 0;
         continue;

@@ -78,7 +78,8 @@ static int64_t select_top(ranked *out, const double *v, int64_t n, int64_t k) {
 static em_status values_of(const char *op, const em_tensor *t, double **v, int64_t *n) {
   em_status st = tn_check_tensor(op, t, "scores");
   if (st) return st;
-  if (t->ndim != 1) return em_set_error(EM_ERR_SHAPE, "%s: got scores of shape %s, expected one dimension", op, EM_SHAPE(t));
+  if (t->ndim != 1)
+    return em_set_error(EM_ERR_SHAPE, "%s: got scores of shape %s, expected one dimension", op, EM_SHAPE(t));
   *n = t->sizes[0];
   return gr_tensor_values(op, t, *n, v);
 }
@@ -93,7 +94,8 @@ em_status em_graph_topk(em_graph_ranked *out, int64_t *count, const em_tensor *s
   if (st) return st;
   if (g && n != g->n) {
     gr_free(v);
-    return em_set_error(EM_ERR_SHAPE, "%s: %lld scores for a graph of %lld vertices", op, (long long)n, (long long)g->n);
+    return em_set_error(EM_ERR_SHAPE, "%s: %lld scores for a graph of %lld vertices", op, (long long)n,
+                        (long long)g->n);
   }
   ranked *top = malloc((size_t)(k < n ? k : n) * sizeof *top + 1);
   int64_t got = top ? select_top(top, v, n, k) : -1;
@@ -104,8 +106,10 @@ em_status em_graph_topk(em_graph_ranked *out, int64_t *count, const em_tensor *s
   }
   for (int64_t i = 0; i < got; i++) {
     int64_t id = top[i].id;
-    out[i] = (em_graph_ranked){.vertex = id, .original_id = g ? em_graph_original_id(g, id) : id,
-                               .score = top[i].score, .label = g ? em_graph_label(g, id) : NULL};
+    out[i] = (em_graph_ranked){.vertex = id,
+                               .original_id = g ? em_graph_original_id(g, id) : id,
+                               .score = top[i].score,
+                               .label = g ? em_graph_label(g, id) : NULL};
   }
   *count = got;
   free(top);

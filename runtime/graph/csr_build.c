@@ -24,15 +24,15 @@ int gr_build_strategy = 0;
 
 struct gr_builder {
   const gr_source *src;
-  int pass;               /* 0 count, 1 fill */
+  int pass; /* 0 count, 1 fill */
   bool directed, reverse, drop_loops, per_worker;
   int64_t n;
-  uint32_t **in_cnt;      /* per worker [n] by dense id: counts, then each worker's first slot */
-  int64_t **cursor;       /* per worker [n] by dense id: the next slot to fill (absolute) */
-  uint32_t **out_cnt;     /* per worker [n] */
-  int64_t *in_shared;     /* atomic strategy [n]: counts, then absolute fill cursors */
-  int64_t *out_shared;    /* atomic strategy [n] */
-  const uint32_t *newid;  /* dense -> internal, NULL: identity */
+  uint32_t **in_cnt; /* per worker [n] by dense id: counts, then each worker's first slot */
+  int64_t **cursor; /* per worker [n] by dense id: the next slot to fill (absolute) */
+  uint32_t **out_cnt; /* per worker [n] */
+  int64_t *in_shared; /* atomic strategy [n]: counts, then absolute fill cursors */
+  int64_t *out_shared; /* atomic strategy [n] */
+  const uint32_t *newid; /* dense -> internal, NULL: identity */
   const int64_t *offsets; /* internal */
   uint32_t *sources;
 };
@@ -341,13 +341,16 @@ em_status gr_build(em_graph **out, const gr_source *src, const em_graph_options 
     return em_set_error(EM_ERR_UNSUPPORTED, "%s: %s: %lld vertices, more than the %lld that 32-bit ids allow", src->op,
                         src->what, (long long)src->n, (long long)GR_MAX_VERTICES);
   int workers = gr_threads();
-  gr_builder b = {.src = src, .directed = opts->directed != 0, .reverse = opts->reverse != 0,
-                  .drop_loops = opts->drop_self_loops != 0, .n = src->n};
+  gr_builder b = {.src = src,
+                  .directed = opts->directed != 0,
+                  .reverse = opts->reverse != 0,
+                  .drop_loops = opts->drop_self_loops != 0,
+                  .n = src->n};
   /* Per-worker counters when they fit the budget and no worker's count can pass 2^32. */
   uint64_t arcs = (uint64_t)src->max_edges * (b.directed ? 1 : 2);
-  b.per_worker = gr_build_strategy == 1 ||
-                 (gr_build_strategy == 0 && (size_t)workers * (size_t)src->n * 8 <= PER_WORKER_BYTES &&
-                  arcs <= UINT32_MAX);
+  b.per_worker =
+      gr_build_strategy == 1 ||
+      (gr_build_strategy == 0 && (size_t)workers * (size_t)src->n * 8 <= PER_WORKER_BYTES && arcs <= UINT32_MAX);
   em_graph *g = gr_graph_new();
   int64_t *indeg = NULL;
   em_status st = EM_OK;
@@ -394,7 +397,8 @@ fail:
 
 static em_status scan_csr(void *ctx, int64_t chunk, gr_sink *sink) {
   const gr_csr_view *c = ctx;
-  int64_t begin = chunk * CSR_CHUNK_VERTICES, end = begin + CSR_CHUNK_VERTICES < c->n ? begin + CSR_CHUNK_VERTICES : c->n;
+  int64_t begin = chunk * CSR_CHUNK_VERTICES,
+          end = begin + CSR_CHUNK_VERTICES < c->n ? begin + CSR_CHUNK_VERTICES : c->n;
   const uint32_t *nb = c->neighbors;
   for (int64_t v = begin; v < end; v++) {
     uint32_t x = c->relabel ? c->relabel[v] : (uint32_t)v;
@@ -408,7 +412,11 @@ static em_status scan_csr(void *ctx, int64_t chunk, gr_sink *sink) {
 }
 
 void gr_csr_source(gr_source *src, gr_csr_view *view, const char *op, const char *what) {
-  *src = (gr_source){.op = op, .what = what, .n = view->n, .max_edges = view->offsets[view->n],
-                     .num_chunks = (view->n + CSR_CHUNK_VERTICES - 1) / CSR_CHUNK_VERTICES, .scan = scan_csr,
+  *src = (gr_source){.op = op,
+                     .what = what,
+                     .n = view->n,
+                     .max_edges = view->offsets[view->n],
+                     .num_chunks = (view->n + CSR_CHUNK_VERTICES - 1) / CSR_CHUNK_VERTICES,
+                     .scan = scan_csr,
                      .ctx = view};
 }

@@ -24,11 +24,20 @@
 #define EMG_MAX_SECTIONS 12
 #define EMG_DIRECTED 1u
 
-enum { SEC_OFFSETS = 1, SEC_SOURCES, SEC_OUT_DEGREE, SEC_TO_DENSE, SEC_TO_INTERNAL, SEC_ORIGINAL, SEC_LABEL_OFFSETS,
-       SEC_LABEL_DATA, SEC_COUNT };
+enum {
+  SEC_OFFSETS = 1,
+  SEC_SOURCES,
+  SEC_OUT_DEGREE,
+  SEC_TO_DENSE,
+  SEC_TO_INTERNAL,
+  SEC_ORIGINAL,
+  SEC_LABEL_OFFSETS,
+  SEC_LABEL_DATA,
+  SEC_COUNT
+};
 
-static const char *const section_names[SEC_COUNT] = {"?", "offsets", "sources", "out_degree", "to_dense",
-                                                     "to_internal", "original_ids", "label_offsets", "label_data"};
+static const char *const section_names[SEC_COUNT] = {
+    "?", "offsets", "sources", "out_degree", "to_dense", "to_internal", "original_ids", "label_offsets", "label_data"};
 static const uint32_t section_elem[SEC_COUNT] = {0, 8, 4, 4, 4, 4, 8, 8, 1};
 
 typedef struct emg_section {
@@ -148,6 +157,7 @@ static em_status bad_file(const char *path, const char *what) {
 
 /* The first index in [0, count) where bad(i) holds, or -1: a parallel scan that reports
  * the smallest failing index, so the error does not depend on the thread count. */
+/* clang-format off */
 #define FIRST_BAD(count, i, bad, out)                                    \
   do {                                                                   \
     int64_t first_ = -1;                                                 \
@@ -159,6 +169,7 @@ static em_status bad_file(const char *path, const char *what) {
       }                                                                  \
     (out) = first_;                                                      \
   } while (0)
+/* clang-format on */
 
 static bool sources_sorted(const uint32_t *a, int64_t len) {
   for (int64_t i = 1; i < len; i++)
@@ -294,10 +305,10 @@ static em_status attach_sections(em_graph *g, const emg_header *h, const char *p
       return bad_file(path, msg);
     }
     const char *name = section_names[s->id];
-    uint64_t expect = s->id == SEC_SOURCES ? (uint64_t)m
+    uint64_t expect = s->id == SEC_SOURCES                                   ? (uint64_t)m
                       : (s->id == SEC_OFFSETS || s->id == SEC_LABEL_OFFSETS) ? (uint64_t)n + 1
-                      : s->id == SEC_LABEL_DATA ? s->count
-                                                : (uint64_t)n;
+                      : s->id == SEC_LABEL_DATA                              ? s->count
+                                                                             : (uint64_t)n;
     uint64_t bytes;
     if (s->elem_bytes != section_elem[s->id] || s->count != expect || s->offset % 64 || s->offset < EMG_HEADER ||
         s->offset > h->file_bytes || __builtin_mul_overflow(s->count, (uint64_t)s->elem_bytes, &bytes) ||
@@ -340,7 +351,8 @@ static em_status attach_sections(em_graph *g, const emg_header *h, const char *p
 static em_status rebuild(em_graph **out, em_graph *g, const em_graph_options *opts, const char *path) {
   em_graph_options o = *opts;
   o.directed = opts->directed && g->directed;
-  gr_csr_view view = {.n = g->n, .offsets = g->offsets, .neighbors = g->sources, .in_arcs = true, .relabel = g->to_dense};
+  gr_csr_view view = {
+      .n = g->n, .offsets = g->offsets, .neighbors = g->sources, .in_arcs = true, .relabel = g->to_dense};
   gr_source src;
   gr_csr_source(&src, &view, "load_ember", path); /* walks internal ids, pushes dense ones */
   em_graph *ng = NULL;

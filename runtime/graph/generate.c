@@ -18,14 +18,14 @@
 #endif
 
 #define STREAM_KRONECKER 0x4b524f4eu /* "KRON" */
-#define STREAM_UNIFORM 0x554e4946u   /* "UNIF" */
-#define STREAM_PERMUTE 0x5045524du   /* "PERM" */
+#define STREAM_UNIFORM 0x554e4946u /* "UNIF" */
+#define STREAM_PERMUTE 0x5045524du /* "PERM" */
 #define GEN_CHUNK ((int64_t)1 << 18)
 #define LANES 16
 
 /* Initiator thresholds on 16-bit draws: A, A+B, A+B+C. */
-#define T_A 37356u   /* 0.57 * 65536 */
-#define T_AB 49807u  /* 0.76 * 65536 */
+#define T_A 37356u /* 0.57 * 65536 */
+#define T_AB 49807u /* 0.76 * 65536 */
 #define T_ABC 62259u /* 0.95 * 65536 */
 
 typedef struct gen_ctx {
@@ -158,8 +158,13 @@ static em_status generate(em_graph **out, gen_ctx *c, em_status (*scan)(void *, 
                           const char *what, const em_graph_options *opts) {
   em_graph_options defaults;
   if (!opts) em_graph_options_init(&defaults), opts = &defaults;
-  gr_source src = {.op = op, .what = what, .n = c->n, .max_edges = c->m, .num_chunks = (c->m + GEN_CHUNK - 1) / GEN_CHUNK,
-                   .scan = scan, .ctx = c};
+  gr_source src = {.op = op,
+                   .what = what,
+                   .n = c->n,
+                   .max_edges = c->m,
+                   .num_chunks = (c->m + GEN_CHUNK - 1) / GEN_CHUNK,
+                   .scan = scan,
+                   .ctx = c};
   return gr_build(out, &src, opts);
 }
 
@@ -170,7 +175,8 @@ em_status em_graph_kronecker(em_graph **out, int32_t scale, int32_t edge_factor,
   if (scale < 1 || scale > 31)
     return em_set_error(EM_ERR_ARGUMENT, "graph kronecker: scale is %d, expected 1..31 (2^scale vertices)", scale);
   if (edge_factor < 1 || ((int64_t)edge_factor << scale) > ((int64_t)1 << 40))
-    return em_set_error(EM_ERR_ARGUMENT, "graph kronecker: edge_factor is %d, expected 1.. with edge_factor * 2^scale <= 2^40",
+    return em_set_error(EM_ERR_ARGUMENT,
+                        "graph kronecker: edge_factor is %d, expected 1.. with edge_factor * 2^scale <= 2^40",
                         edge_factor);
   gen_ctx c = {.seed = seed, .scale = scale, .n = (int64_t)1 << scale, .m = (int64_t)edge_factor << scale};
   permute_init(&c, scale);
@@ -182,8 +188,8 @@ em_status em_graph_uniform(em_graph **out, int64_t num_vertices, int64_t num_edg
   if (!out) return em_set_error(EM_ERR_ARGUMENT, "graph uniform: out is NULL");
   *out = NULL;
   if (num_vertices < 1 || num_vertices > GR_MAX_VERTICES)
-    return em_set_error(EM_ERR_ARGUMENT, "graph uniform: num_vertices is %lld, expected 1..%lld", (long long)num_vertices,
-                        (long long)GR_MAX_VERTICES);
+    return em_set_error(EM_ERR_ARGUMENT, "graph uniform: num_vertices is %lld, expected 1..%lld",
+                        (long long)num_vertices, (long long)GR_MAX_VERTICES);
   if (num_edges < 0 || num_edges > ((int64_t)1 << 40))
     return em_set_error(EM_ERR_ARGUMENT, "graph uniform: num_edges is %lld, expected 0..2^40", (long long)num_edges);
   gen_ctx c = {.seed = seed, .n = num_vertices, .m = num_edges};

@@ -54,7 +54,7 @@ void *gr_shrink(void *p, size_t bytes) {
   size_t old = h->bytes, off = h->offset;
   if (bytes >= old) return p;
   char *base = realloc(h->base, bytes + 128); /* large blocks shrink in place (mremap) */
-  if (!base) return p;                        /* a failed shrink leaves the block as it was */
+  if (!base) return p; /* a failed shrink leaves the block as it was */
   char *q = (char *)(((uintptr_t)base + 127) & ~(uintptr_t)63);
   if (q != base + off) memmove(q, base + off, bytes);
   h = (alloc_header *)q - 1;
@@ -139,14 +139,21 @@ void gr_progress_add(gr_progress *p, int64_t delta) {
 }
 
 void gr_progress_end(gr_progress *p) {
-  if (p->on) fprintf(stderr, "\r%s: %s: %s done in %.1f s      \n", p->op, p->what, p->stage, em_clock_monotonic() - p->start);
+  if (p->on)
+    fprintf(stderr, "\r%s: %s: %s done in %.1f s      \n", p->op, p->what, p->stage, em_clock_monotonic() - p->start);
 }
 
 /* ---- options and loading */
 
 void em_graph_options_init(em_graph_options *opts) {
-  *opts = (em_graph_options){.format = EM_GRAPH_FORMAT_AUTO, .directed = 1, .reverse = 0, .drop_self_loops = 0,
-                             .drop_duplicates = 0, .reorder = EM_GRAPH_REORDER_DEGREE, .progress = -1, .verify = 1};
+  *opts = (em_graph_options){.format = EM_GRAPH_FORMAT_AUTO,
+                             .directed = 1,
+                             .reverse = 0,
+                             .drop_self_loops = 0,
+                             .drop_duplicates = 0,
+                             .reorder = EM_GRAPH_REORDER_DEGREE,
+                             .progress = -1,
+                             .verify = 1};
 }
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -175,8 +182,8 @@ em_status em_graph_load(em_graph **out, const char *path, const em_graph_options
     case EM_GRAPH_FORMAT_SG: return gr_load_sg(out, path, opts);
     case EM_GRAPH_FORMAT_EMBER: return gr_load_ember(out, path, opts);
     default:
-      return em_set_error(EM_ERR_ARGUMENT, "graph load: '%s': format %d is not one of auto, snap, mtx, sg, ember",
-                          path, format);
+      return em_set_error(EM_ERR_ARGUMENT, "graph load: '%s': format %d is not one of auto, snap, mtx, sg, ember", path,
+                          format);
   }
 }
 
@@ -204,7 +211,8 @@ em_status em_graph_from_edges(em_graph **out, int64_t num_vertices, int64_t num_
   if (num_vertices < 0 || num_vertices > GR_MAX_VERTICES)
     return em_set_error(EM_ERR_ARGUMENT, "%s: num_vertices is %lld, expected 0..%lld", op, (long long)num_vertices,
                         (long long)GR_MAX_VERTICES);
-  if (num_edges < 0) return em_set_error(EM_ERR_ARGUMENT, "%s: num_edges is %lld, expected >= 0", op, (long long)num_edges);
+  if (num_edges < 0)
+    return em_set_error(EM_ERR_ARGUMENT, "%s: num_edges is %lld, expected >= 0", op, (long long)num_edges);
   if (num_edges > 0 && (!src || !dst)) return em_set_error(EM_ERR_ARGUMENT, "%s: src or dst is NULL", op);
   for (int64_t e = 0; e < num_edges; e++) {
     if (src[e] < 0 || src[e] >= num_vertices || dst[e] < 0 || dst[e] >= num_vertices)
@@ -214,8 +222,13 @@ em_status em_graph_from_edges(em_graph **out, int64_t num_vertices, int64_t num_
   em_graph_options defaults;
   if (!opts) em_graph_options_init(&defaults), opts = &defaults;
   array_ctx ctx = {src, dst, num_edges};
-  gr_source source = {.op = op, .what = "edge arrays", .n = num_vertices, .max_edges = num_edges,
-                      .num_chunks = (num_edges + ARRAY_CHUNK - 1) / ARRAY_CHUNK, .scan = scan_arrays, .ctx = &ctx};
+  gr_source source = {.op = op,
+                      .what = "edge arrays",
+                      .n = num_vertices,
+                      .max_edges = num_edges,
+                      .num_chunks = (num_edges + ARRAY_CHUNK - 1) / ARRAY_CHUNK,
+                      .scan = scan_arrays,
+                      .ctx = &ctx};
   return gr_build(out, &source, opts);
 }
 
@@ -358,8 +371,7 @@ em_status gr_tensor_values(const char *op, const em_tensor *t, int64_t n, double
   if (st) return st;
   if (t->ndim != 1 || t->sizes[0] != n)
     return em_set_error(EM_ERR_SHAPE, "%s: got a tensor of shape %s, expected [%lld]", op, EM_SHAPE(t), (long long)n);
-  if (em_tensor_device(t).type != EM_CPU)
-    return em_set_error(EM_ERR_DEVICE, "%s: expected a CPU tensor", op);
+  if (em_tensor_device(t).type != EM_CPU) return em_set_error(EM_ERR_DEVICE, "%s: expected a CPU tensor", op);
   double *v = gr_alloc((size_t)(n ? n : 1) * sizeof *v);
   if (!v) return gr_oom(op, (size_t)n * 8);
   em_tensor *view = NULL;

@@ -13,18 +13,18 @@
 #define GR_MAX_VERTICES ((int64_t)UINT32_MAX) /* CSR ids are 32-bit */
 
 struct em_graph {
-  int64_t n, m;            /* vertices; arcs in the CSR */
+  int64_t n, m; /* vertices; arcs in the CSR */
   bool directed;
-  int64_t *offsets;        /* [n + 1] in-arcs of internal vertex v: sources[offsets[v]..offsets[v+1]) */
-  uint32_t *sources;       /* [m] internal ids, sorted within each vertex */
-  uint32_t *out_degree;    /* [n] by internal id */
-  uint32_t *to_dense;      /* [n] internal -> dense; NULL when both orders agree */
-  uint32_t *to_internal;   /* [n] dense -> internal; NULL likewise */
-  int64_t *original;       /* [n] dense -> original id, ascending; NULL: dense + id_base */
-  int64_t id_base;         /* 1 for Matrix Market, else 0 */
-  int64_t *label_offsets;  /* [n + 1] into label_data; NULL: no labels. Empty range: none */
-  char *label_data;        /* NUL-terminated names */
-  void *map;               /* the ember file the arrays may point into, or NULL */
+  int64_t *offsets; /* [n + 1] in-arcs of internal vertex v: sources[offsets[v]..offsets[v+1]) */
+  uint32_t *sources; /* [m] internal ids, sorted within each vertex */
+  uint32_t *out_degree; /* [n] by internal id */
+  uint32_t *to_dense; /* [n] internal -> dense; NULL when both orders agree */
+  uint32_t *to_internal; /* [n] dense -> internal; NULL likewise */
+  int64_t *original; /* [n] dense -> original id, ascending; NULL: dense + id_base */
+  int64_t id_base; /* 1 for Matrix Market, else 0 */
+  int64_t *label_offsets; /* [n + 1] into label_data; NULL: no labels. Empty range: none */
+  char *label_data; /* NUL-terminated names */
+  void *map; /* the ember file the arrays may point into, or NULL */
   size_t map_bytes;
 };
 
@@ -67,9 +67,9 @@ typedef struct gr_text {
   const char *data;
   size_t size;
   int64_t num_chunks;
-  size_t *chunk_begin;     /* [num_chunks + 1] byte offsets, each at a line start */
-  int64_t *chunk_lines;    /* [num_chunks] lines in each chunk, filled by the caller's first pass */
-  int64_t first_line;      /* line number of byte `body` (after a header the caller parsed) */
+  size_t *chunk_begin; /* [num_chunks + 1] byte offsets, each at a line start */
+  int64_t *chunk_lines; /* [num_chunks] lines in each chunk, filled by the caller's first pass */
+  int64_t first_line; /* line number of byte `body` (after a header the caller parsed) */
 } gr_text;
 em_status gr_text_open(gr_text *t, const char *op, const char *path);
 /* Cuts [body, size) into chunks; body is the offset of a line start. */
@@ -82,7 +82,7 @@ void gr_text_close(gr_text *t);
  * the lines of the chunks before it plus the line within it. */
 typedef struct gr_chunk_error {
   em_status status;
-  int64_t line;            /* 0-based within the chunk */
+  int64_t line; /* 0-based within the chunk */
   char msg[200];
 } gr_chunk_error;
 em_status gr_text_report(const gr_text *t, const gr_chunk_error *errors);
@@ -127,14 +127,14 @@ static inline void gr_sink_push(gr_sink *s, uint32_t u, uint32_t v) {
 }
 
 typedef struct gr_source {
-  const char *op;          /* names the caller in errors and progress: "load_snap" */
-  const char *what;        /* the file, or the generator */
-  int64_t n;               /* vertices; pushed ids are below n */
-  int64_t max_edges;       /* an upper bound on the edges pushed by one pass */
+  const char *op; /* names the caller in errors and progress: "load_snap" */
+  const char *what; /* the file, or the generator */
+  int64_t n; /* vertices; pushed ids are below n */
+  int64_t max_edges; /* an upper bound on the edges pushed by one pass */
   int64_t num_chunks;
   em_status (*scan)(void *ctx, int64_t chunk, gr_sink *sink);
   void *ctx;
-  const gr_text *text;     /* when set, chunks' pages are released after each pass */
+  const gr_text *text; /* when set, chunks' pages are released after each pass */
 } gr_source;
 
 /* Builds the in-edge CSR of the source's edges under opts (direction, reversal, drops,
@@ -147,15 +147,15 @@ extern int gr_build_strategy;
 typedef struct gr_csr_view {
   int64_t n;
   const int64_t *offsets;
-  const void *neighbors;   /* uint32 or int32 ids < n */
-  bool in_arcs;            /* true: neighbors[offsets[v]..] are sources of v */
+  const void *neighbors; /* uint32 or int32 ids < n */
+  bool in_arcs; /* true: neighbors[offsets[v]..] are sources of v */
   const uint32_t *relabel; /* ids pushed are relabel[id] when set */
 } gr_csr_view;
 void gr_csr_source(gr_source *src, gr_csr_view *view, const char *op, const char *what);
 
 /* ---- sorting and checksums */
-void gr_sort_u32(uint32_t *a, int64_t n, uint32_t *tmp);   /* tmp: n elements (used when large) */
-void gr_sort_u64(uint64_t *a, int64_t n);                  /* sparse id sets (not a hot path) */
+void gr_sort_u32(uint32_t *a, int64_t n, uint32_t *tmp); /* tmp: n elements (used when large) */
+void gr_sort_u64(uint64_t *a, int64_t n); /* sparse id sets (not a hot path) */
 /* 64-bit checksum of bytes: XXH64 of fixed 1 MiB blocks (in parallel), then XXH64 of the
  * block hashes, so the value does not depend on the thread count. */
 em_status gr_checksum(const void *data, size_t bytes, uint64_t seed, uint64_t *out);
@@ -163,14 +163,14 @@ uint64_t gr_xxh64(const void *data, size_t len, uint64_t seed);
 
 /* ---- PageRank's cache blocking of cold arcs (pr_tiles.c) */
 typedef struct gr_tiles {
-  int64_t seg;            /* source segment width (1 << shift); sources below seg are hot */
+  int64_t seg; /* source segment width (1 << shift); sources below seg are hot */
   int shift;
   int64_t nseg, dblock, nblocks;
-  uint32_t *hot_len;      /* [n] hot prefix of each vertex's sources; NULL: no tiles */
-  int64_t *tile_entry;    /* [nblocks * nseg + 1] first entry of tile (block, segment) */
-  int64_t *tile_arc;      /* [nblocks * nseg + 1] first cold arc of each tile */
-  uint32_t *dst, *count;  /* per entry: the vertex and its arcs in the tile */
-  uint32_t *src;          /* [cold_arcs] sources, tile by tile */
+  uint32_t *hot_len; /* [n] hot prefix of each vertex's sources; NULL: no tiles */
+  int64_t *tile_entry; /* [nblocks * nseg + 1] first entry of tile (block, segment) */
+  int64_t *tile_arc; /* [nblocks * nseg + 1] first cold arc of each tile */
+  uint32_t *dst, *count; /* per entry: the vertex and its arcs in the tile */
+  uint32_t *src; /* [cold_arcs] sources, tile by tile */
   int64_t cold_arcs;
 } gr_tiles;
 /* Leaves t->hot_len NULL when tiling would not pay. */
@@ -185,8 +185,8 @@ extern int gr_pr_prefetch;
 /* The personalization vector p checked and normalised, in internal order (*out gr_alloc'd). */
 em_status gr_pagerank_teleport(const em_graph *g, const em_tensor *p, double **out);
 /* em_graph_pagerank with opts->device a CUDA device (options already checked). */
-em_status gr_pagerank_deliver(const char *op, const em_graph *g, const float *x, double scale,
-                              const double *residual, int64_t iters, em_tensor **scores, em_tensor **residuals);
+em_status gr_pagerank_deliver(const char *op, const em_graph *g, const float *x, double scale, const double *residual,
+                              int64_t iters, em_tensor **scores, em_tensor **residuals);
 em_status gr_pagerank_cuda(em_tensor **scores, em_tensor **residuals, em_pagerank_stats *stats, const em_graph *g,
                            const em_pagerank_options *opts);
 

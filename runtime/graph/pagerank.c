@@ -44,20 +44,21 @@ typedef struct pr_run {
   int method;
   double damping;
   float *x, *y, *contrib, *next, *inv_deg; /* next: Jacobi's second contribution buffer */
-  double *tele;         /* [n] internal order, sums to 1; NULL: uniform */
+  double *tele; /* [n] internal order, sums to 1; NULL: uniform */
   int64_t nblocks;
-  int64_t *block;       /* [nblocks + 1] vertex boundaries */
+  int64_t *block; /* [nblocks + 1] vertex boundaries */
   double *bsum, *bres, *bdang; /* per block */
-  gr_tiles tiles;       /* cold arcs, cache-blocked (Jacobi and GAPBS; see pr_tiles.c) */
-  float *acc;           /* [n] each vertex's cold sum, when tiled */
-  bool prefetch;        /* untiled, and the contributions outgrow L2: prefetch them */
+  gr_tiles tiles; /* cold arcs, cache-blocked (Jacobi and GAPBS; see pr_tiles.c) */
+  float *acc; /* [n] each vertex's cold sum, when tiled */
+  bool prefetch; /* untiled, and the contributions outgrow L2: prefetch them */
 } pr_run;
 
 static em_status check_options(const em_graph *g, const em_pagerank_options *o) {
   const char *op = "graph pagerank";
   if (!(o->damping >= 0 && o->damping <= 1))
     return em_set_error(EM_ERR_ARGUMENT, "%s: damping is %g, expected a value in [0, 1]", op, o->damping);
-  if (!(o->tol >= 0) || isinf(o->tol)) return em_set_error(EM_ERR_ARGUMENT, "%s: tol is %g, expected a finite value >= 0", op, o->tol);
+  if (!(o->tol >= 0) || isinf(o->tol))
+    return em_set_error(EM_ERR_ARGUMENT, "%s: tol is %g, expected a finite value >= 0", op, o->tol);
   if (o->max_iter < 1) return em_set_error(EM_ERR_ARGUMENT, "%s: max_iter is %d, expected >= 1", op, o->max_iter);
   if (o->method < EM_PAGERANK_JACOBI || o->method > EM_PAGERANK_GAPBS)
     return em_set_error(EM_ERR_ARGUMENT, "%s: method is %d, expected 0 (jacobi), 1 (gauss-seidel) or 2 (gapbs)", op,
@@ -80,7 +81,8 @@ em_status gr_pagerank_teleport(const em_graph *g, const em_tensor *p, double **o
   double sum = 0;
   for (int64_t i = 0; i < g->n; i++) {
     if (!(v[i] >= 0) || isinf(v[i])) {
-      st = em_set_error(EM_ERR_ARGUMENT, "%s: personalization[%lld] is %g, expected finite values >= 0", op, (long long)i, v[i]);
+      st = em_set_error(EM_ERR_ARGUMENT, "%s: personalization[%lld] is %g, expected finite values >= 0", op,
+                        (long long)i, v[i]);
       gr_free(v);
       return st;
     }
@@ -128,8 +130,8 @@ static em_status make_blocks(pr_run *r) {
 /* The sum of contrib over a list of sources, in double. Short lists (most of them) take a
  * scalar loop; long ones 16 gathers at a time with AVX-512 when the build targets it.
  * Either way the order of additions depends on the list alone. */
-static inline __attribute__((always_inline)) double gather(const float *restrict contrib,
-                                                          const uint32_t *restrict src, int64_t deg) {
+static inline __attribute__((always_inline)) double gather(const float *restrict contrib, const uint32_t *restrict src,
+                                                           int64_t deg) {
   double s = 0;
   int64_t j = 0;
 #ifdef __AVX512F__
@@ -152,8 +154,8 @@ static inline __attribute__((always_inline)) double gather(const float *restrict
  * the flat sources array, across vertices) are requested early. */
 #define PREFETCH 128
 static inline __attribute__((always_inline)) double gather_prefetch(const float *restrict contrib,
-                                                                   const uint32_t *restrict sources, int64_t begin,
-                                                                   int64_t end, int64_t m) {
+                                                                    const uint32_t *restrict sources, int64_t begin,
+                                                                    int64_t end, int64_t m) {
   double s = 0;
   for (int64_t j = begin; j < end; j++) {
     __builtin_prefetch(contrib + sources[j + PREFETCH < m ? j + PREFETCH : m - 1]);
@@ -293,8 +295,12 @@ static int iterate(pr_run *r, const em_pagerank_options *o, double *residual, in
 }
 
 void em_pagerank_options_init(em_pagerank_options *opts) {
-  *opts = (em_pagerank_options){.damping = 0.85, .tol = 1e-6, .max_iter = 100, .method = EM_PAGERANK_JACOBI,
-                                .personalization = NULL, .device = {EM_CPU, 0}};
+  *opts = (em_pagerank_options){.damping = 0.85,
+                                .tol = 1e-6,
+                                .max_iter = 100,
+                                .method = EM_PAGERANK_JACOBI,
+                                .personalization = NULL,
+                                .device = {EM_CPU, 0}};
 }
 
 static void run_free(pr_run *r) {
@@ -317,8 +323,8 @@ static void run_free(pr_run *r) {
  * *scores (a new float32 tensor, or the caller's contiguous one), and the first `iters`
  * residuals into a new float64 tensor when residuals is not NULL. On failure nothing the
  * call allocated is left behind. */
-em_status gr_pagerank_deliver(const char *op, const em_graph *g, const float *x, double scale,
-                              const double *residual, int64_t iters, em_tensor **scores, em_tensor **residuals) {
+em_status gr_pagerank_deliver(const char *op, const em_graph *g, const float *x, double scale, const double *residual,
+                              int64_t iters, em_tensor **scores, em_tensor **residuals) {
   int64_t n = g->n;
   bool allocated = false;
   em_status st = tn_prepare_out(op, scores, 1, &n, EM_FLOAT32, (em_device){EM_CPU, 0}, &allocated);
@@ -370,7 +376,8 @@ em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagera
       st = gr_oom(op, (size_t)n * 4);
       goto done;
     }
-    r.prefetch = !r.tiles.hot_len && (gr_pr_prefetch ? gr_pr_prefetch > 0 : (size_t)n * sizeof(float) > ((size_t)4 << 20));
+    r.prefetch =
+        !r.tiles.hot_len && (gr_pr_prefetch ? gr_pr_prefetch > 0 : (size_t)n * sizeof(float) > ((size_t)4 << 20));
   }
 #pragma omp parallel for schedule(static) num_threads(gr_threads())
   for (int64_t v = 0; v < n; v++) r.inv_deg[v] = g->out_degree[v] ? 1.0f / (float)g->out_degree[v] : 0.0f;

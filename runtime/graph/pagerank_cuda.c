@@ -64,11 +64,20 @@ em_status gr_pagerank_cuda(em_tensor **scores, em_tensor **residuals, em_pageran
     goto done;
   }
   if ((st = teleport_f32(g, opts->personalization, &tele))) goto done;
-  em_cuda_pagerank_job job = {
-      .device = opts->device.index, .n = n, .m = g->m, .offsets = g->offsets, .sources = g->sources,
-      .out_degree = g->out_degree, .teleport = tele, .damping = opts->damping, .tol = opts->tol,
-      .max_iter = opts->max_iter, .method = opts->method, .scores = internal, .residuals = residual,
-      .stats = &local};
+  em_cuda_pagerank_job job = {.device = opts->device.index,
+                              .n = n,
+                              .m = g->m,
+                              .offsets = g->offsets,
+                              .sources = g->sources,
+                              .out_degree = g->out_degree,
+                              .teleport = tele,
+                              .damping = opts->damping,
+                              .tol = opts->tol,
+                              .max_iter = opts->max_iter,
+                              .method = opts->method,
+                              .scores = internal,
+                              .residuals = residual,
+                              .stats = &local};
   if ((st = pagerank(&job))) goto done;
   if (!local.engine) local.engine = "cuda";
 

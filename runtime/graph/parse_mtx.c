@@ -24,7 +24,7 @@ typedef struct mtx_ctx {
   bool symmetric;
   uint64_t rows, cols;
   gr_chunk_error *errors;
-  int64_t *entries;   /* [chunks] */
+  int64_t *entries; /* [chunks] */
 } mtx_ctx;
 
 /* Checks a number at *p: [+-]digits[.digits][e[+-]digits] (integer: [+-]digits). */
@@ -186,8 +186,8 @@ static em_status read_header(mtx_ctx *c, size_t *body, int64_t *line, uint64_t *
   int64_t n = 1;
   for (;;) {
     if (pos >= c->text.size)
-      return em_set_error(EM_ERR_FORMAT, "%s: %s:%lld: the file ends before the size line 'rows columns entries'", c->op,
-                          c->text.path, (long long)n + 1);
+      return em_set_error(EM_ERR_FORMAT, "%s: %s:%lld: the file ends before the size line 'rows columns entries'",
+                          c->op, c->text.path, (long long)n + 1);
     pos = next_line(&c->text, pos, &s, &e);
     n++;
     const char *p = s;
@@ -216,8 +216,10 @@ static em_status read_header(mtx_ctx *c, size_t *body, int64_t *line, uint64_t *
     uint64_t rest = c->text.size - pos, max_rows = MTX_MIN_ROWS + MTX_ROWS_PER_BYTE * (uint64_t)c->text.size;
     if (v[0] > max_rows) {
       char msg[200];
-      snprintf(msg, sizeof msg, "the size line declares %llu vertices, more than a file of %zu bytes may (at most "
-               "%llu): '%%s'", (unsigned long long)v[0], c->text.size, (unsigned long long)max_rows);
+      snprintf(msg, sizeof msg,
+               "the size line declares %llu vertices, more than a file of %zu bytes may (at most "
+               "%llu): '%%s'",
+               (unsigned long long)v[0], c->text.size, (unsigned long long)max_rows);
       return header_error(c, n, msg, s, e);
     }
     if (v[2] > rest / 4 + 1) {
@@ -270,8 +272,14 @@ em_status gr_load_mtx(em_graph **out, const char *path, const em_graph_options *
   }
   em_graph_options o = *opts;
   if (c.symmetric) o.directed = 0;
-  gr_source src = {.op = c.op, .what = path, .n = (int64_t)c.rows, .max_edges = (int64_t)entries, .num_chunks = chunks,
-                   .scan = scan_push, .ctx = &c, .text = &c.text};
+  gr_source src = {.op = c.op,
+                   .what = path,
+                   .n = (int64_t)c.rows,
+                   .max_edges = (int64_t)entries,
+                   .num_chunks = chunks,
+                   .scan = scan_push,
+                   .ctx = &c,
+                   .text = &c.text};
   if ((st = gr_build(out, &src, &o))) goto done;
   (*out)->id_base = 1;
 done:

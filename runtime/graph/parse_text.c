@@ -22,14 +22,14 @@ typedef enum { SCAN_CHECK, SCAN_COLLECT, SCAN_PUSH } scan_mode;
 typedef struct snap_ctx {
   const char *op;
   gr_text text;
-  gr_chunk_error *errors;   /* [chunks] */
-  int64_t *edges;           /* [chunks] edges found by the check pass */
-  uint64_t *min_id, *max_id;/* [chunks] */
-  bool *big;                /* [chunks] an id >= 2^32 */
-  uint64_t *bitmap;         /* BITMAP_BITS bits, mapped lazily */
-  uint32_t *rank;           /* marked ids in the words before each word */
-  uint64_t *ids;            /* sparse: sorted distinct ids */
-  int64_t *id_pos;          /* sparse collect: where each chunk's ids go */
+  gr_chunk_error *errors; /* [chunks] */
+  int64_t *edges; /* [chunks] edges found by the check pass */
+  uint64_t *min_id, *max_id; /* [chunks] */
+  bool *big; /* [chunks] an id >= 2^32 */
+  uint64_t *bitmap; /* BITMAP_BITS bits, mapped lazily */
+  uint32_t *rank; /* marked ids in the words before each word */
+  uint64_t *ids; /* sparse: sorted distinct ids */
+  int64_t *id_pos; /* sparse collect: where each chunk's ids go */
   int64_t n;
   bool sparse;
 } snap_ctx;
@@ -96,7 +96,8 @@ static em_status scan_chunk(snap_ctx *c, int64_t k, scan_mode mode, gr_sink *sin
       r = p == end || *p == '\n' ? 3 : read_id(&p, end, &v);
     }
     if (r) {
-      if (mode != SCAN_CHECK) return em_set_error(EM_ERR_FORMAT, "%s: %s changed while it was read", c->op, c->text.path);
+      if (mode != SCAN_CHECK)
+        return em_set_error(EM_ERR_FORMAT, "%s: %s changed while it was read", c->op, c->text.path);
       return bad_line(e, line, start, end,
                       r == 2   ? "a vertex id is larger than 2^63-1"
                       : r == 3 ? "expected two vertex ids, found one"
@@ -120,9 +121,7 @@ static em_status scan_chunk(snap_ctx *c, int64_t k, scan_mode mode, gr_sink *sin
         c->ids[pos++] = u;
         c->ids[pos++] = v;
         break;
-      case SCAN_PUSH:
-        gr_sink_push(sink, dense_id(c, u), dense_id(c, v));
-        break;
+      case SCAN_PUSH: gr_sink_push(sink, dense_id(c, u), dense_id(c, v)); break;
     }
   }
   if (mode == SCAN_CHECK) {
@@ -148,8 +147,9 @@ static em_status map_dense(snap_ctx *c, uint64_t max_id, int64_t **original) {
     sum += (uint64_t)__builtin_popcountll(c->bitmap[w]);
   }
   if (sum > (uint64_t)GR_MAX_VERTICES)
-    return em_set_error(EM_ERR_UNSUPPORTED, "%s: %s: %llu distinct vertex ids, more than the %lld that 32-bit ids allow",
-                        c->op, c->text.path, (unsigned long long)sum, (long long)GR_MAX_VERTICES);
+    return em_set_error(EM_ERR_UNSUPPORTED,
+                        "%s: %s: %llu distinct vertex ids, more than the %lld that 32-bit ids allow", c->op,
+                        c->text.path, (unsigned long long)sum, (long long)GR_MAX_VERTICES);
   c->n = (int64_t)sum;
   *original = NULL;
   if (sum == max_id + 1) return EM_OK; /* ids are exactly 0..n-1 */
@@ -186,8 +186,9 @@ static em_status map_sparse(snap_ctx *c, int64_t total_edges, int64_t **original
   for (int64_t i = 0; i < pos; i++)
     if (i == 0 || c->ids[i] != c->ids[n - 1]) c->ids[n++] = c->ids[i];
   if (n > GR_MAX_VERTICES)
-    return em_set_error(EM_ERR_UNSUPPORTED, "%s: %s: %lld distinct vertex ids, more than the %lld that 32-bit ids allow",
-                        c->op, c->text.path, (long long)n, (long long)GR_MAX_VERTICES);
+    return em_set_error(EM_ERR_UNSUPPORTED,
+                        "%s: %s: %lld distinct vertex ids, more than the %lld that 32-bit ids allow", c->op,
+                        c->text.path, (long long)n, (long long)GR_MAX_VERTICES);
   c->ids = gr_shrink(c->ids, (size_t)n * sizeof *c->ids);
   c->n = n;
   int64_t *orig = gr_alloc((size_t)n * sizeof *orig);
@@ -258,8 +259,14 @@ em_status gr_load_snap(em_graph **out, const char *path, const em_graph_options 
    * sparse one, so memory and time follow the file, not the ids it names. */
   if (!big && (max_id >> 6) > 8 * (uint64_t)edges + 65536) big = true;
   if ((st = big ? map_sparse(&c, edges, &original) : map_dense(&c, max_id, &original))) goto done;
-  gr_source src = {.op = c.op, .what = path, .n = c.n, .max_edges = edges, .num_chunks = chunks, .scan = scan_push,
-                   .ctx = &c, .text = &c.text};
+  gr_source src = {.op = c.op,
+                   .what = path,
+                   .n = c.n,
+                   .max_edges = edges,
+                   .num_chunks = chunks,
+                   .scan = scan_push,
+                   .ctx = &c,
+                   .text = &c.text};
   if ((st = gr_build(out, &src, opts))) goto done;
   (*out)->original = original;
   original = NULL;

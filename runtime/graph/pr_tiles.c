@@ -39,15 +39,15 @@ void gr_tiles_free(gr_tiles *t) {
 }
 
 /* Walks v's cold sources (after its hot prefix) segment by segment. */
-#define FOR_COLD_RUNS(g, t, v, SEG, BEGIN, END, BODY)                                  \
-  do {                                                                                 \
-    int64_t j_ = (g)->offsets[v] + (t)->hot_len[v], e_ = (g)->offsets[(v) + 1];        \
-    while (j_ < e_) {                                                                  \
-      int64_t SEG = (g)->sources[j_] >> (t)->shift, BEGIN = j_;                        \
-      while (j_ < e_ && (g)->sources[j_] >> (t)->shift == SEG) j_++;                   \
-      int64_t END = j_;                                                                \
-      BODY;                                                                            \
-    }                                                                                  \
+#define FOR_COLD_RUNS(g, t, v, SEG, BEGIN, END, BODY)                           \
+  do {                                                                          \
+    int64_t j_ = (g)->offsets[v] + (t)->hot_len[v], e_ = (g)->offsets[(v) + 1]; \
+    while (j_ < e_) {                                                           \
+      int64_t SEG = (g)->sources[j_] >> (t)->shift, BEGIN = j_;                 \
+      while (j_ < e_ && (g)->sources[j_] >> (t)->shift == SEG) j_++;            \
+      int64_t END = j_;                                                         \
+      BODY;                                                                     \
+    }                                                                           \
   } while (0)
 
 em_status gr_tiles_build(gr_tiles *t, const em_graph *g) {

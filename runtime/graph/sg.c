@@ -35,8 +35,9 @@ em_status gr_load_sg(em_graph **out, const char *path, const em_graph_options *o
   }
   uint64_t size = (uint64_t)sb.st_size;
   if (size < SG_HEADER) {
-    st = em_set_error(EM_ERR_FORMAT, "%s: %s: %llu bytes, too short for the %d-byte header (truncated, or not a .sg file)",
-                      op, path, (unsigned long long)size, SG_HEADER);
+    st = em_set_error(EM_ERR_FORMAT,
+                      "%s: %s: %llu bytes, too short for the %d-byte header (truncated, or not a .sg file)", op, path,
+                      (unsigned long long)size, SG_HEADER);
     goto done;
   }
   if ((st = read_all(f, header, SG_HEADER, op, path))) goto done;
@@ -45,8 +46,8 @@ em_status gr_load_sg(em_graph **out, const char *path, const em_graph_options *o
   memcpy(&n, header + 9, 8);
   bool directed = header[0] == 1;
   if (header[0] > 1) {
-    st = em_set_error(EM_ERR_FORMAT, "%s: %s: first byte is 0x%02x, expected 0 or 1 (directed); not a .sg file", op, path,
-                      header[0]);
+    st = em_set_error(EM_ERR_FORMAT, "%s: %s: first byte is 0x%02x, expected 0 or 1 (directed); not a .sg file", op,
+                      path, header[0]);
     goto done;
   }
   if (n < 0 || m < 0 || n > GR_MAX_VERTICES || m > (int64_t)1 << 45) {
@@ -94,8 +95,9 @@ em_status gr_load_sg(em_graph **out, const char *path, const em_graph_options *o
       }
   }
   if (bad_offset >= 0) {
-    st = em_set_error(EM_ERR_FORMAT, "%s: %s: out_offsets decrease at vertex %lld (%lld then %lld); not a valid CSR", op,
-                      path, (long long)bad_offset, (long long)offsets[bad_offset], (long long)offsets[bad_offset + 1]);
+    st =
+        em_set_error(EM_ERR_FORMAT, "%s: %s: out_offsets decrease at vertex %lld (%lld then %lld); not a valid CSR", op,
+                     path, (long long)bad_offset, (long long)offsets[bad_offset], (long long)offsets[bad_offset + 1]);
     goto done;
   }
   if (bad_neighbor >= 0) {

@@ -18,10 +18,8 @@ static int fail_byte(em_json *j, size_t pos, const char *what) {
   char buf[96];
   if (pos >= j->len) return fail(j, EM_JSON_SYNTAX, pos, "%s, found the end of the header", what);
   unsigned char c = j->s[pos];
-  if (c >= 0x20 && c < 0x7f)
-    snprintf(buf, sizeof buf, "%s, found '%c'", what, c);
-  else
-    snprintf(buf, sizeof buf, "%s, found byte 0x%02x", what, c);
+  if (c >= 0x20 && c < 0x7f) snprintf(buf, sizeof buf, "%s, found '%c'", what, c);
+  else snprintf(buf, sizeof buf, "%s, found byte 0x%02x", what, c);
   return fail(j, EM_JSON_SYNTAX, pos, "%s", buf);
 }
 
@@ -55,8 +53,8 @@ em_json_kind io_json_peek(em_json *j) {
 }
 
 const char *io_json_kind_name(em_json_kind kind) {
-  static const char *names[] = {"an object", "an array", "a string", "a number", "true",
-                                "false",     "null",     "nothing", "an invalid value"};
+  static const char *names[] = {"an object", "an array", "a string", "a number",        "true",
+                                "false",     "null",     "nothing",  "an invalid value"};
   return (unsigned)kind <= EM_JSON_INVALID ? names[kind] : "?";
 }
 
@@ -130,16 +128,16 @@ static size_t utf8_seq(const unsigned char *s, size_t n) {
   unsigned char c = s[0];
   if (c < 0x80) return 1;
   size_t len;
-  unsigned lo = 0x80, hi = 0xbf;   /* bounds of the second byte */
+  unsigned lo = 0x80, hi = 0xbf; /* bounds of the second byte */
   if (c >= 0xc2 && c <= 0xdf) len = 2;
   else if (c >= 0xe0 && c <= 0xef) {
     len = 3;
-    if (c == 0xe0) lo = 0xa0;      /* overlong */
-    if (c == 0xed) hi = 0x9f;      /* UTF-16 surrogates */
+    if (c == 0xe0) lo = 0xa0; /* overlong */
+    if (c == 0xed) hi = 0x9f; /* UTF-16 surrogates */
   } else if (c >= 0xf0 && c <= 0xf4) {
     len = 4;
-    if (c == 0xf0) lo = 0x90;      /* overlong */
-    if (c == 0xf4) hi = 0x8f;      /* above U+10FFFF */
+    if (c == 0xf0) lo = 0x90; /* overlong */
+    if (c == 0xf4) hi = 0x8f; /* above U+10FFFF */
   } else {
     return 0;
   }
@@ -175,14 +173,25 @@ static int hex4(em_json *j, size_t pos, unsigned *out) {
 }
 
 static size_t put_utf8(char *o, unsigned cp) {
-  if (cp < 0x80) { o[0] = (char)cp; return 1; }
-  if (cp < 0x800) { o[0] = (char)(0xc0 | cp >> 6); o[1] = (char)(0x80 | (cp & 0x3f)); return 2; }
+  if (cp < 0x80) {
+    o[0] = (char)cp;
+    return 1;
+  }
+  if (cp < 0x800) {
+    o[0] = (char)(0xc0 | cp >> 6);
+    o[1] = (char)(0x80 | (cp & 0x3f));
+    return 2;
+  }
   if (cp < 0x10000) {
-    o[0] = (char)(0xe0 | cp >> 12); o[1] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[2] = (char)(0x80 | (cp & 0x3f));
+    o[0] = (char)(0xe0 | cp >> 12);
+    o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+    o[2] = (char)(0x80 | (cp & 0x3f));
     return 3;
   }
-  o[0] = (char)(0xf0 | cp >> 18); o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-  o[2] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[3] = (char)(0x80 | (cp & 0x3f));
+  o[0] = (char)(0xf0 | cp >> 18);
+  o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+  o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+  o[3] = (char)(0x80 | (cp & 0x3f));
   return 4;
 }
 

@@ -19,10 +19,15 @@
 enum { EM_JSON_OK = 0, EM_JSON_SYNTAX = -1, EM_JSON_TYPE = -2, EM_JSON_MEMORY = -3 };
 
 typedef enum em_json_kind {
-  EM_JSON_OBJECT, EM_JSON_ARRAY, EM_JSON_STRING, EM_JSON_NUMBER,
-  EM_JSON_TRUE, EM_JSON_FALSE, EM_JSON_NULL,
-  EM_JSON_EOF,      /* nothing but whitespace left */
-  EM_JSON_INVALID   /* a byte that cannot start a value */
+  EM_JSON_OBJECT,
+  EM_JSON_ARRAY,
+  EM_JSON_STRING,
+  EM_JSON_NUMBER,
+  EM_JSON_TRUE,
+  EM_JSON_FALSE,
+  EM_JSON_NULL,
+  EM_JSON_EOF, /* nothing but whitespace left */
+  EM_JSON_INVALID /* a byte that cannot start a value */
 } em_json_kind;
 
 typedef struct em_json {
@@ -67,7 +72,7 @@ typedef struct em_jsonbuf {
 } em_jsonbuf;
 
 void io_jsonbuf_raw(em_jsonbuf *b, const char *s, size_t n);
-void io_jsonbuf_str(em_jsonbuf *b, const char *s);        /* a quoted, escaped string */
+void io_jsonbuf_str(em_jsonbuf *b, const char *s); /* a quoted, escaped string */
 void io_jsonbuf_int(em_jsonbuf *b, int64_t v);
 void io_jsonbuf_free(em_jsonbuf *b);
 

@@ -36,15 +36,15 @@ static const struct {
   em_dtype dtype;
   int rank;
 } dtype_codes[] = {
-    {"BOOL", EM_BOOL, 0}, {"U8", EM_UINT8, 1},  {"F16", EM_FLOAT16, 7}, {"BF16", EM_BFLOAT16, 8},
+    {"BOOL", EM_BOOL, 0}, {"U8", EM_UINT8, 1},     {"F16", EM_FLOAT16, 7},  {"BF16", EM_BFLOAT16, 8},
     {"I32", EM_INT32, 9}, {"F32", EM_FLOAT32, 11}, {"F64", EM_FLOAT64, 12}, {"I64", EM_INT64, 13},
 };
 #define NUM_CODES ((int)(sizeof dtype_codes / sizeof dtype_codes[0]))
 #define EMBER_CODES "F64, F32, F16, BF16, I64, I32, U8 or BOOL"
 
 /* Valid safetensors dtypes that ember has no counterpart for. */
-static const char *const foreign_codes[] = {"I8", "I16", "U16", "U32", "U64", "F8_E5M2", "F8_E4M3",
-                                            "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"};
+static const char *const foreign_codes[] = {"I8",      "I16",     "U16",     "U32",     "U64", "F8_E5M2",
+                                            "F8_E4M3", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4",  "C64"};
 
 static int code_index(em_dtype dtype) {
   for (int i = 0; i < NUM_CODES; i++)
@@ -208,8 +208,8 @@ static em_status write_file(const char *path, const save_item *items, int n, con
   return core_replace_file("safetensors save", path, write_contents, &c);
 }
 
-em_status em_safetensors_save(const char *path, int n, const char *const *names, em_tensor *const *tensors,
-                              int nmeta, const char *const *meta_keys, const char *const *meta_values) {
+em_status em_safetensors_save(const char *path, int n, const char *const *names, em_tensor *const *tensors, int nmeta,
+                              const char *const *meta_keys, const char *const *meta_values) {
   if (!path || !*path) return em_set_error(EM_ERR_ARGUMENT, "safetensors_save: path is NULL or empty");
   em_status st = check_save_args(path, n, names, tensors, nmeta, meta_keys, meta_values);
   if (st) return st;
@@ -273,19 +273,19 @@ typedef struct entry {
   em_dtype dtype;
   int ndim;
   int64_t sizes[EM_MAX_DIMS];
-  int64_t begin, end;   /* relative to the data section */
+  int64_t begin, end; /* relative to the data section */
 } entry;
 
 struct em_safetensors {
   char *path;
   mapping *map;
-  const unsigned char *data;   /* the data section */
+  const unsigned char *data; /* the data section */
   size_t data_len;
   size_t file_len;
   int n, cap;
-  entry *entries;              /* sorted by name */
+  entry *entries; /* sorted by name */
   int nmeta, meta_cap;
-  meta_pair *meta;             /* sorted by key */
+  meta_pair *meta; /* sorted by key */
 };
 
 static em_status open_error(const char *path, em_status code, const char *fmt, ...) {
@@ -301,8 +301,9 @@ static em_status open_error(const char *path, em_status code, const char *fmt, .
 static em_status json_error(const em_safetensors *f, const em_json *j, int code, const char *ctx) {
   if (code == EM_JSON_MEMORY) return open_error(f->path, EM_ERR_MEMORY, "out of memory reading the header");
   if (code == EM_JSON_SYNTAX)
-    return open_error(f->path, EM_ERR_FORMAT, "header is not valid JSON at byte %zu of the header (file offset %zu): %s",
-                      j->err_pos, j->err_pos + 8, j->msg);
+    return open_error(f->path, EM_ERR_FORMAT,
+                      "header is not valid JSON at byte %zu of the header (file offset %zu): %s", j->err_pos,
+                      j->err_pos + 8, j->msg);
   return open_error(f->path, EM_ERR_FORMAT, "%s%s", ctx, j->msg);
 }
 
@@ -315,7 +316,8 @@ static em_status read_count(em_safetensors *f, em_json *j, const char *name, con
     return open_error(f->path, EM_ERR_FORMAT, "%sexpected a non-negative integer, got %s", ctx, io_json_kind_name(k));
   int code = io_json_read_int64(j, out);
   if (code) return json_error(f, j, code, ctx);
-  if (*out < 0) return open_error(f->path, EM_ERR_FORMAT, "%sexpected a non-negative integer, got %lld", ctx, (long long)*out);
+  if (*out < 0)
+    return open_error(f->path, EM_ERR_FORMAT, "%sexpected a non-negative integer, got %lld", ctx, (long long)*out);
   return EM_OK;
 }
 
@@ -334,9 +336,13 @@ static em_status parse_dtype(em_safetensors *f, em_json *j, entry *e) {
     e->dtype = dtype_codes[i].dtype;
   } else {
     int foreign = 0;
-    for (size_t c = 0; c < sizeof foreign_codes / sizeof *foreign_codes; c++) foreign |= !strcmp(code, foreign_codes[c]);
-    st = foreign ? open_error(f->path, EM_ERR_UNSUPPORTED, "tensor '%s': dtype %s has no ember counterpart (ember reads " EMBER_CODES ")", e->name, code)
-                 : open_error(f->path, EM_ERR_FORMAT, "tensor '%s': unknown dtype '%.64s' (expected " EMBER_CODES ")", e->name, code);
+    for (size_t c = 0; c < sizeof foreign_codes / sizeof *foreign_codes; c++)
+      foreign |= !strcmp(code, foreign_codes[c]);
+    st = foreign
+             ? open_error(f->path, EM_ERR_UNSUPPORTED,
+                          "tensor '%s': dtype %s has no ember counterpart (ember reads " EMBER_CODES ")", e->name, code)
+             : open_error(f->path, EM_ERR_FORMAT, "tensor '%s': unknown dtype '%.64s' (expected " EMBER_CODES ")",
+                          e->name, code);
   }
   free(code);
   return st;
@@ -353,8 +359,9 @@ static em_status parse_shape(em_safetensors *f, em_json *j, entry *e) {
     if ((jst = io_json_next_element(j, &more))) return json_error(f, j, jst, "");
     if (!more) return EM_OK;
     if (e->ndim == EM_MAX_DIMS)
-      return open_error(f->path, EM_ERR_UNSUPPORTED, "tensor '%s': shape has more than %d dims, ember supports up to %d",
-                        e->name, EM_MAX_DIMS, EM_MAX_DIMS);
+      return open_error(f->path, EM_ERR_UNSUPPORTED,
+                        "tensor '%s': shape has more than %d dims, ember supports up to %d", e->name, EM_MAX_DIMS,
+                        EM_MAX_DIMS);
     char what[32];
     snprintf(what, sizeof what, "shape[%d]", e->ndim);
     em_status st = read_count(f, j, e->name, what, &e->sizes[e->ndim]);
@@ -365,18 +372,21 @@ static em_status parse_shape(em_safetensors *f, em_json *j, entry *e) {
 static em_status parse_offsets(em_safetensors *f, em_json *j, entry *e) {
   em_json_kind k = io_json_peek(j);
   if (k != EM_JSON_ARRAY && k != EM_JSON_EOF && k != EM_JSON_INVALID)
-    return open_error(f->path, EM_ERR_FORMAT, "tensor '%s': 'data_offsets' must be an array [begin, end], got %s", e->name,
-                      io_json_kind_name(k));
+    return open_error(f->path, EM_ERR_FORMAT, "tensor '%s': 'data_offsets' must be an array [begin, end], got %s",
+                      e->name, io_json_kind_name(k));
   int jst = io_json_begin_array(j), more, count = 0;
   if (jst) return json_error(f, j, jst, "");
   for (;; count++) {
     if ((jst = io_json_next_element(j, &more))) return json_error(f, j, jst, "");
     if (!more) break;
-    if (count == 2) return open_error(f->path, EM_ERR_FORMAT, "tensor '%s': 'data_offsets' has more than 2 values", e->name);
-    em_status st = read_count(f, j, e->name, count ? "data_offsets[1]" : "data_offsets[0]", count ? &e->end : &e->begin);
+    if (count == 2)
+      return open_error(f->path, EM_ERR_FORMAT, "tensor '%s': 'data_offsets' has more than 2 values", e->name);
+    em_status st =
+        read_count(f, j, e->name, count ? "data_offsets[1]" : "data_offsets[0]", count ? &e->end : &e->begin);
     if (st) return st;
   }
-  if (count != 2) return open_error(f->path, EM_ERR_FORMAT, "tensor '%s': 'data_offsets' has %d values, expected 2", e->name, count);
+  if (count != 2)
+    return open_error(f->path, EM_ERR_FORMAT, "tensor '%s': 'data_offsets' has %d values, expected 2", e->name, count);
   return EM_OK;
 }
 
@@ -385,8 +395,9 @@ static em_status parse_offsets(em_safetensors *f, em_json *j, entry *e) {
 static em_status parse_entry(em_safetensors *f, em_json *j, entry *e) {
   em_json_kind k = io_json_peek(j);
   if (k != EM_JSON_OBJECT && k != EM_JSON_EOF && k != EM_JSON_INVALID)
-    return open_error(f->path, EM_ERR_FORMAT, "tensor '%s': expected an object with dtype, shape and data_offsets, got %s",
-                      e->name, io_json_kind_name(k));
+    return open_error(f->path, EM_ERR_FORMAT,
+                      "tensor '%s': expected an object with dtype, shape and data_offsets, got %s", e->name,
+                      io_json_kind_name(k));
   int jst = io_json_begin_object(j), more, seen[3] = {0};
   if (jst) return json_error(f, j, jst, "");
   static const char *const fields[3] = {"dtype", "shape", "data_offsets"};
@@ -414,7 +425,8 @@ static em_status parse_entry(em_safetensors *f, em_json *j, entry *e) {
 static em_status parse_metadata(em_safetensors *f, em_json *j) {
   em_json_kind k = io_json_peek(j);
   if (k != EM_JSON_OBJECT && k != EM_JSON_EOF && k != EM_JSON_INVALID)
-    return open_error(f->path, EM_ERR_FORMAT, "'__metadata__' must be an object of strings, got %s", io_json_kind_name(k));
+    return open_error(f->path, EM_ERR_FORMAT, "'__metadata__' must be an object of strings, got %s",
+                      io_json_kind_name(k));
   int jst = io_json_begin_object(j), more;
   if (jst) return json_error(f, j, jst, "");
   for (;;) {
@@ -434,8 +446,9 @@ static em_status parse_metadata(em_safetensors *f, em_json *j) {
     }
     k = io_json_peek(j);
     if (k != EM_JSON_STRING && k != EM_JSON_EOF && k != EM_JSON_INVALID) {
-      em_status st = open_error(f->path, EM_ERR_FORMAT, "'__metadata__' value for key '%.200s' must be a string, got %s",
-                                key, io_json_kind_name(k));
+      em_status st =
+          open_error(f->path, EM_ERR_FORMAT, "'__metadata__' value for key '%.200s' must be a string, got %s", key,
+                     io_json_kind_name(k));
       free(key);
       return st;
     }
@@ -451,11 +464,12 @@ static em_status parse_metadata(em_safetensors *f, em_json *j) {
 }
 
 static em_status parse_header(em_safetensors *f, const unsigned char *text, size_t len) {
-  if (len == 0)
-    return open_error(f->path, EM_ERR_FORMAT, "the header is empty (length 0); expected a JSON object");
+  if (len == 0) return open_error(f->path, EM_ERR_FORMAT, "the header is empty (length 0); expected a JSON object");
   if (text[0] != '{')
-    return open_error(f->path, EM_ERR_FORMAT, "the header must be a JSON object starting with '{', found byte 0x%02x "
-                      "at file offset 8 (not a safetensors file?)", text[0]);
+    return open_error(f->path, EM_ERR_FORMAT,
+                      "the header must be a JSON object starting with '{', found byte 0x%02x "
+                      "at file offset 8 (not a safetensors file?)",
+                      text[0]);
   em_json j;
   io_json_init(&j, text, len);
   int jst = io_json_begin_object(&j), more, seen_meta = 0;
@@ -555,17 +569,23 @@ static em_status validate(em_safetensors *f) {
   for (int i = 0; i < f->n && !st; i++) {
     const entry *e = order[i];
     if (e->begin > covered)
-      st = open_error(path, EM_ERR_FORMAT, "data section bytes [%lld, %lld) before tensor '%s' belong to no tensor "
-                      "(tensors must be packed with no gaps)", (long long)covered, (long long)e->begin, e->name);
+      st = open_error(path, EM_ERR_FORMAT,
+                      "data section bytes [%lld, %lld) before tensor '%s' belong to no tensor "
+                      "(tensors must be packed with no gaps)",
+                      (long long)covered, (long long)e->begin, e->name);
     else if (e->begin < covered)
-      st = open_error(path, EM_ERR_FORMAT, "tensor '%s' (data_offsets [%lld, %lld]) overlaps tensor '%s' (data_offsets "
-                      "[%lld, %lld])", e->name, (long long)e->begin, (long long)e->end, order[i - 1]->name,
+      st = open_error(path, EM_ERR_FORMAT,
+                      "tensor '%s' (data_offsets [%lld, %lld]) overlaps tensor '%s' (data_offsets "
+                      "[%lld, %lld])",
+                      e->name, (long long)e->begin, (long long)e->end, order[i - 1]->name,
                       (long long)order[i - 1]->begin, (long long)order[i - 1]->end);
     covered = e->end;
   }
   if (!st && (uint64_t)covered != f->data_len)
-    st = open_error(path, EM_ERR_FORMAT, "the data section is %zu bytes but the tensors cover only %lld: %zu bytes at "
-                    "the end belong to no tensor", f->data_len, (long long)covered, f->data_len - (size_t)covered);
+    st = open_error(path, EM_ERR_FORMAT,
+                    "the data section is %zu bytes but the tensors cover only %lld: %zu bytes at "
+                    "the end belong to no tensor",
+                    f->data_len, (long long)covered, f->data_len - (size_t)covered);
   free(order);
   return st;
 }
@@ -579,8 +599,10 @@ static em_status map_file(em_safetensors *f) {
   if (fstat(fd, &sb)) st = open_error(f->path, EM_ERR_IO, "cannot stat: %s", strerror(errno));
   else if (!S_ISREG(sb.st_mode)) st = open_error(f->path, EM_ERR_IO, "not a regular file");
   else if (sb.st_size < 8)
-    st = open_error(f->path, EM_ERR_FORMAT, "the file is %lld bytes, shorter than the 8-byte header length that "
-                    "starts a safetensors file", (long long)sb.st_size);
+    st = open_error(f->path, EM_ERR_FORMAT,
+                    "the file is %lld bytes, shorter than the 8-byte header length that "
+                    "starts a safetensors file",
+                    (long long)sb.st_size);
   if (st) {
     close(fd);
     return st;
@@ -617,11 +639,15 @@ em_status em_safetensors_open(em_safetensors **out, const char *path) {
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | bytes[i];
     if (hlen > MAX_HEADER_BYTES)
-      st = open_error(path, EM_ERR_FORMAT, "header length %llu is larger than the %llu-byte limit (not a safetensors "
-                      "file?)", (unsigned long long)hlen, MAX_HEADER_BYTES);
+      st = open_error(path, EM_ERR_FORMAT,
+                      "header length %llu is larger than the %llu-byte limit (not a safetensors "
+                      "file?)",
+                      (unsigned long long)hlen, MAX_HEADER_BYTES);
     else if (hlen > f->file_len - 8)
-      st = open_error(path, EM_ERR_FORMAT, "header length %llu runs past the end of the file (%zu bytes): the file is "
-                      "truncated or not a safetensors file", (unsigned long long)hlen, f->file_len);
+      st = open_error(path, EM_ERR_FORMAT,
+                      "header length %llu runs past the end of the file (%zu bytes): the file is "
+                      "truncated or not a safetensors file",
+                      (unsigned long long)hlen, f->file_len);
     else {
       f->data = bytes + 8 + hlen;
       f->data_len = f->file_len - 8 - (size_t)hlen;
@@ -718,8 +744,10 @@ em_status em_safetensors_get(const em_safetensors *f, int i, em_tensor **out) {
   int same = em_tensor_ndim(dst) == e->ndim;
   for (int d = 0; same && d < e->ndim; d++) same = em_tensor_size(dst, d) == e->sizes[d];
   if (!same)
-    return em_set_error(EM_ERR_SHAPE, "safetensors_get: %s: tensor '%s' has shape %s in the file, the destination "
-                        "has shape %s", f->path, e->name, tn_shape_str(e->ndim, e->sizes), EM_SHAPE(dst));
+    return em_set_error(EM_ERR_SHAPE,
+                        "safetensors_get: %s: tensor '%s' has shape %s in the file, the destination "
+                        "has shape %s",
+                        f->path, e->name, tn_shape_str(e->ndim, e->sizes), EM_SHAPE(dst));
   em_tensor *src = NULL;
   if ((st = entry_tensor(f, e, &src))) return st;
   st = em_copy_(dst, src);

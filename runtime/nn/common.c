@@ -32,7 +32,8 @@ em_status nn_check_like(const char *op, const em_tensor *t, const char *what, co
   if (t->dtype != like->dtype)
     return em_set_error(EM_ERR_DTYPE, "%s: the %s is %s but the input is %s (convert one of them)", op, what,
                         em_dtype_name(t->dtype), em_dtype_name(like->dtype));
-  if (!same_device(t, like)) return em_set_error(EM_ERR_DEVICE, "%s: the %s is on another device than the input", op, what);
+  if (!same_device(t, like))
+    return em_set_error(EM_ERR_DEVICE, "%s: the %s is on another device than the input", op, what);
   return EM_OK;
 }
 
@@ -68,7 +69,6 @@ em_status nn_reshaped(em_tensor **out, const em_tensor *a, int ndim, const int64
   em_tensor_release(c);
   return st;
 }
-
 
 static void free_ctx(em_node *n) { free(n->ctx); }
 

@@ -68,8 +68,8 @@ em_status em_nn_conv2d(em_tensor **out, const em_tensor *x, const em_tensor *w, 
                                                             pad_w, dilation_h, dilation_w, groups));
   const char *op = "conv2d";
   em_status st;
-  if ((st = nn_check_out(op, out)) || (st = nn_check_float(op, x, "input")) ||
-      (st = nn_check_float(op, w, "weight")) || (st = nn_check_like(op, w, "weight", x)))
+  if ((st = nn_check_out(op, out)) || (st = nn_check_float(op, x, "input")) || (st = nn_check_float(op, w, "weight")) ||
+      (st = nn_check_like(op, w, "weight", x)))
     return st;
   if (x->ndim != 3 && x->ndim != 4)
     return em_set_error(EM_ERR_SHAPE, "conv2d: expected a 3-d [C, H, W] or 4-d [N, C, H, W] input, got shape %s",
@@ -110,8 +110,8 @@ em_status em_nn_conv2d(em_tensor **out, const em_tensor *x, const em_tensor *w, 
   if (!be) return em_last_status();
   int64_t xshape[4] = {N, C, H, W}, yshape[4] = {N, Co, OH, OW};
   em_tensor *xc = NULL, *wc = NULL, *bc = NULL, *y = NULL;
-  if (!(st = nn_reshaped(&xc, x, 4, xshape)) && !(st = nn_contiguous(&wc, w)) &&
-      !(st = nn_contiguous(&bc, b)) && !(st = em_empty(&y, 4, yshape, x->dtype, x->storage->device)))
+  if (!(st = nn_reshaped(&xc, x, 4, xshape)) && !(st = nn_contiguous(&wc, w)) && !(st = nn_contiguous(&bc, b)) &&
+      !(st = em_empty(&y, 4, yshape, x->dtype, x->storage->device)))
     st = be->conv2d(y, xc, wc, bc, &p);
   if (!st) st = batched ? (em_tensor_retain(y), *out = y, EM_OK) : em_reshape(out, y, 3, yshape + 1);
   const em_tensor *in[3] = {x, w, b};

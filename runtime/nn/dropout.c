@@ -24,8 +24,7 @@ em_status em_nn_dropout(em_tensor **out, const em_tensor *x, double p, int train
     return EM_OK;
   }
   em_tensor *mask = NULL;
-  if (!(st = em_empty(&mask, x->ndim, x->sizes, x->dtype, x->storage->device)) &&
-      !(st = em_bernoulli_(mask, 1 - p)) &&
+  if (!(st = em_empty(&mask, x->ndim, x->sizes, x->dtype, x->storage->device)) && !(st = em_bernoulli_(mask, 1 - p)) &&
       !(st = em_binary_scalar(EM_MUL, &mask, mask, p < 1 ? 1 / (1 - p) : 0, 0)))
     st = em_binary(EM_MUL, out, x, mask);
   const em_tensor *in[1] = {x};

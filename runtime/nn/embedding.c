@@ -56,8 +56,10 @@ em_status em_nn_embedding(em_tensor **out, const em_tensor *weight, const em_ten
     return em_set_error(EM_ERR_SHAPE, "embedding: indices of shape %s have too many dims", EM_SHAPE(indices));
   int64_t R = weight->sizes[0], D = weight->sizes[1];
   if (padding_idx >= 0 && (padding_idx < base || padding_idx >= R + base))
-    return em_set_error(EM_ERR_INDEX, "embedding: padding_idx %lld is out of range for %lld embeddings (expected %d..%lld, or negative for none)",
-                        (long long)padding_idx, (long long)R, base, (long long)(R - 1 + base));
+    return em_set_error(
+        EM_ERR_INDEX,
+        "embedding: padding_idx %lld is out of range for %lld embeddings (expected %d..%lld, or negative for none)",
+        (long long)padding_idx, (long long)R, base, (long long)(R - 1 + base));
   int64_t L = em_tensor_numel(indices), shape[EM_MAX_DIMS];
   for (int d = 0; d < indices->ndim; d++) shape[d] = indices->sizes[d];
   shape[indices->ndim] = D;
@@ -87,8 +89,7 @@ em_status em_nn_embedding(em_tensor **out, const em_tensor *weight, const em_ten
 
 static em_status embedding_bag_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
   if (!go[0]) return EM_OK;
-  const em_tensor *w = n->saved[0], *idx = n->saved[1], *off = n->saved[2], *psw = n->saved[3],
-                  *argmax = n->saved[4];
+  const em_tensor *w = n->saved[0], *idx = n->saved[1], *off = n->saved[2], *psw = n->saved[3], *argmax = n->saved[4];
   int mode = (int)n->i[0], base = (int)n->i[1];
   em_tensor *gout = NULL, *gw = NULL, *gpsw = NULL;
   em_status st = nn_contiguous(&gout, go[0]);
@@ -129,7 +130,8 @@ em_status em_nn_embedding_bag(em_tensor **out, const em_tensor *weight, const em
     return em_set_error(EM_ERR_ARGUMENT, "embedding_bag: 1-d indices %s need offsets (the start of each bag)",
                         EM_SHAPE(indices));
   if (indices->ndim != 1 && indices->ndim != 2)
-    return em_set_error(EM_ERR_SHAPE, "embedding_bag: expected 1-d indices with offsets or 2-d indices [B, L], got shape %s",
+    return em_set_error(EM_ERR_SHAPE,
+                        "embedding_bag: expected 1-d indices with offsets or 2-d indices [B, L], got shape %s",
                         EM_SHAPE(indices));
   if (offsets && offsets->ndim != 1)
     return em_set_error(EM_ERR_SHAPE, "embedding_bag: expected 1-d offsets, got shape %s", EM_SHAPE(offsets));

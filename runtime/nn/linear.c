@@ -47,8 +47,7 @@ em_status em_nn_linear(em_tensor **out, const em_tensor *x, const em_tensor *w, 
     return ag_autocast_finish(&ac, ac.status ? ac.status : em_nn_linear(out, ac.t[0], ac.t[1], ac.t[2]));
   const char *op = "linear";
   em_status st;
-  if ((st = nn_check_out(op, out)) || (st = nn_check_float(op, x, "input")) ||
-      (st = nn_check_like(op, w, "weight", x)))
+  if ((st = nn_check_out(op, out)) || (st = nn_check_float(op, x, "input")) || (st = nn_check_like(op, w, "weight", x)))
     return st;
   if (!w) return em_set_error(EM_ERR_ARGUMENT, "linear: expected a weight tensor, got nil");
   if (w->ndim != 2)
@@ -57,7 +56,8 @@ em_status em_nn_linear(em_tensor **out, const em_tensor *x, const em_tensor *w, 
   int64_t nout = w->sizes[0], nin = w->sizes[1];
   if ((st = nn_check_vector(op, b, "bias", nout, x))) return st;
   if (x->ndim < 1 || x->sizes[x->ndim - 1] != nin)
-    return em_set_error(EM_ERR_SHAPE, "linear: input of shape %s does not fit weight of shape %s (expected the last dim to be %lld)",
+    return em_set_error(EM_ERR_SHAPE,
+                        "linear: input of shape %s does not fit weight of shape %s (expected the last dim to be %lld)",
                         EM_SHAPE(x), EM_SHAPE(w), (long long)nin);
   /* x as rows [M, in]; y as [M, out], then back to x's leading dims */
   int64_t rows = 1, yshape[EM_MAX_DIMS];

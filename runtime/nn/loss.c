@@ -49,8 +49,9 @@ static em_status class_loss(const char *op, em_tensor **out, const em_tensor *in
   for (int d = 0; d < input->ndim; d++)
     if (d != cdim) tshape[tnd++] = input->sizes[d];
   if (target->ndim != tnd || memcmp(target->sizes, tshape, sizeof(int64_t) * tnd))
-    return em_set_error(EM_ERR_SHAPE, "%s: target of shape %s does not fit input of shape %s (expected target shape %s)",
-                        op, EM_SHAPE(target), EM_SHAPE(input), tn_shape_str(tnd, tshape));
+    return em_set_error(EM_ERR_SHAPE,
+                        "%s: target of shape %s does not fit input of shape %s (expected target shape %s)", op,
+                        EM_SHAPE(target), EM_SHAPE(input), tn_shape_str(tnd, tshape));
   if (input->ndim > 1) xshape[0] = input->sizes[0];
   for (int d = 2; d < input->ndim; d++) xshape[2] *= input->sizes[d];
   const em_backend *be = nn_backend(op, input);
@@ -61,15 +62,16 @@ static em_status class_loss(const char *op, em_tensor **out, const em_tensor *in
       !(st = nn_contiguous(&wc, weight)) &&
       !(st = p->log_input ? EM_OK : em_empty(&lse, 1, &ns, input->dtype, input->storage->device)) &&
       !(st = em_empty(&tw, 0, NULL, input->dtype, input->storage->device)) &&
-      !(st = em_empty(out, p->reduction == EM_REDUCTION_NONE ? tnd : 0, tshape, input->dtype, input->storage->device)) &&
+      !(st =
+            em_empty(out, p->reduction == EM_REDUCTION_NONE ? tnd : 0, tshape, input->dtype, input->storage->device)) &&
       (st = be->class_loss(*out, lse, tw, x, t, wc, p))) {
     em_tensor_release(*out);
     *out = NULL;
   }
   const em_tensor *in[1] = {input};
   if (!st && ag_any_requires_grad(1, in)) {
-    em_node *n = ag_node_new(p->log_input ? "NllLossBackward" : "CrossEntropyLossBackward", class_loss_backward, 1,
-                             in, 1);
+    em_node *n =
+        ag_node_new(p->log_input ? "NllLossBackward" : "CrossEntropyLossBackward", class_loss_backward, 1, in, 1);
     if (n) {
       n->i[0] = p->ignore_index, n->i[1] = p->reduction, n->i[2] = p->log_input, n->i[3] = p->base;
       n->d[0] = p->label_smoothing;
@@ -141,7 +143,8 @@ em_status em_nn_cross_entropy(em_tensor **out, const em_tensor *logits, const em
       (st = tn_check_tensor(op, target, "target")) || (st = check_reduction(op, reduction)))
     return st;
   if (logits->ndim < 1)
-    return em_set_error(EM_ERR_SHAPE, "cross_entropy: expected an input [N, C, ...] or [C], got shape %s", EM_SHAPE(logits));
+    return em_set_error(EM_ERR_SHAPE, "cross_entropy: expected an input [N, C, ...] or [C], got shape %s",
+                        EM_SHAPE(logits));
   if (!(label_smoothing >= 0 && label_smoothing <= 1))
     return em_set_error(EM_ERR_ARGUMENT, "cross_entropy: got label_smoothing = %g, expected a value in [0, 1]",
                         label_smoothing);
@@ -157,8 +160,8 @@ em_status em_nn_cross_entropy(em_tensor **out, const em_tensor *logits, const em
   return class_loss(op, out, logits, target, weight, &p);
 }
 
-em_status em_nn_nll_loss(em_tensor **out, const em_tensor *log_probs, const em_tensor *target,
-                         const em_tensor *weight, int64_t ignore_index, em_reduction reduction, int base) {
+em_status em_nn_nll_loss(em_tensor **out, const em_tensor *log_probs, const em_tensor *target, const em_tensor *weight,
+                         int64_t ignore_index, em_reduction reduction, int base) {
   em_autocast_ops ac;
   if (ag_autocast_prepare(&ac, EM_AUTOCAST_FP32, 3, (const em_tensor *[]){log_probs, target, weight}))
     return ag_autocast_finish(
@@ -169,7 +172,8 @@ em_status em_nn_nll_loss(em_tensor **out, const em_tensor *log_probs, const em_t
       (st = nn_check_index(op, target, "target")) || (st = check_reduction(op, reduction)))
     return st;
   if (log_probs->ndim < 1)
-    return em_set_error(EM_ERR_SHAPE, "nll_loss: expected an input [N, C, ...] or [C], got shape %s", EM_SHAPE(log_probs));
+    return em_set_error(EM_ERR_SHAPE, "nll_loss: expected an input [N, C, ...] or [C], got shape %s",
+                        EM_SHAPE(log_probs));
   em_class_loss_params p = {ignore_index, 0, reduction, 1, base};
   return class_loss(op, out, log_probs, target, weight, &p);
 }
@@ -204,7 +208,8 @@ em_status em_nn_mse_loss(em_tensor **out, const em_tensor *input, const em_tenso
 /* softplus(-x), stable for any x */
 static em_tensor *softplus_neg(em_scratch *sc, const em_tensor *x) {
   em_tensor *relu_neg = ag_sc_unary(sc, EM_RELU, ag_sc_unary(sc, EM_NEG, x));
-  em_tensor *tail = ag_sc_unary(sc, EM_LOG1P, ag_sc_unary(sc, EM_EXP, ag_sc_unary(sc, EM_NEG, ag_sc_unary(sc, EM_ABS, x))));
+  em_tensor *tail =
+      ag_sc_unary(sc, EM_LOG1P, ag_sc_unary(sc, EM_EXP, ag_sc_unary(sc, EM_NEG, ag_sc_unary(sc, EM_ABS, x))));
   return ag_sc_binary(sc, EM_ADD, relu_neg, tail);
 }
 
@@ -252,9 +257,9 @@ em_status em_nn_binary_cross_entropy_with_logits(em_tensor **out, const em_tenso
                                                  em_reduction reduction) {
   em_autocast_ops ac;
   if (ag_autocast_prepare(&ac, EM_AUTOCAST_FP32, 4, (const em_tensor *[]){logits, target, weight, pos_weight}))
-    return ag_autocast_finish(&ac, ac.status ? ac.status
-                                             : em_nn_binary_cross_entropy_with_logits(out, ac.t[0], ac.t[1], ac.t[2],
-                                                                                      ac.t[3], reduction));
+    return ag_autocast_finish(
+        &ac, ac.status ? ac.status
+                       : em_nn_binary_cross_entropy_with_logits(out, ac.t[0], ac.t[1], ac.t[2], ac.t[3], reduction));
   const char *op = "binary_cross_entropy_with_logits";
   em_status st;
   if ((st = nn_check_out(op, out)) || (st = nn_check_float(op, logits, "input")) ||
@@ -269,7 +274,9 @@ em_status em_nn_binary_cross_entropy_with_logits(em_tensor **out, const em_tenso
   const em_tensor *x = logits, *y = target;
   em_tensor *sp = softplus_neg(&sc, x);
   if (pos_weight)
-    sp = ag_sc_binary(&sc, EM_MUL, sp, ag_sc_scalar(&sc, EM_ADD, ag_sc_binary(&sc, EM_MUL, ag_sc_scalar(&sc, EM_SUB, pos_weight, 1.0), y), 1.0));
+    sp = ag_sc_binary(
+        &sc, EM_MUL, sp,
+        ag_sc_scalar(&sc, EM_ADD, ag_sc_binary(&sc, EM_MUL, ag_sc_scalar(&sc, EM_SUB, pos_weight, 1.0), y), 1.0));
   em_tensor *loss = ag_sc_binary(&sc, EM_ADD, ag_sc_binary(&sc, EM_MUL, ag_sc_rscalar(&sc, EM_SUB, 1.0, y), x), sp);
   if (weight) loss = ag_sc_binary(&sc, EM_MUL, loss, weight);
   if (reduction == EM_REDUCTION_NONE) {

@@ -37,7 +37,8 @@ em_status em_nn_count_correct(int64_t *count, const em_tensor *logits, const em_
   if (logits->ndim != 2)
     return em_set_error(EM_ERR_SHAPE, "count_correct: expected logits of shape [N, C], got %s", EM_SHAPE(logits));
   if (target->ndim != 1 || target->sizes[0] != logits->sizes[0])
-    return em_set_error(EM_ERR_SHAPE, "count_correct: expected a target of shape [%lld] (one class per row of logits %s), got %s",
+    return em_set_error(EM_ERR_SHAPE,
+                        "count_correct: expected a target of shape [%lld] (one class per row of logits %s), got %s",
                         (long long)logits->sizes[0], EM_SHAPE(logits), EM_SHAPE(target));
   if (em_tensor_device(target).type != em_tensor_device(logits).type ||
       em_tensor_device(target).index != em_tensor_device(logits).index)

@@ -37,8 +37,7 @@ static em_status update_running(em_tensor *running, const em_tensor *value, doub
 }
 
 em_status em_nn_batch_norm(em_tensor **out, const em_tensor *x, const em_tensor *weight, const em_tensor *bias,
-                           em_tensor *running_mean, em_tensor *running_var, int training, double momentum,
-                           double eps) {
+                           em_tensor *running_mean, em_tensor *running_var, int training, double momentum, double eps) {
   em_autocast_ops ac;
   if (ag_autocast_prepare(&ac, EM_AUTOCAST_FP32, 3, (const em_tensor *[]){x, weight, bias}))
     return ag_autocast_finish(&ac, ac.status ? ac.status
@@ -56,11 +55,13 @@ em_status em_nn_batch_norm(em_tensor **out, const em_tensor *x, const em_tensor 
       (st = nn_check_vector(op, running_var, "running_var", C, x)))
     return st;
   if (!(eps >= 0) || !(momentum >= 0 && momentum <= 1))
-    return em_set_error(EM_ERR_ARGUMENT, "batch_norm: got eps = %g and momentum = %g, expected eps >= 0 and momentum in [0, 1]",
-                        eps, momentum);
+    return em_set_error(EM_ERR_ARGUMENT,
+                        "batch_norm: got eps = %g and momentum = %g, expected eps >= 0 and momentum in [0, 1]", eps,
+                        momentum);
   if (training && count <= 1)
     return em_set_error(EM_ERR_SHAPE,
-                        "batch_norm: expected more than 1 value per channel when training, got input of shape %s", EM_SHAPE(x));
+                        "batch_norm: expected more than 1 value per channel when training, got input of shape %s",
+                        EM_SHAPE(x));
   if (!training && (!running_mean || !running_var))
     return em_set_error(EM_ERR_ARGUMENT, "batch_norm: evaluation mode needs running_mean and running_var");
   if (training && ((running_mean && (st = ag_check_inplace(op, running_mean))) ||
@@ -69,12 +70,10 @@ em_status em_nn_batch_norm(em_tensor **out, const em_tensor *x, const em_tensor 
   const em_backend *be = nn_backend(op, x);
   if (!be) return em_last_status();
   em_tensor *xc = NULL, *wc = NULL, *bc = NULL, *mean = NULL, *var = NULL, *unbiased = NULL;
-  if ((st = nn_contiguous(&xc, x)) || (st = nn_contiguous(&wc, weight)) || (st = nn_contiguous(&bc, bias)))
-    goto done;
+  if ((st = nn_contiguous(&xc, x)) || (st = nn_contiguous(&wc, weight)) || (st = nn_contiguous(&bc, bias))) goto done;
   if (training) {
     if ((st = em_empty(&mean, 1, &C, x->dtype, x->storage->device)) ||
-        (st = em_empty(&var, 1, &C, x->dtype, x->storage->device)) ||
-        (st = be->batch_norm_stats(mean, var, xc)))
+        (st = em_empty(&var, 1, &C, x->dtype, x->storage->device)) || (st = be->batch_norm_stats(mean, var, xc)))
       goto done;
     if (running_mean && (st = update_running(running_mean, mean, momentum))) goto done;
     /* the running variance is the unbiased estimate, as PyTorch keeps it */
@@ -151,12 +150,14 @@ em_status em_nn_layer_norm(em_tensor **out, const em_tensor *x, int n_dims, cons
                            const em_tensor *bias, double eps) {
   em_autocast_ops ac;
   if (ag_autocast_prepare(&ac, EM_AUTOCAST_FP32, 3, (const em_tensor *[]){x, weight, bias}))
-    return ag_autocast_finish(&ac, ac.status ? ac.status : em_nn_layer_norm(out, ac.t[0], n_dims, ac.t[1], ac.t[2], eps));
+    return ag_autocast_finish(&ac,
+                              ac.status ? ac.status : em_nn_layer_norm(out, ac.t[0], n_dims, ac.t[1], ac.t[2], eps));
   const char *op = "layer_norm";
   em_status st;
   if ((st = nn_check_out(op, out)) || (st = nn_check_float(op, x, "input"))) return st;
   if (n_dims < 1 || n_dims > x->ndim)
-    return em_set_error(EM_ERR_ARGUMENT, "layer_norm: normalising over the last %d dims of an input of shape %s; expected 1..%d dims",
+    return em_set_error(EM_ERR_ARGUMENT,
+                        "layer_norm: normalising over the last %d dims of an input of shape %s; expected 1..%d dims",
                         n_dims, EM_SHAPE(x), x->ndim);
   if ((st = check_param(weight, "weight", x, n_dims)) || (st = check_param(bias, "bias", x, n_dims))) return st;
   if (!(eps >= 0)) return em_set_error(EM_ERR_ARGUMENT, "layer_norm: got eps = %g, expected eps >= 0", eps);

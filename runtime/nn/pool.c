@@ -53,7 +53,8 @@ static em_status window(const char *op, const em_tensor *x, const em_pool2d_para
   *oh = pool_out(H, k[0], pad[0], s[0], d[0], p->ceil_mode);
   *ow = pool_out(W, k[1], pad[1], s[1], d[1], p->ceil_mode);
   if (*oh < 1 || *ow < 1)
-    return em_set_error(EM_ERR_SHAPE, "%s: input of shape %s gives an output of %lld x %lld with kernel (%d, %d), "
+    return em_set_error(EM_ERR_SHAPE,
+                        "%s: input of shape %s gives an output of %lld x %lld with kernel (%d, %d), "
                         "stride (%d, %d), padding (%d, %d), dilation (%d, %d): the output is too small",
                         op, EM_SHAPE(x), (long long)*oh, (long long)*ow, k[0], k[1], s[0], s[1], pad[0], pad[1], d[0],
                         d[1]);
@@ -80,11 +81,11 @@ static em_status max_pool2d_backward(em_node *n, em_tensor *const *go, em_tensor
   return st;
 }
 
-em_status em_nn_max_pool2d(em_tensor **out, const em_tensor *x, int kernel_h, int kernel_w, int stride_h,
-                           int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w, int ceil_mode) {
+em_status em_nn_max_pool2d(em_tensor **out, const em_tensor *x, int kernel_h, int kernel_w, int stride_h, int stride_w,
+                           int pad_h, int pad_w, int dilation_h, int dilation_w, int ceil_mode) {
   const char *op = "max_pool2d";
-  em_pool2d_params p = {{kernel_h, kernel_w}, {stride_h, stride_w}, {pad_h, pad_w}, {dilation_h, dilation_w},
-                        ceil_mode != 0, 0, 0};
+  em_pool2d_params p = {
+      {kernel_h, kernel_w}, {stride_h, stride_w}, {pad_h, pad_w}, {dilation_h, dilation_w}, ceil_mode != 0, 0, 0};
   em_tensor *xc = NULL, *y = NULL, *idx = NULL;
   int64_t oh = 0, ow = 0, shape[4];
   em_status st = nn_check_out(op, out);
@@ -142,8 +143,8 @@ static em_status avg_pool2d_backward(em_node *n, em_tensor *const *go, em_tensor
   return st;
 }
 
-static em_status avg_common(const char *op, em_tensor **out, const em_tensor *x, const em_pool2d_params *p,
-                            int64_t oh, int64_t ow, em_tensor *xc) {
+static em_status avg_common(const char *op, em_tensor **out, const em_tensor *x, const em_pool2d_params *p, int64_t oh,
+                            int64_t ow, em_tensor *xc) {
   int64_t pshape[3] = {xc->sizes[0], oh, ow}, shape[4];
   em_tensor *y = NULL;
   const em_backend *be = nn_backend(op, x);
@@ -155,8 +156,8 @@ static em_status avg_common(const char *op, em_tensor **out, const em_tensor *x,
   }
   const em_tensor *in[1] = {x};
   if (!st && ag_any_requires_grad(1, in)) {
-    em_node *n = ag_node_new(p->adaptive ? "AdaptiveAvgPool2dBackward" : "AvgPool2dBackward", avg_pool2d_backward, 1,
-                             in, 1);
+    em_node *n =
+        ag_node_new(p->adaptive ? "AdaptiveAvgPool2dBackward" : "AvgPool2dBackward", avg_pool2d_backward, 1, in, 1);
     em_pool2d_params *saved = n ? nn_node_ctx(n, sizeof *saved) : NULL;
     if (n && !saved) {
       ag_node_release(n);
@@ -170,11 +171,11 @@ static em_status avg_common(const char *op, em_tensor **out, const em_tensor *x,
   return st;
 }
 
-em_status em_nn_avg_pool2d(em_tensor **out, const em_tensor *x, int kernel_h, int kernel_w, int stride_h,
-                           int stride_w, int pad_h, int pad_w, int ceil_mode, int count_include_pad) {
+em_status em_nn_avg_pool2d(em_tensor **out, const em_tensor *x, int kernel_h, int kernel_w, int stride_h, int stride_w,
+                           int pad_h, int pad_w, int ceil_mode, int count_include_pad) {
   const char *op = "avg_pool2d";
-  em_pool2d_params p = {{kernel_h, kernel_w}, {stride_h, stride_w}, {pad_h, pad_w}, {1, 1}, ceil_mode != 0,
-                        count_include_pad != 0, 0};
+  em_pool2d_params p = {
+      {kernel_h, kernel_w}, {stride_h, stride_w}, {pad_h, pad_w}, {1, 1}, ceil_mode != 0, count_include_pad != 0, 0};
   em_tensor *xc = NULL;
   int64_t oh = 0, ow = 0;
   em_status st = nn_check_out(op, out);

@@ -18,8 +18,7 @@ static bool same_device(em_device a, em_device b) { return a.type == b.type && a
 /* Checks a state tensor (momentum buffer, moment) against its parameter. */
 static em_status check_state(const char *op, int i, int n, const em_tensor *p, const em_tensor *s, const char *what) {
   if (!s)
-    return em_set_error(EM_ERR_ARGUMENT, "%s: parameter %d of %d has a gradient but no %s (NULL)", op, i + 1, n,
-                        what);
+    return em_set_error(EM_ERR_ARGUMENT, "%s: parameter %d of %d has a gradient but no %s (NULL)", op, i + 1, n, what);
   em_status st = tn_check_tensor(op, s, what);
   if (st) return st;
   if (!same_shape(p, s))
@@ -35,8 +34,7 @@ static em_status check_state(const char *op, int i, int n, const em_tensor *p, c
 }
 
 /* Checks parameter i and its gradient; *device is the device of the first parameter. */
-static em_status check_param(const char *op, int i, int n, const em_tensor *p, const em_tensor *g,
-                             em_device *device) {
+static em_status check_param(const char *op, int i, int n, const em_tensor *p, const em_tensor *g, em_device *device) {
   if (!p) return em_set_error(EM_ERR_ARGUMENT, "%s: parameter %d of %d is NULL", op, i + 1, n);
   em_status st = tn_check_tensor(op, p, "parameter");
   if (st) return st;
@@ -49,8 +47,8 @@ static em_status check_param(const char *op, int i, int n, const em_tensor *p, c
                         em_dtype_name(p->dtype));
   if ((st = tn_check_tensor(op, g, "gradient"))) return st;
   if (!same_shape(p, g))
-    return em_set_error(EM_ERR_SHAPE, "%s: parameter %d of %d has shape %s but its gradient has shape %s", op, i + 1,
-                        n, EM_SHAPE(p), EM_SHAPE(g));
+    return em_set_error(EM_ERR_SHAPE, "%s: parameter %d of %d has shape %s but its gradient has shape %s", op, i + 1, n,
+                        EM_SHAPE(p), EM_SHAPE(g));
   if (g->dtype != p->dtype)
     return em_set_error(EM_ERR_DTYPE, "%s: parameter %d of %d is %s but its gradient is %s", op, i + 1, n,
                         em_dtype_name(p->dtype), em_dtype_name(g->dtype));
@@ -73,13 +71,14 @@ static em_status check_hyper(const char *op, const char *name, double v, double 
   if (ok) ok = lo_open ? v > lo : v >= lo;
   if (ok && isfinite(hi)) ok = hi_open ? v < hi : v <= hi;
   /* fabs: a NaN prints as nan whatever its sign bit */
-  if (!ok) return em_set_error(EM_ERR_ARGUMENT, "%s: %s is %g, expected %s", op, name, isnan(v) ? fabs(v) : v, expected);
+  if (!ok)
+    return em_set_error(EM_ERR_ARGUMENT, "%s: %s is %g, expected %s", op, name, isnan(v) ? fabs(v) : v, expected);
   return EM_OK;
 }
 
 em_status em_optim_sgd(int n, em_tensor *const *params, em_tensor *const *grads, em_tensor *const *momentum_bufs,
-                       double lr, double momentum, double dampening, double weight_decay, int nesterov,
-                       int first_step, int maximize) {
+                       double lr, double momentum, double dampening, double weight_decay, int nesterov, int first_step,
+                       int maximize) {
   const char *op = "sgd";
   em_status st;
   if ((st = check_list(op, n, params, grads)) ||
@@ -106,8 +105,13 @@ em_status em_optim_sgd(int n, em_tensor *const *params, em_tensor *const *grads,
   if (!any) return EM_OK;
   const em_backend *be = tn_backend_for(op, device);
   if (!be) return em_last_status();
-  em_sgd_args args = {.lr = lr, .momentum = momentum, .dampening = dampening, .weight_decay = weight_decay,
-                      .nesterov = nesterov != 0, .first_step = first_step != 0, .maximize = maximize != 0};
+  em_sgd_args args = {.lr = lr,
+                      .momentum = momentum,
+                      .dampening = dampening,
+                      .weight_decay = weight_decay,
+                      .nesterov = nesterov != 0,
+                      .first_step = first_step != 0,
+                      .maximize = maximize != 0};
   return be->optim_sgd(n, params, (const em_tensor *const *)grads, momentum != 0 ? momentum_bufs : NULL, &args);
 }
 
@@ -124,8 +128,7 @@ em_status em_optim_adam(int n, em_tensor *const *params, em_tensor *const *grads
       (st = check_hyper(op, "weight_decay", weight_decay, 0, false, INFINITY, true, "a finite number >= 0")))
     return st;
   if (step < 1)
-    return em_set_error(EM_ERR_ARGUMENT, "%s: step is %lld, expected >= 1 (steps count from 1)", op,
-                        (long long)step);
+    return em_set_error(EM_ERR_ARGUMENT, "%s: step is %lld, expected >= 1 (steps count from 1)", op, (long long)step);
   if (n > 0 && (!exp_avgs || !exp_avg_sqs))
     return em_set_error(EM_ERR_ARGUMENT, "%s: expected arrays of exp_avg and exp_avg_sq state tensors, got NULL", op);
   em_device device = {0, 0};
@@ -141,8 +144,14 @@ em_status em_optim_adam(int n, em_tensor *const *params, em_tensor *const *grads
   if (!any) return EM_OK;
   const em_backend *be = tn_backend_for(op, device);
   if (!be) return em_last_status();
-  em_adam_args args = {.lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay,
-                       .decoupled = decoupled != 0, .maximize = maximize != 0, .step = step};
+  em_adam_args args = {.lr = lr,
+                       .beta1 = beta1,
+                       .beta2 = beta2,
+                       .eps = eps,
+                       .weight_decay = weight_decay,
+                       .decoupled = decoupled != 0,
+                       .maximize = maximize != 0,
+                       .step = step};
   return be->optim_adam(n, params, (const em_tensor *const *)grads, exp_avgs, exp_avg_sqs, &args);
 }
 
@@ -179,15 +188,13 @@ em_status em_optim_clip_grad_norm(int n, em_tensor *const *grads, double max_nor
   em_status st;
   if (!total_norm) return em_set_error(EM_ERR_ARGUMENT, "%s: total_norm must not be NULL", op);
   *total_norm = 0;
-  if ((st = check_hyper(op, "max_norm", max_norm, 0, false, INFINITY, false, "a number >= 0")))
-    return st;
+  if ((st = check_hyper(op, "max_norm", max_norm, 0, false, INFINITY, false, "a number >= 0"))) return st;
   if (!(norm_type > 0))
     return em_set_error(EM_ERR_ARGUMENT, "%s: norm_type is %g, expected a number > 0 (or inf)", op, norm_type);
   const em_backend *be = NULL;
   if ((st = optim_check_grads(op, n, grads, false, &be)) || !be) return st;
   double acc = 0;
-  if ((st = be->optim_grad_norm(n, (const em_tensor *const *)grads, norm_type, &acc)))
-    return st;
+  if ((st = be->optim_grad_norm(n, (const em_tensor *const *)grads, norm_type, &acc))) return st;
   double total = isinf(norm_type) ? acc : norm_type == 2 ? sqrt(acc) : pow(acc, 1.0 / norm_type);
   *total_norm = total;
   double coef = max_norm / (total + 1e-6);

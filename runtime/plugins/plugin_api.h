@@ -60,11 +60,10 @@ EM_PLUGIN_API int64_t emp_shape_numel(int ndim, const int64_t *sizes);
 EM_PLUGIN_API void emp_contiguous_strides(int ndim, const int64_t *sizes, int64_t *strides);
 /* A view of a expanded to (ndim, sizes) with zero strides where broadcast. */
 EM_PLUGIN_API em_status emp_broadcast_to(const char *op, em_tensor **out, const em_tensor *a, int ndim,
-                                        const int64_t *sizes);
+                                         const int64_t *sizes);
 /* A contiguous copy of t (only its layout when copy_values is 0) for BLAS backends; with
  * keep_broadcast, zero-stride batch dims stay broadcast (copied once). runtime/tensor/copy.c */
-EM_PLUGIN_API em_status emp_compact_matrices(const em_tensor *t, int keep_broadcast, int copy_values,
-                                            em_tensor **out);
+EM_PLUGIN_API em_status emp_compact_matrices(const em_tensor *t, int keep_broadcast, int copy_values, em_tensor **out);
 
 /* ---- the caching allocator (runtime/cuda/caching_allocator.c; caching_allocator.h says
  * how it works) */
@@ -101,7 +100,7 @@ EM_PLUGIN_API const char *emp_dist_op_name(em_dist_opkind kind);
 EM_PLUGIN_API void emp_dist_describe(const em_dist_work *w, char *buf, size_t cap);
 /* Posts an operation on g (checks done by the caller); *work receives the handle. */
 EM_PLUGIN_API em_status emp_dist_post(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out,
-                                     em_dist_redop op, int peer, int tag, em_dist_work **work);
+                                      em_dist_redop op, int peer, int tag, em_dist_work **work);
 /* p[i] *= s for floating dtypes (the 1/size of 'avg', after the sum); others untouched. */
 EM_PLUGIN_API void emp_dist_scale(void *p, int64_t n, em_dtype dtype, double s);
 #endif

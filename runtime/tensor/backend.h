@@ -25,15 +25,18 @@ extern "C" {
 #define EM_BACKEND_API_VERSION 2
 
 typedef enum em_random_kind {
-  EM_RANDOM_UNIFORM, EM_RANDOM_NORMAL, EM_RANDOM_INT, EM_RANDOM_BERNOULLI,
+  EM_RANDOM_UNIFORM,
+  EM_RANDOM_NORMAL,
+  EM_RANDOM_INT,
+  EM_RANDOM_BERNOULLI,
   EM_RANDOM_PERM /* t (1-d, n elements) receives a permutation of 0..n-1 */
 } em_random_kind;
 
 /* One fill from the Philox stream (see core/philox.h for the counter layout). */
 typedef struct em_random_params {
   em_random_kind kind;
-  double a, b;           /* uniform [a, b); normal mean a, std b; bernoulli p = a */
-  int64_t low, high;     /* randint [low, high), exact over all of int64 */
+  double a, b; /* uniform [a, b); normal mean a, std b; bernoulli p = a */
+  int64_t low, high; /* randint [low, high), exact over all of int64 */
   uint64_t seed, offset; /* Philox key and first block */
 } em_random_params;
 
@@ -62,151 +65,149 @@ typedef struct em_pool2d_params {
 
 /* Losses over class indices: cross_entropy on logits, or nll_loss on log-probabilities. */
 typedef struct em_class_loss_params {
-  int64_t ignore_index;   /* a target value (as stored, in base) whose samples are skipped */
+  int64_t ignore_index; /* a target value (as stored, in base) whose samples are skipped */
   double label_smoothing; /* cross_entropy only */
-  int reduction;          /* em_reduction of ember/nn.h: 0 none, 1 mean, 2 sum */
-  int log_input;          /* 1: the input holds log-probabilities (nll_loss) */
+  int reduction; /* em_reduction of ember/nn.h: 0 none, 1 mean, 2 sum */
+  int log_input; /* 1: the input holds log-probabilities (nll_loss) */
   int base;
 } em_class_loss_params;
 
 /* The op table. X(P, name, return type, parameters...) is an entry every backend provides;
  * O(P, ...) is an optional entry, whose comment starts with its default. P is passed
  * through untouched (the prefix of a backend's function names, see below). */
-#define EM_BACKEND_OPS(X, O, P)                                                                                  \
-  /* nbytes (> 0) of memory on device, or NULL when out of memory */                                             \
-  X(P, alloc, void *, size_t nbytes, em_device device)                                                           \
-  /* frees what alloc returned; nbytes and device as given to alloc */                                           \
-  X(P, free, void, void *ptr, size_t nbytes, em_device device)                                                   \
-  /* dst and src have the same shape; dtypes may differ (converts) */                                            \
-  X(P, copy, em_status, em_tensor *dst, const em_tensor *src)                                                    \
-  /* every element of t = value */                                                                               \
-  X(P, fill, em_status, em_tensor *t, double value)                                                              \
-  /* t[i] = start + i * step over the flattened contiguous tensor */                                             \
-  X(P, arange, em_status, em_tensor *t, double start, double step)                                               \
+#define EM_BACKEND_OPS(X, O, P)                                                                                        \
+  /* nbytes (> 0) of memory on device, or NULL when out of memory */                                                   \
+  X(P, alloc, void *, size_t nbytes, em_device device)                                                                 \
+  /* frees what alloc returned; nbytes and device as given to alloc */                                                 \
+  X(P, free, void, void *ptr, size_t nbytes, em_device device)                                                         \
+  /* dst and src have the same shape; dtypes may differ (converts) */                                                  \
+  X(P, copy, em_status, em_tensor *dst, const em_tensor *src)                                                          \
+  /* every element of t = value */                                                                                     \
+  X(P, fill, em_status, em_tensor *t, double value)                                                                    \
+  /* t[i] = start + i * step over the flattened contiguous tensor */                                                   \
+  X(P, arange, em_status, em_tensor *t, double start, double step)                                                     \
   /* out = a (op) b: out, a, b share a shape; a and b share the compute dtype; out is that dtype, or bool for    \
-   * comparisons and logical ops */                                                                              \
-  X(P, binary, em_status, em_binop op, em_tensor *out, const em_tensor *a, const em_tensor *b)                   \
-  /* out = a (op) s, or s (op) a when reversed; dtypes as for binary */                                          \
-  X(P, binary_scalar, em_status, em_binop op, em_tensor *out, const em_tensor *a, double s, int reversed)        \
-  /* out = op(a): out and a share a shape; out has a's dtype, or bool for logical_not */                         \
-  X(P, unary, em_status, em_unop op, em_tensor *out, const em_tensor *a)                                         \
-  /* out = cond ? a : b; all four share a shape, cond is bool, a, b and out share a dtype */                     \
-  X(P, where, em_status, em_tensor *out, const em_tensor *cond, const em_tensor *a, const em_tensor *b)          \
-  /* out = min(max(a, low), high), a NaN bound being no bound; out and a share shape and dtype */                \
-  X(P, clamp, em_status, em_tensor *out, const em_tensor *a, double low, double high)                            \
-  /* out = a + alpha * b; out, a, b share shape and dtype */                                                     \
-  X(P, add_scaled, em_status, em_tensor *out, const em_tensor *a, const em_tensor *b, double alpha)              \
+   * comparisons and logical ops */     \
+  X(P, binary, em_status, em_binop op, em_tensor *out, const em_tensor *a, const em_tensor *b)                         \
+  /* out = a (op) s, or s (op) a when reversed; dtypes as for binary */                                                \
+  X(P, binary_scalar, em_status, em_binop op, em_tensor *out, const em_tensor *a, double s, int reversed)              \
+  /* out = op(a): out and a share a shape; out has a's dtype, or bool for logical_not */                               \
+  X(P, unary, em_status, em_unop op, em_tensor *out, const em_tensor *a)                                               \
+  /* out = cond ? a : b; all four share a shape, cond is bool, a, b and out share a dtype */                           \
+  X(P, where, em_status, em_tensor *out, const em_tensor *cond, const em_tensor *a, const em_tensor *b)                \
+  /* out = min(max(a, low), high), a NaN bound being no bound; out and a share shape and dtype */                      \
+  X(P, clamp, em_status, em_tensor *out, const em_tensor *a, double low, double high)                                  \
+  /* out = a + alpha * b; out, a, b share shape and dtype */                                                           \
+  X(P, add_scaled, em_status, em_tensor *out, const em_tensor *a, const em_tensor *b, double alpha)                    \
   /* a's last nreduce dims are reduced; out (and indices) are contiguous with a's leading dims. p is the norm    \
    * order for EM_NORM. Positions (indices, argmax) are flat over the reduced dims, counted from base. The dtype \
-   * is the input's; out is int64 for integer sum/prod, bool for any/all, int64 for argmax/argmin */             \
-  X(P, reduce, em_status, em_redop op, em_tensor *out, em_tensor *indices, const em_tensor *a, int nreduce,      \
-    double p, int base)                                                                                          \
-  /* variance (or its square root) over a's last nreduce dims, with the given correction; out as for reduce */   \
-  X(P, var, em_status, em_tensor *out, const em_tensor *a, int nreduce, double correction, int take_sqrt)        \
+   * is the input's; out is int64 for integer sum/prod, bool for any/all, int64 for argmax/argmin */     \
+  X(P, reduce, em_status, em_redop op, em_tensor *out, em_tensor *indices, const em_tensor *a, int nreduce, double p,  \
+    int base)                                                                                                          \
+  /* variance (or its square root) over a's last nreduce dims, with the given correction; out as for reduce */         \
+  X(P, var, em_status, em_tensor *out, const em_tensor *a, int nreduce, double correction, int take_sqrt)              \
   /* cumulative sum (or product) along dim: a and out are contiguous with one shape (out int64 for an integer    \
-   * scan) */                                                                                                    \
-  X(P, scan, em_status, int prod, em_tensor *out, const em_tensor *a, int dim)                                   \
-  /* (log-)softmax along dim: a and out are contiguous with one shape */                                         \
-  X(P, softmax, em_status, em_tensor *out, const em_tensor *a, int dim, int log)                                 \
+   * scan) */     \
+  X(P, scan, em_status, int prod, em_tensor *out, const em_tensor *a, int dim)                                         \
+  /* (log-)softmax along dim: a and out are contiguous with one shape */                                               \
+  X(P, softmax, em_status, em_tensor *out, const em_tensor *a, int dim, int log)                                       \
   /* any strides; values and indices have a's shape with k along dim and hold the first k of the sorted row;     \
-   * indices may be NULL */                                                                                      \
-  X(P, sort, em_status, em_tensor *values, em_tensor *indices, const em_tensor *a, int dim, int descending,      \
-    int64_t k, int base)                                                                                         \
+   * indices may be NULL */     \
+  X(P, sort, em_status, em_tensor *values, em_tensor *indices, const em_tensor *a, int dim, int descending, int64_t k, \
+    int base)                                                                                                          \
   /* batched GEMM: out[...,M,N] = alpha * a[...,M,K] @ b[...,K,N] + beta * out; the three share ndim >= 2 and    \
    * the leading (batch) sizes; any strides (broadcast batch dims arrive as zero strides); beta == 0 never reads \
-   * out */                                                                                                      \
-  X(P, gemm, em_status, em_tensor *out, const em_tensor *a, const em_tensor *b, double alpha, double beta)       \
-  /* out = a's slices along dim at index (int32/int64, from base) */                                             \
-  X(P, index_select, em_status, em_tensor *out, const em_tensor *a, int dim, const em_tensor *index, int base)   \
-  /* out[i][j] = a[index[i][j]][j] along dim; out has index's shape */                                           \
-  X(P, gather, em_status, em_tensor *out, const em_tensor *a, int dim, const em_tensor *index, int base)         \
-  /* self[index[i][j]][j] = src[i][j] (or value when src is NULL) along dim, added when accumulate */            \
-  X(P, scatter, em_status, em_tensor *self, int dim, const em_tensor *index, const em_tensor *src, double value, \
-    int accumulate, int base)                                                                                    \
-  /* self's slices along dim at index += alpha * src's */                                                        \
-  X(P, index_add, em_status, em_tensor *self, int dim, const em_tensor *index, const em_tensor *src,             \
-    double alpha, int base)                                                                                      \
-  /* self's slices along dim at index = value */                                                                 \
-  X(P, index_fill, em_status, em_tensor *self, int dim, const em_tensor *index, double value, int base)          \
-  /* self = value where mask (bool, self's shape) */                                                             \
-  X(P, masked_fill, em_status, em_tensor *self, const em_tensor *mask, double value)                             \
-  /* out (1-d, sized by count_nonzero of mask) = a's elements where mask */                                      \
-  X(P, masked_select, em_status, em_tensor *out, const em_tensor *a, const em_tensor *mask)                      \
-  /* out [count, ndim] int64 = the positions (from base) of a's nonzero elements, in row-major order */          \
-  X(P, nonzero, em_status, em_tensor *out, const em_tensor *a, int base)                                         \
-  /* how many elements of a are nonzero (sizes the results of masked_select and nonzero) */                      \
-  X(P, count_nonzero, em_status, const em_tensor *a, int64_t *count)                                             \
-  /* fills t from the Philox stream (seed, offset) */                                                            \
-  X(P, random, em_status, em_tensor *t, const em_random_params *p)                                               \
+   * out */     \
+  X(P, gemm, em_status, em_tensor *out, const em_tensor *a, const em_tensor *b, double alpha, double beta)             \
+  /* out = a's slices along dim at index (int32/int64, from base) */                                                   \
+  X(P, index_select, em_status, em_tensor *out, const em_tensor *a, int dim, const em_tensor *index, int base)         \
+  /* out[i][j] = a[index[i][j]][j] along dim; out has index's shape */                                                 \
+  X(P, gather, em_status, em_tensor *out, const em_tensor *a, int dim, const em_tensor *index, int base)               \
+  /* self[index[i][j]][j] = src[i][j] (or value when src is NULL) along dim, added when accumulate */                  \
+  X(P, scatter, em_status, em_tensor *self, int dim, const em_tensor *index, const em_tensor *src, double value,       \
+    int accumulate, int base)                                                                                          \
+  /* self's slices along dim at index += alpha * src's */                                                              \
+  X(P, index_add, em_status, em_tensor *self, int dim, const em_tensor *index, const em_tensor *src, double alpha,     \
+    int base)                                                                                                          \
+  /* self's slices along dim at index = value */                                                                       \
+  X(P, index_fill, em_status, em_tensor *self, int dim, const em_tensor *index, double value, int base)                \
+  /* self = value where mask (bool, self's shape) */                                                                   \
+  X(P, masked_fill, em_status, em_tensor *self, const em_tensor *mask, double value)                                   \
+  /* out (1-d, sized by count_nonzero of mask) = a's elements where mask */                                            \
+  X(P, masked_select, em_status, em_tensor *out, const em_tensor *a, const em_tensor *mask)                            \
+  /* out [count, ndim] int64 = the positions (from base) of a's nonzero elements, in row-major order */                \
+  X(P, nonzero, em_status, em_tensor *out, const em_tensor *a, int base)                                               \
+  /* how many elements of a are nonzero (sizes the results of masked_select and nonzero) */                            \
+  X(P, count_nonzero, em_status, const em_tensor *a, int64_t *count)                                                   \
+  /* fills t from the Philox stream (seed, offset) */                                                                  \
+  X(P, random, em_status, em_tensor *t, const em_random_params *p)                                                     \
   /* fused in-place SGD over n parameters. grads[i] == NULL skips parameter i; each parameter's gradient and     \
    * buffer share its shape and dtype (float32/float64), any strides; bufs may be NULL when momentum == 0 */     \
-  X(P, optim_sgd, em_status, int n, em_tensor *const *params, const em_tensor *const *grads,                     \
-    em_tensor *const *bufs, const em_sgd_args *args)                                                             \
-  /* fused in-place Adam/AdamW over n parameters; grads and state as for optim_sgd */                            \
-  X(P, optim_adam, em_status, int n, em_tensor *const *params, const em_tensor *const *grads,                    \
-    em_tensor *const *exp_avgs, em_tensor *const *exp_avg_sqs, const em_adam_args *args)                         \
+  X(P, optim_sgd, em_status, int n, em_tensor *const *params, const em_tensor *const *grads, em_tensor *const *bufs,   \
+    const em_sgd_args *args)                                                                                           \
+  /* fused in-place Adam/AdamW over n parameters; grads and state as for optim_sgd */                                  \
+  X(P, optim_adam, em_status, int n, em_tensor *const *params, const em_tensor *const *grads,                          \
+    em_tensor *const *exp_avgs, em_tensor *const *exp_avg_sqs, const em_adam_args *args)                               \
   /* adds sum |g|^p over every gradient (NULL entries skipped) to *acc (float64), or for p = inf takes the max   \
-   * |g| */                                                                                                      \
-  X(P, optim_grad_norm, em_status, int n, const em_tensor *const *grads, double p, double *acc)                  \
+   * |g| */     \
+  X(P, optim_grad_norm, em_status, int n, const em_tensor *const *grads, double p, double *acc)                        \
   /* loss scaling: multiplies every gradient (floating, any strides; NULL entries skipped) by inv_scale in       \
    * place, and sets *found_inf to 1 when any value was inf or NaN before the multiplication, else 0: one pass   \
-   * over all gradients, one host synchronisation */                                                             \
-  X(P, amp_unscale, em_status, int n, em_tensor *const *grads, double inv_scale, int *found_inf)                 \
+   * over all gradients, one host synchronisation */     \
+  X(P, amp_unscale, em_status, int n, em_tensor *const *grads, double inv_scale, int *found_inf)                       \
   /* nn entries (runtime/nn): contiguous operands of one float dtype, NCHW images, results allocated             \
    * (contiguous) by the caller; NULL optional inputs are absent and NULL gradient outputs are not wanted.       \
-   * conv2d: x [N, C, H, W], w [Co, C / groups, kH, kW], b [Co], out [N, Co, OH, OW] */                          \
-  X(P, conv2d, em_status, em_tensor *out, const em_tensor *x, const em_tensor *w, const em_tensor *b,            \
-    const em_conv2d_params *p)                                                                                   \
-  /* gx, gw, gb (each may be NULL) from gy [N, Co, OH, OW]; shapes as for conv2d */                              \
-  X(P, conv2d_backward, em_status, em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy,             \
-    const em_tensor *x, const em_tensor *w, const em_conv2d_params *p)                                           \
-  /* over [P, H, W] planes; indices (int32) hold each maximum's position h * W + w in its input plane */         \
-  X(P, max_pool2d, em_status, em_tensor *out, em_tensor *indices, const em_tensor *x, const em_pool2d_params *p) \
-  /* gx (zeroed by the backend) receives gy at the positions max_pool2d's indices name */                        \
-  X(P, max_pool2d_backward, em_status, em_tensor *gx, const em_tensor *gy, const em_tensor *indices)             \
-  /* over [P, H, W] planes */                                                                                    \
-  X(P, avg_pool2d, em_status, em_tensor *out, const em_tensor *x, const em_pool2d_params *p)                     \
-  /* gx [P, H, W] from gy, the window geometry p */                                                              \
-  X(P, avg_pool2d_backward, em_status, em_tensor *gx, const em_tensor *gy, const em_pool2d_params *p)            \
-  /* each channel's mean and biased variance [C] of x [N, C, S] */                                               \
-  X(P, batch_norm_stats, em_status, em_tensor *mean, em_tensor *var, const em_tensor *x)                         \
-  /* out = (x - mean) / sqrt(var + eps) * w + b per channel of x [N, C, S]; w, b [C] may be NULL */              \
-  X(P, batch_norm, em_status, em_tensor *out, const em_tensor *x, const em_tensor *mean, const em_tensor *var,   \
-    const em_tensor *w, const em_tensor *b, double eps)                                                          \
-  /* in training form (the statistics depend on x) or evaluation form (they are constants) */                    \
-  X(P, batch_norm_backward, em_status, em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy,         \
-    const em_tensor *x, const em_tensor *mean, const em_tensor *var, const em_tensor *w, double eps,             \
-    int training)                                                                                                \
-  /* layer norm over the rows of x [M, D]; mean and rstd [M] are written for the backward */                     \
-  X(P, layer_norm, em_status, em_tensor *out, em_tensor *mean, em_tensor *rstd, const em_tensor *x,              \
-    const em_tensor *w, const em_tensor *b, double eps)                                                          \
-  /* gx, gw, gb (each may be NULL) from gy [M, D] and the forward's mean and rstd */                             \
-  X(P, layer_norm_backward, em_status, em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy,         \
-    const em_tensor *x, const em_tensor *mean, const em_tensor *rstd, const em_tensor *w)                        \
+   * conv2d: x [N, C, H, W], w [Co, C / groups, kH, kW], b [Co], out [N, Co, OH, OW] */     \
+  X(P, conv2d, em_status, em_tensor *out, const em_tensor *x, const em_tensor *w, const em_tensor *b,                  \
+    const em_conv2d_params *p)                                                                                         \
+  /* gx, gw, gb (each may be NULL) from gy [N, Co, OH, OW]; shapes as for conv2d */                                    \
+  X(P, conv2d_backward, em_status, em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy,                   \
+    const em_tensor *x, const em_tensor *w, const em_conv2d_params *p)                                                 \
+  /* over [P, H, W] planes; indices (int32) hold each maximum's position h * W + w in its input plane */               \
+  X(P, max_pool2d, em_status, em_tensor *out, em_tensor *indices, const em_tensor *x, const em_pool2d_params *p)       \
+  /* gx (zeroed by the backend) receives gy at the positions max_pool2d's indices name */                              \
+  X(P, max_pool2d_backward, em_status, em_tensor *gx, const em_tensor *gy, const em_tensor *indices)                   \
+  /* over [P, H, W] planes */                                                                                          \
+  X(P, avg_pool2d, em_status, em_tensor *out, const em_tensor *x, const em_pool2d_params *p)                           \
+  /* gx [P, H, W] from gy, the window geometry p */                                                                    \
+  X(P, avg_pool2d_backward, em_status, em_tensor *gx, const em_tensor *gy, const em_pool2d_params *p)                  \
+  /* each channel's mean and biased variance [C] of x [N, C, S] */                                                     \
+  X(P, batch_norm_stats, em_status, em_tensor *mean, em_tensor *var, const em_tensor *x)                               \
+  /* out = (x - mean) / sqrt(var + eps) * w + b per channel of x [N, C, S]; w, b [C] may be NULL */                    \
+  X(P, batch_norm, em_status, em_tensor *out, const em_tensor *x, const em_tensor *mean, const em_tensor *var,         \
+    const em_tensor *w, const em_tensor *b, double eps)                                                                \
+  /* in training form (the statistics depend on x) or evaluation form (they are constants) */                          \
+  X(P, batch_norm_backward, em_status, em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy,               \
+    const em_tensor *x, const em_tensor *mean, const em_tensor *var, const em_tensor *w, double eps, int training)     \
+  /* layer norm over the rows of x [M, D]; mean and rstd [M] are written for the backward */                           \
+  X(P, layer_norm, em_status, em_tensor *out, em_tensor *mean, em_tensor *rstd, const em_tensor *x,                    \
+    const em_tensor *w, const em_tensor *b, double eps)                                                                \
+  /* gx, gw, gb (each may be NULL) from gy [M, D] and the forward's mean and rstd */                                   \
+  X(P, layer_norm_backward, em_status, em_tensor *gx, em_tensor *gw, em_tensor *gb, const em_tensor *gy,               \
+    const em_tensor *x, const em_tensor *mean, const em_tensor *rstd, const em_tensor *w)                              \
   /* class-index losses: x [N, C, S], target [N, S] (int32/int64), weight [C]; out is [N, S] (no reduction) or   \
    * 0-d; lse [N, S] (each sample's logsumexp; NULL for log inputs) and total_weight (0-d: the summed weight of  \
    * the samples not ignored) are kept for the backward. A target out of range is an EM_ERR_INDEX that shows     \
-   * its value */                                                                                                \
-  X(P, class_loss, em_status, em_tensor *out, em_tensor *lse, em_tensor *total_weight, const em_tensor *x,       \
-    const em_tensor *target, const em_tensor *weight, const em_class_loss_params *p)                             \
-  /* gx [N, C, S] from gout (out's gradient) and what class_loss kept */                                         \
-  X(P, class_loss_backward, em_status, em_tensor *gx, const em_tensor *gout, const em_tensor *x,                 \
-    const em_tensor *lse, const em_tensor *total_weight, const em_tensor *target, const em_tensor *weight,       \
-    const em_class_loss_params *p)                                                                               \
+   * its value */     \
+  X(P, class_loss, em_status, em_tensor *out, em_tensor *lse, em_tensor *total_weight, const em_tensor *x,             \
+    const em_tensor *target, const em_tensor *weight, const em_class_loss_params *p)                                   \
+  /* gx [N, C, S] from gout (out's gradient) and what class_loss kept */                                               \
+  X(P, class_loss_backward, em_status, em_tensor *gx, const em_tensor *gout, const em_tensor *x, const em_tensor *lse, \
+    const em_tensor *total_weight, const em_tensor *target, const em_tensor *weight, const em_class_loss_params *p)    \
   /* default (NULL): the nn layer composes argmax, eq and sum. *count = rows of x [N, C] whose first largest     \
-   * value (NaN largest) is at target[i] - base; target int32/int64 [N] */                                       \
-  O(P, count_correct, em_status, int64_t *count, const em_tensor *x, const em_tensor *target, int base)          \
+   * value (NaN largest) is at target[i] - base; target int32/int64 [N] */     \
+  O(P, count_correct, em_status, int64_t *count, const em_tensor *x, const em_tensor *target, int base)                \
   /* embedding bags (mode: em_bag_mode of ember/nn.h): weight [R, D], indices [L] (int32/int64, from base),      \
    * offsets [B] int64 (bag b holds indices[offsets[b] .. offsets[b+1]), the last bag runs to L),                \
    * per_sample_weights [L]; out [B, D]; argmax [B, D] int64 (max mode: the weight row of each maximum, -1 in    \
-   * empty bags). An index out of range is an EM_ERR_INDEX that shows its value */                               \
-  X(P, embedding_bag, em_status, em_tensor *out, em_tensor *argmax, const em_tensor *weight,                     \
-    const em_tensor *indices, const em_tensor *offsets, const em_tensor *psw, int mode, int base)                \
-  /* gw [R, D] and gpsw [L] (each may be NULL) from gout [B, D] and the forward's argmax */                      \
-  X(P, embedding_bag_backward, em_status, em_tensor *gw, em_tensor *gpsw, const em_tensor *gout,                 \
-    const em_tensor *weight, const em_tensor *indices, const em_tensor *offsets, const em_tensor *psw,           \
-    const em_tensor *argmax, int mode, int base)                                                                 \
-  /* gx = y > 0 ? gy : 0, ReLU's backward from its output (one pass, no mask tensor) */                          \
+   * empty bags). An index out of range is an EM_ERR_INDEX that shows its value */     \
+  X(P, embedding_bag, em_status, em_tensor *out, em_tensor *argmax, const em_tensor *weight, const em_tensor *indices, \
+    const em_tensor *offsets, const em_tensor *psw, int mode, int base)                                                \
+  /* gw [R, D] and gpsw [L] (each may be NULL) from gout [B, D] and the forward's argmax */                            \
+  X(P, embedding_bag_backward, em_status, em_tensor *gw, em_tensor *gpsw, const em_tensor *gout,                       \
+    const em_tensor *weight, const em_tensor *indices, const em_tensor *offsets, const em_tensor *psw,                 \
+    const em_tensor *argmax, int mode, int base)                                                                       \
+  /* gx = y > 0 ? gy : 0, ReLU's backward from its output (one pass, no mask tensor) */                                \
   X(P, relu_backward, em_status, em_tensor *gx, const em_tensor *gy, const em_tensor *y)
 
 #define EM_BACKEND_MEMBER_(P, name, ret, ...) ret (*name)(__VA_ARGS__);
@@ -232,10 +233,10 @@ typedef struct em_backend {
 
 /* What a plugin and libember must agree on about this table (core/plugin_abi.h): checked
  * when a plugin that provides a backend loads. */
-#define EM_BACKEND_ABI(X)                                                                                \
-  EM_TENSOR_ABI(X) X(EM_BACKEND_API_VERSION) X(sizeof(em_backend)) X(sizeof(em_random_params))           \
-  X(sizeof(em_sgd_args)) X(sizeof(em_adam_args)) X(sizeof(em_conv2d_params)) X(sizeof(em_pool2d_params)) \
-  X(sizeof(em_class_loss_params))
+#define EM_BACKEND_ABI(X)                                                                            \
+  EM_TENSOR_ABI(X)                                                                                   \
+  X(EM_BACKEND_API_VERSION) X(sizeof(em_backend)) X(sizeof(em_random_params)) X(sizeof(em_sgd_args)) \
+      X(sizeof(em_adam_args)) X(sizeof(em_conv2d_params)) X(sizeof(em_pool2d_params)) X(sizeof(em_class_loss_params))
 
 /* The backend for a device, or NULL with an error naming op when it is not available. */
 const em_backend *tn_backend_for(const char *op, em_device device);

@@ -15,8 +15,10 @@ static em_status check_sizes(const char *op, int ndim, const int64_t *sizes) {
       return em_set_error(EM_ERR_SHAPE, "%s: size %lld at dim %d is negative (shape %s)", op, (long long)sizes[d], d,
                           tn_shape_str(ndim, sizes));
     if (sizes[d] && n > INT64_MAX / 16 / sizes[d])
-      return em_set_error(EM_ERR_SHAPE, "%s: shape %s has too many elements (the product of its non-zero sizes "
-                          "must stay below 2^59)", op, tn_shape_str(ndim, sizes));
+      return em_set_error(EM_ERR_SHAPE,
+                          "%s: shape %s has too many elements (the product of its non-zero sizes "
+                          "must stay below 2^59)",
+                          op, tn_shape_str(ndim, sizes));
     if (sizes[d]) n *= sizes[d];
   }
   return EM_OK;

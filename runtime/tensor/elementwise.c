@@ -14,12 +14,13 @@
 #include "plugins/plugin_api.h"
 
 static const char *const binop_names[EM_NUM_BINOPS] = {
-    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmod", "eq", "ne", "lt", "le", "gt", "ge",
-    "logical_and", "logical_or", "logical_xor"};
+    "add", "sub", "mul", "div", "pow", "maximum",     "minimum",    "fmod",       "eq",
+    "ne",  "lt",  "le",  "gt",  "ge",  "logical_and", "logical_or", "logical_xor"};
 
-static const char *const unop_names[EM_NUM_UNOPS] = {
-    "neg", "abs", "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "sign", "floor",
-    "ceil", "round", "reciprocal", "square", "rsqrt", "log1p", "expm1", "erf", "gelu", "silu", "logical_not"};
+static const char *const unop_names[EM_NUM_UNOPS] = {"neg",   "abs",   "exp",        "log",    "sqrt",       "sin",
+                                                     "cos",   "tanh",  "sigmoid",    "relu",   "sign",       "floor",
+                                                     "ceil",  "round", "reciprocal", "square", "rsqrt",      "log1p",
+                                                     "expm1", "erf",   "gelu",       "silu",   "logical_not"};
 
 /* ---- dtype rules ---- */
 
@@ -47,9 +48,20 @@ static bool is_bool_result(em_binop op) { return op >= EM_EQ; }
 
 static bool is_float_unop(em_unop op) {
   switch (op) {
-    case EM_EXP: case EM_LOG: case EM_SQRT: case EM_SIN: case EM_COS: case EM_TANH: case EM_SIGMOID:
-    case EM_RECIPROCAL: case EM_RSQRT: case EM_LOG1P: case EM_EXPM1: case EM_ERF: case EM_GELU: case EM_SILU:
-      return true;
+    case EM_EXP:
+    case EM_LOG:
+    case EM_SQRT:
+    case EM_SIN:
+    case EM_COS:
+    case EM_TANH:
+    case EM_SIGMOID:
+    case EM_RECIPROCAL:
+    case EM_RSQRT:
+    case EM_LOG1P:
+    case EM_EXPM1:
+    case EM_ERF:
+    case EM_GELU:
+    case EM_SILU: return true;
     default: return false;
   }
 }
@@ -60,8 +72,10 @@ static em_status check_math_dtype(const char *op, const em_tensor *t) {
   if ((int)t->dtype < 0 || t->dtype >= EM_NUM_DTYPES)
     return em_set_error(EM_ERR_DTYPE, "%s: invalid dtype %d", op, (int)t->dtype);
   if ((t->dtype == EM_FLOAT16 || t->dtype == EM_BFLOAT16) && t->storage->device.type == EM_CPU)
-    return em_set_error(EM_ERR_DTYPE, "%s: %s tensors are storage only and do not support math; convert with "
-                        "to('float32') first", op, em_dtype_name(t->dtype));
+    return em_set_error(EM_ERR_DTYPE,
+                        "%s: %s tensors are storage only and do not support math; convert with "
+                        "to('float32') first",
+                        op, em_dtype_name(t->dtype));
   return EM_OK;
 }
 
@@ -76,8 +90,7 @@ static em_status check_int_scalar(const char *op, const char *what, double s, em
     default: lo = 0, hi = 1; break; /* bool */
   }
   if (!(s >= lo && s <= hi) || (dtype == EM_INT64 && s >= 9223372036854775808.0))
-    return em_set_error(EM_ERR_ARGUMENT, "%s: %s %g is out of range for %s tensors", op, what, s,
-                        em_dtype_name(dtype));
+    return em_set_error(EM_ERR_ARGUMENT, "%s: %s %g is out of range for %s tensors", op, what, s, em_dtype_name(dtype));
   return EM_OK;
 }
 
@@ -145,16 +158,17 @@ static em_status begin_out(const char *op, em_tensor **out, int ndim, const int6
   em_status st;
   if (given && (st = tn_check_tensor(op, given, "output"))) return st;
   /* tn_prepare_out checks shape and device; the dtype is checked here against can_cast. */
-  if ((st = tn_prepare_out(op, out, ndim, sizes, given ? given->dtype : dtype, device, &plan->allocated)))
-    return st;
+  if ((st = tn_prepare_out(op, out, ndim, sizes, given ? given->dtype : dtype, device, &plan->allocated))) return st;
   if (!given) {
     plan->result = *out;
     return EM_OK;
   }
   for (int d = 0; d < given->ndim; d++)
     if (given->sizes[d] > 1 && given->strides[d] == 0)
-      return em_set_error(EM_ERR_ARGUMENT, "%s: the output (shape %s, strides with a 0) has several elements in one "
-                          "memory location; write into a contiguous tensor", op, EM_SHAPE(given));
+      return em_set_error(EM_ERR_ARGUMENT,
+                          "%s: the output (shape %s, strides with a 0) has several elements in one "
+                          "memory location; write into a contiguous tensor",
+                          op, EM_SHAPE(given));
   if (given->dtype == dtype) {
     plan->result = given;
     return EM_OK;
@@ -240,8 +254,10 @@ em_status em_binary(em_binop op, em_tensor **out, const em_tensor *a, const em_t
   em_dtype compute = em_dtype_promote(a->dtype, b->dtype);
   if (op == EM_DIV && !em_dtype_is_floating(compute)) compute = EM_FLOAT32; /* true division */
   if (op == EM_SUB && compute == EM_BOOL)
-    return em_set_error(EM_ERR_DTYPE, "%s: subtracting bool tensors is not supported; use logical_xor, or "
-                        "logical_not to invert a mask", name);
+    return em_set_error(EM_ERR_DTYPE,
+                        "%s: subtracting bool tensors is not supported; use logical_xor, or "
+                        "logical_not to invert a mask",
+                        name);
   int ndim;
   int64_t sizes[EM_MAX_DIMS];
   if ((st = tn_broadcast_shapes(name, a->ndim, a->sizes, b->ndim, b->sizes, &ndim, sizes))) return st;
@@ -261,8 +277,7 @@ em_status em_binary(em_binop op, em_tensor **out, const em_tensor *a, const em_t
 }
 
 em_status em_binary_scalar(em_binop op, em_tensor **out, const em_tensor *a, double s, int reversed) {
-  if ((int)op < 0 || op >= EM_NUM_BINOPS)
-    return em_set_error(EM_ERR_ARGUMENT, "binary_scalar: unknown op %d", (int)op);
+  if ((int)op < 0 || op >= EM_NUM_BINOPS) return em_set_error(EM_ERR_ARGUMENT, "binary_scalar: unknown op %d", (int)op);
   char name[32];
   op_name(name, sizeof name, binop_names[op], out, a);
   em_status st;
@@ -274,8 +289,10 @@ em_status em_binary_scalar(em_binop op, em_tensor **out, const em_tensor *a, dou
   if (!em_dtype_is_floating(compute)) {
     if ((st = check_int_scalar(name, "scalar", s, compute))) return st;
     if (op == EM_POW && !reversed && s < 0)
-      return em_set_error(EM_ERR_ARGUMENT, "%s: integers to negative integer powers are not allowed (%s tensor, "
-                          "exponent %g; convert to float32 first)", name, em_dtype_name(compute), s);
+      return em_set_error(EM_ERR_ARGUMENT,
+                          "%s: integers to negative integer powers are not allowed (%s tensor, "
+                          "exponent %g; convert to float32 first)",
+                          name, em_dtype_name(compute), s);
     if (op == EM_FMOD && !reversed && s == 0)
       return em_set_error(EM_ERR_ARGUMENT, "%s: integer division by zero (%s tensor, divisor 0)", name,
                           em_dtype_name(compute));
@@ -314,8 +331,7 @@ em_status em_unary(em_unop op, em_tensor **out, const em_tensor *a) {
   if ((st = begin_out(name, out, a->ndim, a->sizes, op == EM_LOGICAL_NOT ? EM_BOOL : compute, device, &plan)))
     return finish_out(out, &plan, st);
   em_tensor *va = NULL;
-  if (!(st = prepare_input(name, a, compute, plan.result, a->ndim, a->sizes, &va)))
-    st = be->unary(op, plan.result, va);
+  if (!(st = prepare_input(name, a, compute, plan.result, a->ndim, a->sizes, &va))) st = be->unary(op, plan.result, va);
   em_tensor_release(va);
   return finish_out(out, &plan, st);
 }

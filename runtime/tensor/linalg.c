@@ -36,8 +36,7 @@ static em_status check_operands(const char *op, const em_tensor *a, const em_ten
 }
 
 /* A header for t seen as (ndim, sizes, strides); t's storage is shared. */
-static em_status restride(em_tensor **out, const em_tensor *t, int ndim, const int64_t *sizes,
-                          const int64_t *strides) {
+static em_status restride(em_tensor **out, const em_tensor *t, int ndim, const int64_t *sizes, const int64_t *strides) {
   *out = tn_tensor_wrap(t->storage, t->dtype, ndim, sizes, strides, t->offset);
   return *out ? EM_OK : em_last_status();
 }
@@ -157,9 +156,9 @@ em_status tn_check_product_operands(const char *op, const em_tensor *a, const em
     const char *op, *what_a, *what_b;
     int rank_a, rank_b;
   } rules[] = {
-      {"mm", "first operand", "second operand", 2, 2},   {"addmm", "first operand", "second operand", 2, 2},
-      {"bmm", "first operand", "second operand", 3, 3},  {"mv", "matrix", "vector", 2, 1},
-      {"dot", "first operand", "second operand", 1, 1},  {"outer", "first operand", "second operand", 1, 1},
+      {"mm", "first operand", "second operand", 2, 2},  {"addmm", "first operand", "second operand", 2, 2},
+      {"bmm", "first operand", "second operand", 3, 3}, {"mv", "matrix", "vector", 2, 1},
+      {"dot", "first operand", "second operand", 1, 1}, {"outer", "first operand", "second operand", 1, 1},
   };
   for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
     if (strcmp(op, rules[i].op) != 0) continue;
@@ -174,8 +173,10 @@ em_status tn_check_product_operands(const char *op, const em_tensor *a, const em
                           EM_SHAPE(b));
     return EM_OK;
   }
-  return em_set_error(EM_ERR_ARGUMENT, "check_product_operands: unknown product '%s' (expected mm, addmm, bmm, mv, "
-                      "dot or outer)", op);
+  return em_set_error(EM_ERR_ARGUMENT,
+                      "check_product_operands: unknown product '%s' (expected mm, addmm, bmm, mv, "
+                      "dot or outer)",
+                      op);
 }
 
 em_status em_matmul(em_tensor **out, const em_tensor *a, const em_tensor *b) {
@@ -195,8 +196,7 @@ em_status em_bmm(em_tensor **out, const em_tensor *a, const em_tensor *b) {
 em_status em_addmm(em_tensor **out, const em_tensor *c, const em_tensor *a, const em_tensor *b, double beta,
                    double alpha) {
   em_status st;
-  if ((st = tn_check_product_operands("addmm", a, b)) || (st = tn_check_tensor("addmm", c, "added tensor")))
-    return st;
+  if ((st = tn_check_product_operands("addmm", a, b)) || (st = tn_check_tensor("addmm", c, "added tensor"))) return st;
   return product("addmm", out, a, b, c, beta, alpha);
 }
 

@@ -49,8 +49,7 @@ static em_status check_target(const char *op, const em_tensor *t, int floats_onl
     return em_set_error(EM_ERR_DTYPE, "%s: dtype %s is storage-only; fill a float32 tensor and convert with to('%s')",
                         op, em_dtype_name(t->dtype), em_dtype_name(t->dtype));
   if (floats_only && !em_dtype_is_floating(t->dtype))
-    return em_set_error(EM_ERR_DTYPE, "%s: expected a float32 or float64 tensor, got %s", op,
-                        em_dtype_name(t->dtype));
+    return em_set_error(EM_ERR_DTYPE, "%s: expected a float32 or float64 tensor, got %s", op, em_dtype_name(t->dtype));
   return EM_OK;
 }
 

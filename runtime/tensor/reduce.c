@@ -13,9 +13,9 @@
 #include "backend.h"
 
 static const char *const redop_names[EM_NUM_REDOPS] = {
-    [EM_SUM] = "sum",       [EM_MEAN] = "mean",     [EM_PROD] = "prod",           [EM_MAX] = "max",
-    [EM_MIN] = "min",       [EM_ARGMAX] = "argmax", [EM_ARGMIN] = "argmin",       [EM_LOGSUMEXP] = "logsumexp",
-    [EM_NORM] = "norm",     [EM_ANY] = "any",       [EM_ALL] = "all",
+    [EM_SUM] = "sum",   [EM_MEAN] = "mean",     [EM_PROD] = "prod",     [EM_MAX] = "max",
+    [EM_MIN] = "min",   [EM_ARGMAX] = "argmax", [EM_ARGMIN] = "argmin", [EM_LOGSUMEXP] = "logsumexp",
+    [EM_NORM] = "norm", [EM_ANY] = "any",       [EM_ALL] = "all",
 };
 
 /* float16/bfloat16 are storage types: compute ops reject them. */
@@ -28,23 +28,24 @@ static em_status check_compute_dtype(const char *op, const em_tensor *a) {
 
 static em_status check_float(const char *op, const em_tensor *a) {
   if (!em_dtype_is_floating(a->dtype))
-    return em_set_error(EM_ERR_DTYPE, "%s: expected a float32 or float64 tensor, got %s (convert with to('float32') first)",
-                        op, em_dtype_name(a->dtype));
+    return em_set_error(EM_ERR_DTYPE,
+                        "%s: expected a float32 or float64 tensor, got %s (convert with to('float32') first)", op,
+                        em_dtype_name(a->dtype));
   return EM_OK;
 }
 
 /* ---- the reduction plan ---- */
 
 typedef struct reduce_plan {
-  em_tensor *perm;                        /* a with kept dims first, reduced dims last */
+  em_tensor *perm; /* a with kept dims first, reduced dims last */
   int nreduce;
   int nkeep;
-  int64_t keep[EM_MAX_DIMS];              /* the result's shape without keepdim */
+  int64_t keep[EM_MAX_DIMS]; /* the result's shape without keepdim */
   int nout;
-  int64_t out[EM_MAX_DIMS];               /* the result's shape as returned */
+  int64_t out[EM_MAX_DIMS]; /* the result's shape as returned */
   int nrdims;
-  int64_t rdims[EM_MAX_DIMS];             /* the reduced dims, for messages */
-  int64_t count;                          /* elements reduced into each output */
+  int64_t rdims[EM_MAX_DIMS]; /* the reduced dims, for messages */
+  int64_t count; /* elements reduced into each output */
 } reduce_plan;
 
 /* dims NULL or ndims 0: every dim. Negative dims count from the end; a dim given twice
@@ -95,8 +96,9 @@ static em_status plan_reduce(const char *op, const em_tensor *a, const int *dims
 /* Ops without an identity (max, min, ...) refuse to reduce zero elements. */
 static em_status check_nonempty(const char *op, const em_tensor *a, const reduce_plan *p) {
   if (p->count > 0) return EM_OK;
-  return em_set_error(EM_ERR_SHAPE, "%s: cannot reduce over zero elements (input shape %s, reduced dims %s): %s has no identity",
-                      op, EM_SHAPE(a), tn_shape_str(p->nrdims, p->rdims), op);
+  return em_set_error(EM_ERR_SHAPE,
+                      "%s: cannot reduce over zero elements (input shape %s, reduced dims %s): %s has no identity", op,
+                      EM_SHAPE(a), tn_shape_str(p->nrdims, p->rdims), op);
 }
 
 /* ---- results ----
@@ -164,8 +166,8 @@ static em_status reduce_impl(em_redop op, em_tensor **out, em_tensor **indices, 
 
   reduce_plan plan;
   if ((st = plan_reduce(name, a, dims, ndims, keepdim, &plan))) return st;
-  int needs_elements = op == EM_MAX || op == EM_MIN || op == EM_ARGMAX || op == EM_ARGMIN ||
-                       (op == EM_NORM && isinf(p));
+  int needs_elements =
+      op == EM_MAX || op == EM_MIN || op == EM_ARGMAX || op == EM_ARGMIN || (op == EM_NORM && isinf(p));
   const em_backend *be = tn_backend_for(name, a->storage->device);
   if ((needs_elements && (st = check_nonempty(name, a, &plan))) || (!be && (st = em_last_status()))) {
     em_tensor_release(plan.perm);
@@ -175,8 +177,7 @@ static em_status reduce_impl(em_redop op, em_tensor **out, em_tensor **indices, 
   em_device dev = a->storage->device;
   st = begin_result(name, &r, out, plan.nout, plan.out, plan.nkeep, plan.keep, dtype, dev);
   if (!st && indices) st = begin_result(name, &ri, indices, plan.nout, plan.out, plan.nkeep, plan.keep, EM_INT64, dev);
-  if (!st)
-    st = be->reduce(op, r.target, ri.target, plan.perm, plan.nreduce, p, base);
+  if (!st) st = be->reduce(op, r.target, ri.target, plan.perm, plan.nreduce, p, base);
   st = end_result(&r, st);
   st = end_result(&ri, st);
   if (st) { /* a failure in either result releases both when they were allocated here */
@@ -269,8 +270,9 @@ static em_status sort_impl(const char *name, em_tensor **values, em_tensor **ind
   int64_t size = a->ndim ? a->sizes[dim] : 1;
   if (!k_given) k = size;
   if (k < 0 || k > size)
-    return em_set_error(EM_ERR_INDEX, "%s: k = %lld is out of range for dim %d of size %lld (shape %s, expected 0..%lld)",
-                        name, (long long)k, dim, (long long)size, EM_SHAPE(a), (long long)size);
+    return em_set_error(EM_ERR_INDEX,
+                        "%s: k = %lld is out of range for dim %d of size %lld (shape %s, expected 0..%lld)", name,
+                        (long long)k, dim, (long long)size, EM_SHAPE(a), (long long)size);
   const em_backend *be = tn_backend_for(name, a->storage->device);
   if (!be) return em_last_status();
   int64_t sizes[EM_MAX_DIMS];
@@ -279,8 +281,7 @@ static em_status sort_impl(const char *name, em_tensor **values, em_tensor **ind
   em_device dev = a->storage->device;
   st = tn_prepare_out(name, values, a->ndim, sizes, a->dtype, dev, &valloc);
   if (!st && indices) st = tn_prepare_out(name, indices, a->ndim, sizes, EM_INT64, dev, &ialloc);
-  if (!st)
-    st = be->sort(*values, indices ? *indices : NULL, a, dim, descending, k, base);
+  if (!st) st = be->sort(*values, indices ? *indices : NULL, a, dim, descending, k, base);
   if (st) {
     tn_discard_out(values, valloc);
     if (indices) tn_discard_out(indices, ialloc);

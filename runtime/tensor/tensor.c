@@ -54,8 +54,8 @@ void tn_storage_release(em_storage *s) {
 
 /* ---- tensor headers ---- */
 
-em_tensor *tn_tensor_wrap(em_storage *storage, em_dtype dtype, int ndim, const int64_t *sizes,
-                          const int64_t *strides, int64_t offset) {
+em_tensor *tn_tensor_wrap(em_storage *storage, em_dtype dtype, int ndim, const int64_t *sizes, const int64_t *strides,
+                          int64_t offset) {
   em_tensor *t = calloc(1, sizeof *t);
   if (!t) {
     em_set_error(EM_ERR_MEMORY, "allocate: out of host memory for a tensor header");
@@ -248,7 +248,7 @@ em_status em_tensor_item_int64(const em_tensor *t, int64_t *value) {
   if (em_tensor_numel(t) != 1)
     return em_set_error(EM_ERR_SHAPE, "item: expected a tensor with one element, got shape %s", EM_SHAPE(t));
   _Alignas(8) unsigned char buf[8];
-  if ((st = read_element(t, t->offset, buf))) return st;   /* one element: it sits at the offset */
+  if ((st = read_element(t, t->offset, buf))) return st; /* one element: it sits at the offset */
   if (t->dtype == EM_INT64) memcpy(value, buf, sizeof *value);
   else *value = (int64_t)load_as_double(buf, t->dtype, 0);
   return EM_OK;
@@ -275,8 +275,7 @@ const char *tn_shape_str(int ndim, const int64_t *sizes) {
   static _Thread_local int next;
   char *buf = ring[next++ & 3];
   int n = snprintf(buf, 160, "[");
-  for (int d = 0; d < ndim && n < 140; d++)
-    n += snprintf(buf + n, 160 - n, d ? ", %lld" : "%lld", (long long)sizes[d]);
+  for (int d = 0; d < ndim && n < 140; d++) n += snprintf(buf + n, 160 - n, d ? ", %lld" : "%lld", (long long)sizes[d]);
   snprintf(buf + n, 160 - n, "]");
   return buf;
 }
@@ -284,8 +283,8 @@ const char *tn_shape_str(int ndim, const int64_t *sizes) {
 em_status tn_check_dim(const char *op, int *dim, int ndim) {
   int n = ndim ? ndim : 1; /* a 0-d tensor accepts dim 0 and -1, as in PyTorch */
   if (*dim < -n || *dim >= n)
-    return em_set_error(EM_ERR_INDEX, "%s: dim %d out of range for a %d-d tensor (expected %d..%d)", op, *dim, ndim,
-                        -n, n - 1);
+    return em_set_error(EM_ERR_INDEX, "%s: dim %d out of range for a %d-d tensor (expected %d..%d)", op, *dim, ndim, -n,
+                        n - 1);
   if (*dim < 0) *dim += n;
   return EM_OK;
 }
@@ -334,8 +333,8 @@ em_status tn_broadcast_shapes(const char *op, int na, const int64_t *a, int nb, 
     int64_t sa = i < n - na ? 1 : a[i - (n - na)];
     int64_t sb = i < n - nb ? 1 : b[i - (n - nb)];
     if (sa != sb && sa != 1 && sb != 1)
-      return em_set_error(EM_ERR_SHAPE, "%s: shapes %s and %s cannot be broadcast together", op,
-                          tn_shape_str(na, a), tn_shape_str(nb, b));
+      return em_set_error(EM_ERR_SHAPE, "%s: shapes %s and %s cannot be broadcast together", op, tn_shape_str(na, a),
+                          tn_shape_str(nb, b));
     out_sizes[i] = sa == 1 ? sb : sa;
   }
   *out_ndim = n;

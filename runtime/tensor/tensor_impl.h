@@ -23,19 +23,19 @@ typedef struct em_storage {
   em_device device;
   void *data;
   size_t nbytes;
-  em_deleter deleter;   /* NULL: memory came from the device backend's allocator */
+  em_deleter deleter; /* NULL: memory came from the device backend's allocator */
   void *deleter_ctx;
-  bool borrowed;        /* adopted memory with no deleter: never freed by ember */
+  bool borrowed; /* adopted memory with no deleter: never freed by ember */
 } em_storage;
 
 struct em_tensor {
   atomic_int refcount;
   em_dtype dtype;
   int ndim;
-  bool freed;                 /* em_tensor_free() was called */
+  bool freed; /* em_tensor_free() was called */
   int64_t sizes[EM_MAX_DIMS];
   int64_t strides[EM_MAX_DIMS]; /* in elements */
-  int64_t offset;               /* in elements */
+  int64_t offset; /* in elements */
   em_storage *storage;
   /* Owned by the autograd layer (runtime/autograd); the tensor core only frees it. */
   void *autograd;
@@ -43,7 +43,8 @@ struct em_tensor {
 };
 
 /* What a plugin and libember must agree on about tensors (core/plugin_abi.h). */
-#define EM_TENSOR_ABI(X) X(EM_MAX_DIMS) X(EM_NUM_DEVICE_TYPES) X(sizeof(em_device)) X(sizeof(em_storage)) X(sizeof(em_tensor))
+#define EM_TENSOR_ABI(X) \
+  X(EM_MAX_DIMS) X(EM_NUM_DEVICE_TYPES) X(sizeof(em_device)) X(sizeof(em_storage)) X(sizeof(em_tensor))
 
 /* Storage */
 em_status tn_storage_new(em_storage **out, size_t nbytes, em_device device);
@@ -51,8 +52,8 @@ void tn_storage_retain(em_storage *s);
 void tn_storage_release(em_storage *s);
 
 /* A new tensor header over `storage` (retained). */
-em_tensor *tn_tensor_wrap(em_storage *storage, em_dtype dtype, int ndim, const int64_t *sizes,
-                          const int64_t *strides, int64_t offset);
+em_tensor *tn_tensor_wrap(em_storage *storage, em_dtype dtype, int ndim, const int64_t *sizes, const int64_t *strides,
+                          int64_t offset);
 /* A header sharing a's storage with a's dtype (a view to be reshaped by the caller). */
 em_tensor *tn_tensor_alias(const em_tensor *a);
 
@@ -80,11 +81,11 @@ static inline em_status tn_check_inplace(const char *op, const em_tensor *t, con
   return tn_inplace_rule ? tn_inplace_rule(op, t, src) : EM_OK;
 }
 /* Resolves an out parameter: allocates when *out is NULL, else checks shape and dtype. */
-em_status tn_prepare_out(const char *op, em_tensor **out, int ndim, const int64_t *sizes,
-                         em_dtype dtype, em_device device, bool *allocated);
+em_status tn_prepare_out(const char *op, em_tensor **out, int ndim, const int64_t *sizes, em_dtype dtype,
+                         em_device device, bool *allocated);
 /* Broadcasts shapes a and b into out_sizes (ndim in *out_ndim). */
-em_status tn_broadcast_shapes(const char *op, int na, const int64_t *a, int nb, const int64_t *b,
-                              int *out_ndim, int64_t *out_sizes);
+em_status tn_broadcast_shapes(const char *op, int na, const int64_t *a, int nb, const int64_t *b, int *out_ndim,
+                              int64_t *out_sizes);
 /* Undo a result allocated by tn_prepare_out after a failure. */
 void tn_discard_out(em_tensor **out, bool allocated);
 /* The operands mm, bmm, addmm, mv, dot and outer accept (ranks; bmm's equal batch sizes,

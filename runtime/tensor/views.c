@@ -3,8 +3,8 @@
 #include "backend.h"
 #include "plugins/plugin_api.h"
 
-static em_status make_view(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes,
-                           const int64_t *strides, int64_t offset) {
+static em_status make_view(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes, const int64_t *strides,
+                           int64_t offset) {
   *out = tn_tensor_wrap(a->storage, a->dtype, ndim, sizes, strides, offset);
   return *out ? EM_OK : em_last_status();
 }
@@ -47,16 +47,20 @@ static em_status infer_sizes(const char *op, const em_tensor *a, int ndim, const
   for (int d = 0; d < ndim; d++) {
     sizes[d] = in[d];
     if (in[d] == -1) {
-      if (infer >= 0) return em_set_error(EM_ERR_SHAPE, "%s: only one dim can be -1, got shape %s", op, tn_shape_str(ndim, in));
+      if (infer >= 0)
+        return em_set_error(EM_ERR_SHAPE, "%s: only one dim can be -1, got shape %s", op, tn_shape_str(ndim, in));
       infer = d;
     } else if (in[d] < 0) {
-      return em_set_error(EM_ERR_SHAPE, "%s: invalid size %lld in shape %s", op, (long long)in[d], tn_shape_str(ndim, in));
+      return em_set_error(EM_ERR_SHAPE, "%s: invalid size %lld in shape %s", op, (long long)in[d],
+                          tn_shape_str(ndim, in));
     } else if (in[d]) {
       /* a zero makes the element count 0 whatever the other sizes, but strides still
        * multiply them: bound their product as empty() does */
       if (nonzero > INT64_MAX / 16 / in[d])
-        return em_set_error(EM_ERR_SHAPE, "%s: shape %s has too many elements (the product of its non-zero sizes "
-                            "must stay below 2^59)", op, tn_shape_str(ndim, in));
+        return em_set_error(EM_ERR_SHAPE,
+                            "%s: shape %s has too many elements (the product of its non-zero sizes "
+                            "must stay below 2^59)",
+                            op, tn_shape_str(ndim, in));
       nonzero *= in[d];
       known *= in[d];
     } else {
@@ -181,8 +185,10 @@ em_status em_expand(em_tensor **out, const em_tensor *a, int ndim, const int64_t
     sizes[i] = in_sizes[i] == -1 && j >= 0 ? a->sizes[j] : in_sizes[i];
     if (sizes[i] < 0) return em_set_error(EM_ERR_SHAPE, "expand: invalid size -1 for a new leading dim");
     if (sizes[i] && nonzero > INT64_MAX / 16 / sizes[i])
-      return em_set_error(EM_ERR_SHAPE, "expand: shape %s has too many elements (the product of its non-zero sizes "
-                          "must stay below 2^59)", tn_shape_str(ndim, in_sizes));
+      return em_set_error(EM_ERR_SHAPE,
+                          "expand: shape %s has too many elements (the product of its non-zero sizes "
+                          "must stay below 2^59)",
+                          tn_shape_str(ndim, in_sizes));
     if (sizes[i]) nonzero *= sizes[i];
   }
   return emp_broadcast_to("expand", out, a, ndim, sizes);
@@ -254,12 +260,14 @@ em_status em_as_strided(em_tensor **out, const em_tensor *a, int ndim, const int
     if (sizes[d] < 0 || strides[d] < 0)
       return em_set_error(EM_ERR_ARGUMENT, "as_strided: negative size or stride at dim %d", d);
     if (sizes[d] && nonzero > INT64_MAX / 16 / sizes[d]) /* zero strides let any size through the bound below */
-      return em_set_error(EM_ERR_SHAPE, "as_strided: shape %s has too many elements (the product of its non-zero "
-                          "sizes must stay below 2^59)", tn_shape_str(ndim, sizes));
+      return em_set_error(EM_ERR_SHAPE,
+                          "as_strided: shape %s has too many elements (the product of its non-zero "
+                          "sizes must stay below 2^59)",
+                          tn_shape_str(ndim, sizes));
     if (sizes[d]) nonzero *= sizes[d];
     if (sizes[d] == 0) last = -1;
-    if (last >= 0 && (__builtin_mul_overflow(sizes[d] - 1, strides[d], &reach) ||
-                      __builtin_add_overflow(last, reach, &last)))
+    if (last >= 0 &&
+        (__builtin_mul_overflow(sizes[d] - 1, strides[d], &reach) || __builtin_add_overflow(last, reach, &last)))
       return em_set_error(EM_ERR_INDEX, "as_strided: size %lld with stride %lld at dim %d reaches past 2^63 elements",
                           (long long)sizes[d], (long long)strides[d], d);
   }

@@ -20,13 +20,12 @@
 #include "distributed/dist_impl.h"
 #include "tensor/tensor_impl.h"
 
-
 /* ---------------------------------------------------------------- the fake GPU */
 
 static struct {
-  atomic_int gpu_done;          /* every recorded event has completed */
-  atomic_int init_rounds;       /* init stays in progress for this many polls; -1 forever */
-  atomic_int async_error;       /* what ncclCommGetAsyncError reports once connected */
+  atomic_int gpu_done; /* every recorded event has completed */
+  atomic_int init_rounds; /* init stays in progress for this many polls; -1 forever */
+  atomic_int async_error; /* what ncclCommGetAsyncError reports once connected */
   atomic_int aborts, inits, ids, records, events_live, calls;
   atomic_int last_kind, last_dt, last_op, last_peer;
   atomic_llong last_count;
@@ -51,7 +50,9 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return (void)e, (void)s, cudaSuccess; }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) { return (void)e, cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f) { return (void)s, (void)e, (void)f, cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f) {
+  return (void)s, (void)e, (void)f, cudaSuccess;
+}
 cudaError_t cudaGetDevice(int *d) { return *d = 0, cudaSuccess; }
 cudaError_t cudaMalloc(void **p, size_t n) { return *p = malloc(n), cudaSuccess; }
 cudaError_t cudaFree(void *p) { return free(p), cudaSuccess; }
@@ -84,8 +85,8 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
   return ncclSuccess;
 }
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int n, ncclUniqueId id, int rank, ncclConfig_t *config) {
-  assert_int_equal(config->blocking, 0);   /* non-blocking, so that connecting can time out */
-  assert_int_equal((unsigned char)id.internal[7], 0x5a);   /* rank 0's id came through */
+  assert_int_equal(config->blocking, 0); /* non-blocking, so that connecting can time out */
+  assert_int_equal((unsigned char)id.internal[7], 0x5a); /* rank 0's id came through */
   assert_true(rank >= 0 && rank < n);
   *comm = (ncclComm_t)malloc(8);
   atomic_fetch_add(&F.inits, 1);
@@ -105,7 +106,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *state) {
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   free(comm);
   atomic_fetch_add(&F.aborts, 1);
-  atomic_store(&F.gpu_done, 1);   /* an abort ends the communicator's kernels */
+  atomic_store(&F.gpu_done, 1); /* an abort ends the communicator's kernels */
   return ncclSuccess;
 }
 const char *ncclGetErrorString(ncclResult_t r) { return r == ncclRemoteError ? "remote process exited" : "other"; }
@@ -123,10 +124,11 @@ static ncclResult_t note(int kind, size_t count, ncclDataType_t dt, int op, int 
 ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t dt, ncclRedOp_t op, ncclComm_t c,
                            cudaStream_t st) {
   (void)s, (void)r, (void)c;
-  assert_ptr_equal(st, fake_stream.handle);   /* on the communication stream */
+  assert_ptr_equal(st, fake_stream.handle); /* on the communication stream */
   return note(K_ALLREDUCE, n, dt, op, -1);
 }
-ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t dt, int root, ncclComm_t c, cudaStream_t st) {
+ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t dt, int root, ncclComm_t c,
+                           cudaStream_t st) {
   (void)s, (void)r, (void)c, (void)st;
   return note(K_BCAST, n, dt, -1, root);
 }
@@ -155,7 +157,7 @@ static int64_t next_seq;
 
 static em_tensor *vec(int64_t n, em_dtype dtype) {
   em_tensor *t = NULL;
-  assert_int_equal(em_zeros(&t, 1, &n, dtype, (em_device){EM_CPU, 0}), EM_OK);   /* stands in for cuda:0 */
+  assert_int_equal(em_zeros(&t, 1, &n, dtype, (em_device){EM_CPU, 0}), EM_OK); /* stands in for cuda:0 */
   return t;
 }
 
@@ -228,26 +230,26 @@ static int teardown(void **state) {
 static void test_connect_and_complete(void **state) {
   (void)state;
   reset_fakes();
-  atomic_store(&F.init_rounds, 3);   /* init polled a few times before it is ready */
+  atomic_store(&F.init_rounds, 3); /* init polled a few times before it is ready */
   void *impl;
   em_dist_group *g = new_group(&impl);
   em_tensor *t = vec(8, EM_FLOAT32);
   int ids = atomic_load(&F.ids), inits = atomic_load(&F.inits), records = atomic_load(&F.records);
   em_dist_work *w;
   assert_int_equal(post(impl, work(g, EM_DIST_OP_ALL_REDUCE, t, t, EM_DIST_SUM, 30), &w), EM_OK);
-  assert_int_equal(atomic_load(&F.ids), ids + 1);       /* rank 0 made the id */
+  assert_int_equal(atomic_load(&F.ids), ids + 1); /* rank 0 made the id */
   assert_int_equal(atomic_load(&F.inits), inits + 1);
-  assert_int_equal(atomic_load(&F.init_rounds), 0);     /* polled until ready */
+  assert_int_equal(atomic_load(&F.init_rounds), 0); /* polled until ready */
   assert_int_equal(atomic_load(&F.last_kind), K_ALLREDUCE);
   assert_int_equal(atomic_load(&F.last_count), 8);
   assert_int_equal(atomic_load(&F.last_dt), ncclFloat32);
   assert_int_equal(atomic_load(&F.last_op), ncclSum);
-  assert_int_equal(atomic_load(&F.records), records + 1);   /* in == out: one record_stream */
+  assert_int_equal(atomic_load(&F.records), records + 1); /* in == out: one record_stream */
   nap_ms(20);
-  assert_int_equal(em_dist_work_test(w), 0);            /* the GPU has not finished */
+  assert_int_equal(em_dist_work_test(w), 0); /* the GPU has not finished */
   atomic_store(&F.gpu_done, 1);
   for (int i = 0; i < 2000 && em_dist_work_test(w) == 0; i++) nap_ms(1);
-  assert_int_equal(em_dist_work_test(w), 1);            /* the poller thread saw the event */
+  assert_int_equal(em_dist_work_test(w), 1); /* the poller thread saw the event */
   assert_int_equal(em_dist_work_wait(w, 0), EM_OK);
   em_dist_work_release(w);
 
@@ -278,13 +280,13 @@ static void test_mapping(void **state) {
     int want_kind, want_dt, want_op;
     long long want_count;
   } cases[] = {
-      {EM_DIST_OP_ALL_REDUCE, b, b, EM_DIST_SUM, K_ALLREDUCE, ncclUint8, ncclMax, 3},       /* or */
-      {EM_DIST_OP_ALL_REDUCE, b, b, EM_DIST_PRODUCT, K_ALLREDUCE, ncclUint8, ncclMin, 3},   /* and */
+      {EM_DIST_OP_ALL_REDUCE, b, b, EM_DIST_SUM, K_ALLREDUCE, ncclUint8, ncclMax, 3}, /* or */
+      {EM_DIST_OP_ALL_REDUCE, b, b, EM_DIST_PRODUCT, K_ALLREDUCE, ncclUint8, ncclMin, 3}, /* and */
       {EM_DIST_OP_ALL_REDUCE, h, h, EM_DIST_AVG, K_ALLREDUCE, ncclBfloat16, ncclAvg, 6},
       {EM_DIST_OP_ALL_REDUCE, i, i, EM_DIST_PRODUCT, K_ALLREDUCE, ncclInt64, ncclProd, 5},
       {EM_DIST_OP_ALL_REDUCE, d, d, EM_DIST_MIN, K_ALLREDUCE, ncclFloat64, ncclMin, 4},
       {EM_DIST_OP_BROADCAST, d, d, EM_DIST_SUM, K_BCAST, ncclFloat64, -1, 4},
-      {EM_DIST_OP_ALL_GATHER, small, d, EM_DIST_SUM, K_ALLGATHER, ncclFloat64, -1, 2},        /* count per rank */
+      {EM_DIST_OP_ALL_GATHER, small, d, EM_DIST_SUM, K_ALLGATHER, ncclFloat64, -1, 2}, /* count per rank */
       {EM_DIST_OP_REDUCE_SCATTER, d, small, EM_DIST_AVG, K_REDSCATTER, ncclFloat64, ncclAvg, 2},
       {EM_DIST_OP_SEND, i, i, EM_DIST_SUM, K_SEND, ncclInt64, -1, 5},
       {EM_DIST_OP_RECV, i, i, EM_DIST_SUM, K_RECV, ncclInt64, -1, 5},
@@ -338,7 +340,7 @@ static void test_timeout_aborts(void **state) {
   assert_non_null(strstr(msg, " s on rank 0 (cuda:0)"));
   assert_non_null(strstr(msg, "the NCCL communicator of group"));
   assert_non_null(strstr(msg, "was aborted"));
-  assert_null(strstr(strstr(msg, "all_reduce #") + 1, "all_reduce #"));   /* named once */
+  assert_null(strstr(strstr(msg, "all_reduce #") + 1, "all_reduce #")); /* named once */
   assert_true(em_clock_monotonic() - t0 < 5);
   assert_int_equal(atomic_load(&F.aborts), aborts + 1);
   /* work queued behind it is cancelled, naming the culprit */
@@ -368,7 +370,7 @@ static void test_async_error(void **state) {
   em_dist_work_release(w);
   atomic_store(&F.gpu_done, 0);
   assert_int_equal(post(impl, work(g, EM_DIST_OP_ALL_REDUCE, t, t, EM_DIST_SUM, 30), &w), EM_OK);
-  atomic_store(&F.async_error, ncclRemoteError);   /* a peer went away */
+  atomic_store(&F.async_error, ncclRemoteError); /* a peer went away */
   assert_int_equal(em_dist_work_wait(w, 0), EM_ERR_RUNTIME);
   assert_non_null(strstr(em_last_error(), "all_reduce #"));
   assert_non_null(strstr(em_last_error(), "NCCL error 'remote process exited' (fake detail) on rank 0 (cuda:0)"));
@@ -382,7 +384,7 @@ static void test_async_error(void **state) {
 static void test_connect_timeout(void **state) {
   (void)state;
   reset_fakes();
-  atomic_store(&F.init_rounds, -1);   /* never connects: a rank did not make this collective */
+  atomic_store(&F.init_rounds, -1); /* never connects: a rank did not make this collective */
   void *impl;
   em_dist_group *g = new_group(&impl);
   em_tensor *t = vec(4, EM_FLOAT32);
@@ -391,7 +393,7 @@ static void test_connect_timeout(void **state) {
   assert_int_equal(post(impl, work(g, EM_DIST_OP_ALL_REDUCE, t, t, EM_DIST_SUM, 0.2), &w), EM_ERR_RUNTIME);
   assert_non_null(strstr(em_last_error(), "creating the NCCL communicator of group"));
   assert_non_null(strstr(em_last_error(), "not connected after"));
-  assert_int_equal(atomic_load(&F.aborts), aborts + 1);   /* the half-made communicator */
+  assert_int_equal(atomic_load(&F.aborts), aborts + 1); /* the half-made communicator */
   atomic_store(&F.init_rounds, 0);
   assert_int_equal(post(impl, work(g, EM_DIST_OP_ALL_REDUCE, t, t, EM_DIST_SUM, 30), &w), EM_ERR_RUNTIME);
   assert_non_null(strstr(em_last_error(), "its NCCL communicator could not be created"));

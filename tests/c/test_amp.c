@@ -11,7 +11,6 @@
 #include "ember/nn.h"
 #include "ember/optim.h"
 
-
 static em_tensor *mat(em_dtype dtype, int64_t rows, int64_t cols, double start) {
   int64_t sizes[2] = {rows, cols};
   em_tensor *t = NULL;
@@ -94,8 +93,8 @@ static void test_lower_policy_operands(void **unused) {
   assert_int_equal(ac.status, EM_OK);
   assert_int_equal(em_tensor_dtype(ac.t[0]), EM_BFLOAT16);
   assert_non_null(em_grad_fn_name(ac.t[0])); /* recorded: gradients reach x as float32 */
-  assert_ptr_equal(ac.t[1], d);              /* float64 is left alone */
-  assert_ptr_equal(ac.t[2], i);              /* so are integers */
+  assert_ptr_equal(ac.t[1], d); /* float64 is left alone */
+  assert_ptr_equal(ac.t[2], i); /* so are integers */
   assert_null(ac.t[3]);
   assert_true(fabs(at2(ac.t[0], 1, 2) - at2(x, 1, 2)) < 1e-2);
   /* already in the autocast dtype: nothing more to do (the op's second call) */

@@ -39,17 +39,17 @@ UN(erfv, EM_ERF)
 UN(gelu, EM_GELU)
 UN(silu, EM_SILU)
 UN(expm1v, EM_EXPM1)
-#define UNPOS(opname, OP)                                                  \
-  static em_status f_##opname(em_tensor **o, em_tensor **in) {            \
-    em_tensor *p = NULL;                                                   \
-    em_status st = em_ag_binary_scalar(EM_ADD, &p, in[0], 0.0, 0);         \
-    em_tensor *q = NULL;                                                   \
-    if (!st) st = em_ag_unary(EM_SQUARE, &q, p);                           \
-    em_tensor *r = NULL;                                                   \
-    if (!st) st = em_ag_binary_scalar(EM_ADD, &r, q, 0.5, 0);              \
-    if (!st) st = em_ag_unary(OP, o, r);                                   \
-    em_tensor_release(p), em_tensor_release(q), em_tensor_release(r);      \
-    return st;                                                             \
+#define UNPOS(opname, OP)                                             \
+  static em_status f_##opname(em_tensor **o, em_tensor **in) {        \
+    em_tensor *p = NULL;                                              \
+    em_status st = em_ag_binary_scalar(EM_ADD, &p, in[0], 0.0, 0);    \
+    em_tensor *q = NULL;                                              \
+    if (!st) st = em_ag_unary(EM_SQUARE, &q, p);                      \
+    em_tensor *r = NULL;                                              \
+    if (!st) st = em_ag_binary_scalar(EM_ADD, &r, q, 0.5, 0);         \
+    if (!st) st = em_ag_unary(OP, o, r);                              \
+    em_tensor_release(p), em_tensor_release(q), em_tensor_release(r); \
+    return st;                                                        \
   }
 UNPOS(logv, EM_LOG)
 UNPOS(sqrtv, EM_SQRT)
@@ -58,10 +58,10 @@ UNPOS(recip, EM_RECIPROCAL)
 UNPOS(log1pv, EM_LOG1P)
 static em_status f_scalar_ops(em_tensor **o, em_tensor **in) {
   em_tensor *a = NULL, *b = NULL, *c = NULL, *d = NULL;
-  em_status st = em_ag_binary_scalar(EM_SUB, &a, in[0], 3.0, 1);   /* 3 - x */
-  if (!st) st = em_ag_binary_scalar(EM_MUL, &b, a, 1.5, 0);        /* * 1.5 */
-  if (!st) st = em_ag_binary_scalar(EM_DIV, &c, b, 2.0, 1);        /* 2 / . */
-  if (!st) st = em_ag_binary_scalar(EM_POW, &d, c, 2.0, 0);        /* ^ 2 */
+  em_status st = em_ag_binary_scalar(EM_SUB, &a, in[0], 3.0, 1); /* 3 - x */
+  if (!st) st = em_ag_binary_scalar(EM_MUL, &b, a, 1.5, 0); /* * 1.5 */
+  if (!st) st = em_ag_binary_scalar(EM_DIV, &c, b, 2.0, 1); /* 2 / . */
+  if (!st) st = em_ag_binary_scalar(EM_POW, &d, c, 2.0, 0); /* ^ 2 */
   if (!st) st = em_ag_binary_scalar(EM_MAXIMUM, o, d, 0.3, 0);
   em_tensor_release(a), em_tensor_release(b), em_tensor_release(c), em_tensor_release(d);
   return st;
@@ -86,7 +86,9 @@ static em_status f_max_dim(em_tensor **o, em_tensor **in) {
   int d = -1;
   return em_ag_reduce(EM_MAX, o, NULL, in[0], &d, 1, 0, 0);
 }
-static em_status f_min_all(em_tensor **o, em_tensor **in) { return em_ag_reduce(EM_MIN, o, NULL, in[0], NULL, 0, 0, 0); }
+static em_status f_min_all(em_tensor **o, em_tensor **in) {
+  return em_ag_reduce(EM_MIN, o, NULL, in[0], NULL, 0, 0, 0);
+}
 static em_status f_prod(em_tensor **o, em_tensor **in) {
   int d = 0;
   return em_ag_reduce(EM_PROD, o, NULL, in[0], &d, 1, 0, 0);
@@ -112,13 +114,13 @@ static em_status f_matmul(em_tensor **o, em_tensor **in) { return em_ag_matmul(o
 static em_status f_addmm(em_tensor **o, em_tensor **in) { return em_ag_addmm(o, in[2], in[0], in[1], 0.5, 2.0); }
 static em_status f_views(em_tensor **o, em_tensor **in) {
   em_tensor *t = NULL, *p = NULL, *v = NULL, *n = NULL, *s = NULL, *u = NULL, *e = NULL;
-  em_status st = em_ag_transpose(&t, in[0], 0, 1);            /* [3, 2, 4] -> [2, 3, 4] */
+  em_status st = em_ag_transpose(&t, in[0], 0, 1); /* [3, 2, 4] -> [2, 3, 4] */
   int perm[3] = {2, 0, 1};
-  if (!st) st = em_ag_permute(&p, t, 3, perm);                  /* [4, 2, 3] */
+  if (!st) st = em_ag_permute(&p, t, 3, perm); /* [4, 2, 3] */
   if (!st) st = em_ag_reshape(&v, p, 2, (int64_t[]){8, 3});
-  if (!st) st = em_ag_narrow(&n, v, 0, 2, 5);                   /* [5, 3] */
-  if (!st) st = em_ag_select(&s, n, 1, -1);                     /* [5] */
-  if (!st) st = em_ag_unsqueeze(&u, s, 0);                      /* [1, 5] */
+  if (!st) st = em_ag_narrow(&n, v, 0, 2, 5); /* [5, 3] */
+  if (!st) st = em_ag_select(&s, n, 1, -1); /* [5] */
+  if (!st) st = em_ag_unsqueeze(&u, s, 0); /* [1, 5] */
   if (!st) st = em_ag_expand(&e, u, 2, (int64_t[]){3, 5});
   if (!st) st = em_ag_contiguous(o, e);
   em_tensor *all[] = {t, p, v, n, s, u, e};
@@ -148,7 +150,7 @@ static em_status f_index(em_tensor **o, em_tensor **in) {
   em_tensor *idx = int64_tensor(1, (int64_t[]){4}, ids);
   em_tensor *gidx = int64_tensor(2, (int64_t[]){4, 2}, gi);
   em_status st = em_ag_index_select(&sel, in[0], 0, idx, 0); /* [4, 4] */
-  if (!st) st = em_ag_gather(&g, sel, 1, gidx, 0);          /* [4, 2] */
+  if (!st) st = em_ag_gather(&g, sel, 1, gidx, 0); /* [4, 2] */
   if (!st) st = em_binary_scalar(EM_GT, &mask, g, 0.5, 0);
   if (!st) st = em_ag_masked_fill(o, g, mask, 0.25);
   em_tensor *all[] = {idx, sel, gidx, mask, g};
@@ -388,9 +390,12 @@ static void test_long_chain_no_stack_overflow(void **state) {
 int main(void) {
   em_set_num_threads(1);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_accumulation_and_hooks), cmocka_unit_test(test_hook_order_is_reverse_of_use),
-      cmocka_unit_test(test_modes_and_errors),       cmocka_unit_test(test_custom_function),
-      cmocka_unit_test(test_long_chain_no_stack_overflow), cmocka_unit_test(test_gradcheck_all),
+      cmocka_unit_test(test_accumulation_and_hooks),
+      cmocka_unit_test(test_hook_order_is_reverse_of_use),
+      cmocka_unit_test(test_modes_and_errors),
+      cmocka_unit_test(test_custom_function),
+      cmocka_unit_test(test_long_chain_no_stack_overflow),
+      cmocka_unit_test(test_gradcheck_all),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -47,8 +47,9 @@ static void test_inplace_rule(void **state) {
   /* a recorded result: not a leaf */
   em_tensor *y = NULL;
   assert_int_equal(em_ag_binary_scalar(EM_MUL, &y, w, 2.0, 0), EM_OK);
-  expect_error(em_check_inplace("mul_", y, NULL), EM_ERR_ARGUMENT, "mul_: in-place operation on a tensor that "
-                                                                   "requires grad; run it");
+  expect_error(em_check_inplace("mul_", y, NULL), EM_ERR_ARGUMENT,
+               "mul_: in-place operation on a tensor that "
+               "requires grad; run it");
 
   /* grad mode off: everything goes */
   em_set_grad_enabled(0);

@@ -9,7 +9,6 @@
 #include "core/core_impl.h"
 #include "ember/tensor.h"
 
-
 static em_tensor *arange_f32(int ndim, const int64_t *sizes) {
   em_tensor *flat = NULL, *t = NULL;
   int64_t n = 1;

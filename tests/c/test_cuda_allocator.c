@@ -26,10 +26,10 @@ typedef struct fake_event {
 } fake_event;
 
 typedef struct fake_device {
-  int64_t capacity;             /* bytes it holds; 0: unlimited */
+  int64_t capacity; /* bytes it holds; 0: unlimited */
   int64_t used;
-  int refuse_next;              /* raw_alloc calls to refuse regardless of capacity */
-  int record_null;              /* event_record says "already done" (returns NULL) */
+  int refuse_next; /* raw_alloc calls to refuse regardless of capacity */
+  int record_null; /* event_record says "already done" (returns NULL) */
   int raw_allocs, raw_frees, syncs, events_live;
   void *seg_ptr[MAX_SEGMENTS];
   size_t seg_size[MAX_SEGMENTS];
@@ -203,7 +203,7 @@ static void test_rounding(void **state) {
 static void test_rounded_sizes_in_stats(void **state) {
   fixture *fx = *state;
   void *p = alloc_ok(fx->cache, 1, S1);
-  void *q = alloc_ok(fx->cache, 0, S1);   /* zero bytes still gets a distinct block */
+  void *q = alloc_ok(fx->cache, 0, S1); /* zero bytes still gets a distinct block */
   assert_ptr_not_equal(p, q);
   em_cuda_memory_stats s = stats_of(fx->cache);
   assert_int_equal(s.allocated, 1024);
@@ -220,12 +220,12 @@ static void test_small_pool_carves_one_segment(void **state) {
   char *b = alloc_ok(fx->cache, 1000, S1);
   char *c = alloc_ok(fx->cache, MiB, S1);
   assert_int_equal(fx->dev.raw_allocs, 1);
-  assert_ptr_equal(b, a + 1024);   /* split from the same segment, in address order */
+  assert_ptr_equal(b, a + 1024); /* split from the same segment, in address order */
   assert_ptr_equal(c, b + 1024);
   em_cuda_memory_stats s = stats_of(fx->cache);
   assert_int_equal(s.reserved, 2 * MiB);
   assert_int_equal(s.allocated, 2048 + MiB);
-  assert_int_equal(s.cached_blocks, 1);     /* the rest of the segment */
+  assert_int_equal(s.cached_blocks, 1); /* the rest of the segment */
   /* the next MiB does not fit in the remaining 1 MiB - 2 KiB: a second segment */
   void *d = alloc_ok(fx->cache, MiB, S1);
   assert_int_equal(fx->dev.raw_allocs, 2);
@@ -237,18 +237,18 @@ static void test_small_pool_carves_one_segment(void **state) {
 
 static void test_large_pool_segments(void **state) {
   fixture *fx = *state;
-  void *a = alloc_ok(fx->cache, 3 * MiB, S1);          /* a 20 MiB segment, split */
+  void *a = alloc_ok(fx->cache, 3 * MiB, S1); /* a 20 MiB segment, split */
   em_cuda_memory_stats s = stats_of(fx->cache);
   assert_int_equal(s.reserved, 20 * MiB);
   assert_int_equal(s.allocated, 3 * MiB);
-  char *b = alloc_ok(fx->cache, 5 * MiB, S1);          /* from the same segment */
+  char *b = alloc_ok(fx->cache, 5 * MiB, S1); /* from the same segment */
   assert_ptr_equal(b, (char *)a + 3 * MiB);
   assert_int_equal(fx->dev.raw_allocs, 1);
-  void *c = alloc_ok(fx->cache, 12 * MiB + 1, S1);     /* big: its own 14 MiB segment */
+  void *c = alloc_ok(fx->cache, 12 * MiB + 1, S1); /* big: its own 14 MiB segment */
   s = stats_of(fx->cache);
   assert_int_equal(s.reserved, 34 * MiB);
   assert_int_equal(s.allocated, 3 * MiB + 5 * MiB + 12 * MiB + 512);
-  assert_int_equal(s.cached_blocks, 2);   /* the 20 MiB segment's tail and the 14 MiB one's */
+  assert_int_equal(s.cached_blocks, 2); /* the 20 MiB segment's tail and the 14 MiB one's */
   /* a small request never takes a large block: a 2 MiB segment of its own */
   emp_cache_free(fx->cache, a);
   void *d = alloc_ok(fx->cache, 4096, S1);
@@ -261,7 +261,7 @@ static void test_large_pool_segments(void **state) {
 
 static void test_large_remainder_not_split_below_1mib(void **state) {
   fixture *fx = *state;
-  void *a = alloc_ok(fx->cache, 19 * MiB + 512 * KiB, S1);   /* a 20 MiB segment; rest 512 KiB */
+  void *a = alloc_ok(fx->cache, 19 * MiB + 512 * KiB, S1); /* a 20 MiB segment; rest 512 KiB */
   em_cuda_memory_stats s = stats_of(fx->cache);
   assert_int_equal(s.allocated, 20 * MiB);
   assert_int_equal(s.cached_blocks, 0);
@@ -283,17 +283,17 @@ static void test_split_and_merge(void **state) {
   char *a = alloc_ok(fx->cache, 64 * KiB, S1);
   char *b = alloc_ok(fx->cache, 64 * KiB, S1);
   char *c = alloc_ok(fx->cache, 64 * KiB, S1);
-  assert_int_equal(stats_of(fx->cache).cached_blocks, 1);   /* the tail */
-  emp_cache_free(fx->cache, b);                              /* a hole between a and c */
+  assert_int_equal(stats_of(fx->cache).cached_blocks, 1); /* the tail */
+  emp_cache_free(fx->cache, b); /* a hole between a and c */
   assert_int_equal(stats_of(fx->cache).cached_blocks, 2);
-  emp_cache_free(fx->cache, a);                              /* merges with b's hole */
+  emp_cache_free(fx->cache, a); /* merges with b's hole */
   assert_int_equal(stats_of(fx->cache).cached_blocks, 2);
   /* a 128 KiB request fits exactly in the merged a+b */
   char *ab = alloc_ok(fx->cache, 128 * KiB, S1);
   assert_ptr_equal(ab, a);
   assert_int_equal(stats_of(fx->cache).cached_blocks, 1);
   emp_cache_free(fx->cache, ab);
-  emp_cache_free(fx->cache, c);                              /* merges both ways: one block */
+  emp_cache_free(fx->cache, c); /* merges both ways: one block */
   em_cuda_memory_stats s = stats_of(fx->cache);
   assert_int_equal(s.cached_blocks, 1);
   assert_int_equal(s.allocated, 0);
@@ -336,28 +336,28 @@ static void test_blocks_reused_on_their_stream_only(void **state) {
   fixture *fx = *state;
   void *a = alloc_ok(fx->cache, 4096, S1);
   emp_cache_free(fx->cache, a);
-  void *b = alloc_ok(fx->cache, 4096, S2);   /* S1's cached block is not S2's */
+  void *b = alloc_ok(fx->cache, 4096, S2); /* S1's cached block is not S2's */
   assert_ptr_not_equal(a, b);
   assert_int_equal(fx->dev.raw_allocs, 2);
-  void *c = alloc_ok(fx->cache, 4096, S1);   /* S1 gets its own back */
+  void *c = alloc_ok(fx->cache, 4096, S1); /* S1 gets its own back */
   assert_ptr_equal(a, c);
   void *d = alloc_ok(fx->cache, 4096, NULL); /* the default stream is a stream too */
   assert_int_equal(fx->dev.raw_allocs, 3);
   emp_cache_free(fx->cache, b);
   emp_cache_free(fx->cache, c);
   emp_cache_free(fx->cache, d);
-  assert_int_equal(fx->dev.events_live, 0);   /* stream order alone: no events */
+  assert_int_equal(fx->dev.events_live, 0); /* stream order alone: no events */
 }
 
 static void test_record_stream_defers_reuse(void **state) {
   fixture *fx = *state;
   void *a = alloc_ok(fx->cache, 4096, S1);
   assert_int_equal(emp_cache_record_stream(fx->cache, a, S2), EM_OK);
-  assert_int_equal(emp_cache_record_stream(fx->cache, a, S2), EM_OK);   /* once per stream */
+  assert_int_equal(emp_cache_record_stream(fx->cache, a, S2), EM_OK); /* once per stream */
   assert_int_equal(emp_cache_record_stream(fx->cache, a, S3), EM_OK);
-  assert_int_equal(emp_cache_record_stream(fx->cache, a, S1), EM_OK);   /* its own: nothing */
+  assert_int_equal(emp_cache_record_stream(fx->cache, a, S1), EM_OK); /* its own: nothing */
   emp_cache_free(fx->cache, a);
-  assert_int_equal(fx->dev.events_live, 2);                            /* on S2 and S3 */
+  assert_int_equal(fx->dev.events_live, 2); /* on S2 and S3 */
   em_cuda_memory_stats s = stats_of(fx->cache);
   assert_int_equal(s.allocated, 0);
   assert_int_equal(s.num_frees, 1);
@@ -365,14 +365,14 @@ static void test_record_stream_defers_reuse(void **state) {
   void *b = alloc_ok(fx->cache, 4096, S1);
   assert_ptr_not_equal(a, b);
   fake_complete(&fx->dev, S2);
-  void *c = alloc_ok(fx->cache, 4096, S1);   /* S3 has not finished */
+  void *c = alloc_ok(fx->cache, 4096, S1); /* S3 has not finished */
   assert_ptr_not_equal(a, c);
-  assert_int_equal(fx->dev.events_live, 1);  /* S2's event was collected */
+  assert_int_equal(fx->dev.events_live, 1); /* S2's event was collected */
   fake_complete(&fx->dev, S3);
-  void *d = alloc_ok(fx->cache, 4096, S1);   /* now it is free again */
+  void *d = alloc_ok(fx->cache, 4096, S1); /* now it is free again */
   assert_ptr_equal(a, d);
   assert_int_equal(fx->dev.events_live, 0);
-  assert_int_equal(fx->dev.syncs, 0);        /* never waited */
+  assert_int_equal(fx->dev.syncs, 0); /* never waited */
   emp_cache_free(fx->cache, b);
   emp_cache_free(fx->cache, c);
   emp_cache_free(fx->cache, d);
@@ -385,7 +385,7 @@ static void test_record_stream_errors_and_done_streams(void **state) {
   assert_non_null(strstr(em_last_error(), "is not memory in use on cuda:0"));
   assert_int_equal(cuda_cache_owns(fx->cache, a), 1);
   assert_int_equal(cuda_cache_owns(fx->cache, a + 512), 0);
-  assert_int_equal(emp_cache_free(fx->cache, a + 512), 0);   /* not ours: untouched */
+  assert_int_equal(emp_cache_free(fx->cache, a + 512), 0); /* not ours: untouched */
   /* a stream whose work is already done (no event to wait for): freed at once */
   fx->dev.record_null = 1;
   assert_int_equal(emp_cache_record_stream(fx->cache, a, S2), EM_OK);
@@ -394,7 +394,7 @@ static void test_record_stream_errors_and_done_streams(void **state) {
   void *b = alloc_ok(fx->cache, 4096, S1);
   assert_ptr_equal(a, b);
   assert_int_equal(emp_cache_free(fx->cache, a), 1);
-  assert_int_equal(emp_cache_free(fx->cache, a), 0);          /* a double free is refused */
+  assert_int_equal(emp_cache_free(fx->cache, a), 0); /* a double free is refused */
   assert_int_equal(emp_cache_record_stream(fx->cache, a, S2), EM_ERR_ARGUMENT);
 }
 
@@ -407,7 +407,7 @@ static void test_flush_and_retry(void **state) {
   void *b = alloc_ok(fx->cache, MiB, S2);
   assert_int_equal(emp_cache_record_stream(fx->cache, b, S3), EM_OK);
   emp_cache_free(fx->cache, a);
-  emp_cache_free(fx->cache, b);   /* pending on S3 */
+  emp_cache_free(fx->cache, b); /* pending on S3 */
   assert_int_equal(fx->dev.used, 4 * MiB);
   /* 3 MiB needs a 20 MiB segment: 24 > 22 MiB, so the cache is flushed (S3's event is
    * waited for) and both 2 MiB segments go back before the retry succeeds */
@@ -426,7 +426,7 @@ static void test_flush_and_retry(void **state) {
 static void test_flush_finds_a_pending_block(void **state) {
   fixture *fx = *state;
   void *a = alloc_ok(fx->cache, MiB, S1);
-  void *filler = alloc_ok(fx->cache, MiB, S1);   /* the rest of the segment */
+  void *filler = alloc_ok(fx->cache, MiB, S1); /* the rest of the segment */
   assert_int_equal(fx->dev.raw_allocs, 1);
   assert_int_equal(emp_cache_record_stream(fx->cache, a, S2), EM_OK);
   emp_cache_free(fx->cache, a);
@@ -445,7 +445,7 @@ static void test_flush_finds_a_pending_block(void **state) {
 static void test_oom_message(void **state) {
   fixture *fx = *state;
   fx->dev.capacity = 8 * MiB;
-  void *a = alloc_ok(fx->cache, MiB, S1);   /* 1 MiB used by tensors, 1 MiB cached */
+  void *a = alloc_ok(fx->cache, MiB, S1); /* 1 MiB used by tensors, 1 MiB cached */
   void *p = (void *)0x1234;
   assert_int_equal(emp_cache_malloc(fx->cache, 2 * GiB, S1, &p), EM_ERR_MEMORY);
   assert_null(p);
@@ -454,7 +454,7 @@ static void test_oom_message(void **state) {
   em_cuda_memory_stats s = stats_of(fx->cache);
   assert_int_equal(s.num_ooms, 1);
   assert_int_equal(s.num_flushes, 1);
-  assert_int_equal(s.allocated, MiB);   /* the failure changed nothing else */
+  assert_int_equal(s.allocated, MiB); /* the failure changed nothing else */
   assert_int_equal(s.num_allocs, 1);
   emp_cache_free(fx->cache, a);
   /* absurd sizes fail before rounding can overflow */
@@ -470,8 +470,9 @@ static void test_oom_message_names_device_memory(void **state) {
   em_device_cache *c = emp_cache_new(3, &ops);
   void *p;
   assert_int_equal(emp_cache_malloc(c, 100 * MiB, NULL, &p), EM_ERR_MEMORY);
-  assert_string_equal(em_last_error(), "cuda:3: out of memory allocating 100.00 MiB (in use by tensors 0 B, "
-                                       "cached 0 B, device free 16.00 MiB of 16.00 MiB)");
+  assert_string_equal(em_last_error(),
+                      "cuda:3: out of memory allocating 100.00 MiB (in use by tensors 0 B, "
+                      "cached 0 B, device free 16.00 MiB of 16.00 MiB)");
   cuda_cache_destroy(c);
   free(f);
 }
@@ -484,9 +485,10 @@ static void test_memory_limit(void **state) {
   void *p;
   /* S2 needs a segment of its own: 4 MiB reserved would pass the 3 MiB limit */
   assert_int_equal(emp_cache_malloc(fx->cache, 4096, S2, &p), EM_ERR_MEMORY);
-  assert_string_equal(em_last_error(), "cuda:0: out of memory allocating 4.00 KiB (in use by tensors 1.00 MiB, "
-                                       "cached 1.00 MiB, limit 3.00 MiB)");
-  assert_int_equal(fx->dev.raw_allocs, 1);   /* the device was never asked */
+  assert_string_equal(em_last_error(),
+                      "cuda:0: out of memory allocating 4.00 KiB (in use by tensors 1.00 MiB, "
+                      "cached 1.00 MiB, limit 3.00 MiB)");
+  assert_int_equal(fx->dev.raw_allocs, 1); /* the device was never asked */
   /* once S1's block is free, the flush hands its segment back and S2 fits */
   emp_cache_free(fx->cache, a);
   void *b = alloc_ok(fx->cache, 4096, S2);
@@ -536,21 +538,21 @@ static void test_stats_and_peaks(void **state) {
 
 static void test_empty_cache(void **state) {
   fixture *fx = *state;
-  void *keep = alloc_ok(fx->cache, 4096, S1);          /* its segment stays */
+  void *keep = alloc_ok(fx->cache, 4096, S1); /* its segment stays */
   void *a = alloc_ok(fx->cache, 4096, S2);
   void *b = alloc_ok(fx->cache, 5 * MiB, S1);
   void *c = alloc_ok(fx->cache, 12 * MiB, S2);
   assert_int_equal(emp_cache_record_stream(fx->cache, c, S3), EM_OK);
   emp_cache_free(fx->cache, a);
   emp_cache_free(fx->cache, b);
-  emp_cache_free(fx->cache, c);                          /* pending on S3: waited for */
+  emp_cache_free(fx->cache, c); /* pending on S3: waited for */
   em_cuda_memory_stats s = stats_of(fx->cache);
   assert_int_equal(s.reserved, 2 * MiB + 2 * MiB + 20 * MiB + 12 * MiB);
   emp_cache_empty(fx->cache);
   s = stats_of(fx->cache);
   assert_int_equal(s.reserved, 2 * MiB);
   assert_int_equal(s.allocated, 4096);
-  assert_int_equal(s.cached_blocks, 1);                 /* the rest of keep's segment */
+  assert_int_equal(s.cached_blocks, 1); /* the rest of keep's segment */
   assert_int_equal(s.num_device_frees, 3);
   assert_int_equal(fx->dev.used, 2 * MiB);
   assert_int_equal(fx->dev.events_live, 0);
@@ -619,7 +621,7 @@ static void test_random_use_never_overlaps(void **state) {
   for (int i = 0; i < SLOTS; i++)
     if (live[i].p) expect += (int64_t)cuda_cache_round_size(live[i].n);
   em_cuda_memory_stats s = stats_of(fx->cache);
-  assert_true(s.allocated >= expect);   /* blocks whose rest was not split are larger */
+  assert_true(s.allocated >= expect); /* blocks whose rest was not split are larger */
   for (int i = 0; i < SLOTS; i++)
     if (live[i].p) emp_cache_free(fx->cache, live[i].p);
   emp_cache_empty(fx->cache);

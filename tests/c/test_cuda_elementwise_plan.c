@@ -15,9 +15,9 @@ static em_ew_operand op(uintptr_t addr, int elsize, int64_t stride) {
 
 static void test_vector_elems(void **state) {
   (void)state;
-  assert_int_equal(em_ew_vector_elems(4), 4);  /* float4 */
-  assert_int_equal(em_ew_vector_elems(2), 8);  /* 8 halves */
-  assert_int_equal(em_ew_vector_elems(8), 2);  /* double2 */
+  assert_int_equal(em_ew_vector_elems(4), 4); /* float4 */
+  assert_int_equal(em_ew_vector_elems(2), 8); /* 8 halves */
+  assert_int_equal(em_ew_vector_elems(8), 2); /* double2 */
   assert_int_equal(em_ew_vector_elems(1), 16); /* bytes */
   assert_int_equal(em_ew_vector_elems(16), 1);
   assert_int_equal(em_ew_vector_elems(0), 1);

@@ -206,7 +206,8 @@ static void fill_batched(double *buf, em_gemm_matrix m, const int64_t *st, int m
     for (int64_t b1 = 0; b1 < 3; b1++) {
       int64_t e0 = mode == B_BROADCAST_OUTER || mode == B_BROADCAST_ALL ? 0 : b0, e1 = mode == B_BROADCAST_ALL ? 0 : b1;
       for (int64_t i = 0; i < m.rows; i++)
-        for (int64_t j = 0; j < m.cols; j++) buf[b0 * st[0] + b1 * st[1] + i * m.rs + j * m.cs] = bvalue(e0, e1, i, j, seed);
+        for (int64_t j = 0; j < m.cols; j++)
+          buf[b0 * st[0] + b1 * st[1] + i * m.rs + j * m.cs] = bvalue(e0, e1, i, j, seed);
     }
 }
 
@@ -242,7 +243,8 @@ static void test_batched_calls(void **state) {
                 const double *f = first + em_gemm_outer_offset(split, sizes, strides[0], q);
                 const double *g = second + em_gemm_outer_offset(split, sizes, strides[1], q);
                 double *c = obuf + em_gemm_outer_offset(split, sizes, strides[2], q);
-                for (int64_t k = 0; k < count; k++) cublas_like(&p, f + k * inner[0], g + k * inner[1], c + k * inner[2]);
+                for (int64_t k = 0; k < count; k++)
+                  cublas_like(&p, f + k * inner[0], g + k * inner[1], c + k * inner[2]);
                 calls_total++;
               }
               for (int64_t b0 = 0; b0 < 2; b0++)

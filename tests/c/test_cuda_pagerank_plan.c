@@ -62,7 +62,7 @@ static double planned_sum(const pr_plan *p, const csr *g, const double *contrib,
   for (int64_t u = first; u < v; u++) k += g->off[u + 1] - g->off[u] >= PR_LIGHT;
   int64_t c0 = p->chunk_first[k], c1 = p->chunk_first[k + 1];
   assert_true(c1 > c0);
-  assert_int_equal(p->chunk_begin[c0], begin);   /* the chunks of v, and no other's */
+  assert_int_equal(p->chunk_begin[c0], begin); /* the chunks of v, and no other's */
   double s = 0;
   for (int64_t c = c0; c < c1; c++) s += sums[c];
   return s;
@@ -120,8 +120,9 @@ static void check_plan(int64_t n, const int64_t *degree) {
 /* Degrees around every threshold, in a vertex count that is not a multiple of a warp. */
 static void test_thresholds(void **state) {
   (void)state;
-  const int64_t edges[] = {0,    1,    PR_LIGHT - 1, PR_LIGHT,     PR_LIGHT + 1, PR_CHUNK - 1, PR_CHUNK,
-                           PR_CHUNK + 1, 2 * PR_CHUNK, 5 * PR_CHUNK + 7, 3,          0};
+  const int64_t edges[] = {
+      0, 1, PR_LIGHT - 1, PR_LIGHT, PR_LIGHT + 1, PR_CHUNK - 1, PR_CHUNK, PR_CHUNK + 1, 2 * PR_CHUNK, 5 * PR_CHUNK + 7,
+      3, 0};
   enum { N = 101 };
   int64_t degree[N];
   for (int64_t v = 0; v < N; v++) degree[v] = edges[(v * 7) % (int64_t)(sizeof edges / sizeof *edges)];
@@ -141,11 +142,11 @@ static void test_heavy_groups(void **state) {
 static void test_small_and_empty(void **state) {
   (void)state;
   int64_t none[33] = {0}, one[1] = {PR_CHUNK * 3};
-  check_plan(33, none);   /* no arcs at all */
-  check_plan(1, one);     /* a single heavy vertex: one group, three chunks */
+  check_plan(33, none); /* no arcs at all */
+  check_plan(1, one); /* a single heavy vertex: one group, three chunks */
   int64_t light[64];
   for (int v = 0; v < 64; v++) light[v] = v % PR_LIGHT;
-  check_plan(64, light);   /* no heavy vertex */
+  check_plan(64, light); /* no heavy vertex */
 }
 
 int main(void) {

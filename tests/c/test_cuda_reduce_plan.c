@@ -69,7 +69,10 @@ static void test_merge_random(void **state) {
       int64_t step = 1;
       int mode = (int)(next_random() % 3);
       for (int d = n - 1; d >= 0; d--) {
-        if (mode == 1 && next_random() % 3 == 0) { st[k][d] = 0; continue; } /* broadcast dim */
+        if (mode == 1 && next_random() % 3 == 0) {
+          st[k][d] = 0;
+          continue;
+        } /* broadcast dim */
         st[k][d] = step;
         step *= sizes[d] + (mode == 2 ? (int64_t)(next_random() % 2) : 0); /* padding */
       }
@@ -85,8 +88,7 @@ static void test_merge_random(void **state) {
     int64_t numel = 1;
     for (int d = 0; d < n; d++) numel *= sizes[d];
     for (int k = 0; k < 3; k++)
-      for (int64_t i = 0; i < numel; i++)
-        assert_int_equal(offset_of(m, ms, mst[k], i), offset_of(n, sizes, st[k], i));
+      for (int64_t i = 0; i < numel; i++) assert_int_equal(offset_of(m, ms, mst[k], i), offset_of(n, sizes, st[k], i));
   }
 }
 
@@ -326,9 +328,8 @@ static void test_helpers(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_merge_known),   cmocka_unit_test(test_merge_random),
-      cmocka_unit_test(test_reduce_plans),  cmocka_unit_test(test_softmax_plans),
-      cmocka_unit_test(test_scan_plans),    cmocka_unit_test(test_sort_plans),
+      cmocka_unit_test(test_merge_known),     cmocka_unit_test(test_merge_random), cmocka_unit_test(test_reduce_plans),
+      cmocka_unit_test(test_softmax_plans),   cmocka_unit_test(test_scan_plans),   cmocka_unit_test(test_sort_plans),
       cmocka_unit_test(test_bitonic_network), cmocka_unit_test(test_helpers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

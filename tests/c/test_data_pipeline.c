@@ -13,7 +13,6 @@
 #include "data/data_impl.h"
 #include "ember/data_pipeline.h"
 
-
 static void test_crc32c(void **state) {
   (void)state;
   assert_int_equal(em_data_crc32c("123456789", 9, 0), 0xE3069283u);
@@ -64,8 +63,11 @@ static void test_epoch_plan(void **state) {
    * 256 steps; h = h * 31 + p[i] mod 1e9+7 over the 1-based permutation. */
   static const int64_t first10[10] = {8, 0, 3, 2, 7, 9, 1, 5, 4, 6};
   assert_memory_equal(em_tensor_data(perm), first10, sizeof first10);
-  const struct { int64_t n; uint64_t seed, stream; int64_t hash; } pinned[] = {
-      {1025, 7, 9, 550149644}, {4097, 123456789, 1099511627779ull, 921951622}, {60000, 1, 3, 736760879}};
+  const struct {
+    int64_t n;
+    uint64_t seed, stream;
+    int64_t hash;
+  } pinned[] = {{1025, 7, 9, 550149644}, {4097, 123456789, 1099511627779ull, 921951622}, {60000, 1, 3, 736760879}};
   for (int c = 0; c < 3; c++) {
     em_tensor *q = NULL;
     assert_int_equal(em_data_randperm(&q, pinned[c].n, pinned[c].seed, pinned[c].stream, 1), EM_OK);
@@ -361,9 +363,10 @@ static void test_loader_round_trip(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_crc32c),         cmocka_unit_test(test_epoch_plan),     cmocka_unit_test(test_epoch_plan_ahead),     cmocka_unit_test(test_sample_rng),
-      cmocka_unit_test(test_augment),        cmocka_unit_test(test_npy_errors),     cmocka_unit_test(test_loader_options),
-      cmocka_unit_test(test_loader_round_trip),
+      cmocka_unit_test(test_crc32c),           cmocka_unit_test(test_epoch_plan),
+      cmocka_unit_test(test_epoch_plan_ahead), cmocka_unit_test(test_sample_rng),
+      cmocka_unit_test(test_augment),          cmocka_unit_test(test_npy_errors),
+      cmocka_unit_test(test_loader_options),   cmocka_unit_test(test_loader_round_trip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

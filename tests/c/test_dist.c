@@ -11,12 +11,26 @@
 #include "ember/cuda.h"
 #include "ember/dist.h"
 
-
-static const char *launcher_vars[] = {
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "SLURM_PROCID", "SLURM_NTASKS",
-    "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "RANK",
-    "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+static const char *launcher_vars[] = {"OMPI_COMM_WORLD_RANK",
+                                      "OMPI_COMM_WORLD_SIZE",
+                                      "OMPI_COMM_WORLD_LOCAL_RANK",
+                                      "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                      "PMI_RANK",
+                                      "PMI_SIZE",
+                                      "MPI_LOCALRANKID",
+                                      "MPI_LOCALNRANKS",
+                                      "SLURM_PROCID",
+                                      "SLURM_NTASKS",
+                                      "SLURM_STEP_NUM_TASKS",
+                                      "SLURM_LOCALID",
+                                      "SLURM_STEP_TASKS_PER_NODE",
+                                      "SLURM_TASKS_PER_NODE",
+                                      "RANK",
+                                      "WORLD_SIZE",
+                                      "LOCAL_RANK",
+                                      "LOCAL_WORLD_SIZE",
+                                      "MASTER_ADDR",
+                                      "MASTER_PORT"};
 
 static void clear_launcher(void) {
   for (size_t i = 0; i < sizeof launcher_vars / sizeof *launcher_vars; i++) unsetenv(launcher_vars[i]);
@@ -36,18 +50,19 @@ static void test_env_detect(void **state) {
   (void)state;
   clear_launcher();
   check_env(0, 1, 0, 1, "none");
-  setenv("RANK", "3", 1), setenv("WORLD_SIZE", "8", 1), setenv("LOCAL_RANK", "1", 1), setenv("LOCAL_WORLD_SIZE", "2", 1);
+  setenv("RANK", "3", 1), setenv("WORLD_SIZE", "8", 1), setenv("LOCAL_RANK", "1", 1),
+      setenv("LOCAL_WORLD_SIZE", "2", 1);
   check_env(3, 8, 1, 2, "torchrun");
   setenv("SLURM_PROCID", "5", 1), setenv("SLURM_NTASKS", "6", 1), setenv("SLURM_LOCALID", "2", 1);
   setenv("SLURM_TASKS_PER_NODE", "3(x2)", 1);
-  check_env(5, 6, 2, 3, "slurm");   /* Slurm before torchrun's variables */
+  check_env(5, 6, 2, 3, "slurm"); /* Slurm before torchrun's variables */
   setenv("PMI_RANK", "1", 1), setenv("PMI_SIZE", "4", 1), setenv("MPI_LOCALRANKID", "1", 1);
   setenv("MPI_LOCALNRANKS", "4", 1);
   check_env(1, 4, 1, 4, "pmi");
   setenv("OMPI_COMM_WORLD_RANK", "2", 1), setenv("OMPI_COMM_WORLD_SIZE", "3", 1);
   setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1), setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "1", 1);
   check_env(2, 3, 0, 1, "openmpi");
-  setenv("OMPI_COMM_WORLD_SIZE", "x", 1);   /* malformed: the next launcher's variables */
+  setenv("OMPI_COMM_WORLD_SIZE", "x", 1); /* malformed: the next launcher's variables */
   check_env(1, 4, 1, 4, "pmi");
   clear_launcher();
   /* torchrun-style with several processes and no MPI: 'auto' takes the ZeroMQ backend
@@ -59,12 +74,12 @@ static void test_env_detect(void **state) {
   em_status st = em_dist_init("auto", 0.3);
   assert_true(st == EM_ERR_RUNTIME || st == EM_ERR_UNSUPPORTED);
   if (st == EM_ERR_RUNTIME)
-    assert_non_null(strstr(em_last_error(), "rank 1 could not reach rank 0 at MASTER_ADDR:MASTER_PORT = 127.0.0.1:9 "
-                                            "within 0.3 s"));
-  else
-    assert_non_null(strstr(em_last_error(), "without ZeroMQ"));
+    assert_non_null(strstr(em_last_error(),
+                           "rank 1 could not reach rank 0 at MASTER_ADDR:MASTER_PORT = 127.0.0.1:9 "
+                           "within 0.3 s"));
+  else assert_non_null(strstr(em_last_error(), "without ZeroMQ"));
   assert_false(em_dist_is_initialized());
-  setenv("RANK", "2", 1);   /* checked before anything starts */
+  setenv("RANK", "2", 1); /* checked before anything starts */
   st = em_dist_init("tcp", 0.3);
   if (st != EM_ERR_UNSUPPORTED) {
     assert_int_equal(st, EM_ERR_ARGUMENT);
@@ -88,9 +103,9 @@ static void check_nccl_refused(void) {
 static void test_backend_selection(void **state) {
   (void)state;
   clear_launcher();
-  if (em_cuda_device_count() > 0) skip();   /* 'nccl' would start: tests/distributed/nccl_*.lua cover it */
+  if (em_cuda_device_count() > 0) skip(); /* 'nccl' would start: tests/distributed/nccl_*.lua cover it */
   check_nccl_refused();
-  assert_false(em_dist_is_initialized());   /* nothing was started */
+  assert_false(em_dist_is_initialized()); /* nothing was started */
   assert_null(em_dist_device_backend_name(EM_CUDA));
   /* torchrun-style several processes without MPI: NCCL is refused before the rendezvous
    * (the ZeroMQ backend, which would carry its id) starts */
@@ -120,7 +135,7 @@ static void test_self_world(void **state) {
   if (em_cuda_device_count() == 0) check_nccl_refused();
   assert_null(em_dist_device_backend_name(EM_CPU));
   assert_int_equal(em_dist_init("self", 5), EM_OK);
-  assert_int_equal(em_dist_init("auto", 0), EM_OK);   /* again: no-op */
+  assert_int_equal(em_dist_init("auto", 0), EM_OK); /* again: no-op */
   assert_string_equal(em_dist_backend_name(), "self");
   /* a world of one takes CUDA tensors on the self backend too (no communicator needed) */
   assert_string_equal(em_dist_device_backend_name(EM_CPU), "self");
@@ -178,8 +193,8 @@ static void test_self_world(void **state) {
   /* a reducer over two parameters on one rank: gradients become views of one bucket */
   em_tensor *p[2] = {vec(3, EM_FLOAT64), vec(2, EM_FLOAT64)};
   for (int i = 0; i < 2; i++) assert_int_equal(em_requires_grad_(p[i], 1), EM_OK);
-  em_ddp_options o = {.bucket_bytes = 1 << 20, .first_bucket_bytes = 1 << 20, .gradient_as_bucket_view = 1,
-                      .rebuild_buckets = 1};
+  em_ddp_options o = {
+      .bucket_bytes = 1 << 20, .first_bucket_bytes = 1 << 20, .gradient_as_bucket_view = 1, .rebuild_buckets = 1};
   em_ddp *d = NULL;
   em_ddp_options bad_opts = o;
   bad_opts.bucket_bytes = 0;
@@ -188,7 +203,7 @@ static void test_self_world(void **state) {
   assert_int_equal(em_ddp_num_buckets(d), 1);
   int idx[2] = {-1, -1};
   assert_int_equal(em_ddp_bucket_params(d, 0, idx, 2), 2);
-  assert_int_equal(idx[0], 1);   /* reverse order */
+  assert_int_equal(idx[0], 1); /* reverse order */
   assert_int_equal(idx[1], 0);
   assert_int_equal(em_ddp_pre_forward(d, 1, 0, 0, NULL), EM_OK);
   em_tensor *s0 = NULL, *s1 = NULL, *loss = NULL;

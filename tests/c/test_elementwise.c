@@ -9,7 +9,6 @@
 #include "ember/tensor.h"
 #include "tensor/tensor_impl.h"
 
-
 /* ---- helpers ---- */
 
 /* A contiguous tensor of dtype holding vals (row-major). */
@@ -28,8 +27,7 @@ static em_tensor *mk(em_dtype dtype, int ndim, const int64_t *sizes, const doubl
 static em_tensor *vec(em_dtype dtype, int64_t n, const double *vals) { return mk(dtype, 1, &n, vals); }
 
 /* Checks t's dtype, shape and values (NaN matches NaN; tol is absolute + relative). */
-static void expect(const em_tensor *t, em_dtype dtype, int ndim, const int64_t *sizes, const double *vals,
-                   double tol) {
+static void expect(const em_tensor *t, em_dtype dtype, int ndim, const int64_t *sizes, const double *vals, double tol) {
   assert_non_null(t);
   assert_string_equal(em_dtype_name(em_tensor_dtype(t)), em_dtype_name(dtype));
   assert_int_equal(em_tensor_ndim(t), ndim);
@@ -347,8 +345,8 @@ static void test_scalar(void **state) {
   check_scalar(EM_ADD, EM_INT32, 4, a, 2, 0, EM_INT32, (const double[]){3, 4, 6, -1}, 0);
   check_scalar(EM_ADD, EM_INT32, 4, a, 2.5, 0, EM_FLOAT32, (const double[]){3.5, 4.5, 6.5, -0.5}, 0);
   check_scalar(EM_ADD, EM_FLOAT64, 4, a, 0.1, 0, EM_FLOAT64, (const double[]){1.1, 2.1, 4.1, -2.9}, 0);
-  check_scalar(EM_ADD, EM_FLOAT32, 4, a, 0.1, 0, EM_FLOAT32,
-               (const double[]){1.1f, 2.1f, 4.1f, -2.9f}, 1e-7); /* the scalar is rounded to float32 */
+  check_scalar(EM_ADD, EM_FLOAT32, 4, a, 0.1, 0, EM_FLOAT32, (const double[]){1.1f, 2.1f, 4.1f, -2.9f},
+               1e-7); /* the scalar is rounded to float32 */
   check_scalar(EM_SUB, EM_INT64, 4, a, 10, 0, EM_INT64, (const double[]){-9, -8, -6, -13}, 0);
   check_scalar(EM_SUB, EM_INT64, 4, a, 10, 1, EM_INT64, (const double[]){9, 8, 6, 13}, 0); /* 10 - a */
   check_scalar(EM_MUL, EM_FLOAT32, 4, a, -2, 0, EM_FLOAT32, (const double[]){-2, -4, -8, 6}, 0);
@@ -522,8 +520,8 @@ static void test_vector_math_accuracy(void **state) {
   struct {
     em_unop op;
     double lo, hi, max_ulp;
-  } cases[] = {{EM_EXP, -104, 89, 2},   {EM_TANH, -20, 20, 3}, {EM_SIGMOID, -104, 89, 3},
-               {EM_SILU, -104, 89, 4},  {EM_ERF, -12, 12, 2},  {EM_GELU, -16, 16, 8}};
+  } cases[] = {{EM_EXP, -104, 89, 2},  {EM_TANH, -20, 20, 3}, {EM_SIGMOID, -104, 89, 3},
+               {EM_SILU, -104, 89, 4}, {EM_ERF, -12, 12, 2},  {EM_GELU, -16, 16, 8}};
   int64_t n = 400001;
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     em_tensor *x = NULL, *y = NULL;
@@ -747,8 +745,7 @@ static void test_errors(void **state) {
   expect_error(em_unary(EM_NEG, &out, mask), EM_ERR_DTYPE, "neg: negating a bool tensor");
   expect_error(em_binary_scalar(EM_POW, &out, i32, -2, 0), EM_ERR_ARGUMENT, "negative integer powers");
   expect_error(em_binary_scalar(EM_FMOD, &out, i32, 0, 0), EM_ERR_ARGUMENT, "fmod: integer division by zero");
-  expect_error(em_binary_scalar(EM_ADD, &out, i32, 3e9, 0), EM_ERR_ARGUMENT,
-               "scalar 3e+09 is out of range for int32");
+  expect_error(em_binary_scalar(EM_ADD, &out, i32, 3e9, 0), EM_ERR_ARGUMENT, "scalar 3e+09 is out of range for int32");
   expect_error(em_binary(EM_POW, &out, neg, neg), EM_ERR_ARGUMENT, "pow: integers to negative integer powers");
   expect_error(em_binary_scalar(EM_POW, &out, neg, 2, 1), EM_ERR_ARGUMENT, "pow: integers to negative");
   expect_error(em_binary(EM_FMOD, &out, zero, zero), EM_ERR_ARGUMENT, "fmod: integer division by zero");
@@ -759,8 +756,7 @@ static void test_errors(void **state) {
   expect_error(em_binary(EM_ADD, &oe, a, a), EM_ERR_ARGUMENT, "several elements in one memory location");
   /* devices must match (a CPU tensor relabelled as CUDA: the check runs before any access) */
   g->storage->device = (em_device){EM_CUDA, 0};
-  expect_error(em_binary(EM_ADD, &out, a, g), EM_ERR_DEVICE,
-               "add: tensors are on different devices (cpu and cuda:0)");
+  expect_error(em_binary(EM_ADD, &out, a, g), EM_ERR_DEVICE, "add: tensors are on different devices (cpu and cuda:0)");
   expect_error(em_where(&out, mask, a, g), EM_ERR_DEVICE, "different devices");
   expect_error(em_add_scaled(&out, g, a, 1), EM_ERR_DEVICE, "different devices (cuda:0 and cpu)");
   g->storage->device = CPU;
@@ -774,15 +770,24 @@ static void test_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_binary_float),   cmocka_unit_test(test_binary_int),
-      cmocka_unit_test(test_compare_logical), cmocka_unit_test(test_nan_maximum_minimum),
-      cmocka_unit_test(test_promotion),      cmocka_unit_test(test_broadcast),
-      cmocka_unit_test(test_strided),        cmocka_unit_test(test_inplace),
-      cmocka_unit_test(test_out_preallocated), cmocka_unit_test(test_scalar),
-      cmocka_unit_test(test_unary_float),    cmocka_unit_test(test_unary_int),
-      cmocka_unit_test(test_vector_math_accuracy), cmocka_unit_test(test_where),
-      cmocka_unit_test(test_clamp),          cmocka_unit_test(test_add_scaled),
-      cmocka_unit_test(test_large_parallel), cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_binary_float),
+      cmocka_unit_test(test_binary_int),
+      cmocka_unit_test(test_compare_logical),
+      cmocka_unit_test(test_nan_maximum_minimum),
+      cmocka_unit_test(test_promotion),
+      cmocka_unit_test(test_broadcast),
+      cmocka_unit_test(test_strided),
+      cmocka_unit_test(test_inplace),
+      cmocka_unit_test(test_out_preallocated),
+      cmocka_unit_test(test_scalar),
+      cmocka_unit_test(test_unary_float),
+      cmocka_unit_test(test_unary_int),
+      cmocka_unit_test(test_vector_math_accuracy),
+      cmocka_unit_test(test_where),
+      cmocka_unit_test(test_clamp),
+      cmocka_unit_test(test_add_scaled),
+      cmocka_unit_test(test_large_parallel),
+      cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

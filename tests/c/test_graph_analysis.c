@@ -23,8 +23,8 @@ static void test_topk(void **state) {
   assert_true(top[0].score == 0.5 && top[2].score == 0.2);
   assert_int_equal(em_graph_topk(top, &count, t, 100, NULL), EM_OK);
   assert_int_equal(count, 6);
-  assert_int_equal(top[4].vertex, 5);  /* -1 */
-  assert_int_equal(top[5].vertex, 2);  /* NaN ranks last */
+  assert_int_equal(top[4].vertex, 5); /* -1 */
+  assert_int_equal(top[5].vertex, 2); /* NaN ranks last */
   assert_int_equal(em_graph_topk(top, &count, t, 0, NULL), EM_OK);
   assert_int_equal(count, 0);
   /* integer scores (degrees) work too */

@@ -68,9 +68,9 @@ static void test_round_trip(void **state) {
   }
   /* undirected, 1-based Matrix Market ids; a generated graph; an explicit format */
   em_graph *a = NULL, *b = NULL;
-  assert_int_equal(em_graph_load(&a, tg_text("u.mtx", "%%MatrixMarket matrix coordinate pattern symmetric\n3 3 2\n2 1\n3 2\n"),
-                                 &o),
-                   EM_OK);
+  assert_int_equal(
+      em_graph_load(&a, tg_text("u.mtx", "%%MatrixMarket matrix coordinate pattern symmetric\n3 3 2\n2 1\n3 2\n"), &o),
+      EM_OK);
   assert_int_equal(em_graph_save(a, tg_path("u.emg")), EM_OK);
   assert_int_equal(em_graph_load(&b, tg_path("u.emg"), &o), EM_OK);
   assert_int_equal(em_graph_original_id(b, 0), 1);
@@ -127,8 +127,8 @@ static void test_ember_errors(void **state) {
   size_t len;
   unsigned char *bytes = read_file(good, &len);
   /* one flipped bit in each section's first byte: the checksum names the section */
-  const char *names[] = {"offsets", "sources", "out_degree", "to_dense", "to_internal", "original_ids", "label_offsets",
-                         "label_data"};
+  const char *names[] = {"offsets",     "sources",      "out_degree",    "to_dense",
+                         "to_internal", "original_ids", "label_offsets", "label_data"};
   for (int i = 0; i < 8; i++) {
     uint64_t off;
     memcpy(&off, bytes + 88 + 32 * i + 8, 8); /* the section table starts at byte 88 */
@@ -254,7 +254,7 @@ static void test_ember_structure(void **state) {
   expect_structure_error(b, len, "is not a NUL-terminated range of the label data");
   FRESH(); /* count x element size wraps: 2^62 arcs of 4 bytes "fit" in 0 bytes */
   uint64_t huge = (uint64_t)1 << 62;
-  memcpy(b + 40, &huge, 8);               /* num_edges */
+  memcpy(b + 40, &huge, 8); /* num_edges */
   memcpy(b + 88 + 32 * 1 + 16, &huge, 8); /* the sources' count */
   expect_structure_error(b, len, "section 'sources' does not fit the header");
 #undef FRESH
@@ -348,9 +348,9 @@ static void test_sg_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_round_trip), cmocka_unit_test(test_options_on_load), cmocka_unit_test(test_ember_errors),
-      cmocka_unit_test(test_ember_structure),
-      cmocka_unit_test(test_sg),         cmocka_unit_test(test_sg_errors),
+      cmocka_unit_test(test_round_trip),   cmocka_unit_test(test_options_on_load),
+      cmocka_unit_test(test_ember_errors), cmocka_unit_test(test_ember_structure),
+      cmocka_unit_test(test_sg),           cmocka_unit_test(test_sg_errors),
   };
   return cmocka_run_group_tests(tests, tg_setup, tg_cleanup);
 }

@@ -89,8 +89,8 @@ static void test_kronecker_reference(void **state) {
     max = k > max ? k : max;
     zero += k == 0;
   }
-  assert_true(max > 20 * ef);   /* heavy tail */
-  assert_true(zero > n / 10);   /* and many vertices without in-arcs */
+  assert_true(max > 20 * ef); /* heavy tail */
+  assert_true(zero > n / 10); /* and many vertices without in-arcs */
   em_tensor_release(in);
   free(s), free(d);
   em_graph_free(want), em_graph_free(got);
@@ -154,7 +154,8 @@ static void test_uniform(void **state) {
   em_tensor *in = NULL;
   assert_int_equal(em_graph_degrees(g, &in, NULL), EM_OK);
   int64_t max = 0;
-  for (int v = 0; v < 777; v++) max = ((int64_t *)em_tensor_data(in))[v] > max ? ((int64_t *)em_tensor_data(in))[v] : max;
+  for (int v = 0; v < 777; v++)
+    max = ((int64_t *)em_tensor_data(in))[v] > max ? ((int64_t *)em_tensor_data(in))[v] : max;
   assert_true(max < 2 * 50000 / 777); /* no heavy tail */
   em_tensor_release(in);
   em_graph_free(g);
@@ -206,8 +207,12 @@ static void test_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_deterministic), cmocka_unit_test(test_kronecker_reference),
-      cmocka_unit_test(test_options_match_reference), cmocka_unit_test(test_uniform), cmocka_unit_test(test_degree_order), cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_deterministic),
+      cmocka_unit_test(test_kronecker_reference),
+      cmocka_unit_test(test_options_match_reference),
+      cmocka_unit_test(test_uniform),
+      cmocka_unit_test(test_degree_order),
+      cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, tg_setup, tg_cleanup);
 }

@@ -30,8 +30,8 @@ static void test_devices_it_cannot_use(void **state) {
   tg_expect_error(em_graph_pagerank(&x, NULL, NULL, g, &po), EM_ERR_DEVICE, "index -1", NULL);
   int gpus = em_cuda_device_count();
   po.device = (em_device){EM_CUDA, gpus};
-  tg_expect_error(em_graph_pagerank(&x, NULL, NULL, g, &po), EM_ERR_DEVICE, "graph pagerank: device cuda:",
-                  gpus ? "does not exist" : "is not available", NULL);
+  tg_expect_error(em_graph_pagerank(&x, NULL, NULL, g, &po), EM_ERR_DEVICE,
+                  "graph pagerank: device cuda:", gpus ? "does not exist" : "is not available", NULL);
   assert_null(x);
   /* options written field by field, device left zero: the CPU, and the stats say so */
   em_pagerank_options zeroed = {.damping = 0.85, .tol = 1e-8, .max_iter = 100};

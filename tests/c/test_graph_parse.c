@@ -237,10 +237,10 @@ static void test_mtx_errors(void **state) {
 #define WITH_HEADER(body) (snprintf(buf, sizeof buf, "%s%s", H, body), buf)
   mtx_error("banner.mtx", "1 2\n", "banner.mtx:1:", "expected the banner");
   mtx_error("array.mtx", "%%MatrixMarket matrix array real general\n2 2\n1\n2\n3\n4\n", "array.mtx:1:", "coordinate");
-  mtx_error("complex.mtx", "%%MatrixMarket matrix coordinate complex general\n1 1 1\n1 1 1 0\n", "complex.mtx:1:",
-            "pattern, real or integer");
-  mtx_error("herm.mtx", "%%MatrixMarket matrix coordinate real hermitian\n1 1 1\n1 1 1\n", "herm.mtx:1:",
-            "general, symmetric");
+  mtx_error("complex.mtx", "%%MatrixMarket matrix coordinate complex general\n1 1 1\n1 1 1 0\n",
+            "complex.mtx:1:", "pattern, real or integer");
+  mtx_error("herm.mtx", "%%MatrixMarket matrix coordinate real hermitian\n1 1 1\n1 1 1\n",
+            "herm.mtx:1:", "general, symmetric");
   mtx_error("nosize.mtx", WITH_HEADER("% only a comment\n"), "nosize.mtx:3:", "ends before the size line");
   mtx_error("badsize.mtx", WITH_HEADER("3 3\n"), "badsize.mtx:2:", "size line");
   mtx_error("rect.mtx", WITH_HEADER("3 4 1\n1 1 1\n"), "rect.mtx:2:", "square matrix, got 3 x 4");
@@ -248,18 +248,18 @@ static void test_mtx_errors(void **state) {
   mtx_error("range.mtx", WITH_HEADER("3 3 2\n1 2 1\n1 4 1\n"), "range.mtx:4:", "column index 4 exceeds the matrix's 3");
   mtx_error("noval.mtx", WITH_HEADER("3 3 1\n1 2\n"), "noval.mtx:3:", "missing the entry's value");
   mtx_error("badval.mtx", WITH_HEADER("3 3 1\n1 2 x1\n"), "badval.mtx:3:", "expected a real value");
-  mtx_error("badint.mtx", "%%MatrixMarket matrix coordinate integer general\n3 3 1\n1 2 1.5\n", "badint.mtx:3:",
-            "expected an integer value");
-  mtx_error("extra.mtx", "%%MatrixMarket matrix coordinate pattern general\n3 3 1\n1 2 3\n", "extra.mtx:3:",
-            "unexpected text");
+  mtx_error("badint.mtx", "%%MatrixMarket matrix coordinate integer general\n3 3 1\n1 2 1.5\n",
+            "badint.mtx:3:", "expected an integer value");
+  mtx_error("extra.mtx", "%%MatrixMarket matrix coordinate pattern general\n3 3 1\n1 2 3\n",
+            "extra.mtx:3:", "unexpected text");
   mtx_error("badidx.mtx", WITH_HEADER("3 3 1\n1 b 1\n"), "badidx.mtx:3:", "expected a column index");
   mtx_error("few.mtx", WITH_HEADER("3 3 3\n1 2 1\n2 3 1\n"), "few.mtx:2:", "announces 3 entries, the file has 2");
   mtx_error("many.mtx", WITH_HEADER("3 3 1\n1 2 1\n2 3 1\n"), "many.mtx:2:", "announces 1 entries, the file has 2");
   /* sizes taken on trust: billions of vertices or entries from a few bytes */
-  mtx_error("rows.mtx", WITH_HEADER("4000000000 4000000000 1\n1 2 1\n"), "rows.mtx:2:",
-            "declares 4000000000 vertices, more than a file of");
-  mtx_error("nnz.mtx", WITH_HEADER("3 3 18446744073709551615\n1 2 1\n"), "nnz.mtx:2:",
-            "announces 18446744073709551615 entries, the 6 bytes after it hold at most 2");
+  mtx_error("rows.mtx", WITH_HEADER("4000000000 4000000000 1\n1 2 1\n"),
+            "rows.mtx:2:", "declares 4000000000 vertices, more than a file of");
+  mtx_error("nnz.mtx", WITH_HEADER("3 3 18446744073709551615\n1 2 1\n"),
+            "nnz.mtx:2:", "announces 18446744073709551615 entries, the 6 bytes after it hold at most 2");
 #undef WITH_HEADER
 }
 
@@ -272,7 +272,7 @@ static void test_labels(void **state) {
   assert_string_equal(em_graph_label(g, 0), "alice");
   assert_string_equal(em_graph_label(g, 1), "bob the builder");
   assert_string_equal(em_graph_label(g, 2), "carol"); /* trailing blanks dropped */
-  assert_null(em_graph_label(g, 3));                  /* 40 has no name */
+  assert_null(em_graph_label(g, 3)); /* 40 has no name */
   assert_string_equal(em_graph_label(g, 4), "eve");
   assert_null(em_graph_label(g, 5));
   /* top-k reports original ids and names */
@@ -286,14 +286,14 @@ static void test_labels(void **state) {
   assert_string_equal(top[0].label, "alice");
   em_tensor_release(x);
   /* errors name the line; a failed load keeps the labels it had */
-  tg_expect_error(em_graph_load_labels(g, tg_text("l1.txt", "10 a\n11 b\n")), EM_ERR_FORMAT, "l1.txt:2:",
-                  "vertex 11 is not in the graph", NULL);
-  tg_expect_error(em_graph_load_labels(g, tg_text("l2.txt", "# c\n10 a\n10 b\n")), EM_ERR_FORMAT, "l2.txt:3:",
-                  "vertex 10 already has a name (line 2)", NULL);
-  tg_expect_error(em_graph_load_labels(g, tg_text("l3.txt", "10 \n")), EM_ERR_FORMAT, "l3.txt:1:",
-                  "expected a name", NULL);
-  tg_expect_error(em_graph_load_labels(g, tg_text("l4.txt", "x10 a\n")), EM_ERR_FORMAT, "l4.txt:1:",
-                  "expected 'id name'", NULL);
+  tg_expect_error(em_graph_load_labels(g, tg_text("l1.txt", "10 a\n11 b\n")), EM_ERR_FORMAT,
+                  "l1.txt:2:", "vertex 11 is not in the graph", NULL);
+  tg_expect_error(em_graph_load_labels(g, tg_text("l2.txt", "# c\n10 a\n10 b\n")), EM_ERR_FORMAT,
+                  "l2.txt:3:", "vertex 10 already has a name (line 2)", NULL);
+  tg_expect_error(em_graph_load_labels(g, tg_text("l3.txt", "10 \n")), EM_ERR_FORMAT, "l3.txt:1:", "expected a name",
+                  NULL);
+  tg_expect_error(em_graph_load_labels(g, tg_text("l4.txt", "x10 a\n")), EM_ERR_FORMAT,
+                  "l4.txt:1:", "expected 'id name'", NULL);
   tg_expect_error(em_graph_load_labels(g, tg_path("nope.txt")), EM_ERR_IO, "cannot open", NULL);
   assert_string_equal(em_graph_label(g, 0), "alice");
   em_graph_free(g);
@@ -301,9 +301,9 @@ static void test_labels(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_snap_fixture), cmocka_unit_test(test_snap_options), cmocka_unit_test(test_snap_ids),
-      cmocka_unit_test(test_snap_large_file), cmocka_unit_test(test_snap_errors), cmocka_unit_test(test_mtx),
-      cmocka_unit_test(test_mtx_errors), cmocka_unit_test(test_labels),
+      cmocka_unit_test(test_snap_fixture),    cmocka_unit_test(test_snap_options), cmocka_unit_test(test_snap_ids),
+      cmocka_unit_test(test_snap_large_file), cmocka_unit_test(test_snap_errors),  cmocka_unit_test(test_mtx),
+      cmocka_unit_test(test_mtx_errors),      cmocka_unit_test(test_labels),
   };
   return cmocka_run_group_tests(tests, tg_setup, tg_cleanup);
 }

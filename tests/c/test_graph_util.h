@@ -54,7 +54,8 @@ static inline em_graph_options tg_opts(int reorder) {
   return o;
 }
 
-static inline em_graph *tg_graph(int64_t n, int64_t m, const int64_t *src, const int64_t *dst, const em_graph_options *o) {
+static inline em_graph *tg_graph(int64_t n, int64_t m, const int64_t *src, const int64_t *dst,
+                                 const em_graph_options *o) {
   em_graph *g = NULL;
   if (em_graph_from_edges(&g, n, m, src, dst, o)) fail_msg("from_edges: %s", em_last_error());
   return g;

@@ -7,7 +7,6 @@
 #include "test_util.h"
 #include "ember/tensor.h"
 
-
 static em_tensor *tensor(int nd, const int64_t *sizes, em_dtype dtype, const double *values) {
   em_tensor *t = NULL;
   assert_int_equal(em_empty(&t, nd, sizes, dtype, CPU), EM_OK);
@@ -19,8 +18,10 @@ static em_tensor *tensor(int nd, const int64_t *sizes, em_dtype dtype, const dou
   }
   return t;
 }
-#define T(dtype, values, ...) tensor((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}, dtype, (double[])values)
-#define V(...) {__VA_ARGS__}
+#define T(dtype, values, ...) \
+  tensor((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}, dtype, (double[])values)
+#define V(...) \
+  { __VA_ARGS__ }
 
 static em_tensor *arange(int nd, const int64_t *sizes, em_dtype dtype) {
   em_tensor *flat = NULL, *t = NULL;
@@ -45,7 +46,8 @@ static void expect(const em_tensor *t, int nd, const int64_t *sizes, const doubl
     if (!(v == values[i])) fail_msg("element %lld is %g, expected %g", (long long)i, v, values[i]);
   }
 }
-#define EXPECT(t, values, ...) expect(t, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}, (double[])values)
+#define EXPECT(t, values, ...) \
+  expect(t, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}, (double[])values)
 
 /* Same shape, same values (NaN-free tensors). */
 static void assert_same(const em_tensor *a, const em_tensor *b) {
@@ -68,7 +70,8 @@ static void release(em_tensor **ts, int n) {
 
 static void test_index_select(void **state) {
   (void)state;
-  em_tensor *a = arange(2, (int64_t[]){3, 4}, EM_FLOAT32), *r = NULL, *r2 = NULL, *r3 = NULL, *at = NULL, *h = NULL, *hr = NULL;
+  em_tensor *a = arange(2, (int64_t[]){3, 4}, EM_FLOAT32), *r = NULL, *r2 = NULL, *r3 = NULL, *at = NULL, *h = NULL,
+            *hr = NULL;
   em_tensor *i0 = T(EM_INT64, V(2, 0, 2), 3), *i1 = T(EM_INT32, V(4, 1), 2);
   assert_int_equal(em_index_select(&r, a, 0, i0, 0), EM_OK);
   EXPECT(r, V(8, 9, 10, 11, 0, 1, 2, 3, 8, 9, 10, 11), 3, 4);
@@ -90,7 +93,8 @@ static void test_index_select(void **state) {
   expect_error(em_index_select(&none, a, 0, bad1, 1), EM_ERR_INDEX,
                "index_select: index 0 is out of range for dim 1 of size 3 (expected 1..3)");
   expect_error(em_index_select(&none, a, 1, neg, 0), EM_ERR_INDEX, "index -1 is out of range for dim 1 of size 4");
-  expect_error(em_index_select(&none, a, 0, fidx, 0), EM_ERR_DTYPE, "the index must be an int64 or int32 tensor, got float32");
+  expect_error(em_index_select(&none, a, 0, fidx, 0), EM_ERR_DTYPE,
+               "the index must be an int64 or int32 tensor, got float32");
   expect_error(em_index_select(&none, a, 0, idx2, 0), EM_ERR_SHAPE, "the index must be 1-d, got shape [1, 2]");
   expect_error(em_index_select(&none, a, 2, i0, 0), EM_ERR_INDEX, "dim 2 out of range");
   assert_null(none);
@@ -113,12 +117,15 @@ static void test_gather(void **state) {
   em_tensor *long_idx = T(EM_INT64, V(0, 0, 0, 0, 0), 1, 5);
   assert_int_equal(em_gather(&r3, a, 1, long_idx, 0), EM_OK);
   EXPECT(r3, V(0, 0, 0, 0, 0), 1, 5);
-  em_tensor *too_wide = T(EM_INT64, V(0, 0, 0, 0, 0), 5, 1), *rank1 = T(EM_INT64, V(0), 1), *oob = T(EM_INT64, V(0, 4), 1, 2);
+  em_tensor *too_wide = T(EM_INT64, V(0, 0, 0, 0, 0), 5, 1), *rank1 = T(EM_INT64, V(0), 1),
+            *oob = T(EM_INT64, V(0, 4), 1, 2);
   expect_error(em_gather(&none, a, 1, too_wide, 0), EM_ERR_SHAPE,
                "gather: the index (shape [5, 1]) is larger than the tensor (shape [3, 4]) at dim 0 (5 > 3)");
   expect_error(em_gather(&none, a, 1, rank1, 0), EM_ERR_SHAPE, "must have as many dims as the tensor");
-  expect_error(em_gather(&none, a, 1, oob, 0), EM_ERR_INDEX, "gather: index 4 is out of range for dim 1 of size 4 (expected 0..3)");
-  expect_error(em_gather(&none, a, 1, oob, 1), EM_ERR_INDEX, "gather: index 0 is out of range for dim 2 of size 4 (expected 1..4)");
+  expect_error(em_gather(&none, a, 1, oob, 0), EM_ERR_INDEX,
+               "gather: index 4 is out of range for dim 1 of size 4 (expected 0..3)");
+  expect_error(em_gather(&none, a, 1, oob, 1), EM_ERR_INDEX,
+               "gather: index 0 is out of range for dim 2 of size 4 (expected 1..4)");
   assert_null(none);
   em_tensor *all[] = {a, r, r2, r3, idx, idx1, long_idx, too_wide, rank1, oob};
   release(all, 10);
@@ -147,7 +154,8 @@ static void test_scatter(void **state) {
   /* A bad index anywhere (here the last one) fails before anything is written. */
   em_tensor *bad = T(EM_INT64, V(0, 1, 2, 0, 1, 5), 2, 3), *before = NULL, *none = NULL;
   assert_int_equal(em_clone(&before, s1), EM_OK);
-  expect_error(em_scatter_(s1, 1, bad, src, 0, 0), EM_ERR_INDEX, "scatter_: index 5 is out of range for dim 1 of size 5 (expected 0..4)");
+  expect_error(em_scatter_(s1, 1, bad, src, 0, 0), EM_ERR_INDEX,
+               "scatter_: index 5 is out of range for dim 1 of size 5 (expected 0..4)");
   expect_error(em_scatter_(s1, 1, bad, src, 1, 0), EM_ERR_INDEX, "scatter_add_: index 5 is out of range");
   expect_error(em_scatter_value_(s1, 1, bad, 3, 1), EM_ERR_INDEX,
                "scatter_value_: index 0 is out of range for dim 2 of size 5 (expected 1..5)");
@@ -185,23 +193,27 @@ static void test_index_add_and_fill(void **state) {
   /* Errors leave x unchanged. */
   em_tensor *bad = T(EM_INT64, V(0, 1, 5), 3), *before = NULL;
   assert_int_equal(em_clone(&before, x), EM_OK);
-  expect_error(em_index_add_(x, 0, bad, t, 1, 0), EM_ERR_INDEX, "index_add_: index 5 is out of range for dim 0 of size 5 (expected 0..4)");
+  expect_error(em_index_add_(x, 0, bad, t, 1, 0), EM_ERR_INDEX,
+               "index_add_: index 5 is out of range for dim 0 of size 5 (expected 0..4)");
   em_tensor *short_idx = T(EM_INT64, V(0, 1), 2);
   expect_error(em_index_add_(x, 0, short_idx, t, 1, 0), EM_ERR_SHAPE,
-               "index_add_: the source has shape [3, 3]; expected the tensor's shape [5, 3] with 2 (the index's length) along dim 0");
+               "index_add_: the source has shape [3, 3]; expected the tensor's shape [5, 3] with 2 (the index's "
+               "length) along dim 0");
   assert_same(x, before);
   /* index_fill_: columns 1 and 3 (base 1) of a 3x3. */
   em_tensor *y = arange(2, (int64_t[]){3, 3}, EM_INT32), *cols = T(EM_INT64, V(1, 3), 2);
   assert_int_equal(em_index_fill_(y, 1, cols, -1, 1), EM_OK);
   EXPECT(y, V(-1, 1, -1, -1, 4, -1, -1, 7, -1), 3, 3);
-  expect_error(em_index_fill_(y, 1, cols, 0, 0), EM_ERR_INDEX, "index_fill_: index 3 is out of range for dim 1 of size 3 (expected 0..2)");
+  expect_error(em_index_fill_(y, 1, cols, 0, 0), EM_ERR_INDEX,
+               "index_fill_: index 3 is out of range for dim 1 of size 3 (expected 0..2)");
   em_tensor *all[] = {x, t, idx, dup, t5, bad, before, short_idx, y, cols};
   release(all, 10);
 }
 
 static void test_masks(void **state) {
   (void)state;
-  em_tensor *x = arange(2, (int64_t[]){2, 3}, EM_FLOAT64), *m = T(EM_BOOL, V(1, 0, 1), 3), *r = NULL, *r2 = NULL, *r3 = NULL;
+  em_tensor *x = arange(2, (int64_t[]){2, 3}, EM_FLOAT64), *m = T(EM_BOOL, V(1, 0, 1), 3), *r = NULL, *r2 = NULL,
+            *r3 = NULL;
   /* masked_select: the mask broadcasts; the result is 1-d in logical order. */
   assert_int_equal(em_masked_select(&r, x, m), EM_OK);
   EXPECT(r, V(0, 2, 3, 5), 4);
@@ -218,8 +230,10 @@ static void test_masks(void **state) {
   EXPECT(x, V(0, 1, 2, 9.5, 9.5, 9.5), 2, 3);
   em_tensor *fm = T(EM_FLOAT32, V(1), 1), *m4 = T(EM_BOOL, V(1, 0, 1, 0), 4), *none = NULL;
   expect_error(em_masked_fill_(x, fm, 0), EM_ERR_DTYPE, "masked_fill_: the mask must be bool or uint8, got float32");
-  expect_error(em_masked_fill_(x, m4, 0), EM_ERR_SHAPE, "masked_fill_: the mask of shape [4] does not broadcast to the tensor's shape [2, 3]");
-  expect_error(em_masked_select(&none, x, m4), EM_ERR_SHAPE, "the tensor of shape [2, 3] and the mask of shape [4] cannot be broadcast");
+  expect_error(em_masked_fill_(x, m4, 0), EM_ERR_SHAPE,
+               "masked_fill_: the mask of shape [4] does not broadcast to the tensor's shape [2, 3]");
+  expect_error(em_masked_select(&none, x, m4), EM_ERR_SHAPE,
+               "the tensor of shape [2, 3] and the mask of shape [4] cannot be broadcast");
   assert_null(none);
   em_tensor *all[] = {x, m, r, r2, r3, m2, zero, xt, mcol, fm, m4};
   release(all, 11);
@@ -278,9 +292,11 @@ static void test_cat(void **state) {
   em_tensor *w = arange(2, (int64_t[]){2, 4}, EM_FLOAT32), *v = arange(1, (int64_t[]){3}, EM_FLOAT32), *s = NULL;
   em_tensor *bad1[] = {a, b, w};
   expect_error(em_cat(&r, bad1, 3, 0), EM_ERR_SHAPE,
-               "cat: the 3rd tensor has shape [2, 4], which does not match the 1st tensor's shape [2, 3] outside the concatenated dim");
+               "cat: the 3rd tensor has shape [2, 4], which does not match the 1st tensor's shape [2, 3] outside the "
+               "concatenated dim");
   em_tensor *bad2[] = {e, a, v};
-  expect_error(em_cat(&r, bad2, 3, 0), EM_ERR_SHAPE, "cat: the 3rd tensor has shape [3], which does not match the 2nd tensor's shape [2, 3]");
+  expect_error(em_cat(&r, bad2, 3, 0), EM_ERR_SHAPE,
+               "cat: the 3rd tensor has shape [3], which does not match the 2nd tensor's shape [2, 3]");
   assert_int_equal(em_full(&s, 0, NULL, 1, EM_FLOAT32, CPU), EM_OK);
   em_tensor *bad3[] = {s, s};
   expect_error(em_cat(&r, bad3, 2, 0), EM_ERR_SHAPE, "cat: the 1st tensor is 0-d");
@@ -307,7 +323,8 @@ static void test_stack(void **state) {
   em_tensor_release(r), r = NULL;
   em_tensor *c = arange(2, (int64_t[]){3, 2}, EM_INT32);
   em_tensor *bad[] = {a, a, c};
-  expect_error(em_stack(&r, bad, 3, 0), EM_ERR_SHAPE, "stack: the 3rd tensor has shape [3, 2], expected the 1st tensor's shape [2, 3]");
+  expect_error(em_stack(&r, bad, 3, 0), EM_ERR_SHAPE,
+               "stack: the 3rd tensor has shape [3, 2], expected the 1st tensor's shape [2, 3]");
   expect_error(em_stack(&r, list, 2, 3), EM_ERR_INDEX, "stack: dim 3 out of range");
   assert_null(r);
   em_tensor *all[] = {a, b, c};
@@ -316,9 +333,10 @@ static void test_stack(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_index_select), cmocka_unit_test(test_gather), cmocka_unit_test(test_scatter),
-      cmocka_unit_test(test_index_add_and_fill), cmocka_unit_test(test_masks), cmocka_unit_test(test_nonzero),
-      cmocka_unit_test(test_cat), cmocka_unit_test(test_stack),
+      cmocka_unit_test(test_index_select), cmocka_unit_test(test_gather),
+      cmocka_unit_test(test_scatter),      cmocka_unit_test(test_index_add_and_fill),
+      cmocka_unit_test(test_masks),        cmocka_unit_test(test_nonzero),
+      cmocka_unit_test(test_cat),          cmocka_unit_test(test_stack),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

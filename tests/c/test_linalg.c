@@ -7,7 +7,6 @@
 #include "test_util.h"
 #include "ember/tensor.h"
 
-
 /* The inputs: logical element i of an operand made with `seed` is
  * ((i * 37 + seed * 11) % 17 - 8) / 4 (quarters: float products are exact), or the
  * integer before division for integer dtypes. numpy computed the expected products:
@@ -31,29 +30,41 @@ static const mm_case cases[] = {
     /* [3] @ [3, 5] -> [5] */ {1, {3}, 2, {3, 5}, 1, {5}, {1.0625, 1.25, 1.4375, 1.625, -1.375}},
     /* [3, 4] @ [4] -> [3] */ {2, {3, 4}, 1, {4}, 1, {3}, {-3.9375, 3.75, 1.875}},
     /* [3, 4] @ [4, 5] -> [3, 5] */
-    {2, {3, 4}, 2, {4, 5}, 2, {3, 5},
+    {2,
+     {3, 4},
+     2,
+     {4, 5},
+     2,
+     {3, 5},
      {-1.4375, 3.125, 2.375, 1.625, -2.3125, 1.8125, -3.75, -1.875, 0, 4, 4, 0, -1.875, -3.75, 1.8125}},
-    /* [4] @ [2, 4, 3] -> [2, 3] */ {1, {4}, 3, {2, 4, 3}, 2, {2, 3}, {0.5, -1.3125, -2.0625, 5.3125, -1.8125, -2.5625}},
+    /* [4] @ [2, 4, 3] -> [2, 3] */
+    {1, {4}, 3, {2, 4, 3}, 2, {2, 3}, {0.5, -1.3125, -2.0625, 5.3125, -1.8125, -2.5625}},
     /* [2, 3, 4] @ [4] -> [2, 3] */ {3, {2, 3, 4}, 1, {4}, 2, {2, 3}, {-3.9375, 3.75, 1.875, -3.1875, -1.875, 2.625}},
     /* [2, 3, 4] @ [2, 4, 5] -> [2, 3, 5] */
-    {3, {2, 3, 4}, 3, {2, 4, 5}, 3, {2, 3, 5},
-     {-1.4375, 3.125, 2.375, 1.625, -2.3125, 1.8125, -3.75, -1.875, 0,     4,      4,       0,      -1.875, -3.75, 1.8125,
-      3.125,   -1.4375, -9.1875, 1.125, 1.875, 1.5,  1.6875, -1.3125, 1, 1.1875, -2.25, 2.6875, 4.4375, -1.25, -1.625}},
+    {3, {2, 3, 4}, 3, {2, 4, 5}, 3, {2, 3, 5}, {-1.4375, 3.125,   2.375,  1.625,  -2.3125, 1.8125, -3.75,   -1.875,
+                                                0,       4,       4,      0,      -1.875,  -3.75,  1.8125,  3.125,
+                                                -1.4375, -9.1875, 1.125,  1.875,  1.5,     1.6875, -1.3125, 1,
+                                                1.1875,  -2.25,   2.6875, 4.4375, -1.25,   -1.625}},
     /* [3, 4] @ [2, 4, 5] -> [2, 3, 5] (a's batch broadcasts) */
-    {2, {3, 4}, 3, {2, 4, 5}, 3, {2, 3, 5},
-     {-1.4375, 3.125, 2.375, 1.625, -2.3125, 1.8125, -3.75,  -1.875, 0,     4,      4,     0,      -1.875, -3.75, 1.8125,
-      1.625,   -2.3125, -9.4375, 3.625, 2.875, 0,     4,     4.8125, -5,   -3.125, -3.75, 1.8125, 4.1875, 1.25, -0.625}},
+    {2, {3, 4}, 3, {2, 4, 5}, 3, {2, 3, 5}, {-1.4375, 3.125,   2.375,  1.625,  -2.3125, 1.8125, -3.75,  -1.875,
+                                             0,       4,       4,      0,      -1.875,  -3.75,  1.8125, 1.625,
+                                             -2.3125, -9.4375, 3.625,  2.875,  0,       4,      4.8125, -5,
+                                             -3.125,  -3.75,   1.8125, 4.1875, 1.25,    -0.625}},
     /* [2, 3, 4] @ [4, 5] -> [2, 3, 5] (b's batch broadcasts) */
-    {3, {2, 3, 4}, 2, {4, 5}, 3, {2, 3, 5},
-     {-1.4375, 3.125, 2.375, 1.625, -2.3125, 1.8125,  -3.75, -1.875, 0,     4,     4,    0,      -1.875, -3.75, 1.8125,
-      -2.3125, 1.625, 2.375, 3.125, -1.4375, -7.5625, 1.125, 1.3125, 1.5, 1.6875, 3.125, -1.5, -1.875, -2.25, 2.6875}},
+    {3, {2, 3, 4}, 2, {4, 5}, 3, {2, 3, 5}, {-1.4375, 3.125, 2.375, 1.625,   -2.3125, 1.8125, -3.75,  -1.875,
+                                             0,       4,     4,     0,       -1.875,  -3.75,  1.8125, -2.3125,
+                                             1.625,   2.375, 3.125, -1.4375, -7.5625, 1.125,  1.3125, 1.5,
+                                             1.6875,  3.125, -1.5,  -1.875,  -2.25,   2.6875}},
     /* [2, 1, 3, 4] @ [3, 4, 2] -> [2, 3, 3, 2] (both batches broadcast) */
-    {4, {2, 1, 3, 4}, 3, {3, 4, 2}, 4, {2, 3, 3, 2},
-     {5.1875, 4.4375, -2.3125, -0.4375, 0.8125, -1.0625, -2.9375, -3.6875, 1,       2.875,   0.6875, -1.1875,
-      -2.5625, 5.1875, 0.0625, -2.3125, 1.625, 0.8125, 3.9375, 4.6875, -1.4375, -1.25,   -0.4375, -0.8125,
-      -2.8125, -2.0625, -4.1875, -4,     0.8125, 0.4375, -3.1875, 3.9375, 4.75,    -1.4375, 1,      -0.4375}},
+    {4, {2, 1, 3, 4}, 3, {3, 4, 2}, 4, {2, 3, 3, 2}, {5.1875,  4.4375,  -2.3125, -0.4375, 0.8125,  -1.0625,
+                                                      -2.9375, -3.6875, 1,       2.875,   0.6875,  -1.1875,
+                                                      -2.5625, 5.1875,  0.0625,  -2.3125, 1.625,   0.8125,
+                                                      3.9375,  4.6875,  -1.4375, -1.25,   -0.4375, -0.8125,
+                                                      -2.8125, -2.0625, -4.1875, -4,      0.8125,  0.4375,
+                                                      -3.1875, 3.9375,  4.75,    -1.4375, 1,       -0.4375}},
     /* [1, 3] @ [3, 1] -> [1, 1] (BLAS dot) */ {2, {1, 3}, 2, {3, 1}, 2, {1, 1}, {-2.0625}},
-    /* [1, 4] @ [4, 5] -> [1, 5] (gemv on b^T) */ {2, {1, 4}, 2, {4, 5}, 2, {1, 5}, {-1.4375, 3.125, 2.375, 1.625, -2.3125}},
+    /* [1, 4] @ [4, 5] -> [1, 5] (gemv on b^T) */
+    {2, {1, 4}, 2, {4, 5}, 2, {1, 5}, {-1.4375, 3.125, 2.375, 1.625, -2.3125}},
     /* [5, 4] @ [4, 1] -> [5, 1] (gemv) */ {2, {5, 4}, 2, {4, 1}, 2, {5, 1}, {-3.9375, 3.75, 1.875, -3.1875, -1.875}},
 };
 #define NCASES ((int)(sizeof cases / sizeof *cases))
@@ -103,7 +114,8 @@ static void check_values(const em_tensor *t, const double *expected, double scal
     for (int d = nd - 1; d >= 0; d--) idx[d] = rest % em_tensor_size(t, d), rest /= em_tensor_size(t, d);
     double v;
     assert_int_equal(em_tensor_get(t, idx, &v), EM_OK);
-    if (!(fabs(v - expected[i] * scale) <= tol)) fail_msg("%s: element %lld is %g, expected %g", what, (long long)i, v, expected[i] * scale);
+    if (!(fabs(v - expected[i] * scale) <= tol))
+      fail_msg("%s: element %lld is %g, expected %g", what, (long long)i, v, expected[i] * scale);
   }
 }
 
@@ -191,11 +203,13 @@ static void test_matmul_against_loop(void **state) {
  * column-major, on 2 and 3 threads; K not a multiple of the 16-element share alignment. */
 static void test_matmul_split_with_beta(void **state) {
   (void)state;
-  const struct { int64_t M, K, N; int a_layout, b_layout; const char *what; } shapes[] = {
-      {150, 40, 131, CONTIGUOUS, CONTIGUOUS, "rows"},
-      {100, 200, 300, CONTIGUOUS, TRANSPOSED, "columns"},
-      {36, 400, 40, CONTIGUOUS, CONTIGUOUS, "depth"},
-      {40, 400, 36, TRANSPOSED, CONTIGUOUS, "depth, a transposed"},
+  const struct {
+    int64_t M, K, N;
+    int a_layout, b_layout;
+    const char *what;
+  } shapes[] = {
+      {150, 40, 131, CONTIGUOUS, CONTIGUOUS, "rows"},    {100, 200, 300, CONTIGUOUS, TRANSPOSED, "columns"},
+      {36, 400, 40, CONTIGUOUS, CONTIGUOUS, "depth"},    {40, 400, 36, TRANSPOSED, CONTIGUOUS, "depth, a transposed"},
       {128, 2100, 130, CONTIGUOUS, TRANSPOSED, "whole"},
   };
   int saved = em_get_num_threads();
@@ -232,8 +246,8 @@ static void test_matmul_split_with_beta(void **state) {
 
 static void test_addmm(void **state) {
   (void)state;
-  static const double expected[15] = {-1.875, 5.5,   4.375,  3.25, -4.25, 4.625, -8.25, -4.125,
-                                      0,      8.375, 9,      -0.75, -4.125, -7.5, 4};
+  static const double expected[15] = {-1.875, 5.5,   4.375, 3.25,  -4.25,  4.625, -8.25, -4.125,
+                                      0,      8.375, 9,     -0.75, -4.125, -7.5,  4};
   int64_t sa[2] = {3, 4}, sb[2] = {4, 5}, sc[1] = {5}, sr[2] = {3, 5};
   em_tensor *a = make(2, sa, EM_FLOAT32, CONTIGUOUS, 1), *b = make(2, sb, EM_FLOAT32, TRANSPOSED, 2);
   em_tensor *c = make(1, sc, EM_FLOAT32, CONTIGUOUS, 3), *r = NULL;
@@ -272,7 +286,8 @@ static void test_addmm(void **state) {
   /* c must broadcast to the product's shape. */
   em_tensor *bad = make(1, (int64_t[]){4}, EM_FLOAT32, CONTIGUOUS, 3), *none = NULL;
   assert_int_equal(em_addmm(&none, bad, a, b, 1, 1), EM_ERR_SHAPE);
-  assert_non_null(strstr(em_last_error(), "addmm: the added tensor of shape [4] does not broadcast to the product's shape [3, 5]"));
+  assert_non_null(
+      strstr(em_last_error(), "addmm: the added tensor of shape [4] does not broadcast to the product's shape [3, 5]"));
   assert_null(none);
   em_tensor_release(a), em_tensor_release(b), em_tensor_release(c), em_tensor_release(r), em_tensor_release(c2);
   em_tensor_release(sq), em_tensor_release(sq_copy), em_tensor_release(ref), em_tensor_release(bad);
@@ -280,8 +295,10 @@ static void test_addmm(void **state) {
 
 static void test_mm_mv_dot_outer(void **state) {
   (void)state;
-  em_tensor *m34 = make(2, cases[3].sa, EM_FLOAT32, CONTIGUOUS, 1), *m45 = make(2, cases[3].sb, EM_FLOAT32, CONTIGUOUS, 2);
-  em_tensor *v4a = make(1, (int64_t[]){4}, EM_FLOAT32, STRIDED, 1), *v4b = make(1, (int64_t[]){4}, EM_FLOAT32, STRIDED, 2);
+  em_tensor *m34 = make(2, cases[3].sa, EM_FLOAT32, CONTIGUOUS, 1),
+            *m45 = make(2, cases[3].sb, EM_FLOAT32, CONTIGUOUS, 2);
+  em_tensor *v4a = make(1, (int64_t[]){4}, EM_FLOAT32, STRIDED, 1),
+            *v4b = make(1, (int64_t[]){4}, EM_FLOAT32, STRIDED, 2);
   em_tensor *r = NULL;
   assert_int_equal(em_mm(&r, m34, m45), EM_OK);
   check_values(r, cases[3].expected, 1, 1e-5, "mm");
@@ -294,7 +311,8 @@ static void test_mm_mv_dot_outer(void **state) {
   check_values(r, cases[0].expected, 1, 1e-5, "dot");
   em_tensor_release(r), r = NULL;
   /* outer: r[i][j] = a[i] * b[j] */
-  em_tensor *v3 = make(1, (int64_t[]){3}, EM_INT64, TRANSPOSED, 1), *v5 = make(1, (int64_t[]){5}, EM_FLOAT64, STRIDED, 2);
+  em_tensor *v3 = make(1, (int64_t[]){3}, EM_INT64, TRANSPOSED, 1),
+            *v5 = make(1, (int64_t[]){5}, EM_FLOAT64, STRIDED, 2);
   assert_int_equal(em_outer(&r, v3, v5), EM_OK);
   assert_int_equal(em_tensor_dtype(r), EM_FLOAT64); /* int64 with float64 promotes */
   double expected[15];
@@ -310,7 +328,8 @@ static void test_mm_mv_dot_outer(void **state) {
   assert_int_equal(em_dot(&r, v4a, v5), EM_ERR_SHAPE);
   assert_non_null(strstr(em_last_error(), "dot: the vectors have different lengths: shapes [4] and [5]"));
   assert_int_equal(em_outer(&r, m34, v5), EM_ERR_SHAPE);
-  em_tensor *b1 = make(3, (int64_t[]){2, 3, 4}, EM_FLOAT32, CONTIGUOUS, 1), *b2 = make(3, (int64_t[]){3, 4, 5}, EM_FLOAT32, CONTIGUOUS, 2);
+  em_tensor *b1 = make(3, (int64_t[]){2, 3, 4}, EM_FLOAT32, CONTIGUOUS, 1),
+            *b2 = make(3, (int64_t[]){3, 4, 5}, EM_FLOAT32, CONTIGUOUS, 2);
   assert_int_equal(em_bmm(&r, b1, b2), EM_ERR_SHAPE);
   assert_non_null(strstr(em_last_error(), "bmm: batch sizes differ: shapes [2, 3, 4] and [3, 4, 5]"));
   assert_null(r);
@@ -340,7 +359,8 @@ static void test_empty_dims(void **state) {
 
 static void test_errors(void **state) {
   (void)state;
-  em_tensor *a = make(2, (int64_t[]){3, 4}, EM_FLOAT32, CONTIGUOUS, 1), *b = make(2, (int64_t[]){5, 6}, EM_FLOAT32, CONTIGUOUS, 2);
+  em_tensor *a = make(2, (int64_t[]){3, 4}, EM_FLOAT32, CONTIGUOUS, 1),
+            *b = make(2, (int64_t[]){5, 6}, EM_FLOAT32, CONTIGUOUS, 2);
   em_tensor *r = NULL;
   assert_int_equal(em_matmul(&r, a, b), EM_ERR_SHAPE);
   assert_non_null(strstr(em_last_error(), "matmul: shapes [3, 4] and [5, 6] cannot be multiplied"));
@@ -348,9 +368,11 @@ static void test_errors(void **state) {
   em_tensor *v = make(1, (int64_t[]){5}, EM_FLOAT32, CONTIGUOUS, 1);
   assert_int_equal(em_matmul(&r, a, v), EM_ERR_SHAPE);
   assert_non_null(strstr(em_last_error(), "matmul: shapes [3, 4] and [5] cannot be multiplied"));
-  em_tensor *x = make(3, (int64_t[]){2, 3, 4}, EM_FLOAT32, CONTIGUOUS, 1), *y = make(3, (int64_t[]){3, 4, 2}, EM_FLOAT32, CONTIGUOUS, 1);
+  em_tensor *x = make(3, (int64_t[]){2, 3, 4}, EM_FLOAT32, CONTIGUOUS, 1),
+            *y = make(3, (int64_t[]){3, 4, 2}, EM_FLOAT32, CONTIGUOUS, 1);
   assert_int_equal(em_matmul(&r, x, y), EM_ERR_SHAPE);
-  assert_non_null(strstr(em_last_error(), "batch dims [2] of shape [2, 3, 4] and [3] of shape [3, 4, 2] cannot be broadcast"));
+  assert_non_null(
+      strstr(em_last_error(), "batch dims [2] of shape [2, 3, 4] and [3] of shape [3, 4, 2] cannot be broadcast"));
   em_tensor *s = NULL, *h = NULL, *bo = NULL, *o = NULL;
   assert_int_equal(em_full(&s, 0, NULL, 2, EM_FLOAT32, CPU), EM_OK);
   assert_int_equal(em_matmul(&r, s, a), EM_ERR_SHAPE);
@@ -374,11 +396,15 @@ static void test_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_matmul_ranks_and_dtypes), cmocka_unit_test(test_matmul_layouts),
-      cmocka_unit_test(test_matmul_out_layouts),      cmocka_unit_test(test_matmul_against_loop),
+      cmocka_unit_test(test_matmul_ranks_and_dtypes),
+      cmocka_unit_test(test_matmul_layouts),
+      cmocka_unit_test(test_matmul_out_layouts),
+      cmocka_unit_test(test_matmul_against_loop),
       cmocka_unit_test(test_matmul_split_with_beta),
-      cmocka_unit_test(test_addmm),                   cmocka_unit_test(test_mm_mv_dot_outer),
-      cmocka_unit_test(test_empty_dims),              cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_addmm),
+      cmocka_unit_test(test_mm_mv_dot_outer),
+      cmocka_unit_test(test_empty_dims),
+      cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

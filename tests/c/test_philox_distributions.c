@@ -14,7 +14,6 @@
 #include "core/philox_distributions.h"
 #include "ember/tensor.h"
 
-
 static em_tensor *empty1(int64_t n, em_dtype dtype) {
   em_tensor *t = NULL;
   assert_int_equal(em_empty(&t, 1, &n, dtype, CPU), EM_OK);
@@ -63,8 +62,12 @@ static void test_int_matches_cpu(void **state) {
   static const struct {
     em_dtype dtype;
     int64_t low, high;
-  } cases[] = {{EM_INT64, INT64_MIN, INT64_MAX}, {EM_INT64, -5, 3}, {EM_INT32, INT32_MIN, INT32_MAX},
-               {EM_UINT8, 0, 256},           {EM_BOOL, 0, 2},   {EM_FLOAT32, -(1ll << 24), 1ll << 24},
+  } cases[] = {{EM_INT64, INT64_MIN, INT64_MAX},
+               {EM_INT64, -5, 3},
+               {EM_INT32, INT32_MIN, INT32_MAX},
+               {EM_UINT8, 0, 256},
+               {EM_BOOL, 0, 2},
+               {EM_FLOAT32, -(1ll << 24), 1ll << 24},
                {EM_FLOAT64, -100, 100}};
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     em_tensor *t = empty1(N, cases[c].dtype);
@@ -76,12 +79,13 @@ static void test_int_matches_cpu(void **state) {
       switch (cases[c].dtype) {
         case EM_INT64: got = ((const int64_t *)em_tensor_data(t))[i]; break;
         case EM_INT32: got = ((const int32_t *)em_tensor_data(t))[i]; break;
-        case EM_UINT8: case EM_BOOL: got = ((const uint8_t *)em_tensor_data(t))[i]; break;
+        case EM_UINT8:
+        case EM_BOOL: got = ((const uint8_t *)em_tensor_data(t))[i]; break;
         case EM_FLOAT32: got = (int64_t)((const float *)em_tensor_data(t))[i]; break;
         default: got = (int64_t)((const double *)em_tensor_data(t))[i]; break;
       }
-      if (got != e) fail_msg("randint case %zu element %lld: cpu %lld, shared %lld", c, (long long)i, (long long)got,
-                             (long long)e);
+      if (got != e)
+        fail_msg("randint case %zu element %lld: cpu %lld, shared %lld", c, (long long)i, (long long)got, (long long)e);
     }
     em_tensor_release(t);
   }
@@ -164,8 +168,8 @@ static void test_normal_matches_cpu(void **state) {
                            std, &ed[0], &ed[1]);
       for (int h = 0; h < 1 + second; h++) {
         if (memcmp(&ef[h], &fv[i + h], sizeof ef[h]) || memcmp(&ed[h], &dv[i + h], sizeof ed[h]))
-          fail_msg("normal(%g, %g) element %lld: cpu %a / %a, shared %a / %a", mean, std, (long long)(i + h),
-                   fv[i + h], dv[i + h], ef[h], ed[h]);
+          fail_msg("normal(%g, %g) element %lld: cpu %a / %a, shared %a / %a", mean, std, (long long)(i + h), fv[i + h],
+                   dv[i + h], ef[h], ed[h]);
       }
     }
     em_tensor_release(f);
@@ -198,8 +202,8 @@ static void test_det_sincos_accuracy(void **state) {
   double s, c;
   em_det_sincos(0, &s, &c);
   assert_true(s == 0 && c == 1);
-  static const double edges[] = {1e-300, 0x1p-30, M_PI_4, M_PI_2, M_PI, 3 * M_PI_2, 6.283185307179586,
-                                 0x1.921fb6p+2 /* 2 pi rounded to float */};
+  static const double edges[] = {1e-300,     0x1p-30,           M_PI_4,       M_PI_2, M_PI,
+                                 3 * M_PI_2, 6.283185307179586, 0x1.921fb6p+2 /* 2 pi rounded to float */};
   for (size_t k = 0; k < sizeof edges / sizeof *edges; k++) {
     em_det_sincos(edges[k], &s, &c);
     /* near a zero of sin or cos, compare in absolute terms (ulp of 1e-16 there) */
@@ -220,7 +224,7 @@ static void test_det_sincos_accuracy(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_uniform_matches_cpu),  cmocka_unit_test(test_int_matches_cpu),
+      cmocka_unit_test(test_uniform_matches_cpu),   cmocka_unit_test(test_int_matches_cpu),
       cmocka_unit_test(test_bernoulli_matches_cpu), cmocka_unit_test(test_perm_matches_cpu),
       cmocka_unit_test(test_normal_matches_cpu),    cmocka_unit_test(test_det_log_accuracy),
       cmocka_unit_test(test_det_sincos_accuracy),

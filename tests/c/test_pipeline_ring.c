@@ -63,7 +63,8 @@ static void expect(side *s, int tag, size_t ids_bytes) {
   for (int i = 0; i < 4; i++) {
     assert_int_equal(zmq_msg_size(&f[i]), want[i]);
     const unsigned char *p = zmq_msg_data(&f[i]);
-    for (size_t k = 0; k < want[i]; k++) assert_int_equal(p[k], (unsigned char)(tag + (i == 0 ? 0 : i == 1 ? 1 : i == 2 ? 3 : 2)));
+    for (size_t k = 0; k < want[i]; k++)
+      assert_int_equal(p[k], (unsigned char)(tag + (i == 0 ? 0 : i == 1 ? 1 : i == 2 ? 3 : 2)));
     zmq_msg_close(&f[i]);
   }
 }
@@ -78,9 +79,9 @@ static void test_attach_put_take(void **state) {
   assert_int_equal(dp_ring_attach(s.base, s.bytes, 7), 1);
   assert_int_equal(dp_ring_attach(s.base, s.bytes, 7), 1); /* the same trainer again */
   assert_int_equal(dp_ring_attach(s.base, s.bytes, 8), 0); /* a second trainer keeps ZeroMQ */
-  assert_int_equal(put(&s, 8, 10, 64), 0);                  /* a batch for that one stays out */
+  assert_int_equal(put(&s, 8, 10, 64), 0); /* a batch for that one stays out */
   assert_int_equal(put(&s, 7, 20, 8192), 1);
-  assert_int_equal(put(&s, 7, 30, 0), 1);                   /* every record skipped: no ids */
+  assert_int_equal(put(&s, 7, 30, 0), 1); /* every record skipped: no ids */
   expect(&s, 20, 8192);
   expect(&s, 30, 0);
   assert_int_equal(dp_ring_take(s.base, s.bytes, &n, f), 0);

@@ -27,7 +27,7 @@ static void test_same_layout(void **state) {
 
 static void test_older_handshake(void **state) {
   (void)state;
-  em_plugin_abi a = ABI(ours), old = {1, 0, NULL};   /* where ABI-1 plugins kept "int abi = 1" */
+  em_plugin_abi a = ABI(ours), old = {1, 0, NULL}; /* where ABI-1 plugins kept "int abi = 1" */
   char why[256];
   assert_int_equal(core_plugin_abi_check("/x/libp.so", &old, &a, why, sizeof why), -1);
   assert_non_null(strstr(why, "/x/libp.so was built for another version of ember"));

@@ -8,7 +8,6 @@
 #include "core/philox.h"
 #include "ember/tensor.h"
 
-
 static em_tensor *empty1(int64_t n, em_dtype dtype) {
   em_tensor *t = NULL;
   assert_int_equal(em_empty(&t, 1, &n, dtype, CPU), EM_OK);
@@ -294,11 +293,16 @@ static void test_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_philox_known_answers), cmocka_unit_test(test_same_seed_same_values),
-      cmocka_unit_test(test_thread_count_independent), cmocka_unit_test(test_strided_output),
-      cmocka_unit_test(test_normal_moments), cmocka_unit_test(test_uniform_range),
-      cmocka_unit_test(test_randint), cmocka_unit_test(test_bernoulli),
-      cmocka_unit_test(test_randperm), cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_philox_known_answers),
+      cmocka_unit_test(test_same_seed_same_values),
+      cmocka_unit_test(test_thread_count_independent),
+      cmocka_unit_test(test_strided_output),
+      cmocka_unit_test(test_normal_moments),
+      cmocka_unit_test(test_uniform_range),
+      cmocka_unit_test(test_randint),
+      cmocka_unit_test(test_bernoulli),
+      cmocka_unit_test(test_randperm),
+      cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

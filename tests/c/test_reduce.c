@@ -16,7 +16,6 @@
 #include "ember/tensor.h"
 #include "cpu/vmath.h"
 
-
 #define assert_ok(call)                                                  \
   do {                                                                   \
     em_status st_ = (call);                                              \
@@ -24,10 +23,10 @@
   } while (0)
 
 /* The call fails with code and a message that contains text. */
-#define assert_error(call, code, text)                                                               \
-  do {                                                                                               \
-    em_status st_ = (call);                                                                          \
-    if (st_ != (code) || !strstr(em_last_error(), (text)))                                           \
+#define assert_error(call, code, text)                                                                      \
+  do {                                                                                                      \
+    em_status st_ = (call);                                                                                 \
+    if (st_ != (code) || !strstr(em_last_error(), (text)))                                                  \
       fail_msg("%s: got status %d '%s', wanted %d with '%s'", #call, st_, em_last_error(), (code), (text)); \
   } while (0)
 
@@ -36,13 +35,16 @@
 #define V(...) ((const double[]){__VA_ARGS__})
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-static const double X[] = {-5.0, 2.25, -1.5, 5.0, 1.25, -2.5, 4.0, 0.25, -3.5, 3.0, -0.75, -4.5, 2.0, -1.75, 5.5, 1.0, -2.75, 4.5, 0.0, -3.75, 3.5, -1.0, -4.75, 2.5};
+static const double X[] = {-5.0, 2.25,  -1.5, 5.0, 1.25,  -2.5, 4.0, 0.25,  -3.5, 3.0,  -0.75, -4.5,
+                           2.0,  -1.75, 5.5,  1.0, -2.75, 4.5,  0.0, -3.75, 3.5,  -1.0, -4.75, 2.5};
 static const double SUM_ALL[] = {3.0};
 static const double SUM_D0[] = {-3.0, 0.5, 4.0, 6.0, -1.5, 2.0, 4.0, -3.5, 0.0, 2.0, -5.5, -2.0};
 static const double SUM_D1[] = {-7.25, 2.75, 1.75, 0.75, 2.75, 1.75, 0.75, -0.25};
 static const double SUM_D2[] = {0.75, 3.0, -5.75, 6.75, -2.0, 0.25};
 static const double SUM_D02[] = {7.5, 1.0, -5.5};
-static const double MEAN_D1[] = {-2.4166666666666665, 0.9166666666666666, 0.5833333333333334, 0.25, 0.9166666666666666, 0.5833333333333334, 0.25, -0.08333333333333333};
+static const double MEAN_D1[] = {
+    -2.4166666666666665, 0.9166666666666666, 0.5833333333333334, 0.25, 0.9166666666666666, 0.5833333333333334, 0.25,
+    -0.08333333333333333};
 static const double MEAN_ALL[] = {0.125};
 static const double PROD_D2[] = {84.375, -3.125, -35.4375, -19.25, 0.0, 41.5625};
 static const double MAX_D1[] = {1.25, 3.0, 4.0, 5.0, 3.5, 4.5, 5.5, 2.5};
@@ -51,27 +53,54 @@ static const double MIN_D2[] = {-5.0, -2.5, -4.5, -1.75, -3.75, -4.75};
 static const double MIN_D2_I[] = {0.0, 1.0, 3.0, 1.0, 3.0, 2.0};
 static const double ARGMAX_ALL[] = {14.0};
 static const double ARGMIN_D0[] = {0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0};
-static const double LSE_D2[] = {5.063422304958874, 4.0852130533756235, 3.025252718549675, 5.541157830296535, 4.512008043482327, 3.8215396529543093};
-static const double LSE_D0[] = {2.000911466453774, 2.26814992791781, 5.500911466453775, 5.0181499279178094, 1.2681499279178097, 4.500911466453775, 4.0181499279178094, 0.2681499279178098, 3.500911466453774, 3.01814992791781, -0.7318500720821902, 2.500911466453774};
+static const double LSE_D2[] = {5.063422304958874, 4.0852130533756235, 3.025252718549675,
+                                5.541157830296535, 4.512008043482327,  3.8215396529543093};
+static const double LSE_D0[] = {2.000911466453774,  2.26814992791781,  5.500911466453775,   5.0181499279178094,
+                                1.2681499279178097, 4.500911466453775, 4.0181499279178094,  0.2681499279178098,
+                                3.500911466453774,  3.01814992791781,  -0.7318500720821902, 2.500911466453774};
 static const double NORM2_ALL[] = {15.668439615992398};
 static const double NORM1_D1[] = {9.75, 7.75, 6.25, 9.75, 8.25, 7.25, 10.25, 7.25};
 static const double NORMINF_D0[] = {5.0, 2.25, 5.5, 5.0, 2.75, 4.5, 4.0, 3.75, 3.5, 3.0, 4.75, 4.5};
 static const double NORMNINF_D2[] = {1.5, 0.25, 0.75, 1.0, 0.0, 1.0};
 static const double NORM0_D2[] = {4.0, 4.0, 4.0, 4.0, 3.0, 4.0};
-static const double NORM3_D2[] = {6.421264110248887, 4.337295029167833, 5.444869340325726, 5.653884346957246, 5.480995010862864, 5.503269406019766};
-static const double VAR1_D1[] = {10.645833333333332, 8.895833333333334, 8.895833333333334, 22.5625, 10.645833333333332, 11.645833333333334, 26.3125, 10.645833333333332};
+static const double NORM3_D2[] = {6.421264110248887, 4.337295029167833, 5.444869340325726,
+                                  5.653884346957246, 5.480995010862864, 5.503269406019766};
+static const double VAR1_D1[] = {10.645833333333332, 8.895833333333334,  8.895833333333334, 22.5625,
+                                 10.645833333333332, 11.645833333333334, 26.3125,           10.645833333333332};
 static const double VAR0_D02[] = {11.07421875, 8.203125, 10.04296875};
 static const double STD1_ALL[] = {3.2645993162488063};
-static const double CUMSUM_D2[] = {-5.0, -2.75, -4.25, 0.75, 1.25, -1.25, 2.75, 3.0, -3.5, -0.5, -1.25, -5.75, 2.0, 0.25, 5.75, 6.75, -2.75, 1.75, 1.75, -2.0, 3.5, 2.5, -2.25, 0.25};
-static const double CUMSUM_D0[] = {-5.0, 2.25, -1.5, 5.0, 1.25, -2.5, 4.0, 0.25, -3.5, 3.0, -0.75, -4.5, -3.0, 0.5, 4.0, 6.0, -1.5, 2.0, 4.0, -3.5, 0.0, 2.0, -5.5, -2.0};
-static const double CUMPROD_D1[] = {-5.0, 2.25, -1.5, 5.0, -6.25, -5.625, -6.0, 1.25, 21.875, -16.875, 4.5, -5.625, 2.0, -1.75, 5.5, 1.0, -5.5, -7.875, 0.0, -3.75, -19.25, 7.875, -0.0, -9.375};
-static const double SOFTMAX_D2[] = {4.260996955489228e-05, 0.05999930471209829, 0.0014110483997563776, 0.9385470369185904, 0.058706016986305135, 0.0013806331877024782, 0.9183166131036692, 0.021596736722323137, 0.0014659486278152157, 0.9750634642641539, 0.022931294746044193, 0.0005392923619867042, 0.028979754012807054, 0.0006815384898428565, 0.9596776517858328, 0.010661055711517323, 0.0007016975806995438, 0.9880637653565332, 0.010976396948908387, 0.0002581401138591012, 0.7250318798014268, 0.008054376642829363, 0.0001894207829146368, 0.26672432277282926};
-static const double SOFTMAX_D1[] = {0.0019102396945064905, 0.3199332786246573, 0.00403536704991221, 0.9913489467897164, 0.9895286599448979, 0.002767965211995605, 0.9874217608383855, 0.008576848927559281, 0.008561100360595661, 0.677298756163347, 0.00854287211170239, 7.420428272445498e-05, 0.18213805712684747, 0.0019189076361241517, 0.9958947932522224, 0.18213805712684747, 0.0015758029551500583, 0.9940187648663229, 0.004069994396778259, 0.0015758029551500583, 0.8162861399180024, 0.004062327497553017, 3.521235099933432e-05, 0.8162861399180024};
-static const double LOGSOFTMAX_D0[] = {-7.000911466453774, -0.01814992791780973, -7.000911466453774, -0.01814992791780973, -0.01814992791780973, -7.000911466453774, -0.01814992791780973, -0.01814992791780973, -7.000911466453774, -0.01814992791780973, -0.01814992791780973, -7.000911466453774, -0.0009114664537742021, -4.0181499279178094, -0.0009114664537742021, -4.0181499279178094, -4.0181499279178094, -0.0009114664537742021, -4.0181499279178094, -4.0181499279178094, -0.0009114664537742021, -4.0181499279178094, -4.0181499279178094, -0.0009114664537742021};
-static const double SORT_D2[] = {-5.0, -1.5, 2.25, 5.0, -2.5, 0.25, 1.25, 4.0, -4.5, -3.5, -0.75, 3.0, -1.75, 1.0, 2.0, 5.5, -3.75, -2.75, 0.0, 4.5, -4.75, -1.0, 2.5, 3.5};
-static const double SORT_D2_I[] = {0.0, 2.0, 1.0, 3.0, 1.0, 3.0, 0.0, 2.0, 3.0, 0.0, 2.0, 1.0, 1.0, 3.0, 0.0, 2.0, 3.0, 0.0, 2.0, 1.0, 2.0, 1.0, 3.0, 0.0};
-static const double SORTD_D1[] = {1.25, 3.0, 4.0, 5.0, -3.5, 2.25, -0.75, 0.25, -5.0, -2.5, -1.5, -4.5, 3.5, 4.5, 5.5, 2.5, 2.0, -1.0, 0.0, 1.0, -2.75, -1.75, -4.75, -3.75};
-static const double SORTD_D1_I[] = {1.0, 2.0, 1.0, 0.0, 2.0, 0.0, 2.0, 1.0, 0.0, 1.0, 0.0, 2.0, 2.0, 1.0, 0.0, 2.0, 0.0, 2.0, 1.0, 0.0, 1.0, 0.0, 2.0, 1.0};
+static const double CUMSUM_D2[] = {-5.0, -2.75, -4.25, 0.75, 1.25,  -1.25, 2.75, 3.0,  -3.5, -0.5, -1.25, -5.75,
+                                   2.0,  0.25,  5.75,  6.75, -2.75, 1.75,  1.75, -2.0, 3.5,  2.5,  -2.25, 0.25};
+static const double CUMSUM_D0[] = {-5.0, 2.25, -1.5, 5.0, 1.25, -2.5, 4.0, 0.25, -3.5, 3.0, -0.75, -4.5,
+                                   -3.0, 0.5,  4.0,  6.0, -1.5, 2.0,  4.0, -3.5, 0.0,  2.0, -5.5,  -2.0};
+static const double CUMPROD_D1[] = {-5.0, 2.25,  -1.5, 5.0, -6.25, -5.625, -6.0, 1.25,  21.875, -16.875, 4.5,  -5.625,
+                                    2.0,  -1.75, 5.5,  1.0, -5.5,  -7.875, 0.0,  -3.75, -19.25, 7.875,   -0.0, -9.375};
+static const double SOFTMAX_D2[] = {
+    4.260996955489228e-05, 0.05999930471209829,   0.0014110483997563776, 0.9385470369185904,    0.058706016986305135,
+    0.0013806331877024782, 0.9183166131036692,    0.021596736722323137,  0.0014659486278152157, 0.9750634642641539,
+    0.022931294746044193,  0.0005392923619867042, 0.028979754012807054,  0.0006815384898428565, 0.9596776517858328,
+    0.010661055711517323,  0.0007016975806995438, 0.9880637653565332,    0.010976396948908387,  0.0002581401138591012,
+    0.7250318798014268,    0.008054376642829363,  0.0001894207829146368, 0.26672432277282926};
+static const double SOFTMAX_D1[] = {
+    0.0019102396945064905, 0.3199332786246573,    0.00403536704991221,   0.9913489467897164,    0.9895286599448979,
+    0.002767965211995605,  0.9874217608383855,    0.008576848927559281,  0.008561100360595661,  0.677298756163347,
+    0.00854287211170239,   7.420428272445498e-05, 0.18213805712684747,   0.0019189076361241517, 0.9958947932522224,
+    0.18213805712684747,   0.0015758029551500583, 0.9940187648663229,    0.004069994396778259,  0.0015758029551500583,
+    0.8162861399180024,    0.004062327497553017,  3.521235099933432e-05, 0.8162861399180024};
+static const double LOGSOFTMAX_D0[] = {
+    -7.000911466453774,     -0.01814992791780973, -7.000911466453774,     -0.01814992791780973,  -0.01814992791780973,
+    -7.000911466453774,     -0.01814992791780973, -0.01814992791780973,   -7.000911466453774,    -0.01814992791780973,
+    -0.01814992791780973,   -7.000911466453774,   -0.0009114664537742021, -4.0181499279178094,   -0.0009114664537742021,
+    -4.0181499279178094,    -4.0181499279178094,  -0.0009114664537742021, -4.0181499279178094,   -4.0181499279178094,
+    -0.0009114664537742021, -4.0181499279178094,  -4.0181499279178094,    -0.0009114664537742021};
+static const double SORT_D2[] = {-5.0,  -1.5, 2.25, 5.0, -2.5,  0.25,  1.25, 4.0, -4.5,  -3.5, -0.75, 3.0,
+                                 -1.75, 1.0,  2.0,  5.5, -3.75, -2.75, 0.0,  4.5, -4.75, -1.0, 2.5,   3.5};
+static const double SORT_D2_I[] = {0.0, 2.0, 1.0, 3.0, 1.0, 3.0, 0.0, 2.0, 3.0, 0.0, 2.0, 1.0,
+                                   1.0, 3.0, 0.0, 2.0, 3.0, 0.0, 2.0, 1.0, 2.0, 1.0, 3.0, 0.0};
+static const double SORTD_D1[] = {1.25, 3.0, 4.0, 5.0, -3.5, 2.25, -0.75, 0.25, -5.0,  -2.5,  -1.5,  -4.5,
+                                  3.5,  4.5, 5.5, 2.5, 2.0,  -1.0, 0.0,   1.0,  -2.75, -1.75, -4.75, -3.75};
+static const double SORTD_D1_I[] = {1.0, 2.0, 1.0, 0.0, 2.0, 0.0, 2.0, 1.0, 0.0, 1.0, 0.0, 2.0,
+                                    2.0, 1.0, 0.0, 2.0, 0.0, 2.0, 1.0, 0.0, 1.0, 0.0, 2.0, 1.0};
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -370,8 +399,9 @@ static void test_empty(void **state) {
     em_redop op;
     em_dtype dtype;
     double value;
-  } cases[] = {{EM_SUM, EM_FLOAT32, 0},          {EM_PROD, EM_FLOAT32, 1},  {EM_MEAN, EM_FLOAT32, NAN},
-               {EM_LOGSUMEXP, EM_FLOAT32, -INFINITY}, {EM_NORM, EM_FLOAT32, 0}, {EM_ANY, EM_BOOL, 0},
+  } cases[] = {{EM_SUM, EM_FLOAT32, 0},    {EM_PROD, EM_FLOAT32, 1},
+               {EM_MEAN, EM_FLOAT32, NAN}, {EM_LOGSUMEXP, EM_FLOAT32, -INFINITY},
+               {EM_NORM, EM_FLOAT32, 0},   {EM_ANY, EM_BOOL, 0},
                {EM_ALL, EM_BOOL, 1}};
   for (int c = 0; c < N(cases); c++) {
     assert_ok(em_reduce(cases[c].op, &r, NULL, x, D(0), 1, 0, 0));
@@ -433,7 +463,8 @@ static void test_empty(void **state) {
  * agree, and the kept dims come out in the same order. */
 static void compare_walks(const int64_t *sizes, int dim, int other) {
   em_tensor *a = random_f32(3, sizes, 0.25f), *t = transposed_copy(a, dim, other);
-  em_redop ops[] = {EM_SUM, EM_MEAN, EM_PROD, EM_MAX, EM_MIN, EM_ARGMAX, EM_ARGMIN, EM_LOGSUMEXP, EM_NORM, EM_ANY, EM_ALL};
+  em_redop ops[] = {EM_SUM,    EM_MEAN,      EM_PROD, EM_MAX, EM_MIN, EM_ARGMAX,
+                    EM_ARGMIN, EM_LOGSUMEXP, EM_NORM, EM_ANY, EM_ALL};
   for (int k = 0; k < N(ops); k++) {
     em_tensor *r1 = NULL, *r2 = NULL, *i1 = NULL, *i2 = NULL;
     int with_idx = ops[k] == EM_MAX || ops[k] == EM_MIN;
@@ -463,8 +494,8 @@ static void compare_walks(const int64_t *sizes, int dim, int other) {
 
 static void test_walks_agree(void **state) {
   (void)state;
-  compare_walks(S(37, 70, 1), 0, 1);  /* first dim of a matrix */
-  compare_walks(S(3, 40, 20), 1, 2);  /* a middle dim */
+  compare_walks(S(37, 70, 1), 0, 1); /* first dim of a matrix */
+  compare_walks(S(3, 40, 20), 1, 2); /* a middle dim */
 }
 
 static void test_strided_inputs(void **state) {
@@ -532,7 +563,8 @@ static void test_out_param(void **state) {
   assert_error(em_reduce(EM_ARGMAX, &out, NULL, x, D(1), 1, 0, 0), EM_ERR_DTYPE,
                "argmax: output has dtype float32, expected int64");
   em_tensor *v = NULL;
-  assert_error(em_reduce(EM_MAX, &v, &out, x, D(1), 1, 0, 0), EM_ERR_DTYPE, "max: output has dtype float32, expected int64");
+  assert_error(em_reduce(EM_MAX, &v, &out, x, D(1), 1, 0, 0), EM_ERR_DTYPE,
+               "max: output has dtype float32, expected int64");
   assert_null(v); /* allocated values were released when the indices failed */
   assert_error(em_softmax(&bad, x, 1, 0), EM_ERR_SHAPE, "softmax: output has shape [3], expected [2, 3, 4]");
   assert_error(em_cumsum(&bad, x, 1), EM_ERR_SHAPE, "cumsum: output has shape [3]");
@@ -680,7 +712,8 @@ static void test_softmax(void **state) {
     for (int j = 0; j < 300; j++) total += exp(x[i * 300 + j] - m);
     for (int j = 0; j < 300; j++) {
       double want = exp(x[i * 300 + j] - m) / total;
-      if (fabs(y[i * 300 + j] - want) > 1e-6 * want + 1e-12) fail_msg("softmax[%d][%d] %g vs %g", i, j, y[i * 300 + j], want);
+      if (fabs(y[i * 300 + j] - want) > 1e-6 * want + 1e-12)
+        fail_msg("softmax[%d][%d] %g vs %g", i, j, y[i * 300 + j], want);
     }
   }
   em_tensor *t = transposed_copy(a, 0, 1), *r0 = NULL, *r0t = NULL;
@@ -710,8 +743,7 @@ static void test_softmax(void **state) {
   a = make(2, S(3, 3), EM_FLOAT32, big);
   assert_ok(em_softmax(&r, a, 1, 1));
   check(r, EM_FLOAT32, 2, S(3, 3),
-        V(-2.4076059644443806, -1.4076059644443806, -0.4076059644443806, -2e30, -1e30, 0, NAN, NAN, NAN),
-        1e-6);
+        V(-2.4076059644443806, -1.4076059644443806, -0.4076059644443806, -2e30, -1e30, 0, NAN, NAN, NAN), 1e-6);
   release(1, &r);
   assert_ok(em_softmax(&r, a, 1, 0));
   check(r, EM_FLOAT32, 2, S(3, 3),
@@ -869,15 +901,24 @@ static void test_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_sum_dims),         cmocka_unit_test(test_mean_prod),
-      cmocka_unit_test(test_max_min_indices),  cmocka_unit_test(test_ties_and_nan),
-      cmocka_unit_test(test_integer_and_bool), cmocka_unit_test(test_logsumexp_norm),
-      cmocka_unit_test(test_var_std),          cmocka_unit_test(test_empty),
-      cmocka_unit_test(test_walks_agree),      cmocka_unit_test(test_strided_inputs),
-      cmocka_unit_test(test_out_param),        cmocka_unit_test(test_sum_accuracy),
-      cmocka_unit_test(test_thread_independence), cmocka_unit_test(test_vexpf),
-      cmocka_unit_test(test_softmax),          cmocka_unit_test(test_scan),
-      cmocka_unit_test(test_sort),             cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_sum_dims),
+      cmocka_unit_test(test_mean_prod),
+      cmocka_unit_test(test_max_min_indices),
+      cmocka_unit_test(test_ties_and_nan),
+      cmocka_unit_test(test_integer_and_bool),
+      cmocka_unit_test(test_logsumexp_norm),
+      cmocka_unit_test(test_var_std),
+      cmocka_unit_test(test_empty),
+      cmocka_unit_test(test_walks_agree),
+      cmocka_unit_test(test_strided_inputs),
+      cmocka_unit_test(test_out_param),
+      cmocka_unit_test(test_sum_accuracy),
+      cmocka_unit_test(test_thread_independence),
+      cmocka_unit_test(test_vexpf),
+      cmocka_unit_test(test_softmax),
+      cmocka_unit_test(test_scan),
+      cmocka_unit_test(test_sort),
+      cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

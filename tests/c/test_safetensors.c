@@ -23,17 +23,17 @@ static const char *in_dir(const char *name) {
   return b;
 }
 
-#define assert_ok(call)                                                           \
-  do {                                                                            \
-    em_status st_ = (call);                                                       \
-    if (st_ != EM_OK) fail_msg("%s failed: %s", #call, em_last_error());          \
+#define assert_ok(call)                                                  \
+  do {                                                                   \
+    em_status st_ = (call);                                              \
+    if (st_ != EM_OK) fail_msg("%s failed: %s", #call, em_last_error()); \
   } while (0)
 
 /* The call fails with code and a message that contains text. */
-#define assert_error(call, code, text)                                                               \
-  do {                                                                                               \
-    em_status st_ = (call);                                                                          \
-    if (st_ != (code) || !strstr(em_last_error(), (text)))                                           \
+#define assert_error(call, code, text)                                                                      \
+  do {                                                                                                      \
+    em_status st_ = (call);                                                                                 \
+    if (st_ != (code) || !strstr(em_last_error(), (text)))                                                  \
       fail_msg("%s: got status %d '%s', wanted %d with '%s'", #call, st_, em_last_error(), (code), (text)); \
   } while (0)
 
@@ -85,7 +85,8 @@ static em_tensor *pattern(int ndim, const int64_t *sizes, em_dtype dtype, int se
   assert_ok(em_empty(&t, ndim, sizes, dtype, CPU));
   unsigned char *p = em_tensor_data(t);
   size_t n = (size_t)em_tensor_numel(t) * em_dtype_size(dtype);
-  for (size_t i = 0; i < n; i++) p[i] = dtype == EM_BOOL ? (unsigned char)((i + seed) % 3 == 0) : (unsigned char)(i * 37 + seed);
+  for (size_t i = 0; i < n; i++)
+    p[i] = dtype == EM_BOOL ? (unsigned char)((i + seed) % 3 == 0) : (unsigned char)(i * 37 + seed);
   return t;
 }
 
@@ -134,14 +135,14 @@ static int teardown(void **state) {
 static void test_matches_reference_bytes(void **state) {
   (void)state;
   static const unsigned char attn[] = {
-      64, 0, 0, 0, 0, 0, 0, 0, 123, 34, 97, 116, 116, 110, 46, 48, 34, 58, 123, 34, 100, 116, 121, 112, 101, 34, 58, 34,
-      70, 51, 50, 34, 44, 34, 115, 104, 97, 112, 101, 34, 58, 91, 49, 44, 50, 44, 51, 93, 44, 34, 100, 97, 116, 97, 95,
-      111, 102, 102, 115, 101, 116, 115, 34, 58, 91, 48, 44, 50, 52, 93, 125, 125, 0, 0, 0, 0, 0, 0, 128, 63, 0, 0, 0,
-      64, 0, 0, 64, 64, 0, 0, 128, 64, 0, 0, 160, 64};
+      64,  0,  0,   0,  0,   0,  0,   0,   123, 34,  97,  116, 116, 110, 46,  48, 34, 58, 123, 34, 100, 116, 121, 112,
+      101, 34, 58,  34, 70,  51, 50,  34,  44,  34,  115, 104, 97,  112, 101, 34, 58, 91, 49,  44, 50,  44,  51,  93,
+      44,  34, 100, 97, 116, 97, 95,  111, 102, 102, 115, 101, 116, 115, 34,  58, 91, 48, 44,  50, 52,  93,  125, 125,
+      0,   0,  0,   0,  0,   0,  128, 63,  0,   0,   0,   64,  0,   0,   64,  64, 0,  0,  128, 64, 0,   0,   160, 64};
   static const unsigned char empty[] = {8, 0, 0, 0, 0, 0, 0, 0, 123, 125, 32, 32, 32, 32, 32, 32};
-  static const unsigned char meta[] = {40, 0, 0, 0, 0, 0, 0, 0, 123, 34, 95, 95, 109, 101, 116, 97, 100, 97, 116, 97,
-                                       95, 95, 34, 58, 123, 34, 102, 114, 97, 109, 101, 119, 111, 114, 107, 34, 58,
-                                       34, 112, 116, 34, 125, 125, 32, 32, 32, 32, 32};
+  static const unsigned char meta[] = {40,  0,   0,   0,  0,  0,  0,   0,   123, 34,  95,  95,  109, 101, 116, 97,
+                                       100, 97,  116, 97, 95, 95, 34,  58,  123, 34,  102, 114, 97,  109, 101, 119,
+                                       111, 114, 107, 34, 58, 34, 112, 116, 34,  125, 125, 32,  32,  32,  32,  32};
   em_tensor *flat = NULL, *t = NULL;
   int64_t shape[3] = {1, 2, 3};
   assert_ok(em_arange(&flat, 0, 6, 1, EM_FLOAT32, CPU));
@@ -180,9 +181,10 @@ static void test_layout_order(void **state) {
   assert_ok(em_safetensors_save(in_dir("order.st"), 3, names, ts, 0, NULL, NULL));
   size_t n;
   unsigned char *bytes = read_bytes(in_dir("order.st"), &n);
-  const char *want = "{\"z\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]},"
-                     "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,24]},"
-                     "\"a\":{\"dtype\":\"BOOL\",\"shape\":[2],\"data_offsets\":[24,26]}}";
+  const char *want =
+      "{\"z\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]},"
+      "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,24]},"
+      "\"a\":{\"dtype\":\"BOOL\",\"shape\":[2],\"data_offsets\":[24,26]}}";
   assert_true(n > 8 + strlen(want));
   assert_memory_equal(bytes + 8, want, strlen(want));
   assert_int_equal(bytes[0] % 8, 0);
@@ -203,7 +205,10 @@ static void test_roundtrip_every_dtype(void **state) {
       int i = d * 3 + k;
       int ndim = k == 0 ? 0 : k == 1 ? 2 : 3;
       ts[i] = pattern(ndim, k == 1 ? s0 : s3, (em_dtype)d, i);
-      snprintf(namebuf[i], sizeof namebuf[i], "%s/%s", em_dtype_name((em_dtype)d), k == 0 ? "scalar" : k == 1 ? "empty" : "cube");
+      snprintf(namebuf[i], sizeof namebuf[i], "%s/%s", em_dtype_name((em_dtype)d),
+               k == 0   ? "scalar"
+               : k == 1 ? "empty"
+                        : "cube");
       names[i] = namebuf[i];
     }
   }
@@ -243,11 +248,11 @@ static void test_roundtrip_every_dtype(void **state) {
 static void test_roundtrip_noncontiguous(void **state) {
   (void)state;
   em_tensor *a = arange_f32(3, 4), *t = NULL, *n = NULL, *e = NULL, *row = NULL;
-  assert_ok(em_transpose(&t, a, 0, 1));                 /* [4, 3] */
-  assert_ok(em_narrow(&n, a, 1, 1, 2));                 /* columns 1..2 */
-  assert_ok(em_narrow(&row, a, 0, 2, 1));               /* [1, 4]: row 2 */
+  assert_ok(em_transpose(&t, a, 0, 1)); /* [4, 3] */
+  assert_ok(em_narrow(&n, a, 1, 1, 2)); /* columns 1..2 */
+  assert_ok(em_narrow(&row, a, 0, 2, 1)); /* [1, 4]: row 2 */
   int64_t big[2] = {3, 4};
-  assert_ok(em_expand(&e, row, 2, big));                /* row 2, three times */
+  assert_ok(em_expand(&e, row, 2, big)); /* row 2, three times */
   assert_false(em_tensor_is_contiguous(t));
   assert_false(em_tensor_is_contiguous(n));
   em_tensor *ts[3] = {t, n, e};
@@ -334,7 +339,8 @@ static void test_get_into_existing_tensor(void **state) {
   assert_ok(em_safetensors_get_by_name(f, "a", &dst));
   assert_ptr_equal(dst, keep);
   assert_true(at2(dst, 1, 1) == 4.0);
-  assert_error(em_safetensors_get(f, 0, &wrong), EM_ERR_SHAPE, "tensor 'a' has shape [2, 3] in the file, the destination has shape [3, 2]");
+  assert_error(em_safetensors_get(f, 0, &wrong), EM_ERR_SHAPE,
+               "tensor 'a' has shape [2, 3] in the file, the destination has shape [3, 2]");
   em_tensor *none = NULL;
   assert_error(em_safetensors_get_by_name(f, "b", &none), EM_ERR_INDEX, "no tensor named 'b'");
   assert_error(em_safetensors_get(f, 1, &none), EM_ERR_INDEX, "tensor index 1 out of range");
@@ -351,11 +357,12 @@ static void test_get_into_existing_tensor(void **state) {
  * a header length that leaves the data unaligned (then tensors are copied). */
 static void test_reads_foreign_layouts(void **state) {
   (void)state;
-  const char *path = make_file("foreign.st",
-                               "{ \"b\\u00e9\" : {\"data_offsets\": [0, 8], \"extra\": {\"x\": [1, 2.5e3, true, null]},\n"
-                               "  \"shape\": [2], \"dtype\": \"F32\"},\n \"a\": {\"dtype\": \"U8\", \"shape\": [3], "
-                               "\"data_offsets\": [8, 11]}, \"__metadata__\": {}}\t\r\n  ",
-                               11);
+  const char *path =
+      make_file("foreign.st",
+                "{ \"b\\u00e9\" : {\"data_offsets\": [0, 8], \"extra\": {\"x\": [1, 2.5e3, true, null]},\n"
+                "  \"shape\": [2], \"dtype\": \"F32\"},\n \"a\": {\"dtype\": \"U8\", \"shape\": [3], "
+                "\"data_offsets\": [8, 11]}, \"__metadata__\": {}}\t\r\n  ",
+                11);
   em_safetensors *f = NULL;
   assert_ok(em_safetensors_open(&f, path));
   assert_int_equal(em_safetensors_count(f), 2);
@@ -394,13 +401,16 @@ static void test_save_errors_leave_existing_file(void **state) {
   assert_error(em_safetensors_save(path, 2, two, with_null, 0, NULL, NULL), EM_ERR_ARGUMENT, "tensor 'b' is NULL");
   em_tensor *twice[2] = {a, a};
   const char *dup[] = {"x", "x"};
-  assert_error(em_safetensors_save(path, 2, dup, twice, 0, NULL, NULL), EM_ERR_ARGUMENT, "tensor name 'x' is given twice");
+  assert_error(em_safetensors_save(path, 2, dup, twice, 0, NULL, NULL), EM_ERR_ARGUMENT,
+               "tensor name 'x' is given twice");
   const char *reserved[] = {"__metadata__"};
-  assert_error(em_safetensors_save(path, 1, reserved, &a, 0, NULL, NULL), EM_ERR_ARGUMENT, "'__metadata__' is reserved");
+  assert_error(em_safetensors_save(path, 1, reserved, &a, 0, NULL, NULL), EM_ERR_ARGUMENT,
+               "'__metadata__' is reserved");
   const char *bad_utf8[] = {"caf\xe9"};
   assert_error(em_safetensors_save(path, 1, bad_utf8, &a, 0, NULL, NULL), EM_ERR_ARGUMENT, "not valid UTF-8");
   const char *keys[] = {"k", "k"}, *values[] = {"1", "2"};
-  assert_error(em_safetensors_save(path, 1, one, &a, 2, keys, values), EM_ERR_ARGUMENT, "metadata key 'k' is given twice");
+  assert_error(em_safetensors_save(path, 1, one, &a, 2, keys, values), EM_ERR_ARGUMENT,
+               "metadata key 'k' is given twice");
   assert_error(em_safetensors_save(path, -1, one, &a, 0, NULL, NULL), EM_ERR_ARGUMENT, "negative count");
   assert_error(em_safetensors_save(NULL, 1, one, &a, 0, NULL, NULL), EM_ERR_ARGUMENT, "path is NULL");
   /* The path is a folder: writing succeeds, the rename fails and the temporary goes. */
@@ -409,7 +419,7 @@ static void test_save_errors_leave_existing_file(void **state) {
   unsigned char *after = read_bytes(path, &n1);
   assert_int_equal(n0, n1);
   assert_memory_equal(before, after, n0);
-  assert_int_equal(count_dir_entries(), files);   /* no temporary left behind */
+  assert_int_equal(count_dir_entries(), files); /* no temporary left behind */
   free(before);
   free(after);
   em_tensor_release(a);
@@ -461,12 +471,12 @@ static void test_bad_missing_file(void **state) {
   expect_bad(in_dir("absent.st"), EM_ERR_IO, "cannot open: No such file or directory");
   expect_bad(dir, EM_ERR_IO, "not a regular file");
   assert_int_equal(mkfifo(in_dir("fifo.st"), 0600), 0);
-  expect_bad(in_dir("fifo.st"), EM_ERR_IO, "not a regular file");   /* and no wait for a writer */
+  expect_bad(in_dir("fifo.st"), EM_ERR_IO, "not a regular file"); /* and no wait for a writer */
 }
 
 static void test_bad_header_length_absurd(void **state) {
   (void)state;
-  unsigned char buf[16] = {0x00, 0xe1, 0xf5, 0x05, 0x01, 0, 0, 0, '{', '}'};   /* 0x105f5e100 */
+  unsigned char buf[16] = {0x00, 0xe1, 0xf5, 0x05, 0x01, 0, 0, 0, '{', '}'}; /* 0x105f5e100 */
   write_bytes(in_dir("huge.st"), buf, sizeof buf);
   expect_bad(in_dir("huge.st"), EM_ERR_FORMAT, "header length 4394967296 is larger than the 100000000-byte limit");
   unsigned char max[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
@@ -484,12 +494,16 @@ static void test_bad_header_length_past_end(void **state) {
 static void test_bad_json_syntax(void **state) {
   (void)state;
   expect_bad(make_file("syntax.st", "{\"t\":{\"dtype\":\"F32\",,\"shape\":[2,3],\"data_offsets\":[0,24]}}", 24),
-             EM_ERR_FORMAT, "header is not valid JSON at byte 20 of the header (file offset 28): expected a string key, found ','");
+             EM_ERR_FORMAT,
+             "header is not valid JSON at byte 20 of the header (file offset 28): expected a string key, found ','");
   expect_bad(make_file("comma.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2,3,],\"data_offsets\":[0,24]}}", 24),
              EM_ERR_FORMAT, "not valid JSON at byte 33 of the header (file offset 41): expected a value, found ']'");
-  expect_bad(make_file("unterminated.st", "{\"t\":{\"dtype\":\"F32", 0), EM_ERR_FORMAT, "at byte 14 of the header (file offset 22): unterminated string");
-  expect_bad(make_file("cut.st", "{\"t\":{\"dtype\":\"F32\"", 0), EM_ERR_FORMAT, "expected ',' or '}', found the end of the header");
-  expect_bad(make_file("trailing.st", "{} x", 0), EM_ERR_FORMAT, "at byte 3 of the header (file offset 11): expected the end of the header, found 'x'");
+  expect_bad(make_file("unterminated.st", "{\"t\":{\"dtype\":\"F32", 0), EM_ERR_FORMAT,
+             "at byte 14 of the header (file offset 22): unterminated string");
+  expect_bad(make_file("cut.st", "{\"t\":{\"dtype\":\"F32\"", 0), EM_ERR_FORMAT,
+             "expected ',' or '}', found the end of the header");
+  expect_bad(make_file("trailing.st", "{} x", 0), EM_ERR_FORMAT,
+             "at byte 3 of the header (file offset 11): expected the end of the header, found 'x'");
   expect_bad(make_file("zeros.st", T1(",\"x\":007"), 24), EM_ERR_FORMAT, "leading zeros");
   expect_bad(make_file("ctrl.st", "{\"a\tb\":{}}", 0), EM_ERR_FORMAT, "control character 0x09 in a string");
   expect_bad(make_file("escape.st", "{\"a\\qb\":{}}", 0), EM_ERR_FORMAT, "invalid escape, found 'q'");
@@ -505,7 +519,8 @@ static void test_bad_header_start(void **state) {
 
 static void test_bad_utf8(void **state) {
   (void)state;
-  expect_bad(make_file("utf8.st", "{\"caf\xe9\":{}}", 0), EM_ERR_FORMAT, "at byte 5 of the header (file offset 13): invalid UTF-8 in a string");
+  expect_bad(make_file("utf8.st", "{\"caf\xe9\":{}}", 0), EM_ERR_FORMAT,
+             "at byte 5 of the header (file offset 13): invalid UTF-8 in a string");
   expect_bad(make_file("overlong.st", "{\"\xc0\xaf\":{}}", 0), EM_ERR_FORMAT, "invalid UTF-8");
   expect_bad(make_file("surrogate.st", "{\"\xed\xa0\x80\":{}}", 0), EM_ERR_FORMAT, "invalid UTF-8");
   expect_bad(make_file("lone.st", "{\"\\ud800x\":{}}", 0), EM_ERR_FORMAT, "unpaired high surrogate");
@@ -518,61 +533,96 @@ static void test_bad_nesting(void **state) {
   (void)state;
   char header[256];
   /* Deep arrays hidden in an unknown field, which the reader skips recursively. */
-  snprintf(header, sizeof header, T1(",\"x\":%s"), "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]");
+  snprintf(header, sizeof header, T1(",\"x\":%s"),
+           "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]");
   expect_bad(make_file("deep.st", header, 24), EM_ERR_FORMAT, "nested deeper than 32 levels");
 }
 
 static void test_bad_missing_field(void **state) {
   (void)state;
-  expect_bad(make_file("nodtype.st", "{\"t\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 8), EM_ERR_FORMAT, "tensor 't': missing field 'dtype'");
-  expect_bad(make_file("noshape.st", "{\"t\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", 8), EM_ERR_FORMAT, "tensor 't': missing field 'shape'");
-  expect_bad(make_file("nooffs.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8), EM_ERR_FORMAT, "tensor 't': missing field 'data_offsets'");
+  expect_bad(make_file("nodtype.st", "{\"t\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 8), EM_ERR_FORMAT,
+             "tensor 't': missing field 'dtype'");
+  expect_bad(make_file("noshape.st", "{\"t\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", 8), EM_ERR_FORMAT,
+             "tensor 't': missing field 'shape'");
+  expect_bad(make_file("nooffs.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8), EM_ERR_FORMAT,
+             "tensor 't': missing field 'data_offsets'");
   expect_bad(make_file("twice.st", T1(",\"shape\":[6]"), 24), EM_ERR_FORMAT, "tensor 't': field 'shape' appears twice");
 }
 
 static void test_bad_field_types(void **state) {
   (void)state;
-  expect_bad(make_file("entry.st", "{\"t\":[1]}", 0), EM_ERR_FORMAT, "tensor 't': expected an object with dtype, shape and data_offsets, got an array");
-  expect_bad(make_file("dtnum.st", "{\"t\":{\"dtype\":32,\"shape\":[2],\"data_offsets\":[0,8]}}", 8), EM_ERR_FORMAT, "tensor 't': 'dtype' must be a string such as \"F32\", got a number");
-  expect_bad(make_file("shstr.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":\"2\",\"data_offsets\":[0,8]}}", 8), EM_ERR_FORMAT, "tensor 't': 'shape' must be an array of integers, got a string");
-  expect_bad(make_file("shfloat.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,8]}}", 8), EM_ERR_FORMAT, "tensor 't': shape[0]: expected an integer, got 2.5");
-  expect_bad(make_file("shnull.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[null],\"data_offsets\":[0,8]}}", 8), EM_ERR_FORMAT, "tensor 't': shape[0]: expected a non-negative integer, got null");
-  expect_bad(make_file("offobj.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":{}}}", 8), EM_ERR_FORMAT, "'data_offsets' must be an array [begin, end], got an object");
-  expect_bad(make_file("off3.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8,8]}}", 8), EM_ERR_FORMAT, "'data_offsets' has more than 2 values");
-  expect_bad(make_file("off1.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", 8), EM_ERR_FORMAT, "'data_offsets' has 1 values, expected 2");
-  expect_bad(make_file("offneg.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[-8,0]}}", 8), EM_ERR_FORMAT, "data_offsets[0]: expected a non-negative integer, got -8");
-  expect_bad(make_file("offbig.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,99999999999999999999]}}", 8), EM_ERR_FORMAT, "data_offsets[1]: integer 99999999999999999999 is out of the 64-bit range");
-  expect_bad(make_file("metastr.st", "{\"__metadata__\":\"x\"}", 0), EM_ERR_FORMAT, "'__metadata__' must be an object of strings, got a string");
-  expect_bad(make_file("metaval.st", "{\"__metadata__\":{\"epoch\":3}}", 0), EM_ERR_FORMAT, "'__metadata__' value for key 'epoch' must be a string, got a number");
-  expect_bad(make_file("meta2x.st", "{\"__metadata__\":{},\"__metadata__\":{}}", 0), EM_ERR_FORMAT, "'__metadata__' appears twice");
-  expect_bad(make_file("metadup.st", "{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0), EM_ERR_FORMAT, "'__metadata__' key 'k' appears twice");
+  expect_bad(make_file("entry.st", "{\"t\":[1]}", 0), EM_ERR_FORMAT,
+             "tensor 't': expected an object with dtype, shape and data_offsets, got an array");
+  expect_bad(make_file("dtnum.st", "{\"t\":{\"dtype\":32,\"shape\":[2],\"data_offsets\":[0,8]}}", 8), EM_ERR_FORMAT,
+             "tensor 't': 'dtype' must be a string such as \"F32\", got a number");
+  expect_bad(make_file("shstr.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":\"2\",\"data_offsets\":[0,8]}}", 8),
+             EM_ERR_FORMAT, "tensor 't': 'shape' must be an array of integers, got a string");
+  expect_bad(make_file("shfloat.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,8]}}", 8),
+             EM_ERR_FORMAT, "tensor 't': shape[0]: expected an integer, got 2.5");
+  expect_bad(make_file("shnull.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[null],\"data_offsets\":[0,8]}}", 8),
+             EM_ERR_FORMAT, "tensor 't': shape[0]: expected a non-negative integer, got null");
+  expect_bad(make_file("offobj.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":{}}}", 8), EM_ERR_FORMAT,
+             "'data_offsets' must be an array [begin, end], got an object");
+  expect_bad(make_file("off3.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8,8]}}", 8),
+             EM_ERR_FORMAT, "'data_offsets' has more than 2 values");
+  expect_bad(make_file("off1.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", 8), EM_ERR_FORMAT,
+             "'data_offsets' has 1 values, expected 2");
+  expect_bad(make_file("offneg.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[-8,0]}}", 8),
+             EM_ERR_FORMAT, "data_offsets[0]: expected a non-negative integer, got -8");
+  expect_bad(
+      make_file("offbig.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,99999999999999999999]}}", 8),
+      EM_ERR_FORMAT, "data_offsets[1]: integer 99999999999999999999 is out of the 64-bit range");
+  expect_bad(make_file("metastr.st", "{\"__metadata__\":\"x\"}", 0), EM_ERR_FORMAT,
+             "'__metadata__' must be an object of strings, got a string");
+  expect_bad(make_file("metaval.st", "{\"__metadata__\":{\"epoch\":3}}", 0), EM_ERR_FORMAT,
+             "'__metadata__' value for key 'epoch' must be a string, got a number");
+  expect_bad(make_file("meta2x.st", "{\"__metadata__\":{},\"__metadata__\":{}}", 0), EM_ERR_FORMAT,
+             "'__metadata__' appears twice");
+  expect_bad(make_file("metadup.st", "{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0), EM_ERR_FORMAT,
+             "'__metadata__' key 'k' appears twice");
 }
 
 static void test_bad_dtype(void **state) {
   (void)state;
-  expect_bad(make_file("f128.st", "{\"t\":{\"dtype\":\"F128\",\"shape\":[1],\"data_offsets\":[0,16]}}", 16), EM_ERR_FORMAT, "tensor 't': unknown dtype 'F128' (expected F64, F32");
-  expect_bad(make_file("i16.st", "{\"t\":{\"dtype\":\"I16\",\"shape\":[1],\"data_offsets\":[0,2]}}", 2), EM_ERR_UNSUPPORTED, "tensor 't': dtype I16 has no ember counterpart");
+  expect_bad(make_file("f128.st", "{\"t\":{\"dtype\":\"F128\",\"shape\":[1],\"data_offsets\":[0,16]}}", 16),
+             EM_ERR_FORMAT, "tensor 't': unknown dtype 'F128' (expected F64, F32");
+  expect_bad(make_file("i16.st", "{\"t\":{\"dtype\":\"I16\",\"shape\":[1],\"data_offsets\":[0,2]}}", 2),
+             EM_ERR_UNSUPPORTED, "tensor 't': dtype I16 has no ember counterpart");
 }
 
 static void test_bad_shape_dims(void **state) {
   (void)state;
-  expect_bad(make_file("negdim.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2,-3],\"data_offsets\":[0,24]}}", 24), EM_ERR_FORMAT, "tensor 't': shape[1]: expected a non-negative integer, got -3");
-  expect_bad(make_file("overflow.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,0]}}", 0), EM_ERR_FORMAT, "tensor 't': shape [4294967296, 4294967296] has more elements than fit in 64 bits");
-  expect_bad(make_file("bytesovf.st", "{\"t\":{\"dtype\":\"F64\",\"shape\":[4611686018427387904],\"data_offsets\":[0,0]}}", 0), EM_ERR_FORMAT, "is more bytes than fit in 64 bits");
-  expect_bad(make_file("ninedims.st", "{\"t\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", 1), EM_ERR_UNSUPPORTED, "tensor 't': shape has more than 8 dims");
+  expect_bad(make_file("negdim.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2,-3],\"data_offsets\":[0,24]}}", 24),
+             EM_ERR_FORMAT, "tensor 't': shape[1]: expected a non-negative integer, got -3");
+  expect_bad(make_file("overflow.st",
+                       "{\"t\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,0]}}", 0),
+             EM_ERR_FORMAT, "tensor 't': shape [4294967296, 4294967296] has more elements than fit in 64 bits");
+  expect_bad(
+      make_file("bytesovf.st", "{\"t\":{\"dtype\":\"F64\",\"shape\":[4611686018427387904],\"data_offsets\":[0,0]}}", 0),
+      EM_ERR_FORMAT, "is more bytes than fit in 64 bits");
+  expect_bad(
+      make_file("ninedims.st", "{\"t\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", 1),
+      EM_ERR_UNSUPPORTED, "tensor 't': shape has more than 8 dims");
 }
 
 static void test_bad_offsets_size(void **state) {
   (void)state;
-  expect_bad(make_file("size.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,20]}}", 20), EM_ERR_FORMAT,
+  expect_bad(make_file("size.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,20]}}", 20),
+             EM_ERR_FORMAT,
              "tensor 't': data_offsets [0, 20] hold 20 bytes, but dtype float32 and shape [2, 3] need 24");
-  expect_bad(make_file("backwards.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,0]}}", 8), EM_ERR_FORMAT, "data_offsets [8, 0] end before they begin");
+  expect_bad(make_file("backwards.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,0]}}", 8),
+             EM_ERR_FORMAT, "data_offsets [8, 0] end before they begin");
 }
 
 static void test_bad_offsets_out_of_range(void **state) {
   (void)state;
-  expect_bad(make_file("range.st", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4000000000000000000,4000000000000000008]}}", 8),
-             EM_ERR_FORMAT, "tensor 't': data_offsets [4000000000000000000, 4000000000000000008] run past the end of the data section (8 bytes");
+  expect_bad(
+      make_file("range.st",
+                "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4000000000000000000,4000000000000000008]}}",
+                8),
+      EM_ERR_FORMAT,
+      "tensor 't': data_offsets [4000000000000000000, 4000000000000000008] run past the end of the data section (8 "
+      "bytes");
 }
 
 static void test_bad_truncated(void **state) {
@@ -592,37 +642,47 @@ static void test_bad_truncated(void **state) {
 
 static void test_bad_overlap(void **state) {
   (void)state;
-  expect_bad(make_file("overlap.st", "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
-                                     "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[2,6]}}", 6),
+  expect_bad(make_file("overlap.st",
+                       "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+                       "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[2,6]}}",
+                       6),
              EM_ERR_FORMAT, "tensor 'b' (data_offsets [2, 6]) overlaps tensor 'a' (data_offsets [0, 4])");
-  expect_bad(make_file("same.st", "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
-                                  "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 4),
+  expect_bad(make_file("same.st",
+                       "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+                       "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}",
+                       4),
              EM_ERR_FORMAT, "overlaps tensor");
   /* An empty tensor inside another one is an overlap too, as the reference rules. */
-  expect_bad(make_file("inside.st", "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
-                                    "\"e\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[2,2]}}", 4),
+  expect_bad(make_file("inside.st",
+                       "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+                       "\"e\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[2,2]}}",
+                       4),
              EM_ERR_FORMAT, "tensor 'e' (data_offsets [2, 2]) overlaps tensor 'a'");
 }
 
 static void test_bad_gap(void **state) {
   (void)state;
-  expect_bad(make_file("gap.st", "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
-                                 "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[6,10]}}", 10),
+  expect_bad(make_file("gap.st",
+                       "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+                       "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[6,10]}}",
+                       10),
              EM_ERR_FORMAT, "data section bytes [4, 6) before tensor 'b' belong to no tensor");
-  expect_bad(make_file("start.st", "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[2,6]}}", 6),
-             EM_ERR_FORMAT, "data section bytes [0, 2) before tensor 'a' belong to no tensor");
+  expect_bad(make_file("start.st", "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[2,6]}}", 6), EM_ERR_FORMAT,
+             "data section bytes [0, 2) before tensor 'a' belong to no tensor");
 }
 
 static void test_bad_trailing_bytes(void **state) {
   (void)state;
-  expect_bad(make_file("tail.st", "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 7),
-             EM_ERR_FORMAT, "the data section is 7 bytes but the tensors cover only 4: 3 bytes at the end belong to no tensor");
+  expect_bad(make_file("tail.st", "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 7), EM_ERR_FORMAT,
+             "the data section is 7 bytes but the tensors cover only 4: 3 bytes at the end belong to no tensor");
 }
 
 static void test_bad_duplicate_name(void **state) {
   (void)state;
-  expect_bad(make_file("dupname.st", "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
-                                     "\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[4,8]}}", 8),
+  expect_bad(make_file("dupname.st",
+                       "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+                       "\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[4,8]}}",
+                       8),
              EM_ERR_FORMAT, "tensor 'a' appears twice in the header");
 }
 
@@ -631,7 +691,8 @@ static void test_bad_duplicate_name(void **state) {
 static void test_corruption_never_crashes(void **state) {
   (void)state;
   int64_t sizes[2] = {3, 5};
-  em_tensor *ts[3] = {pattern(2, sizes, EM_FLOAT64, 1), pattern(2, sizes, EM_BFLOAT16, 2), pattern(0, NULL, EM_BOOL, 3)};
+  em_tensor *ts[3] = {pattern(2, sizes, EM_FLOAT64, 1), pattern(2, sizes, EM_BFLOAT16, 2),
+                      pattern(0, NULL, EM_BOOL, 3)};
   const char *names[3] = {"w", "b", "flag"}, *keys[] = {"k"}, *values[] = {"v\xc3\xa9"};
   const char *path = in_dir("fuzz.st"), *bad = in_dir("fuzzed.st");
   assert_ok(em_safetensors_save(path, 3, names, ts, 1, keys, values));
@@ -646,11 +707,11 @@ static void test_corruption_never_crashes(void **state) {
     int flips = 1 + iter % 3;
     for (int k = 0; k < flips; k++) {
       rng = rng * 1664525u + 1013904223u;
-      size_t pos = (rng >> 8) % (iter % 2 ? 8 + 200 : n);   /* favour the header */
+      size_t pos = (rng >> 8) % (iter % 2 ? 8 + 200 : n); /* favour the header */
       rng = rng * 1664525u + 1013904223u;
       if (pos < n) copy[pos] = (unsigned char)(rng >> 24);
     }
-    if (iter % 7 == 0) len = (rng >> 4) % n;              /* truncations */
+    if (iter % 7 == 0) len = (rng >> 4) % n; /* truncations */
     write_bytes(bad, copy, len);
     em_safetensors *f = NULL;
     if (em_safetensors_open(&f, bad) == EM_OK) {

@@ -35,8 +35,8 @@ static inline em_loader *fz_loader(void) {
   l = calloc(1, sizeof *l);
   for (int i = 0; i < FZ_ITEM; i++) ids[i] = 10 + i;
   l->c.session = 7;
-  l->c.plan = (dp_plan){.id = 1, .epoch = 0, .n_ids = FZ_ITEM, .n_items = 1, .ids = ids, .item_pos = &pos,
-                        .item_len = &len};
+  l->c.plan =
+      (dp_plan){.id = 1, .epoch = 0, .n_ids = FZ_ITEM, .n_items = 1, .ids = ids, .item_pos = &pos, .item_len = &len};
   return l;
 }
 

@@ -10,8 +10,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (dp_hello_read(&hello, zmq_msg_data(&f[2]), zmq_msg_size(&f[2]))) {
       char fp[1024];
       dp_text(fp, sizeof fp, zmq_msg_data(&f[3]), zmq_msg_size(&f[3]));
-      volatile size_t k = strlen(hello.host) + strlen(hello.boot_id) + strlen(hello.name) + strlen(hello.ring) +
-                          strlen(fp);
+      volatile size_t k =
+          strlen(hello.host) + strlen(hello.boot_id) + strlen(hello.name) + strlen(hello.ring) + strlen(fp);
       (void)k;
     }
   }

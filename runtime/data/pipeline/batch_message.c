@@ -33,8 +33,8 @@ static void hold_release(void *data, void *ctx) {
 
 /* Checks a BATCH's descriptions, ids and sizes and builds the consumer's batch; NULL when
  * anything does not add up (the message is dropped and the item leased again). */
-em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_worker *w, int *slot_lent,
-                                char *why, size_t why_cap) {
+em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_worker *w, int *slot_lent, char *why,
+                                size_t why_cap) {
   dp_coord *c = &l->c;
   *slot_lent = 0;
   int nt = h->ntensors;
@@ -145,8 +145,8 @@ em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_
     em_tensor_desc dd = d[i].d;
     dd.name[31] = 0;
     int64_t bytes = dp_desc_bytes(&dd);
-    ok = bytes >= 0 && dd.sizes[0] == n && d[i].offset >= 0 && d[i].nbytes == bytes &&
-         (uint64_t)d[i].offset <= avail && (uint64_t)bytes <= avail - (uint64_t)d[i].offset;
+    ok = bytes >= 0 && dd.sizes[0] == n && d[i].offset >= 0 && d[i].nbytes == bytes && (uint64_t)d[i].offset <= avail &&
+         (uint64_t)bytes <= avail - (uint64_t)d[i].offset;
     if (!ok) {
       snprintf(why, why_cap, "tensor %d ('%s') does not fit the %llu bytes sent", i, dd.name,
                (unsigned long long)avail);

@@ -189,10 +189,8 @@ static void take_ring(em_loader *l, dp_worker *w, const dp_hello *hello) {
   if (cpus > 0 && here + 1 > cpus) return;
   struct dp_shm_map *m = dp_shm_map_open(hello->ring, hello->pid, hello->ring_bytes, hello->ring_id);
   if (!m) return; /* not fatal: the notices come through ZeroMQ */
-  if (dp_ring_attach((void *)dp_shm_map_data(m), dp_shm_map_bytes(m), c->session))
-    w->ring = m;
-  else
-    dp_shm_map_release(m);
+  if (dp_ring_attach((void *)dp_shm_map_data(m), dp_shm_map_bytes(m), c->session)) w->ring = m;
+  else dp_shm_map_release(m);
 }
 
 static void lose_worker(em_loader *l, dp_worker *w, const char *why) {
@@ -534,10 +532,8 @@ static void on_zap(em_loader *l) {
   int ok = m.n >= 7 && zmq_msg_size(&m.f[6]) == 32 && allowed_key(l, zmq_msg_data(&m.f[6]));
   const char *code = ok ? "200" : "400", *text = ok ? "OK" : "client key not allowed";
   zmq_send(l->c.zap, "1.0", 3, ZMQ_SNDMORE);
-  if (m.n >= 2)
-    zmq_send(l->c.zap, zmq_msg_data(&m.f[1]), zmq_msg_size(&m.f[1]), ZMQ_SNDMORE);
-  else
-    zmq_send(l->c.zap, "", 0, ZMQ_SNDMORE);
+  if (m.n >= 2) zmq_send(l->c.zap, zmq_msg_data(&m.f[1]), zmq_msg_size(&m.f[1]), ZMQ_SNDMORE);
+  else zmq_send(l->c.zap, "", 0, ZMQ_SNDMORE);
   zmq_send(l->c.zap, code, 3, ZMQ_SNDMORE);
   zmq_send(l->c.zap, text, strlen(text), ZMQ_SNDMORE);
   zmq_send(l->c.zap, "", 0, ZMQ_SNDMORE);
@@ -651,10 +647,8 @@ static void lease_items(em_loader *l) {
 
 static void push_out(em_loader *l, dp_out *o) {
   pthread_mutex_lock(&l->mu);
-  if (l->tail)
-    l->tail->next = o;
-  else
-    l->head = o;
+  if (l->tail) l->tail->next = o;
+  else l->head = o;
   l->tail = o;
   if (o->kind == DP_OUT_BATCH) l->queued++;
   pthread_cond_broadcast(&l->cv);
@@ -733,10 +727,8 @@ static void reap_children(em_loader *l) {
     int status;
     if (waitpid((pid_t)pids[k], &status, WNOHANG) != (pid_t)pids[k]) continue;
     char text[128];
-    if (WIFSIGNALED(status))
-      snprintf(text, sizeof text, "killed by signal %d", WTERMSIG(status));
-    else
-      snprintf(text, sizeof text, "exited with status %d", WEXITSTATUS(status));
+    if (WIFSIGNALED(status)) snprintf(text, sizeof text, "killed by signal %d", WTERMSIG(status));
+    else snprintf(text, sizeof text, "exited with status %d", WEXITSTATUS(status));
     pthread_mutex_lock(&l->mu);
     for (int i = 0; i < l->nchildren; i++)
       if (l->children[i] == pids[k]) {
@@ -812,8 +804,8 @@ void *dp_coordinator_main(void *arg) {
   prctl(PR_SET_TIMERSLACK, 1000UL); /* the ring's short pauses: 1 us late, not the default 50 */
   double last_tick = 0;
   for (;;) {
-    zmq_pollitem_t items[3] = {{c->router, 0, ZMQ_POLLIN, 0}, {NULL, l->efd, ZMQ_POLLIN, 0},
-                               {c->zap, 0, ZMQ_POLLIN, 0}};
+    zmq_pollitem_t items[3] = {
+        {c->router, 0, ZMQ_POLLIN, 0}, {NULL, l->efd, ZMQ_POLLIN, 0}, {c->zap, 0, ZMQ_POLLIN, 0}};
     int n = c->zap ? 3 : 2, polling = rings_busy(c);
     int ready = zmq_poll(items, n, polling ? 0 : (long)(TICK_S * 1000));
     if (ready < 0 && zmq_errno() == ETERM) break;

@@ -32,8 +32,11 @@ static em_status check_options(const em_loader_options *o) {
   if (o->worker_queue < 1)
     return em_set_error(EM_ERR_ARGUMENT, OP ": worker_queue is %d, expected >= 1", o->worker_queue);
   if (!(o->heartbeat_s > 0) || !(o->heartbeat_timeout_s > o->heartbeat_s))
-    return em_set_error(EM_ERR_ARGUMENT, OP ": heartbeat %g s and heartbeat timeout %g s: expected 0 < heartbeat < "
-                        "timeout", o->heartbeat_s, o->heartbeat_timeout_s);
+    return em_set_error(EM_ERR_ARGUMENT,
+                        OP
+                        ": heartbeat %g s and heartbeat timeout %g s: expected 0 < heartbeat < "
+                        "timeout",
+                        o->heartbeat_s, o->heartbeat_timeout_s);
   if (o->dataset_size < 0)
     return em_set_error(EM_ERR_ARGUMENT, OP ": dataset_size is %lld, expected >= 0", (long long)o->dataset_size);
   if (!o->local_ipc && !(o->endpoints && *o->endpoints))
@@ -128,8 +131,7 @@ static em_status setup_sockets(em_loader *l) {
   while (p && *p) {
     size_t n = strcspn(p, ",");
     char ep[256];
-    if (n == 0 || n >= sizeof ep)
-      return em_set_error(EM_ERR_ARGUMENT, OP ": bad endpoint list '%s'", l->endpoints_opt);
+    if (n == 0 || n >= sizeof ep) return em_set_error(EM_ERR_ARGUMENT, OP ": bad endpoint list '%s'", l->endpoints_opt);
     memcpy(ep, p, n);
     ep[n] = 0;
     em_status st = bind_one(l, ep);
@@ -175,8 +177,7 @@ em_status em_loader_create(em_loader **out, const em_loader_options *options) {
   if (!st) {
     if (pthread_create(&l->thread, NULL, dp_coordinator_main, l) != 0)
       st = em_set_error(EM_ERR_RUNTIME, OP ": cannot start the coordinator thread");
-    else
-      l->thread_started = 1;
+    else l->thread_started = 1;
   }
   if (st) {
     char msg[1024];
@@ -395,19 +396,18 @@ static em_status timeout_error(em_loader *l, double waited) {
              (long long)l->n_items);
   double since = l->last_message > 0 ? em_clock_monotonic() - l->last_message : -1;
   char seen[64];
-  if (since >= 0)
-    snprintf(seen, sizeof seen, "%.1f s ago", since);
-  else
-    snprintf(seen, sizeof seen, "never");
+  if (since >= 0) snprintf(seen, sizeof seen, "%.1f s ago", since);
+  else snprintf(seen, sizeof seen, "never");
   return em_set_error(EM_ERR_RUNTIME,
-                      OP ": no batch within %.1f s (epoch %llu%s): %lld readers connected (%lld lost, %lld refused), "
+                      OP
+                      ": no batch within %.1f s (epoch %llu%s): %lld readers connected (%lld lost, %lld refused), "
                       "%lld items leased, %lld waiting; last message from a reader %s%s%s%s%s%s%s%s%s",
                       waited, (unsigned long long)l->cur_epoch, where, (long long)l->stats.workers,
                       (long long)l->stats.workers_lost, (long long)l->stats.workers_rejected,
-                      (long long)l->stats.leased, (long long)l->stats.buffered, seen,
-                      l->last_loss[0] ? "; " : "", l->last_loss, l->last_exit[0] ? "; " : "", l->last_exit,
-                      l->last_reject[0] ? "; " : "", l->last_reject,
-                      l->o.endpoints ? "; readers connect to " : "", l->o.endpoints ? l->endpoints : "");
+                      (long long)l->stats.leased, (long long)l->stats.buffered, seen, l->last_loss[0] ? "; " : "",
+                      l->last_loss, l->last_exit[0] ? "; " : "", l->last_exit, l->last_reject[0] ? "; " : "",
+                      l->last_reject, l->o.endpoints ? "; readers connect to " : "",
+                      l->o.endpoints ? l->endpoints : "");
 }
 
 em_status em_loader_next(em_loader *l, em_loader_batch **out, double timeout_s) {
@@ -464,8 +464,8 @@ em_status em_loader_next(em_loader *l, em_loader_batch **out, double timeout_s) 
     }
     if (l->spawned_any && l->nchildren == 0 && l->stats.workers == 0 && !l->o.endpoints) {
       st = em_set_error(EM_ERR_RUNTIME, OP ": every reader has exited and no restarts are left (%s)%s%s",
-                        l->last_exit[0] ? l->last_exit : "no exit status",
-                        l->last_reject[0] ? "; " : "", l->last_reject);
+                        l->last_exit[0] ? l->last_exit : "no exit status", l->last_reject[0] ? "; " : "",
+                        l->last_reject);
       break;
     }
     double now = em_clock_monotonic();
@@ -536,13 +536,22 @@ em_status em_loader_create(em_loader **out, const em_loader_options *options) {
   return no_zmq();
 }
 void em_loader_free(em_loader *l) { (void)l; }
-const char *em_loader_endpoints(const em_loader *l) { (void)l; return ""; }
-const char *em_loader_private_dir(const em_loader *l) { (void)l; return NULL; }
+const char *em_loader_endpoints(const em_loader *l) {
+  (void)l;
+  return "";
+}
+const char *em_loader_private_dir(const em_loader *l) {
+  (void)l;
+  return NULL;
+}
 em_status em_loader_spawn(em_loader *l, int n, int argc, const char *const *argv, int max_restarts) {
   (void)l, (void)n, (void)argc, (void)argv, (void)max_restarts;
   return no_zmq();
 }
-int em_loader_worker_pids(em_loader *l, int64_t *pids, int max) { (void)l, (void)pids, (void)max; return 0; }
+int em_loader_worker_pids(em_loader *l, int64_t *pids, int max) {
+  (void)l, (void)pids, (void)max;
+  return 0;
+}
 em_status em_loader_begin(em_loader *l, uint64_t epoch, uint64_t seed, const int64_t *ids, int64_t n_ids,
                           const int64_t *item_pos, const int64_t *item_len, int64_t n_items) {
   (void)l, (void)epoch, (void)seed, (void)ids, (void)n_ids, (void)item_pos, (void)item_len, (void)n_items;
@@ -553,14 +562,29 @@ em_status em_loader_next(em_loader *l, em_loader_batch **out, double timeout_s) 
   return no_zmq();
 }
 void em_loader_get_stats(em_loader *l, em_loader_stats *out) { (void)l, (void)out; }
-int64_t em_loader_batch_item(const em_loader_batch *b) { (void)b; return -1; }
-int64_t em_loader_batch_samples(const em_loader_batch *b) { (void)b; return 0; }
-int em_loader_batch_count(const em_loader_batch *b) { (void)b; return 0; }
-const char *em_loader_batch_name(const em_loader_batch *b, int i) { (void)b, (void)i; return NULL; }
+int64_t em_loader_batch_item(const em_loader_batch *b) {
+  (void)b;
+  return -1;
+}
+int64_t em_loader_batch_samples(const em_loader_batch *b) {
+  (void)b;
+  return 0;
+}
+int em_loader_batch_count(const em_loader_batch *b) {
+  (void)b;
+  return 0;
+}
+const char *em_loader_batch_name(const em_loader_batch *b, int i) {
+  (void)b, (void)i;
+  return NULL;
+}
 em_status em_loader_batch_tensor(em_tensor **out, const em_loader_batch *b, int i) {
   (void)out, (void)b, (void)i;
   return no_zmq();
 }
-em_status em_loader_batch_ids(em_tensor **out, const em_loader_batch *b) { (void)out, (void)b; return no_zmq(); }
+em_status em_loader_batch_ids(em_tensor **out, const em_loader_batch *b) {
+  (void)out, (void)b;
+  return no_zmq();
+}
 void em_loader_batch_free(em_loader_batch *b) { (void)b; }
 #endif

@@ -17,8 +17,8 @@
 
 #define DP_MAX_TENSORS 16
 #define DP_MAX_CHILDREN 256
-#define DP_FREE_SLOTS_MAX 64   /* slots given back in one message, at most */
-#define DP_FREE_SLOTS_BATCH 4  /* without a lease to carry them, slots go back this many at once */
+#define DP_FREE_SLOTS_MAX 64 /* slots given back in one message, at most */
+#define DP_FREE_SLOTS_BATCH 4 /* without a lease to carry them, slots go back this many at once */
 
 struct em_loader_batch {
   uint64_t generation;
@@ -51,10 +51,10 @@ typedef struct dp_plan {
 enum { IT_PENDING, IT_LEASED, IT_READY, IT_QUEUED, IT_DONE };
 typedef struct dp_item {
   int state;
-  int leases;            /* outstanding leases (more than one after a re-issue) */
-  double leased_at;      /* the latest lease */
+  int leases; /* outstanding leases (more than one after a re-issue) */
+  double leased_at; /* the latest lease */
   em_loader_batch *batch;
-  char *error;           /* a failed item: the message the consumer raises */
+  char *error; /* a failed item: the message the consumer raises */
 } dp_item;
 
 typedef struct dp_lease_ref {
@@ -74,10 +74,10 @@ typedef struct dp_worker {
   dp_lease_ref *leases;
   struct dp_shm_map *shm;
   struct dp_shm_map *ring; /* its ring of batch notices, read by this trainer (pipeline/ring.c); NULL: none */
-  int64_t lent;          /* slots of its arena lent to batch tensors now */
+  int64_t lent; /* slots of its arena lent to batch tensors now */
   int64_t free_slots[DP_FREE_SLOTS_MAX]; /* its shared-memory slots to give back */
   int nfree;
-  int topping_up;        /* lease_items: this turn, it may get leases */
+  int topping_up; /* lease_items: this turn, it may get leases */
   int64_t batches;
   struct dp_worker *next;
 } dp_worker;
@@ -87,19 +87,19 @@ typedef struct dp_coord {
   uint64_t session;
   dp_worker *workers;
   int nworkers;
-  dp_plan plan;             /* the current epoch (ids NULL before the first) */
+  dp_plan plan; /* the current epoch (ids NULL before the first) */
   dp_item *items;
-  int64_t next_pending;     /* no PENDING item below this one */
-  int64_t next_push;        /* in order: the next item the consumer gets */
-  int64_t pushed, ready;    /* items queued for the consumer; READY, not yet queued */
-  int64_t *arrived;         /* arrival order: READY items, oldest first */
+  int64_t next_pending; /* no PENDING item below this one */
+  int64_t next_push; /* in order: the next item the consumer gets */
+  int64_t pushed, ready; /* items queued for the consumer; READY, not yet queued */
+  int64_t *arrived; /* arrival order: READY items, oldest first */
   int64_t n_arrived, arrived_head;
   int end_pushed;
   int64_t total_leases;
   char host[64], boot_id[40];
   double last_heartbeat, last_message, last_lease_check;
   double last_notice, notice_gap; /* rings: when the last notice came, the mean time between them */
-  int64_t scan_from;        /* items below are done: the lease-timeout scan starts here */
+  int64_t scan_from; /* items below are done: the lease-timeout scan starts here */
 } dp_coord;
 
 struct em_loader {
@@ -110,17 +110,17 @@ struct em_loader {
   int thread_started;
   int efd;
   struct dp_lender *lender; /* shared-memory slots lent to batch tensors (pipeline/shm.c) */
-  char dir[128];            /* private directory (ipc socket, spawn files) */
+  char dir[128]; /* private directory (ipc socket, spawn files) */
   char endpoints[1024];
 
   pthread_mutex_t mu;
   pthread_cond_t cv;
   /* --- under mu --- */
   dp_out *head, *tail;
-  int64_t queued;           /* batches in the queue */
-  uint64_t generation;      /* em_loader_begin count */
-  int ended;                /* the current generation's END was taken */
-  dp_plan *pending;         /* a plan for the coordinator to take */
+  int64_t queued; /* batches in the queue */
+  uint64_t generation; /* em_loader_begin count */
+  int ended; /* the current generation's END was taken */
+  dp_plan *pending; /* a plan for the coordinator to take */
   int stop;
   char fatal[1024];
   char last_loss[256], last_reject[512], last_exit[256];
@@ -128,7 +128,7 @@ struct em_loader {
   int respawn_wanted;
   int64_t children[DP_MAX_CHILDREN];
   int nchildren;
-  double last_message;       /* when a reader last said anything */
+  double last_message; /* when a reader last said anything */
   int64_t waiting_item, n_items;
   uint64_t cur_epoch;
   /* --- consumer only --- */
@@ -141,8 +141,8 @@ struct em_loader {
  * BATCH for a wanted item; NULL with why filled when something does not add up. *slot_lent
  * is set when its shared-memory slot went to the tensors (and comes back through the
  * lender, even when the batch failed): the caller must not give it back itself. */
-em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_worker *w, int *slot_lent,
-                                char *why, size_t why_cap);
+em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_worker *w, int *slot_lent, char *why,
+                                size_t why_cap);
 /* pipeline/coordinator.c */
 void *dp_coordinator_main(void *arg);
 void dp_batch_destroy(em_loader_batch *b);

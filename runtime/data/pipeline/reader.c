@@ -32,16 +32,16 @@ typedef struct rd_msg {
   struct rd_msg *next;
   int conn;
   dp_hdr hdr;
-  int64_t *ids;            /* a lease's ids */
-  int skip_bad, shm_ok;    /* the trainer's settings when the lease came */
+  int64_t *ids; /* a lease's ids */
+  int skip_bad, shm_ok; /* the trainer's settings when the lease came */
   zmq_msg_t f[RD_MAX_FRAMES];
   int nframes;
-  double give_up;          /* outgoing: retried until then */
+  double give_up; /* outgoing: retried until then */
 } rd_msg;
 
 typedef struct rd_conn {
-  void *sock;   /* control: the I/O thread's */
-  void *data;   /* batches and errors, sent by the caller's thread */
+  void *sock; /* control: the I/O thread's */
+  void *data; /* batches and errors, sent by the caller's thread */
   int welcomed, shm_ok, skip_bad, refused;
   uint64_t session;
   double hb, hb_timeout, last_seen, last_hello, last_hb, refused_at;
@@ -65,7 +65,7 @@ struct em_reader {
   dp_hello hello;
   char fingerprint[1024];
   dp_arena *arena;
-  dp_ring *ring;           /* batch notices for a trainer on this host (pipeline/ring.c); NULL: none */
+  dp_ring *ring; /* batch notices for a trainer on this host (pipeline/ring.c); NULL: none */
   /* --- the caller's --- */
   rd_msg *cur;
   int nt, slot, have_data;
@@ -90,10 +90,8 @@ static void free_msg(rd_msg *m) {
 
 static void append(rd_msg **head, rd_msg **tail, rd_msg *m) {
   m->next = NULL;
-  if (*tail)
-    (*tail)->next = m;
-  else
-    *head = m;
+  if (*tail) (*tail)->next = m;
+  else *head = m;
   *tail = m;
 }
 
@@ -589,7 +587,8 @@ static int take_slot(em_reader *r, uint64_t bytes) {
 
 em_status em_reader_alloc(em_reader *r, const em_lease *lease, int n, const em_tensor_desc *descs,
                           em_tensor **tensors) {
-  if (!r || !current(r, lease)) return em_set_error(EM_ERR_ARGUMENT, OP ": alloc for a lease this reader is not serving");
+  if (!r || !current(r, lease))
+    return em_set_error(EM_ERR_ARGUMENT, OP ": alloc for a lease this reader is not serving");
   if (n < 1 || n > 16 || !descs || !tensors)
     return em_set_error(EM_ERR_ARGUMENT, OP ": alloc expects 1 to 16 tensor descriptions, got %d", n);
   drop_batch(r);
@@ -599,9 +598,11 @@ em_status em_reader_alloc(em_reader *r, const em_lease *lease, int n, const em_t
     d.name[31] = 0;
     int64_t bytes = dp_desc_bytes(&d);
     if (bytes < 0 || d.sizes[0] != lease->n)
-      return em_set_error(EM_ERR_ARGUMENT, OP ": tensor '%s': a bad description (dtype %d, %d dims, %lld rows for a "
-                          "lease of %lld samples)", d.name, d.dtype, d.ndim, (long long)d.sizes[0],
-                          (long long)lease->n);
+      return em_set_error(EM_ERR_ARGUMENT,
+                          OP
+                          ": tensor '%s': a bad description (dtype %d, %d dims, %lld rows for a "
+                          "lease of %lld samples)",
+                          d.name, d.dtype, d.ndim, (long long)d.sizes[0], (long long)lease->n);
     total = (total + DP_ALIGN - 1) / DP_ALIGN * DP_ALIGN;
     r->descs[i].d = d;
     r->descs[i].offset = (int64_t)total;
@@ -766,7 +767,8 @@ em_status em_reader_send(em_reader *r, const em_lease *lease, int64_t kept, cons
 }
 
 em_status em_reader_send_error(em_reader *r, const em_lease *lease, const char *message) {
-  if (!r || !current(r, lease)) return em_set_error(EM_ERR_ARGUMENT, OP ": send_error for a lease this reader is not serving");
+  if (!r || !current(r, lease))
+    return em_set_error(EM_ERR_ARGUMENT, OP ": send_error for a lease this reader is not serving");
   drop_batch(r);
   dp_hdr h = reply_header(r->cur, DP_ERROR);
   rd_msg *m = new_out(r, r->cur->conn, &h);
@@ -834,6 +836,9 @@ em_status em_reader_send_error(em_reader *r, const em_lease *lease, const char *
   (void)r, (void)lease, (void)message;
   return no_zmq();
 }
-em_status em_reader_fatal(em_reader *r, const char *message) { (void)r, (void)message; return no_zmq(); }
+em_status em_reader_fatal(em_reader *r, const char *message) {
+  (void)r, (void)message;
+  return no_zmq();
+}
 void em_reader_free(em_reader *r) { (void)r; }
 #endif

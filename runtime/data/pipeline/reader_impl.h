@@ -16,14 +16,14 @@
 enum { SLOT_FREE, SLOT_FILLING, SLOT_SENT, SLOT_LOST };
 
 typedef struct dp_arena {
-  char name[64];               /* /proc/<pid>/fd/<fd>: how a trainer on this host opens it */
-  uint64_t id;                 /* random: tells this arena from an earlier one with the same fd */
-  int fd;                      /* a memfd */
+  char name[64]; /* /proc/<pid>/fd/<fd>: how a trainer on this host opens it */
+  uint64_t id; /* random: tells this arena from an earlier one with the same fd */
+  int fd; /* a memfd */
   uint8_t *base;
   uint64_t bytes, slot_bytes;
   int nslots;
   int state[DP_ARENA_SLOTS];
-  int owner[DP_ARENA_SLOTS];   /* the connection a SENT slot went to */
+  int owner[DP_ARENA_SLOTS]; /* the connection a SENT slot went to */
 } dp_arena;
 
 /* nslots 0: as many as fit DP_ARENA_BYTES, 8 to DP_ARENA_SLOTS. */

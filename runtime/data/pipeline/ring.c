@@ -37,9 +37,9 @@ typedef struct ring_hdr {
   char pad0[32];
   _Atomic uint64_t attached; /* the session of the trainer reading it; 0: none */
   char pad1[56];
-  _Atomic uint64_t head;     /* notices published (the reader's) */
+  _Atomic uint64_t head; /* notices published (the reader's) */
   char pad2[56];
-  _Atomic uint64_t tail;     /* notices taken (the trainer's) */
+  _Atomic uint64_t tail; /* notices taken (the trainer's) */
   char pad3[56];
 } ring_hdr;
 

@@ -8,9 +8,9 @@
 #include <zmq.h>
 #include "wire.h"
 
-#define DP_RING_ENTRIES 32             /* more than the leases a reader holds (worker_queue) */
+#define DP_RING_ENTRIES 32 /* more than the leases a reader holds (worker_queue) */
 #define DP_RING_ENTRY_BYTES (64u << 10) /* a notice: ~1 KB and 8 bytes per kept id (~7,000 ids) */
-#define DP_RING_FRAMES 4                /* header, descriptions, ids, the slot's place */
+#define DP_RING_FRAMES 4 /* header, descriptions, ids, the slot's place */
 
 /* The size of a ring's memfd. */
 uint64_t dp_ring_bytes(void);

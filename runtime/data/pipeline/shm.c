@@ -99,11 +99,11 @@ typedef struct dp_returned {
 
 struct dp_lender {
   pthread_mutex_t mu;
-  atomic_int refs;     /* the loader's, and one per loan */
-  int closed;          /* the loader is gone: returned slots have nobody to go to */
+  atomic_int refs; /* the loader's, and one per loan */
+  int closed; /* the loader is gone: returned slots have nobody to go to */
   dp_returned *ret;
   int nret, cap;
-  atomic_llong lent;   /* slots lent now, all readers */
+  atomic_llong lent; /* slots lent now, all readers */
 };
 
 typedef struct dp_loan {
@@ -111,7 +111,7 @@ typedef struct dp_loan {
   struct dp_shm_map *map;
   int64_t slot;
   int64_t counted;
-  atomic_int refs;     /* the tensors viewing the slot (and their builder while it runs) */
+  atomic_int refs; /* the tensors viewing the slot (and their builder while it runs) */
 } dp_loan;
 
 dp_lender *dp_lender_new(void) {

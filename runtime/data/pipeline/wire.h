@@ -30,7 +30,7 @@
 
 #define DP_MAGIC 0x50444d45u /* "EMDP" */
 #define DP_VERSION 3 /* 2: a LEASE may carry slots given back; dp_shm_ref names its arena; 3: HELLO names a ring */
-#define DP_ALIGN 64          /* tensors start at multiples of this in a batch's bytes */
+#define DP_ALIGN 64 /* tensors start at multiples of this in a batch's bytes */
 
 enum dp_kind {
   DP_HELLO = 1,
@@ -49,49 +49,49 @@ enum dp_kind {
 
 /* flags */
 #define DP_FLAG_SKIP_BAD 1u /* WELCOME, LEASE: skip bad records */
-#define DP_FLAG_SHM 2u      /* WELCOME: shared memory welcome; HELLO: offered */
+#define DP_FLAG_SHM 2u /* WELCOME: shared memory welcome; HELLO: offered */
 
 typedef struct dp_hdr {
   uint32_t magic;
   uint16_t version, kind;
   uint32_t flags;
-  int32_t ntensors;  /* BATCH */
-  uint64_t session;  /* the trainer's; 0 in HELLO */
-  uint64_t plan;     /* LEASE, BATCH, ERROR: which em_loader_begin the item belongs to */
+  int32_t ntensors; /* BATCH */
+  uint64_t session; /* the trainer's; 0 in HELLO */
+  uint64_t plan; /* LEASE, BATCH, ERROR: which em_loader_begin the item belongs to */
   uint64_t epoch;
   int64_t item;
-  int64_t n;         /* LEASE, SLOTS: ids or slots; BATCH: kept rows */
-  uint64_t seed;     /* LEASE */
-  int64_t skipped;   /* BATCH: bad records left out */
-  double times[4];   /* BATCH: read, decode, transform, send seconds */
+  int64_t n; /* LEASE, SLOTS: ids or slots; BATCH: kept rows */
+  uint64_t seed; /* LEASE */
+  int64_t skipped; /* BATCH: bad records left out */
+  double times[4]; /* BATCH: read, decode, transform, send seconds */
   double heartbeat_s, heartbeat_timeout_s; /* WELCOME */
 } dp_hdr;
 
 typedef struct dp_hello {
   int64_t pid;
   int64_t dataset_size;
-  uint64_t nonce;      /* one per reader process: a repeated hello is not a new reader */
+  uint64_t nonce; /* one per reader process: a repeated hello is not a new reader */
   char host[64];
-  char boot_id[40];    /* with host: the same machine (shared memory possible) */
+  char boot_id[40]; /* with host: the same machine (shared memory possible) */
   char name[64];
-  char ring[64];       /* its ring of batch notices (pipeline/ring.c): /proc/<pid>/fd/<memfd>; "" none */
+  char ring[64]; /* its ring of batch notices (pipeline/ring.c): /proc/<pid>/fd/<memfd>; "" none */
   uint64_t ring_id, ring_bytes;
 } dp_hello;
 
 typedef struct dp_tdesc {
-  em_tensor_desc d;    /* sizes[0] = rows sent */
-  int64_t offset;      /* in the data frame or the slot */
+  em_tensor_desc d; /* sizes[0] = rows sent */
+  int64_t offset; /* in the data frame or the slot */
   int64_t nbytes;
 } dp_tdesc;
 
 typedef struct dp_shm_ref {
-  char name[64];       /* the reader's arena: /proc/<pid>/fd/<memfd> */
-  uint64_t arena_id;   /* one per arena: a remade arena may get the old one's fd number */
-  int64_t nslots;      /* slots in the arena: how many the trainer may keep lent to tensors */
+  char name[64]; /* the reader's arena: /proc/<pid>/fd/<memfd> */
+  uint64_t arena_id; /* one per arena: a remade arena may get the old one's fd number */
+  int64_t nslots; /* slots in the arena: how many the trainer may keep lent to tensors */
   uint64_t arena_bytes;
   int64_t slot;
-  uint64_t offset;     /* of the slot in the arena */
-  uint64_t nbytes;     /* used in the slot */
+  uint64_t offset; /* of the slot in the arena */
+  uint64_t nbytes; /* used in the slot */
 } dp_shm_ref;
 
 static inline void dp_hdr_init(dp_hdr *h, int kind) {
@@ -134,7 +134,7 @@ static inline int dp_hello_read(dp_hello *out, const void *data, size_t size) {
 static inline int dp_seconds_valid(double s) { return s > 0 && s <= 3600; }
 
 /* ---- shared helpers (pipeline/common.c) ---- */
-uint64_t dp_random64(void);              /* from /dev/urandom, else time and pid */
+uint64_t dp_random64(void); /* from /dev/urandom, else time and pid */
 void dp_host_identity(char host[64], char boot_id[40]);
 /* Bytes of a tensor described by d (its dims product times the dtype size); -1 if invalid. */
 int64_t dp_desc_bytes(const em_tensor_desc *d);

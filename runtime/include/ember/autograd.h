@@ -45,8 +45,8 @@ EM_API em_status em_requires_grad_(em_tensor *t, int requires_grad);
 EM_API int em_requires_grad(const em_tensor *t);
 EM_API int em_is_leaf(const em_tensor *t);
 EM_API em_tensor *em_grad(const em_tensor *t);
-EM_API em_status em_set_grad(em_tensor *t, em_tensor *grad);   /* grad may be NULL (set to none) */
-EM_API em_status em_retain_grad(em_tensor *t);                  /* keep .grad on a non-leaf */
+EM_API em_status em_set_grad(em_tensor *t, em_tensor *grad); /* grad may be NULL (set to none) */
+EM_API em_status em_retain_grad(em_tensor *t); /* keep .grad on a non-leaf */
 /* Where a leaf's gradient should be written when backward finds it without a .grad: ops
  * that can (linear's weight gradient) write their result straight into dest, which
  * becomes .grad with no copy. The data-parallel reducer points each parameter at its slice
@@ -54,8 +54,8 @@ EM_API em_status em_retain_grad(em_tensor *t);                  /* keep .grad on
  * and dtype and be contiguous; NULL clears it. Its memory is overwritten by any backward
  * that starts the leaf's gradient afresh. */
 EM_API em_status em_set_grad_destination(em_tensor *leaf, em_tensor *dest);
-EM_API const char *em_grad_fn_name(const em_tensor *t);          /* NULL for leaves */
-EM_API em_status em_detach(em_tensor **out, const em_tensor *a);  /* shares storage, no history */
+EM_API const char *em_grad_fn_name(const em_tensor *t); /* NULL for leaves */
+EM_API em_status em_detach(em_tensor **out, const em_tensor *a); /* shares storage, no history */
 
 /* Backward from root. grad may be NULL for a one-element root (then 1). retain_graph
  * keeps saved tensors so that backward can run through the same graph again. */
@@ -79,8 +79,8 @@ EM_API em_status em_remove_leaf_hook(em_tensor *leaf, int64_t id);
  * (disabling it is fine); EM_CUDA may be enabled without a GPU (CPU tensors are not
  * affected by it). Backward passes use the dtypes the forward chose, whatever the state. */
 EM_API em_status em_autocast_set(em_device_type device_type, int enabled, em_dtype dtype);
-EM_API int em_autocast_is_enabled(int device_type);   /* device_type < 0: on for any device type */
-EM_API em_dtype em_autocast_get_dtype(em_device_type device_type);   /* float16 on cuda unless set */
+EM_API int em_autocast_is_enabled(int device_type); /* device_type < 0: on for any device type */
+EM_API em_dtype em_autocast_get_dtype(em_device_type device_type); /* float16 on cuda unless set */
 
 /* ---- differentiable ops ---- */
 EM_API em_status em_ag_binary(em_binop op, em_tensor **out, const em_tensor *a, const em_tensor *b);
@@ -88,8 +88,8 @@ EM_API em_status em_ag_binary_scalar(em_binop op, em_tensor **out, const em_tens
 EM_API em_status em_ag_unary(em_unop op, em_tensor **out, const em_tensor *a);
 EM_API em_status em_ag_where(em_tensor **out, const em_tensor *cond, const em_tensor *a, const em_tensor *b);
 EM_API em_status em_ag_clamp(em_tensor **out, const em_tensor *a, double low, double high);
-EM_API em_status em_ag_reduce(em_redop op, em_tensor **out, em_tensor **indices, const em_tensor *a,
-                              const int *dims, int ndims, int keepdim, int base);
+EM_API em_status em_ag_reduce(em_redop op, em_tensor **out, em_tensor **indices, const em_tensor *a, const int *dims,
+                              int ndims, int keepdim, int base);
 EM_API em_status em_ag_norm(em_tensor **out, const em_tensor *a, double p, const int *dims, int ndims, int keepdim);
 EM_API em_status em_ag_var(em_tensor **out, const em_tensor *a, const int *dims, int ndims, double correction,
                            int keepdim, int take_sqrt);
@@ -103,8 +103,8 @@ EM_API em_status em_ag_bmm(em_tensor **out, const em_tensor *a, const em_tensor 
 EM_API em_status em_ag_mv(em_tensor **out, const em_tensor *a, const em_tensor *v);
 EM_API em_status em_ag_dot(em_tensor **out, const em_tensor *a, const em_tensor *b);
 EM_API em_status em_ag_outer(em_tensor **out, const em_tensor *a, const em_tensor *b);
-EM_API em_status em_ag_addmm(em_tensor **out, const em_tensor *c, const em_tensor *a, const em_tensor *b,
-                             double beta, double alpha);
+EM_API em_status em_ag_addmm(em_tensor **out, const em_tensor *c, const em_tensor *a, const em_tensor *b, double beta,
+                             double alpha);
 /* views and shape ops */
 EM_API em_status em_ag_view(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes);
 EM_API em_status em_ag_reshape(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes);
@@ -127,8 +127,8 @@ EM_API em_status em_ag_masked_fill(em_tensor **out, const em_tensor *a, const em
 /* Custom functions: backward written by the caller (e.g. in Lua through an FFI callback).
  * The callback receives the gradients of the outputs and must store a new tensor (or NULL)
  * for each input into grad_inputs. */
-typedef em_status (*em_custom_backward)(void *ctx, int n_outputs, em_tensor *const *grad_outputs,
-                                        int n_inputs, em_tensor **grad_inputs);
+typedef em_status (*em_custom_backward)(void *ctx, int n_outputs, em_tensor *const *grad_outputs, int n_inputs,
+                                        em_tensor **grad_inputs);
 typedef void (*em_custom_release)(void *ctx);
 EM_API em_status em_ag_custom(int n_inputs, em_tensor *const *inputs, int n_outputs, em_tensor *const *outputs,
                               em_custom_backward backward, em_custom_release release, void *ctx, const char *name);

@@ -30,35 +30,35 @@ extern "C" {
 /* EM_FFI_BEGIN */
 typedef enum em_status {
   EM_OK = 0,
-  EM_ERR_ARGUMENT,     /* a bad argument value (negative size, unknown option) */
-  EM_ERR_SHAPE,        /* shapes that do not fit together */
-  EM_ERR_DTYPE,        /* a dtype the operation does not take */
-  EM_ERR_INDEX,        /* an index out of range */
-  EM_ERR_MEMORY,       /* allocation failed */
-  EM_ERR_IO,           /* a file could not be opened, read or written */
-  EM_ERR_FORMAT,       /* a file's contents are malformed */
-  EM_ERR_DEVICE,       /* a device that is absent or a cross-device mix */
-  EM_ERR_UNSUPPORTED,  /* valid, but not built or not implemented for this dtype/device */
-  EM_ERR_RUNTIME       /* anything else */
+  EM_ERR_ARGUMENT, /* a bad argument value (negative size, unknown option) */
+  EM_ERR_SHAPE, /* shapes that do not fit together */
+  EM_ERR_DTYPE, /* a dtype the operation does not take */
+  EM_ERR_INDEX, /* an index out of range */
+  EM_ERR_MEMORY, /* allocation failed */
+  EM_ERR_IO, /* a file could not be opened, read or written */
+  EM_ERR_FORMAT, /* a file's contents are malformed */
+  EM_ERR_DEVICE, /* a device that is absent or a cross-device mix */
+  EM_ERR_UNSUPPORTED, /* valid, but not built or not implemented for this dtype/device */
+  EM_ERR_RUNTIME /* anything else */
 } em_status;
 
 typedef enum em_dtype {
   EM_FLOAT32 = 0,
   EM_FLOAT64,
-  EM_FLOAT16,   /* storage and conversion only */
-  EM_BFLOAT16,  /* storage and conversion only */
+  EM_FLOAT16, /* storage and conversion only */
+  EM_BFLOAT16, /* storage and conversion only */
   EM_INT32,
   EM_INT64,
   EM_UINT8,
-  EM_BOOL,      /* one byte, 0 or 1 */
+  EM_BOOL, /* one byte, 0 or 1 */
   EM_NUM_DTYPES
 } em_dtype;
 
 typedef enum em_device_type { EM_CPU = 0, EM_CUDA = 1, EM_NUM_DEVICE_TYPES } em_device_type;
 
 typedef struct em_device {
-  int32_t type;   /* em_device_type */
-  int32_t index;  /* device ordinal; 0 for the CPU */
+  int32_t type; /* em_device_type */
+  int32_t index; /* device ordinal; 0 for the CPU */
 } em_device;
 
 /* Errors (thread-local). */
@@ -68,15 +68,15 @@ EM_API void em_clear_error(void);
 EM_API em_status em_set_error(em_status code, const char *fmt, ...);
 
 /* dtypes */
-EM_API const char *em_dtype_name(em_dtype dtype);           /* "float32" ... */
+EM_API const char *em_dtype_name(em_dtype dtype); /* "float32" ... */
 EM_API em_status em_dtype_from_name(const char *name, em_dtype *out);
-EM_API size_t em_dtype_size(em_dtype dtype);                 /* bytes per element */
+EM_API size_t em_dtype_size(em_dtype dtype); /* bytes per element */
 EM_API int em_dtype_is_floating(em_dtype dtype);
-EM_API em_dtype em_dtype_promote(em_dtype a, em_dtype b);    /* PyTorch-style promotion */
+EM_API em_dtype em_dtype_promote(em_dtype a, em_dtype b); /* PyTorch-style promotion */
 
 /* devices */
-EM_API em_status em_device_parse(const char *name, em_device *out);   /* "cpu", "cuda", "cuda:1" */
-EM_API int em_device_count(em_device_type type);              /* 0 when the backend is absent */
+EM_API em_status em_device_parse(const char *name, em_device *out); /* "cpu", "cuda", "cuda:1" */
+EM_API int em_device_count(em_device_type type); /* 0 when the backend is absent */
 EM_API int em_device_available(em_device device);
 
 /* Threads: one knob for ember's OpenMP loops and OpenBLAS. */
@@ -99,7 +99,7 @@ EM_API void em_memory_reset_peak(void);
 
 /* Build information. */
 EM_API const char *em_version(void);
-EM_API const char *em_build_features(void);   /* space separated, e.g. "openblas openmp yaml" */
+EM_API const char *em_build_features(void); /* space separated, e.g. "openblas openmp yaml" */
 EM_API const char *em_blas_config(void);
 /* EM_FFI_END */
 

@@ -23,46 +23,46 @@ extern "C" {
 /* EM_FFI_BEGIN */
 typedef struct em_cuda_device_props {
   char name[256];
-  int major, minor;            /* compute capability */
-  int64_t total_memory;        /* bytes */
+  int major, minor; /* compute capability */
+  int64_t total_memory; /* bytes */
   int multiprocessors;
-  int64_t free_memory;         /* bytes, as cudaMemGetInfo reports now */
+  int64_t free_memory; /* bytes, as cudaMemGetInfo reports now */
 } em_cuda_device_props;
 
 typedef struct em_cuda_versions {
-  int driver, runtime;         /* 13000 = 13.0 (0 when unknown) */
-  int cublas, cudnn, nccl;     /* each library's own encoding; 0 when not linked */
+  int driver, runtime; /* 13000 = 13.0 (0 when unknown) */
+  int cublas, cudnn, nccl; /* each library's own encoding; 0 when not linked */
 } em_cuda_versions;
 
 /* The caching allocator's counters for one device (bytes unless named otherwise). */
 typedef struct em_cuda_memory_stats {
-  int64_t allocated;           /* in live tensors */
-  int64_t reserved;            /* held from the driver: allocated + cached */
+  int64_t allocated; /* in live tensors */
+  int64_t reserved; /* held from the driver: allocated + cached */
   int64_t peak_allocated, peak_reserved;
-  int64_t cached_blocks;       /* free blocks kept for reuse */
+  int64_t cached_blocks; /* free blocks kept for reuse */
   int64_t num_allocs, num_frees;
-  int64_t num_device_allocs, num_device_frees;   /* cudaMalloc / cudaFree calls */
-  int64_t num_ooms;            /* allocations that failed after flush-and-retry */
-  int64_t num_flushes;         /* times the cache was emptied to satisfy a request */
+  int64_t num_device_allocs, num_device_frees; /* cudaMalloc / cudaFree calls */
+  int64_t num_ooms; /* allocations that failed after flush-and-retry */
+  int64_t num_flushes; /* times the cache was emptied to satisfy a request */
 } em_cuda_memory_stats;
 
 typedef struct em_cuda_stream em_cuda_stream;
 typedef struct em_cuda_event em_cuda_event;
 
-EM_API int em_cuda_is_available(void);               /* 1 when at least one GPU can be used */
+EM_API int em_cuda_is_available(void); /* 1 when at least one GPU can be used */
 EM_API int em_cuda_device_count(void);
-EM_API int em_cuda_is_built(void);                   /* 1 when libember_cuda.so could be loaded */
+EM_API int em_cuda_is_built(void); /* 1 when libember_cuda.so could be loaded */
 /* Why CUDA is unavailable (plugin missing, no driver, no device), or "" when it is. */
 EM_API const char *em_cuda_unavailable_reason(void);
 EM_API em_status em_cuda_get_device_props(int device, em_cuda_device_props *out);
 EM_API em_status em_cuda_get_versions(em_cuda_versions *out);
-EM_API em_status em_cuda_set_device(int device);    /* the device of "cuda" without an index */
+EM_API em_status em_cuda_set_device(int device); /* the device of "cuda" without an index */
 EM_API int em_cuda_current_device(void);
-EM_API em_status em_cuda_synchronize(int device);   /* device < 0: the current device */
+EM_API em_status em_cuda_synchronize(int device); /* device < 0: the current device */
 
 EM_API em_status em_cuda_get_memory_stats(int device, em_cuda_memory_stats *out);
 EM_API em_status em_cuda_reset_peak_memory_stats(int device);
-EM_API em_status em_cuda_empty_cache(void);         /* returns cached blocks to the driver */
+EM_API em_status em_cuda_empty_cache(void); /* returns cached blocks to the driver */
 /* Caps what the allocator reserves on a device (bytes; 0 = no cap). For tests of OOM. */
 EM_API em_status em_cuda_set_memory_limit(int device, int64_t bytes);
 
@@ -70,12 +70,12 @@ EM_API em_status em_cuda_set_memory_limit(int device, int64_t bytes);
 EM_API em_status em_cuda_stream_new(em_cuda_stream **out, int device, int priority);
 EM_API void em_cuda_stream_free(em_cuda_stream *s);
 EM_API em_status em_cuda_stream_synchronize(em_cuda_stream *s);
-EM_API int em_cuda_stream_query(em_cuda_stream *s);                /* 1 when all work is done */
+EM_API int em_cuda_stream_query(em_cuda_stream *s); /* 1 when all work is done */
 EM_API em_status em_cuda_stream_wait_event(em_cuda_stream *s, em_cuda_event *e);
 EM_API int em_cuda_stream_device(const em_cuda_stream *s);
 /* The current stream of s's device becomes s (NULL: back to the default stream). */
 EM_API em_status em_cuda_set_stream(int device, em_cuda_stream *s);
-EM_API em_cuda_stream *em_cuda_current_stream(int device);        /* NULL: the default stream */
+EM_API em_cuda_stream *em_cuda_current_stream(int device); /* NULL: the default stream */
 /* t's memory is in use by work queued on s: its block is not reused until that work ends
  * (PyTorch's record_stream). */
 EM_API em_status em_cuda_record_stream(em_tensor *t, em_cuda_stream *s);
@@ -83,7 +83,7 @@ EM_API em_status em_cuda_record_stream(em_tensor *t, em_cuda_stream *s);
 /* Events. timing: 1 to measure elapsed time between two events. */
 EM_API em_status em_cuda_event_new(em_cuda_event **out, int timing);
 EM_API void em_cuda_event_free(em_cuda_event *e);
-EM_API em_status em_cuda_event_record(em_cuda_event *e, em_cuda_stream *s);   /* s NULL: current stream */
+EM_API em_status em_cuda_event_record(em_cuda_event *e, em_cuda_stream *s); /* s NULL: current stream */
 EM_API em_status em_cuda_event_synchronize(em_cuda_event *e);
 EM_API int em_cuda_event_query(em_cuda_event *e);
 EM_API em_status em_cuda_event_elapsed_ms(em_cuda_event *start, em_cuda_event *end, double *ms);

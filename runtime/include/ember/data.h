@@ -71,9 +71,9 @@ typedef struct em_sample_rng {
   uint64_t counter;
 } em_sample_rng;
 EM_API uint64_t em_sample_rng_u64(em_sample_rng *r);
-EM_API double em_sample_rng_uniform(em_sample_rng *r);             /* [0, 1) */
-EM_API int64_t em_sample_rng_below(em_sample_rng *r, int64_t n);    /* [0, n) */
-EM_API double em_sample_rng_normal(em_sample_rng *r);               /* mean 0, std 1 */
+EM_API double em_sample_rng_uniform(em_sample_rng *r); /* [0, 1) */
+EM_API int64_t em_sample_rng_below(em_sample_rng *r, int64_t n); /* [0, n) */
+EM_API double em_sample_rng_normal(em_sample_rng *r); /* mean 0, std 1 */
 
 /* ---------------------------------------------------------------- plans */
 /* The sample ids (int64, counted from base) rank `rank` of world_size delivers in epoch
@@ -113,8 +113,8 @@ EM_API em_status em_data_jpeg_decode(em_tensor **out, const void *data, size_t n
 typedef struct em_augment {
   int32_t crop_h, crop_w, pad, random_crop;
   double flip_p;
-  int32_t normalise, channels;   /* channels: 0 keeps the input's; 1 or 3 convert */
-  double mean[4], std[4];        /* per channel; scale 1 / (255 std) and shift -mean / std are
+  int32_t normalise, channels; /* channels: 0 keeps the input's; 1 or 3 convert */
+  double mean[4], std[4]; /* per channel; scale 1 / (255 std) and shift -mean / std are
                                     rounded to float32 once, as ember.data's gather_normalize does */
 } em_augment;
 EM_API em_status em_data_augment(em_tensor **out, const em_tensor *image, int channels_last, const em_augment *aug,
@@ -125,19 +125,19 @@ EM_API em_status em_data_augment(em_tensor **out, const em_tensor *image, int ch
  * a raw row plus an int64 label. Labels read from files get label_offset added (1 turns
  * 0-based classes into ember's 1-based ones). */
 typedef struct em_source_options {
-  const char *format;      /* "idx", "npy", "tfrecord", "jpeg" */
-  const char *paths;       /* newline-separated: idx: images, labels; npy: x, [y];
+  const char *format; /* "idx", "npy", "tfrecord", "jpeg" */
+  const char *paths; /* newline-separated: idx: images, labels; npy: x, [y];
                               tfrecord: shard files; jpeg: files (see labels) or one
                               directory with a folder per class */
-  const int64_t *labels;   /* jpeg files: one label each (NULL: none) */
-  int64_t limit;           /* > 0: the first `limit` samples */
+  const int64_t *labels; /* jpeg files: one label each (NULL: none) */
+  int64_t limit; /* > 0: the first `limit` samples */
   int64_t label_offset;
-  const char *image_key;   /* tfrecord: the tf.Example features (default "image", "label") */
+  const char *image_key; /* tfrecord: the tf.Example features (default "image", "label") */
   const char *label_key;
-  int32_t encoded;         /* tfrecord: 1 the image feature holds JPEG bytes, 0 raw bytes */
-  int32_t channels_last;   /* npy / raw images: [H, W, C] rather than [C, H, W] */
-  int32_t channels;        /* decoded JPEG channels: 1 or 3 */
-  int32_t ndim;            /* raw tfrecord images: the sample shape */
+  int32_t encoded; /* tfrecord: 1 the image feature holds JPEG bytes, 0 raw bytes */
+  int32_t channels_last; /* npy / raw images: [H, W, C] rather than [C, H, W] */
+  int32_t channels; /* decoded JPEG channels: 1 or 3 */
+  int32_t ndim; /* raw tfrecord images: the sample shape */
   int64_t shape[4];
 } em_source_options;
 

@@ -47,36 +47,36 @@ typedef struct em_reader em_reader;
 
 /* ---------------------------------------------------------------- trainer side */
 typedef struct em_loader_options {
-  const char *endpoints;        /* comma-separated ZeroMQ bind addresses for remote readers
+  const char *endpoints; /* comma-separated ZeroMQ bind addresses for remote readers
                                    ("tcp://127.0.0.1:5555", "tcp://127.0.0.1:*"); NULL or "": none */
-  int32_t local_ipc;            /* 1: also bind a private ipc endpoint (spawned readers) */
-  int32_t prefetch;             /* credits: items leased or waiting to be consumed, >= 1 */
-  int32_t worker_queue;         /* items leased to one reader at once, >= 1 */
-  int32_t in_order;             /* 1: the planned order; 0: as batches come */
-  int32_t shared_memory;        /* 1: same-host readers may send through shared memory */
-  int32_t skip_bad;             /* told to readers: skip bad records (count them) instead of failing */
-  double heartbeat_s;           /* heartbeat interval, > 0 */
-  double heartbeat_timeout_s;   /* silence after which a reader is lost, > heartbeat_s */
-  double lease_timeout_s;       /* an item leased this long is leased again to another reader
+  int32_t local_ipc; /* 1: also bind a private ipc endpoint (spawned readers) */
+  int32_t prefetch; /* credits: items leased or waiting to be consumed, >= 1 */
+  int32_t worker_queue; /* items leased to one reader at once, >= 1 */
+  int32_t in_order; /* 1: the planned order; 0: as batches come */
+  int32_t shared_memory; /* 1: same-host readers may send through shared memory */
+  int32_t skip_bad; /* told to readers: skip bad records (count them) instead of failing */
+  double heartbeat_s; /* heartbeat interval, > 0 */
+  double heartbeat_timeout_s; /* silence after which a reader is lost, > heartbeat_s */
+  double lease_timeout_s; /* an item leased this long is leased again to another reader
                                    (a reader that heartbeats but is stuck); 0: never */
-  int64_t dataset_size;         /* readers must report this size */
-  const char *fingerprint;      /* ... and this description of the data (transforms, format) */
+  int64_t dataset_size; /* readers must report this size */
+  const char *fingerprint; /* ... and this description of the data (transforms, format) */
   const char *curve_public_key; /* Z85, 40 characters; both NULL: no CurveZMQ */
   const char *curve_secret_key;
-  const char *curve_clients;    /* comma-separated Z85 public keys allowed; NULL or "": any
+  const char *curve_clients; /* comma-separated Z85 public keys allowed; NULL or "": any
                                    reader that knows the server's public key */
 } em_loader_options;
 
 typedef struct em_loader_stats {
-  int64_t batches, samples, bytes;   /* delivered to the consumer */
+  int64_t batches, samples, bytes; /* delivered to the consumer */
   int64_t received, duplicates, reissued, skipped, shm_batches;
-  int64_t shm_lent;     /* of shm_batches, those whose tensors view the reader's slot (no copy) */
+  int64_t shm_lent; /* of shm_batches, those whose tensors view the reader's slot (no copy) */
   int64_t ring_batches; /* of shm_batches, those announced through the reader's ring, not ZeroMQ */
-  int64_t slots_lent;   /* now: shared-memory slots held by batch tensors (freed by Lua's collector) */
+  int64_t slots_lent; /* now: shared-memory slots held by batch tensors (freed by Lua's collector) */
   int64_t workers, workers_seen, workers_lost, workers_rejected, respawned;
-  int64_t leased, buffered, max_outstanding;   /* now, and the most ever leased + buffered */
-  double read_s, decode_s, transform_s, send_s;   /* summed over readers */
-  double wait_s;                                   /* the consumer, blocked in em_loader_next */
+  int64_t leased, buffered, max_outstanding; /* now, and the most ever leased + buffered */
+  double read_s, decode_s, transform_s, send_s; /* summed over readers */
+  double wait_s; /* the consumer, blocked in em_loader_next */
 } em_loader_stats;
 
 EM_API em_status em_loader_create(em_loader **out, const em_loader_options *options);
@@ -114,21 +114,21 @@ EM_API void em_loader_batch_free(em_loader_batch *b);
 
 /* ---------------------------------------------------------------- reader side */
 typedef struct em_reader_options {
-  const char *connect;          /* comma-separated trainer endpoints */
-  const char *name;             /* shown in the trainers' messages */
-  int64_t parent_pid;           /* > 0: a spawned reader; it stops when that process is gone
+  const char *connect; /* comma-separated trainer endpoints */
+  const char *name; /* shown in the trainers' messages */
+  int64_t parent_pid; /* > 0: a spawned reader; it stops when that process is gone
                                    or its trainer says goodbye or falls silent */
   double heartbeat_s, heartbeat_timeout_s;
-  int32_t shared_memory;        /* 1: offer shared memory to trainers on this host */
+  int32_t shared_memory; /* 1: offer shared memory to trainers on this host */
   const char *curve_server_key; /* the trainers' Z85 public key; NULL: no CurveZMQ */
   const char *curve_public_key; /* this reader's keys (NULL: a fresh pair) */
   const char *curve_secret_key;
 } em_reader_options;
 
 typedef struct em_lease {
-  int32_t status;     /* 0: nothing within the timeout, 1: a lease, 2: stop */
-  int32_t trainer;    /* which connection it came from */
-  int32_t skip_bad;   /* the trainer's bad-record policy */
+  int32_t status; /* 0: nothing within the timeout, 1: a lease, 2: stop */
+  int32_t trainer; /* which connection it came from */
+  int32_t skip_bad; /* the trainer's bad-record policy */
   int32_t pad_;
   uint64_t session, plan, epoch, seed;
   int64_t item, n;

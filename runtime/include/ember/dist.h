@@ -60,7 +60,11 @@ typedef struct em_dist_work em_dist_work;
 typedef struct em_ddp em_ddp;
 
 typedef enum em_dist_redop {
-  EM_DIST_SUM = 0, EM_DIST_AVG, EM_DIST_MAX, EM_DIST_MIN, EM_DIST_PRODUCT,
+  EM_DIST_SUM = 0,
+  EM_DIST_AVG,
+  EM_DIST_MAX,
+  EM_DIST_MIN,
+  EM_DIST_PRODUCT,
   EM_DIST_NUM_REDOPS
 } em_dist_redop;
 
@@ -82,12 +86,12 @@ EM_API void em_dist_env_detect(em_dist_env *out);
  * timeout_s <= 0: the default. */
 EM_API em_status em_dist_init(const char *backend, double timeout_s);
 EM_API int em_dist_is_initialized(void);
-EM_API const char *em_dist_backend_name(void);          /* of the CPU backend; NULL before init */
+EM_API const char *em_dist_backend_name(void); /* of the CPU backend; NULL before init */
 /* The backend for tensors of a device type (EM_CPU, EM_CUDA): "mpi", "self", "nccl"; NULL
  * before init or when that device has none. */
 EM_API const char *em_dist_device_backend_name(int device_type);
-EM_API em_status em_dist_finalize(void);                /* waits for pending work; also run at exit */
-EM_API em_dist_group *em_dist_world(void);              /* borrowed; NULL before init */
+EM_API em_status em_dist_finalize(void); /* waits for pending work; also run at exit */
+EM_API em_dist_group *em_dist_world(void); /* borrowed; NULL before init */
 EM_API int em_dist_local_rank(void);
 
 /* ---- groups ----
@@ -97,7 +101,7 @@ EM_API int em_dist_local_rank(void);
 EM_API em_status em_dist_new_group(em_dist_group **out, em_dist_group *parent, int n, const int *ranks);
 EM_API void em_dist_group_retain(em_dist_group *g);
 EM_API void em_dist_group_release(em_dist_group *g);
-EM_API int em_dist_rank(const em_dist_group *g);        /* -1: not a member */
+EM_API int em_dist_rank(const em_dist_group *g); /* -1: not a member */
 EM_API int em_dist_size(const em_dist_group *g);
 EM_API int em_dist_world_rank_of(const em_dist_group *g, int rank);
 EM_API double em_dist_timeout(const em_dist_group *g);
@@ -133,13 +137,13 @@ EM_API const char *em_dist_redop_name(em_dist_redop op);
 typedef enum em_ddp_comm_hook { EM_DDP_HOOK_NONE = 0, EM_DDP_HOOK_FP16, EM_DDP_HOOK_BF16 } em_ddp_comm_hook;
 
 typedef struct em_ddp_options {
-  int64_t bucket_bytes;          /* cap of every bucket after the first */
-  int64_t first_bucket_bytes;    /* cap of the first bucket (PyTorch: 1 MiB) */
+  int64_t bucket_bytes; /* cap of every bucket after the first */
+  int64_t first_bucket_bytes; /* cap of the first bucket (PyTorch: 1 MiB) */
   int32_t find_unused_parameters;
   int32_t gradient_as_bucket_view;
-  int32_t comm_hook;             /* em_ddp_comm_hook */
-  int32_t rebuild_buckets;       /* once, after the first synchronised iteration */
-  int32_t shared_memory;         /* CPU float buckets of ranks on one host live in memory
+  int32_t comm_hook; /* em_ddp_comm_hook */
+  int32_t rebuild_buckets; /* once, after the first synchronised iteration */
+  int32_t shared_memory; /* CPU float buckets of ranks on one host live in memory
                                   * every rank maps, and are reduced in place (no MPI copies;
                                   * EMBER_DIST_SHM=0 turns it off) */
 } em_ddp_options;

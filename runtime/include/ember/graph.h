@@ -26,27 +26,27 @@ extern "C" {
 typedef struct em_graph em_graph;
 
 typedef enum em_graph_format {
-  EM_GRAPH_FORMAT_AUTO = 0,  /* by extension: .mtx, .sg, .emg; anything else is SNAP text */
-  EM_GRAPH_FORMAT_SNAP,      /* text edge list: "u v" per line, '#' comments */
-  EM_GRAPH_FORMAT_MTX,       /* Matrix Market coordinate (pattern/real/integer, general/symmetric) */
-  EM_GRAPH_FORMAT_SG,        /* the GAP benchmark suite's serialized graph */
-  EM_GRAPH_FORMAT_EMBER      /* ember's checksummed, mmap-able CSR (em_graph_save) */
+  EM_GRAPH_FORMAT_AUTO = 0, /* by extension: .mtx, .sg, .emg; anything else is SNAP text */
+  EM_GRAPH_FORMAT_SNAP, /* text edge list: "u v" per line, '#' comments */
+  EM_GRAPH_FORMAT_MTX, /* Matrix Market coordinate (pattern/real/integer, general/symmetric) */
+  EM_GRAPH_FORMAT_SG, /* the GAP benchmark suite's serialized graph */
+  EM_GRAPH_FORMAT_EMBER /* ember's checksummed, mmap-able CSR (em_graph_save) */
 } em_graph_format;
 
 typedef enum em_graph_reorder {
-  EM_GRAPH_REORDER_NONE = 0,  /* store the CSR in dense-id order */
-  EM_GRAPH_REORDER_DEGREE     /* store it by decreasing out-degree (faster PageRank) */
+  EM_GRAPH_REORDER_NONE = 0, /* store the CSR in dense-id order */
+  EM_GRAPH_REORDER_DEGREE /* store it by decreasing out-degree (faster PageRank) */
 } em_graph_reorder;
 
 typedef struct em_graph_options {
-  int32_t format;           /* em_graph_format */
-  int32_t directed;         /* 1: "u v" is the arc u -> v; 0: an undirected edge (two arcs) */
-  int32_t reverse;          /* 1: "u v" is the arc v -> u (twitter_rv.net lists follows so) */
-  int32_t drop_self_loops;  /* 1: drop u -> u */
-  int32_t drop_duplicates;  /* 1: keep one copy of repeated arcs */
-  int32_t reorder;          /* em_graph_reorder */
-  int32_t progress;         /* -1: on stderr when it is a terminal; 0: never; 1: always */
-  int32_t verify;           /* ember format: 1 checks the checksums on load */
+  int32_t format; /* em_graph_format */
+  int32_t directed; /* 1: "u v" is the arc u -> v; 0: an undirected edge (two arcs) */
+  int32_t reverse; /* 1: "u v" is the arc v -> u (twitter_rv.net lists follows so) */
+  int32_t drop_self_loops; /* 1: drop u -> u */
+  int32_t drop_duplicates; /* 1: keep one copy of repeated arcs */
+  int32_t reorder; /* em_graph_reorder */
+  int32_t progress; /* -1: on stderr when it is a terminal; 0: never; 1: always */
+  int32_t verify; /* ember format: 1 checks the checksums on load */
 } em_graph_options;
 
 /* Defaults: auto format, directed, nothing reversed or dropped, degree order, progress on a
@@ -74,11 +74,11 @@ EM_API void em_graph_free(em_graph *g);
 
 /* ---- inspection ---- */
 EM_API int64_t em_graph_num_vertices(const em_graph *g);
-EM_API int64_t em_graph_num_edges(const em_graph *g);   /* arcs: an undirected edge counts twice */
+EM_API int64_t em_graph_num_edges(const em_graph *g); /* arcs: an undirected edge counts twice */
 EM_API int em_graph_is_directed(const em_graph *g);
-EM_API int64_t em_graph_original_id(const em_graph *g, int64_t v);   /* -1 when v is not a dense id */
+EM_API int64_t em_graph_original_id(const em_graph *g, int64_t v); /* -1 when v is not a dense id */
 EM_API em_status em_graph_find_vertex(const em_graph *g, int64_t original_id, int64_t *v);
-EM_API const char *em_graph_label(const em_graph *g, int64_t v);     /* NULL when v has none */
+EM_API const char *em_graph_label(const em_graph *g, int64_t v); /* NULL when v has none */
 /* int64 tensors of [n] by dense id; either pointer may be NULL. */
 EM_API em_status em_graph_degrees(const em_graph *g, em_tensor **in_degree, em_tensor **out_degree);
 EM_API em_status em_graph_original_ids(const em_graph *g, em_tensor **out);
@@ -87,30 +87,30 @@ EM_API em_status em_graph_edges(const em_graph *g, em_tensor **src, em_tensor **
 
 /* ---- PageRank ---- */
 typedef enum em_pagerank_method {
-  EM_PAGERANK_JACOBI = 0,   /* deterministic whatever the thread count */
+  EM_PAGERANK_JACOBI = 0, /* deterministic whatever the thread count */
   EM_PAGERANK_GAUSS_SEIDEL, /* updates in place: fewer iterations, not bit-reproducible */
-  EM_PAGERANK_GAPBS         /* the GAP benchmark's definition: dangling mass leaks, sum < 1 */
+  EM_PAGERANK_GAPBS /* the GAP benchmark's definition: dangling mass leaks, sum < 1 */
 } em_pagerank_method;
 
 typedef struct em_pagerank_options {
-  double damping;                   /* 0.85 */
-  double tol;                       /* stop when the L1 change of the scores is below; 0: never */
-  int32_t max_iter;                 /* 100 */
-  int32_t method;                   /* em_pagerank_method */
+  double damping; /* 0.85 */
+  double tol; /* stop when the L1 change of the scores is below; 0: never */
+  int32_t max_iter; /* 100 */
+  int32_t method; /* em_pagerank_method */
   const em_tensor *personalization; /* NULL: uniform; else [n] float, >= 0, by dense id */
-  em_device device;                 /* cpu (the default) or cuda:N (the CUDA plugin's kernels) */
+  em_device device; /* cpu (the default) or cuda:N (the CUDA plugin's kernels) */
 } em_pagerank_options;
 
 typedef struct em_pagerank_stats {
   int32_t iterations;
-  int32_t converged;        /* 1 when the residual fell below tol */
-  double residual;          /* the last iteration's L1 change */
-  double seconds;           /* the iterations */
-  double setup_seconds;     /* buffers, contributions, teleport vector; GPU: copying the graph */
-  double edges_per_second;  /* arcs * iterations / seconds */
-  int32_t method;           /* the method that ran: on a GPU Gauss-Seidel runs as Jacobi */
+  int32_t converged; /* 1 when the residual fell below tol */
+  double residual; /* the last iteration's L1 change */
+  double seconds; /* the iterations */
+  double setup_seconds; /* buffers, contributions, teleport vector; GPU: copying the graph */
+  double edges_per_second; /* arcs * iterations / seconds */
+  int32_t method; /* the method that ran: on a GPU Gauss-Seidel runs as Jacobi */
   int32_t reserved;
-  const char *engine;       /* what computed the scores: "cpu", "cuda:custom" or "cuda:cusparse" */
+  const char *engine; /* what computed the scores: "cpu", "cuda:custom" or "cuda:cusparse" */
 } em_pagerank_stats;
 
 EM_API void em_pagerank_options_init(em_pagerank_options *opts);
@@ -124,17 +124,17 @@ EM_API em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em
 
 /* ---- analysis ---- */
 typedef struct em_graph_ranked {
-  int64_t vertex;        /* dense id */
+  int64_t vertex; /* dense id */
   int64_t original_id;
   double score;
-  const char *label;     /* NULL when none; owned by the graph */
+  const char *label; /* NULL when none; owned by the graph */
 } em_graph_ranked;
 
 typedef struct em_rank_comparison {
   int64_t k;
-  int64_t overlap;       /* vertices in both top-k lists */
-  int64_t union_size;    /* vertices in either */
-  double kendall_tau;    /* tau-b of the two scores over the union (NaN when undefined) */
+  int64_t overlap; /* vertices in both top-k lists */
+  int64_t union_size; /* vertices in either */
+  double kendall_tau; /* tau-b of the two scores over the union (NaN when undefined) */
 } em_rank_comparison;
 
 /* The k highest scores (ties: smaller dense id first) into out[0..*count). scores is any 1-D
@@ -142,8 +142,7 @@ typedef struct em_rank_comparison {
 EM_API em_status em_graph_topk(em_graph_ranked *out, int64_t *count, const em_tensor *scores, int64_t k,
                                const em_graph *g);
 /* How two rankings agree over their top k: overlap and Kendall's tau-b. */
-EM_API em_status em_graph_compare_rankings(em_rank_comparison *out, const em_tensor *a, const em_tensor *b,
-                                           int64_t k);
+EM_API em_status em_graph_compare_rankings(em_rank_comparison *out, const em_tensor *a, const em_tensor *b, int64_t k);
 /* compare_rankings(scores, in-degree): the Twitter study's question. */
 EM_API em_status em_graph_compare_indegree(em_rank_comparison *out, const em_graph *g, const em_tensor *scores,
                                            int64_t k);

@@ -33,18 +33,17 @@ typedef struct em_safetensors em_safetensors;
 
 /* Writes n tensors under names (distinct, UTF-8, not "__metadata__") and nmeta string
  * pairs of metadata (may be 0 with NULL arrays). */
-EM_API em_status em_safetensors_save(const char *path, int n, const char *const *names,
-                                     em_tensor *const *tensors, int nmeta, const char *const *meta_keys,
-                                     const char *const *meta_values);
+EM_API em_status em_safetensors_save(const char *path, int n, const char *const *names, em_tensor *const *tensors,
+                                     int nmeta, const char *const *meta_keys, const char *const *meta_values);
 
 /* Opens and validates a file. */
 EM_API em_status em_safetensors_open(em_safetensors **out, const char *path);
-EM_API void em_safetensors_close(em_safetensors *f);   /* NULL is fine; loaded tensors stay valid */
+EM_API void em_safetensors_close(em_safetensors *f); /* NULL is fine; loaded tensors stay valid */
 
 /* Tensors are numbered 0..count-1 in name order (byte-wise). */
 EM_API int em_safetensors_count(const em_safetensors *f);
-EM_API const char *em_safetensors_name(const em_safetensors *f, int i);          /* NULL when out of range */
-EM_API int em_safetensors_find(const em_safetensors *f, const char *name);       /* -1 when absent */
+EM_API const char *em_safetensors_name(const em_safetensors *f, int i); /* NULL when out of range */
+EM_API int em_safetensors_find(const em_safetensors *f, const char *name); /* -1 when absent */
 /* Dtype and shape without loading; sizes needs room for EM_MAX_DIMS (8) values. */
 EM_API em_status em_safetensors_info(const em_safetensors *f, int i, em_dtype *dtype, int *ndim, int64_t *sizes);
 /* Tensor i. When *out is NULL it receives a new tensor sharing the file's mapping; when
@@ -55,7 +54,7 @@ EM_API em_status em_safetensors_get_by_name(const em_safetensors *f, const char 
 
 /* The "__metadata__" string pairs, in key order. */
 EM_API int em_safetensors_metadata_count(const em_safetensors *f);
-EM_API const char *em_safetensors_metadata_key(const em_safetensors *f, int i);   /* NULL when out of range */
+EM_API const char *em_safetensors_metadata_key(const em_safetensors *f, int i); /* NULL when out of range */
 EM_API const char *em_safetensors_metadata_value(const em_safetensors *f, int i);
 EM_API const char *em_safetensors_metadata_get(const em_safetensors *f, const char *key); /* NULL when absent */
 /* EM_FFI_END */

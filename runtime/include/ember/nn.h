@@ -23,9 +23,8 @@ typedef enum em_bag_mode { EM_BAG_SUM = 0, EM_BAG_MEAN, EM_BAG_MAX } em_bag_mode
 EM_API em_status em_nn_linear(em_tensor **out, const em_tensor *x, const em_tensor *w, const em_tensor *b);
 
 /* x [N, C, H, W] (or [C, H, W]), w [C_out, C / groups, kH, kW], b [C_out] or NULL */
-EM_API em_status em_nn_conv2d(em_tensor **out, const em_tensor *x, const em_tensor *w, const em_tensor *b,
-                              int stride_h, int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w,
-                              int groups);
+EM_API em_status em_nn_conv2d(em_tensor **out, const em_tensor *x, const em_tensor *w, const em_tensor *b, int stride_h,
+                              int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w, int groups);
 EM_API em_status em_nn_max_pool2d(em_tensor **out, const em_tensor *x, int kernel_h, int kernel_w, int stride_h,
                                   int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w, int ceil_mode);
 EM_API em_status em_nn_avg_pool2d(em_tensor **out, const em_tensor *x, int kernel_h, int kernel_w, int stride_h,

@@ -28,29 +28,72 @@ typedef struct em_tensor em_tensor;
 typedef void (*em_deleter)(void *data, void *ctx);
 
 typedef enum em_binop {
-  EM_ADD = 0, EM_SUB, EM_MUL, EM_DIV, EM_POW, EM_MAXIMUM, EM_MINIMUM, EM_FMOD,
-  EM_EQ, EM_NE, EM_LT, EM_LE, EM_GT, EM_GE,           /* comparisons give bool */
-  EM_LOGICAL_AND, EM_LOGICAL_OR, EM_LOGICAL_XOR,      /* give bool */
+  EM_ADD = 0,
+  EM_SUB,
+  EM_MUL,
+  EM_DIV,
+  EM_POW,
+  EM_MAXIMUM,
+  EM_MINIMUM,
+  EM_FMOD,
+  EM_EQ,
+  EM_NE,
+  EM_LT,
+  EM_LE,
+  EM_GT,
+  EM_GE, /* comparisons give bool */
+  EM_LOGICAL_AND,
+  EM_LOGICAL_OR,
+  EM_LOGICAL_XOR, /* give bool */
   EM_NUM_BINOPS
 } em_binop;
 
 typedef enum em_unop {
-  EM_NEG = 0, EM_ABS, EM_EXP, EM_LOG, EM_SQRT, EM_SIN, EM_COS, EM_TANH, EM_SIGMOID,
-  EM_RELU, EM_SIGN, EM_FLOOR, EM_CEIL, EM_ROUND, EM_RECIPROCAL, EM_SQUARE, EM_RSQRT,
-  EM_LOG1P, EM_EXPM1, EM_ERF, EM_GELU, EM_SILU, EM_LOGICAL_NOT,
+  EM_NEG = 0,
+  EM_ABS,
+  EM_EXP,
+  EM_LOG,
+  EM_SQRT,
+  EM_SIN,
+  EM_COS,
+  EM_TANH,
+  EM_SIGMOID,
+  EM_RELU,
+  EM_SIGN,
+  EM_FLOOR,
+  EM_CEIL,
+  EM_ROUND,
+  EM_RECIPROCAL,
+  EM_SQUARE,
+  EM_RSQRT,
+  EM_LOG1P,
+  EM_EXPM1,
+  EM_ERF,
+  EM_GELU,
+  EM_SILU,
+  EM_LOGICAL_NOT,
   EM_NUM_UNOPS
 } em_unop;
 
 typedef enum em_redop {
-  EM_SUM = 0, EM_MEAN, EM_PROD, EM_MAX, EM_MIN, EM_ARGMAX, EM_ARGMIN,
-  EM_LOGSUMEXP, EM_NORM, EM_ANY, EM_ALL,
+  EM_SUM = 0,
+  EM_MEAN,
+  EM_PROD,
+  EM_MAX,
+  EM_MIN,
+  EM_ARGMAX,
+  EM_ARGMIN,
+  EM_LOGSUMEXP,
+  EM_NORM,
+  EM_ANY,
+  EM_ALL,
   EM_NUM_REDOPS
 } em_redop;
 
 /* ---- lifetime and inspection ---- */
 EM_API void em_tensor_retain(em_tensor *t);
 EM_API void em_tensor_release(em_tensor *t);
-EM_API em_status em_tensor_free(em_tensor *t);      /* drop the storage now; later use is an error */
+EM_API em_status em_tensor_free(em_tensor *t); /* drop the storage now; later use is an error */
 EM_API int em_tensor_is_freed(const em_tensor *t);
 EM_API int em_tensor_ndim(const em_tensor *t);
 EM_API int64_t em_tensor_size(const em_tensor *t, int dim);
@@ -61,11 +104,11 @@ EM_API int64_t em_tensor_offset(const em_tensor *t);
 EM_API int64_t em_tensor_numel(const em_tensor *t);
 EM_API em_dtype em_tensor_dtype(const em_tensor *t);
 EM_API em_device em_tensor_device(const em_tensor *t);
-EM_API void *em_tensor_data(const em_tensor *t);            /* address of the first element */
+EM_API void *em_tensor_data(const em_tensor *t); /* address of the first element */
 EM_API size_t em_tensor_storage_nbytes(const em_tensor *t);
 EM_API const void *em_tensor_storage_id(const em_tensor *t); /* equal for tensors sharing storage */
 EM_API int em_tensor_is_contiguous(const em_tensor *t);
-EM_API em_status em_tensor_item(const em_tensor *t, double *value);       /* one-element tensors */
+EM_API em_status em_tensor_item(const em_tensor *t, double *value); /* one-element tensors */
 EM_API em_status em_tensor_item_int64(const em_tensor *t, int64_t *value);
 EM_API em_status em_tensor_get(const em_tensor *t, const int64_t *index, double *value);
 EM_API em_status em_tensor_set(em_tensor *t, const int64_t *index, double value);
@@ -83,9 +126,8 @@ EM_API em_status em_linspace(em_tensor **out, double start, double end, int64_t 
 EM_API em_status em_eye(em_tensor **out, int64_t n, int64_t m, em_dtype dtype, em_device device);
 /* Adopt memory without copying. strides may be NULL (contiguous). deleter may be NULL
  * (the caller keeps the memory alive for as long as the tensor lives). */
-EM_API em_status em_from_blob(em_tensor **out, void *data, int ndim, const int64_t *sizes,
-                              const int64_t *strides, em_dtype dtype, em_device device,
-                              em_deleter deleter, void *deleter_ctx);
+EM_API em_status em_from_blob(em_tensor **out, void *data, int ndim, const int64_t *sizes, const int64_t *strides,
+                              em_dtype dtype, em_device device, em_deleter deleter, void *deleter_ctx);
 EM_API em_status em_fill(em_tensor *t, double value);
 
 /* ---- random numbers: counter-based Philox, independent of the thread count ---- */
@@ -94,7 +136,7 @@ EM_API void em_generator_get_state(uint64_t *seed, uint64_t *offset);
 EM_API void em_generator_set_state(uint64_t seed, uint64_t offset);
 EM_API em_status em_uniform_(em_tensor *t, double low, double high);
 EM_API em_status em_normal_(em_tensor *t, double mean, double std);
-EM_API em_status em_randint_(em_tensor *t, int64_t low, int64_t high);     /* [low, high) */
+EM_API em_status em_randint_(em_tensor *t, int64_t low, int64_t high); /* [low, high) */
 EM_API em_status em_bernoulli_(em_tensor *t, double p);
 EM_API em_status em_randperm(em_tensor **out, int64_t n, em_dtype dtype, em_device device);
 
@@ -113,9 +155,9 @@ EM_API em_status em_as_strided(em_tensor **out, const em_tensor *a, int ndim, co
                                const int64_t *strides, int64_t offset);
 
 /* ---- copies and conversion ---- */
-EM_API em_status em_contiguous(em_tensor **out, const em_tensor *a);   /* retains a if already so */
+EM_API em_status em_contiguous(em_tensor **out, const em_tensor *a); /* retains a if already so */
 EM_API em_status em_clone(em_tensor **out, const em_tensor *a);
-EM_API em_status em_copy_(em_tensor *dst, const em_tensor *src);        /* broadcasts, converts dtype */
+EM_API em_status em_copy_(em_tensor *dst, const em_tensor *src); /* broadcasts, converts dtype */
 EM_API em_status em_to(em_tensor **out, const em_tensor *a, em_dtype dtype, em_device device);
 
 /* ---- elementwise, with broadcasting and dtype promotion ---- */
@@ -132,26 +174,26 @@ EM_API em_status em_add_scaled(em_tensor **out, const em_tensor *a, const em_ten
 /* ---- reductions ----
  * dims == NULL or ndims == 0 reduces over every dim. indices (may be NULL) receives the
  * positions for EM_MAX / EM_MIN (int64, counted from base). */
-EM_API em_status em_reduce(em_redop op, em_tensor **out, em_tensor **indices, const em_tensor *a,
-                           const int *dims, int ndims, int keepdim, int base);
+EM_API em_status em_reduce(em_redop op, em_tensor **out, em_tensor **indices, const em_tensor *a, const int *dims,
+                           int ndims, int keepdim, int base);
 EM_API em_status em_norm(em_tensor **out, const em_tensor *a, double p, const int *dims, int ndims, int keepdim);
-EM_API em_status em_var(em_tensor **out, const em_tensor *a, const int *dims, int ndims, double correction,
-                        int keepdim, int take_sqrt);
+EM_API em_status em_var(em_tensor **out, const em_tensor *a, const int *dims, int ndims, double correction, int keepdim,
+                        int take_sqrt);
 EM_API em_status em_cumsum(em_tensor **out, const em_tensor *a, int dim);
 EM_API em_status em_cumprod(em_tensor **out, const em_tensor *a, int dim);
 EM_API em_status em_softmax(em_tensor **out, const em_tensor *a, int dim, int log);
 EM_API em_status em_sort(em_tensor **values, em_tensor **indices, const em_tensor *a, int dim, int descending,
                          int base);
-EM_API em_status em_topk(em_tensor **values, em_tensor **indices, const em_tensor *a, int64_t k, int dim,
-                         int largest, int base);
+EM_API em_status em_topk(em_tensor **values, em_tensor **indices, const em_tensor *a, int64_t k, int dim, int largest,
+                         int base);
 
 /* ---- linear algebra (OpenBLAS on the CPU) ---- */
-EM_API em_status em_matmul(em_tensor **out, const em_tensor *a, const em_tensor *b);  /* numpy rules */
+EM_API em_status em_matmul(em_tensor **out, const em_tensor *a, const em_tensor *b); /* numpy rules */
 EM_API em_status em_mm(em_tensor **out, const em_tensor *a, const em_tensor *b);
 EM_API em_status em_bmm(em_tensor **out, const em_tensor *a, const em_tensor *b);
 /* out = beta * c + alpha * (a @ b); c broadcasts to the result */
-EM_API em_status em_addmm(em_tensor **out, const em_tensor *c, const em_tensor *a, const em_tensor *b,
-                          double beta, double alpha);
+EM_API em_status em_addmm(em_tensor **out, const em_tensor *c, const em_tensor *a, const em_tensor *b, double beta,
+                          double alpha);
 EM_API em_status em_mv(em_tensor **out, const em_tensor *a, const em_tensor *v);
 EM_API em_status em_dot(em_tensor **out, const em_tensor *a, const em_tensor *b);
 EM_API em_status em_outer(em_tensor **out, const em_tensor *a, const em_tensor *b);
@@ -160,15 +202,15 @@ EM_API em_status em_outer(em_tensor **out, const em_tensor *a, const em_tensor *
 EM_API em_status em_index_select(em_tensor **out, const em_tensor *a, int dim, const em_tensor *index, int base);
 EM_API em_status em_gather(em_tensor **out, const em_tensor *a, int dim, const em_tensor *index, int base);
 /* In place on self: self[index[i][j]][j] = src[i][j] (dim 0), or += when accumulate. */
-EM_API em_status em_scatter_(em_tensor *self, int dim, const em_tensor *index, const em_tensor *src,
-                             int accumulate, int base);
+EM_API em_status em_scatter_(em_tensor *self, int dim, const em_tensor *index, const em_tensor *src, int accumulate,
+                             int base);
 EM_API em_status em_scatter_value_(em_tensor *self, int dim, const em_tensor *index, double value, int base);
-EM_API em_status em_index_add_(em_tensor *self, int dim, const em_tensor *index, const em_tensor *src,
-                               double alpha, int base);
+EM_API em_status em_index_add_(em_tensor *self, int dim, const em_tensor *index, const em_tensor *src, double alpha,
+                               int base);
 EM_API em_status em_index_fill_(em_tensor *self, int dim, const em_tensor *index, double value, int base);
 EM_API em_status em_masked_fill_(em_tensor *self, const em_tensor *mask, double value);
 EM_API em_status em_masked_select(em_tensor **out, const em_tensor *a, const em_tensor *mask);
-EM_API em_status em_nonzero(em_tensor **out, const em_tensor *a, int base);   /* [n, ndim] int64 */
+EM_API em_status em_nonzero(em_tensor **out, const em_tensor *a, int base); /* [n, ndim] int64 */
 EM_API em_status em_cat(em_tensor **out, em_tensor *const *tensors, int n, int dim);
 EM_API em_status em_stack(em_tensor **out, em_tensor *const *tensors, int n, int dim);
 /* EM_FFI_END */

@@ -10,8 +10,8 @@
 
 typedef struct device_ctx {
   int device;
-  cudaError_t failure;          /* cudaMalloc's last error other than "out of memory" */
-  cudaEvent_t *events;          /* the event pool (used under the allocator's lock) */
+  cudaError_t failure; /* cudaMalloc's last error other than "out of memory" */
+  cudaEvent_t *events; /* the event pool (used under the allocator's lock) */
   size_t nevents, events_cap;
 } device_ctx;
 

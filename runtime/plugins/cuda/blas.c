@@ -43,10 +43,10 @@ int em_gpu_tf32_enabled(void) {
 /* ---- errors */
 
 static em_status blas_error(const char *what, cublasStatus_t s) {
-  em_status code = s == CUBLAS_STATUS_ALLOC_FAILED     ? EM_ERR_MEMORY
-                   : s == CUBLAS_STATUS_NOT_SUPPORTED  ? EM_ERR_UNSUPPORTED
-                   : s == CUBLAS_STATUS_ARCH_MISMATCH  ? EM_ERR_UNSUPPORTED
-                                                       : EM_ERR_RUNTIME;
+  em_status code = s == CUBLAS_STATUS_ALLOC_FAILED    ? EM_ERR_MEMORY
+                   : s == CUBLAS_STATUS_NOT_SUPPORTED ? EM_ERR_UNSUPPORTED
+                   : s == CUBLAS_STATUS_ARCH_MISMATCH ? EM_ERR_UNSUPPORTED
+                                                      : EM_ERR_RUNTIME;
   return em_set_error(code, "matmul: %s failed: %s (%s)", what, cublasGetStatusName(s), cublasGetStatusString(s));
 }
 
@@ -173,8 +173,8 @@ typedef struct gemm_call {
   gemm_types types;
   em_gemm_layout plan;
   const void *alpha, *beta;
-  int64_t count;         /* batches per call */
-  int64_t stride[3];     /* first, second, out: elements between batches */
+  int64_t count; /* batches per call */
+  int64_t stride[3]; /* first, second, out: elements between batches */
 } gemm_call;
 
 static em_status run(const gemm_call *c, const void *first, const void *second, void *out) {
@@ -217,7 +217,8 @@ static em_status gemm_batches(const em_tensor *const ops[3], const em_gemm_layou
   for (int64_t o = 0; o < outer; o++) {
     char *ptr[3];
     for (int i = 0; i < 3; i++)
-      ptr[i] = em_tensor_ptr(order[i]) + em_gemm_outer_offset(split, out->sizes, order[i]->strides, o) * (int64_t)elsize;
+      ptr[i] =
+          em_tensor_ptr(order[i]) + em_gemm_outer_offset(split, out->sizes, order[i]->strides, o) * (int64_t)elsize;
     em_status st = run(call, ptr[0], ptr[1], ptr[2]);
     if (st) return st;
   }

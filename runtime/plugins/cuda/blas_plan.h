@@ -28,10 +28,10 @@ int em_gemm_matrix_layout(em_gemm_matrix m, int *trans, int64_t *ld);
 
 /* One cuBLAS call's layout: C(m x n) = op(first) @ op(second), all column-major. */
 typedef struct em_gemm_layout {
-  int swap;            /* 1: computes out^T = b^T @ a^T (first = b, second = a) */
+  int swap; /* 1: computes out^T = b^T @ a^T (first = b, second = a) */
   int64_t m, n, k;
-  int trans[2];        /* op of the first and second operand: 0 N, 1 T */
-  int64_t ld[3];       /* leading dims of the first, second operand and of out */
+  int trans[2]; /* op of the first and second operand: 0 N, 1 T */
+  int64_t ld[3]; /* leading dims of the first, second operand and of out */
 } em_gemm_layout;
 
 /* The layout for out = a @ b (out M x N, a M x K, b K x N). 0 when one of them cannot be

@@ -33,8 +33,7 @@ static void probe(void) {
     (void)cudaGetLastError();
     if (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0)
       snprintf(reason, sizeof reason, "CUDA driver not found (cudaGetDeviceCount: %s)", cudaGetErrorString(err));
-    else
-      snprintf(reason, sizeof reason, "%s", cudaGetErrorString(err));
+    else snprintf(reason, sizeof reason, "%s", cudaGetErrorString(err));
     (void)cudaGetLastError();
     n = 0;
   } else if (n == 0) {

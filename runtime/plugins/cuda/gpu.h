@@ -22,9 +22,9 @@ extern "C" {
 
 /* ---- errors: set ember's error ("op: CUDA error <name>: <text>") and return its status */
 em_status em_gpu_error(cudaError_t err, const char *op);
-#define EM_GPU_CHECK(op, call)                        \
-  do {                                                \
-    cudaError_t em_gpu_err_ = (call);                 \
+#define EM_GPU_CHECK(op, call)                                              \
+  do {                                                                      \
+    cudaError_t em_gpu_err_ = (call);                                       \
     if (em_gpu_err_ != cudaSuccess) return em_gpu_error(em_gpu_err_, (op)); \
   } while (0)
 /* After a kernel launch: reports a bad launch configuration (not asynchronous faults). */
@@ -45,10 +45,10 @@ void *em_gpu_malloc(size_t nbytes, int device);
 void em_gpu_free_ptr(void *ptr);
 
 /* ---- library handles (device.c): per device, bound to the current stream on return */
-void *em_gpu_cublas(int device);      /* cublasHandle_t */
-void *em_gpu_cublaslt(int device);    /* cublasLtHandle_t */
-void *em_gpu_cudnn(int device);       /* cudnnHandle_t */
-void *em_gpu_cusparse(int device);    /* cusparseHandle_t */
+void *em_gpu_cublas(int device); /* cublasHandle_t */
+void *em_gpu_cublaslt(int device); /* cublasLtHandle_t */
+void *em_gpu_cudnn(int device); /* cudnnHandle_t */
+void *em_gpu_cusparse(int device); /* cusparseHandle_t */
 
 /* ---- the backend table (table.c): em_gpu_<entry> for every entry of tensor/backend.h.
  * alloc, free (allocator.c); copy (copy.cu); fill, arange, where, clamp, add_scaled,

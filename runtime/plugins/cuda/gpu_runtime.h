@@ -19,7 +19,7 @@ extern "C" {
 struct em_cuda_stream {
   cudaStream_t handle;
   int device;
-  int priority;                 /* 0 normal, -1 high */
+  int priority; /* 0 normal, -1 high */
   struct em_cuda_stream *next_free;
 };
 

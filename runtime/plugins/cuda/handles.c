@@ -45,9 +45,7 @@ static void return_sets(void *value) {
   free(sets);
 }
 
-static void make_key(void) {
-  have_key = pthread_key_create(&thread_key, return_sets) == 0;
-}
+static void make_key(void) { have_key = pthread_key_create(&thread_key, return_sets) == 0; }
 
 /* The calling thread's set for device (made current), or NULL with the error set. */
 static handle_set *set_for(const char *op, int device) {
@@ -120,8 +118,7 @@ void *em_gpu_cudnn(int device) {
   if (!h->cudnn && (s = cudnnCreate(&h->cudnn)) != CUDNN_STATUS_SUCCESS) h->cudnn = NULL;
   if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetStream(h->cudnn, em_gpu_current_stream(device));
   if (s != CUDNN_STATUS_SUCCESS) {
-    em_set_error(EM_ERR_DEVICE, "%s: cannot set up a cuDNN handle on cuda:%d: %s", op, device,
-                 cudnnGetErrorString(s));
+    em_set_error(EM_ERR_DEVICE, "%s: cannot set up a cuDNN handle on cuda:%d: %s", op, device, cudnnGetErrorString(s));
     return NULL;
   }
   return h->cudnn;

@@ -68,44 +68,44 @@
 #endif
 
 #define EVENT_POOL 16
-#define DRAIN_GRACE_S 10.0       /* after an abort, how long kernels get to notice it */
-#define ERROR_CHECK_S 1e-3       /* asynchronous NCCL errors, while work is pending */
+#define DRAIN_GRACE_S 10.0 /* after an abort, how long kernels get to notice it */
+#define ERROR_CHECK_S 1e-3 /* asynchronous NCCL errors, while work is pending */
 #define MAX_NAP_NS 1000000L
 
 typedef struct nccl_group {
-  em_dist_group *g;              /* the group (not retained: it owns this state) */
-  pthread_mutex_t lock;          /* connecting, every NCCL call on comm, aborting */
-  ncclComm_t comm;               /* NULL until connected, and after an abort */
-  int device;                    /* -1 until connected */
-  em_cuda_stream *cs;            /* the communication stream (the device layer's, high priority) */
-  cudaStream_t stream;           /* its handle */
-  cudaEvent_t ready;             /* re-recorded on the caller's stream before each op */
-  float *scratch;                /* the barrier's one element, made on first use */
-  atomic_int broken;             /* aborted, or could not connect: CUDA collectives fail */
+  em_dist_group *g; /* the group (not retained: it owns this state) */
+  pthread_mutex_t lock; /* connecting, every NCCL call on comm, aborting */
+  ncclComm_t comm; /* NULL until connected, and after an abort */
+  int device; /* -1 until connected */
+  em_cuda_stream *cs; /* the communication stream (the device layer's, high priority) */
+  cudaStream_t stream; /* its handle */
+  cudaEvent_t ready; /* re-recorded on the caller's stream before each op */
+  float *scratch; /* the barrier's one element, made on first use */
+  atomic_int broken; /* aborted, or could not connect: CUDA collectives fail */
   _Atomic double broken_at;
-  char why[EM_DIST_MSG];         /* set before broken */
-  const em_dist_work *culprit;   /* the work that timed out (compared, never followed) */
-  pthread_mutex_t pool_lock;     /* completion events to reuse (a leaf lock) */
+  char why[EM_DIST_MSG]; /* set before broken */
+  const em_dist_work *culprit; /* the work that timed out (compared, never followed) */
+  pthread_mutex_t pool_lock; /* completion events to reuse (a leaf lock) */
   cudaEvent_t pool[EVENT_POOL];
   int pooled;
-  unsigned checked_round;        /* the poller's last asynchronous-error check */
+  unsigned checked_round; /* the poller's last asynchronous-error check */
 } nccl_group;
 
 typedef struct pending {
   em_dist_work *w;
   nccl_group *ng;
   cudaEvent_t done;
-  cudaError_t seen;              /* what the event said when the entry ended */
+  cudaError_t seen; /* what the event said when the entry ended */
   struct pending *next;
 } pending;
 
 static struct {
-  pthread_mutex_t lock;          /* the list and the thread's state */
+  pthread_mutex_t lock; /* the list and the thread's state */
   pthread_cond_t cond;
   pending *head, *tail;
   pthread_t thread;
-  int running;                   /* the poller thread exists */
-  int stopping;                  /* 1: finish pending work and stop; 2: stop now */
+  int running; /* the poller thread exists */
+  int stopping; /* 1: finish pending work and stop; 2: stop now */
   double last_error_check;
   unsigned round;
 } S = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
@@ -188,7 +188,7 @@ static em_status take_event(nccl_group *ng, cudaEvent_t *out, const char *desc) 
   if (have) *out = ng->pool[--ng->pooled];
   pthread_mutex_unlock(&ng->pool_lock);
   if (have) return EM_OK;
-  cudaError_t e = cudaEventCreateWithFlags(out, cudaEventDisableTiming);   /* on ng->device: current */
+  cudaError_t e = cudaEventCreateWithFlags(out, cudaEventDisableTiming); /* on ng->device: current */
   return e == cudaSuccess ? EM_OK : cuda_error(e, "creating an event", desc);
 }
 
@@ -209,7 +209,7 @@ static void break_locked(nccl_group *ng, const char *why) {
   snprintf(ng->why, sizeof ng->why, "%s", why);
   atomic_store(&ng->broken_at, em_clock_monotonic());
   atomic_store(&ng->broken, 1);
-  if (ng->comm) ncclCommAbort(ng->comm);   /* also makes its running kernels return */
+  if (ng->comm) ncclCommAbort(ng->comm); /* also makes its running kernels return */
   ng->comm = NULL;
 }
 
@@ -217,7 +217,7 @@ static void break_locked(nccl_group *ng, const char *why) {
 
 typedef struct doomed {
   nccl_group *ng;
-  const em_dist_work *culprit;   /* NULL for an asynchronous error */
+  const em_dist_work *culprit; /* NULL for an asynchronous error */
   char why[EM_DIST_MSG];
 } doomed;
 
@@ -263,7 +263,7 @@ static int poll_once(int wait_for_lock) {
                  "%s did not finish within %.3g s on rank %d (cuda:%d): a rank is dead, stuck, or called other "
                  "collectives or sizes; the NCCL communicator of %s was aborted (later CUDA collectives on it fail)",
                  what, now - p->w->posted_at, my_rank(ng), ng->device, ng->g->name);
-        em_dist_group_retain(ng->g);   /* alive until the abort, whoever ends its works */
+        em_dist_group_retain(ng->g); /* alive until the abort, whoever ends its works */
       } else if (!seen && check_errors && ng->checked_round != S.round && !pthread_mutex_trylock(&ng->lock)) {
         /* one check per group and round; skipped while a user thread is inside NCCL */
         ng->checked_round = S.round;
@@ -289,7 +289,7 @@ static int poll_once(int wait_for_lock) {
       p->next = NULL;
       *ended_tail = p;
       ended_tail = &p->next;
-      if (e != cudaSuccess && e != cudaErrorNotReady) cudaGetLastError();   /* clear what is not sticky */
+      if (e != cudaSuccess && e != cudaErrorNotReady) cudaGetLastError(); /* clear what is not sticky */
       p->seen = e;
     } else {
       prev = p;
@@ -322,13 +322,13 @@ static int poll_once(int wait_for_lock) {
 
   for (int i = 0; i < n_break; i++) {
     nccl_group *ng = to_break[i].ng;
-    pthread_mutex_lock(&ng->lock);   /* a user thread inside NCCL leaves by its own deadline */
+    pthread_mutex_lock(&ng->lock); /* a user thread inside NCCL leaves by its own deadline */
     if (!atomic_load(&ng->broken)) ng->culprit = to_break[i].culprit;
     break_locked(ng, to_break[i].why);
     pthread_mutex_unlock(&ng->lock);
     fprintf(stderr, "ember.dist: %s\n", to_break[i].why);
     em_dist_group_release(ng->g);
-    n++;   /* something changed: the next round fails its works */
+    n++; /* something changed: the next round fails its works */
   }
   return n;
 }
@@ -366,7 +366,7 @@ static void *poller_main(void *arg) {
 static em_status connect_group(nccl_group *ng, em_dist_work *w, int device, const char *desc) {
   em_dist_group *g = w->group;
   double deadline = atomic_load(&w->deadline);
-  int64_t len = NCCL_UNIQUE_ID_BYTES + 1;   /* the id, then 1 if rank 0 could make it */
+  int64_t len = NCCL_UNIQUE_ID_BYTES + 1; /* the id, then 1 if rank 0 could make it */
   em_tensor *box = NULL;
   em_status st = em_zeros(&box, 1, &len, EM_UINT8, (em_device){EM_CPU, 0});
   if (st) return st;
@@ -398,7 +398,7 @@ static em_status connect_group(nccl_group *ng, em_dist_work *w, int device, cons
 
   cudaStream_t compute;
   if ((st = em_gpu_enter(desc, device, &compute))) return st;
-  if ((st = em_gpu_stream_new(&ng->cs, device, -1)))   /* non-blocking, highest priority */
+  if ((st = em_gpu_stream_new(&ng->cs, device, -1))) /* non-blocking, highest priority */
     return em_set_error(st, "%s: creating the communication stream: %s", desc, em_last_error());
   ng->stream = ng->cs->handle;
   cudaError_t e = cudaEventCreateWithFlags(&ng->ready, cudaEventDisableTiming);
@@ -422,8 +422,7 @@ static em_status connect_group(nccl_group *ng, em_dist_work *w, int device, cons
     if (timed_out)
       snprintf(text, sizeof text, "not connected after %.3g s (did every rank of the group make this CUDA collective?)",
                em_clock_monotonic() - w->posted_at);
-    else
-      nccl_text(r, comm, text, sizeof text);
+    else nccl_text(r, comm, text, sizeof text);
     if (comm) ncclCommAbort(comm);
     cudaEventDestroy(ng->ready);
     em_gpu_stream_free(ng->cs);
@@ -469,11 +468,11 @@ static em_status nccl_attach(em_dist_group *g, void **impl) {
 static void nccl_free_group(void *impl) {
   nccl_group *ng = impl;
   pthread_mutex_lock(&ng->lock);
-  if (ng->comm) ncclCommAbort(ng->comm);   /* nothing pending: works hold their group */
+  if (ng->comm) ncclCommAbort(ng->comm); /* nothing pending: works hold their group */
   ng->comm = NULL;
   if (ng->device >= 0) {
     cudaEventDestroy(ng->ready);
-    em_gpu_stream_free(ng->cs);   /* back to the device layer's pool */
+    em_gpu_stream_free(ng->cs); /* back to the device layer's pool */
     if (ng->scratch) cudaFree(ng->scratch);
   }
   pthread_mutex_unlock(&ng->lock);
@@ -490,20 +489,15 @@ static ncclResult_t issue(nccl_group *ng, const em_dist_work *w, ncclDataType_t 
   switch (w->kind) {
     case EM_DIST_OP_ALL_REDUCE:
       return ncclAllReduce(out, out, n_out, dt, nccl_op(w->redop, dtype), ng->comm, ng->stream);
-    case EM_DIST_OP_BROADCAST:
-      return ncclBroadcast(out, out, n_out, dt, w->peer, ng->comm, ng->stream);
-    case EM_DIST_OP_ALL_GATHER:
-      return ncclAllGather(in, out, n_in, dt, ng->comm, ng->stream);
+    case EM_DIST_OP_BROADCAST: return ncclBroadcast(out, out, n_out, dt, w->peer, ng->comm, ng->stream);
+    case EM_DIST_OP_ALL_GATHER: return ncclAllGather(in, out, n_in, dt, ng->comm, ng->stream);
     case EM_DIST_OP_REDUCE_SCATTER:
       return ncclReduceScatter(in, out, n_out, dt, nccl_op(w->redop, dtype), ng->comm, ng->stream);
     case EM_DIST_OP_BARRIER:
       return ncclAllReduce(ng->scratch, ng->scratch, 1, ncclFloat32, ncclSum, ng->comm, ng->stream);
-    case EM_DIST_OP_SEND:
-      return ncclSend(in, n_in, dt, w->peer, ng->comm, ng->stream);
-    case EM_DIST_OP_RECV:
-      return ncclRecv(out, n_out, dt, w->peer, ng->comm, ng->stream);
-    default:
-      return ncclInvalidArgument;
+    case EM_DIST_OP_SEND: return ncclSend(in, n_in, dt, w->peer, ng->comm, ng->stream);
+    case EM_DIST_OP_RECV: return ncclRecv(out, n_out, dt, w->peer, ng->comm, ng->stream);
+    default: return ncclInvalidArgument;
   }
 }
 
@@ -511,7 +505,7 @@ static ncclResult_t issue(nccl_group *ng, const em_dist_work *w, ncclDataType_t 
  * that is not the allocator's (adopted, borrowed) is the owner's to keep alive. */
 static void record_on_comm_stream(nccl_group *ng, const em_tensor *t) {
   if (!t || t->storage->deleter || t->storage->borrowed || !t->storage->data) return;
-  if (em_gpu_record_stream(t->storage->data, ng->device, ng->cs)) em_clear_error();   /* the work's reference stays */
+  if (em_gpu_record_stream(t->storage->data, ng->device, ng->cs)) em_clear_error(); /* the work's reference stays */
 }
 
 static em_status nccl_post(void *impl, em_dist_work *w) {
@@ -522,8 +516,10 @@ static em_status nccl_post(void *impl, em_dist_work *w) {
   if (S.stopping || !S.running) return em_set_error(EM_ERR_RUNTIME, "%s: the distributed world was finalized", desc);
   const em_tensor *t = w->in ? w->in : w->out;
   if (w->in && w->out && w->in->storage->device.index != w->out->storage->device.index)
-    return em_set_error(EM_ERR_DEVICE, "%s: the input is on cuda:%d and the output on cuda:%d (NCCL needs both on "
-                        "this rank's GPU)", desc, w->in->storage->device.index, w->out->storage->device.index);
+    return em_set_error(EM_ERR_DEVICE,
+                        "%s: the input is on cuda:%d and the output on cuda:%d (NCCL needs both on "
+                        "this rank's GPU)",
+                        desc, w->in->storage->device.index, w->out->storage->device.index);
   ncclDataType_t dt = ncclFloat32;
   em_dtype dtype = t ? t->dtype : EM_FLOAT32;
   if (t && !nccl_type(dtype, &dt))
@@ -537,7 +533,7 @@ static em_status nccl_post(void *impl, em_dist_work *w) {
     goto out;
   }
   if (device < 0) device = ng->device;
-  if (device < 0 && cudaGetDevice(&device) != cudaSuccess) device = 0;   /* a barrier first */
+  if (device < 0 && cudaGetDevice(&device) != cudaSuccess) device = 0; /* a barrier first */
   if (!ng->comm) {
     if ((st = connect_group(ng, w, device, desc))) {
       /* other ranks may have connected: a later attempt would not match theirs */
@@ -554,7 +550,7 @@ static em_status nccl_post(void *impl, em_dist_work *w) {
                       desc, ng->g->name, ng->device, device);
     goto out;
   }
-  if (t && em_tensor_numel(t) == 0) {   /* nothing moves, on any rank */
+  if (t && em_tensor_numel(t) == 0) { /* nothing moves, on any rank */
     w->started_at = em_clock_monotonic();
     pthread_mutex_unlock(&ng->lock);
     emp_dist_work_done(w, EM_OK, NULL);
@@ -591,12 +587,12 @@ static em_status nccl_post(void *impl, em_dist_work *w) {
     char text[320], why[EM_DIST_MSG];
     if (timed_out)
       snprintf(text, sizeof text, "NCCL did not accept it within %.3g s", em_clock_monotonic() - w->posted_at);
-    else if (r != ncclSuccess)
-      nccl_text(r, ng->comm, text, sizeof text);
-    else
-      snprintf(text, sizeof text, "CUDA error %s recording its completion", cudaGetErrorName(e));
-    snprintf(why, sizeof why, "%s failed on rank %d (cuda:%d): %s; the NCCL communicator of %s was aborted (later "
-             "CUDA collectives on it fail)", desc, my_rank(ng), ng->device, text, ng->g->name);
+    else if (r != ncclSuccess) nccl_text(r, ng->comm, text, sizeof text);
+    else snprintf(text, sizeof text, "CUDA error %s recording its completion", cudaGetErrorName(e));
+    snprintf(why, sizeof why,
+             "%s failed on rank %d (cuda:%d): %s; the NCCL communicator of %s was aborted (later "
+             "CUDA collectives on it fail)",
+             desc, my_rank(ng), ng->device, text, ng->g->name);
     break_locked(ng, why);
     cudaEventDestroy(done);
     st = em_set_error(timed_out ? EM_ERR_RUNTIME : EM_ERR_DEVICE, "%s", why);
@@ -662,7 +658,7 @@ static void nccl_abort_job(const char *message, int exit_status) {
 
 static const em_dist_backend nccl_table = {
     .name = "nccl",
-    .init = NULL,             /* a device backend: the world's CPU backend numbers the ranks */
+    .init = NULL, /* a device backend: the world's CPU backend numbers the ranks */
     .new_group = NULL,
     .free_group = nccl_free_group,
     .post = nccl_post,
@@ -671,7 +667,7 @@ static const em_dist_backend nccl_table = {
     .progress = nccl_progress,
     .run_direct = NULL,
     .attach = nccl_attach,
-    .note_seq = NULL,         /* asked of CPU backends only (symmetric memory is CPU memory) */
+    .note_seq = NULL, /* asked of CPU backends only (symmetric memory is CPU memory) */
     .report_timeout = NULL,
 };
 

@@ -26,20 +26,20 @@
 extern "C" {
 #endif
 
-#define PR_GROUP 32     /* vertices per warp in the update kernel */
-#define PR_LIGHT 32     /* in-degree from which a vertex is heavy */
-#define PR_CHUNK 2048   /* the most arcs in one chunk (64 per lane) */
+#define PR_GROUP 32 /* vertices per warp in the update kernel */
+#define PR_LIGHT 32 /* in-degree from which a vertex is heavy */
+#define PR_CHUNK 2048 /* the most arcs in one chunk (64 per lane) */
 
 typedef struct pr_plan {
-  int64_t n;              /* vertices */
-  int64_t heavy;          /* vertices of in-degree >= PR_LIGHT */
-  int64_t groups;         /* ceil(n / PR_GROUP) */
-  int64_t *group_first;   /* [groups + 1] heavy vertices in the groups before group g */
+  int64_t n; /* vertices */
+  int64_t heavy; /* vertices of in-degree >= PR_LIGHT */
+  int64_t groups; /* ceil(n / PR_GROUP) */
+  int64_t *group_first; /* [groups + 1] heavy vertices in the groups before group g */
   int64_t nchunks;
-  int64_t *chunk_first;   /* [heavy + 1] first chunk of each heavy vertex (heavy index order) */
-  int64_t *chunk_begin;   /* [nchunks] the chunk's first arc */
-  uint32_t *chunk_len;    /* [nchunks] its arcs, 1 .. PR_CHUNK */
-  int64_t max_chunks;     /* the most chunks of one vertex */
+  int64_t *chunk_first; /* [heavy + 1] first chunk of each heavy vertex (heavy index order) */
+  int64_t *chunk_begin; /* [nchunks] the chunk's first arc */
+  uint32_t *chunk_len; /* [nchunks] its arcs, 1 .. PR_CHUNK */
+  int64_t max_chunks; /* the most chunks of one vertex */
 } pr_plan;
 
 /* The plan for a CSR of n vertices (offsets[n + 1]). EM_ERR_MEMORY when the host arrays

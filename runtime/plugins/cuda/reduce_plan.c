@@ -69,8 +69,8 @@ static void split(int64_t blocks, int64_t n, int64_t quantum, int64_t min_chunk,
   *splits = ceil_div(n, *chunk);
 }
 
-void em_rp_plan_reduce(int64_t nout, int64_t nred, int red_contig, int outputs_contig, size_t elsize,
-                       size_t state_size, em_rp_reduce *p) {
+void em_rp_plan_reduce(int64_t nout, int64_t nred, int red_contig, int outputs_contig, size_t elsize, size_t state_size,
+                       em_rp_reduce *p) {
   int64_t quantum, min_chunk;
   if (!red_contig && outputs_contig && nout > 1) {
     int64_t slots = pow2_ceil(nout, 32);

@@ -60,7 +60,7 @@ em_status em_gpu_stream_new(em_cuda_stream **out, int device, int priority) {
     free(s);
     return st;
   }
-  int least = 0, greatest = 0;   /* greatest is the numerically lowest: the highest priority */
+  int least = 0, greatest = 0; /* greatest is the numerically lowest: the highest priority */
   cudaError_t err = cudaDeviceGetStreamPriorityRange(&least, &greatest);
   if (err == cudaSuccess)
     err = cudaStreamCreateWithPriority(&s->handle, cudaStreamNonBlocking, high ? greatest : least);
@@ -125,7 +125,7 @@ int em_gpu_stream_query(em_cuda_stream *s) {
 
 em_status em_gpu_stream_wait_event(em_cuda_stream *s, em_cuda_event *e) {
   const char *op = "cuda.Stream:wait_event";
-  if (!e->recorded) return EM_OK;   /* nothing to wait for, as cudaStreamWaitEvent on an unrecorded event */
+  if (!e->recorded) return EM_OK; /* nothing to wait for, as cudaStreamWaitEvent on an unrecorded event */
   cudaStream_t h;
   int prev;
   em_status st = stream_enter(op, s, &h, &prev);

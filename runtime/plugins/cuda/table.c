@@ -8,10 +8,7 @@
 /* Optional entries this backend leaves to their default (backend.h says what it is). */
 #define em_gpu_optional_count_correct EM_BACKEND_DEFAULT
 
-static const em_backend backend = {
-    .name = "cuda",
-    EM_BACKEND_TABLE(em_gpu)
-};
+static const em_backend backend = {.name = "cuda", EM_BACKEND_TABLE(em_gpu)};
 
 /* The layout this plugin was built with, checked by libember before it reads the rest. */
 static const em_plugin_abi_item abi_items[] = {EM_CUDA_PLUGIN_ABI(EM_PLUGIN_ABI_ITEM)};

@@ -34,26 +34,26 @@ static MPI_Datatype datatype_of(em_dtype d) {
 static MPI_Op half_ops[2][EM_DIST_NUM_REDOPS];
 static int half_ops_created;
 
-#define HALF_OP(name, T, LOAD, STORE, EXPR)                                    \
-  static void name(void *in, void *inout, int *len, MPI_Datatype *dt) {       \
-    (void)dt;                                                                 \
-    const T *restrict a = in;                                                 \
-    T *restrict b = inout;                                                    \
-    for (int i = 0; i < *len; i++) {                                          \
-      float x = LOAD(a[i]), y = LOAD(b[i]);                                   \
-      b[i] = STORE(EXPR);                                                     \
-    }                                                                         \
+#define HALF_OP(name, T, LOAD, STORE, EXPR)                             \
+  static void name(void *in, void *inout, int *len, MPI_Datatype *dt) { \
+    (void)dt;                                                           \
+    const T *restrict a = in;                                           \
+    T *restrict b = inout;                                              \
+    for (int i = 0; i < *len; i++) {                                    \
+      float x = LOAD(a[i]), y = LOAD(b[i]);                             \
+      b[i] = STORE(EXPR);                                               \
+    }                                                                   \
   }
 #define F16_LOAD(v) ((float)(v))
 #define F16_STORE(v) ((_Float16)(v))
 HALF_OP(f16_sum, _Float16, F16_LOAD, F16_STORE, x + y)
 HALF_OP(f16_max, _Float16, F16_LOAD, F16_STORE, x > y || x != x ? x : y)
 HALF_OP(f16_min, _Float16, F16_LOAD, F16_STORE, x < y || x != x ? x : y)
-HALF_OP(f16_prod, _Float16, F16_LOAD, F16_STORE, x * y)
+HALF_OP(f16_prod, _Float16, F16_LOAD, F16_STORE, x *y)
 HALF_OP(bf16_sum, uint16_t, em_bf16_to_float, em_float_to_bf16, x + y)
 HALF_OP(bf16_max, uint16_t, em_bf16_to_float, em_float_to_bf16, x > y || x != x ? x : y)
 HALF_OP(bf16_min, uint16_t, em_bf16_to_float, em_float_to_bf16, x < y || x != x ? x : y)
-HALF_OP(bf16_prod, uint16_t, em_bf16_to_float, em_float_to_bf16, x * y)
+HALF_OP(bf16_prod, uint16_t, em_bf16_to_float, em_float_to_bf16, x *y)
 
 void em_mpi_create_ops(void) {
   MPI_User_function *fns[2][EM_DIST_NUM_REDOPS] = {{f16_sum, f16_sum, f16_max, f16_min, f16_prod},
@@ -92,7 +92,7 @@ void em_mpi_error_text(int code, char *buf, size_t cap) {
 /* ---------------------------------------------------------------- starting and finishing */
 
 static void *data_of(const em_tensor *t) {
-  static char dummy[16];  /* MPI wants a valid address even for 0 elements */
+  static char dummy[16]; /* MPI wants a valid address even for 0 elements */
   void *p = t ? em_tensor_data(t) : NULL;
   return p ? p : dummy;
 }
@@ -128,23 +128,16 @@ static int run_blocking(em_dist_work *w, mpi_group *g) {
   em_mpi_watch_begin(w);
   int rc = MPI_SUCCESS;
   switch (w->kind) {
-    case EM_DIST_OP_ALL_REDUCE:
-      rc = MPI_Allreduce(MPI_IN_PLACE, data_of(w->out), (int)n, dt, op, g->comm);
-      break;
-    case EM_DIST_OP_BROADCAST:
-      rc = MPI_Bcast(data_of(w->out), (int)n, dt, w->peer, g->comm);
-      break;
+    case EM_DIST_OP_ALL_REDUCE: rc = MPI_Allreduce(MPI_IN_PLACE, data_of(w->out), (int)n, dt, op, g->comm); break;
+    case EM_DIST_OP_BROADCAST: rc = MPI_Bcast(data_of(w->out), (int)n, dt, w->peer, g->comm); break;
     case EM_DIST_OP_ALL_GATHER:
       rc = MPI_Allgather(data_of(w->in), (int)n, dt, data_of(w->out), (int)n, dt, g->comm);
       break;
     case EM_DIST_OP_REDUCE_SCATTER:
       rc = MPI_Reduce_scatter_block(data_of(w->in), data_of(w->out), (int)(n / g->size), dt, op, g->comm);
       break;
-    case EM_DIST_OP_BARRIER:
-      rc = MPI_Barrier(g->comm);
-      break;
-    default:
-      break;
+    case EM_DIST_OP_BARRIER: rc = MPI_Barrier(g->comm); break;
+    default: break;
   }
   em_mpi_watch_end();
   if (rc != MPI_SUCCESS) {
@@ -208,18 +201,10 @@ void em_mpi_start_work(em_dist_work *w, mpi_group *g, int may_block) {
     int cnt = (int)(n - off < CHUNK_ELEMS ? n - off : CHUNK_ELEMS);
     char *p = buf + off * esize;
     switch (w->kind) {
-      case EM_DIST_OP_ALL_REDUCE:
-        rc = MPI_Iallreduce(MPI_IN_PLACE, p, cnt, dt, op, g->comm, &f->reqs[i]);
-        break;
-      case EM_DIST_OP_BROADCAST:
-        rc = MPI_Ibcast(p, cnt, dt, w->peer, g->comm, &f->reqs[i]);
-        break;
-      case EM_DIST_OP_SEND:
-        rc = MPI_Isend(p, cnt, dt, w->peer, w->tag, g->comm, &f->reqs[i]);
-        break;
-      case EM_DIST_OP_RECV:
-        rc = MPI_Irecv(p, cnt, dt, w->peer, w->tag, g->comm, &f->reqs[i]);
-        break;
+      case EM_DIST_OP_ALL_REDUCE: rc = MPI_Iallreduce(MPI_IN_PLACE, p, cnt, dt, op, g->comm, &f->reqs[i]); break;
+      case EM_DIST_OP_BROADCAST: rc = MPI_Ibcast(p, cnt, dt, w->peer, g->comm, &f->reqs[i]); break;
+      case EM_DIST_OP_SEND: rc = MPI_Isend(p, cnt, dt, w->peer, w->tag, g->comm, &f->reqs[i]); break;
+      case EM_DIST_OP_RECV: rc = MPI_Irecv(p, cnt, dt, w->peer, w->tag, g->comm, &f->reqs[i]); break;
       case EM_DIST_OP_ALL_GATHER:
         rc = MPI_Iallgather(data_of(w->in), (int)n, dt, data_of(w->out), (int)n, dt, g->comm, &f->reqs[i]);
         break;
@@ -227,11 +212,8 @@ void em_mpi_start_work(em_dist_work *w, mpi_group *g, int may_block) {
         rc = MPI_Ireduce_scatter_block(data_of(w->in), data_of(w->out), (int)(n / g->size), dt, op, g->comm,
                                        &f->reqs[i]);
         break;
-      case EM_DIST_OP_BARRIER:
-        rc = MPI_Ibarrier(g->comm, &f->reqs[i]);
-        break;
-      default:
-        break;
+      case EM_DIST_OP_BARRIER: rc = MPI_Ibarrier(g->comm, &f->reqs[i]); break;
+      default: break;
     }
   }
   if (w->seq) g->posted_seq = w->seq;
@@ -268,8 +250,7 @@ int em_mpi_try_finish(inflight *f) {
         got += c;
       }
       if (got != f->count) {
-        snprintf(msg, sizeof msg, "expected %lld elements, the sender sent %lld", (long long)f->count,
-                 (long long)got);
+        snprintf(msg, sizeof msg, "expected %lld elements, the sender sent %lld", (long long)f->count, (long long)got);
         problem = msg;
       }
     }
@@ -342,7 +323,7 @@ static const em_dist_backend mpi_backend = {
     .abort_job = em_mpi_abort_job,
     .progress = em_mpi_progress,
     .run_direct = em_mpi_run_direct,
-    .attach = NULL,   /* a CPU backend: init and new_group number the ranks */
+    .attach = NULL, /* a CPU backend: init and new_group number the ranks */
     .note_seq = em_mpi_note_seq,
     .report_timeout = em_mpi_report_timeout,
 };

@@ -19,12 +19,12 @@
 /* A group as MPI sees it; used under the MPI lock once created. */
 typedef struct mpi_group {
   int id;
-  MPI_Comm comm;             /* MPI_COMM_NULL on ranks outside the group */
+  MPI_Comm comm; /* MPI_COMM_NULL on ranks outside the group */
   int rank, size;
   int *world_ranks;
-  _Atomic int64_t posted_seq;     /* last collective handed to MPI or run in shared memory */
-  _Atomic int64_t completed_seq;  /* (queries read these; set from any thread) */
-  struct mpi_group *next;    /* registry */
+  _Atomic int64_t posted_seq; /* last collective handed to MPI or run in shared memory */
+  _Atomic int64_t completed_seq; /* (queries read these; set from any thread) */
+  struct mpi_group *next; /* registry */
 } mpi_group;
 
 typedef enum { TASK_WORK, TASK_NEW_GROUP, TASK_FREE_GROUP, TASK_STOP } mpi_task_kind;
@@ -33,9 +33,9 @@ typedef enum { TASK_WORK, TASK_NEW_GROUP, TASK_FREE_GROUP, TASK_STOP } mpi_task_
  * collectives reach MPI is the order the program called them, the same on every rank. */
 typedef struct mpi_task {
   mpi_task_kind kind;
-  em_dist_work *work;        /* TASK_WORK */
-  mpi_group *group;          /* TASK_WORK, TASK_FREE_GROUP; TASK_NEW_GROUP: the parent */
-  int n;                     /* TASK_NEW_GROUP */
+  em_dist_work *work; /* TASK_WORK */
+  mpi_group *group; /* TASK_WORK, TASK_FREE_GROUP; TASK_NEW_GROUP: the parent */
+  int n; /* TASK_NEW_GROUP */
   int *ranks;
   int id;
   mpi_group *result;
@@ -48,16 +48,16 @@ typedef struct mpi_task {
 
 /* One operation in MPI's hands. */
 typedef struct inflight {
-  em_dist_work *w;           /* NULL for the barrier of a group creation */
-  mpi_task *task;            /* that group creation */
+  em_dist_work *w; /* NULL for the barrier of a group creation */
+  mpi_task *task; /* that group creation */
   mpi_group *g;
   int nreq;
   MPI_Request *reqs;
   MPI_Request small[4];
   MPI_Datatype dt;
-  int64_t count;             /* elements received/reduced per rank */
-  double deadline_fallback;  /* for group creation and the final barrier */
-  int finalizing;            /* the barrier before MPI_Finalize */
+  int64_t count; /* elements received/reduced per rank */
+  double deadline_fallback; /* for group creation and the final barrier */
+  int finalizing; /* the barrier before MPI_Finalize */
   struct inflight *next;
 } inflight;
 

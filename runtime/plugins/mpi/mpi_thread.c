@@ -38,15 +38,15 @@
 #define MAX_BACKOFF_NS 200000
 
 MPI_Comm em_mpi_world_comm = MPI_COMM_NULL;
-static __thread int on_comm_thread;   /* this thread is the communication thread */
+static __thread int on_comm_thread; /* this thread is the communication thread */
 int em_mpi_world_rank, em_mpi_world_size;
 
 static struct {
   pthread_t thread;
-  int running;                     /* the thread exists */
-  pthread_mutex_t mpi;             /* held around every MPI call after MPI_Init */
-  pthread_mutex_t lock;            /* the queue, task completion, start-up, stop */
-  pthread_cond_t cond;             /* queue not empty, task done, init done */
+  int running; /* the thread exists */
+  pthread_mutex_t mpi; /* held around every MPI call after MPI_Init */
+  pthread_mutex_t lock; /* the queue, task completion, start-up, stop */
+  pthread_cond_t cond; /* queue not empty, task done, init done */
   mpi_task *head, *tail;
   atomic_int queued;
   int stopping;
@@ -67,14 +67,14 @@ static struct {
   mpi_group *groups;
   MPI_Request qreq;
   int64_t qbuf[2];
-  int64_t *answers;                /* [world_size][3], one outgoing answer buffer per asker */
+  int64_t *answers; /* [world_size][3], one outgoing answer buffer per asker */
   double last_query_check;
   int spin;
-  int finalizing;                  /* past the end of the program: in the final barrier */
+  int finalizing; /* past the end of the program: in the final barrier */
   /* the blocking call a waiting thread is inside, watched by the communication thread */
   atomic_int watching;
   _Atomic double watch_deadline, watch_posted;
-  em_dist_work watch_copy;         /* what the watched work was, described only on timeout */
+  em_dist_work watch_copy; /* what the watched work was, described only on timeout */
 } S = {.mpi = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
 /* ---------------------------------------------------------------- registry */
@@ -119,7 +119,7 @@ static void service_queries(void) {
     int64_t *a = &S.answers[3 * src];
     a[0] = S.qbuf[0];
     a[1] = g ? g->posted_seq : -1;
-    a[2] = S.finalizing ? -2 : g ? g->completed_seq : -1;   /* -2: this rank has finished */
+    a[2] = S.finalizing ? -2 : g ? g->completed_seq : -1; /* -2: this rank has finished */
     MPI_Request r;
     if (MPI_Isend(a, 3, MPI_INT64_T, src, TAG_ANSWER, S.ctrl, &r) == MPI_SUCCESS) MPI_Request_free(&r);
     MPI_Irecv(S.qbuf, 2, MPI_INT64_T, MPI_ANY_SOURCE, TAG_QUERY, S.ctrl, &S.qreq);
@@ -188,11 +188,10 @@ static void report_timeout(inflight *f, double now) {
   int listed = 0;
   for (int i = 0; i < np && n < (int)sizeof msg - 300; i++) {
     int64_t *a = &ans[3 * i];
-    if (answered[i] && (f->finalizing ? a[2] == -2 : !p2p && a[1] >= seq)) continue;  /* it has reached it */
+    if (answered[i] && (f->finalizing ? a[2] == -2 : !p2p && a[1] >= seq)) continue; /* it has reached it */
     n += snprintf(msg + n, sizeof msg - n, "%s", listed ? "; " : ", waiting for ");
     n += rank_text(msg + n, sizeof msg - n, g, peers[i]);
-    if (!answered[i])
-      n += snprintf(msg + n, sizeof msg - n, " (no answer: dead, stopped or hung)");
+    if (!answered[i]) n += snprintf(msg + n, sizeof msg - n, " (no answer: dead, stopped or hung)");
     else if (f->finalizing)
       n += snprintf(msg + n, sizeof msg - n, " (alive, but still running: its last collective on this group is #%lld)",
                     (long long)a[1]);
@@ -200,8 +199,8 @@ static void report_timeout(inflight *f, double now) {
       n += snprintf(msg + n, sizeof msg - n, " (alive, its last collective on this group is #%lld, but no matching %s)",
                     (long long)a[1], w->kind == EM_DIST_OP_RECV ? "send arrived" : "receive was posted");
     else
-      n += snprintf(msg + n, sizeof msg - n, " (alive, but has not reached it: its last collective on this group is #%lld)",
-                    (long long)a[1]);
+      n += snprintf(msg + n, sizeof msg - n,
+                    " (alive, but has not reached it: its last collective on this group is #%lld)", (long long)a[1]);
     listed++;
   }
   if (!listed && np > 0)
@@ -303,8 +302,7 @@ static void run_task(mpi_task *t) {
       finish_task(t, EM_OK, NULL);
       break;
     }
-    case TASK_STOP:
-      break;
+    case TASK_STOP: break;
   }
 }
 
@@ -385,7 +383,7 @@ static void check_watch(void) {
           "collective, run by MPI itself: the ranks that did not take part cannot be named); aborting the job\n",
           what, now - atomic_load(&S.watch_posted), em_mpi_world_rank);
   fflush(stderr);
-  alarm(10);   /* should MPI_Abort not get through while another thread is inside MPI */
+  alarm(10); /* should MPI_Abort not get through while another thread is inside MPI */
   MPI_Abort(MPI_COMM_WORLD, EM_DIST_EXIT_TIMEOUT);
   _exit(EM_DIST_EXIT_TIMEOUT);
 }
@@ -443,7 +441,7 @@ int em_mpi_run_direct(void *group_impl, em_dist_work *w) {
   if (!S.running || !em_mpi_direct_eligible(w)) return 0;
   pthread_mutex_lock(&S.mpi);
   if (atomic_load(&S.abort_requested)) do_abort();
-  if (atomic_load(&S.queued)) progress_once();   /* post what came first */
+  if (atomic_load(&S.queued)) progress_once(); /* post what came first */
   em_mpi_run_blocking(w, group_impl);
   pthread_mutex_unlock(&S.mpi);
   return 1;
@@ -476,13 +474,13 @@ static void loop(void) {
         check_watch();
       } else if (!busy) {
         timed_wait_ms(IDLE_WAKE_MS);
-        if (!S.head && !S.stopping) break;   /* woke with nothing queued: answer queries */
+        if (!S.head && !S.stopping) break; /* woke with nothing queued: answer queries */
       } else {
         timed_wait_ms(ASIDE_WAKE_MS);
       }
     }
     pthread_mutex_unlock(&S.lock);
-    if (pthread_mutex_trylock(&S.mpi)) {   /* a waiting thread drives MPI (maybe inside a call) */
+    if (pthread_mutex_trylock(&S.mpi)) { /* a waiting thread drives MPI (maybe inside a call) */
       check_watch();
       sleep_ns(ASIDE_WAKE_MS * 1000000L);
       continue;
