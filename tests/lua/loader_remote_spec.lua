@@ -227,6 +227,13 @@ describe('the trainer', function()
     frames(s, many)
     h.kind = 1
     frames(s, { h, 'short', 'fp' })
+    -- a FATAL and an ERROR from a peer that has not said hello: ignored, not the end of the run
+    local fatal = ffi.new('test_dp_hdr', h)
+    fatal.kind = 8   -- DP_FATAL
+    frames(s, { fatal, 'forged: the dataset cannot be read' })
+    local forged_error = ffi.new('test_dp_hdr', h)
+    forged_error.kind = 7   -- DP_ERROR
+    frames(s, { forged_error, 'forged: a bad record' })
     -- a proper hello, then a lease answered with a batch that claims more than it holds
     local hello = ffi.new('test_dp_hello')
     hello.pid, hello.dataset_size, hello.nonce = 999999, 16, 12345
