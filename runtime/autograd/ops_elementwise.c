@@ -6,7 +6,7 @@
 static const char *binop_name[EM_NUM_BINOPS] = {
     [EM_ADD] = "AddBackward",         [EM_SUB] = "SubBackward",   [EM_MUL] = "MulBackward",
     [EM_DIV] = "DivBackward",         [EM_POW] = "PowBackward",   [EM_MAXIMUM] = "MaximumBackward",
-    [EM_MINIMUM] = "MinimumBackward", [EM_FMOD] = "FmodBackward",
+    [EM_MINIMUM] = "MinimumBackward", [EM_FMOD] = "FmodBackward", [EM_ATAN2] = "Atan2Backward",
 };
 
 static const char *unop_name[EM_NUM_UNOPS] = {
@@ -17,10 +17,10 @@ static const char *unop_name[EM_NUM_UNOPS] = {
     [EM_CEIL] = "CeilBackward",     [EM_ROUND] = "RoundBackward", [EM_RECIPROCAL] = "ReciprocalBackward",
     [EM_SQUARE] = "SquareBackward", [EM_RSQRT] = "RsqrtBackward", [EM_LOG1P] = "Log1pBackward",
     [EM_EXPM1] = "Expm1Backward",   [EM_ERF] = "ErfBackward",     [EM_GELU] = "GeluBackward",
-    [EM_SILU] = "SiluBackward",
+    [EM_SILU] = "SiluBackward",   [EM_LOG2] = "Log2Backward",   [EM_LOG10] = "Log10Backward",
 };
 
-static int is_differentiable_binop(em_binop op) { return op <= EM_FMOD; }
+static int is_differentiable_binop(em_binop op) { return op <= EM_ATAN2; }
 
 /* ---- a op b ---- */
 
@@ -69,6 +69,13 @@ static em_status binary_backward(em_node *n, em_tensor *const *go, em_tensor **g
         gb = ag_sc_unary(&sc, EM_NEG, ag_sc_binary(&sc, EM_MUL, g, tq));
       }
       break;
+    case EM_ATAN2: { /* d/da = b / (a^2 + b^2), d/db = -a / (a^2 + b^2) */
+      em_tensor *r2 = ag_sc_binary(&sc, EM_ADD, ag_sc_unary(&sc, EM_SQUARE, a), ag_sc_unary(&sc, EM_SQUARE, b));
+      em_tensor *gr = ag_sc_binary(&sc, EM_DIV, g, r2);
+      if (need_a) ga = ag_sc_binary(&sc, EM_MUL, gr, b);
+      if (need_b) gb = ag_sc_unary(&sc, EM_NEG, ag_sc_binary(&sc, EM_MUL, gr, a));
+      break;
+    }
     default: return em_set_error(EM_ERR_UNSUPPORTED, "%s: no derivative", n->name);
   }
   if (!sc.st && need_a) {
@@ -91,7 +98,8 @@ em_status em_ag_binary(em_binop op, em_tensor **out, const em_tensor *a, const e
   em_node *n = ag_node_new(binop_name[op], binary_backward, 2, in, 1);
   if (n) {
     n->i[0] = op;
-    if (op == EM_MUL || op == EM_POW || op == EM_MAXIMUM || op == EM_MINIMUM || op == EM_FMOD) ag_node_save(n, 0, a);
+    if (op == EM_MUL || op == EM_POW || op == EM_MAXIMUM || op == EM_MINIMUM || op == EM_FMOD || op == EM_ATAN2)
+      ag_node_save(n, 0, a);
     if (op != EM_ADD && op != EM_SUB) ag_node_save(n, 1, b);
     if (op == EM_DIV || op == EM_POW) ag_node_save(n, 2, *out);
   }
@@ -143,6 +151,11 @@ static em_status scalar_backward(em_node *n, em_tensor *const *go, em_tensor **g
         ga = ag_sc_unary(&sc, EM_NEG, ag_sc_binary(&sc, EM_MUL, g, tq));
       }
       break;
+    case EM_ATAN2: { /* atan2(a, s): s / (a^2 + s^2); atan2(s, a): -s / (a^2 + s^2) */
+      em_tensor *r2 = ag_sc_scalar(&sc, EM_ADD, ag_sc_unary(&sc, EM_SQUARE, a), s * s);
+      ga = ag_sc_binary(&sc, EM_DIV, ag_sc_scalar(&sc, EM_MUL, g, reversed ? -s : s), r2);
+      break;
+    }
     default: return em_set_error(EM_ERR_UNSUPPORTED, "%s: no derivative", n->name);
   }
   if (!sc.st) {
@@ -163,7 +176,7 @@ em_status em_ag_binary_scalar(em_binop op, em_tensor **out, const em_tensor *a, 
     n->i[0] = op;
     n->i[1] = reversed;
     n->d[0] = s;
-    if (op == EM_POW || op == EM_MAXIMUM || op == EM_MINIMUM || (op == EM_DIV && reversed) ||
+    if (op == EM_POW || op == EM_MAXIMUM || op == EM_MINIMUM || op == EM_ATAN2 || (op == EM_DIV && reversed) ||
         (op == EM_FMOD && reversed))
       ag_node_save(n, 0, a);
     if (op == EM_DIV || op == EM_POW) ag_node_save(n, 2, *out);
@@ -215,6 +228,8 @@ static em_status unary_backward(em_node *n, em_tensor *const *go, em_tensor **gi
       ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_scalar(&sc, EM_MUL, ag_sc_scalar(&sc, EM_POW, out, 3.0), -0.5));
       break;
     case EM_LOG1P: ga = ag_sc_binary(&sc, EM_DIV, g, ag_sc_scalar(&sc, EM_ADD, a, 1.0)); break;
+    case EM_LOG2: ga = ag_sc_binary(&sc, EM_DIV, g, ag_sc_scalar(&sc, EM_MUL, a, M_LN2)); break;
+    case EM_LOG10: ga = ag_sc_binary(&sc, EM_DIV, g, ag_sc_scalar(&sc, EM_MUL, a, M_LN10)); break;
     case EM_EXPM1: ga = ag_sc_binary(&sc, EM_MUL, g, ag_sc_scalar(&sc, EM_ADD, out, 1.0)); break;
     case EM_ERF: /* 2/sqrt(pi) exp(-a^2) */
       ga = ag_sc_binary(

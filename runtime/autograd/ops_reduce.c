@@ -73,6 +73,68 @@ static const char *redop_name(em_redop op) {
   }
 }
 
+/* ---- values chosen by position (sort, topk, max/min along a dim): the gradient goes back
+ * to the positions the values came from. saved[0] holds the positions (from base i[2]) in
+ * the result's shape; i[1] is the dim; i[3] says that the dim was reduced away (keepdim
+ * off), so the positions and the gradient get it back as size 1 first. ---- */
+
+static em_status pick_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
+  if (!go[0]) return EM_OK;
+  int dim = (int)n->i[1], base = (int)n->i[2];
+  em_tensor *z = NULL, *g = NULL, *idx = NULL;
+  em_status st = em_zeros(&z, n->ndims[0], n->shapes[0], go[0]->dtype, go[0]->storage->device);
+  if (!st && n->i[3] && n->ndims[0] > 0) {
+    if (!(st = em_unsqueeze(&g, go[0], dim))) st = em_unsqueeze(&idx, n->saved[0], dim);
+  } else if (!st) {
+    em_tensor_retain(go[0]), em_tensor_retain(n->saved[0]);
+    g = go[0], idx = n->saved[0];
+  }
+  if (!st) st = em_scatter_(z, dim, idx, g, 1, base);
+  em_tensor_release(g), em_tensor_release(idx);
+  if (st) {
+    em_tensor_release(z);
+    return st;
+  }
+  return ag_finish_input_grad(n, 0, z, &gi[0]);
+}
+
+static em_status record_pick(const char *name, em_tensor **values, const em_tensor *a, const em_tensor *indices,
+                             int dim, int base, int reduced) {
+  const em_tensor *in[1] = {a};
+  em_node *n = ag_node_new(name, pick_backward, 1, in, 1);
+  if (n) {
+    ag_node_save(n, 0, indices);
+    n->i[1] = dim < 0 ? dim + (a->ndim ? a->ndim : 1) : dim;
+    n->i[2] = base;
+    n->i[3] = reduced;
+  }
+  return ag_finish_record(values, n);
+}
+
+/* Runs a sort-like op; while recording, with positions of its own when none are wanted. */
+static em_status pick(const char *name, em_tensor **values, em_tensor **indices, const em_tensor *a, int64_t k,
+                      int dim, int flag, int base, int is_topk) {
+  const em_tensor *in[1] = {a};
+  bool record = ag_any_requires_grad(1, in);
+  em_status st;
+  if (record && ((st = ag_check_out_free(name, values)) || (indices && (st = ag_check_out_free(name, indices)))))
+    return st;
+  em_tensor *own = NULL, **idx = indices ? indices : record ? &own : NULL;
+  st = is_topk ? em_topk(values, idx, a, k, dim, flag, base) : em_sort(values, idx, a, dim, flag, base);
+  if (!st && record) st = record_pick(is_topk ? "TopkBackward" : "SortBackward", values, a, *idx, dim, base, 0);
+  em_tensor_release(own);
+  return st;
+}
+
+em_status em_ag_sort(em_tensor **values, em_tensor **indices, const em_tensor *a, int dim, int descending, int base) {
+  return pick("sort", values, indices, a, 0, dim, descending, base, 0);
+}
+
+em_status em_ag_topk(em_tensor **values, em_tensor **indices, const em_tensor *a, int64_t k, int dim, int largest,
+                     int base) {
+  return pick("topk", values, indices, a, k, dim, largest, base, 1);
+}
+
 em_status em_ag_reduce(em_redop op, em_tensor **out, em_tensor **indices, const em_tensor *a, const int *dims,
                        int ndims, int keepdim, int base) {
   em_autocast_ops ac;
@@ -87,6 +149,8 @@ em_status em_ag_reduce(em_redop op, em_tensor **out, em_tensor **indices, const 
   em_status st;
   if (record && (st = ag_check_out_free(redop_name(op), out))) return st;
   if ((st = em_reduce(op, out, indices, a, dims, ndims, keepdim, base)) || !record) return st;
+  if ((op == EM_MAX || op == EM_MIN) && indices && ndims == 1)
+    return record_pick(op == EM_MAX ? "MaxBackward" : "MinBackward", out, a, *indices, dims[0], base, !keepdim);
   em_node *n = ag_node_new(redop_name(op), reduce_backward, 1, in, 1);
   if (n) {
     n->i[0] = op;

@@ -80,7 +80,9 @@ static em_status slice_backward(em_node *n, em_tensor *const *go, em_tensor **gi
   em_status st = em_zeros(&z, n->ndims[0], n->shapes[0], go[0]->dtype, go[0]->storage->device);
   if (!st) {
     int dim = (int)n->i[1];
-    st = n->i[0] ? em_select(&slice, z, dim, n->i[2]) : em_narrow(&slice, z, dim, n->i[2], n->i[3]);
+    st = n->i[0] == 2 ? em_slice(&slice, z, dim, n->i[2], n->i[3], n->i[4])
+         : n->i[0]    ? em_select(&slice, z, dim, n->i[2])
+                      : em_narrow(&slice, z, dim, n->i[2], n->i[3]);
   }
   if (!st) st = em_copy_(slice, go[0]);
   em_tensor_release(slice);
@@ -113,6 +115,17 @@ em_status em_ag_select(em_tensor **out, const em_tensor *a, int dim, int64_t ind
     if (dim < 0) dim += a->ndim;
     if (index < 0) index += a->sizes[dim];
     n->i[0] = 1, n->i[1] = dim, n->i[2] = index;
+  }
+  return ag_finish_record(out, n);
+}
+
+em_status em_ag_slice(em_tensor **out, const em_tensor *a, int dim, int64_t start, int64_t end, int64_t step) {
+  RECORDING("slice", 1, a)
+  em_status st = em_slice(out, a, dim, start, end, step);
+  if (st || !record_) return st;
+  em_node *n = ag_node_new("SliceBackward", slice_backward, 1, in_, 1);
+  if (n) { /* the same positions as the forward: start and end as given, normalised again */
+    n->i[0] = 2, n->i[1] = dim < 0 ? dim + a->ndim : dim, n->i[2] = start, n->i[3] = end, n->i[4] = step;
   }
   return ag_finish_record(out, n);
 }

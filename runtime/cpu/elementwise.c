@@ -118,7 +118,8 @@ static inline int64_t imod(int64_t x, int64_t y, elem_ctx *c) {
 #define FLOAT_OPS(X, SUF, T, UT)         \
   X(div, SUF, T, UT, T, , x / y)         \
   X(pow, SUF, T, UT, T, , FM(pow, x, y)) \
-  X(fmod, SUF, T, UT, T, , FM(fmod, x, y))
+  X(fmod, SUF, T, UT, T, , FM(fmod, x, y))   \
+  X(atan2, SUF, T, UT, T, , FM(atan2, x, y))
 #define INT_OPS(X, SUF, T, UT)                                       \
   X(pow, SUF, T, UT, T, , (scalar_t)ipow((int64_t)x, (int64_t)y, c)) \
   X(fmod, SUF, T, UT, T, , (scalar_t)imod((int64_t)x, (int64_t)y, c))
@@ -158,6 +159,7 @@ static const em_loop_fn binary_loops[EM_NUM_BINOPS][EM_NUM_DTYPES] = {
     [EM_MAXIMUM] = ROW_BOOL_AS(maximum, logical_or_u8),
     [EM_MINIMUM] = ROW_BOOL_AS(minimum, logical_and_u8),
     [EM_FMOD] = ROW_NOBOOL(fmod),
+    [EM_ATAN2] = {[EM_FLOAT32] = atan2_f32, [EM_FLOAT64] = atan2_f64},
     [EM_EQ] = ROW(eq),
     [EM_NE] = ROW(ne),
     [EM_LT] = ROW(lt),
@@ -172,7 +174,7 @@ static const em_loop_fn binary_loops[EM_NUM_BINOPS][EM_NUM_DTYPES] = {
 static const em_loop_fn add_scaled_loops[EM_NUM_DTYPES] = ROW_BOOL_AS(add_scaled, add_scaled_b8);
 
 static const char *const binop_names[EM_NUM_BINOPS] = {
-    "add", "sub", "mul", "div", "pow", "maximum",     "minimum",    "fmod",       "eq",
+    "add", "sub", "mul", "div", "pow", "maximum",     "minimum",    "fmod",       "atan2", "eq",
     "ne",  "lt",  "le",  "gt",  "ge",  "logical_and", "logical_or", "logical_xor"};
 
 static em_status unsupported(const char *op, em_dtype dtype) {

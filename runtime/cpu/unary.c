@@ -174,6 +174,8 @@ static inline double ceil_via_rint(double x) {
   X(reciprocal, SUF, T, T, T, (scalar_t)1 / x)      \
   X(rsqrt, SUF, T, T, T, (scalar_t)1 / M1(sqrt, x)) \
   X(log1p, SUF, T, T, T, M1(log1p, x))              \
+  X(log2, SUF, T, T, T, M1(log2, x))                \
+  X(log10, SUF, T, T, T, M1(log10, x))              \
   X(expm1, SUF, T, T, T, M1(expm1, x))              \
   X(erf, SUF, T, T, T, ERF(x))                      \
   X(gelu, SUF, T, T, T, GELU(x))                    \
@@ -244,13 +246,15 @@ static const em_loop_fn unary_loops[EM_NUM_UNOPS][EM_NUM_DTYPES] = {
     [EM_ERF] = FROW(erf),
     [EM_GELU] = FROW(gelu),
     [EM_SILU] = FROW(silu),
+    [EM_LOG2] = FROW(log2),
+    [EM_LOG10] = FROW(log10),
     [EM_LOGICAL_NOT] = ROW(logical_not),
 };
 
 static const char *const unop_names[EM_NUM_UNOPS] = {"neg",   "abs",   "exp",        "log",    "sqrt",       "sin",
                                                      "cos",   "tanh",  "sigmoid",    "relu",   "sign",       "floor",
                                                      "ceil",  "round", "reciprocal", "square", "rsqrt",      "log1p",
-                                                     "expm1", "erf",   "gelu",       "silu",   "logical_not"};
+                                                     "expm1", "erf",   "gelu",       "silu",   "log2",       "log10", "logical_not"};
 
 em_status cpu_unary(em_unop op, em_tensor *out, const em_tensor *a) {
   em_loop_fn fn = unary_loops[op][a->dtype];

@@ -22,7 +22,7 @@ extern "C" {
 
 /* Raised whenever an entry, its parameters or one of the structs below changes: plugins
  * built against another version are refused when they load (see EM_BACKEND_ABI). */
-#define EM_BACKEND_API_VERSION 2
+#define EM_BACKEND_API_VERSION 3
 
 typedef enum em_random_kind {
   EM_RANDOM_UNIFORM,

@@ -14,13 +14,13 @@
 #include "plugins/plugin_api.h"
 
 static const char *const binop_names[EM_NUM_BINOPS] = {
-    "add", "sub", "mul", "div", "pow", "maximum",     "minimum",    "fmod",       "eq",
+    "add", "sub", "mul", "div", "pow", "maximum",     "minimum",    "fmod",       "atan2", "eq",
     "ne",  "lt",  "le",  "gt",  "ge",  "logical_and", "logical_or", "logical_xor"};
 
 static const char *const unop_names[EM_NUM_UNOPS] = {"neg",   "abs",   "exp",        "log",    "sqrt",       "sin",
                                                      "cos",   "tanh",  "sigmoid",    "relu",   "sign",       "floor",
                                                      "ceil",  "round", "reciprocal", "square", "rsqrt",      "log1p",
-                                                     "expm1", "erf",   "gelu",       "silu",   "logical_not"};
+                                                     "expm1", "erf",   "gelu",       "silu",   "log2",       "log10", "logical_not"};
 
 /* ---- dtype rules ---- */
 
@@ -60,6 +60,8 @@ static bool is_float_unop(em_unop op) {
     case EM_LOG1P:
     case EM_EXPM1:
     case EM_ERF:
+    case EM_LOG2:
+    case EM_LOG10:
     case EM_GELU:
     case EM_SILU: return true;
     default: return false;
@@ -252,7 +254,7 @@ em_status em_binary(em_binop op, em_tensor **out, const em_tensor *a, const em_t
       (st = check_math_dtype(name, b)) || (st = check_given_out(name, out, a, b)))
     return st;
   em_dtype compute = em_dtype_promote(a->dtype, b->dtype);
-  if (op == EM_DIV && !em_dtype_is_floating(compute)) compute = EM_FLOAT32; /* true division */
+  if ((op == EM_DIV || op == EM_ATAN2) && !em_dtype_is_floating(compute)) compute = EM_FLOAT32; /* true division */
   if (op == EM_SUB && compute == EM_BOOL)
     return em_set_error(EM_ERR_DTYPE,
                         "%s: subtracting bool tensors is not supported; use logical_xor, or "
@@ -285,7 +287,7 @@ em_status em_binary_scalar(em_binop op, em_tensor **out, const em_tensor *a, dou
       (st = check_given_out(name, out, a, NULL)))
     return st;
   em_dtype compute = scalar_promote(a->dtype, s);
-  if (op == EM_DIV && !em_dtype_is_floating(compute)) compute = EM_FLOAT32;
+  if ((op == EM_DIV || op == EM_ATAN2) && !em_dtype_is_floating(compute)) compute = EM_FLOAT32;
   if (!em_dtype_is_floating(compute)) {
     if ((st = check_int_scalar(name, "scalar", s, compute))) return st;
     if (op == EM_POW && !reversed && s < 0)

@@ -121,6 +121,27 @@ em_status em_narrow(em_tensor **out, const em_tensor *a, int dim, int64_t start,
   return make_view(out, a, a->ndim, sizes, a->strides, a->offset + start * a->strides[dim]);
 }
 
+em_status em_slice(em_tensor **out, const em_tensor *a, int dim, int64_t start, int64_t end, int64_t step) {
+  em_status st = tn_check_tensor("slice", a, "tensor");
+  if (st) return st;
+  if (a->ndim == 0) return em_set_error(EM_ERR_SHAPE, "slice: cannot slice a 0-d tensor");
+  if ((st = tn_check_dim("slice", &dim, a->ndim))) return st;
+  if (step <= 0)
+    return em_set_error(EM_ERR_ARGUMENT, "slice: step must be positive, got %lld (negative steps are not supported; use flip)",
+                        (long long)step);
+  int64_t size = a->sizes[dim];
+  if (start < 0) start += size;
+  if (end < 0) end += size;
+  start = start < 0 ? 0 : start > size ? size : start;
+  end = end < start ? start : end > size ? size : end;
+  int64_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS];
+  memcpy(sizes, a->sizes, sizeof sizes);
+  memcpy(strides, a->strides, sizeof strides);
+  sizes[dim] = (end - start + step - 1) / step;
+  strides[dim] = a->strides[dim] * step;
+  return make_view(out, a, a->ndim, sizes, strides, a->offset + start * a->strides[dim]);
+}
+
 em_status em_select(em_tensor **out, const em_tensor *a, int dim, int64_t index) {
   em_status st = tn_check_tensor("select", a, "tensor");
   if (st) return st;

@@ -51,7 +51,7 @@ end
 
 local BINOPS = {
   add = C.EM_ADD, sub = C.EM_SUB, mul = C.EM_MUL, div = C.EM_DIV, pow = C.EM_POW,
-  maximum = C.EM_MAXIMUM, minimum = C.EM_MINIMUM, fmod = C.EM_FMOD,
+  maximum = C.EM_MAXIMUM, minimum = C.EM_MINIMUM, fmod = C.EM_FMOD, atan2 = C.EM_ATAN2,
   eq = C.EM_EQ, ne = C.EM_NE, lt = C.EM_LT, le = C.EM_LE, gt = C.EM_GT, ge = C.EM_GE,
   logical_and = C.EM_LOGICAL_AND, logical_or = C.EM_LOGICAL_OR, logical_xor = C.EM_LOGICAL_XOR,
 }
@@ -117,7 +117,7 @@ local UNOPS = {
   cos = C.EM_COS, tanh = C.EM_TANH, sigmoid = C.EM_SIGMOID, relu = C.EM_RELU, sign = C.EM_SIGN,
   floor = C.EM_FLOOR, ceil = C.EM_CEIL, round = C.EM_ROUND, reciprocal = C.EM_RECIPROCAL,
   square = C.EM_SQUARE, rsqrt = C.EM_RSQRT, log1p = C.EM_LOG1P, expm1 = C.EM_EXPM1, erf = C.EM_ERF,
-  gelu = C.EM_GELU, silu = C.EM_SILU, logical_not = C.EM_LOGICAL_NOT,
+  gelu = C.EM_GELU, silu = C.EM_SILU, log2 = C.EM_LOG2, log10 = C.EM_LOG10, logical_not = C.EM_LOGICAL_NOT,
 }
 for name, op in pairs(UNOPS) do
   Tensor[name] = function(t) return new_tensor(C.em_ag_unary(op, box, t)) end
@@ -281,10 +281,11 @@ end
 function Tensor.softmax(t, dim) return new_tensor(C.em_ag_softmax(box, t, need_dim('softmax', t, dim), 0)) end
 function Tensor.log_softmax(t, dim) return new_tensor(C.em_ag_softmax(box, t, need_dim('log_softmax', t, dim), 1)) end
 
--- sort([dim = -1 [, descending = false]]): values and 1-based positions.
+-- sort([dim = -1 [, descending = false]]): values and 1-based positions. The values carry
+-- a gradient (back to the positions they came from), as do topk's.
 function Tensor.sort(t, dim, descending)
   local d = cdim('sort', t, dim or -1)
-  return new_pair(C.em_sort(box, box2, t, d, descending and 1 or 0, 1))
+  return new_pair(C.em_ag_sort(box, box2, t, d, descending and 1 or 0, 1))
 end
 -- topk(k [, dim = -1 [, largest = true]]): the k largest (or smallest) values, sorted,
 -- and their 1-based positions.
@@ -295,7 +296,7 @@ function Tensor.topk(t, k, dim, largest)
   if k < 0 or k > size then
     throw(string.format('topk: k is %d, expected 0..%d (the size of dim %d)', k, size, d + 1))
   end
-  return new_pair(C.em_topk(box, box2, t, k, d, largest == false and 0 or 1, 1))
+  return new_pair(C.em_ag_topk(box, box2, t, k, d, largest == false and 0 or 1, 1))
 end
 
 -- ---------------------------------------------------------------- linear algebra

@@ -94,6 +94,14 @@ EM_API em_status em_ag_norm(em_tensor **out, const em_tensor *a, double p, const
 EM_API em_status em_ag_var(em_tensor **out, const em_tensor *a, const int *dims, int ndims, double correction,
                            int keepdim, int take_sqrt);
 EM_API em_status em_ag_cumsum(em_tensor **out, const em_tensor *a, int dim);
+/* sort and topk record the values' gradient: scattered back to the positions they came
+ * from (indices may be NULL when not wanted). em_ag_reduce's EM_MAX/EM_MIN with indices
+ * (the max(dim) form) likewise sends each gradient to the one position chosen, as PyTorch
+ * does; without indices (amax, a full max) ties share it evenly. */
+EM_API em_status em_ag_sort(em_tensor **values, em_tensor **indices, const em_tensor *a, int dim, int descending,
+                            int base);
+EM_API em_status em_ag_topk(em_tensor **values, em_tensor **indices, const em_tensor *a, int64_t k, int dim,
+                            int largest, int base);
 EM_API em_status em_ag_softmax(em_tensor **out, const em_tensor *a, int dim, int log);
 EM_API em_status em_ag_matmul(em_tensor **out, const em_tensor *a, const em_tensor *b);
 /* mm, bmm, mv, dot and outer with their own operand checks (ranks, as em_mm ... make them),
@@ -110,6 +118,7 @@ EM_API em_status em_ag_view(em_tensor **out, const em_tensor *a, int ndim, const
 EM_API em_status em_ag_reshape(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes);
 EM_API em_status em_ag_narrow(em_tensor **out, const em_tensor *a, int dim, int64_t start, int64_t length);
 EM_API em_status em_ag_select(em_tensor **out, const em_tensor *a, int dim, int64_t index);
+EM_API em_status em_ag_slice(em_tensor **out, const em_tensor *a, int dim, int64_t start, int64_t end, int64_t step);
 EM_API em_status em_ag_transpose(em_tensor **out, const em_tensor *a, int dim0, int dim1);
 EM_API em_status em_ag_permute(em_tensor **out, const em_tensor *a, int ndim, const int *dims);
 EM_API em_status em_ag_expand(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes);

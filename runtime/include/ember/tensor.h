@@ -36,6 +36,7 @@ typedef enum em_binop {
   EM_MAXIMUM,
   EM_MINIMUM,
   EM_FMOD,
+  EM_ATAN2, /* atan2(a, b): the angle of the point (b, a), floats */
   EM_EQ,
   EM_NE,
   EM_LT,
@@ -71,6 +72,8 @@ typedef enum em_unop {
   EM_ERF,
   EM_GELU,
   EM_SILU,
+  EM_LOG2,
+  EM_LOG10,
   EM_LOGICAL_NOT,
   EM_NUM_UNOPS
 } em_unop;
@@ -145,6 +148,10 @@ EM_API em_status em_view(em_tensor **out, const em_tensor *a, int ndim, const in
 EM_API em_status em_reshape(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes); /* view if it can */
 EM_API em_status em_narrow(em_tensor **out, const em_tensor *a, int dim, int64_t start, int64_t length);
 EM_API em_status em_select(em_tensor **out, const em_tensor *a, int dim, int64_t index);
+/* Positions start, start + step, ... below end of dim (PyTorch's a[start:end:step]): a view.
+ * start and end are clamped to 0..size (negative ones count from the end first); step > 0
+ * (a negative step cannot be a view with these strides and is refused, as in PyTorch). */
+EM_API em_status em_slice(em_tensor **out, const em_tensor *a, int dim, int64_t start, int64_t end, int64_t step);
 EM_API em_status em_transpose(em_tensor **out, const em_tensor *a, int dim0, int dim1);
 EM_API em_status em_permute(em_tensor **out, const em_tensor *a, int ndim, const int *dims);
 EM_API em_status em_expand(em_tensor **out, const em_tensor *a, int ndim, const int64_t *sizes); /* -1 keeps */

@@ -14,7 +14,7 @@
 namespace {
 
 const char *const binop_names[EM_NUM_BINOPS] = {
-    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmod", "eq", "ne", "lt", "le", "gt", "ge",
+    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmod", "atan2", "eq", "ne", "lt", "le", "gt", "ge",
     "logical_and", "logical_or", "logical_xor"};
 
 /* The CPU's tables: floats take every op, integers all but div (the core divides in
@@ -22,13 +22,15 @@ const char *const binop_names[EM_NUM_BINOPS] = {
 template <int OP, int D> constexpr bool binop_supported() {
   if (ew_is_float_dtype(D)) return true;
   if (D == EM_BOOL) return OP == EM_ADD || OP == EM_MUL || OP == EM_MAXIMUM || OP == EM_MINIMUM || OP >= EM_EQ;
-  return OP != EM_DIV;
+  return OP != EM_DIV && OP != EM_ATAN2;
 }
 
 __device__ __forceinline__ float ew_pow(float x, float y) { return powf(x, y); }
 __device__ __forceinline__ double ew_pow(double x, double y) { return pow(x, y); }
 __device__ __forceinline__ float ew_fmod(float x, float y) { return fmodf(x, y); }
 __device__ __forceinline__ double ew_fmod(double x, double y) { return fmod(x, y); }
+__device__ __forceinline__ float ew_atan2(float x, float y) { return atan2f(x, y); }
+__device__ __forceinline__ double ew_atan2(double x, double y) { return atan2(x, y); }
 
 template <int OP, int D> struct binop {
   typedef typename em_ctype<D>::type S;
@@ -55,6 +57,8 @@ template <int OP, int D> struct binop {
     } else if constexpr (OP == EM_FMOD) {
       if constexpr (is_float) return ew_fmod(x, y);
       else return (R)core_int_mod((int64_t)x, (int64_t)y, err);
+    } else if constexpr (OP == EM_ATAN2) {
+      return ew_atan2(x, y);
     } else if constexpr (OP == EM_MAXIMUM) {
       return (x > y || x != x) ? x : y;
     } else if constexpr (OP == EM_MINIMUM) {
@@ -150,6 +154,7 @@ em_status binary_dispatch(em_binop op, em_tensor *out, const em_tensor *a, const
     BINOP_CASE(EM_MAXIMUM)
     BINOP_CASE(EM_MINIMUM)
     BINOP_CASE(EM_FMOD)
+    BINOP_CASE(EM_ATAN2)
     BINOP_CASE(EM_EQ)
     BINOP_CASE(EM_NE)
     BINOP_CASE(EM_LT)

@@ -1,6 +1,6 @@
 /* unary.cu - the unary ops on the GPU with cpu/unary.c's definitions:
  * - functions of reals on floats only (the core converts integers to float32): exp, log,
- *   sqrt, sin, cos, tanh, log1p, expm1, erf from CUDA's libm; sigmoid as the CPU writes it
+ *   sqrt, sin, cos, tanh, log1p, log2, log10, expm1, erf from CUDA's libm; sigmoid as the CPU writes it
  *   (e = exp(-|x|); 1/(1+e) or e/(1+e), accurate in both tails); silu = x sigmoid(x);
  *   gelu in its erf form, x Phi(x), for float32 through normcdff (accurate in the left
  *   tail, as the CPU's erfc-based float32 GELU), for float64 the CPU's
@@ -20,12 +20,13 @@ namespace {
 
 const char *const unop_names[EM_NUM_UNOPS] = {
     "neg", "abs", "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "sign", "floor",
-    "ceil", "round", "reciprocal", "square", "rsqrt", "log1p", "expm1", "erf", "gelu", "silu", "logical_not"};
+    "ceil", "round", "reciprocal", "square", "rsqrt", "log1p", "expm1", "erf", "gelu", "silu", "log2", "log10",
+    "logical_not"};
 
 constexpr bool is_real_function(int op) {
   return op == EM_EXP || op == EM_LOG || op == EM_SQRT || op == EM_SIN || op == EM_COS || op == EM_TANH ||
          op == EM_SIGMOID || op == EM_RECIPROCAL || op == EM_RSQRT || op == EM_LOG1P || op == EM_EXPM1 ||
-         op == EM_ERF || op == EM_GELU || op == EM_SILU;
+         op == EM_ERF || op == EM_GELU || op == EM_SILU || op == EM_LOG2 || op == EM_LOG10;
 }
 
 template <int OP, int D> constexpr bool unop_supported() {
@@ -54,6 +55,10 @@ __device__ __forceinline__ double m_log1p(double x) { return log1p(x); }
 __device__ __forceinline__ float m_expm1(float x) { return expm1f(x); }
 __device__ __forceinline__ double m_expm1(double x) { return expm1(x); }
 __device__ __forceinline__ float m_erf(float x) { return erff(x); }
+__device__ __forceinline__ float m_log2(float x) { return log2f(x); }
+__device__ __forceinline__ double m_log2(double x) { return log2(x); }
+__device__ __forceinline__ float m_log10(float x) { return log10f(x); }
+__device__ __forceinline__ double m_log10(double x) { return log10(x); }
 __device__ __forceinline__ double m_erf(double x) { return erf(x); }
 __device__ __forceinline__ float m_abs(float x) { return fabsf(x); }
 __device__ __forceinline__ double m_abs(double x) { return fabs(x); }
@@ -91,6 +96,8 @@ template <int OP, int D> struct unop {
     else if constexpr (OP == EM_LOG1P) return m_log1p(x);
     else if constexpr (OP == EM_EXPM1) return m_expm1(x);
     else if constexpr (OP == EM_ERF) return m_erf(x);
+    else if constexpr (OP == EM_LOG2) return m_log2(x);
+    else if constexpr (OP == EM_LOG10) return m_log10(x);
     else if constexpr (OP == EM_GELU) return m_gelu(x);
     else if constexpr (OP == EM_SILU) return x * m_sigmoid(x);
     else if constexpr (OP == EM_ABS) {
@@ -169,6 +176,8 @@ em_status em_gpu_ew_unary(em_unop op, em_tensor *out, const em_tensor *a) {
     UNOP_CASE(EM_ERF)
     UNOP_CASE(EM_GELU)
     UNOP_CASE(EM_SILU)
+    UNOP_CASE(EM_LOG2)
+    UNOP_CASE(EM_LOG10)
     UNOP_CASE(EM_LOGICAL_NOT)
     default: return em_set_error(EM_ERR_ARGUMENT, "unary: unknown op %d", (int)op);
   }
