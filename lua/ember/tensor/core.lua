@@ -156,16 +156,25 @@ mt.__index = function(t, k)
   if m ~= nil then return m end
   local p = properties[k]
   if p then return p(t) end
-  if type(k) == 'number' then return I.index_get(t, { k }) end  -- t[i]: select along dim 1
-  if type(k) == 'table' then return I.index_get(t, k) end   -- t[{i, j}]: see tensor/shape.lua
-  return nil
+  local tk = type(k)
+  if tk == 'number' then return I.index_get(t, { k }) end  -- t[i]: select along dim 1
+  if tk == 'table' or U.is_tensor(k) then return I.index_get(t, k) end   -- see tensor/index.lua
+  if tk == 'string' then
+    throw(string.format("tensor: no method or field '%s'", k))
+  end
+  throw(string.format('t[key]: a tensor is indexed by a position, a table {i, {a, b}, ...}, a bool mask or ' ..
+    'an int64 index tensor, got %s', describe(k)))
 end
 
 mt.__newindex = function(t, k, v)
   if type(k) == 'number' then return I.index_set(t, { k }, v) end
-  if type(k) == 'table' then return I.index_set(t, k, v) end
+  if type(k) == 'table' or U.is_tensor(k) then return I.index_set(t, k, v) end
   local s = setters[k]
   if s then return s(t, v) end
+  if type(k) ~= 'string' then
+    throw(string.format('t[key] = v: a tensor is indexed by a position, a table {i, {a, b}, ...}, a bool mask ' ..
+      'or an int64 index tensor, got %s', describe(k)))
+  end
   throw(string.format("tensor: cannot set field '%s' (use t[i] = value or t[{i, j}] = value to assign elements)",
     tostring(k)))
 end

@@ -1,5 +1,5 @@
--- ember.tensor.shape: views (share storage), copies and conversion, element access with
--- t[{i}] and t[{i, {a, b}}], and joining/splitting (cat, stack, split, chunk, unbind).
+-- ember.tensor.shape: views (share storage), copies and conversion, and joining/splitting
+-- (cat, stack, split, chunk, unbind).
 -- Dims and positions are 1-based (negative from the end); they are validated here, so the
 -- runtime's 0-based messages never reach the user for them.
 local ffi = require 'ffi'
@@ -272,53 +272,7 @@ function Tensor.type_as(t, other)
   return new_view(C.em_ag_to(box, t, C.em_tensor_dtype(other), C.em_tensor_device(t)), t)
 end
 
--- ---------------------------------------------------------------- t[{...}]
--- Element access: t[i] selects along dim 1 (a 0-d tensor for a 1-d t; tensor.lua turns
--- it into t[{i}]); t[{i, j, ...}] selects per dim, as in Torch7; an entry {a, b} keeps positions a..b, {a} keeps
--- position a and {} keeps the whole dim. Positions are 1-based, negative from the end.
-local function index_get(t, key)
-  alive('t[{...}]', t)
-  if #key == 0 then
-    throw('t[{...}]: expected at least one position, as in t[{2}] or t[{2, 3}], got an empty table')
-  end
-  local r, d = t, 0
-  for k = 1, #key do
-    local x = key[k]
-    if d >= ndim_of(r) then
-      throw(string.format('t[{...}]: %d indices for a %d-d tensor', #key, ndim_of(t)))
-    end
-    local size = size_of(r, d)
-    if type(x) == 'number' then
-      r = new_view(C.em_ag_select(box, r, d, cindex('t[{...}]', x, size, k)), r)
-    elseif type(x) == 'table' then
-      local a, b = x[1] or 1, x[2] or x[1] or -1
-      local a0 = cindex('t[{...}]', a, size, k)
-      local b0 = cindex('t[{...}]', b, size, k)
-      if b0 < a0 then
-        throw(string.format('t[{...}]: range {%d, %d} is backwards for dim %d of size %d', a, b, k, size))
-      end
-      r = new_view(C.em_ag_narrow(box, r, d, a0, b0 - a0 + 1), r)
-      d = d + 1
-    else
-      throw(string.format('t[{...}]: entry %d must be a position or a range table, got %s', k, describe(x)))
-    end
-  end
-  return r
-end
-I.index_get = index_get
-
--- t[{...}] = v: fills the selection with a number (or boolean) or copies a tensor into it.
-function I.index_set(t, key, v)
-  check_inplace('t[{...}] = v', t, v)
-  local target = index_get(t, key)
-  if type(v) == 'number' or type(v) == 'boolean' then
-    check(C.em_fill(target, type(v) == 'boolean' and (v and 1 or 0) or v))
-  elseif is_tensor(v) then
-    check(C.em_copy_(target, v))
-  else
-    throw(string.format('t[{...}] = v: expected a number, boolean or tensor to assign, got %s', describe(v)))
-  end
-end
+-- t[...] (element access, slices, masks, index tensors) lives in tensor/index.lua.
 
 -- ---------------------------------------------------------------- joining and splitting
 local list_buf, list_cap = nil, 0
