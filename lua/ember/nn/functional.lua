@@ -282,4 +282,11 @@ function F.binary_cross_entropy_with_logits(logits, target, opts)
     reduction_of(op, opts.reduction)))
 end
 
+-- pad(x, pads [, mode = 'constant' [, value = 0]]): pads {left, right} for the last dim,
+-- then the one before, ... as PyTorch orders them; modes constant, reflect, replicate,
+-- circular. one_hot(target [, num_classes]): 1-based class values (as cross_entropy's
+-- targets) to int64 one-hot rows. Both live in ember.tensor.ops.
+local ops = require 'ember.tensor.core'
+F.pad, F.one_hot = ops.pad, ops.one_hot
+
 return F

@@ -306,6 +306,7 @@ function M.cat(list, dim)
   release_list(n)
   return new_tensor(st)
 end
+I.ember_cat = M.cat   -- for tensor/ops.lua
 -- stack(list [, dim = 1]): joins along a new dim (1..ndim + 1 of the result).
 function M.stack(list, dim)
   local n = tensor_list('stack', list)
