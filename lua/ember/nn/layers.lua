@@ -81,7 +81,8 @@ end
 -- function, so values and gradients are the same, and the ReLU (forward and backward)
 -- touches a quarter of the elements (about 8% of a Fashion-MNIST CNN step).
 local function relu_then_pool(a, b)
-  return getmetatable(a) == nn.ReLU and getmetatable(b) == nn.MaxPool2d
+  return getmetatable(a) == nn.ReLU and getmetatable(b) == nn.MaxPool2d and not nn.has_forward_hooks(a) and
+      not nn.has_forward_hooks(b)
 end
 function Sequential:forward(x, ...)
   local names, map = self._modules.names, self._modules.map

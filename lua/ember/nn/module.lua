@@ -113,6 +113,76 @@ local function instance_newindex(self, k, v)
   rawset(self, k, v)
 end
 
+-- ---------------------------------------------------------------- calling, forward hooks
+-- Calling a module runs its forward pre-hooks, forward, then its forward hooks (after
+-- PyTorch's register_forward_pre_hook / register_forward_hook):
+--   pre-hook fn(module, ...) sees the arguments; returning values replaces them;
+--   hook fn(module, inputs, output) sees the arguments (a table, inputs.n of them) and
+--   forward's (first) result; returning a value replaces that result.
+-- Each register_* returns a handle whose :remove() takes the hook out. A module with no
+-- hooks costs one lookup per call.
+local unpack = unpack or table.unpack
+local function pack(...) return { n = select('#', ...), ... } end
+
+local function run_hooks(self, pre, post, ...)
+  local args = pack(...)
+  if pre then
+    for _, h in ipairs(pre) do
+      local r = pack(h.fn(self, unpack(args, 1, args.n)))
+      if r.n > 0 and r[1] ~= nil then args = r end
+    end
+  end
+  local out = pack(self:forward(unpack(args, 1, args.n)))
+  if post then
+    for _, h in ipairs(post) do
+      local r = h.fn(self, args, out[1])
+      if r ~= nil then out[1] = r end
+    end
+  end
+  return unpack(out, 1, math.max(out.n, 1))
+end
+
+local function call_module(self, ...)
+  local pre, post = rawget(self, '_forward_pre_hooks'), rawget(self, '_forward_hooks')
+  if pre == nil and post == nil then return self:forward(...) end
+  return run_hooks(self, pre, post, ...)
+end
+
+local Handle = {}
+Handle.__index = Handle
+-- remove(): takes the hook out (again: nothing happens).
+function Handle:remove()
+  local list = rawget(self.module, self.field)
+  if not list then return end
+  for i, h in ipairs(list) do
+    if h == self.entry then table.remove(list, i); break end
+  end
+  if #list == 0 then rawset(self.module, self.field, nil) end
+end
+
+local function add_hook(self, op, field, fn)
+  if type(fn) ~= 'function' then throw(string.format('%s: expected a function, got %s', op, describe(fn))) end
+  local list = rawget(self, field)
+  if not list then
+    list = {}
+    rawset(self, field, list)
+  end
+  local entry = { fn = fn }
+  list[#list + 1] = entry
+  return setmetatable({ module = self, field = field, entry = entry }, Handle)
+end
+
+function Module:register_forward_pre_hook(fn)
+  return add_hook(self, 'register_forward_pre_hook', '_forward_pre_hooks', fn)
+end
+function Module:register_forward_hook(fn)
+  return add_hook(self, 'register_forward_hook', '_forward_hooks', fn)
+end
+-- True when calling m runs hooks (Sequential keeps such modules in their written order).
+function nn.has_forward_hooks(m)
+  return rawget(m, '_forward_pre_hooks') ~= nil or rawget(m, '_forward_hooks') ~= nil
+end
+
 -- ---------------------------------------------------------------- classes
 local function class_call(cls, ...) return cls.new(cls, ...) end
 
@@ -126,7 +196,7 @@ function Module.extend(parent, name)
   cls.super = parent
   cls.__index = instance_index
   cls.__newindex = instance_newindex
-  cls.__call = function(self, ...) return self:forward(...) end
+  cls.__call = call_module
   cls.__tostring = function(self) return self:repr() end
   cls.__is_module_class = true
   return cls
@@ -151,7 +221,7 @@ end
 Module.__class = Module
 Module.__index = instance_index
 Module.__newindex = instance_newindex
-Module.__call = function(self, ...) return self:forward(...) end
+Module.__call = call_module
 Module.__tostring = function(self) return self:repr() end
 setmetatable(Module, { __call = class_call, __tostring = function() return 'Module' end })
 
