@@ -281,7 +281,7 @@ function Tensor.bincount(t, opts)
     end
     len = math.max(len, hi)
   end
-  local out = create.zeros(len, like(w or t, w and nil or 'int64'))
+  local out = create.zeros(len, w and like(w) or like(t, 'int64'))
   if n > 0 then out:index_add_(1, t, w or create.ones(n, like(t, 'int64'))) end
   return out
 end

@@ -1,0 +1,92 @@
+-- nn.ModuleList, nn.ModuleDict and forward hooks.
+local U = dofile(debug.getinfo(1, 'S').source:match('^@(.*[/\\])') .. 'tensor_testutil.lua')
+local raises = U.raises
+local nn = ember.nn
+
+local function keys(t)
+  local out = {}
+  for k in pairs(t) do out[#out + 1] = k end
+  table.sort(out)
+  return out
+end
+
+describe('ModuleList and ModuleDict', function()
+  local Net = nn.Module:extend('ContainerNet')
+  function Net:init()
+    self.layers = nn.ModuleList{ nn.Linear(4, 8), nn.Linear(8, 2) }
+    self.heads = nn.ModuleDict{ cls = nn.Linear(2, 3), reg = nn.Linear(2, 1) }
+  end
+  function Net:forward(x)
+    for _, layer in self.layers:iter() do x = layer(x):relu() end
+    return self.heads.cls(x), self.heads.reg(x)
+  end
+
+  it('register their modules with PyTorch state_dict names', function()
+    local net = Net()
+    -- torch: nn.ModuleList -> 'layers.0.weight', nn.ModuleDict -> 'heads.cls.weight'
+    assert.are.same({ 'heads.cls.bias', 'heads.cls.weight', 'heads.reg.bias', 'heads.reg.weight',
+      'layers.0.bias', 'layers.0.weight', 'layers.1.bias', 'layers.1.weight' }, keys(net:state_dict()))
+    assert.are.equal(8, #net:parameters())
+    local a, b = net(ember.ones(5, 4))
+    assert.are.same({5, 3}, a.shape)
+    assert.are.same({5, 1}, b.shape)
+  end)
+
+  it('ModuleList indexes, appends, inserts', function()
+    local l = nn.ModuleList{ nn.Linear(1, 1) }
+    local relu, tanh = nn.ReLU(), nn.Tanh()
+    l:append(relu)
+    l:insert(1, tanh)
+    assert.are.equal(3, l:len())
+    assert.are.equal(tanh, l[1])
+    assert.are.equal(relu, l[-1])
+    assert.are.same({ '1.weight', '1.bias' }, (function()
+      local out = {}
+      for _, p in ipairs(l:named_parameters()) do out[#out + 1] = p[1] end
+      return out
+    end)())
+    raises(function() local _ = l[4] end, 'ModuleList: position 4 out of range for a list of 3 modules')
+    raises(function() l:append(3) end, 'append: expected a module, got number')
+    raises(function() l(ember.ones(1)) end, 'ModuleList: a ModuleList has no forward')
+  end)
+
+  it('ModuleDict keeps the order of a list of pairs', function()
+    local d = nn.ModuleDict{ { 'z', nn.ReLU() }, { 'a', nn.Tanh() } }
+    assert.are.same({ 'z', 'a' }, d:keys())
+    assert.is_true(d:contains('a'))
+    d:pop('z')
+    assert.are.same({ 'a' }, d:keys())
+    raises(function() d:pop('q') end, "pop: no module named 'q'")
+  end)
+end)
+
+describe('forward hooks', function()
+  it('run around forward and are removed by their handle', function()
+    local lin = nn.Linear(2, 2)
+    local seen = {}
+    local pre = lin:register_forward_pre_hook(function(m, x)
+      seen[#seen + 1] = 'pre'
+      return x * 0       -- replaces the input
+    end)
+    local post = lin:register_forward_hook(function(m, inputs, out)
+      seen[#seen + 1] = 'post ' .. inputs.n
+      return out + 1     -- replaces the output
+    end)
+    local y = lin(ember.ones(1, 2))
+    assert.are.same({ 'pre', 'post 1' }, seen)
+    U.close(y, (lin.bias + 1):view(1, 2):totable())
+    pre:remove(); post:remove(); post:remove()
+    local z = lin(ember.ones(1, 2))
+    assert.are.equal(2, #seen)
+    U.close(z, (ember.ones(1, 2):matmul(lin.weight:t()) + lin.bias):detach():totable())
+  end)
+  it('fire for modules inside a Sequential', function()
+    local relu = nn.ReLU()
+    local model = nn.Sequential{ nn.Linear(3, 4), relu, nn.Linear(4, 1) }
+    local shapes = {}
+    relu:register_forward_hook(function(_, _, out) shapes[#shapes + 1] = out.shape end)
+    model(ember.ones(2, 3))
+    assert.are.same({ { 2, 4 } }, shapes)
+    raises(function() relu:register_forward_hook('x') end, 'register_forward_hook: expected a function, got string')
+  end)
+end)
