@@ -33,8 +33,12 @@
 --                      em_ag_masked_fill; masked_select records as an index_select; the
 --                      in-place scatter/index_add/index_fill/masked_fill check in-place
 --   tensor/create.lua  fill_, zero_, uniform_, normal_, random_, bernoulli_ check in-place
--- Not recorded (their results carry no gradient): sort, topk, nonzero, comparisons,
--- argmax/argmin, any/all.
+--   tensor/math.lua    sort/topk -> em_ag_sort/em_ag_topk, max/min(dim) -> em_ag_reduce with
+--                      indices: the gradient goes back to the chosen positions
+--   tensor/ops.lua     built from recorded ops (where, cat, index_select); unique and
+--                      bincount's weights refuse inputs that need a gradient
+-- Not recorded (their results carry no gradient): positions (the indices of sort, topk,
+-- max; nonzero, argmax/argmin), comparisons, any/all.
 --
 -- Lua code runs inside the runtime at three places: a custom Function's backward, its
 -- release (when the runtime drops the node) and leaf hooks. They go through three FFI
