@@ -355,7 +355,7 @@ function I.pad(x, pads, mode, value)
     local n = r.shape[d]
     if mode == 'constant' then
       if l < 0 then r, n, l = r:narrow(d, 1 - l, n + l), n + l, 0 end
-      if rt < 0 then r, n, rt = r:narrow(d, 1, n + rt), n + rt, 0 end
+      if rt < 0 then r, rt = r:narrow(d, 1, n + rt), 0 end
       local parts = {}
       local shape = r.shape
       if l > 0 then shape[d] = l; parts[#parts + 1] = create.full(shape, value, like(r)) end
