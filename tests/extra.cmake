@@ -76,6 +76,17 @@ if(EMBER_HAVE_MPI AND EMBER_MPIRUN)
     set_tests_properties(distributed/${script}_np2_no_shm PROPERTIES TIMEOUT 90 RESOURCE_LOCK ember_mpi
       ENVIRONMENT "${dist_env};EMBER_DIST_SHM=0")
   endforeach()
+  # hierarchical reduction: ranks in simulated hosts of two (EMBER_DIST_RANKS_PER_HOST), so
+  # the host's ranks reduce in shared memory and one leader per host crosses through MPI
+  foreach(script collectives ddp)
+    foreach(np 3 4)
+      add_test(NAME distributed/${script}_np${np}_hier
+        COMMAND $<TARGET_FILE:ember_host> launch -n ${np} --threads 1 ${CMAKE_CURRENT_SOURCE_DIR}/distributed/${script}.lua
+        WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+      set_tests_properties(distributed/${script}_np${np}_hier PROPERTIES TIMEOUT 90 RESOURCE_LOCK ember_mpi
+        ENVIRONMENT "${dist_env};EMBER_DIST_RANKS_PER_HOST=2")
+    endforeach()
+  endforeach()
   # NCCL (tests/distributed/nccl_*.lua, against MPI on the CPU): one GPU per rank, so the scripts
   # exit 77 (skipped) when there are fewer GPUs than ranks; one GPU runs the 1-rank cases.
   if(EMBER_HAVE_CUDA AND EMBER_NCCL_LIBRARY AND EMBER_NCCL_INCLUDE_DIR)

@@ -34,7 +34,10 @@ typedef struct ddp_bucket {
   int64_t numel;
   em_tensor *flat; /* [numel]: the gradients (views point here) */
   em_tensor *wire; /* fp16/bf16 copy sent by the compression hooks, or NULL */
-  em_dist_symm *symm; /* flat's memory, mapped by every rank (reduced in place), or NULL */
+  em_dist_symm *symm; /* flat's memory, mapped by every rank (reduced in place), or NULL;
+                       * with hier, by the ranks of this host only */
+  dist_hier *hier; /* ranks on several hosts: reduced within the host in symm, across by
+                    * the hosts' leaders (borrowed from the group), or NULL */
   int pending; /* parameters not ready yet this iteration */
   em_dist_work *work;
   double launched_at, finished_at;

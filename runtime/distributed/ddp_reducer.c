@@ -79,7 +79,12 @@ static em_status shared_bucket(em_ddp *d, ddp_bucket *b, int64_t numel) {
     return EM_OK;
   }
   char why[200];
-  em_status st = dist_symm_new(d->group, numel * (int64_t)em_dtype_size(b->dtype), &b->symm, why, sizeof why);
+  dist_hier *h = NULL;
+  em_status st = dist_hier_get(d->group, &h);
+  if (st) return st;
+  b->hier = h; /* hosts' leaders reduce across hosts; within a host, symmetric memory */
+  em_dist_group *within = h ? dist_hier_local(h) : d->group;
+  st = dist_symm_new(within, numel * (int64_t)em_dtype_size(b->dtype), &b->symm, why, sizeof why);
   if (st) return st;
   if (!b->symm) {
     if (!d->shm_why[0]) snprintf(d->shm_why, sizeof d->shm_why, "%s", why);
@@ -209,6 +214,26 @@ static em_status fill_slice(em_ddp *d, ddp_param *p, int hooked) {
   return st;
 }
 
+/* A bucket in symmetric memory (or in a hierarchy), reduced here and now on the calling
+ * thread: within the host in place in every rank's bucket, then (hierarchy) the hosts'
+ * leaders all-reduce across hosts and each leader's result is copied to its host's ranks. */
+static em_status reduce_shared(em_ddp *d, ddp_bucket *b, em_tensor *buf, double *started, double *finished) {
+  em_status st = EM_OK;
+  if (started) *started = em_clock_monotonic();
+  /* a host whose ranks could not map each other's buckets goes through the backend */
+  em_dist_group *local = b->hier && !b->symm ? dist_hier_local(b->hier) : NULL;
+  int by_backend = local && em_dist_size(local) > 1;
+  if (b->symm) st = dist_symm_all_reduce(b->symm, buf, d->scale, NULL, NULL);
+  else if (by_backend) st = em_dist_all_reduce(local, buf, EM_DIST_SUM, NULL);
+  if (!st && b->hier) {
+    st = dist_hier_cross(b->hier, buf, EM_DIST_SUM);
+    if (!st && b->symm) st = dist_symm_broadcast(b->symm, buf, 0);
+    else if (!st && by_backend) st = em_dist_broadcast(local, buf, 0, NULL);
+  }
+  if (finished) *finished = em_clock_monotonic();
+  return st;
+}
+
 static void launch_in_order(em_ddp *d) {
   while (d->next_launch < d->nb && d->b[d->next_launch].pending == 0) {
     ddp_bucket *b = &d->b[d->next_launch++];
@@ -219,9 +244,9 @@ static void launch_in_order(em_ddp *d) {
       buf = b->wire;
     }
     b->launched_at = em_clock_monotonic();
-    if (!st && b->symm) /* reduced here and now, in place in every rank's bucket */
+    if (!st && (b->symm || b->hier)) /* reduced here and now */
     {
-      st = dist_symm_all_reduce(b->symm, b->flat, d->scale, &b->launched_at, &b->finished_at);
+      st = reduce_shared(d, b, b->flat, &b->launched_at, &b->finished_at);
       d->st_exposed += b->finished_at - b->launched_at; /* backward waited for all of it */
     }
     /* the last bucket is waited for at once: its wait starts it, no thread is woken */
@@ -304,7 +329,7 @@ static em_status finish_iteration(em_ddp *d) {
       b->finished_at = b->work->finished_at;
       em_dist_work_release(b->work);
       b->work = NULL;
-    } else if (!b->symm || i >= d->next_launch) {
+    } else if ((!b->symm && !b->hier) || i >= d->next_launch) {
       continue;
     }
     double fin = b->finished_at;
@@ -525,7 +550,7 @@ em_status ddp_shadow_backward(em_ddp *d) {
     em_tensor *buf = b->wire ? b->wire : b->flat;
     if ((st = em_fill(buf, 0))) break;
     /* a shared bucket's reduction applies the average on whichever rank sums each slice */
-    if (b->symm) st = dist_symm_all_reduce(b->symm, buf, d->scale, NULL, NULL);
+    if (b->symm || b->hier) st = reduce_shared(d, b, buf, NULL, NULL);
     else st = emp_dist_post(d->group, EM_DIST_OP_ALL_REDUCE, buf, buf, EM_DIST_SUM, -1, 0, &b->work);
   }
   ddp_drain(d);

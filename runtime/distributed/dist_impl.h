@@ -119,6 +119,8 @@ struct em_dist_group {
   void *impl[EM_NUM_DEVICE_TYPES];
   struct em_dist_symm *symm; /* scratch in symmetric memory for plain CPU all_reduce */
   int symm_state; /* 0 not tried, 1 symm ready, -1 the ranks cannot share memory */
+  struct dist_hier *hier; /* the host layout for hierarchical reduction (hier.c) */
+  int hier_state; /* 0 not tried, 1 hier set, -1 flat (one host, or one rank per host) */
   char name[48];
 };
 
@@ -190,5 +192,29 @@ em_status dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, doub
  * ran (*st says how), 0 when it does not apply (not a CPU tensor of a supported dtype, or
  * g's ranks cannot share memory): then the caller posts it to the backend. */
 int dist_symm_try_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, em_status *st);
+
+/* A plain broadcast from root through g's scratch symmetric memory; 0 when it does not
+ * apply (as dist_symm_try_all_reduce). */
+int dist_symm_try_broadcast(em_dist_group *g, em_tensor *t, int root, em_status *st);
+/* The root's t (inside s's memory, e.g. a bucket) into every member's t. */
+em_status dist_symm_broadcast(em_dist_symm *s, em_tensor *t, int root);
+/* Equal on ranks that share a host (EMBER_DIST_RANKS_PER_HOST=N: N consecutive world ranks
+ * play one host). */
+int64_t dist_host_key(int world_rank);
+
+/* ---- hierarchical reduction (hier.c) ----
+ * For a group spanning several hosts with several ranks on some: ranks of a host reduce in
+ * symmetric memory, one leader per host crosses hosts through the backend, the result comes
+ * back in symmetric memory. dist_hier_get is collective over g on its first call; *out is
+ * NULL when the flat paths fit (one host, or one rank per host). */
+typedef struct dist_hier dist_hier;
+em_status dist_hier_get(em_dist_group *g, dist_hier **out);
+void dist_hier_free(dist_hier *h);
+em_dist_group *dist_hier_local(const dist_hier *h); /* this host's ranks, leader first */
+int dist_hier_is_leader(const dist_hier *h);
+/* The leaders' all_reduce of t (a no-op on the other ranks). */
+em_status dist_hier_cross(dist_hier *h, em_tensor *t, em_dist_redop op);
+/* A plain all_reduce over g through the hierarchy; 0 when it does not apply. */
+int dist_hier_try_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, em_status *st);
 
 #endif

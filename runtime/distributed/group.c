@@ -437,6 +437,7 @@ void em_dist_group_retain(em_dist_group *g) {
 void em_dist_group_release(em_dist_group *g) {
   if (!g || atomic_fetch_sub(&g->refcount, 1) != 1) return;
   dist_symm_release(g->symm);
+  dist_hier_free(g->hier);
   for (int d = 0; d < EM_NUM_DEVICE_TYPES; d++)
     if (g->backend[d] && g->impl[d] && g->id != 0) g->backend[d]->free_group(g->impl[d]);
   free(g->world_ranks);

@@ -49,8 +49,8 @@
 
 typedef struct symm_ctl {
   _Atomic uint64_t epoch; /* 2k-1: bucket k written; 2k: slice of allreduce k reduced */
-  int64_t numel; /* this rank's allreduce k, published with epoch 2k-1 so that */
-  int32_t dtype, op; /* the others can refuse a mismatched call instead of summing garbage */
+  int64_t numel; /* this rank's collective k, published with epoch 2k-1 so that */
+  int32_t dtype, op, kind; /* the others can refuse a mismatched call instead of summing garbage */
 } symm_ctl;
 
 struct em_dist_symm {
@@ -73,10 +73,17 @@ static uint64_t fnv1a(uint64_t h, const char *s, size_t n) {
   return h;
 }
 
-/* Equal for processes that can share memory: the host name and the kernel's boot id. */
-static int64_t host_key(void) {
+/* Equal for processes that can share memory: the host name and the kernel's boot id; with
+ * EMBER_DIST_RANKS_PER_HOST=N, also the block of N consecutive world ranks, so that one
+ * machine can play several hosts (tests of the hierarchical paths). */
+int64_t dist_host_key(int world_rank) {
   char buf[300] = "";
   uint64_t h = 0xcbf29ce484222325ull;
+  const char *per = getenv("EMBER_DIST_RANKS_PER_HOST");
+  if (per && atoi(per) > 0) {
+    snprintf(buf, sizeof buf, "simulated host %d;", world_rank / atoi(per));
+    h = fnv1a(h, buf, strlen(buf));
+  }
   if (gethostname(buf, sizeof buf - 1) == 0) h = fnv1a(h, buf, strlen(buf));
   FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
   if (f) {
@@ -146,7 +153,7 @@ em_status dist_symm_new(em_dist_group *g, int64_t bytes, em_dist_symm **out, cha
   if ((st = cpu_tensor(&info, 4)) || (st = cpu_tensor(&all, 4 * (int64_t)g->size)) || (st = cpu_tensor(&flag, 1)))
     goto done;
   int64_t *mine = em_tensor_data(info), *each = em_tensor_data(all);
-  mine[0] = ok, mine[1] = host_key(), mine[2] = getpid(), mine[3] = fd;
+  mine[0] = ok, mine[1] = dist_host_key(em_dist_world_rank_of(g, g->rank)), mine[2] = getpid(), mine[3] = fd;
   if ((st = emp_dist_post(g, EM_DIST_OP_ALL_GATHER, info, all, EM_DIST_SUM, -1, 0, NULL))) goto done;
   for (int r = 0; r < g->size && ok; r++) {
     if (!each[4 * r]) {
@@ -250,6 +257,7 @@ static em_status meet(em_dist_symm *s, uint64_t e, em_dist_work *w) {
     mine->numel = em_tensor_numel(w->in);
     mine->dtype = (int32_t)w->in->dtype;
     mine->op = (int32_t)w->redop;
+    mine->kind = (int32_t)w->kind;
   }
   atomic_store_explicit(&mine->epoch, e, memory_order_release);
   for (int r = 0; r < s->size; r++) {
@@ -280,14 +288,16 @@ static em_status meet(em_dist_symm *s, uint64_t e, em_dist_work *w) {
       }
     }
     const symm_ctl *theirs = ctl(s, r);
-    if ((e & 1) && (theirs->numel != mine->numel || theirs->dtype != mine->dtype || theirs->op != mine->op)) {
+    if ((e & 1) && (theirs->numel != mine->numel || theirs->dtype != mine->dtype || theirs->op != mine->op ||
+                    theirs->kind != mine->kind)) {
       char what[320];
       emp_dist_describe(w, what, sizeof what);
       return em_set_error(EM_ERR_ARGUMENT,
-                          "ember.dist: %s: rank %d called it with %lld elements of %s (%s), rank %d with %lld of %s "
-                          "(%s): every rank must pass the same shape, dtype and operation",
-                          what, r, (long long)theirs->numel, em_dtype_name((em_dtype)theirs->dtype),
-                          em_dist_redop_name((em_dist_redop)theirs->op), s->rank, (long long)mine->numel,
+                          "ember.dist: %s: rank %d called %s with %lld elements of %s (%s), rank %d %s with %lld of %s "
+                          "(%s): every rank must pass the same shape, dtype and operation to the same call",
+                          what, r, emp_dist_op_name((em_dist_opkind)theirs->kind), (long long)theirs->numel,
+                          em_dtype_name((em_dtype)theirs->dtype), em_dist_redop_name((em_dist_redop)theirs->op),
+                          s->rank, emp_dist_op_name(w->kind), (long long)mine->numel,
                           em_dtype_name((em_dtype)mine->dtype), em_dist_redop_name((em_dist_redop)mine->op));
     }
   }
@@ -324,9 +334,9 @@ static void reduce_my_slice(em_dist_symm *s, em_dtype dt, int64_t off, int64_t n
 
 /* An allreduce run here is numbered like every collective on g, so that timeouts name it
  * and the backend's answers to other ranks' queries about this rank's progress stay true. */
-static void begin_collective(em_dist_work *w, em_dist_group *g, em_tensor *t, em_dist_redop op) {
+static void begin_collective(em_dist_work *w, em_dist_group *g, em_dist_opkind kind, em_tensor *t, em_dist_redop op) {
   memset(w, 0, sizeof *w);
-  w->kind = EM_DIST_OP_ALL_REDUCE, w->redop = op, w->in = w->out = t, w->group = g, w->on_stack = 1;
+  w->kind = kind, w->redop = op, w->in = w->out = t, w->group = g, w->on_stack = 1;
   w->seq = atomic_fetch_add(&g->seq, 1) + 1;
   w->posted_at = em_clock_monotonic();
   atomic_init(&w->deadline, w->posted_at + g->timeout);
@@ -356,7 +366,7 @@ em_status dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, doub
                         "this group's symmetric memory",
                         em_dtype_name(t->dtype), EM_SHAPE(t));
   em_dist_work w;
-  begin_collective(&w, g, t, EM_DIST_SUM);
+  begin_collective(&w, g, EM_DIST_OP_ALL_REDUCE, t, EM_DIST_SUM);
   if (started) *started = w.posted_at;
 
   s->epoch += 2;
@@ -384,31 +394,37 @@ em_status dist_symm_all_reduce(em_dist_symm *s, em_tensor *t, double scale, doub
  * MPI_Allreduce's bus bandwidth from 4 KB to 256 MB on 2 ranks).
  * The scratch is made on the group's first such call (collectively: every rank makes the
  * same call); if the ranks cannot share memory, the group never tries again. */
-int dist_symm_try_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, em_status *st) {
-  em_dtype dt = t->dtype; /* every dtype: dist_combine takes them all */
-  if (g->size < 2 || g->rank < 0 || t->storage->device.type != EM_CPU || !em_tensor_is_contiguous(t) ||
-      g->symm_state < 0)
-    return 0;
+static em_dist_symm *scratch_of(em_dist_group *g, em_status *st) {
+  *st = EM_OK;
   if (!g->symm_state) {
     char why[200];
     em_dist_symm *s = NULL;
-    if ((*st = dist_symm_new(g, SCRATCH_BYTES, &s, why, sizeof why))) return 1;
+    if ((*st = dist_symm_new(g, SCRATCH_BYTES, &s, why, sizeof why))) return NULL;
     if (!s) {
       g->symm_state = -1;
-      return 0;
+      return NULL;
     }
     s->group_weak = 1; /* the group holds it: no reference the other way */
     em_dist_group_release(g);
     g->symm = s;
     g->symm_state = 1;
   }
-  em_dist_symm *s = g->symm;
+  return g->symm_state > 0 ? g->symm : NULL;
+}
+
+int dist_symm_try_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, em_status *st) {
+  em_dtype dt = t->dtype; /* every dtype: dist_combine takes them all */
+  if (g->size < 2 || g->rank < 0 || t->storage->device.type != EM_CPU || !em_tensor_is_contiguous(t) ||
+      g->symm_state < 0)
+    return 0;
+  em_dist_symm *s = scratch_of(g, st);
+  if (!s) return *st != EM_OK;
   int64_t numel = em_tensor_numel(t), es = (int64_t)em_dtype_size(dt), per = SCRATCH_BYTES / es;
   char *data = dist_symm_data(s), *at = (char *)em_tensor_data(t);
   double scale = op == EM_DIST_AVG ? 1.0 / g->size : 1.0;
   em_dist_redop combine = op == EM_DIST_AVG ? EM_DIST_SUM : op;
   em_dist_work w;
-  begin_collective(&w, g, t, op);
+  begin_collective(&w, g, EM_DIST_OP_ALL_REDUCE, t, op);
   *st = EM_OK;
   int64_t done = 0;
   do { /* at least one round, so that an empty tensor meets too (and is checked) */
@@ -421,6 +437,51 @@ int dist_symm_try_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, e
     memcpy(at + done * es, data, (size_t)(m * es));
     done += m;
   } while (done < numel);
+  end_collective(&w);
+  return 1;
+}
+
+/* ---------------------------------------------------------------- broadcast */
+
+/* Copies the root's t into every member's t, where t lies in s's memory (a bucket): each
+ * member reads the root's copy straight from the root's segment. */
+em_status dist_symm_broadcast(em_dist_symm *s, em_tensor *t, int root) {
+  char *data = dist_symm_data(s), *at = (char *)em_tensor_data(t);
+  int64_t bytes = em_tensor_numel(t) * (int64_t)em_dtype_size(t->dtype);
+  if (!em_tensor_is_contiguous(t) || at < data || at + bytes > data + s->bytes)
+    return em_set_error(EM_ERR_ARGUMENT, "symmetric broadcast: the tensor (%s %s) is not in this group's symmetric memory",
+                        em_dtype_name(t->dtype), EM_SHAPE(t));
+  em_dist_work w;
+  begin_collective(&w, s->group, EM_DIST_OP_BROADCAST, t, EM_DIST_SUM);
+  s->epoch += 2;
+  em_status st = meet(s, s->epoch - 1, &w);
+  if (!st && s->rank != root) memcpy(at, s->base[root] + SYMM_HEADER + (at - data), (size_t)bytes);
+  if (!st) st = meet(s, s->epoch, &w);
+  end_collective(&w);
+  return st;
+}
+
+/* A plain broadcast of a CPU tensor through g's scratch, in chunks: the root copies a chunk
+ * in, the others copy it out of the root's segment. 0 when it does not apply. */
+int dist_symm_try_broadcast(em_dist_group *g, em_tensor *t, int root, em_status *st) {
+  if (g->size < 2 || g->rank < 0 || t->storage->device.type != EM_CPU || !em_tensor_is_contiguous(t) ||
+      g->symm_state < 0)
+    return 0;
+  em_dist_symm *s = scratch_of(g, st);
+  if (!s) return *st != EM_OK;
+  int64_t bytes = em_tensor_numel(t) * (int64_t)em_dtype_size(t->dtype), done = 0;
+  char *data = dist_symm_data(s), *at = (char *)em_tensor_data(t);
+  em_dist_work w;
+  begin_collective(&w, g, EM_DIST_OP_BROADCAST, t, EM_DIST_SUM);
+  do {
+    int64_t m = bytes - done < SCRATCH_BYTES ? bytes - done : SCRATCH_BYTES;
+    if (s->rank == root) memcpy(data, at + done, (size_t)m);
+    s->epoch += 2;
+    if ((*st = meet(s, s->epoch - 1, &w))) break;
+    if (s->rank != root) memcpy(at + done, s->base[root] + SYMM_HEADER, (size_t)m);
+    if ((*st = meet(s, s->epoch, &w))) break;
+    done += m;
+  } while (done < bytes);
   end_collective(&w);
   return 1;
 }

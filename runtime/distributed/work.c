@@ -232,6 +232,8 @@ em_status em_dist_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, e
     return st;
   /* a plain call on a host's ranks: straight through shared memory (symmetric.c) */
   if (!work && dist_symm_try_all_reduce(g, t, op, &st)) return st;
+  /* ranks on several hosts, several on some: within hosts in shared memory, across by leaders */
+  if (!work && dist_hier_try_all_reduce(g, t, op, &st)) return st;
   return emp_dist_post(g, EM_DIST_OP_ALL_REDUCE, t, t, op, -1, 0, work);
 }
 

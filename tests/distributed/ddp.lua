@@ -65,7 +65,15 @@ check(#ddp:buckets() == 1, 'one bucket under the default cap')
 -- every rank runs on this host: the bucket lives in shared memory, reduced in place
 -- (unless EMBER_DIST_SHM=0 sends it through the backend, which the note then says)
 local shm = os.getenv('EMBER_DIST_SHM') ~= '0'
-check(shm and s.shared_buckets == 1 and s.shared_memory_note == '' or
+-- EMBER_DIST_RANKS_PER_HOST=k: simulated hosts of k ranks; the buckets are shared within a
+-- host (a host of one rank has nothing to share: the note says so)
+local per = tonumber(os.getenv('EMBER_DIST_RANKS_PER_HOST') or '')
+if per and math.min(per, W - math.floor(rank / per) * per) == 1 then
+  shm = false
+  check(s.shared_buckets == 0 and s.shared_memory_note == 'one rank', 'single-rank host: %s (%s)', s.shared_buckets,
+    s.shared_memory_note)
+end
+check(shm and s.shared_buckets == 1 and s.shared_memory_note == '' or per and not shm or
   not shm and s.shared_buckets == 0 and s.shared_memory_note == 'EMBER_DIST_SHM=0',
   'shared buckets %s (%s)', s.shared_buckets, s.shared_memory_note)
 local sd = ddp:state_dict()
