@@ -2,7 +2,11 @@
 # bench/train/train_fmnist.sh - Fashion-MNIST training throughput, ember side by side with
 # PyTorch (see bench/README.md, "Training").
 #
-#   bench/train/train_fmnist.sh [-m mlp,cnn] [-r rounds] [-e epochs] [-t threads]
+#   bench/train/train_fmnist.sh [-m mlp,cnn] [-r rounds] [-e epochs] [-t threads] [-k]
+#
+# -k also runs ember with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset in its own command
+# (ember then picks the kernels for this CPU itself and verifies them: `ember info`), beside
+# the run with the machine's environment as it is; the kernels of each are printed.
 #
 # Each round runs, for each model, ember's pipeline (pipelines/fashion_mnist_<m>.yaml, no
 # checkpoints, no metrics files) and ../shared/bench/torch_fmnist.py, each at `threads`
@@ -24,13 +28,14 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 
-models=mlp,cnn rounds=3 epochs=1 threads=2
+models=mlp,cnn rounds=3 epochs=1 threads=2 own_kernels=0
 usage() {
-  echo "usage: bench/train/train_fmnist.sh [-m mlp,cnn] [-r rounds] [-e epochs] [-t threads]" >&2
+  echo "usage: bench/train/train_fmnist.sh [-m mlp,cnn] [-r rounds] [-e epochs] [-t threads] [-k]" >&2
   exit 2
 }
-while getopts "m:r:e:t:h" flag; do
+while getopts "m:r:e:t:kh" flag; do
   case "$flag" in
+    k) own_kernels=1 ;;
     m) models="$OPTARG" ;;
     r) rounds="$OPTARG" ;;
     e) epochs="$OPTARG" ;;
@@ -70,13 +75,20 @@ load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 # they are not (bindings/ember/blas_env.c). WAIT_POLICY=passive (or active) imposes one on both.
 if [[ -n "${WAIT_POLICY:-}" ]]; then export OMP_WAIT_POLICY="$WAIT_POLICY"; fi
 
+# The kernels ember runs with the machine's environment, and with ember's own choice.
+kernels_env="$("$build/ember" info | sed -n 's/^kernels: *//p')"
+kernels_own="$(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$build/ember" info | sed -n 's/^kernels: *//p')"
+echo "train_fmnist: ember's BLAS kernels: $kernels_env (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})" >&2
+((own_kernels)) && echo "train_fmnist: ember-own runs (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset): $kernels_own" >&2
+
 # One JSON line per run: {"impl", "model", "threads", "train_samples_per_s", ...}.
-run_ember() {   # model threads
-  local out
-  if out="$(EMBER_NUM_THREADS="$2" OMP_NUM_THREADS="$2" OPENBLAS_NUM_THREADS="$2" \
+run_ember() {   # model threads [own: unset OpenBLAS's kernel variables in this command]
+  local out impl=ember unset=()
+  [[ "${3:-}" == own ]] && { impl=ember-own; unset=(-u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE); }
+  if out="$(env "${unset[@]}" EMBER_NUM_THREADS="$2" OMP_NUM_THREADS="$2" OPENBLAS_NUM_THREADS="$2" \
       "$build/ember" run "pipelines/fashion_mnist_$1.yaml" epochs="$epochs" data.workers=0 checkpoint.dir=null log.dir=null \
       log.progress=none 2>"$log")"; then
-    printf '{"impl":"ember","model":"%s","threads":%s,"result":%s}\n' "$1" "$2" "$out" >>"$raw"
+    printf '{"impl":"%s","model":"%s","threads":%s,"result":%s}\n' "$impl" "$1" "$2" "$out" >>"$raw"
   else
     echo "train_fmnist: ember failed on $1:" >&2; cat "$log" >&2
   fi
@@ -97,25 +109,25 @@ for ((r = 1; r <= rounds; r++)); do
   for m in "${model_list[@]}"; do
     echo "train_fmnist: round $r/$rounds, $m" >&2
     if ((r % 2)); then
-      run_ember "$m" "$threads"; run_torch "$m" "$threads"
+      run_ember "$m" "$threads"; ((own_kernels)) && run_ember "$m" "$threads" own; run_torch "$m" "$threads"
       [[ "$threads" == 1 ]] || { run_ember "$m" 1; run_torch "$m" 1; }
     else
       [[ "$threads" == 1 ]] || { run_torch "$m" 1; run_ember "$m" 1; }
-      run_torch "$m" "$threads"; run_ember "$m" "$threads"
+      run_torch "$m" "$threads"; ((own_kernels)) && run_ember "$m" "$threads" own; run_ember "$m" "$threads"
     fi
   done
 done
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
 
-python3 - "$raw" "$threads" "$rounds" "$epochs" "$load_before" "$load_after" <<'EOF'
+python3 - "$raw" "$threads" "$rounds" "$epochs" "$load_before" "$load_after" "$kernels_env" "$kernels_own" <<'EOF'
 import json, re, statistics, sys
 
-raw, threads, rounds, epochs, load_before, load_after = sys.argv[1:]
+raw, threads, rounds, epochs, load_before, load_after, kernels_env, kernels_own = sys.argv[1:]
 rates, acc, rss, version = {}, {}, {}, None
 for line in open(raw):
     d = json.loads(line)
     key = (d['impl'], d['model'], d['threads'])
-    if d['impl'] == 'ember':
+    if d['impl'] in ('ember', 'ember-own'):
         r = d['result']
         rates.setdefault(key, []).append(r['train_samples_per_s'])
         acc.setdefault(key, []).append(r.get('test_accuracy'))
@@ -163,12 +175,20 @@ for model in ('mlp', 'cnn'):
                  fmt(best, '%.2f'), fmt(report[model]['ember_test_accuracy'], '%.4f'),
                  fmt(report[model]['torch_test_accuracy'], '%.4f')))
     print('%-5s ratio (ember@%d / torch at its better of 1 and %d threads): %s' % (model, t, t, fmt(ratio, '%.2f')))
+    own = med(('ember-own', model, t))
+    if own is not None:
+        report[model]['ember_own_kernels_samples_per_s'] = own
+        report[model]['ratio_own_kernels'] = own / tb if tb else None
+        print('%-5s ember@%d with its own kernel choice: %s samples/s, ratio %s' % (
+            model, t, fmt(own), fmt(own / tb if tb else None, '%.2f')))
 print('samples/s: medians of %s runs of %s epoch(s) (60,000 samples each, batch 128); same = ember@%s / torch@%s; '
       'best = the better ember figure / the better PyTorch figure (> 1: ember faster); torch %s'
       % (rounds, epochs, threads, threads, version))
+print('BLAS kernels: %s; with OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset: %s' % (kernels_env, kernels_own))
 print('load average: before %s, after %s (the machine is shared: compare ratios, rerun with -r when high)'
       % (load_before, load_after))
 print(json.dumps({'train_bench': {'models': report, 'threads': t, 'rounds': int(rounds), 'epochs': int(epochs),
-                                  'torch_version': version, 'load_before': load_before, 'load_after': load_after,
+                                  'torch_version': version, 'blas_kernels': kernels_env,
+                                  'blas_kernels_own': kernels_own, 'load_before': load_before, 'load_after': load_after,
                                   'raw': raw}}))
 EOF

@@ -13,10 +13,18 @@
  *   samples/s passive, 128,000 spinning 20,000 rounds). So: when no other task is runnable
  *   as ember starts (/proc/loadavg's instantaneous count, least of a few looks), a short bounded spin
  *   (GOMP_SPINCOUNT=20000, well under a millisecond); otherwise OMP_WAIT_POLICY=passive. */
+#include <errno.h>
+#include <strings.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include "ember/core.h"
 #include "host.h"
+
+/* Why the kernels are the ones they are; kept in the environment across the re-exec. */
+#define CHOICE_VAR "EMBER_BLAS_CHOICE"
 
 /* Tasks runnable on the machine right now, this process included; -1 when unknown. */
 static int runnable_tasks(void) {
@@ -45,7 +53,13 @@ void ember_select_blas_kernels(char **argv) {
   const char *core = coretype_for_this_cpu();
   if (core && !getenv("OPENBLAS_CORETYPE")) {
     setenv("OPENBLAS_CORETYPE", core, 1);
+    setenv(CHOICE_VAR,
+           !strcmp(core, "SkylakeX") ? "chosen by ember for this CPU (AVX-512 F, BW, VL)"
+                                     : "chosen by ember for this CPU (AVX2, FMA)",
+           1);
     changed = 1;
+  } else if (!getenv(CHOICE_VAR)) {
+    setenv(CHOICE_VAR, getenv("OPENBLAS_CORETYPE") ? "set by OPENBLAS_CORETYPE" : "OpenBLAS's own detection", 1);
   }
   if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT")) {
     /* the least of a few looks 1 ms apart: kernel threads flicker through the count */
@@ -63,4 +77,134 @@ void ember_select_blas_kernels(char **argv) {
   setenv("EMBER_NO_REEXEC", "1", 1); /* never loop, even if exec fails half-way */
   execv("/proc/self/exe", argv);
   /* exec failed (no /proc): carry on with the libraries' own choices */
+}
+
+/* ---------------------------------------------------------------- verification
+ *
+ * The kernels are used only once they have given right answers on this machine: the
+ * known-answer check (runtime/cpu/blas_check.c) runs on the first start with a given CPU,
+ * OpenBLAS build and kernel name, and its success is remembered in
+ * $XDG_CACHE_HOME/ember/blas-verified (else ~/.cache/ember/). When it fails, ember re-executes
+ * itself with the next safer kernels (SkylakeX, Haswell, Sandybridge, Nehalem, Prescott) and
+ * says so in one line; a user's own OPENBLAS_CORETYPE is checked the same way.
+ * EMBER_BLAS_VERIFY=0 skips the check. EMBER_BLAS_TEST_FAULT=NAME makes the check fail for
+ * the kernels called NAME (and skips the cache), so that tests can see the fallback work on
+ * a machine whose kernels are right. */
+
+static char blas_status[600];
+
+const char *ember_blas_status(void) { return blas_status; }
+
+static const char *const SAFER[] = {"SkylakeX", "Haswell", "Sandybridge", "Nehalem", "Prescott", NULL};
+
+static const char *safer_than(const char *core) {
+  for (int i = 0; SAFER[i]; i++)
+    if (!strcasecmp(SAFER[i], core)) return SAFER[i + 1];
+  return "Haswell"; /* a kernel outside the list: fall back to the usual AVX2 one */
+}
+
+/* The machine, the library and the kernels: a check's answer holds for exactly these. */
+static void cache_key(char *key, size_t cap, const char *core) {
+  char model[256] = "?", line[4096];
+  unsigned long long flags = 1469598103934665603ull;
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (f) {
+    while (fgets(line, sizeof line, f)) {
+      if (!strncmp(line, "model name", 10) && model[0] == '?') {
+        char *c = strchr(line, ':');
+        if (c) snprintf(model, sizeof model, "%s", c + 2);
+        model[strcspn(model, "\n")] = 0;
+      } else if (!strncmp(line, "flags", 5)) {
+        for (char *p = line; *p; p++) flags = (flags ^ (unsigned char)*p) * 1099511628211ull;
+        break;
+      }
+    }
+    fclose(f);
+  }
+  const char *config = em_blas_config();
+  snprintf(key, cap, "%s|%s|%s|%016llx", core, config ? config : "?", model, flags);
+}
+
+static int cache_path(char *path, size_t cap, int make_dir) {
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  char dir[3000];
+  if (xdg && *xdg) snprintf(dir, sizeof dir, "%s/ember", xdg);
+  else if (home && *home) snprintf(dir, sizeof dir, "%s/.cache/ember", home);
+  else return 0;
+  if (make_dir) {
+    char parent[3000];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    if (slash) *slash = 0;
+    mkdir(parent, 0755);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return 0;
+  }
+  snprintf(path, cap, "%s/blas-verified", dir);
+  return 1;
+}
+
+static int cached(const char *key) {
+  char path[3100], line[4096];
+  if (!cache_path(path, sizeof path, 0)) return 0;
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  int found = 0;
+  while (!found && fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = 0;
+    found = !strcmp(line, key);
+  }
+  fclose(f);
+  return found;
+}
+
+static void remember(const char *key) {
+  char path[3100];
+  if (!cache_path(path, sizeof path, 1)) return;
+  FILE *f = fopen(path, "a"); /* best effort: a read-only home only costs the check again */
+  if (!f) return;
+  fprintf(f, "%s\n", key);
+  fclose(f);
+}
+
+void ember_verify_blas_kernels(char **argv) {
+  const char *core = em_blas_corename();
+  const char *choice = getenv(CHOICE_VAR);
+  if (!core) core = "unknown";
+  if (!choice) choice = getenv("OPENBLAS_CORETYPE") ? "set by OPENBLAS_CORETYPE" : "OpenBLAS's own detection";
+  const char *skip = getenv("EMBER_BLAS_VERIFY");
+  if (skip && !strcmp(skip, "0")) {
+    snprintf(blas_status, sizeof blas_status, "%s kernels, %s; not verified (EMBER_BLAS_VERIFY=0)", core, choice);
+    return;
+  }
+  char key[4600], why[400];
+  cache_key(key, sizeof key, core);
+  const char *fault = getenv("EMBER_BLAS_TEST_FAULT");
+  int faulty = fault && !strcasecmp(fault, core);
+  if (!faulty && cached(key)) {
+    snprintf(blas_status, sizeof blas_status, "%s kernels, %s; verified (known-answer check passed, cached)", core,
+             choice);
+    return;
+  }
+  if (faulty) snprintf(why, sizeof why, "a fault simulated by EMBER_BLAS_TEST_FAULT");
+  else if (em_blas_verify(why, sizeof why)) {
+    remember(key);
+    snprintf(blas_status, sizeof blas_status, "%s kernels, %s; verified (known-answer check passed)", core, choice);
+    return;
+  }
+  const char *next = safer_than(core);
+  if (!next || getenv("EMBER_BLAS_NO_FALLBACK")) {
+    fprintf(stderr, "ember: warning: OpenBLAS's %s kernels failed a known-answer check (%s) and no safer kernels are "
+            "left to try; results of matrix products may be wrong\n", core, why);
+    snprintf(blas_status, sizeof blas_status, "%s kernels, %s; FAILED the known-answer check: %s", core, choice, why);
+    return;
+  }
+  fprintf(stderr, "ember: OpenBLAS's %s kernels failed a known-answer check (%s); using the %s kernels instead\n", core,
+          why, next);
+  char reason[700];
+  snprintf(reason, sizeof reason, "fallen back from %s, which failed the known-answer check", core);
+  setenv("OPENBLAS_CORETYPE", next, 1);
+  setenv(CHOICE_VAR, reason, 1);
+  execv("/proc/self/exe", argv);
+  snprintf(blas_status, sizeof blas_status, "%s kernels, %s; FAILED the known-answer check: %s (re-exec failed)", core,
+           choice, why);
 }

@@ -23,6 +23,8 @@
  * weak, so that a build without them still links. */
 int luaopen_ember_yaml(lua_State *L) __attribute__((weak));
 void ember_select_blas_kernels(char **argv) __attribute__((weak));
+void ember_verify_blas_kernels(char **argv) __attribute__((weak));
+const char *ember_blas_status(void) __attribute__((weak));
 /* `ember launch` (bindings/ember/launch.c): argv[0] is "launch"; returns the exit status. */
 int em_host_launch(int argc, char **argv);
 
@@ -353,6 +355,7 @@ static int cmd_info(lua_State *L) {
   printf("%-10s %s\n", "features:", em_build_features());
   const char *blas = em_blas_config();
   printf("%-10s %s\n", "blas:", blas ? blas : "unknown");
+  if (ember_blas_status) printf("%-10s %s\n", "kernels:", ember_blas_status());
   printf("%-10s %d\n", "threads:", em_get_num_threads());
   printf("devices:\n");
   printf("  cpu:     1 (%d threads)\n", em_get_num_threads());
@@ -417,6 +420,7 @@ static int run_command(lua_State *L, int argc, char **argv, const options *o) {
 
 int main(int argc, char **argv) {
   if (ember_select_blas_kernels) ember_select_blas_kernels(argv); /* may re-exec, once */
+  if (ember_verify_blas_kernels) ember_verify_blas_kernels(argv); /* may re-exec with safer kernels */
   options o;
   int status = collect_options(argc, argv, &o);
   if (status >= 0) return status;

@@ -23,6 +23,10 @@ int em_host_load_ember(lua_State *L);
 /* bindings/ember/blas_env.c: sets OPENBLAS_CORETYPE for this CPU and re-executes the program
  * once, before anything else runs (OpenBLAS reads it when it loads). */
 void ember_select_blas_kernels(char **argv);
+/* After the choice: the known-answer check of the kernels (cached per machine), falling back
+ * to safer ones by re-executing; ember_blas_status says which ran and why (`ember info`). */
+void ember_verify_blas_kernels(char **argv);
+const char *ember_blas_status(void);
 
 /* bindings/ember/cuda_info.c: the GPU lines of `ember info`, and the REPL banner's device list
  * ("cpu, cuda x1 (NVIDIA H200, 140 GiB)" or "cpu (cuda: none)"). */

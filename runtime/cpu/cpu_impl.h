@@ -77,4 +77,18 @@ static inline int em_iter_inner_contiguous(const int64_t *strides, const size_t 
  * nn_embedding.c. */
 EM_BACKEND_PROTOTYPES(cpu)
 
+/* blas_check.c: the BLAS routines ember calls (row-major; t/ta/tb: transposed), as a table
+ * so that a test can hand the known-answer check a wrong one and see it caught. */
+typedef struct cpu_blas_fns {
+  void (*sgemm)(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda, const float *b, int ldb,
+                float beta, float *c, int ldc);
+  void (*dgemm)(int ta, int tb, int m, int n, int k, double alpha, const double *a, int lda, const double *b, int ldb,
+                double beta, double *c, int ldc);
+  void (*sgemv)(int t, int m, int n, float alpha, const float *a, int lda, const float *x, float beta, float *y);
+  float (*sdot)(int n, const float *x, const float *y);
+} cpu_blas_fns;
+extern const cpu_blas_fns cpu_blas_real; /* OpenBLAS's cblas */
+/* 1 when every case matches the float64 reference; else 0 and why names the first wrong one. */
+int cpu_blas_check(const cpu_blas_fns *f, char *why, size_t cap);
+
 #endif

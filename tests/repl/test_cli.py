@@ -179,6 +179,21 @@ info_has = [f"ember {version}", f"features:  {features}", f"blas:      {blas}",
             "/lua/?.lua", "lua cpath:"]
 info_has.append("cuda:    none (" if ncuda == "0" else f"cuda:    {ncuda} device")
 expect("info", run("info"), 0, err="", out_has=info_has)
+# the BLAS kernels: checked on first use, remembered per machine, a failing set replaced
+cache = os.path.join(TMP, "cache")
+code, core, _ = run("-e", "io.write(ember.ffi.string(ember.C.em_blas_corename()))")
+expect("kernels checked", run("info", env={"XDG_CACHE_HOME": cache}), 0, err="",
+       out_has=(f"kernels:   {core} kernels, ", "verified (known-answer check passed)"))
+check("kernels remembered", os.path.exists(os.path.join(cache, "ember", "blas-verified")))
+expect("kernels cached", run("info", env={"XDG_CACHE_HOME": cache}), 0, err="",
+       out_has=("verified (known-answer check passed, cached)",))
+code, out, err = run("info", env={"XDG_CACHE_HOME": cache, "EMBER_BLAS_TEST_FAULT": core})
+expect("failing kernels replaced", (code, out, err), 0,
+       err_has=(f"ember: OpenBLAS's {core} kernels failed a known-answer check (a fault simulated",),
+       out_has=(f"fallen back from {core}, which failed the known-answer check; verified",))
+check("one line of notice", err.count("\n") == 1, err)
+expect("kernels unchecked on request", run("info", env={"EMBER_BLAS_VERIFY": "0"}), 0,
+       out_has=("not verified (EMBER_BLAS_VERIFY=0)",))
 expect("info with --threads", run("--threads", "3", "info"), 0, out_has=("threads:   3",))
 expect("info takes no arguments", run("info", "extra"), 2, err_has=("unexpected argument 'extra'",))
 expect("info refuses -e", run("-e", "print(1)", "info"), 2, out="", err_has=("do not apply",))

@@ -101,6 +101,13 @@ EM_API void em_memory_reset_peak(void);
 EM_API const char *em_version(void);
 EM_API const char *em_build_features(void); /* space separated, e.g. "openblas openmp yaml" */
 EM_API const char *em_blas_config(void);
+/* The name of the kernels OpenBLAS runs ("SkylakeX", "Haswell", ...). */
+EM_API const char *em_blas_corename(void);
+/* A known-answer check of every BLAS routine and layout ember calls (s/dgemm in the four
+ * transpose pairs, on shapes that cross kernel block edges and the threaded path; sgemv
+ * both ways; sdot) against a float64 reference: 1 when right, else 0 with why (cap bytes)
+ * naming the routine, the shape and the first wrong element. Takes tens of milliseconds. */
+EM_API int em_blas_verify(char *why, size_t cap);
 /* EM_FFI_END */
 
 #ifdef __cplusplus
