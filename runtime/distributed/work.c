@@ -29,8 +29,9 @@ static atomic_int waiters;
 
 int emp_dist_num_waiters(void) { return atomic_load_explicit(&waiters, memory_order_relaxed); }
 
-static const char *op_names[EM_DIST_NUM_OPS] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter",
-                                                "barrier",    "send",      "recv"};
+static const char *op_names[EM_DIST_NUM_OPS] = {
+    "all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "send",        "recv",
+    "all_to_all", "all_to_all_v", "gather", "scatter",         "reduce",  "all_gather_v"};
 static const char *redop_names[EM_DIST_NUM_REDOPS] = {"sum", "avg", "max", "min", "product"};
 
 const char *emp_dist_op_name(em_dist_opkind kind) { return kind < EM_DIST_NUM_OPS ? op_names[kind] : "?"; }
@@ -40,6 +41,8 @@ static void free_work(em_dist_work *w) {
   em_tensor_release(w->in);
   if (w->out != w->in) em_tensor_release(w->out);
   em_dist_group_release(w->group);
+  free(w->in_counts);
+  free(w->out_counts);
   free(w);
 }
 
