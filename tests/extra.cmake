@@ -68,6 +68,21 @@ if(EMBER_HAVE_MPI AND EMBER_MPIRUN)
         ENVIRONMENT "${dist_env}")
     endforeach()
   endforeach()
+  # all_to_all(_v), gather, scatter, reduce, all_gather_v at 2, 3 and 4 ranks; at 3 ranks
+  # also with every count above 1000 elements sent point to point (the path of counts
+  # above 2^31 - 1, runtime/plugins/mpi/mpi_coll.c)
+  foreach(np 2 3 4)
+    add_test(NAME distributed/more_collectives_np${np}
+      COMMAND $<TARGET_FILE:ember_host> launch -n ${np} --threads 1 ${CMAKE_CURRENT_SOURCE_DIR}/distributed/more_collectives.lua
+      WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+    set_tests_properties(distributed/more_collectives_np${np} PROPERTIES TIMEOUT 120 RESOURCE_LOCK ember_mpi
+      ENVIRONMENT "${dist_env}")
+  endforeach()
+  add_test(NAME distributed/more_collectives_np3_p2p
+    COMMAND $<TARGET_FILE:ember_host> launch -n 3 --threads 1 ${CMAKE_CURRENT_SOURCE_DIR}/distributed/more_collectives.lua
+    WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(distributed/more_collectives_np3_p2p PROPERTIES TIMEOUT 120 RESOURCE_LOCK ember_mpi
+    ENVIRONMENT "${dist_env};EMBER_DIST_MPI_P2P_ABOVE=1000")
   # the same collectives with shared memory off: plain all_reduce and DDP buckets through MPI
   foreach(script collectives ddp)
     add_test(NAME distributed/${script}_np2_no_shm

@@ -35,7 +35,11 @@
 -- world_size([group]), local_rank(), env() (what the launcher said, without init),
 -- world(), new_group(ranks), and the collectives all_reduce(t [, op] [, opts]),
 -- broadcast(t [, root] [, opts]), all_gather(t [, opts]), reduce_scatter(t [, op] [, opts]),
--- barrier([opts]), send(t, dst [, opts]), recv(t, src [, opts]). op is 'sum' (default),
+-- barrier([opts]), send(t, dst [, opts]), recv(t, src [, opts]), all_to_all(out, in [, opts]),
+-- all_to_all_v(out, out_counts, in, in_counts [, opts]), gather(out, in [, root] [, opts]),
+-- scatter(out, in [, root] [, opts]), reduce(t [, op] [, root] [, opts]),
+-- all_gather_v(out, counts, in [, opts]) (counts: elements per rank, a list or an integer
+-- tensor; rooted calls ignore the root-only tensor elsewhere). op is 'sum' (default),
 -- 'avg', 'max', 'min' or 'product'. opts: group (default the world), async (return a
 -- handle instead of waiting: h:wait([timeout]) returns the result, h:test() says whether it
 -- is done), tag (send/recv, default 0), out (all_gather/reduce_scatter: the result tensor).
@@ -315,6 +319,134 @@ end
 function dist.send(t, dst, opts) return p2p('send', C.em_dist_send, t, dst, opts) end
 function dist.recv(t, src, opts) return p2p('recv', C.em_dist_recv, t, src, opts) end
 
+-- ---------------------------------------------------------------- all_to_all, gather, scatter, reduce, *_v
+-- Counts are elements, one per rank of the group (rank 0's first): a Lua list or an
+-- integer tensor (read on the CPU as int64). Returns an int64_t array.
+local function counts_arg(op, name, c, n)
+  local arr = ffi.new('int64_t[?]', n)
+  if is_tensor(c) then
+    if c:numel() ~= n then
+      throw(string.format('%s: %s has %d elements, expected %d (one per rank)', op, name, c:numel(), n))
+    end
+    if c:is_floating_point() or c.dtype == 'bool' then
+      throw(string.format('%s: %s must be an integer tensor, got %s', op, name, c.dtype))
+    end
+    local h = c:to('int64'):to('cpu'):contiguous()
+    ffi.copy(arr, ffi.cast('int64_t*', C.em_tensor_data(h)), 8 * n)
+    return arr
+  end
+  if type(c) ~= 'table' then
+    throw(string.format('%s: %s must be a list of counts or an integer tensor, got %s', op, name, describe(c)))
+  end
+  if #c ~= n then
+    throw(string.format('%s: %s has %d entries, expected %d (one per rank)', op, name, #c, n))
+  end
+  for i = 1, n do
+    local v = c[i]
+    if type(v) ~= 'number' or v ~= math.floor(v) then
+      throw(string.format('%s: %s[%d] is %s, expected a count of elements (an integer)', op, name, i, describe(v)))
+    end
+    arr[i - 1] = v
+  end
+  return arr
+end
+
+local function need_root(op, root)
+  if type(root) ~= 'number' or root ~= math.floor(root) then
+    throw(op .. ': root must be a rank (0-based integer), got ' .. describe(root))
+  end
+  return root
+end
+
+-- all_to_all(out, in [, opts]): block r of in (numel / world_size elements) goes to rank
+-- r; block r of out comes from rank r. Returns out.
+function dist.all_to_all(out, input, opts)
+  need_tensor('all_to_all', out)
+  need_tensor('all_to_all', input)
+  check_opts('all_to_all', opts, OPTS, 3)
+  local g = group_ptr('all_to_all', opts and opts.group)
+  return finish('all_to_all', opts, out, C.em_dist_all_to_all(g, out, input, wb(opts)))
+end
+
+-- all_to_all_v(out, out_counts, in, in_counts [, opts]): in_counts[r] elements of in (in
+-- rank order) go to rank r, out_counts[r] elements of out come from rank r (lists are
+-- 1-based: out_counts[1] is rank 0's). Zero counts are fine; counts that do not match
+-- between ranks are an error on every rank (MPI) or a timeout (NCCL). Returns out.
+function dist.all_to_all_v(out, out_counts, input, in_counts, opts)
+  need_tensor('all_to_all_v', out)
+  need_tensor('all_to_all_v', input)
+  check_opts('all_to_all_v', opts, OPTS, 5)
+  local g = group_ptr('all_to_all_v', opts and opts.group)
+  local n = C.em_dist_size(g)
+  local oc, ic = counts_arg('all_to_all_v', 'out_counts', out_counts, n), counts_arg('all_to_all_v', 'in_counts',
+    in_counts, n)
+  return finish('all_to_all_v', opts, out, C.em_dist_all_to_all_v(g, out, oc, input, ic, wb(opts)))
+end
+
+-- gather(out, in, root [, opts]): the root's out receives world_size blocks of numel(in),
+-- rank 0's first; out is ignored elsewhere (nil is fine). out nil on the root: a new
+-- [world_size, in.shape...] tensor. Returns out on the root, nil elsewhere.
+function dist.gather(out, input, root, opts)
+  need_tensor('gather', input)
+  if type(root) == 'table' and opts == nil then root, opts = nil, root end
+  check_opts('gather', opts, OPTS, 4)
+  root = need_root('gather', root == nil and 0 or root)
+  local g = group_ptr('gather', opts and opts.group)
+  local me = C.em_dist_rank(g)
+  if me ~= root then out = nil
+  elseif out == nil then
+    local dims = { C.em_dist_size(g) }
+    for _, d in ipairs(input.shape) do dims[#dims + 1] = d end
+    out = new_result('gather', dims, input)
+  else
+    need_tensor('gather', out)
+  end
+  return finish('gather', opts, out, C.em_dist_gather(g, out, input, root, wb(opts)))
+end
+
+-- scatter(out, in, root [, opts]): rank r's out receives block r of the root's in
+-- (world_size blocks of numel(out)); in is ignored (nil is fine) elsewhere. Returns out.
+function dist.scatter(out, input, root, opts)
+  need_tensor('scatter', out)
+  if type(root) == 'table' and opts == nil then root, opts = nil, root end
+  check_opts('scatter', opts, OPTS, 4)
+  root = need_root('scatter', root == nil and 0 or root)
+  local g = group_ptr('scatter', opts and opts.group)
+  if C.em_dist_rank(g) ~= root then input = nil
+  elseif input ~= nil then need_tensor('scatter', input) end
+  return finish('scatter', opts, out, C.em_dist_scatter(g, out, input, root, wb(opts)))
+end
+
+-- reduce(t [, op] [, root] [, opts]): in place; the reduction (default 'sum') lands in
+-- the root's t (default root 0); other ranks' t may hold partial results. Returns t.
+function dist.reduce(t, op, root, opts)
+  if type(op) == 'table' and root == nil and opts == nil then op, opts = nil, op
+  elseif type(root) == 'table' and opts == nil then root, opts = nil, root end
+  need_tensor('reduce', t)
+  check_opts('reduce', opts, OPTS, 4)
+  root = need_root('reduce', root == nil and 0 or root)
+  local g = group_ptr('reduce', opts and opts.group)
+  return finish('reduce', opts, t, C.em_dist_reduce(g, t, redop('reduce', op), root, wb(opts)))
+end
+
+-- all_gather_v(out, counts, in [, opts]): out receives counts[r] elements from each rank r
+-- in rank order (every rank passes the same counts; in holds this rank's count). out nil:
+-- a new 1-D tensor of sum(counts) elements. Returns out.
+function dist.all_gather_v(out, counts, input, opts)
+  need_tensor('all_gather_v', input)
+  check_opts('all_gather_v', opts, OPTS, 4)
+  local g = group_ptr('all_gather_v', opts and opts.group)
+  local c = counts_arg('all_gather_v', 'counts', counts, C.em_dist_size(g))
+  if out == nil then
+    local total = 0
+    for i = 0, C.em_dist_size(g) - 1 do total = total + tonumber(c[i]) end
+    out = new_result('all_gather_v', { total }, input)
+  else
+    need_tensor('all_gather_v', out)
+  end
+  return finish('all_gather_v', opts, out, C.em_dist_all_gather_v(g, out, c, input, wb(opts)))
+end
+
 -- Group methods: the same collectives on that group.
 for _, name in ipairs { 'all_reduce', 'broadcast', 'all_gather', 'reduce_scatter', 'send', 'recv' } do
   local f = dist[name]
@@ -327,6 +459,26 @@ for _, name in ipairs { 'all_reduce', 'broadcast', 'all_gather', 'reduce_scatter
     if name == 'all_gather' then return f(t, opts) end
     return f(t, x, opts)
   end
+end
+-- g:all_to_all(out, in [, opts]) and the others with opts at a fixed position (arity + 1)
+local function with_group(opts, g)
+  local o = {}
+  for k, v in pairs(opts or {}) do o[k] = v end
+  o.group = g
+  return o
+end
+for name, arity in pairs { all_to_all = 2, all_to_all_v = 4, gather = 3, scatter = 3, all_gather_v = 3 } do
+  local f = dist[name]
+  Group[name] = function(self, ...)
+    local a = { ... }
+    a[arity + 1] = with_group(a[arity + 1], self)
+    return f(unpack(a, 1, arity + 1))
+  end
+end
+function Group:reduce(t, op, root, opts)
+  if type(op) == 'table' and root == nil and opts == nil then op, opts = nil, op
+  elseif type(root) == 'table' and opts == nil then root, opts = nil, root end
+  return dist.reduce(t, op, root, with_group(opts, self))
 end
 function Group:barrier(opts)
   local o = {}

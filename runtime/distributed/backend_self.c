@@ -49,7 +49,25 @@ static em_status self_post(void *impl, em_dist_work *w) {
   (void)impl;
   w->started_at = em_clock_monotonic();
   em_status st = EM_OK;
-  if (w->kind == EM_DIST_OP_ALL_GATHER || w->kind == EM_DIST_OP_REDUCE_SCATTER) st = copy_flat(w->out, w->in);
+  switch (w->kind) {
+    case EM_DIST_OP_ALL_TO_ALL_V:
+      /* the one rank sends in_counts[0] elements to itself and expects out_counts[0] */
+      if (w->in_counts[0] != w->out_counts[0]) {
+        char desc[256];
+        emp_dist_describe(w, desc, sizeof desc);
+        st = em_set_error(EM_ERR_SHAPE, "%s: rank 0 sends %lld elements to rank 0, which expects %lld (in_counts[0] "
+                          "must equal out_counts[0])", desc, (long long)w->in_counts[0], (long long)w->out_counts[0]);
+        break;
+      }
+      /* fall through */
+    case EM_DIST_OP_ALL_GATHER:
+    case EM_DIST_OP_REDUCE_SCATTER:
+    case EM_DIST_OP_ALL_TO_ALL:
+    case EM_DIST_OP_GATHER: /* rank 0 is the root: both buffers are here */
+    case EM_DIST_OP_SCATTER:
+    case EM_DIST_OP_ALL_GATHER_V: st = copy_flat(w->out, w->in); break;
+    default: break; /* a reduction over one rank (all_reduce, reduce: 'avg' included) is the tensor itself */
+  }
   /* send/recv cannot reach here: a rank never addresses itself */
   emp_dist_work_done(w, st, st ? em_last_error() : NULL);
   return EM_OK;

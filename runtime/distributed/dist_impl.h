@@ -16,7 +16,7 @@
 
 /* Raised whenever an entry of em_dist_backend, its contract or a struct below changes:
  * plugins built against another version are refused when they load (EM_DIST_ABI). */
-#define EM_DIST_BACKEND_API_VERSION 2
+#define EM_DIST_BACKEND_API_VERSION 3
 
 #define EM_DIST_EXIT_TIMEOUT 124 /* exit status of a job aborted by a timeout */
 #define EM_DIST_MSG 768
@@ -29,6 +29,12 @@ typedef enum em_dist_opkind {
   EM_DIST_OP_BARRIER,
   EM_DIST_OP_SEND,
   EM_DIST_OP_RECV,
+  EM_DIST_OP_ALL_TO_ALL, /* in, out: size * k elements; block r of in goes to rank r */
+  EM_DIST_OP_ALL_TO_ALL_V, /* in_counts[r] elements of in go to rank r, out_counts[r] come from it */
+  EM_DIST_OP_GATHER, /* peer = root; out (root only, else NULL): size * numel(in) */
+  EM_DIST_OP_SCATTER, /* peer = root; in (root only, else NULL): size * numel(out) */
+  EM_DIST_OP_REDUCE, /* peer = root; in == out, the result is defined on the root only */
+  EM_DIST_OP_ALL_GATHER_V, /* out_counts[r] elements from rank r; in holds out_counts[rank] */
   EM_DIST_NUM_OPS
 } em_dist_opkind;
 
@@ -42,7 +48,12 @@ struct em_dist_work {
   em_dist_redop redop;
   int peer; /* root (broadcast), dst (send), src (recv): group ranks */
   int tag;
-  em_tensor *in, *out; /* retained until completion; in == out for in-place ops */
+  em_tensor *in, *out; /* retained until completion; in == out for in-place ops; NULL where
+                        * a rooted collective has no buffer on this rank */
+  /* all_to_all_v, all_gather_v: elements per group rank (size(group) entries each), owned
+   * by the work and freed with it; NULL for the other kinds. in_counts is NULL for
+   * all_gather_v (this rank sends out_counts[rank] elements). */
+  int64_t *in_counts, *out_counts;
   em_dist_group *group; /* retained */
   int64_t seq; /* collectives: 1, 2, ... per group on this rank; p2p: 0 */
   double posted_at; /* em_clock_monotonic() */

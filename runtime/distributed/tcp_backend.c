@@ -455,7 +455,13 @@ static void tcp_free_group(void *impl) {
   free(g);
 }
 
-static em_status tcp_post(void *impl, em_dist_work *w) { return dist_tcp_submit(impl, w); }
+static em_status tcp_post(void *impl, em_dist_work *w) {
+  /* refused alike on every rank (the kind alone decides), so nobody waits for a peer */
+  if (w->kind >= EM_DIST_OP_ALL_TO_ALL)
+    return em_set_error(EM_ERR_UNSUPPORTED, "%s: not supported by backend tcp (use mpi: ember launch or mpirun)",
+                        emp_dist_op_name(w->kind));
+  return dist_tcp_submit(impl, w);
+}
 
 static const em_dist_backend tcp_backend = {
     .name = "tcp",

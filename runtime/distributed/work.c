@@ -29,8 +29,9 @@ static atomic_int waiters;
 
 int emp_dist_num_waiters(void) { return atomic_load_explicit(&waiters, memory_order_relaxed); }
 
-static const char *op_names[EM_DIST_NUM_OPS] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter",
-                                                "barrier",    "send",      "recv"};
+static const char *op_names[EM_DIST_NUM_OPS] = {
+    "all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "send",        "recv",
+    "all_to_all", "all_to_all_v", "gather", "scatter",         "reduce",  "all_gather_v"};
 static const char *redop_names[EM_DIST_NUM_REDOPS] = {"sum", "avg", "max", "min", "product"};
 
 const char *emp_dist_op_name(em_dist_opkind kind) { return kind < EM_DIST_NUM_OPS ? op_names[kind] : "?"; }
@@ -40,6 +41,8 @@ static void free_work(em_dist_work *w) {
   em_tensor_release(w->in);
   if (w->out != w->in) em_tensor_release(w->out);
   em_dist_group_release(w->group);
+  free(w->in_counts);
+  free(w->out_counts);
   free(w);
 }
 
@@ -82,6 +85,12 @@ void emp_dist_work_done(em_dist_work *w, em_status st, const char *msg) {
   pthread_mutex_unlock(&done_lock);
 }
 
+/* The device whose backend runs w (a rooted collective may have only its input or output). */
+static em_device_type work_device(const em_dist_work *w) {
+  const em_tensor *t = w->in ? w->in : w->out;
+  return t ? (em_device_type)t->storage->device.type : EM_CPU;
+}
+
 static void format_bytes(char *buf, size_t cap, double bytes) {
   if (bytes >= 1 << 30) snprintf(buf, cap, "%.1f GB", bytes / (1 << 30));
   else if (bytes >= 1 << 20) snprintf(buf, cap, "%.1f MB", bytes / (1 << 20));
@@ -97,20 +106,30 @@ void emp_dist_describe(const em_dist_work *w, char *buf, size_t cap) {
   if (w->kind == EM_DIST_OP_SEND || w->kind == EM_DIST_OP_RECV)
     n = snprintf(buf, cap, "%s %s rank %d (tag %d) on %s", op_names[w->kind],
                  w->kind == EM_DIST_OP_SEND ? "to" : "from", w->peer, w->tag, w->group->name);
+  else if (w->kind == EM_DIST_OP_GATHER || w->kind == EM_DIST_OP_SCATTER || w->kind == EM_DIST_OP_REDUCE)
+    n = snprintf(buf, cap, "%s #%lld (root %d) on %s", op_names[w->kind], (long long)w->seq, w->peer,
+                 w->group->name);
   else n = snprintf(buf, cap, "%s #%lld on %s", op_names[w->kind], (long long)w->seq, w->group->name);
   if (t && n > 0 && (size_t)n < cap) snprintf(buf + n, cap - n, " (%s of %s)", size, em_dtype_name(t->dtype));
 }
 
 /* ---------------------------------------------------------------- posting */
 
+/* in_counts/out_counts: NULL, or arrays from malloc that the work takes over (freed here
+ * whatever happens). */
 static em_status post_work(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out, em_dist_redop op,
-                           int peer, int tag, em_dist_work **work, int caller_waits) {
+                           int peer, int tag, em_dist_work **work, int caller_waits, int64_t *in_counts,
+                           int64_t *out_counts) {
   reap();
   const em_tensor *t = in ? in : out;
   em_device_type dev = t ? (em_device_type)t->storage->device.type : EM_CPU;
   void *impl = NULL;
   const em_dist_backend *be = dist_group_backend(g, dev, &impl, op_names[kind]);
-  if (!be) return em_last_status();
+  if (!be) {
+    free(in_counts);
+    free(out_counts);
+    return em_last_status();
+  }
   int64_t seq = kind != EM_DIST_OP_SEND && kind != EM_DIST_OP_RECV ? atomic_fetch_add(&g->seq, 1) + 1 : 0;
   double now = em_clock_monotonic();
   if (!work && be->run_direct) {
@@ -121,15 +140,22 @@ static em_status post_work(em_dist_group *g, em_dist_opkind kind, em_tensor *in,
     atomic_init(&d.refcount, 2);
     atomic_init(&d.state, EM_WORK_PENDING);
     d.kind = kind, d.redop = op, d.peer = peer, d.tag = tag, d.in = in, d.out = out, d.group = g;
+    d.in_counts = in_counts, d.out_counts = out_counts;
     d.seq = seq, d.posted_at = now, d.blocking = d.direct = d.on_stack = 1;
     atomic_init(&d.deadline, now + g->timeout);
     if (be->run_direct(impl, &d)) {
+      free(in_counts);
+      free(out_counts);
       if (atomic_load(&d.state) == EM_WORK_FAILED) return em_set_error(d.status, "%s", d.message);
       return EM_OK;
     }
   }
   em_dist_work *w = calloc(1, sizeof *w);
-  if (!w) return em_set_error(EM_ERR_MEMORY, "%s: out of memory", op_names[kind]);
+  if (!w) {
+    free(in_counts);
+    free(out_counts);
+    return em_set_error(EM_ERR_MEMORY, "%s: out of memory", op_names[kind]);
+  }
   atomic_init(&w->refcount, 2); /* the caller's and the backend's */
   atomic_init(&w->state, EM_WORK_PENDING);
   w->kind = kind;
@@ -138,6 +164,8 @@ static em_status post_work(em_dist_group *g, em_dist_opkind kind, em_tensor *in,
   w->tag = tag;
   w->in = in;
   w->out = out;
+  w->in_counts = in_counts;
+  w->out_counts = out_counts;
   em_tensor_retain(in);
   if (out != in) em_tensor_retain(out);
   w->group = g;
@@ -165,12 +193,12 @@ static em_status post_work(em_dist_group *g, em_dist_opkind kind, em_tensor *in,
 
 em_status emp_dist_post(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out, em_dist_redop op,
                         int peer, int tag, em_dist_work **work) {
-  return post_work(g, kind, in, out, op, peer, tag, work, work == NULL);
+  return post_work(g, kind, in, out, op, peer, tag, work, work == NULL, NULL, NULL);
 }
 
 em_status dist_post_then_wait(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out, em_dist_redop op,
                               em_dist_work **work) {
-  return post_work(g, kind, in, out, op, -1, 0, work, 1);
+  return post_work(g, kind, in, out, op, -1, 0, work, 1, NULL, NULL);
 }
 
 /* ---------------------------------------------------------------- checks */
@@ -307,6 +335,143 @@ em_status em_dist_recv(em_dist_group *g, em_tensor *t, int src, int tag, em_dist
   return emp_dist_post(g, EM_DIST_OP_RECV, t, t, EM_DIST_SUM, src, tag, work);
 }
 
+/* ---------------------------------------------------------------- all_to_all, gather, scatter, reduce, *_v */
+
+/* Sum of n counts into *sum; an error naming what when one is negative (or the sum absurd). */
+static em_status sum_counts(const char *op, const char *what, const int64_t *counts, int n, int64_t *sum) {
+  if (!counts) return em_set_error(EM_ERR_ARGUMENT, "%s: no %s given (expected %d counts, one per rank)", op, what, n);
+  int64_t s = 0;
+  for (int r = 0; r < n; r++) {
+    if (counts[r] < 0)
+      return em_set_error(EM_ERR_ARGUMENT, "%s: %s for rank %d is %lld; counts are numbers of elements (>= 0)", op,
+                          what, r, (long long)counts[r]);
+    if (counts[r] > INT64_MAX / 2 - s)
+      return em_set_error(EM_ERR_ARGUMENT, "%s: %s add up to more than 2^62 elements", op, what);
+    s += counts[r];
+  }
+  *sum = s;
+  return EM_OK;
+}
+
+static int64_t *copy_counts(const int64_t *counts, int n) {
+  int64_t *c = malloc(sizeof(int64_t) * (n > 0 ? n : 1));
+  if (c) memcpy(c, counts, sizeof(int64_t) * n);
+  return c;
+}
+
+em_status em_dist_all_to_all(em_dist_group *g, em_tensor *out, const em_tensor *in, em_dist_work **work) {
+  const char *op = "all_to_all";
+  em_status st;
+  if ((st = check_group(op, g)) || (st = check_buffer(op, in, "input")) || (st = check_buffer(op, out, "output")) ||
+      (st = check_same(op, out, in)))
+    return st;
+  int64_t n = em_tensor_numel(in);
+  if (n % g->size)
+    return em_set_error(EM_ERR_SHAPE,
+                        "%s: the input has %lld elements (shape %s), not a multiple of the %d ranks (block r of "
+                        "numel / %d elements goes to rank r; all_to_all_v takes uneven splits)",
+                        op, (long long)n, EM_SHAPE(in), g->size, g->size);
+  if (em_tensor_numel(out) != n)
+    return em_set_error(EM_ERR_SHAPE, "%s: the output has %lld elements (shape %s), expected %lld (as many as the input)",
+                        op, (long long)em_tensor_numel(out), EM_SHAPE(out), (long long)n);
+  return emp_dist_post(g, EM_DIST_OP_ALL_TO_ALL, (em_tensor *)in, out, EM_DIST_SUM, -1, 0, work);
+}
+
+em_status em_dist_all_to_all_v(em_dist_group *g, em_tensor *out, const int64_t *out_counts, const em_tensor *in,
+                               const int64_t *in_counts, em_dist_work **work) {
+  const char *op = "all_to_all_v";
+  em_status st;
+  if ((st = check_group(op, g)) || (st = check_buffer(op, in, "input")) || (st = check_buffer(op, out, "output")) ||
+      (st = check_same(op, out, in)))
+    return st;
+  int64_t n_in = 0, n_out = 0;
+  if ((st = sum_counts(op, "in_counts", in_counts, g->size, &n_in)) ||
+      (st = sum_counts(op, "out_counts", out_counts, g->size, &n_out)))
+    return st;
+  if (n_in != em_tensor_numel(in))
+    return em_set_error(EM_ERR_SHAPE, "%s: in_counts add up to %lld elements, the input has %lld (shape %s)", op,
+                        (long long)n_in, (long long)em_tensor_numel(in), EM_SHAPE(in));
+  if (n_out != em_tensor_numel(out))
+    return em_set_error(EM_ERR_SHAPE, "%s: out_counts add up to %lld elements, the output has %lld (shape %s)", op,
+                        (long long)n_out, (long long)em_tensor_numel(out), EM_SHAPE(out));
+  int64_t *ic = copy_counts(in_counts, g->size), *oc = copy_counts(out_counts, g->size);
+  if (!ic || !oc) {
+    free(ic);
+    free(oc);
+    return em_set_error(EM_ERR_MEMORY, "%s: out of memory", op);
+  }
+  return post_work(g, EM_DIST_OP_ALL_TO_ALL_V, (em_tensor *)in, out, EM_DIST_SUM, -1, 0, work, work == NULL, ic, oc);
+}
+
+em_status em_dist_gather(em_dist_group *g, em_tensor *out, const em_tensor *in, int root, em_dist_work **work) {
+  const char *op = "gather";
+  em_status st;
+  if ((st = check_group(op, g)) || (st = check_peer(op, g, root, "root")) || (st = check_buffer(op, in, "input")))
+    return st;
+  if (g->rank != root) out = NULL; /* the root's alone */
+  else {
+    if (!out)
+      return em_set_error(EM_ERR_ARGUMENT, "%s: rank %d is the root and needs an output of %d x %lld elements", op,
+                          root, g->size, (long long)em_tensor_numel(in));
+    if ((st = check_buffer(op, out, "output")) || (st = check_same(op, out, in))) return st;
+    int64_t n = em_tensor_numel(in);
+    if (em_tensor_numel(out) != n * g->size)
+      return em_set_error(EM_ERR_SHAPE, "%s: the root's output has %lld elements, expected %lld (%d ranks x %lld, the "
+                          "input's %s)", op, (long long)em_tensor_numel(out), (long long)(n * g->size), g->size,
+                          (long long)n, EM_SHAPE(in));
+  }
+  return emp_dist_post(g, EM_DIST_OP_GATHER, (em_tensor *)in, out, EM_DIST_SUM, root, 0, work);
+}
+
+em_status em_dist_scatter(em_dist_group *g, em_tensor *out, const em_tensor *in, int root, em_dist_work **work) {
+  const char *op = "scatter";
+  em_status st;
+  if ((st = check_group(op, g)) || (st = check_peer(op, g, root, "root")) || (st = check_buffer(op, out, "output")))
+    return st;
+  if (g->rank != root) in = NULL;
+  else {
+    if (!in)
+      return em_set_error(EM_ERR_ARGUMENT, "%s: rank %d is the root and needs an input of %d x %lld elements", op,
+                          root, g->size, (long long)em_tensor_numel(out));
+    if ((st = check_buffer(op, in, "input")) || (st = check_same(op, out, in))) return st;
+    int64_t n = em_tensor_numel(out);
+    if (em_tensor_numel(in) != n * g->size)
+      return em_set_error(EM_ERR_SHAPE, "%s: the root's input has %lld elements, expected %lld (%d ranks x %lld, the "
+                          "output's %s)", op, (long long)em_tensor_numel(in), (long long)(n * g->size), g->size,
+                          (long long)n, EM_SHAPE(out));
+  }
+  return emp_dist_post(g, EM_DIST_OP_SCATTER, (em_tensor *)in, out, EM_DIST_SUM, root, 0, work);
+}
+
+em_status em_dist_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, int root, em_dist_work **work) {
+  em_status st;
+  if ((st = check_group("reduce", g)) || (st = check_buffer("reduce", t, "tensor")) ||
+      (st = check_redop("reduce", op, t)) || (st = check_peer("reduce", g, root, "root")))
+    return st;
+  return emp_dist_post(g, EM_DIST_OP_REDUCE, t, t, op, root, 0, work);
+}
+
+em_status em_dist_all_gather_v(em_dist_group *g, em_tensor *out, const int64_t *counts, const em_tensor *in,
+                               em_dist_work **work) {
+  const char *op = "all_gather_v";
+  em_status st;
+  if ((st = check_group(op, g)) || (st = check_buffer(op, in, "input")) || (st = check_buffer(op, out, "output")) ||
+      (st = check_same(op, out, in)))
+    return st;
+  int64_t total = 0;
+  if ((st = sum_counts(op, "counts", counts, g->size, &total))) return st;
+  if (counts[g->rank] != em_tensor_numel(in))
+    return em_set_error(EM_ERR_SHAPE, "%s: counts for rank %d (this rank) is %lld, the input has %lld elements (shape %s)",
+                        op, g->rank, (long long)counts[g->rank], (long long)em_tensor_numel(in), EM_SHAPE(in));
+  if (total != em_tensor_numel(out))
+    return em_set_error(EM_ERR_SHAPE, "%s: counts add up to %lld elements, the output has %lld (shape %s)", op,
+                        (long long)total, (long long)em_tensor_numel(out), EM_SHAPE(out));
+  int64_t *oc = copy_counts(counts, g->size);
+  if (!oc) return em_set_error(EM_ERR_MEMORY, "%s: out of memory", op);
+  return post_work(g, EM_DIST_OP_ALL_GATHER_V, (em_tensor *)in, out, EM_DIST_SUM, -1, 0, work, work == NULL, NULL,
+                   oc);
+}
+
 /* ---------------------------------------------------------------- waiting */
 
 em_status em_dist_work_wait(em_dist_work *w, double timeout_s) {
@@ -317,7 +482,7 @@ em_status em_dist_work_wait(em_dist_work *w, double timeout_s) {
   }
   if (atomic_load(&w->state) != EM_WORK_PENDING) goto finished;
   atomic_fetch_add(&waiters, 1);
-  const em_dist_backend *be = w->group->backend[w->in ? w->in->storage->device.type : EM_CPU];
+  const em_dist_backend *be = w->group->backend[work_device(w)];
   if (be && be->progress) {
     /* Drive the backend from this thread: no hand-off, no wake-up; the backend enforces
      * the deadline (and ends the job) from here too. Poll hard for the first 100 us (a small collective is done by then, and a yield on a
@@ -360,7 +525,7 @@ em_status em_dist_work_wait(em_dist_work *w, double timeout_s) {
       emp_dist_describe(w, what, sizeof what);
       snprintf(msg, sizeof msg, "%s: timed out after %.0f s (the backend did not end it)", what,
                em_clock_monotonic() - w->posted_at);
-      const em_dist_backend *be = w->group->backend[w->in ? w->in->storage->device.type : EM_CPU];
+      const em_dist_backend *be = w->group->backend[work_device(w)];
       if (be) be->abort_job(msg, EM_DIST_EXIT_TIMEOUT);
       fprintf(stderr, "ember.dist: %s\n", msg);
       exit(EM_DIST_EXIT_TIMEOUT);

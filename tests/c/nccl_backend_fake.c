@@ -31,7 +31,9 @@ static struct {
   atomic_llong last_count;
 } F;
 
-enum { K_ALLREDUCE = 1, K_BCAST, K_ALLGATHER, K_REDSCATTER, K_SEND, K_RECV };
+enum { K_ALLREDUCE = 1, K_BCAST, K_ALLGATHER, K_REDSCATTER, K_SEND, K_RECV, K_REDUCE };
+static atomic_int group_depth, groups_ended, sends, recvs; /* ncclGroupStart/End, p2p calls */
+static atomic_llong sent, received; /* elements */
 
 cudaError_t cudaEventQuery(cudaEvent_t e) {
   (void)e;
@@ -143,11 +145,29 @@ ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t 
 }
 ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t dt, int peer, ncclComm_t c, cudaStream_t st) {
   (void)s, (void)c, (void)st;
+  atomic_fetch_add(&sends, 1);
+  atomic_fetch_add(&sent, (long long)n);
   return note(K_SEND, n, dt, -1, peer);
 }
 ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t dt, int peer, ncclComm_t c, cudaStream_t st) {
   (void)r, (void)c, (void)st;
+  atomic_fetch_add(&recvs, 1);
+  atomic_fetch_add(&received, (long long)n);
   return note(K_RECV, n, dt, -1, peer);
+}
+ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t dt, ncclRedOp_t op, int root, ncclComm_t c,
+                        cudaStream_t st) {
+  (void)s, (void)r, (void)c, (void)st;
+  return note(K_REDUCE, n, dt, op, root);
+}
+ncclResult_t ncclGroupStart(void) {
+  atomic_fetch_add(&group_depth, 1);
+  return ncclSuccess;
+}
+ncclResult_t ncclGroupEnd(void) {
+  assert_true(atomic_fetch_sub(&group_depth, 1) > 0);
+  atomic_fetch_add(&groups_ended, 1);
+  return ncclSuccess;
 }
 
 /* ---------------------------------------------------------------- helpers */
@@ -321,6 +341,66 @@ static void test_mapping(void **state) {
   em_tensor_release(small), em_tensor_release(none);
 }
 
+/* The newer kinds in a world of one: ncclReduce, and send/recv pairs in one NCCL group
+ * (zero counts left out); all_to_all_v and all_gather_v check their counts first through
+ * the CPU backend ('self' here), and a mismatch is refused before NCCL sees anything. */
+static void test_newer_kinds(void **state) {
+  (void)state;
+  reset_fakes();
+  atomic_store(&F.gpu_done, 1);
+  void *impl;
+  em_dist_group *g = new_group(&impl);
+  em_tensor *a = vec(6, EM_FLOAT32), *b = vec(6, EM_FLOAT32), *none = vec(0, EM_FLOAT32), *c = vec(6, EM_FLOAT32);
+  em_dist_work *w;
+  assert_int_equal(post(impl, work(g, EM_DIST_OP_REDUCE, a, a, EM_DIST_AVG, 30), &w), EM_OK);
+  assert_int_equal(atomic_load(&F.last_kind), K_REDUCE);
+  assert_int_equal(atomic_load(&F.last_op), ncclAvg);
+  assert_int_equal(atomic_load(&F.last_count), 6);
+  assert_int_equal(em_dist_work_wait(w, 0), EM_OK);
+  em_dist_work_release(w);
+  em_dist_opkind kinds[] = {EM_DIST_OP_ALL_TO_ALL, EM_DIST_OP_GATHER, EM_DIST_OP_SCATTER};
+  for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+    int ended = atomic_load(&groups_ended), ns = atomic_load(&sends), nr = atomic_load(&recvs);
+    em_dist_work *x = work(g, kinds[k], a, b, EM_DIST_SUM, 30);
+    x->peer = 0; /* the root of gather and scatter */
+    assert_int_equal(post(impl, x, &w), EM_OK);
+    assert_int_equal(atomic_load(&groups_ended), ended + 1);
+    assert_int_equal(atomic_load(&sends), ns + 1); /* to itself */
+    assert_int_equal(atomic_load(&recvs), nr + 1);
+    assert_int_equal(atomic_load(&F.last_count), 6);
+    assert_int_equal(atomic_load(&group_depth), 0);
+    assert_int_equal(em_dist_work_wait(w, 0), EM_OK);
+    em_dist_work_release(w);
+  }
+  /* all_to_all_v: 6 elements to itself; then counts that disagree */
+  long long s0 = atomic_load(&sent), r0 = atomic_load(&received);
+  em_dist_work *x = work(g, EM_DIST_OP_ALL_TO_ALL_V, a, b, EM_DIST_SUM, 30);
+  x->in_counts = malloc(sizeof(int64_t)), x->out_counts = malloc(sizeof(int64_t));
+  x->in_counts[0] = x->out_counts[0] = 6;
+  assert_int_equal(post(impl, x, &w), EM_OK);
+  assert_int_equal(atomic_load(&sent), s0 + 6);
+  assert_int_equal(atomic_load(&received), r0 + 6);
+  assert_int_equal(em_dist_work_wait(w, 0), EM_OK);
+  em_dist_work_release(w);
+  int calls = atomic_load(&F.calls);
+  x = work(g, EM_DIST_OP_ALL_TO_ALL_V, a, none, EM_DIST_SUM, 30);
+  x->in_counts = malloc(sizeof(int64_t)), x->out_counts = malloc(sizeof(int64_t));
+  x->in_counts[0] = 6, x->out_counts[0] = 0;
+  assert_int_equal(post(impl, x, &w), EM_ERR_ARGUMENT);
+  assert_non_null(strstr(em_last_error(), "rank 0 sends 6 elements to rank 0, which expects 0"));
+  assert_int_equal(atomic_load(&F.calls), calls); /* NCCL never saw it */
+  /* all_gather_v with this rank sending nothing: nothing moves, done at once */
+  x = work(g, EM_DIST_OP_ALL_GATHER_V, none, none, EM_DIST_SUM, 30);
+  x->out_counts = calloc(1, sizeof(int64_t));
+  assert_int_equal(post(impl, x, &w), EM_OK);
+  assert_int_equal(em_dist_work_test(w), 1);
+  assert_int_equal(atomic_load(&F.calls), calls);
+  em_dist_work_release(w);
+  be->free_group(impl);
+  em_dist_group_release(g);
+  em_tensor_release(a), em_tensor_release(b), em_tensor_release(none), em_tensor_release(c);
+}
+
 static void test_timeout_aborts(void **state) {
   (void)state;
   reset_fakes();
@@ -411,7 +491,7 @@ static void test_no_leaked_events(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_connect_and_complete), cmocka_unit_test(test_mapping),
+      cmocka_unit_test(test_connect_and_complete), cmocka_unit_test(test_mapping), cmocka_unit_test(test_newer_kinds),
       cmocka_unit_test(test_timeout_aborts),       cmocka_unit_test(test_async_error),
       cmocka_unit_test(test_connect_timeout),      cmocka_unit_test(test_no_leaked_events),
   };

@@ -6,10 +6,12 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 #include "core/plugin_abi.h"
+#include "distributed/dist_impl.h"
 #include "ember/cuda.h"
 #include "ember/dist.h"
 
@@ -79,7 +81,11 @@ static void test_mpi_plugin_refused(void **state) {
   assert_int_equal(em_dist_init("mpi", 10), EM_ERR_UNSUPPORTED);
   const char *why = em_last_error();
   assert_non_null(strstr(why, "dist.init: the MPI backend is not available: "));
-  assert_non_null(strstr(why, "EM_DIST_BACKEND_API_VERSION is 1 there, 2 in this libember"));
+  /* the fake plugin claims the version before this build's */
+  char want[96];
+  snprintf(want, sizeof want, "EM_DIST_BACKEND_API_VERSION is %d there, %d in this libember",
+           EM_DIST_BACKEND_API_VERSION - 1, EM_DIST_BACKEND_API_VERSION);
+  assert_non_null(strstr(why, want));
   assert_null(strstr(why, "EM_MAX_DIMS"));
 }
 

@@ -173,6 +173,55 @@ do
   end
 end
 
+-- ---------------------------------------------------------------- all_to_all(_v), gather, scatter, reduce, all_gather_v
+-- NCCL (send/recv pairs in one group, ncclReduce) against the same call through MPI
+for _, dtype in ipairs { 'float32', 'float64', 'int64', 'bfloat16', 'uint8' } do
+  for _, k in ipairs { 0, 1, 7, 65537 } do
+    local what = string.format(' %s k=%d', dtype, k)
+    local input = filled(W * k, dtype, rank)
+    local cpu = ember.zeros(W * k, { dtype = dtype })
+    dist.all_to_all(cpu, input)
+    local gpu = ember.zeros(W * k, { dtype = dtype }):to(dev)
+    check(dist.all_to_all(gpu, input:to(dev)) == gpu, 'all_to_all returns out')
+    same(gpu, cpu, 0, 'all_to_all' .. what)
+    -- uneven, with empty splits: rank s sends k * ((s + d) % 3) elements to rank d
+    local ic, oc, ni, no = {}, {}, 0, 0
+    for d = 0, W - 1 do
+      ic[d + 1], oc[d + 1] = k * ((rank + d) % 3), k * ((d + rank) % 3)
+      ni, no = ni + ic[d + 1], no + oc[d + 1]
+    end
+    local vin = filled(ni, dtype, rank)
+    local vcpu = dist.all_to_all_v(ember.zeros(no, { dtype = dtype }), oc, vin, ic)
+    local h = dist.all_to_all_v(ember.zeros(no, { dtype = dtype }):to(dev), oc, vin:to(dev), ic, { async = true })
+    same(h:wait(), vcpu, 0, 'all_to_all_v' .. what)
+    local root = k % W
+    local gcpu = dist.gather(nil, filled(k, dtype, rank), root)
+    local ggpu = dist.gather(nil, filled(k, dtype, rank):to(dev), root)
+    if rank == root then same(ggpu, gcpu, 0, 'gather' .. what) else check(ggpu == nil, 'gather off the root') end
+    local sin = rank == root and filled(W * k, dtype, 7) or nil
+    local scpu = dist.scatter(ember.zeros(k, { dtype = dtype }), sin, root)
+    local sgpu = dist.scatter(ember.zeros(k, { dtype = dtype }):to(dev), sin and sin:to(dev), root)
+    same(sgpu, scpu, 0, 'scatter' .. what)
+    local rcpu = dist.reduce(filled(k, dtype, rank), 'max', root)
+    local rgpu = dist.reduce(filled(k, dtype, rank):to(dev), 'max', root)
+    if rank == root then same(rgpu, rcpu, 0, 'reduce max' .. what) end
+    local counts = {}
+    for d = 0, W - 1 do counts[d + 1] = k * (d % 3) end
+    local acpu = dist.all_gather_v(nil, counts, filled(counts[rank + 1], dtype, rank))
+    local agpu = dist.all_gather_v(nil, counts, filled(counts[rank + 1], dtype, rank):to(dev))
+    same(agpu, acpu, 0, 'all_gather_v' .. what)
+  end
+end
+if W > 1 then -- counts that disagree: an error on every rank, checked over MPI before NCCL sees them
+  local ic, oc = {}, {}
+  for d = 0, W - 1 do ic[d + 1], oc[d + 1] = 1, 1 end
+  if rank == 1 then oc[1] = 2 end
+  local n = 0
+  for d = 1, W do n = n + oc[d] end
+  fails(function() dist.all_to_all_v(ember.zeros(n):to(dev), oc, ember.ones(W):to(dev), ic) end,
+    { 'all_to_all_v', 'rank 0 sends 1 elements to rank 1, which expects 2', 'no data moved' }, 'NCCL a2av mismatch')
+end
+
 -- ---------------------------------------------------------------- errors
 do
   fails(function() dist.all_reduce(ember.ones(4, 4):to(dev):t()) end, { 'all_reduce', 'not contiguous' },

@@ -4,6 +4,8 @@
 --   kill  rank 1 kills itself (SIGKILL) between forward and backward
 --   busy  rank 1 computes for a long while without taking part in collectives
 --   late  every step runs; then rank 1 lingers (30 s) instead of finishing
+--   a2av  rank 1 computes instead of joining an all_to_all_v (first collective, async)
+--   roots the ranks gather to different roots (async: no rank can finish)
 -- Rank 0 must end the job with a timeout error that names rank 1; it never hangs.
 local mode = arg[1]
 local dist, nn, F = ember.dist, ember.nn, ember.nn.functional
@@ -11,6 +13,23 @@ local ffi = require 'ffi'
 ffi.cdef 'int raise(int sig);'
 dist.init()
 local rank = dist.rank()
+if mode == 'a2av' or mode == 'roots' then
+  local h
+  if mode == 'a2av' then
+    if rank == 1 then
+      io.stdout:write('rank 1 goes away: busy\n')
+      io.stdout:flush()
+      local t0 = os.time()
+      while os.time() - t0 < 30 do end
+    end
+    h = dist.all_to_all_v(ember.zeros(2), { 1, 1 }, ember.ones(2), { 1, 1 }, { async = true })
+  else
+    h = dist.gather(ember.zeros(2), ember.ones(1), rank, { async = true })
+  end
+  h:wait()
+  print('rank ' .. rank .. ' finished: that is wrong')
+  return
+end
 local net = nn.DistributedDataParallel(nn.Sequential { nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2) },
   { bucket_cap_mb = 1e-6 })
 local opt = ember.optim.SGD(net:parameters(), { lr = 0.1 })

@@ -52,6 +52,15 @@ expect("a rank that does not finish: the end of the job is a meeting too", run("
 expect("a stopped rank, buckets through MPI (EMBER_DIST_SHM=0)", run("stop", env={"EMBER_DIST_SHM": "0"}), status=124,
        has=(timeout_msg.replace("#12", "#8"), "waiting for rank 1 (no answer: dead, stopped or hung)"),
        lacks=("finished: that is wrong",))
+# the newer collectives: an all_to_all_v waiting in its exchange of counts, and ranks that
+# gather to different roots
+expect("a rank busy instead of joining an all_to_all_v", run("a2av"), status=124,
+       has=("[0] ember.dist: all_to_all_v #1 on the world group (8 B of float32): timed out after 3 s on rank 0, "
+            "waiting for rank 1 (alive, but has not reached it: its last collective on this group is #0)",),
+       lacks=("finished: that is wrong",))
+expect("gathers to different roots", run("roots"), status=124,
+       has=("ember.dist: gather #1 (root ", "every rank has reached it", "or another root"),
+       lacks=("finished: that is wrong",))
 code, out, seconds = run("kill")
 expect("a killed rank, plain launch: every rank stopped at once", (code, out, seconds), status=137,
        has=("[1] rank 1 goes away: kill",), lacks=("finished: that is wrong", "timed out"), within=10.0)

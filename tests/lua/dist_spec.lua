@@ -72,6 +72,57 @@ describe('a world of one process', function()
     assert.same({ 1, 0 }, empty.shape)
   end)
 
+  it('runs all_to_all(_v), gather, scatter, reduce and all_gather_v', function()
+    for _, dtype in ipairs { 'float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8', 'bool' } do
+      for _, n in ipairs { 0, 1, 7, 70001 } do
+        local x = dtype == 'bool' and ember.rand(n):gt(0.5) or ember.rand(n):mul(200):to(dtype)
+        local function same(out, what) assert.is_true(out:to('float64'):eq(x:to('float64')):all():item(), what) end
+        local o = ember.zeros(n, { dtype = dtype })
+        assert.equal(o, dist.all_to_all(o, x))
+        same(o, 'all_to_all ' .. dtype)
+        o = ember.zeros(n, { dtype = dtype })
+        dist.all_to_all_v(o, { n }, x, ember.tensor({ n }, { dtype = 'int64' }))
+        same(o, 'all_to_all_v ' .. dtype)
+        same(dist.gather(nil, x, 0):view(n), 'gather ' .. dtype)
+        o = ember.zeros(n, { dtype = dtype })
+        same(dist.scatter(o, x, 0), 'scatter ' .. dtype)
+        same(dist.all_gather_v(nil, { n }, x), 'all_gather_v ' .. dtype)
+        local floating = dtype:find('float') ~= nil
+        for _, op in ipairs { 'sum', 'avg', 'max', 'min', 'product' } do
+          if floating or op ~= 'avg' then same(dist.reduce(x:clone(), op, 0), 'reduce ' .. op .. ' ' .. dtype) end
+        end
+      end
+    end
+    local h = dist.all_to_all_v(ember.zeros(2), { 2 }, ember.ones(2), { 2 }, { async = true })
+    assert.is_true(h:test())
+    close(h:wait(), { 1, 1 })
+    close(dist.reduce(ember.ones(2), { async = true }):wait(), { 1, 1 })
+    close(dist.world():gather(nil, ember.ones(2), 0, { async = true }):wait(), { { 1, 1 } })
+  end)
+
+  it('names what is wrong in the newer collectives', function()
+    raises(function() dist.all_to_all_v(ember.zeros(2), { 2 }, ember.ones(3), { 3 }) end,
+      'all_to_all_v #%d+ on the world group %(12 B of float32%): rank 0 sends 3 elements to rank 0, which expects 2',
+      false)
+    raises(function() dist.all_to_all_v(ember.zeros(2), { 2, 0 }, ember.ones(2), { 2 }) end,
+      'all_to_all_v: out_counts has 2 entries, expected 1 (one per rank)')
+    raises(function() dist.all_to_all_v(ember.zeros(2), { 2 }, ember.ones(2), { -1 }) end,
+      'all_to_all_v: in_counts for rank 0 is -1')
+    raises(function() dist.all_to_all_v(ember.zeros(2), { 3 }, ember.ones(2), { 2 }) end,
+      'all_to_all_v: out_counts add up to 3 elements, the output has 2 (shape [2])')
+    raises(function() dist.gather(nil, ember.ones(2), 1) end, 'gather: root 1 out of range for the world group of 1')
+    raises(function() dist.scatter(ember.ones(2), nil, 0) end, 'scatter: rank 0 is the root and needs an input')
+    raises(function() dist.scatter(ember.ones(2), ember.ones(3), 0) end,
+      "scatter: the root's input has 3 elements, expected 2")
+    raises(function() dist.reduce(ember.ones(2), 'sum', -1) end, 'reduce: root -1 out of range')
+    raises(function() dist.reduce(ember.ones(2, { dtype = 'int32' }), 'avg') end, "reduce: 'avg' needs a floating dtype")
+    raises(function() dist.all_gather_v(ember.zeros(3), { 3 }, ember.ones(3, { dtype = 'float64' })) end,
+      'all_gather_v: output dtype float32, input dtype float64')
+    raises(function() dist.all_gather_v(nil, ember.ones(1), ember.ones(1)) end,
+      'all_gather_v: counts must be an integer tensor, got float32')
+    raises(function() dist.all_to_all(ember.zeros(2), ember.ones(3)) end, 'all_to_all: the output has 2 elements')
+  end)
+
   it('names what is wrong', function()
     raises(function() dist.all_reduce(ember.ones(2, 2):t()) end, 'all_reduce: the tensor (shape [2, 2]) is not contiguous')
     raises(function() dist.all_reduce(ember.ones(2, { dtype = 'int64' }), 'avg') end,

@@ -116,6 +116,25 @@ EM_API em_status em_dist_all_gather(em_dist_group *g, em_tensor *out, const em_t
 EM_API em_status em_dist_reduce_scatter(em_dist_group *g, em_tensor *out, const em_tensor *in, em_dist_redop op,
                                         em_dist_work **work);
 EM_API em_status em_dist_barrier(em_dist_group *g, em_dist_work **work);
+/* Tensors only, no Python-style objects. Counts are elements (not bytes), one per group rank.
+ * all_to_all: in and out hold size(g) * k elements; block r of in goes to rank r, block r of
+ * out comes from rank r. all_to_all_v: in_counts[r] elements of in (in rank order) go to
+ * rank r, out_counts[r] elements of out come from rank r; every rank's in_counts[r] must equal
+ * rank r's out_counts[this rank] (a mismatch is an error, not a hang, where the backend can
+ * tell). Zero counts are allowed. gather: the root's out holds size(g) * numel(in) (rank 0's
+ * block first); out is ignored (may be NULL) elsewhere. scatter: the root's in holds
+ * size(g) * numel(out); ignored (may be NULL) elsewhere. reduce: in place, the result is
+ * defined on the root only (other ranks' t may be overwritten with partial results).
+ * all_gather_v: out holds sum(counts) elements, counts[r] of them from rank r; in holds
+ * counts[rank]. */
+EM_API em_status em_dist_all_to_all(em_dist_group *g, em_tensor *out, const em_tensor *in, em_dist_work **work);
+EM_API em_status em_dist_all_to_all_v(em_dist_group *g, em_tensor *out, const int64_t *out_counts, const em_tensor *in,
+                                      const int64_t *in_counts, em_dist_work **work);
+EM_API em_status em_dist_gather(em_dist_group *g, em_tensor *out, const em_tensor *in, int root, em_dist_work **work);
+EM_API em_status em_dist_scatter(em_dist_group *g, em_tensor *out, const em_tensor *in, int root, em_dist_work **work);
+EM_API em_status em_dist_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, int root, em_dist_work **work);
+EM_API em_status em_dist_all_gather_v(em_dist_group *g, em_tensor *out, const int64_t *counts, const em_tensor *in,
+                                      em_dist_work **work);
 /* On CUDA tensors (NCCL) sends and receives match in the order they are posted (tag is not
  * used), and each holds its communication stream until the peer's match runs: post them so
  * that pairs meet (e.g. even ranks send first, odd ranks receive first). */

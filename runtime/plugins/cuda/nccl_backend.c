@@ -14,6 +14,12 @@
  * another GPU of this rank is an error (NCCL wants one GPU per rank, and other ranks could
  * not know to connect again).
  *
+ * Collectives. NCCL's own (ncclAllReduce, ncclBroadcast, ncclAllGather, ncclReduceScatter,
+ * ncclReduce); all_to_all(_v), gather, scatter and all_gather_v as ncclSend/ncclRecv pairs
+ * in one ncclGroupStart/End. all_to_all_v and all_gather_v first check their counts with
+ * the other ranks over the CPU backend (check_counts), so that a mismatch is an error on
+ * every rank rather than a GPU waiting for data that never comes.
+ *
  * Ordering. Each group has a communication stream (non-blocking with respect to the legacy
  * default stream, at the highest priority, so that gradient buckets run while backward
  * kernels keep the GPU busy). A collective records an event on the caller's current stream
@@ -482,11 +488,59 @@ static void nccl_free_group(void *impl) {
   free(ng);
 }
 
+/* The point-to-point collectives (all_to_all(_v), gather, scatter, all_gather_v): ncclSend
+ * and ncclRecv inside one ncclGroupStart/End, zero counts left out on both sides alike.
+ * Returns the first error (the group is ended whatever happens). */
+static ncclResult_t issue_p2p(nccl_group *ng, const em_dist_work *w, ncclDataType_t dt, size_t es) {
+  char *in = w->in ? em_tensor_ptr(w->in) : NULL, *out = w->out ? em_tensor_ptr(w->out) : NULL;
+  int size = ng->g->size, me = ng->g->rank, root = w->peer;
+  size_t k = 0, in_off = 0, out_off = 0;
+  if (w->kind == EM_DIST_OP_ALL_TO_ALL) k = (size_t)em_tensor_numel(w->in) / (size_t)size;
+  else if (w->kind == EM_DIST_OP_GATHER) k = (size_t)em_tensor_numel(w->in);
+  else if (w->kind == EM_DIST_OP_SCATTER) k = (size_t)em_tensor_numel(w->out);
+  ncclResult_t r = ncclGroupStart(), q;
+  for (int p = 0; p < size && r == ncclSuccess; p++) {
+    size_t ns = 0, nr = 0; /* elements sent to and received from p */
+    char *sp = in, *rp = out;
+    switch (w->kind) {
+      case EM_DIST_OP_ALL_TO_ALL: ns = nr = k, sp = in + p * k * es, rp = out + p * k * es; break;
+      case EM_DIST_OP_ALL_TO_ALL_V:
+        ns = (size_t)w->in_counts[p], nr = (size_t)w->out_counts[p];
+        sp = in + in_off * es, rp = out + out_off * es;
+        in_off += ns, out_off += nr;
+        break;
+      case EM_DIST_OP_GATHER:
+        ns = p == root ? k : 0, nr = me == root ? k : 0;
+        rp = out ? out + p * k * es : NULL;
+        break;
+      case EM_DIST_OP_SCATTER:
+        ns = me == root ? k : 0, nr = p == root ? k : 0;
+        sp = in ? in + p * k * es : NULL;
+        break;
+      default: /* all_gather_v */
+        ns = (size_t)w->out_counts[me], nr = (size_t)w->out_counts[p];
+        rp = out + out_off * es, out_off += nr;
+        break;
+    }
+    if (ns && (q = ncclSend(sp, ns, dt, p, ng->comm, ng->stream)) != ncclSuccess) r = q;
+    if (nr && r == ncclSuccess && (q = ncclRecv(rp, nr, dt, p, ng->comm, ng->stream)) != ncclSuccess) r = q;
+  }
+  q = ncclGroupEnd();
+  return r != ncclSuccess ? r : q;
+}
+
 /* Queues w's NCCL call on the communication stream (ng->lock held, connected). */
 static ncclResult_t issue(nccl_group *ng, const em_dist_work *w, ncclDataType_t dt, em_dtype dtype) {
   void *in = w->in ? em_tensor_ptr(w->in) : NULL, *out = w->out ? em_tensor_ptr(w->out) : NULL;
   size_t n_in = w->in ? (size_t)em_tensor_numel(w->in) : 0, n_out = w->out ? (size_t)em_tensor_numel(w->out) : 0;
   switch (w->kind) {
+    case EM_DIST_OP_REDUCE:
+      return ncclReduce(out, out, n_out, dt, nccl_op(w->redop, dtype), w->peer, ng->comm, ng->stream);
+    case EM_DIST_OP_ALL_TO_ALL:
+    case EM_DIST_OP_ALL_TO_ALL_V:
+    case EM_DIST_OP_GATHER:
+    case EM_DIST_OP_SCATTER:
+    case EM_DIST_OP_ALL_GATHER_V: return issue_p2p(ng, w, dt, em_dtype_size(dtype));
     case EM_DIST_OP_ALL_REDUCE:
       return ncclAllReduce(out, out, n_out, dt, nccl_op(w->redop, dtype), ng->comm, ng->stream);
     case EM_DIST_OP_BROADCAST: return ncclBroadcast(out, out, n_out, dt, w->peer, ng->comm, ng->stream);
@@ -508,6 +562,59 @@ static void record_on_comm_stream(nccl_group *ng, const em_tensor *t) {
   if (em_gpu_record_stream(t->storage->data, ng->device, ng->cs)) em_clear_error(); /* the work's reference stays */
 }
 
+/* all_to_all_v, all_gather_v: counts that do not match between ranks would leave NCCL
+ * waiting on the GPU until the timeout. They are checked first over the group's CPU
+ * backend (two small blocking collectives on this thread: the counts are host memory
+ * anyway), and a mismatch fails the collective on every rank with the same message. */
+static em_status check_counts(em_dist_work *w, const char *desc) {
+  em_dist_group *g = w->group;
+  int n = g->size, a2av = w->kind == EM_DIST_OP_ALL_TO_ALL_V;
+  int64_t n_send = a2av ? n : 0, n_mine = a2av ? 4 : 2, n_all = n_mine * n;
+  em_device cpu = {EM_CPU, 0};
+  em_tensor *send = NULL, *got = NULL, *mine = NULL, *all = NULL;
+  em_status st = em_zeros(&mine, 1, &n_mine, EM_INT64, cpu);
+  if (!st) st = em_zeros(&all, 1, &n_all, EM_INT64, cpu);
+  if (!st && a2av) st = em_zeros(&send, 1, &n_send, EM_INT64, cpu);
+  if (!st && a2av) st = em_zeros(&got, 1, &n_send, EM_INT64, cpu);
+  int64_t *m = st ? NULL : em_tensor_data(mine);
+  if (!st && a2av) { /* what this rank sends each peer; what each will send it */
+    memcpy(em_tensor_data(send), w->in_counts, sizeof(int64_t) * n);
+    st = emp_dist_post(g, EM_DIST_OP_ALL_TO_ALL, send, got, EM_DIST_SUM, -1, 0, NULL);
+    const int64_t *from = st ? NULL : em_tensor_data(got);
+    m[0] = -1;
+    for (int r = 0; from && r < n; r++)
+      if (from[r] != w->out_counts[r]) {
+        m[0] = r, m[1] = from[r], m[2] = w->out_counts[r];
+        break;
+      }
+  } else if (!st) { /* this rank's count, and a hash of the array (FNV-1a) */
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *p = (const unsigned char *)w->out_counts;
+    for (size_t i = 0; i < sizeof(int64_t) * (size_t)n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    m[0] = w->out_counts[g->rank], m[1] = (int64_t)h;
+  }
+  if (!st) st = emp_dist_post(g, EM_DIST_OP_ALL_GATHER, mine, all, EM_DIST_SUM, -1, 0, NULL);
+  if (st) st = em_set_error(st, "%s: checking the counts over the CPU backend failed: %s", desc, em_last_error());
+  const int64_t *a = st ? NULL : em_tensor_data(all);
+  for (int r = 0; a && r < n && !st; r++) {
+    if (a2av && a[4 * r] >= 0)
+      st = em_set_error(EM_ERR_ARGUMENT,
+                        "%s: rank %d sends %lld elements to rank %d, which expects %lld (every rank's in_counts[r] "
+                        "must equal rank r's out_counts[that rank]); no data moved, on any rank",
+                        desc, (int)a[4 * r], (long long)a[4 * r + 1], r, (long long)a[4 * r + 2]);
+    else if (!a2av && a[2 * r + 1] != a[1])
+      st = em_set_error(EM_ERR_ARGUMENT,
+                        "%s: rank %d passed other counts than rank 0 (every rank must pass the same counts); no data "
+                        "moved, on any rank",
+                        desc, r);
+    else if (!a2av && a[2 * r] != w->out_counts[r])
+      st = em_set_error(EM_ERR_ARGUMENT, "%s: rank %d sends %lld elements, counts[%d] says %lld; no data moved, on any "
+                        "rank", desc, r, (long long)a[2 * r], r, (long long)w->out_counts[r]);
+  }
+  em_tensor_release(send), em_tensor_release(got), em_tensor_release(mine), em_tensor_release(all);
+  return st;
+}
+
 static em_status nccl_post(void *impl, em_dist_work *w) {
   nccl_group *ng = impl;
   char desc[256];
@@ -525,6 +632,10 @@ static em_status nccl_post(void *impl, em_dist_work *w) {
   if (t && !nccl_type(dtype, &dt))
     return em_set_error(EM_ERR_DTYPE, "%s: NCCL cannot move %s tensors", desc, em_dtype_name(dtype));
   int device = t ? t->storage->device.index : -1;
+  if (w->kind == EM_DIST_OP_ALL_TO_ALL_V || w->kind == EM_DIST_OP_ALL_GATHER_V) {
+    em_status cst = check_counts(w, desc);
+    if (cst) return cst;
+  }
 
   pthread_mutex_lock(&ng->lock);
   em_status st = EM_OK;
@@ -550,7 +661,13 @@ static em_status nccl_post(void *impl, em_dist_work *w) {
                       desc, ng->g->name, ng->device, device);
     goto out;
   }
-  if (t && em_tensor_numel(t) == 0) { /* nothing moves, on any rank */
+  /* nothing moves, on any rank: a size every rank shares (all_to_all_v has none; a rank
+   * of all_gather_v may send nothing while the others do) */
+  int64_t shared = w->kind == EM_DIST_OP_ALL_TO_ALL_V    ? -1
+                   : w->kind == EM_DIST_OP_ALL_GATHER_V ? em_tensor_numel(w->out)
+                   : t                                  ? em_tensor_numel(t)
+                                                        : -1;
+  if (shared == 0) {
     w->started_at = em_clock_monotonic();
     pthread_mutex_unlock(&ng->lock);
     emp_dist_work_done(w, EM_OK, NULL);

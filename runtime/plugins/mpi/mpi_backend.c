@@ -1,7 +1,8 @@
 /* mpi_backend.c - the MPI backend's table, and how one work becomes MPI calls.
  *
  * Every operation is non-blocking (MPI_Iallreduce, MPI_Ibcast, MPI_Iallgather,
- * MPI_Ireduce_scatter_block, MPI_Ibarrier, MPI_Isend/Irecv), posted and tested by the
+ * MPI_Ireduce_scatter_block, MPI_Ibarrier, MPI_Isend/Irecv; the kinds from all_to_all on
+ * are mpi_coll.c's), posted and tested by the
  * progress engine (mpi_thread.c). Reductions are MPI's own for the standard dtypes
  * (so the result is bit-identical on every rank: each algorithm combines the same
  * operands in the same order everywhere, and floating-point addition commutes), and
@@ -120,7 +121,8 @@ static int run_blocking(em_dist_work *w, mpi_group *g) {
   int64_t n = t ? em_tensor_numel(t) : 0;
   em_dtype dtype = t ? t->dtype : EM_UINT8;
   if (w->kind == EM_DIST_OP_SEND || w->kind == EM_DIST_OP_RECV) return 0;
-  if (n * (int64_t)em_dtype_size(dtype) > BLOCKING_MAX_BYTES) return 0;
+  /* (the newer kinds were found eligible by a size all ranks share: em_mpi_direct_eligible) */
+  if (w->kind < EM_DIST_OP_ALL_TO_ALL && n * (int64_t)em_dtype_size(dtype) > BLOCKING_MAX_BYTES) return 0;
   MPI_Datatype dt = datatype_of(dtype);
   MPI_Op op = op_of(w->redop, dtype);
   w->started_at = em_clock_monotonic();
@@ -137,7 +139,7 @@ static int run_blocking(em_dist_work *w, mpi_group *g) {
       rc = MPI_Reduce_scatter_block(data_of(w->in), data_of(w->out), (int)(n / g->size), dt, op, g->comm);
       break;
     case EM_DIST_OP_BARRIER: rc = MPI_Barrier(g->comm); break;
-    default: break;
+    default: rc = em_mpi_coll_blocking(w, g, dt, op); break; /* mpi_coll.c */
   }
   em_mpi_watch_end();
   if (rc != MPI_SUCCESS) {
@@ -154,6 +156,8 @@ static int run_blocking(em_dist_work *w, mpi_group *g) {
 int em_mpi_direct_eligible(const em_dist_work *w) {
   const em_tensor *t = w->in ? w->in : w->out;
   int64_t bytes = t ? em_tensor_numel(t) * (int64_t)em_dtype_size(t->dtype) : 0;
+  /* the newer kinds: a size every rank computes alike (a scatter's root has a bigger input) */
+  if (w->kind >= EM_DIST_OP_ALL_TO_ALL && (bytes = em_mpi_coll_direct_bytes(w)) < 0) return 0;
   return w->direct && w->kind != EM_DIST_OP_SEND && w->kind != EM_DIST_OP_RECV && bytes <= BLOCKING_MAX_BYTES;
 }
 
@@ -177,6 +181,14 @@ void em_mpi_start_work(em_dist_work *w, mpi_group *g, int may_block) {
   MPI_Op op = op_of(w->redop, dtype);
   f->dt = dt;
   f->count = n;
+  if (w->kind >= EM_DIST_OP_ALL_TO_ALL) { /* mpi_coll.c */
+    f->reqs = f->small;
+    if (em_mpi_coll_start(f, op)) {
+      if (w->seq) g->posted_seq = w->seq;
+      em_mpi_track(f);
+    }
+    return;
+  }
   int chunked = w->kind == EM_DIST_OP_ALL_REDUCE || w->kind == EM_DIST_OP_BROADCAST || w->kind == EM_DIST_OP_SEND ||
                 w->kind == EM_DIST_OP_RECV;
   int nreq = chunked && n > CHUNK_ELEMS ? (int)((n + CHUNK_ELEMS - 1) / CHUNK_ELEMS) : 1;
@@ -236,10 +248,13 @@ int em_mpi_try_finish(inflight *f) {
                                                : MPI_STATUSES_IGNORE;
   if (!sts) sts = MPI_STATUSES_IGNORE;
   int rc = MPI_Testall(f->nreq, f->reqs, &flag, sts);
+  int next = 0; /* mpi_coll.c: 1 its next step is posted, -1 it failed w */
+  if (rc == MPI_SUCCESS && flag && w->kind >= EM_DIST_OP_ALL_TO_ALL) next = em_mpi_coll_advance(f);
+  if (next == 1) return 0;
   if (rc != MPI_SUCCESS) {
     fail_work(w, NULL, rc);
     flag = 1;
-  } else if (flag) {
+  } else if (flag && next == 0) {
     const char *problem = NULL;
     char msg[200];
     if (w->kind == EM_DIST_OP_RECV && sts != MPI_STATUSES_IGNORE) {
@@ -265,6 +280,7 @@ int em_mpi_try_finish(inflight *f) {
   }
   if (sts != MPI_STATUSES_IGNORE && sts != small_st) free(sts);
   if (!flag) return 0;
+  em_mpi_coll_free(f);
   if (f->reqs != f->small) free(f->reqs);
   free(f);
   return 1;

@@ -56,6 +56,11 @@ typedef struct inflight {
   MPI_Request small[4];
   MPI_Datatype dt;
   int64_t count; /* elements received/reduced per rank */
+  /* the collectives of mpi_coll.c: which step (counts checked, then data), whether this
+   * entry holds back later work (em_mpi_hold), and its count arrays */
+  int stage, holding;
+  int64_t *scratch;
+  int *ints;
   double deadline_fallback; /* for group creation and the final barrier */
   int finalizing; /* the barrier before MPI_Finalize */
   struct inflight *next;
@@ -80,7 +85,24 @@ void em_mpi_free_ops(void);
 /* "MPI error: <text>" into buf. */
 void em_mpi_error_text(int code, char *buf, size_t cap);
 
+/* ---- mpi_coll.c: all_to_all(_v), gather, scatter, reduce, all_gather_v (under the MPI lock) ---- */
+/* Bytes per rank that decide a blocking call (the same on every rank), or -1: never blocking. */
+int64_t em_mpi_coll_direct_bytes(const em_dist_work *w);
+/* Runs w as MPI's blocking collective; returns its MPI error code. */
+int em_mpi_coll_blocking(em_dist_work *w, mpi_group *g, MPI_Datatype dt, MPI_Op op);
+/* Posts w's first step into f (f->w, f->g, f->dt set); on failure completes w and frees f.
+ * Returns 1 when f is in flight (the caller tracks it). */
+int em_mpi_coll_start(inflight *f, MPI_Op op);
+/* f's requests completed: posts the next step (returns 1: still in flight), or finishes
+ * (0: the caller completes w), or has failed w (-1). */
+int em_mpi_coll_advance(inflight *f);
+void em_mpi_coll_free(inflight *f);
+
 /* ---- mpi_thread.c ---- */
+/* While a collective checks its counts with the other ranks before it posts its data,
+ * nothing queued after it reaches MPI: every rank posts its collectives to MPI in program
+ * order, as MPI requires of non-blocking collectives on one communicator. */
+void em_mpi_hold(int delta);
 /* Starts the thread and MPI (blocking until MPI is up). */
 em_status em_mpi_thread_start(double timeout_s, int *rank, int *size, int *local_rank, mpi_group **world);
 /* One round of progress on the calling thread (the backend's progress entry). */

@@ -64,6 +64,7 @@ static struct {
   MPI_Comm ctrl;
   inflight *inflight, *inflight_tail;
   atomic_int n_inflight;
+  atomic_int hold; /* collectives checking counts before their data: later tasks wait */
   mpi_group *groups;
   MPI_Request qreq;
   int64_t qbuf[2];
@@ -96,6 +97,20 @@ static mpi_group *find_group(int64_t id) {
   for (mpi_group *g = S.groups; g; g = g->next)
     if (g->id == id) return g;
   return NULL;
+}
+
+void em_mpi_hold(int delta) { atomic_fetch_add(&S.hold, delta); }
+
+/* Puts tasks (a list) back at the front of the queue, in order. */
+static void requeue_front(mpi_task *tasks) {
+  mpi_task *last = tasks;
+  while (last->next) last = last->next;
+  pthread_mutex_lock(&S.lock);
+  last->next = S.head;
+  if (!S.head) S.tail = last;
+  S.head = tasks;
+  atomic_store(&S.queued, 1);
+  pthread_mutex_unlock(&S.lock);
 }
 
 void em_mpi_track(inflight *f) {
@@ -203,10 +218,18 @@ static void report_timeout(inflight *f, double now) {
                     " (alive, but has not reached it: its last collective on this group is #%lld)", (long long)a[1]);
     listed++;
   }
-  if (!listed && np > 0)
+  if (!listed && np > 0) {
+    const char *also = "";
+    if (w && (w->kind == EM_DIST_OP_GATHER || w->kind == EM_DIST_OP_SCATTER || w->kind == EM_DIST_OP_REDUCE ||
+              w->kind == EM_DIST_OP_BROADCAST))
+      also = ", or another root";
+    else if (w && (w->kind == EM_DIST_OP_ALL_TO_ALL_V || w->kind == EM_DIST_OP_ALL_GATHER_V))
+      also = " (their counts were checked to agree)";
     n += snprintf(msg + n, sizeof msg - n,
                   ": every rank has reached it, so the ranks called collectives that do not match (a different order, "
-                  "or other sizes or dtypes on some rank)");
+                  "or other sizes or dtypes on some rank%s)",
+                  also);
+  }
   snprintf(msg + n, sizeof msg - n, "; aborting the job");
   fprintf(stderr, "%s\n", msg);
   fflush(stderr);
@@ -391,7 +414,7 @@ static void check_watch(void) {
 /* One round of progress; the caller holds S.mpi. Returns 1 if anything started or ended. */
 static int progress_once(void) {
   mpi_task *tasks = NULL;
-  if (atomic_load(&S.queued)) {
+  if (atomic_load(&S.queued) && !atomic_load(&S.hold)) {
     pthread_mutex_lock(&S.lock);
     tasks = S.head;
     if (on_comm_thread) {
@@ -410,6 +433,10 @@ static int progress_once(void) {
   }
   int progressed = tasks != NULL;
   while (tasks) {
+    if (atomic_load(&S.hold)) { /* a task just posted checks its counts first */
+      requeue_front(tasks);
+      break;
+    }
     mpi_task *next = tasks->next;
     run_task(tasks);
     tasks = next;
@@ -441,7 +468,8 @@ int em_mpi_run_direct(void *group_impl, em_dist_work *w) {
   if (!S.running || !em_mpi_direct_eligible(w)) return 0;
   pthread_mutex_lock(&S.mpi);
   if (atomic_load(&S.abort_requested)) do_abort();
-  if (atomic_load(&S.queued)) progress_once(); /* post what came first */
+  /* post what came first, all of it (a collective checking its counts holds the rest back) */
+  while (atomic_load(&S.queued) || atomic_load(&S.hold)) progress_once();
   em_mpi_run_blocking(w, group_impl);
   pthread_mutex_unlock(&S.mpi);
   return 1;
