@@ -111,7 +111,9 @@ function Writer:_write(data)
 end
 
 local function need_tag(op, tag)
-  if type(tag) ~= 'string' or tag == '' then throw(op .. ': expected a tag (a non-empty string), got ' .. tostring(tag)) end
+  if type(tag) ~= 'string' or tag == '' then
+    throw(op .. ': expected a tag (a non-empty string), got ' .. tostring(tag))
+  end
 end
 
 local function need_step(op, step)

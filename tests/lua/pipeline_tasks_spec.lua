@@ -21,7 +21,10 @@ local function dataset_file(path, kind, n, offset)
   return write(path, string.format([[
 local ember = require 'ember'
 local kind, n, offset = %q, %d, %d
-local function u(i, j) local v = math.sin((i + offset) * 12.9898 + j * 78.233) * 43758.5453; return 2 * (v - math.floor(v)) - 1 end
+local function u(i, j)
+  local v = math.sin((i + offset) * 12.9898 + j * 78.233) * 43758.5453
+  return 2 * (v - math.floor(v)) - 1
+end
 local ds = {}
 function ds:size() return n end
 function ds:get_batch(ids)
@@ -160,6 +163,27 @@ log: {progress: none}
     assert.equal(1, r.epochs)
     assert.is_nil(r.test_accuracy)   -- nothing to evaluate on: no test set was named
     assert.is_number(r.train_accuracy)
+  end)
+end)
+
+describe('pipelines/spirals.yaml', function()
+  it('runs from any folder (its model and data files are found beside it)', function()
+    local dir = tmpdir()
+    local root = io.popen('pwd'):read('*l')
+    local build = os.getenv('EMBER_BUILD_DIR') or 'build'
+    if build:sub(1, 1) ~= '/' then build = root .. '/' .. build end
+    local cmd = string.format("cd '%s' && EMBER_NUM_THREADS=2 '%s/ember' run '%s/pipelines/spirals.yaml' epochs=3 " ..
+      "checkpoint.dir=null log.dir=%s/log log.progress=none 2>%s/err", dir, build, root, dir, dir)
+    local out = io.popen(cmd):read('*a')
+    local ok, r = pcall(json.decode, out)
+    assert(ok, 'stdout: ' .. out .. ' stderr: ' .. tostring(read(dir .. '/err')))
+    assert.equal(3, r.epochs)
+    assert.is_true(r.test_accuracy > 0.8 and r.val_accuracy > 0.8, out)
+    assert.is_number(r.test_top2_accuracy)
+    local files = io.popen('ls ' .. dir .. '/log'):read('*a')
+    has(files, 'events.out.tfevents.')
+    has(files, 'metrics.jsonl')
+    has(files, 'steps.jsonl')
   end)
 end)
 

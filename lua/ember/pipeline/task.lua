@@ -28,8 +28,8 @@ local M = {}
 M.kinds = {
   classification = { loss = 'cross_entropy', losses = { cross_entropy = true }, metrics = { 'accuracy' },
     allowed = 'accuracy, topK_accuracy (top5_accuracy, ...)' },
-  binary = { loss = 'bce_with_logits', losses = { bce_with_logits = true }, metrics = { 'accuracy', 'roc_auc', 'log_loss' },
-    allowed = 'accuracy, roc_auc, log_loss' },
+  binary = { loss = 'bce_with_logits', losses = { bce_with_logits = true },
+    metrics = { 'accuracy', 'roc_auc', 'log_loss' }, allowed = 'accuracy, roc_auc, log_loss' },
   regression = { loss = 'mse', losses = { mse = true, l1 = true, huber = true }, metrics = { 'rmse', 'mae' },
     allowed = 'rmse, mae, mse' },
   language_model = { loss = 'cross_entropy', losses = { cross_entropy = true }, metrics = { 'perplexity' },
@@ -60,7 +60,8 @@ local record = S.record({
     { optional = true, expect = 'cross_entropy, bce_with_logits, mse, l1, huber or {file: loss.lua, args: {...}}' }),
   metrics = S.list(metric_schema, { optional = true, doc = "default: the kind's metrics" }),
   top_k = S.integer { min = 1, optional = true, doc = 'classification: also report topK_accuracy' },
-  label_smoothing = S.number { min = 0, lt = 1, optional = true, doc = 'cross-entropy (default: loss.label_smoothing)' },
+  label_smoothing = S.number { min = 0, lt = 1, optional = true,
+    doc = 'cross-entropy (default: loss.label_smoothing)' },
   huber_delta = S.number { gt = 0, default = 1 },
   ignore_index = S.integer { optional = true, doc = 'cross-entropy: a target class that counts for nothing' },
 }, {
