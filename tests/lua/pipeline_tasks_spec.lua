@@ -127,6 +127,11 @@ log: {progress: none}
     local r = run_file(path, { 'log.dir=' .. dir .. '/log' })
     assert.is_true(r.test_accuracy > 0.85, 'test accuracy ' .. tostring(r.test_accuracy))
     assert.is_true(r.val_accuracy > 0.85, 'val accuracy ' .. tostring(r.val_accuracy))
+    -- reader processes get the training part's ids from the trainer: the same run
+    local out = io.popen(string.format("EMBER_NUM_THREADS=2 '%s/ember' run %s data.workers=2 log.progress=none " ..
+      '2>/dev/null', os.getenv('EMBER_BUILD_DIR') or 'build', path)):read('*a')
+    local r2 = json.decode(out)
+    for _, k in ipairs { 'train_loss', 'val_loss', 'test_loss', 'test_accuracy' } do assert.equal(r[k], r2[k], k) end
     local m = lines_of(read(dir .. '/log/metrics.jsonl'))
     assert.equal(10 * 4, m[4].step)   -- 200 training samples / 20
     -- the parts are disjoint and cover the source
