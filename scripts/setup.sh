@@ -25,6 +25,14 @@ if [ -n "$missing" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
 fi
 
+# Python packages the tests read ember's files with (TensorBoard's event reader); a test
+# whose package is missing says so and is skipped.
+if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import tensorboard' 2>/dev/null; then
+  echo "setup: pip install tensorboard"
+  python3 -m pip install -q tensorboard || python3 -m pip install -q --break-system-packages tensorboard || \
+    echo "setup: could not install tensorboard (the TensorBoard test will be skipped)"
+fi
+
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=$(nproc 2>/dev/null || echo 2)
 # shellcheck disable=SC2086

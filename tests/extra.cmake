@@ -11,6 +11,16 @@ if(EMBER_NUMPY_PYTHON)
   endforeach()
 endif()
 
+# ---- TensorBoard's own reader (the tensorboard package, EventAccumulator) on the event files
+# of a train pipeline and of ember.tensorboard.SummaryWriter (tests/interop/tensorboard_roundtrip.py);
+# skipped (exit 77) with a message when the package is missing: pip install tensorboard.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME interop/tensorboard
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/interop/tensorboard_roundtrip.py $<TARGET_FILE:ember_host>)
+  set_tests_properties(interop/tensorboard PROPERTIES SKIP_RETURN_CODE 77 ENVIRONMENT "EMBER_NUM_THREADS=2")
+endif()
+
 # ---- the ember executable: command line (tests/repl/test_cli.py) and the REPL in a real
 # terminal driven through tmux (tests/repl/test_tty.py; exits 77, "skipped", without tmux).
 find_package(Python3 COMPONENTS Interpreter)

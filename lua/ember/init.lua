@@ -68,4 +68,5 @@ merge(require 'ember.io')
 ember.data = require('ember.data')
 ember.graph = require('ember.graph')
 ember.dist = require('ember.dist')      -- loads no MPI until ember.dist.init()
+ember.tensorboard = require('ember.tensorboard')   -- SummaryWriter: TensorBoard event files
 return ember

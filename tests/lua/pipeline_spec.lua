@@ -103,8 +103,8 @@ data:
     assert.equal(p .. "layer.yaml:4: model.2.linear: expected a list of 2 (an integer >= 1 each), got a list of 3",
       err_of('layer.yaml', base:gsub('%[784, 10%]', '[784, 10, 3]')))
     assert.equal(p .. "kind.yaml:4: model.2.lineer: unknown kind (expected one of: adaptive_avg_pool2d, avg_pool2d, " ..
-      "batch_norm1d, batch_norm2d, conv2d, dropout, flatten, gelu, layer_norm, linear, max_pool2d, relu, sigmoid, " ..
-      "silu, tanh)", err_of('kind.yaml', base:gsub('linear:', 'lineer:')))
+      "batch_norm1d, batch_norm2d, conv2d, dropout, embedding, embedding_bag, flatten, gelu, identity, layer_norm, " ..
+      "linear, log_softmax, max_pool2d, module, relu, sigmoid, silu, softmax, tanh)", err_of('kind.yaml', base:gsub('linear:', 'lineer:')))
     assert.equal(p .. "conv.yaml:3: model.1.conv2d.out: missing (expected an integer >= 1)",
       err_of('conv.yaml', base:gsub('  %- flatten:', '  - conv2d: {in: 1, kernel: 3}')))
     assert.equal(p .. "root.yaml:10: data.root: expected the path of an existing directory, got '/no/such/dir' " ..
@@ -113,7 +113,8 @@ data:
       "(no such file or directory)", err_of('resume.yaml', base .. 'resume: /no/ckpt.safetensors\n'))
     assert.equal(p .. "dev.yaml:10: device: expected cpu, cuda, cuda:N or auto, got 'tpu'",
       err_of('dev.yaml', base .. 'device: tpu\n'))
-    assert.equal(p .. 'nomodel.yaml:1: model: missing (expected a list of layers (e.g. - linear: [784, 10]))',
+    assert.equal(p .. 'nomodel.yaml:1: model: missing (expected a list of layers (e.g. - linear: [784, 10]) ' ..
+      'or {file: model.lua, args: {...}})',
       err_of('nomodel.yaml', 'job: train\n'))
     assert.equal(p .. "nojob.yaml:1: job: missing (expected one of pagerank, train)", err_of('nojob.yaml', 'epochs: 1\n'))
     assert.equal(p .. "badjob.yaml:1: job: expected one of pagerank, train, got 'dance'", err_of('badjob.yaml', 'job: dance\n'))

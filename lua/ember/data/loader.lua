@@ -37,6 +37,9 @@
 --   max_restarts          spawned readers replaced after they exit (default 3 x num_workers)
 --   curve = {public_key =, secret_key =, clients = {...}}  CurveZMQ (ember.data.curve_keypair)
 --   dataset_size          the sample count, when this host cannot open the dataset
+--   subset                the dataset's samples this loader delivers: 1-based ids (an int64
+--                         tensor or a list), e.g. one part of a train/val/test split. Epochs
+--                         are planned over the subset; readers read the ids they are sent.
 --
 -- Each epoch's order is a function of (seed, epoch, rank, world_size) alone; a batch's
 -- samples and augmentations do not depend on which reader made it or how many there are.
@@ -61,7 +64,7 @@ local OPTS = { dataset = true, dataset_options = true, transforms = true, batch_
   seed = true, drop_last = true, rank = true, world_size = true, remainder = true, num_workers = true, endpoint = true,
   prefetch = true, worker_queue = true, order = true, timeout = true, heartbeat = true, heartbeat_timeout = true,
   on_bad_record = true, shared_memory = true, max_restarts = true, curve = true, dataset_size = true,
-  lease_timeout = true }
+  lease_timeout = true, subset = true }
 
 -- Options with defaults, checked by the shared rules (ember.internal).
 local function int_opt(op, opts, name, default, min)
@@ -170,10 +173,28 @@ function M.new(opts)
     local p = source.open(spec)
     self.size, self.sample_bytes = p:size(), p:sample_bytes()
   end
+  if opts.subset ~= nil then self:_set_subset(opts.subset) end
   self.stats_local = { batches = 0, samples = 0, bytes = 0, skipped = 0, read_s = 0, decode_s = 0, transform_s = 0,
     send_s = 0, wait_s = 0 }
   if not in_process then self:_start(opts, endpoints) end
   return self
+end
+
+-- Restricts the loader to a subset of the dataset's samples (1-based ids).
+function Loader:_set_subset(sub)
+  local op = 'ReaderLoader'
+  if type(sub) == 'table' and not ember.is_tensor(sub) then sub = ember.tensor(sub, { dtype = 'int64' }) end
+  if not ember.is_tensor(sub) or sub:dim() ~= 1 or sub.dtype ~= 'int64' then
+    throw(op .. ': subset must be a 1-d int64 tensor (or a list) of 1-based sample ids, got ' .. describe(sub))
+  end
+  sub = sub:cpu():contiguous()
+  if sub:numel() > 0 then
+    local lo, hi = sub:min():item(), sub:max():item()
+    if lo < 1 or hi > self.size then
+      throw(string.format('%s: subset ids must be in 1..%d (the dataset size), got %d..%d', op, self.size, lo, hi))
+    end
+  end
+  self.full_size, self.subset, self.size = self.size, sub, sub:numel()
 end
 
 -- Binds, spawns the readers.
@@ -197,7 +218,7 @@ function Loader:_start(opts, endpoints)
   o.heartbeat_s = num_opt(op, opts, 'heartbeat', 0.5)
   o.heartbeat_timeout_s = num_opt(op, opts, 'heartbeat_timeout', math.max(5, 4 * o.heartbeat_s))
   o.lease_timeout_s = num_opt(op, opts, 'lease_timeout', 120)
-  o.dataset_size = self.size
+  o.dataset_size = self.full_size or self.size
   local fp = source.fingerprint(self.spec)
   o.fingerprint = fp
   local curve = opts.curve
@@ -257,8 +278,10 @@ end
 
 -- The sample ids (1-based int64) of epoch e for this rank, in the planned order.
 function Loader:plan(e)
-  return new_tensor(C.em_data_epoch_plan(box, self.size, self.seed, e, self.shuffle and 1 or 0, self.rank,
+  local p = new_tensor(C.em_data_epoch_plan(box, self.size, self.seed, e, self.shuffle and 1 or 0, self.rank,
     self.world_size, self.pad and 1 or 0, 1))
+  if self.subset then p = self.subset:index_select(1, p) end   -- positions in the subset -> sample ids
+  return p
 end
 
 -- Work items of epoch e: positions not yet delivered, cut into batches.

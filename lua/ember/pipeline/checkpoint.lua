@@ -19,18 +19,7 @@ local json = require 'ember.util.json'
 local M = {}
 
 -- mkdir -p; raises with the path and the reason.
-function M.mkdirs(path)
-  local sofar = path:sub(1, 1) == '/' and '/' or ''
-  for part in path:gmatch('[^/]+') do
-    sofar = sofar .. part .. '/'
-    local ok, errno = libc.mkdir(sofar, tonumber('755', 8))
-    if not ok then
-      if errno ~= 17 then   -- EEXIST
-        error(string.format("cannot create the directory '%s': %s", sofar, libc.strerror(errno)), 0)
-      end
-    end
-  end
-end
+M.mkdirs = libc.mkdirs
 
 -- Writes text to path atomically and durably (em_file_replace: a temporary file, fsync'ed
 -- and renamed over it).

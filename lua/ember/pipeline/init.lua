@@ -190,7 +190,8 @@ function pipeline.load(path, overrides)
     config_error(string.format('%s:%d: the top level must be a mapping of keys (job:, model:, ...), got %s', path,
       lines['(root)'] or 1, S.got(doc)))
   end
-  local ctx = { file = path, lines = lines, origins = {} }
+  -- base_dir: files the pipeline names (model, loss, data) are found relative to it
+  local ctx = { file = path, lines = lines, origins = {}, base_dir = S.dirname(path) }
   for _, text in ipairs(overrides or {}) do apply_override(path, doc, lines, ctx.origins, text) end
   local job = doc.job
   if job == nil or job == S.null then

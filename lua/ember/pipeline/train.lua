@@ -1,7 +1,14 @@
--- ember.pipeline.train: the `job: train` pipeline kind. Trains a model built from the
--- file's `model:` list on a dataset, evaluates it on the test set after every epoch,
--- checkpoints every epoch and can resume; see pipelines/fashion_mnist_mlp.yaml for a
--- commented file and M.schema below for every key and its default.
+-- ember.pipeline.train: the `job: train` pipeline kind. Trains a model (a `model:` layer
+-- list or a Lua model file, lua/ember/pipeline/model.lua) for a task (`task:`, its loss and
+-- metrics, lua/ember/pipeline/task.lua) on the training set, evaluates it on the validation
+-- and test sets after every epoch (`data:`, lua/ember/pipeline/datasets.lua), checkpoints
+-- every epoch and can resume; see pipelines/fashion_mnist_mlp.yaml for a commented file and
+-- M.schema below for every key and its default.
+--
+-- Logs (log.dir): metrics.jsonl, one JSON line per epoch (train_*, val_*, test_* metrics);
+-- steps.jsonl, one line per log.every steps (step, epoch, loss, lr, samples_per_s); and
+-- TensorBoard event files holding the same numbers (tags train/loss, train/lr,
+-- train/samples_per_s per step, epoch/<metric> per epoch at the epoch's last step).
 --
 -- Reproducibility: the model is initialised right after ember.manual_seed(seed); the
 -- loader's order depends on (data.seed, epoch) only; the learning rate is a function of
@@ -12,21 +19,20 @@
 local S = require 'ember.util.schema'
 local json = require 'ember.util.json'
 local model_spec = require 'ember.pipeline.model'
+local task_spec = require 'ember.pipeline.task'
+local datasets = require 'ember.pipeline.datasets'
 local progress = require 'ember.util.progress'
 local checkpoint = require 'ember.pipeline.checkpoint'
 
-local M = { doc = 'train a model on a dataset, evaluate it each epoch, checkpoint, resume' }
-
-local DATASETS = {
-  ['fashion-mnist'] = { ctor = 'FashionMNIST', root = '/usr/share/datasets/fashion-mnist' },
-  mnist = { ctor = 'MNIST' },
-}
+local M = { doc = 'train a model for a task, evaluate it each epoch on its own data, checkpoint, resume' }
 
 M.schema = {
   model = model_spec.schema(),
+  task = task_spec.schema,
   data = S.record({
     dataset = S.enum({ 'fashion-mnist', 'mnist' }, { default = 'fashion-mnist' }),
-    root = S.path { exists = 'dir', optional = true, doc = "the dataset's directory (default: Debian's)" },
+    root = S.path { exists = 'dir', relative = true, optional = true,
+      doc = "the dataset's directory (default: Debian's)" },
     batch_size = S.integer { min = 1, default = 128 },
     test_batch_size = S.integer { min = 1, default = 1000 },
     shuffle = S.boolean { default = true },
@@ -57,7 +63,7 @@ M.schema = {
     min_lr = S.number { min = 0, default = 0, doc = 'cosine: the final learning rate' },
   }, { default = {} }),
   loss = S.record({
-    label_smoothing = S.number { min = 0, lt = 1, default = 0 },
+    label_smoothing = S.number { min = 0, lt = 1, default = 0, doc = 'cross-entropy (or task.label_smoothing)' },
   }, { default = {} }),
   epochs = S.integer { min = 1, default = 10 },
   stop_after_epoch = S.integer { min = 1, optional = true,
@@ -71,6 +77,8 @@ M.schema = {
     dir = S.path { optional = true, doc = 'metrics.jsonl goes here; null: none' },
     progress = S.enum({ 'auto', 'bar', 'lines', 'none' }, { default = 'auto' }),
     interval = S.number { gt = 0, default = 30, doc = 'seconds between progress lines (lines mode)' },
+    every = S.integer { min = 1, default = 1, doc = 'steps between lines of steps.jsonl and TensorBoard points' },
+    tensorboard = S.boolean { default = true, doc = 'TensorBoard event files in log.dir' },
   }, { default = {} }),
   resume = S.union({ S.boolean(), S.path { exists = 'file' } }, { default = false,
     expect = 'true (the latest checkpoint of checkpoint.dir), false, or a checkpoint file' }),
@@ -83,16 +91,11 @@ M.result_order = { 'job', 'test_accuracy', 'test_loss', 'train_loss', 'train_acc
   'peak_rss_mb', 'epochs', 'seconds' }
 
 -- ---------------------------------------------------------------- pieces
-local function make_datasets(cfg, ctx)
-  local data = require('ember').data
+-- The built-in training set in this process (the data: section asks for no reader loader).
+local function builtin_train_set(cfg)
   local d = cfg.data
-  local spec = DATASETS[d.dataset]
-  local root = d.root or spec.root
-  if not root then S.fail(ctx, 'data.root', 'missing (the ' .. d.dataset .. ' dataset has no default directory)') end
-  local norm = d.normalise
-  local train = data.datasets[spec.ctor] { root = root, train = true, normalise = norm, limit = d.limit }
-  local test = data.datasets[spec.ctor] { root = root, train = false, normalise = norm, limit = d.test_limit }
-  return train, test
+  local ctor = d.dataset == 'mnist' and 'MNIST' or 'FashionMNIST'
+  return require('ember').data.datasets[ctor] { root = d.root, train = true, normalise = d.normalise, limit = d.limit }
 end
 
 local function make_optimizer(o, params)
@@ -139,23 +142,20 @@ local function u64_parse(s)
   return v
 end
 
--- Loss and accuracy of model over a loader, without recording gradients.
-local function evaluate(ember, model, loader, label_smoothing)
-  local F = ember.nn.functional
-  local loss_sum, correct, n = 0, 0, 0
+-- The task's loss and metrics of model over a loader, without recording gradients:
+-- {loss =, accuracy =, ...}.
+local function evaluate(ember, task, model, loader)
+  local acc = task:metrics()
   model:eval()
   ember.no_grad(function()
     for batch in loader:epoch(0) do
-      local out = model(batch.x)
-      local b = batch.y.shape[1]
-      local loss = F.cross_entropy(out, batch.y, { reduction = 'sum', label_smoothing = label_smoothing })
-      loss_sum = loss_sum + loss:item()
-      correct = correct + F.count_correct(out, batch.y)
-      n = n + b
+      local out = task:forward(model, batch)
+      local y = task:target_of(batch)
+      acc:update(out, y, batch, task:loss(out, y, batch):item())
     end
   end)
   model:train()
-  return loss_sum / math.max(n, 1), correct / math.max(n, 1)
+  return acc:result()
 end
 
 local function append_line(path, line)
@@ -165,11 +165,18 @@ local function append_line(path, line)
   f:close()
 end
 
+-- Names the logs use for a set's metrics: train_loss, val_accuracy, test_roc_auc, ...
+local function prefixed(m, prefix, r)
+  for k, v in pairs(r) do m[prefix .. '_' .. k] = v end
+end
+
+local EPOCH_ORDER = { 'epoch', 'step', 'lr', 'train_loss', 'train_accuracy', 'val_loss', 'val_accuracy', 'test_loss',
+  'test_accuracy' }
+
 -- ---------------------------------------------------------------- the job
 function M.run(cfg, ctx)
   local ember = require 'ember'
   local nn = ember.nn
-  local F = nn.functional
   local t_start = progress.now()
 
   -- Set by a `distributed:` section's setup, when there is one: this process's rank (0-based)
@@ -178,16 +185,27 @@ function M.run(cfg, ctx)
   local rank, world_size = ctx.rank or 0, ctx.world_size or 1
   local is_main = rank == 0
 
-  local train_set, test_set = make_datasets(cfg, ctx)
+  local task = task_spec.new(cfg.task, { label_smoothing = cfg.loss.label_smoothing })
+  local sets = datasets.plan(cfg, ctx)
   local data_yaml = require 'ember.data.yaml'   -- readers over ZeroMQ when data: asks for them
-  local loader = data_yaml.wants_pipeline(cfg.data) and data_yaml.train_loader(cfg, rank, world_size) or
-    M.make_loader { dataset = train_set, batch_size = cfg.data.batch_size, shuffle = cfg.data.shuffle,
-      seed = cfg.data.seed or cfg.seed, drop_last = cfg.data.drop_last, rank = rank, world_size = world_size }
-  local test_loader = M.make_loader { dataset = test_set, batch_size = cfg.data.test_batch_size }
+  local loader
+  if data_yaml.wants_pipeline(cfg.data) then
+    loader = data_yaml.train_loader(cfg, rank, world_size, datasets.train_subset(sets))
+  else
+    loader = M.make_loader { dataset = builtin_train_set(cfg), batch_size = cfg.data.batch_size,
+      shuffle = cfg.data.shuffle, seed = cfg.data.seed or cfg.seed, drop_last = cfg.data.drop_last, rank = rank,
+      world_size = world_size }
+  end
+  local eval_loaders = {}
+  if cfg.evaluate then
+    for _, which in ipairs { 'val', 'test' } do
+      eval_loaders[which] = datasets.eval_loader(cfg, sets, which, M.make_loader)
+    end
+  end
   local steps_per_epoch = loader:num_batches()
   if steps_per_epoch == 0 then
     S.fail(ctx, 'data.batch_size', string.format('the batch size %d leaves no batch in the %d training samples ' ..
-      '(with drop_last)', cfg.data.batch_size, train_set:size()))
+      '(with drop_last)', cfg.data.batch_size, loader:num_samples()))
   end
 
   local model = model_spec.build(cfg.model)
@@ -216,61 +234,99 @@ function M.run(cfg, ctx)
   -- wrapped after loading: a checkpoint holds the plain model's names
   local net = ctx.wrap_model and ctx.wrap_model(model) or model
 
-  local metrics_path
+  local metrics_path, steps_path, tb
   if cfg.log.dir and is_main then
     checkpoint.mkdirs(cfg.log.dir)
     metrics_path = cfg.log.dir .. '/metrics.jsonl'
+    steps_path = cfg.log.dir .. '/steps.jsonl'
+    if cfg.log.tensorboard then tb = ember.tensorboard.SummaryWriter { logdir = cfg.log.dir, flush_secs = 30 } end
+  end
+  local steps_file
+  if steps_path then
+    steps_file = io.open(steps_path, 'a')
+    if not steps_file then error(string.format("cannot write step logs to '%s'", steps_path), 0) end
   end
 
   local train_time, train_samples, epochs_run = 0, 0, 0
   local last_epoch = math.min(cfg.epochs, cfg.stop_after_epoch or cfg.epochs)
-  local base_lr, smoothing = cfg.optim.lr, cfg.loss.label_smoothing
+  local base_lr = cfg.optim.lr
   local clip = cfg.optim.clip_grad_norm
   local params = clip and model:parameters()
+  local every = cfg.log.every
   model:train()
   for epoch = first_epoch, last_epoch do
     local bar = progress.new { mode = is_main and cfg.log.progress or 'none', interval = cfg.log.interval,
       total = loader:num_samples(), label = string.format('epoch %d/%d', epoch, cfg.epochs) }
-    local loss_sum, correct, seen = 0, 0, 0
+    local acc = task:metrics()
+    local seen, loss_sum = 0, 0
     local lr
     local t0 = progress.now()
+    local t_step = t0
     for batch in loader:epoch(epoch) do
       lr = M.lr_at(cfg.schedule, base_lr, step, steps_per_epoch, cfg.epochs)
       set_lr(opt, lr)
-      local out = net(batch.x)
-      local loss = F.cross_entropy(out, batch.y, { label_smoothing = smoothing })
+      local out = task:forward(net, batch)
+      local y = task:target_of(batch)
+      local loss = task:loss(out, y, batch)
       opt:zero_grad()
       loss:backward()
       if clip then nn.utils.clip_grad_norm_(params, clip) end
       opt:step()
-      local b = batch.y.shape[1]
+      local b = y.shape[1] or 1
       local l = loss:item()
       if l ~= l then error(string.format('the loss is NaN at epoch %d, step %d (lr %g)', epoch, step + 1, lr), 0) end
+      acc:update(out, y, batch, l)
       loss_sum = loss_sum + l * b
-      correct = correct + F.count_correct(out, batch.y)
       seen = seen + b
       step = step + 1
+      local now = progress.now()
+      if steps_file and step % every == 0 then
+        local rec = { step = step, epoch = epoch, loss = l, lr = lr, samples_per_s = b / math.max(now - t_step, 1e-9) }
+        steps_file:write(json.encode(rec, { order = { 'step', 'epoch', 'loss', 'lr', 'samples_per_s' } }), '\n')
+        if tb then
+          tb:add_scalar('train/loss', rec.loss, step)
+          tb:add_scalar('train/lr', rec.lr, step)
+          tb:add_scalar('train/samples_per_s', rec.samples_per_s, step)
+        end
+      end
+      t_step = now
       bar:update(seen, { loss = loss_sum / seen, data = loader.progress_text and loader:progress_text() or nil,
         _order = { 'loss', 'data' } })
     end
     local dt = progress.now() - t0
     train_time, train_samples, epochs_run = train_time + dt, train_samples + seen, epochs_run + 1
 
-    local m = { epoch = epoch, step = step, lr = lr, train_loss = loss_sum / math.max(seen, 1),
-      train_accuracy = correct / math.max(seen, 1), train_samples_per_s = seen / dt, train_seconds = dt }
+    local m = { epoch = epoch, step = step, lr = lr, train_samples_per_s = seen / dt, train_seconds = dt }
+    prefixed(m, 'train', acc:result())
     m.data = loader.epoch_stats and loader:epoch_stats() or nil   -- per-stage seconds of the pipeline
-    if cfg.evaluate then
-      local te = progress.now()
-      m.test_loss, m.test_accuracy = evaluate(ember, model, test_loader, smoothing)
-      m.eval_seconds = progress.now() - te
+    local te = progress.now()
+    for _, which in ipairs { 'val', 'test' } do
+      if eval_loaders[which] then prefixed(m, which, evaluate(ember, task, model, eval_loaders[which])) end
     end
-    bar:finish(string.format('epoch %d/%d  loss %.4f  train_acc %.4f%s  %.0f samples/s  %.1f s', epoch, cfg.epochs,
-      m.train_loss, m.train_accuracy, m.test_accuracy and string.format('  test_acc %.4f  test_loss %.4f',
-        m.test_accuracy, m.test_loss) or '', m.train_samples_per_s, dt))
+    if next(eval_loaders) then m.eval_seconds = progress.now() - te end
+    local shown = {}
+    for _, which in ipairs { 'val', 'test' } do
+      for _, k in ipairs { 'accuracy', 'loss' } do
+        local v = m[which .. '_' .. k]
+        if v then shown[#shown + 1] = string.format('  %s_%s %.4f', which, k == 'accuracy' and 'acc' or k, v) end
+      end
+    end
+    bar:finish(string.format('epoch %d/%d  loss %.4f%s%s  %.0f samples/s  %.1f s', epoch, cfg.epochs,
+      m.train_loss, m.train_accuracy and string.format('  train_acc %.4f', m.train_accuracy) or '',
+      table.concat(shown), m.train_samples_per_s, dt))
     if metrics_path then
-      append_line(metrics_path, json.encode(m, { order = { 'epoch', 'step', 'lr', 'train_loss', 'train_accuracy',
-        'test_loss', 'test_accuracy' } }))
+      append_line(metrics_path, json.encode(m, { order = EPOCH_ORDER }))
     end
+    if tb then
+      local keys = {}
+      for k, v in pairs(m) do
+        if type(v) == 'number' and k ~= 'epoch' and k ~= 'step' then keys[#keys + 1] = k end
+      end
+      table.sort(keys)
+      for _, k in ipairs(keys) do tb:add_scalar('epoch/' .. k, m[k], step) end
+      tb:flush()
+    end
+    if steps_file then steps_file:flush() end
     if ckpt_dir and is_main then
       local rng = ember.get_rng_state()
       local opt_tensors, opt_meta = opt:state_dict()
@@ -284,13 +340,13 @@ function M.run(cfg, ctx)
   end
 
   loader:close()
-  test_loader:close()
+  for _, l in pairs(eval_loaders) do l:close() end
+  if steps_file then steps_file:close() end
+  if tb then tb:close() end
   if not is_main then return nil end
   last = last or {}
-  return {
+  local result = {
     job = 'train',
-    test_accuracy = last.test_accuracy, test_loss = last.test_loss,
-    train_loss = last.train_loss, train_accuracy = last.train_accuracy,
     train_samples_per_s = train_time > 0 and train_samples / train_time or nil,
     peak_rss_mb = progress.peak_rss_mb(),
     epochs = last.epoch or 0, epochs_this_run = epochs_run,
@@ -298,6 +354,13 @@ function M.run(cfg, ctx)
     threads = tonumber(ember.C.em_get_num_threads()),
     checkpoint = ckpt_dir and last.epoch and (ckpt_dir .. '/' .. checkpoint.file_name(last.epoch)) or nil,
   }
+  for k, v in pairs(last) do   -- the last epoch's metrics
+    if type(v) == 'number' and (k:match('^train_') or k:match('^val_') or k:match('^test_')) and
+        k ~= 'train_samples_per_s' and k ~= 'train_seconds' then
+      result[k] = v
+    end
+  end
+  return result
 end
 
 return M

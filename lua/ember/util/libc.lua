@@ -3,10 +3,11 @@
 --
 --   local libc = require 'ember.util.libc'
 --   libc.setenv(name, value)       libc.now()              (seconds, monotonic clock)
+--   libc.time()                    (seconds since 1970, the real-time clock, with fractions)
 --   libc.isatty(fd)                libc.hostname()         libc.readlink(path)
 --   libc.realpath(path)            libc.file_info(path)    ({sec, nsec, size} or nil)
 --   libc.mkdir(path, mode)         libc.unlink(path)       (true, or nil and errno)
---   libc.strerror(errno)
+--   libc.strerror(errno)           libc.mkdirs(path)       (mkdir -p; raises on failure)
 local ffi = require 'ffi'
 
 -- Each declaration on its own: one already made (by a user's script or another library
@@ -45,6 +46,12 @@ local ts = ffi.new('em_libc_timespec')
 -- Seconds on the monotonic clock.
 function M.now()
   C.clock_gettime(1, ts)   -- CLOCK_MONOTONIC
+  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+end
+
+-- Seconds since the Unix epoch (CLOCK_REALTIME), with nanoseconds as a fraction.
+function M.time()
+  C.clock_gettime(0, ts)   -- CLOCK_REALTIME
   return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
 end
 
@@ -90,5 +97,17 @@ function M.unlink(path)
 end
 
 function M.strerror(errno) return ffi.string(C.strerror(errno)) end
+
+-- mkdir -p; raises with the path and the reason.
+function M.mkdirs(path)
+  local sofar = path:sub(1, 1) == '/' and '/' or ''
+  for part in path:gmatch('[^/]+') do
+    sofar = sofar .. part .. '/'
+    local ok, errno = M.mkdir(sofar, tonumber('755', 8))
+    if not ok and errno ~= 17 then   -- EEXIST
+      error(string.format("cannot create the directory '%s': %s", sofar, M.strerror(errno)), 0)
+    end
+  end
+end
 
 return M

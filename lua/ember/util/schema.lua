@@ -1,11 +1,13 @@
 -- ember.util.schema: declarative checks for pipeline files.
 --
 -- A schema says what a value must be; validate() checks a value from a YAML file against
--- it, fills in defaults and returns the checked value. The first problem is an error that
--- names where the value came from (file and line, or the command-line override), the dotted
--- key path and what was expected:
+-- it, fills in defaults and returns the checked value. Every problem is reported, each on a
+-- line that names where the value came from (file and line, or the command-line override),
+-- the dotted key path and what was expected; validate() collects them (a wrong value does
+-- not hide the next one) and raises one error holding them all, in file order:
 --
---   pipelines/x.yaml:12: optim.lr: expected a number > 0, got 'fast'
+--   pipelines/x.yaml:7: optim.lr: expected a number > 0, got 'fast'
+--   pipelines/x.yaml:12: data.shufle: unknown key (expected one of: ...)
 --
 --   local S = require 'ember.util.schema'
 --   local optim = S.record {
@@ -20,6 +22,9 @@
 -- `- linear: [784, 256]`), any, and union (the first of several schemas that accepts the
 -- value). Every kind takes `default` (used when the key is absent or null), `optional`
 -- (absent stays nil) and `doc`. A required value without a default is an error when absent.
+-- `check(value, ctx, path)` returns a problem (text) or nil; `convert(value, ctx, path)`
+-- returns the value the job sees. A path with `relative = true` is resolved against ctx.base_dir (the pipeline file's
+-- folder) unless it is absolute or came from a command-line override.
 local S = {}
 
 -- The YAML reader's null sentinel; set by the pipeline loader (ember_yaml.null).
@@ -92,12 +97,47 @@ local function where(ctx, path)
 end
 S.where = where
 
+-- The line of path in the file (that of its nearest parent with one), or nil.
+local function line_of(ctx, path)
+  local p = path
+  while ctx.lines do
+    local line = ctx.lines[p ~= '' and p or '(root)']
+    if line then return line end
+    if p == '' then break end
+    p = p:match('^(.*)%.[^.]*$') or ''
+  end
+  return nil
+end
+
 -- Raises the error for path: "<where>: <path>: <message>".
 function S.fail(ctx, path, message)
   error(setmetatable({ message = string.format('%s: %s: %s', where(ctx, path), path ~= '' and path or '(top level)',
-    message) }, Error), 0)
+    message), line = line_of(ctx, path) }, Error), 0)
 end
 local fail = S.fail
+
+-- Runs fn(...) for one part of a value (a record field, a list item): while validate()
+-- collects (ctx.errors), a schema error is kept and the part yields nil, so its siblings
+-- are still checked; otherwise errors pass through.
+local function guarded(ctx, fn, ...)
+  if not ctx.errors then return fn(...) end
+  local ok, r = pcall(fn, ...)
+  if ok then return r end
+  if not S.is_error(r) then error(r, 0) end
+  if r.errors then   -- already several (a nested validate)
+    for _, e in ipairs(r.errors) do ctx.errors[#ctx.errors + 1] = e end
+  else
+    ctx.errors[#ctx.errors + 1] = r
+  end
+  return nil
+end
+
+-- ctx without collecting: union tries its alternatives with it (a failed alternative is
+-- not an error of the file).
+local function quiet(ctx)
+  if not ctx.errors then return ctx end
+  return setmetatable({ errors = false }, { __index = ctx })
+end
 
 local function expected(ctx, path, schema, v)
   fail(ctx, path, string.format('expected %s, got %s', schema.expect, got(v)))
@@ -223,19 +263,19 @@ end
 
 local function check_record(schema, v, ctx, path)
   if not is_mapping(v) then expected(ctx, path, schema, v) end
-  for k in pairs(v) do
-    if not schema.fields[k] then
-      local names = {}
-      for name in pairs(schema.fields) do names[#names + 1] = name end
-      table.sort(names)
-      fail(ctx, join(path, k), 'unknown key (expected one of: ' .. table.concat(names, ', ') .. ')')
-    end
-  end
-  local out = {}
   local names = {}
   for k in pairs(schema.fields) do names[#names + 1] = k end
   table.sort(names)   -- the same key is reported first on every run
-  for _, k in ipairs(names) do out[k] = check(schema.fields[k], v[k], ctx, join(path, k)) end
+  local unknown = {}
+  for k in pairs(v) do
+    if not schema.fields[k] then unknown[#unknown + 1] = k end
+  end
+  table.sort(unknown)
+  for _, k in ipairs(unknown) do
+    guarded(ctx, fail, ctx, join(path, k), 'unknown key (expected one of: ' .. table.concat(names, ', ') .. ')')
+  end
+  local out = {}
+  for _, k in ipairs(names) do out[k] = guarded(ctx, check, schema.fields[k], v[k], ctx, join(path, k)) end
   return out
 end
 
@@ -250,6 +290,7 @@ function check(schema, v, ctx, path)
   end
   local kind = schema.kind
   local out
+  local errors_before = ctx.errors and #ctx.errors
   if kind == 'number' then
     out = check_number(schema, v, ctx, path)
   elseif kind == 'string' then
@@ -266,6 +307,7 @@ function check(schema, v, ctx, path)
     out = v
   elseif kind == 'path' then
     if type(v) ~= 'string' or v == '' then expected(ctx, path, schema, v) end
+    if schema.relative then v = S.resolve(ctx, path, v) end
     if schema.exists then
       local kind_of = S.path_kind(v)
       if kind_of ~= schema.exists then
@@ -280,13 +322,16 @@ function check(schema, v, ctx, path)
       fail(ctx, path, string.format('expected %s, got a list of %d', schema.expect, #v))
     end
     out = {}
-    for i = 1, #v do out[i] = check(schema.item, v[i], ctx, join(path, i)) end
+    for i = 1, #v do out[i] = guarded(ctx, check, schema.item, v[i], ctx, join(path, i)) end
   elseif kind == 'record' then
     out = check_record(schema, v, ctx, path)
   elseif kind == 'map' then
     if not is_mapping(v) then expected(ctx, path, schema, v) end
     out = {}
-    for k, x in pairs(v) do out[k] = check(schema.value, x, ctx, join(path, k)) end
+    local keys = {}
+    for k in pairs(v) do keys[#keys + 1] = k end
+    table.sort(keys)
+    for _, k in ipairs(keys) do out[k] = guarded(ctx, check, schema.value, v[k], ctx, join(path, k)) end
   elseif kind == 'variant' then
     if not is_mapping(v) or next(v) == nil then expected(ctx, path, schema, v) end
     local keys = {}
@@ -307,33 +352,92 @@ function check(schema, v, ctx, path)
   elseif kind == 'union' then
     -- When exactly one alternative takes values of v's Lua type, its own message says
     -- more than the union's ("no such file", "a list of 3").
-    local fitting, count = nil, 0
+    local fitting, fitting_schema, count = nil, nil, 0
+    local qctx = quiet(ctx)
     for _, s in ipairs(schema.schemas) do
-      local ok, r = pcall(check, s, v, ctx, path)
+      local ok, r = pcall(check, s, v, qctx, path)
       if ok then return r end
       if not S.is_error(r) then error(r, 0) end
       if takes[s.kind] and takes[s.kind][type(v)] and (type(v) ~= 'table' or (s.kind == 'list') == is_list(v)) then
-        fitting, count = r, count + 1
+        fitting, fitting_schema, count = r, s, count + 1
       end
     end
-    if count == 1 then error(fitting, 0) end
+    if count == 1 then
+      -- checked again while collecting, so every problem inside it is reported
+      if ctx.errors then return check(fitting_schema, v, ctx, path) end
+      error(fitting, 0)
+    end
     expected(ctx, path, schema, v)
   elseif kind == 'any' then
     out = v
   else
     error('schema: unknown kind ' .. tostring(kind))
   end
-  if schema.check then
-    local problem = schema.check(out)
+  -- a value with a wrong part is not checked as a whole (its parts are reported already)
+  if schema.check and not (errors_before and #ctx.errors > errors_before) then
+    local problem = schema.check(out, ctx, path)
     if problem then fail(ctx, path, problem) end
   end
+  -- convert(value, ctx, path) -> the value the job sees (e.g. paths resolved)
+  if schema.convert then out = schema.convert(out, ctx, path) end
   return out
 end
 
--- validate(schema, value, ctx) -> the checked value with defaults, or raises an S.Error.
-function S.validate(schema, value, ctx) return check(schema, value, ctx or {}, '') end
+-- A path as the file means it: relative ones against ctx.base_dir (the pipeline file's
+-- folder), unless the value came from a command-line override (then the working folder).
+function S.resolve(ctx, path, v)
+  if type(v) ~= 'string' or v:sub(1, 1) == '/' or not ctx.base_dir or ctx.base_dir == '' or
+      ctx.base_dir == '.' then
+    return v
+  end
+  local p = path
+  while true do
+    if ctx.origins and ctx.origins[p] then return v end
+    if p == '' then break end
+    p = p:match('^(.*)%.[^.]*$') or ''
+  end
+  return ctx.base_dir .. '/' .. v
+end
+
+-- The folder of a file path ('.' for a bare name).
+function S.dirname(file)
+  return file:match('^(.*)/[^/]*$') or '.'
+end
+
+-- Raises one error for several: their lines in file order (overrides, which have no line,
+-- first), each "where: key: message".
+function S.raise_all(errors)
+  if #errors == 1 then error(errors[1], 0) end
+  local order = {}
+  for i, e in ipairs(errors) do order[i] = { e = e, i = i } end
+  table.sort(order, function(a, b)
+    local la, lb = a.e.line or -1, b.e.line or -1
+    if la ~= lb then return la < lb end
+    return a.i < b.i
+  end)
+  local msgs, list = {}, {}
+  for i, o in ipairs(order) do msgs[i], list[i] = o.e.message, o.e end
+  error(setmetatable({ message = table.concat(msgs, '\n'), errors = list, line = list[1].line }, Error), 0)
+end
+
+-- validate(schema, value, ctx) -> the checked value with defaults, or raises an S.Error
+-- whose message holds every problem found, one per line (e.errors lists them).
+function S.validate(schema, value, ctx) return S.validate_at(schema, value, ctx, '') end
 -- validate_at: the same for a value that sits at `path` of a file.
-function S.validate_at(schema, value, ctx, path) return check(schema, value, ctx or {}, path or '') end
+function S.validate_at(schema, value, ctx, path)
+  ctx = ctx or {}
+  local outer = ctx.errors
+  ctx.errors = {}
+  local ok, r = pcall(check, schema, value, ctx, path or '')
+  local errors = ctx.errors
+  ctx.errors = outer
+  if not ok then
+    if not S.is_error(r) then error(r, 0) end
+    errors[#errors + 1] = r
+  end
+  if #errors > 0 then S.raise_all(errors) end
+  return r
+end
 
 -- 'file', 'dir', 'other' or nil (absent).
 function S.path_kind(path)
