@@ -10,7 +10,7 @@ PACKAGES="build-essential cmake pkg-config git
 luajit libluajit-5.1-dev libopenblas-openmp-dev libzmq3-dev libyaml-dev
 libopenmpi-dev openmpi-bin libreadline-dev libturbojpeg0-dev
 libcmocka-dev lua-busted lua-check tmux python3 python3-numpy python3-networkx python3-igraph
-python3-scipy dataset-fashion-mnist zlib1g-dev
+python3-scipy python3-pip dataset-fashion-mnist zlib1g-dev
 clang libclang-rt-dev libomp-dev"
 
 missing=""
@@ -23,6 +23,20 @@ if [ -n "$missing" ]; then
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+fi
+
+# From PyPI, for the tests: PyTorch and safetensors load ember's checkpoints
+# (examples/load_in_pytorch.py, the test examples/pytorch). Installed for the python3 on PATH
+# when missing; Debian's own python3 needs --break-system-packages. Without them that test
+# is skipped, nothing else.
+pip_missing=""
+for m in torch safetensors; do python3 -c "import $m" 2>/dev/null || pip_missing="$pip_missing $m"; done
+if [ -n "$pip_missing" ]; then
+  echo "setup: pip installing$pip_missing"
+  # shellcheck disable=SC2086
+  python3 -m pip install --quiet $pip_missing 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages $pip_missing ||
+    echo "setup: could not install$pip_missing from PyPI: the test examples/pytorch will be skipped"
 fi
 
 BUILD_DIR=${BUILD_DIR:-build}

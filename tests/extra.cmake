@@ -178,4 +178,5 @@ add_test(NAME api/exports
 
 # ---- the examples (tests/examples/), each run as written at a small size, and the install
 # (tests/install/): cmake --install into a temporary prefix, the installed ember used from there.
+add_subdirectory(examples)
 add_subdirectory(install)
