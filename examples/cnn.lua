@@ -23,7 +23,9 @@ local function options(args)
   while i <= #args do
     local key = args[i]:match('^%-%-([%w-]+)$')
     key = key and key:gsub('-', '_')
-    if key == nil or defaults[key] == nil then error('unknown option ' .. args[i] .. ' (options: see ' .. arg[0] .. ')', 0) end
+    if key == nil or defaults[key] == nil then
+      error('unknown option ' .. args[i] .. ' (options: see ' .. arg[0] .. ')', 0)
+    end
     if type(defaults[key]) == 'boolean' then
       o[key], i = true, i + 1
     else

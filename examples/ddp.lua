@@ -33,7 +33,8 @@ local function say(fmt, ...) if rank == 0 then print(string.format(fmt, ...)) en
 -- Each rank takes every world-th sample of the epoch's (seed, epoch)-keyed order: shares that
 -- never overlap, with the same number of batches on every rank.
 local norm = { mean = 0.2860, std = 0.3530 }
-local train_set = data.datasets.FashionMNIST { train = true, normalise = norm, limit = opt.limit > 0 and opt.limit or nil }
+local train_set = data.datasets.FashionMNIST { train = true, normalise = norm,
+  limit = opt.limit > 0 and opt.limit or nil }
 local test_set = data.datasets.FashionMNIST { train = false, normalise = norm,
   limit = opt.test_limit > 0 and opt.test_limit or nil }
 local train = data.DataLoader { dataset = train_set, batch_size = opt.batch_size, shuffle = true, seed = opt.seed,

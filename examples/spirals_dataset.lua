@@ -6,6 +6,7 @@
 -- lies along its arm and its noise come from rng, the sample's own generator, keyed by (seed,
 -- epoch, i): every epoch draws fresh points, the same ones whichever reader makes them, so
 -- runs repeat exactly. get runs in a reader process; only the batches travel to the trainer.
+local ember = require 'ember'
 local ffi = require 'ffi'
 pcall(ffi.cdef, 'int getpid(void);')
 
