@@ -2,9 +2,9 @@
 -- the model, a data loader, the training loop, a checkpoint every epoch, and the test accuracy
 -- of the model read back from that checkpoint.
 --
---   build/ember examples/mlp.lua                          # 10 epochs, about 89% test accuracy
+--   build/ember examples/mlp.lua                          # 10 epochs, 89.3% test accuracy
 --   build/ember examples/mlp.lua --epochs 1 --limit 2000  # a quick look (the test suite's size)
---   build/ember examples/mlp.lua --epochs 12 --resume     # continue a run from its checkpoint
+--   build/ember examples/mlp.lua --resume                 # continue an interrupted run
 --   python3 examples/load_in_pytorch.py runs/examples/mlp # the checkpoint in PyTorch
 --
 -- Options: --epochs N, --limit N (training images), --test-limit N, --batch-size N, --lr X,
