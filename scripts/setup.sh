@@ -10,7 +10,7 @@ PACKAGES="build-essential cmake pkg-config git
 luajit libluajit-5.1-dev libopenblas-openmp-dev libzmq3-dev libyaml-dev
 libopenmpi-dev openmpi-bin libreadline-dev libturbojpeg0-dev
 libcmocka-dev lua-busted lua-check tmux python3 python3-numpy python3-networkx python3-igraph
-python3-scipy dataset-fashion-mnist zlib1g-dev
+python3-scipy python3-pip dataset-fashion-mnist zlib1g-dev
 clang libclang-rt-dev libomp-dev"
 
 missing=""
@@ -25,12 +25,18 @@ if [ -n "$missing" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
 fi
 
-# Python packages the tests read ember's files with (TensorBoard's event reader); a test
-# whose package is missing says so and is skipped.
-if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import tensorboard' 2>/dev/null; then
-  echo "setup: pip install tensorboard"
-  python3 -m pip install -q tensorboard || python3 -m pip install -q --break-system-packages tensorboard || \
-    echo "setup: could not install tensorboard (the TensorBoard test will be skipped)"
+# From PyPI, for the tests that check ember's files and protocols with the real tools:
+# PyTorch (loads ember's checkpoints; torchrun), safetensors, TensorBoard's event reader.
+# Installed for the python3 on PATH when missing (Debian's own python3 needs
+# --break-system-packages); a test whose package is missing says so and is skipped.
+pip_missing=""
+for m in torch safetensors tensorboard; do python3 -c "import $m" 2>/dev/null || pip_missing="$pip_missing $m"; done
+if [ -n "$pip_missing" ]; then
+  echo "setup: pip installing$pip_missing"
+  # shellcheck disable=SC2086
+  python3 -m pip install --quiet $pip_missing 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages $pip_missing ||
+    echo "setup: could not install$pip_missing from PyPI: the tests that need them will be skipped"
 fi
 
 BUILD_DIR=${BUILD_DIR:-build}

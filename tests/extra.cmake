@@ -211,3 +211,8 @@ file(GLOB EMBER_EXPORT_HEADERS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/runtime/inc
 add_test(NAME api/exports
   COMMAND ${LUAJIT_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/api/check_exports.lua ${CMAKE_NM} $<TARGET_FILE:ember>
           ${EMBER_EXPORT_HEADERS} ${CMAKE_SOURCE_DIR}/runtime/plugins/plugin_api.h)
+
+# ---- the examples (tests/examples/), each run as written at a small size, and the install
+# (tests/install/): cmake --install into a temporary prefix, the installed ember used from there.
+add_subdirectory(examples)
+add_subdirectory(install)

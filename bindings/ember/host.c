@@ -6,6 +6,7 @@
  * library is loaded the first time a script touches the global `ember` (a metatable on
  * _G), so scripts that never use it do not pay for it. */
 #include <errno.h>
+#include <limits.h>
 #include <lauxlib.h>
 #include <lua.h>
 #include <luajit.h>
@@ -134,18 +135,46 @@ int em_host_load_ember(lua_State *L) {
   return 0;
 }
 
-/* package.path/cpath: the source lua folder (edits take effect without a rebuild), the
- * build lua folder (generated cdefs), then the install folders and whatever LUA_PATH gave. */
+/* The folder this executable lives in (no trailing slash), from /proc/self/exe; 0 on success. */
+static int exe_dir(char *out, size_t n) {
+  ssize_t len = readlink("/proc/self/exe", out, n - 1);
+  if (len <= 0) return -1;
+  out[len] = '\0';
+  char *slash = strrchr(out, '/');
+  if (!slash || slash == out) return -1;
+  *slash = '\0';
+  return 0;
+}
+
+/* True when dir is the build folder this executable was built in (then the Lua library comes
+ * from the source tree, and the generated cdefs and ember_yaml.so from the build folder). */
+static int is_build_dir(const char *dir) {
+  char a[PATH_MAX], b[PATH_MAX];
+  return realpath(dir, a) && realpath(EMBER_BUILD_DIR, b) && strcmp(a, b) == 0;
+}
+
+/* package.path/cpath, searched before whatever LUA_PATH/LUA_CPATH gave.
+ * In the build folder: the source lua folder (edits take effect without a rebuild), then the
+ * build lua folder (generated cdefs) and the build folder (ember_yaml.so).
+ * Installed: relative to this executable, PREFIX/bin/ember finding PREFIX/share/lua/5.1 and
+ * PREFIX/lib/lua/5.1 (cmake --install, CMakeLists.txt), so a prefix can be moved and an
+ * installed ember never reads the source tree it was built from. */
 static void set_paths(lua_State *L) {
+  char dir[PATH_MAX];
+  int have_dir = exe_dir(dir, sizeof dir) == 0;
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "path");
-  lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s/?.lua;%s/?.lua;%s/?/init.lua;%s", EMBER_SOURCE_LUA_DIR,
-                  EMBER_SOURCE_LUA_DIR, EMBER_BUILD_LUA_DIR, EMBER_INSTALL_LUA_DIR, EMBER_INSTALL_LUA_DIR,
-                  lua_tostring(L, -1));
+  if (have_dir && !is_build_dir(dir)) {
+    lua_pushfstring(L, "%s/../share/lua/5.1/?.lua;%s/../share/lua/5.1/?/init.lua;%s", dir, dir, lua_tostring(L, -1));
+  } else {
+    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s/?.lua;%s", EMBER_SOURCE_LUA_DIR, EMBER_SOURCE_LUA_DIR,
+                    EMBER_BUILD_LUA_DIR, lua_tostring(L, -1));
+  }
   lua_setfield(L, -3, "path");
   lua_pop(L, 1);
   lua_getfield(L, -1, "cpath");
-  lua_pushfstring(L, "%s/?.so;%s/?.so;%s", EMBER_BUILD_DIR, EMBER_INSTALL_LIB_DIR, lua_tostring(L, -1));
+  if (have_dir && !is_build_dir(dir)) lua_pushfstring(L, "%s/../lib/lua/5.1/?.so;%s", dir, lua_tostring(L, -1));
+  else lua_pushfstring(L, "%s/?.so;%s", EMBER_BUILD_DIR, lua_tostring(L, -1));
   lua_setfield(L, -3, "cpath");
   lua_pop(L, 1);
   /* bindings/ember/yaml.c is linked in too when libyaml was found: require 'ember_yaml' then

@@ -1,7 +1,7 @@
 -- ember: tensors, autograd, nn, optim, data, dist and graphs for LuaJIT.
 -- Loads libember through the FFI. Inside the ember host the library is already in the
--- process; from a stock luajit it is found on package.cpath (LUA_CPATH) as libember.so,
--- or at the path in EMBER_LIB.
+-- process; from a stock luajit it is the path in EMBER_LIB, or libember.so on package.cpath
+-- (LUA_CPATH), or PREFIX/lib/libember.so beside an installed copy of this file.
 local ffi = require 'ffi'
 
 ffi.cdef(require 'ember.cdefs')
@@ -30,11 +30,24 @@ local function select_blas_kernels()
   end
 end
 
+-- An installed ember keeps this file in PREFIX/share/lua/5.1/ember/ and the library in
+-- PREFIX/lib (CMakeLists.txt, install): the prefix is found from where this file was loaded.
+local function installed_library()
+  local source = debug.getinfo(1, 'S').source
+  local prefix = source:match('^@(.*)/share/lua/5%.1/ember/init%.lua$')
+  if not prefix then return nil end
+  local path = prefix .. '/lib/libember.so'
+  local f = io.open(path, 'rb')
+  if not f then return nil end
+  f:close()
+  return path
+end
+
 local function load_library()
   local ok = pcall(function() return ffi.C.em_version end)
   if ok then return ffi.C end
   select_blas_kernels()
-  local path = os.getenv('EMBER_LIB') or package.searchpath('libember', package.cpath)
+  local path = os.getenv('EMBER_LIB') or package.searchpath('libember', package.cpath) or installed_library()
   if not path then
     error("ember: cannot find libember.so; set LUA_CPATH to include the build folder " ..
           "(e.g. LUA_CPATH='build/?.so;;') or EMBER_LIB to the library's path", 2)
