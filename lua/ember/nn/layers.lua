@@ -399,7 +399,10 @@ function EmbeddingBag:forward(indices, offsets, per_sample_weights)
     max_norm = self.max_norm, norm_type = self.norm_type, include_last_offset = self.include_last_offset })
 end
 function EmbeddingBag:extra_repr()
-  return string.format("%d, %d, mode='%s'", self.num_embeddings, self.embedding_dim, self.mode)
+  local s = string.format("%d, %d, mode='%s'", self.num_embeddings, self.embedding_dim, self.mode)
+  if self.padding_idx then s = s .. ', padding_idx=' .. self.padding_idx end
+  if self.sparse then s = s .. ', sparse=true' end
+  return s
 end
 
 return nn
