@@ -72,8 +72,12 @@ function M.SparseGrad(num_rows, indices, values)
     throw(op .. ': num_rows must be an integer >= 0, got ' .. describe(num_rows))
   end
   if type(indices) == 'table' then indices = ember.tensor(indices, { dtype = 'int64' }) end
-  if not is_tensor(indices) then throw(op .. ': expected an index tensor or table for argument 2, got ' .. describe(indices)) end
-  if not is_tensor(values) then throw(op .. ': expected a tensor of values for argument 3, got ' .. describe(values)) end
+  if not is_tensor(indices) then
+    throw(op .. ': expected an index tensor or table for argument 2, got ' .. describe(indices))
+  end
+  if not is_tensor(values) then
+    throw(op .. ': expected a tensor of values for argument 3, got ' .. describe(values))
+  end
   local out = ffi.new('em_sparse_grad *[1]')
   I.check(C.em_sparse_grad_new(out, num_rows, indices, values, 1))
   return own(out[0])

@@ -55,7 +55,8 @@ return function(optim, base)
             local st = g.state[i]
             if not st then
               local shape = state_shape and state_shape(self, 'sum', p) or p.shape
-              st = { step = 0, sum = ember.full(shape, g.initial_accumulator_value, { dtype = p.dtype, device = p.device }) }
+              local sum = ember.full(shape, g.initial_accumulator_value, { dtype = p.dtype, device = p.device })
+              st = { step = 0, sum = sum }
               g.state[i] = st
             end
             st.step = st.step + 1
