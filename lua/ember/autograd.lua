@@ -86,7 +86,11 @@ function M.enable_grad(fn, ...) return with_grad_mode('enable_grad', 1, fn, ...)
 properties.requires_grad = function(t) return C.em_requires_grad(t) ~= 0 end
 properties.grad = function(t)
   local g = C.em_grad(t)
-  if g == nil then return nil end
+  if g == nil then
+    local sg = C.em_grad_sparse(t)   -- a row-sparse gradient (ember/sparse.lua) or none
+    if sg ~= nil then return I.own_sparse_grad(sg) end
+    return nil
+  end
   return wrap(g)
 end
 properties.grad_fn = function(t)
@@ -97,7 +101,8 @@ end
 
 local function set_grad(t, g)
   if g ~= nil and not is_tensor(g) then
-    throw('grad: expected a tensor or nil to assign to .grad, got ' .. describe(g))
+    if type(g) == 'cdata' and I.is_sparse_grad and I.is_sparse_grad(g) then return check(C.em_set_grad_sparse(t, g)) end
+    throw('grad: expected a tensor, a SparseGrad or nil to assign to .grad, got ' .. describe(g))
   end
   check(C.em_set_grad(t, g))
 end

@@ -73,6 +73,7 @@ package.loaded['ember'] = ember   -- submodules may require 'ember' while it loa
 merge(require 'ember.runtime')
 merge(require 'ember.tensor')
 merge(require 'ember.autograd')  -- also ember.autograd
+merge(require 'ember.sparse')    -- SparseGrad, row-sparse gradients
 ember.cuda = require('ember.cuda')      -- loads the CUDA plugin only when asked something
 ember.nn = require('ember.nn')
 ember.optim = require('ember.optim')

@@ -99,10 +99,18 @@ local function check_hyper(op, status)
   if status ~= 0 then throw((I.last_error():gsub('^%w+: ', op .. ': '))) end
 end
 
--- Whether p has a .grad (em_grad hands out a reference, dropped at once).
+-- Whether p has a row-sparse .grad (ember/sparse.h; the reference is dropped at once).
+local function has_sparse_grad(p)
+  local g = C.em_grad_sparse(p)
+  if g == nil then return false end
+  C.em_sparse_grad_release(g)
+  return true
+end
+
+-- Whether p has a .grad, dense or sparse (em_grad hands out a reference, dropped at once).
 local function has_grad(p)
   local g = C.em_grad(p)
-  if g == nil then return false end
+  if g == nil then return has_sparse_grad(p) end
   C.em_tensor_release(g)
   return true
 end
@@ -135,6 +143,8 @@ function Optimizer:zero_grad(opts)
     for _, p in ipairs(g.params) do
       if to_none then
         if has_grad(p) then p.grad = nil end
+      elseif has_sparse_grad(p) then
+        p.grad = nil   -- a zero sparse gradient names no rows
       else
         local grad = p.grad
         if grad then I.check(C.em_fill(grad, 0)) end
@@ -186,7 +196,7 @@ function optim.SGD(params, opts)
 end
 
 function SGD:step()
-  for _, g in ipairs(self.param_groups) do
+  for gi, g in ipairs(self.param_groups) do
     local n = #g.params
     local a = arrays(g, n, 3)
     local params, grads, bufs = a[1], a[2], a[3]
@@ -219,6 +229,19 @@ function SGD:step()
         release_grads(grads, k)
         for i = 0, k - 1 do params[i], bufs[i] = nil, nil end
         I.check(status)
+      end
+    end
+    -- Row-sparse gradients (sparse embeddings): only the rows they name move.
+    for i, p in ipairs(g.params) do
+      local sg = C.em_grad_sparse(p)
+      if sg ~= nil then
+        sg = I.own_sparse_grad(sg)
+        if momentum then
+          throw(string.format('SGD: parameter %d of group %d has a sparse gradient, and momentum (%g) is not ' ..
+            'supported with sparse gradients (as in PyTorch); use momentum = 0, Adagrad or RowWiseAdagrad', i,
+            gi, g.momentum))
+        end
+        I.check(C.em_optim_rows(C.EM_ROWS_SGD, p, nil, sg, nil, g.lr, 0, g.weight_decay, g.maximize and 1 or 0))
       end
     end
   end
@@ -266,6 +289,10 @@ function Adam:step()
     -- got gradients on fewer steps than others): one call per distinct count.
     local pending = {}
     for i, p in ipairs(g.params) do
+      if has_sparse_grad(p) then
+        throw(string.format('%s: parameter %d has a sparse gradient, which %s does not support (as in PyTorch); ' ..
+          'use SGD, Adagrad or RowWiseAdagrad for sparse embeddings (a parameter group each)', self.name, i, self.name))
+      end
       if has_grad(p) then
         local st = g.state[i]
         if not st then
@@ -379,7 +406,7 @@ function Optimizer:load_state_dict(tensors, meta)
         local t = tensors[key]
         if t ~= nil then
           if not is_tensor(t) then throw(string.format("%s: '%s' is %s, expected a tensor", op, key, describe(t))) end
-          local a, b = t.shape, p.shape
+          local a, b = t.shape, self.state_shape and self:state_shape(name, p) or p.shape
           local same = #a == #b
           for d = 1, #a do same = same and a[d] == b[d] end
           if not same then
@@ -387,7 +414,7 @@ function Optimizer:load_state_dict(tensors, meta)
               table.concat(b, ', ')))
           end
           st = st or {}
-          st[name] = t:to(p.dtype):clone()
+          st[name] = t:to(p.dtype):clone():contiguous()
         end
       end
       local step = meta['state.' .. index .. '.step']
@@ -411,6 +438,12 @@ function Optimizer:load_state_dict(tensors, meta)
     end
   end
 end
+
+-- Adagrad and RowWiseAdagrad (lua/ember/optim/adagrad.lua) build on the pieces above.
+require('ember.optim.adagrad')(optim, {
+  Optimizer = Optimizer, new_optimizer = new_optimizer, need_numbers = need_numbers, check_hyper = check_hyper,
+  has_grad = has_grad, state_zeros = state_zeros,
+})
 
 -- ---------------------------------------------------------------- schedulers
 -- Each scheduler sets every group's lr from its initial lr (group.initial_lr, recorded by

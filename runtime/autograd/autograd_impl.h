@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include "ember/autograd.h"
+#include "ember/sparse.h"
 #include "tensor/tensor_impl.h"
 
 #define EM_NODE_MAX_SAVED 6
@@ -49,6 +50,7 @@ struct em_node {
   /* Engine scratch, valid during one backward. */
   int deps;
   em_tensor **buffer;
+  em_sparse_grad *sparse_in; /* leaf accumulators: row-sparse gradients delivered (sparse_grad.c) */
 };
 
 typedef struct em_leaf_hook_entry {
@@ -68,6 +70,7 @@ typedef struct em_autograd_meta {
   int n_hooks, cap_hooks;
   em_tensor *self; /* the tensor this record belongs to (weak) */
   em_tensor *grad_dest; /* em_set_grad_destination (strong), or NULL */
+  em_sparse_grad *sparse_grad; /* a row-sparse .grad (strong); never together with grad */
 } em_autograd_meta;
 
 /* ---- for differentiable ops ---- */
@@ -105,6 +108,21 @@ em_status ag_finish_record(em_tensor **out, em_node *n);
 em_status ag_check_out_free(const char *op, em_tensor **out);
 /* Refuses an in-place write to t while recording, when t needs grad. */
 em_status ag_check_inplace(const char *op, const em_tensor *t);
+
+/* ---- row-sparse gradients (sparse_grad.c) ---- */
+/* A sparse gradient over rows (int64 [nnz], from 0, ascending, distinct) and values [nnz, D]
+ * (contiguous); takes over both references. NULL when out of memory. */
+em_sparse_grad *ag_sparse_wrap(int64_t num_rows, em_tensor *rows, em_tensor *values);
+/* The device's backend when it has the sparse kernels, else NULL with an error naming op. */
+const struct em_backend *ag_sparse_backend(const char *op, em_device device);
+/* For backward functions: hands g (taken over) to input i's leaf accumulator; an input
+ * that is not a leaf gets it as a dense tensor in *grad_in. */
+em_status ag_sparse_deliver(em_node *n, int i, em_sparse_grad *g, em_tensor **grad_in);
+/* For the engine: merges the accumulator's delivered sparse gradient into its leaf. When it
+ * stays sparse, *done is set (the leaf's gradient is complete); otherwise *dense (the
+ * buffer's dense gradient, may be NULL) holds the sum to accumulate densely, and the leaf's
+ * own sparse gradient has been made dense. */
+em_status ag_sparse_accumulate(em_node *acc, em_tensor **dense, int *done);
 
 #endif
 

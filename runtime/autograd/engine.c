@@ -78,9 +78,15 @@ static em_status accumulate_into(em_tensor **slot, em_tensor *g) {
 
 static em_status run_accumulator(em_node *n) {
   em_tensor *leaf = n->leaf, *g = n->buffer[0];
-  if (!g) return EM_OK;
   em_autograd_meta *m = leaf->autograd;
   em_status st;
+  if (n->sparse_in || (g && m->sparse_grad)) { /* row-sparse gradients: sparse_grad.c */
+    int done = 0;
+    if ((st = ag_sparse_accumulate(n, &n->buffer[0], &done))) return st;
+    g = n->buffer[0];
+    if (done) goto hooks;
+  }
+  if (!g) return EM_OK;
   if (g->ndim != leaf->ndim || memcmp(g->sizes, leaf->sizes, sizeof(int64_t) * leaf->ndim))
     return em_set_error(EM_ERR_SHAPE, "backward: gradient of shape %s for a leaf of shape %s", EM_SHAPE(g),
                         EM_SHAPE(leaf));
@@ -100,11 +106,14 @@ static em_status run_accumulator(em_node *n) {
     em_tensor_retain(g);
     m->grad = g;
   }
+hooks:
   for (int i = 0; i < m->n_hooks; i++) m->hooks[i].fn(leaf, m->hooks[i].ctx);
   return EM_OK;
 }
 
 static void clear_buffer(em_node *n) {
+  em_sparse_grad_release(n->sparse_in);
+  n->sparse_in = NULL;
   if (!n->buffer) return;
   for (int k = 0; k < n->n_outputs; k++) em_tensor_release(n->buffer[k]);
   free(n->buffer);

@@ -60,6 +60,7 @@ void ag_node_release(em_node *n) {
       stack[top++] = next;
     }
     free(cur->next);
+    em_sparse_grad_release(cur->sparse_in);
     free(cur->buffer);
     free(cur);
   }
@@ -138,6 +139,7 @@ static void meta_free(void *p) {
   em_autograd_meta *m = p;
   em_tensor_release(m->grad);
   em_tensor_release(m->grad_dest);
+  em_sparse_grad_release(m->sparse_grad);
   if (m->grad_fn) {
     for (int k = 0; k < EM_NODE_MAX_OUTPUTS; k++)
       if (m->grad_fn->retain[k] == m->self) m->grad_fn->retain[k] = NULL;
@@ -231,6 +233,8 @@ em_status em_set_grad(em_tensor *t, em_tensor *grad) {
   em_tensor_retain(grad);
   em_tensor_release(m->grad);
   m->grad = grad;
+  em_sparse_grad_release(m->sparse_grad); /* one kind of gradient at a time */
+  m->sparse_grad = NULL;
   return EM_OK;
 }
 

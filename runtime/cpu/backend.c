@@ -125,5 +125,10 @@ void cpu_free(void *ptr, size_t nbytes, em_device device) {
 /* Every entry of runtime/tensor/backend.h, from its list: cpu_<entry>, declared in
  * cpu_impl.h. The CPU has the kernel of each optional entry too. */
 #define cpu_optional_count_correct cpu_count_correct
+#define cpu_optional_embedding_bag_sparse_backward cpu_embedding_bag_sparse_backward
+#define cpu_optional_sparse_coalesce cpu_sparse_coalesce
+#define cpu_optional_optim_rows cpu_optim_rows
+#define cpu_optional_dot_interaction cpu_dot_interaction
+#define cpu_optional_dot_interaction_backward cpu_dot_interaction_backward
 
 const em_backend cpu_tensor_backend = {.name = "cpu", EM_BACKEND_TABLE(cpu)};

@@ -44,6 +44,11 @@ static em_status rename_index_error(em_status st, const char *op, int64_t rows) 
 
 em_status em_nn_embedding(em_tensor **out, const em_tensor *weight, const em_tensor *indices, int64_t padding_idx,
                           int base) {
+  return em_nn_embedding_ex(out, weight, indices, padding_idx, 0, base);
+}
+
+em_status em_nn_embedding_ex(em_tensor **out, const em_tensor *weight, const em_tensor *indices, int64_t padding_idx,
+                             int sparse, int base) {
   const char *op = "embedding";
   em_status st;
   if ((st = nn_check_out(op, out)) || (st = nn_check_float(op, weight, "weight")) ||
@@ -69,7 +74,8 @@ em_status em_nn_embedding(em_tensor **out, const em_tensor *weight, const em_ten
     st = em_reshape(out, rows, indices->ndim + 1, shape);
   const em_tensor *in[1] = {weight};
   if (!st && ag_any_requires_grad(1, in)) {
-    em_node *n = ag_node_new("EmbeddingBackward", embedding_backward, 1, in, 1);
+    em_node *n = sparse ? ag_node_new("EmbeddingSparseBackward", nn_embedding_sparse_backward, 1, in, 1)
+                        : ag_node_new("EmbeddingBackward", embedding_backward, 1, in, 1);
     if (n) {
       n->i[0] = padding_idx;
       n->i[1] = base;
@@ -112,6 +118,12 @@ static em_status embedding_bag_backward(em_node *n, em_tensor *const *go, em_ten
 em_status em_nn_embedding_bag(em_tensor **out, const em_tensor *weight, const em_tensor *indices,
                               const em_tensor *offsets, em_bag_mode mode, const em_tensor *per_sample_weights,
                               int base) {
+  return em_nn_embedding_bag_ex(out, weight, indices, offsets, mode, per_sample_weights, -1, 0, 0, base);
+}
+
+em_status em_nn_embedding_bag_ex(em_tensor **out, const em_tensor *weight, const em_tensor *indices,
+                                 const em_tensor *offsets, em_bag_mode mode, const em_tensor *per_sample_weights,
+                                 int64_t padding_idx, int include_last_offset, int sparse, int base) {
   const char *op = "embedding_bag";
   const em_tensor *psw = per_sample_weights;
   em_status st;
@@ -143,6 +155,11 @@ em_status em_nn_embedding_bag(em_tensor **out, const em_tensor *weight, const em
       return em_set_error(EM_ERR_SHAPE, "embedding_bag: per_sample_weights of shape %s must have the indices' shape %s",
                           EM_SHAPE(psw), EM_SHAPE(indices));
   }
+  if (padding_idx >= 0 && (padding_idx < base || padding_idx >= weight->sizes[0] + base))
+    return em_set_error(
+        EM_ERR_INDEX,
+        "embedding_bag: padding_idx %lld is out of range for %lld embeddings (expected %d..%lld, or negative for none)",
+        (long long)padding_idx, (long long)weight->sizes[0], base, (long long)(weight->sizes[0] - 1 + base));
   const em_backend *be = nn_backend(op, weight);
   if (!be) return em_last_status();
   int64_t L = em_tensor_numel(indices), B = offsets ? offsets->sizes[0] : indices->sizes[0];
@@ -168,6 +185,9 @@ em_status em_nn_embedding_bag(em_tensor **out, const em_tensor *weight, const em
     }
   }
   if (st) goto done;
+  if (offsets && include_last_offset && (st = nn_bag_last_offset(&idx, &off, &pswc))) goto done;
+  if (padding_idx >= 0 && (st = nn_bag_drop_padding(&idx, &off, &pswc, padding_idx))) goto done;
+  oshape[0] = off->sizes[0];
   if (mode == EM_BAG_MAX && (st = em_empty(&argmax, 2, oshape, EM_INT64, weight->storage->device))) goto done;
   if ((st = em_empty(out, 2, oshape, weight->dtype, weight->storage->device))) goto done;
   if ((st = be->embedding_bag(*out, argmax, wc, idx, off, pswc, (int)mode, base))) {
@@ -177,10 +197,12 @@ em_status em_nn_embedding_bag(em_tensor **out, const em_tensor *weight, const em
   }
   const em_tensor *in[2] = {weight, psw};
   if (ag_any_requires_grad(2, in)) {
-    em_node *n = ag_node_new("EmbeddingBagBackward", embedding_bag_backward, 2, in, 1);
+    em_node *n = sparse ? ag_node_new("EmbeddingBagSparseBackward", nn_embedding_bag_sparse_backward, 2, in, 1)
+                        : ag_node_new("EmbeddingBagBackward", embedding_bag_backward, 2, in, 1);
     if (n) {
       n->i[0] = mode;
       n->i[1] = base;
+      n->i[2] = -1; /* the padding index is out of the bags already */
       if ((st = ag_node_save(n, 0, wc)) || (st = ag_node_save(n, 1, idx)) || (st = ag_node_save(n, 2, off)) ||
           (st = ag_node_save(n, 3, pswc)) || (st = ag_node_save(n, 4, argmax))) {
         ag_node_release(n);

@@ -38,4 +38,14 @@ em_status nn_set_grad(em_node *n, int i, em_tensor *g, em_tensor **slot);
 /* Releases every non-NULL tensor of the list. */
 void nn_release(int n, em_tensor **ts);
 
+/* embedding_sparse.c: the backward functions that give a weight row-sparse gradients (saved
+ * state as embedding.c's dense ones; bags also keep the padding row, 0-based or -1, in i[2]),
+ * and the bag preparations: include_last_offset (offsets [B + 1] -> [B], indices and weights
+ * cut at the last offset) and padding (entries equal to pad, as stored, dropped). Each
+ * replaces the tensors it is given. */
+em_status nn_embedding_bag_sparse_backward(em_node *n, em_tensor *const *go, em_tensor **gi);
+em_status nn_embedding_sparse_backward(em_node *n, em_tensor *const *go, em_tensor **gi);
+em_status nn_bag_last_offset(em_tensor **idx, em_tensor **off, em_tensor **psw);
+em_status nn_bag_drop_padding(em_tensor **idx, em_tensor **off, em_tensor **psw, int64_t pad);
+
 #endif

@@ -52,6 +52,13 @@ typedef struct em_adam_args {
   int64_t step;
 } em_adam_args;
 
+/* One row-wise update (em_optim_rows, ember/optim.h): rule is an em_row_rule; lr is the
+ * step's (Adagrad's decay applied). */
+typedef struct em_row_optim_args {
+  int rule, maximize;
+  double lr, eps, weight_decay;
+} em_row_optim_args;
+
 /* Geometry of a 2-d convolution or pooling window (runtime/nn has checked it). */
 typedef struct em_conv2d_params {
   int stride[2], pad[2], dilation[2], groups; /* [0] along H, [1] along W */
@@ -207,6 +214,29 @@ typedef struct em_class_loss_params {
   X(P, embedding_bag_backward, em_status, em_tensor *gw, em_tensor *gpsw, const em_tensor *gout,                       \
     const em_tensor *weight, const em_tensor *indices, const em_tensor *offsets, const em_tensor *psw,                 \
     const em_tensor *argmax, int mode, int base)                                                                       \
+  /* default (NULL): unsupported on the device. The row-sparse weight gradient of embedding_bag: rows [L] int64   \
+   * and values [L, D] (allocated by the caller with room for one row per index) receive, in their first *nnz   \
+   * entries, the distinct rows looked up (0-based, ascending; row pad, if >= 0, left out) and their summed     \
+   * gradients; the other inputs as for embedding_bag_backward */                                               \
+  O(P, embedding_bag_sparse_backward, em_status, em_tensor *rows, em_tensor *values, int64_t *nnz,                     \
+    const em_tensor *gout, const em_tensor *indices, const em_tensor *offsets, const em_tensor *psw,                   \
+    const em_tensor *argmax, int mode, int64_t pad, int base)                                                          \
+  /* default (NULL): unsupported. rows_in [K] int64 (0-based, any order, repeats) and values_in [K, D] -> rows   \
+   * [K], values [K, D]: their first *nnz entries hold the distinct rows ascending, repeats summed in input order */ \
+  O(P, sparse_coalesce, em_status, em_tensor *rows, em_tensor *values, int64_t *nnz, const em_tensor *rows_in,        \
+    const em_tensor *values_in)                                                                                        \
+  /* default (NULL): unsupported. In-place SGD / Adagrad / row-wise Adagrad of param [R, D] (contiguous) from    \
+   * grad [R, D] (rows NULL) or grad [K, D] at rows [K] (int64, 0-based, distinct); state NULL (SGD), [R, D]     \
+   * (Adagrad's sums) or [R] (row-wise sums); all contiguous, one float dtype */                                   \
+  O(P, optim_rows, em_status, em_tensor *param, const em_tensor *rows, const em_tensor *grad, em_tensor *state,        \
+    const em_row_optim_args *args)                                                                                     \
+  /* default (NULL): unsupported. DLRM's dot interaction: features, n tensors [B, D] (contiguous, one dtype);  \
+   * out [B, D + P] = features[0], then the dot products of each pair (i, j), j < i (j <= i with              \
+   * self_interaction), i ascending then j: P = n(n-1)/2 (or n(n+1)/2) */                                            \
+  O(P, dot_interaction, em_status, em_tensor *out, em_tensor *const *features, int n, int self_interaction)           \
+  /* default (NULL): unsupported. grads[i] [B, D] (allocated; each may be NULL) from gout [B, D + P] */              \
+  O(P, dot_interaction_backward, em_status, em_tensor *const *grads, const em_tensor *gout,                           \
+    em_tensor *const *features, int n, int self_interaction)                                                           \
   /* gx = y > 0 ? gy : 0, ReLU's backward from its output (one pass, no mask tensor) */                                \
   X(P, relu_backward, em_status, em_tensor *gx, const em_tensor *gy, const em_tensor *y)
 
@@ -236,7 +266,7 @@ typedef struct em_backend {
 #define EM_BACKEND_ABI(X)                                                                            \
   EM_TENSOR_ABI(X)                                                                                   \
   X(EM_BACKEND_API_VERSION) X(sizeof(em_backend)) X(sizeof(em_random_params)) X(sizeof(em_sgd_args)) \
-      X(sizeof(em_adam_args)) X(sizeof(em_conv2d_params)) X(sizeof(em_pool2d_params)) X(sizeof(em_class_loss_params))
+      X(sizeof(em_adam_args)) X(sizeof(em_row_optim_args)) X(sizeof(em_conv2d_params)) X(sizeof(em_pool2d_params)) X(sizeof(em_class_loss_params))
 
 /* The backend for a device, or NULL with an error naming op when it is not available. */
 const em_backend *tn_backend_for(const char *op, em_device device);

@@ -34,7 +34,7 @@ describe('autograd fields', function()
     assert.is_nil(x.grad)
     raises(function() x.grad = ember.zeros(3, F64) end, 'set_grad: gradient has shape [3], the tensor has [2]')
     raises(function() x.grad = ember.zeros(2) end, 'set_grad: gradient has dtype float32, the tensor has float64')
-    raises(function() x.grad = 'g' end, 'grad: expected a tensor or nil to assign to .grad, got string')
+    raises(function() x.grad = 'g' end, 'grad: expected a tensor, a SparseGrad or nil to assign to .grad, got string')
   end)
 
   it('refuses requires_grad on integer tensors and on non-leaves', function()

@@ -166,26 +166,49 @@ local function index_tensor(op, idx)
   throw(string.format('%s: expected an index tensor or a table of indices, got %s', op, describe(idx)))
 end
 
-local EMB = option_set('padding_idx')
--- embedding(indices, weight [, {padding_idx}]): rows of weight [num, dim] at the
--- 1-based indices (any shape) -> [..., dim]; the padding_idx row gets no gradient.
+-- padding_idx: 1-based, negative from the end; nil -> -1 (none).
+local function padding_row(op, weight, pad)
+  if pad == nil then return -1 end
+  I.need_integer(op, pad, 3, 'an integer (padding_idx)')
+  if pad < 0 then pad = pad + weight.shape[1] + 1 end
+  return pad
+end
+
+-- max_norm: rows looked up are renormalised in place first (outside autograd), as PyTorch.
+local function renorm(op, weight, idx, opts)
+  if opts.max_norm == nil then return end
+  I.need_number(op, opts.max_norm, 3, 'a number (max_norm)')
+  local p = opts.norm_type or 2
+  I.need_number(op, p, 3, 'a number (norm_type)')
+  I.check(C.em_nn_embedding_renorm_(weight, idx, opts.max_norm, p, 1))
+end
+
+local EMB = option_set('padding_idx', 'sparse', 'max_norm', 'norm_type')
+-- embedding(indices, weight [, {padding_idx, sparse = false, max_norm, norm_type = 2}]):
+-- rows of weight [num, dim] at the 1-based indices (any shape) -> [..., dim]; the
+-- padding_idx row gets no gradient. sparse: weight.grad becomes a row-sparse
+-- ember.SparseGrad (no [num, dim] gradient is made). max_norm: each row looked up whose
+-- norm exceeds it is scaled down to it in place first.
 function F.embedding(indices, weight, opts)
   need_tensor('embedding', weight, 2)
   check_opts('embedding', opts, EMB, 3)
-  local pad = opts and opts.padding_idx
-  if pad ~= nil then
-    I.need_integer('embedding', pad, 3, 'an integer (padding_idx)')
-    local num = weight.shape[1]
-    if pad < 0 then pad = pad + num + 1 end
-  end
-  return new_tensor(C.em_nn_embedding(box, weight, index_tensor('embedding', indices), pad or -1, 1))
+  opts = opts or {}
+  local pad = padding_row('embedding', weight, opts.padding_idx)
+  local idx = index_tensor('embedding', indices)
+  renorm('embedding', weight, idx, opts)
+  return new_tensor(C.em_nn_embedding_ex(box, weight, idx, pad, opts.sparse and 1 or 0, 1))
 end
 
 local BAG_MODES = { sum = C.EM_BAG_SUM, mean = C.EM_BAG_MEAN, max = C.EM_BAG_MAX }
-local BAG = option_set('offsets', 'mode', 'per_sample_weights')
--- embedding_bag(indices, weight [, {offsets, mode = 'mean', per_sample_weights}]):
+local BAG = option_set('offsets', 'mode', 'per_sample_weights', 'padding_idx', 'sparse', 'max_norm', 'norm_type',
+  'include_last_offset')
+-- embedding_bag(indices, weight [, {offsets, mode = 'mean', per_sample_weights,
+-- padding_idx, sparse = false, max_norm, norm_type = 2, include_last_offset = false}]):
 -- indices 2-d [B, L] (one bag per row), or 1-d with offsets (the 1-based start of each
--- bag in indices, as a tensor or table). mode 'sum', 'mean' or 'max'.
+-- bag in indices, as a tensor or table). mode 'sum', 'mean' or 'max'. padding_idx
+-- entries are left out of their bags (no value, no count, no gradient); with
+-- include_last_offset, offsets has B + 1 entries, the last one past the last bag's end
+-- (1-based, so #indices + 1 for all of them). sparse and max_norm as for embedding.
 function F.embedding_bag(indices, weight, opts)
   need_tensor('embedding_bag', weight, 2)
   check_opts('embedding_bag', opts, BAG, 3)
@@ -200,8 +223,12 @@ function F.embedding_bag(indices, weight, opts)
     offsets = index_tensor('embedding_bag', offsets)
     offsets = ember.no_grad(function() return offsets:to('int64') - 1 end)
   end
-  return new_tensor(C.em_nn_embedding_bag(box, weight, index_tensor('embedding_bag', indices), offsets, mode,
-    opt_tensor('embedding_bag', opts.per_sample_weights, 'per_sample_weights'), 1))
+  local pad = padding_row('embedding_bag', weight, opts.padding_idx)
+  local idx = index_tensor('embedding_bag', indices)
+  renorm('embedding_bag', weight, idx, opts)
+  return new_tensor(C.em_nn_embedding_bag_ex(box, weight, idx, offsets, mode,
+    opt_tensor('embedding_bag', opts.per_sample_weights, 'per_sample_weights'), pad,
+    opts.include_last_offset and 1 or 0, opts.sparse and 1 or 0, 1))
 end
 
 -- ---------------------------------------------------------------- activations

@@ -13,5 +13,10 @@ for _, part in ipairs { 'ember.nn.module', 'ember.nn.layers', 'ember.nn.containe
     nn[k] = v
   end
 end
+-- recommendation models: nn.Interaction and F.dot_interaction / F.cat_interaction
+for k, v in pairs(require 'ember.nn.recsys') do
+  assert(nn[k] == nil, 'ember.nn: ' .. k .. ' is defined twice')
+  nn[k] = v
+end
 nn.utils = require 'ember.nn.utils'
 return nn

@@ -329,14 +329,17 @@ local Adaptive = simple('AdaptiveAvgPool2d', function(self, x) return F.adaptive
 function Adaptive:init(output_size) self.output_size = output_size end
 
 -- ---------------------------------------------------------------- embeddings
--- Embedding(num_embeddings, embedding_dim [, {padding_idx, dtype, device}]): padding_idx
--- is a 1-based row (negative from the end) kept at zero and given no gradient.
+-- Embedding(num_embeddings, embedding_dim [, {padding_idx, sparse, max_norm, norm_type, dtype,
+-- device}]): padding_idx is a 1-based row (negative from the end) kept at zero and given no
+-- gradient; sparse = true gives weight a row-sparse gradient (ember.SparseGrad); max_norm
+-- renormalises the rows looked up (F.embedding).
 local Embedding = Module:extend('Embedding')
 nn.Embedding = Embedding
 function Embedding:init(num, dim, opts)
   need_size('Embedding', 'num_embeddings', num)
   need_size('Embedding', 'embedding_dim', dim)
-  opts = opts_of('Embedding', opts, { 'padding_idx', 'dtype', 'device' })
+  opts = opts_of('Embedding', opts, { 'padding_idx', 'dtype', 'device', 'sparse', 'max_norm', 'norm_type' })
+  self.sparse, self.max_norm, self.norm_type = opts.sparse or false, opts.max_norm, opts.norm_type
   local pad = opts.padding_idx
   if pad ~= nil then
     if type(pad) ~= 'number' or pad == 0 or pad > num or pad < -num then
@@ -356,7 +359,8 @@ function Embedding:reset_parameters()
   end
 end
 function Embedding:forward(indices)
-  return F.embedding(indices, self.weight, { padding_idx = self.padding_idx })
+  return F.embedding(indices, self.weight, { padding_idx = self.padding_idx, sparse = self.sparse,
+    max_norm = self.max_norm, norm_type = self.norm_type })
 end
 function Embedding:extra_repr()
   local s = string.format('%d, %d', self.num_embeddings, self.embedding_dim)
@@ -364,24 +368,42 @@ function Embedding:extra_repr()
   return s
 end
 
--- EmbeddingBag(num_embeddings, embedding_dim [, {mode = 'mean', dtype, device}]);
--- forward(indices [, offsets [, per_sample_weights]]), see F.embedding_bag.
+-- EmbeddingBag(num_embeddings, embedding_dim [, {mode = 'mean', sparse, padding_idx, max_norm,
+-- norm_type, include_last_offset, dtype, device}]); forward(indices [, offsets [,
+-- per_sample_weights]]), see F.embedding_bag (the padding row starts at zero).
 local EmbeddingBag = Module:extend('EmbeddingBag')
 nn.EmbeddingBag = EmbeddingBag
 function EmbeddingBag:init(num, dim, opts)
   need_size('EmbeddingBag', 'num_embeddings', num)
   need_size('EmbeddingBag', 'embedding_dim', dim)
-  opts = opts_of('EmbeddingBag', opts, { 'mode', 'dtype', 'device' })
+  opts = opts_of('EmbeddingBag', opts, { 'mode', 'dtype', 'device', 'sparse', 'padding_idx', 'max_norm', 'norm_type',
+    'include_last_offset' })
   self.num_embeddings, self.embedding_dim, self.mode = num, dim, opts.mode or 'mean'
+  self.sparse, self.max_norm, self.norm_type = opts.sparse or false, opts.max_norm, opts.norm_type
+  self.include_last_offset = opts.include_last_offset or false
+  local pad = opts.padding_idx
+  if pad ~= nil then
+    if type(pad) ~= 'number' or pad == 0 or pad > num or pad < -num then
+      throw(string.format('EmbeddingBag: padding_idx must be a row in 1..%d (or -%d..-1), got %s', num, num,
+        tostring(pad)))
+    end
+    if pad < 0 then pad = pad + num + 1 end
+  end
+  self.padding_idx = pad
   self.weight = nn.Parameter(ember.empty(num, dim, dtype_opts(opts)))
   init.normal_(self.weight, 0, 1)
+  if pad then ember.no_grad(function() self.weight[{ pad }] = 0 end) end
 end
 function EmbeddingBag:forward(indices, offsets, per_sample_weights)
   return F.embedding_bag(indices, self.weight, { offsets = offsets, mode = self.mode,
-    per_sample_weights = per_sample_weights })
+    per_sample_weights = per_sample_weights, padding_idx = self.padding_idx, sparse = self.sparse,
+    max_norm = self.max_norm, norm_type = self.norm_type, include_last_offset = self.include_last_offset })
 end
 function EmbeddingBag:extra_repr()
-  return string.format("%d, %d, mode='%s'", self.num_embeddings, self.embedding_dim, self.mode)
+  local s = string.format("%d, %d, mode='%s'", self.num_embeddings, self.embedding_dim, self.mode)
+  if self.padding_idx then s = s .. ', padding_idx=' .. self.padding_idx end
+  if self.sparse then s = s .. ', sparse=true' end
+  return s
 end
 
 return nn

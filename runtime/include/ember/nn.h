@@ -56,6 +56,27 @@ EM_API em_status em_nn_embedding_bag(em_tensor **out, const em_tensor *weight, c
                                      const em_tensor *offsets, em_bag_mode mode, const em_tensor *per_sample_weights,
                                      int base);
 
+/* The same with PyTorch's further options. sparse != 0: the weight's gradient is row-sparse
+ * (ember/sparse.h; CPU only). Bags: padding_idx (from base; negative for none) entries are
+ * left out of their bag (no value, no count in a mean, no gradient); include_last_offset:
+ * offsets hold B + 1 entries, the last one ending the last bag (indices after it unused).
+ * max_norm is a separate in-place step before the lookup, as in PyTorch:
+ * em_nn_embedding_renorm_ scales each distinct row looked up whose norm_type-norm exceeds
+ * max_norm to max_norm / (norm + 1e-7) of it (outside autograd; contiguous CPU weights). */
+EM_API em_status em_nn_embedding_ex(em_tensor **out, const em_tensor *weight, const em_tensor *indices,
+                                    int64_t padding_idx, int sparse, int base);
+EM_API em_status em_nn_embedding_bag_ex(em_tensor **out, const em_tensor *weight, const em_tensor *indices,
+                                        const em_tensor *offsets, em_bag_mode mode,
+                                        const em_tensor *per_sample_weights, int64_t padding_idx,
+                                        int include_last_offset, int sparse, int base);
+EM_API em_status em_nn_embedding_renorm_(em_tensor *weight, const em_tensor *indices, double max_norm,
+                                         double norm_type, int base);
+/* DLRM's dot interaction: features, n >= 1 tensors [B, D] (the bottom MLP's output first,
+ * then the pooled embeddings) -> [B, D + P]: features[0], then the dot products of each
+ * pair (i, j) with j < i (j <= i when self_interaction), i ascending then j, as
+ * dlrm_s_pytorch.py's interact_features ('dot'). Differentiable; CPU only. */
+EM_API em_status em_nn_dot_interaction(em_tensor **out, em_tensor *const *features, int n, int self_interaction);
+
 /* logits [N, C] (or [N, C, d...]), target class indices [N] (int64, from base) or class
  * probabilities of the logits' shape. weight [C] or NULL. ignore_index is compared with
  * the target values as stored (so -100 means "none" from any base); probability targets
