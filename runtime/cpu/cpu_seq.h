@@ -48,10 +48,9 @@ em_status cpu_rnn_backward(const cpu_rnn_dims *d, em_tensor *gx, em_tensor *gh0,
  * logsumexp of its scaled, masked scores; -inf for a row with nothing to attend to, whose
  * output is zero). The mask, when given, is read through mask_ptr with element strides
  * (batch via mask_bh_offset[bh], rows, columns): bool (1 = attend) or the q dtype (added
- * to the scores). causal: query i sees keys j <= i + (Tk - Tq) (PyTorch's top-left
- * alignment when Tq == Tk). Dropout on the probabilities with p > 0 keeps element
- * (bh, i, j) when Philox(seed, offset + (bh * Tq + i) * Tk + j ...) says so (see
- * attention.c); the backward regenerates the same mask. */
+ * to the scores). causal: query i sees keys j <= i (PyTorch's top-left alignment). Dropout on the probabilities with p > 0 keeps element
+ * (bh, i, j) when word e % 4 of Philox block offset + e / 4, e = (bh * Tq + i) * Tk + j,
+ * is at least p * 2^32; the backward regenerates the same mask. */
 typedef struct cpu_attn_args {
   int64_t BH, Tq, Tk, D, Dv;
   double scale;

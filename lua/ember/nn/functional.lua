@@ -282,4 +282,7 @@ function F.binary_cross_entropy_with_logits(logits, target, opts)
     reduction_of(op, opts.reduction)))
 end
 
+-- attention, rms_norm, gelu's tanh form, conv1d (functional_seq.lua)
+require('ember.nn.functional_seq')(F)
+
 return F
