@@ -677,7 +677,8 @@ local WarmupCosine = setmetatable({}, { __index = Scheduler })
 WarmupCosine.__index = WarmupCosine
 function lr_scheduler.WarmupCosineLR(optimizer, opts)
   local self
-  self, opts = new_scheduler(WarmupCosine, 'WarmupCosineLR', optimizer, opts, { 'warmup_steps', 'total_steps', 'min_lr' })
+  self, opts = new_scheduler(WarmupCosine, 'WarmupCosineLR', optimizer, opts,
+    { 'warmup_steps', 'total_steps', 'min_lr' })
   local w, t = opts.warmup_steps or 0, opts.total_steps
   if type(w) ~= 'number' or w < 0 or w ~= math.floor(w) then
     throw('WarmupCosineLR: warmup_steps must be an integer >= 0, got ' .. tostring(w))

@@ -44,9 +44,9 @@ em_status cpu_attention_forward(const cpu_attn_args *a, em_tensor *out, em_tenso
                                 const em_tensor *k, const em_tensor *v) {
   int failed;
   if (q->dtype == EM_FLOAT32)
-    failed = attn_forward_f32(a, (float *)em_tensor_ptr(out), (float *)em_tensor_ptr(lse),
-                              (const float *)em_tensor_ptr(q), (const float *)em_tensor_ptr(k),
-                              (const float *)em_tensor_ptr(v), attn_threads());
+    failed =
+        attn_forward_f32(a, (float *)em_tensor_ptr(out), (float *)em_tensor_ptr(lse), (const float *)em_tensor_ptr(q),
+                         (const float *)em_tensor_ptr(k), (const float *)em_tensor_ptr(v), attn_threads());
   else
     failed = attn_forward_f64(a, (double *)em_tensor_ptr(out), (double *)em_tensor_ptr(lse),
                               (const double *)em_tensor_ptr(q), (const double *)em_tensor_ptr(k),

@@ -17,10 +17,10 @@
 
 /* s [nr, nc] = scale * q[i0.., :] k[j0.., :]^T with the mask applied (-inf where a key may
  * not be attended to). Returns the number of columns of the tile any row may see. */
-static void FN(score_tile)(const cpu_attn_args *a, int64_t bh, const SCALAR *q, const SCALAR *k, int64_t i0,
-                           int64_t nr, int64_t j0, int64_t nc, SCALAR *s) {
-  GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)a->D, (SCALAR)a->scale, q + i0 * a->D,
-       (int)a->D, k + j0 * a->D, (int)a->D, 0, s, (int)nc);
+static void FN(score_tile)(const cpu_attn_args *a, int64_t bh, const SCALAR *q, const SCALAR *k, int64_t i0, int64_t nr,
+                           int64_t j0, int64_t nc, SCALAR *s) {
+  GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)a->D, (SCALAR)a->scale, q + i0 * a->D, (int)a->D,
+       k + j0 * a->D, (int)a->D, 0, s, (int)nc);
   if (!a->causal && !a->mask_ptr) return;
   for (int64_t r = 0; r < nr; r++) {
     SCALAR *row = s + r * nc;
@@ -44,8 +44,8 @@ static void FN(score_tile)(const cpu_attn_args *a, int64_t bh, const SCALAR *q, 
 /* p[r, c] *= keep / (1 - p) for the tile's dropout mask */
 static void FN(dropout_tile)(const cpu_attn_args *a, int64_t bh, int64_t i0, int64_t nr, int64_t j0, int64_t nc,
                              SCALAR *p) {
-  uint32_t threshold = (uint32_t)(a->dropout_p * 4294967296.0 > 4294967295.0 ? 4294967295.0
-                                                                               : a->dropout_p * 4294967296.0);
+  uint32_t threshold =
+      (uint32_t)(a->dropout_p * 4294967296.0 > 4294967295.0 ? 4294967295.0 : a->dropout_p * 4294967296.0);
   SCALAR keep = (SCALAR)(1 / (1 - a->dropout_p));
   for (int64_t r = 0; r < nr; r++)
     for (int64_t c = 0; c < nc; c++) {
@@ -56,8 +56,8 @@ static void FN(dropout_tile)(const cpu_attn_args *a, int64_t bh, int64_t i0, int
 }
 
 static void FN(attn_forward_task)(const cpu_attn_args *a, int64_t bh, int64_t i0, int64_t nr, const SCALAR *q,
-                                  const SCALAR *k, const SCALAR *v, SCALAR *out, SCALAR *lse, SCALAR *s,
-                                  SCALAR *acc, SCALAR *m, SCALAR *l) {
+                                  const SCALAR *k, const SCALAR *v, SCALAR *out, SCALAR *lse, SCALAR *s, SCALAR *acc,
+                                  SCALAR *m, SCALAR *l) {
   int64_t Tk = a->Tk, Dv = a->Dv;
   for (int64_t r = 0; r < nr; r++) m[r] = -INFINITY, l[r] = 0;
   memset(acc, 0, (size_t)(nr * Dv) * sizeof(SCALAR));
@@ -80,8 +80,8 @@ static void FN(attn_forward_task)(const cpu_attn_args *a, int64_t bh, int64_t i0
         for (int64_t d = 0; d < Dv; d++) acc[r * Dv + d] *= alpha;
     }
     if (a->dropout_p > 0) FN(dropout_tile)(a, bh, i0, nr, j0, nc, s);
-    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)Dv, (int)nc, 1, s, (int)nc, v + j0 * Dv, (int)Dv,
-         1, acc, (int)Dv);
+    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)Dv, (int)nc, 1, s, (int)nc, v + j0 * Dv, (int)Dv, 1,
+         acc, (int)Dv);
   }
   for (int64_t r = 0; r < nr; r++) {
     SCALAR inv = l[r] > 0 ? 1 / l[r] : 0;
@@ -104,8 +104,9 @@ static int FN(attn_forward)(const cpu_attn_args *a, SCALAR *out, SCALAR *lse, co
       int64_t bh = task / nqb, i0 = (task % nqb) * ATTN_BR;
       int64_t nr = a->Tq - i0 < ATTN_BR ? a->Tq - i0 : ATTN_BR;
       SCALAR *acc = s + ATTN_BR * ATTN_BC, *m = acc + ATTN_BR * a->Dv, *l = m + ATTN_BR;
-      FN(attn_forward_task)(a, bh, i0, nr, q + bh * a->Tq * a->D, k + bh * a->Tk * a->D, v + bh * a->Tk * a->Dv,
-                            out + bh * a->Tq * a->Dv, lse + bh * a->Tq, s, acc, m, l);
+      FN(attn_forward_task)
+      (a, bh, i0, nr, q + bh * a->Tq * a->D, k + bh * a->Tk * a->D, v + bh * a->Tk * a->Dv, out + bh * a->Tq * a->Dv,
+       lse + bh * a->Tq, s, acc, m, l);
     }
     free(s);
   }
@@ -114,8 +115,8 @@ static int FN(attn_forward)(const cpu_attn_args *a, SCALAR *out, SCALAR *lse, co
 
 /* one batch*head: gq [Tq, D], gk [Tk, D], gv [Tk, Dv] (all overwritten) */
 static void FN(attn_backward_bh)(const cpu_attn_args *a, int64_t bh, SCALAR *gq, SCALAR *gk, SCALAR *gv,
-                                 const SCALAR *go, const SCALAR *q, const SCALAR *k, const SCALAR *v,
-                                 const SCALAR *o, const SCALAR *lse, SCALAR *p, SCALAR *dp, SCALAR *drow) {
+                                 const SCALAR *go, const SCALAR *q, const SCALAR *k, const SCALAR *v, const SCALAR *o,
+                                 const SCALAR *lse, SCALAR *p, SCALAR *dp, SCALAR *drow) {
   int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv;
   SCALAR scale = (SCALAR)a->scale;
   for (int64_t i = 0; i < Tq; i++) {
@@ -141,19 +142,19 @@ static void FN(attn_backward_bh)(const cpu_attn_args *a, int64_t bh, SCALAR *gq,
       if (a->dropout_p > 0) { /* the kept mask / (1 - p) on both: dV uses the dropped P, dS the undropped */
         memcpy(dp + nr * nc, p, (size_t)(nr * nc) * sizeof(SCALAR)); /* spare room: the dropped P */
         FN(dropout_tile)(a, bh, i0, nr, j0, nc, dp + nr * nc);
-        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)Dv, (int)nr, 1, dp + nr * nc, (int)nc,
-             go + i0 * Dv, (int)Dv, 1, gv + j0 * Dv, (int)Dv);
+        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)Dv, (int)nr, 1, dp + nr * nc, (int)nc, go + i0 * Dv,
+             (int)Dv, 1, gv + j0 * Dv, (int)Dv);
         FN(dropout_tile)(a, bh, i0, nr, j0, nc, dp);
       } else {
-        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)Dv, (int)nr, 1, p, (int)nc, go + i0 * Dv,
-             (int)Dv, 1, gv + j0 * Dv, (int)Dv);
+        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)Dv, (int)nr, 1, p, (int)nc, go + i0 * Dv, (int)Dv,
+             1, gv + j0 * Dv, (int)Dv);
       }
       for (int64_t r = 0; r < nr; r++)
         for (int64_t c = 0; c < nc; c++) p[r * nc + c] *= dp[r * nc + c] - drow[i0 + r]; /* p becomes dS */
       GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)D, (int)nc, scale, p, (int)nc, k + j0 * D, (int)D,
            1, gq + i0 * D, (int)D);
-      GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)D, (int)nr, scale, p, (int)nc, q + i0 * D, (int)D,
-           1, gk + j0 * D, (int)D);
+      GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)D, (int)nr, scale, p, (int)nc, q + i0 * D, (int)D, 1,
+           gk + j0 * D, (int)D);
     }
   }
 }
@@ -170,9 +171,10 @@ static int FN(attn_backward)(const cpu_attn_args *a, SCALAR *gq, SCALAR *gk, SCA
     for (int64_t bh = 0; bh < a->BH; bh++) {
       if (!p) continue;
       int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv;
-      FN(attn_backward_bh)(a, bh, gq + bh * Tq * D, gk + bh * Tk * D, gv + bh * Tk * Dv, go + bh * Tq * Dv,
-                           q + bh * Tq * D, k + bh * Tk * D, v + bh * Tk * Dv, o + bh * Tq * Dv, lse + bh * Tq, p,
-                           p + ATTN_BR * ATTN_BC, p + 3 * ATTN_BR * ATTN_BC);
+      FN(attn_backward_bh)
+      (a, bh, gq + bh * Tq * D, gk + bh * Tk * D, gv + bh * Tk * Dv, go + bh * Tq * Dv, q + bh * Tq * D,
+       k + bh * Tk * D, v + bh * Tk * Dv, o + bh * Tq * Dv, lse + bh * Tq, p, p + ATTN_BR * ATTN_BC,
+       p + 3 * ATTN_BR * ATTN_BC);
     }
     free(p);
   }

@@ -73,8 +73,8 @@ em_status cpu_rnn_backward(const cpu_rnn_dims *d, em_tensor *gx, em_tensor *gh0,
   char *dh = dgh + (size_t)(rows * GH) * es, *dhn = dh + (size_t)BH * es, *dc = dhn + (size_t)BH * es;
   if (x->dtype == EM_FLOAT32)
     rnn_backward_f32(d, PTR(gx), PTR(gh0), PTR(gc0), PTR(gw_ih), PTR(gw_hh), PTR(gb_ih), PTR(gb_hh), PTR(gy),
-                     PTR(gstate), PTR(x), PTR(w_ih), PTR(w_hh), PTR(sh), PTR(sc), PTR(act), (float *)dgi,
-                     (float *)dgh, (float *)dh, (float *)dhn, (float *)dc);
+                     PTR(gstate), PTR(x), PTR(w_ih), PTR(w_hh), PTR(sh), PTR(sc), PTR(act), (float *)dgi, (float *)dgh,
+                     (float *)dh, (float *)dhn, (float *)dc);
   else
     rnn_backward_f64(d, PTR(gx), PTR(gh0), PTR(gc0), PTR(gw_ih), PTR(gw_hh), PTR(gb_ih), PTR(gb_hh), PTR(gy),
                      PTR(gstate), PTR(x), PTR(w_ih), PTR(w_hh), PTR(sh), PTR(sc), PTR(act), (double *)dgi,

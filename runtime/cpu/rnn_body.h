@@ -94,10 +94,10 @@ static void FN(rnn_forward)(const cpu_rnn_dims *d, SCALAR *y, SCALAR *sh, SCALAR
       GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)B, (int)GH, (int)H, 1, hp, (int)H, whh, (int)H, 0, gh,
            (int)GH);
     else /* added to the step's input projection in place */
-      GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)B, (int)GH, (int)H, 1, hp, (int)H, whh, (int)H, 1, a,
-           (int)GH);
-    FN(cell_forward)(d, t, a, gru ? pre + t * B * GH : NULL, gh, hp, sh + next * BH, sc ? sc + prev * BH : NULL,
-                     sc ? sc + next * BH : NULL, y + t * BH, bih, bhh, par);
+      GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)B, (int)GH, (int)H, 1, hp, (int)H, whh, (int)H, 1, a, (int)GH);
+    FN(cell_forward)
+    (d, t, a, gru ? pre + t * B * GH : NULL, gh, hp, sh + next * BH, sc ? sc + prev * BH : NULL,
+     sc ? sc + next * BH : NULL, y + t * BH, bih, bhh, par);
   }
 }
 
@@ -178,8 +178,9 @@ static void FN(rnn_backward)(const cpu_rnn_dims *d, SCALAR *gx, SCALAR *gh0, SCA
   for (int64_t s = T - 1; s >= 0; s--) {
     int64_t t = d->reverse ? T - 1 - s : s, prev = d->reverse ? t + 1 : t, next = d->reverse ? t : t + 1;
     SCALAR *gi = dgi + t * B * GH, *gg = dgh + t * B * GH;
-    FN(cell_backward)(d, t, act + t * B * W, gy ? gy + t * BH : NULL, dh, dc, dhn, gi, gg, sh + prev * BH,
-                      sc ? sc + prev * BH : NULL, sc ? sc + next * BH : NULL, par);
+    FN(cell_backward)
+    (d, t, act + t * B * W, gy ? gy + t * BH : NULL, dh, dc, dhn, gi, gg, sh + prev * BH, sc ? sc + prev * BH : NULL,
+     sc ? sc + next * BH : NULL, par);
     /* the previous state's gradient: dhn + dgh_t @ w_hh */
     GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)B, (int)H, (int)GH, 1, gg, (int)GH, whh, (int)H, 1, dhn,
          (int)H);
@@ -198,8 +199,8 @@ static void FN(rnn_backward)(const cpu_rnn_dims *d, SCALAR *gx, SCALAR *gh0, SCA
     GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)GH, (int)NI, (int)TB, 1, dgi, (int)GH, x, (int)NI, 0, gwih,
          (int)NI);
   if (gwhh) /* the states each step started from: rows t * B + b of sh, shifted one slot in reverse */
-    GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)GH, (int)H, (int)TB, 1, dgh, (int)GH,
-         sh + (d->reverse ? BH : 0), (int)H, 0, gwhh, (int)H);
+    GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)GH, (int)H, (int)TB, 1, dgh, (int)GH, sh + (d->reverse ? BH : 0),
+         (int)H, 0, gwhh, (int)H);
   if (gbih) FN(col_sum)(gbih, dgi, TB, GH);
   if (gbhh) FN(col_sum)(gbhh, dgh, TB, GH);
 }

@@ -28,8 +28,8 @@ static em_status attention_backward(em_node *n, em_tensor *const *go, em_tensor 
   em_status st = em_contiguous(&g, go[0]);
   for (int i = 0; i < 3 && !st; i++) st = em_empty_like(&grads[i], n->saved[i]);
   if (!st)
-    st = cpu_attention_backward(&a, grads[0], grads[1], grads[2], g, n->saved[0], n->saved[1], n->saved[2],
-                                n->saved[3], n->saved[4]);
+    st = cpu_attention_backward(&a, grads[0], grads[1], grads[2], g, n->saved[0], n->saved[1], n->saved[2], n->saved[3],
+                                n->saved[4]);
   for (int i = 0; i < 3; i++) {
     if (!st && em_node_needs_input_grad(n, i)) gi[i] = grads[i];
     else em_tensor_release(grads[i]);
@@ -65,8 +65,7 @@ static em_status check_qkv(const em_tensor *q, const em_tensor *k, const em_tens
 }
 
 /* The mask expanded to [lead..., Tq, Tk] (a view) and each batch*head's offset into it. */
-static em_status prepare_mask(em_tensor **em, int64_t *offsets, const em_tensor *mask, const em_tensor *q,
-                              int64_t Tk) {
+static em_status prepare_mask(em_tensor **em, int64_t *offsets, const em_tensor *mask, const em_tensor *q, int64_t Tk) {
   em_status st = tn_check_tensor(OP, mask, "mask");
   if (st) return st;
   if (mask->dtype != EM_BOOL && mask->dtype != q->dtype)
@@ -84,8 +83,8 @@ static em_status prepare_mask(em_tensor **em, int64_t *offsets, const em_tensor 
     ok = m == want || m == 1;
   }
   if (!ok)
-    return em_set_error(EM_ERR_SHAPE, "%s: a mask of shape %s does not broadcast to %s ([..., L, S] of the scores)",
-                        OP, EM_SHAPE(mask), tn_shape_str(nd, shape));
+    return em_set_error(EM_ERR_SHAPE, "%s: a mask of shape %s does not broadcast to %s ([..., L, S] of the scores)", OP,
+                        EM_SHAPE(mask), tn_shape_str(nd, shape));
   if ((st = em_expand(em, mask, nd, shape))) return st;
   int64_t BH = emp_shape_numel(nd - 2, shape);
   for (int64_t bh = 0; bh < BH; bh++) {
@@ -113,8 +112,14 @@ em_status em_nn_scaled_dot_product_attention(em_tensor **out, const em_tensor *q
   int64_t BH = emp_shape_numel(nd - 2, q->sizes);
   attn_ctx *c = calloc(1, sizeof(attn_ctx) + (size_t)(BH > 0 ? BH : 1) * sizeof(int64_t));
   if (!c) return em_set_error(EM_ERR_MEMORY, "%s: out of memory", OP);
-  c->a = (cpu_attn_args){.BH = BH, .Tq = Tq, .Tk = Tk, .D = D, .Dv = Dv, .causal = causal != 0,
-                         .scale = scale > 0 ? scale : (D > 0 ? 1 / sqrt((double)D) : 1), .dropout_p = dropout_p};
+  c->a = (cpu_attn_args){.BH = BH,
+                         .Tq = Tq,
+                         .Tk = Tk,
+                         .D = D,
+                         .Dv = Dv,
+                         .causal = causal != 0,
+                         .scale = scale > 0 ? scale : (D > 0 ? 1 / sqrt((double)D) : 1),
+                         .dropout_p = dropout_p};
   em_tensor *cq = NULL, *ck = NULL, *cv = NULL, *m = NULL, *lse = NULL, *res = NULL;
   if (mask && !(st = prepare_mask(&m, c->bh_offset, mask, q, Tk))) {
     c->a.mask_is_bool = m->dtype == EM_BOOL;

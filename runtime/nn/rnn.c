@@ -43,8 +43,8 @@ static em_status rnn_backward(em_node *n, em_tensor *const *go, em_tensor **gi) 
     else st = em_empty(&g[i], 1, &gh, x->dtype, x->storage->device);
   }
   if (!st)
-    st = cpu_rnn_backward(&d, g[0], g[1], g[2], g[3], g[4], g[5], g[6], gy, gs, x, w_ih, w_hh, n->saved[3],
-                          n->saved[4], n->saved[5]);
+    st = cpu_rnn_backward(&d, g[0], g[1], g[2], g[3], g[4], g[5], g[6], gy, gs, x, w_ih, w_hh, n->saved[3], n->saved[4],
+                          n->saved[5]);
   for (int i = 0; i < 7; i++) {
     if (!st) gi[i] = g[i];
     else em_tensor_release(g[i]);
@@ -126,8 +126,8 @@ em_status em_nn_rnn(em_tensor **out, em_tensor **state, em_rnn_mode mode, const 
     return st;
   }
   rc->has_lengths = lengths != NULL;
-  rc->d = (cpu_rnn_dims){.mode = mode, .reverse = reverse != 0, .T = T, .B = B, .NI = NI, .H = H,
-                         .lengths = lengths ? rc->lengths : NULL};
+  rc->d = (cpu_rnn_dims){
+      .mode = mode, .reverse = reverse != 0, .T = T, .B = B, .NI = NI, .H = H, .lengths = lengths ? rc->lengths : NULL};
 
   /* c: contiguous inputs x, h0, c0, w_ih, w_hh, b_ih, b_hh; r: y, sh, sc, act, state */
   const em_tensor *in[7] = {x, h0, c0, w_ih, w_hh, b_ih, b_hh};
@@ -153,7 +153,9 @@ em_status em_nn_rnn(em_tensor **out, em_tensor **state, em_rnn_mode mode, const 
     r[0] = r[4] = NULL;
   }
   if (!st && ag_any_requires_grad(7, in)) {
-    em_node *n = ag_node_new(mode == EM_RNN_LSTM ? "LstmBackward" : mode == EM_RNN_GRU ? "GruBackward" : "RnnBackward",
+    em_node *n = ag_node_new(mode == EM_RNN_LSTM  ? "LstmBackward"
+                             : mode == EM_RNN_GRU ? "GruBackward"
+                                                  : "RnnBackward",
                              rnn_backward, 7, in, 2);
     if (n) { /* the node owns the context from here */
       n->ctx = rc;

@@ -12,8 +12,8 @@
 static const char *const OP = "rmsprop";
 
 static em_status check_like(int i, int n, const em_tensor *p, const em_tensor *t, const char *what) {
-  if (!t) return em_set_error(EM_ERR_ARGUMENT, "%s: parameter %d of %d has a gradient but no %s (NULL)", OP, i + 1, n,
-                              what);
+  if (!t)
+    return em_set_error(EM_ERR_ARGUMENT, "%s: parameter %d of %d has a gradient but no %s (NULL)", OP, i + 1, n, what);
   em_status st = tn_check_tensor(OP, t, what);
   if (st) return st;
   if (t->ndim != p->ndim || memcmp(t->sizes, p->sizes, sizeof(int64_t) * (size_t)p->ndim) || t->dtype != p->dtype)
@@ -32,38 +32,38 @@ static em_status check_hyper(const char *name, double v) {
   return EM_OK;
 }
 
-#define RMSPROP_BODY(T)                                                                                   \
-  do {                                                                                                    \
-    T *pp = (T *)em_tensor_ptr(p), *sq = (T *)em_tensor_ptr(sa);                                          \
-    const T *gg = (const T *)em_tensor_ptr(g);                                                            \
-    T *bb = buf ? (T *)em_tensor_ptr(buf) : NULL, *ga = gavg ? (T *)em_tensor_ptr(gavg) : NULL;           \
-    _Pragma("omp parallel for schedule(static) if (par) num_threads(em_get_num_threads())")              \
-    for (int64_t e = 0; e < numel; e++) {                                                                 \
-      T gr = maximize ? -gg[e] : gg[e];                                                                   \
-      if (weight_decay != 0) gr += (T)weight_decay * pp[e];                                               \
-      T s = sq[e] = (T)alpha * sq[e] + (T)(1 - alpha) * gr * gr;                                          \
-      T avg;                                                                                              \
-      if (ga) {                                                                                           \
-        T m = ga[e] = ga[e] + (T)(1 - alpha) * (gr - ga[e]);                                              \
-        avg = (T)sqrt(s - m * m) + (T)eps;                                                                \
-      } else {                                                                                            \
-        avg = (T)sqrt(s) + (T)eps;                                                                        \
-      }                                                                                                   \
-      if (bb) {                                                                                           \
-        bb[e] = (T)momentum * bb[e] + gr / avg;                                                           \
-        pp[e] -= (T)lr * bb[e];                                                                           \
-      } else {                                                                                            \
-        pp[e] -= (T)lr * gr / avg;                                                                        \
-      }                                                                                                   \
-    }                                                                                                     \
+#define RMSPROP_BODY(T)                                                                                            \
+  do {                                                                                                             \
+    T *pp = (T *)em_tensor_ptr(p), *sq = (T *)em_tensor_ptr(sa);                                                   \
+    const T *gg = (const T *)em_tensor_ptr(g);                                                                     \
+    T *bb = buf ? (T *)em_tensor_ptr(buf) : NULL, *ga = gavg ? (T *)em_tensor_ptr(gavg) : NULL;                    \
+    _Pragma("omp parallel for schedule(static) if (par) num_threads(em_get_num_threads())") for (int64_t e = 0;    \
+                                                                                                 e < numel; e++) { \
+      T gr = maximize ? -gg[e] : gg[e];                                                                            \
+      if (weight_decay != 0) gr += (T)weight_decay * pp[e];                                                        \
+      T s = sq[e] = (T)alpha * sq[e] + (T)(1 - alpha) * gr * gr;                                                   \
+      T avg;                                                                                                       \
+      if (ga) {                                                                                                    \
+        T m = ga[e] = ga[e] + (T)(1 - alpha) * (gr - ga[e]);                                                       \
+        avg = (T)sqrt(s - m * m) + (T)eps;                                                                         \
+      } else {                                                                                                     \
+        avg = (T)sqrt(s) + (T)eps;                                                                                 \
+      }                                                                                                            \
+      if (bb) {                                                                                                    \
+        bb[e] = (T)momentum * bb[e] + gr / avg;                                                                    \
+        pp[e] -= (T)lr * bb[e];                                                                                    \
+      } else {                                                                                                     \
+        pp[e] -= (T)lr * gr / avg;                                                                                 \
+      }                                                                                                            \
+    }                                                                                                              \
   } while (0)
 
 em_status em_optim_rmsprop(int n, em_tensor *const *params, em_tensor *const *grads, em_tensor *const *square_avgs,
                            em_tensor *const *momentum_bufs, em_tensor *const *grad_avgs, double lr, double alpha,
                            double eps, double weight_decay, double momentum, int centered, int maximize) {
   em_status st;
-  if ((st = check_hyper("lr", lr)) || (st = check_hyper("eps", eps)) || (st = check_hyper("weight_decay", weight_decay)) ||
-      (st = check_hyper("momentum", momentum)))
+  if ((st = check_hyper("lr", lr)) || (st = check_hyper("eps", eps)) ||
+      (st = check_hyper("weight_decay", weight_decay)) || (st = check_hyper("momentum", momentum)))
     return st;
   if (!(alpha >= 0 && alpha <= 1))
     return em_set_error(EM_ERR_ARGUMENT, "%s: alpha is %g, expected a number in [0, 1]", OP, alpha);

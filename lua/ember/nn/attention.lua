@@ -69,7 +69,9 @@ end
 local function merge_masks(self, attn_mask, kpm, B, L, S, dtype)
   local H = self.num_heads
   if attn_mask ~= nil then
-    if not is_tensor(attn_mask) then throw('MultiheadAttention: attn_mask must be a tensor, got ' .. describe(attn_mask)) end
+    if not is_tensor(attn_mask) then
+      throw('MultiheadAttention: attn_mask must be a tensor, got ' .. describe(attn_mask))
+    end
     local s = attn_mask.shape
     if #s == 2 and s[1] == L and s[2] == S then
       attn_mask = attn_mask:view(1, 1, L, S)
@@ -261,7 +263,8 @@ function Conv1d:init(in_channels, out_channels, kernel_size, opts)
       'got %s', in_channels, out_channels, tostring(groups)))
   end
   self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
-  self.stride, self.padding, self.dilation, self.groups = opts.stride or 1, opts.padding or 0, opts.dilation or 1, groups
+  self.stride, self.padding = opts.stride or 1, opts.padding or 0
+  self.dilation, self.groups = opts.dilation or 1, groups
   local to = { dtype = opts.dtype, device = opts.device }
   self.weight = nn.Parameter(ember.empty(out_channels, in_channels / groups, kernel_size, to))
   if opts.bias ~= false then self.bias = nn.Parameter(ember.empty(out_channels, to)) end

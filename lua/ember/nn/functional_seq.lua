@@ -3,7 +3,6 @@
 --   rms_norm(x, normalized_shape [, weight [, eps]])                            PyTorch 2.4's
 --   gelu(x [, {approximate = 'none' | 'tanh'}])
 --   conv1d(x, weight [, bias] [, {stride, padding, dilation, groups}])          through conv2d
-local ember = require 'ember'
 local I = require 'ember.internal'
 local C = I.C
 local throw, describe, is_tensor = I.throw, I.describe, I.is_tensor
@@ -59,7 +58,9 @@ return function(F)
       end
       dims[i] = nd - #shape + i
     end
-    if weight ~= nil and not is_tensor(weight) then throw('rms_norm: weight must be a tensor, got ' .. describe(weight)) end
+    if weight ~= nil and not is_tensor(weight) then
+      throw('rms_norm: weight must be a tensor, got ' .. describe(weight))
+    end
     eps = eps or EPS[x.dtype] or EPS.float32
     local y = x * ((x * x):mean(dims, true) + eps):rsqrt()
     return weight and y * weight or y

@@ -268,7 +268,8 @@ function GELU:init(opts)
   opts = opts_of('GELU', opts, { 'approximate' })
   self.approximate = opts.approximate or 'none'
   if self.approximate ~= 'none' and self.approximate ~= 'tanh' then
-    throw(string.format("GELU: approximate must be 'none' (the erf form) or 'tanh', got %s", describe(opts.approximate)))
+    throw(string.format("GELU: approximate must be 'none' (the erf form) or 'tanh', got %s",
+      describe(opts.approximate)))
   end
 end
 

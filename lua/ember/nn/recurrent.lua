@@ -195,12 +195,16 @@ end
 -- LSTM(input_size, hidden_size [, options as RNN's, without nonlinearity])
 local LSTM = RNNBase:extend('LSTM')
 nn.LSTM = LSTM
-function LSTM:init(input_size, hidden_size, opts) self:_setup('LSTM', 'LSTM', input_size, hidden_size, opts, BASE_OPTS) end
+function LSTM:init(input_size, hidden_size, opts)
+  self:_setup('LSTM', 'LSTM', input_size, hidden_size, opts, BASE_OPTS)
+end
 
 -- GRU(input_size, hidden_size [, options as LSTM's])
 local GRU = RNNBase:extend('GRU')
 nn.GRU = GRU
-function GRU:init(input_size, hidden_size, opts) self:_setup('GRU', 'GRU', input_size, hidden_size, opts, BASE_OPTS) end
+function GRU:init(input_size, hidden_size, opts)
+  self:_setup('GRU', 'GRU', input_size, hidden_size, opts, BASE_OPTS)
+end
 
 -- ---------------------------------------------------------------- cells
 -- RNNCell / LSTMCell / GRUCell(input_size, hidden_size [, {bias = true, dtype, device}]
@@ -273,7 +277,9 @@ local RNNCell = CellBase:extend('RNNCell')
 nn.RNNCell = RNNCell
 function RNNCell:init(input_size, hidden_size, opts)
   local nl = opts and opts.nonlinearity or 'tanh'
-  if nl ~= 'tanh' and nl ~= 'relu' then throw("RNNCell: nonlinearity must be 'tanh' or 'relu', got " .. tostring(nl)) end
+  if nl ~= 'tanh' and nl ~= 'relu' then
+    throw("RNNCell: nonlinearity must be 'tanh' or 'relu', got " .. tostring(nl))
+  end
   self:_setup('RNNCell', nl == 'tanh' and 'RNN_TANH' or 'RNN_RELU', input_size, hidden_size, opts,
     { 'bias', 'nonlinearity', 'dtype', 'device' })
 end
