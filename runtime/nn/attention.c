@@ -56,6 +56,8 @@ static em_status check_qkv(const em_tensor *q, const em_tensor *k, const em_tens
     if (k->sizes[d] != q->sizes[d] || v->sizes[d] != q->sizes[d])
       return em_set_error(EM_ERR_SHAPE, "%s: the leading (batch, head) dims differ: query %s, key %s, value %s", OP,
                           EM_SHAPE(q), EM_SHAPE(k), EM_SHAPE(v));
+  if (q->sizes[nd - 1] < 1)
+    return em_set_error(EM_ERR_SHAPE, "%s: expected a head dim of at least 1, got query %s", OP, EM_SHAPE(q));
   if (k->sizes[nd - 1] != q->sizes[nd - 1] || v->sizes[nd - 2] != k->sizes[nd - 2])
     return em_set_error(EM_ERR_SHAPE,
                         "%s: expected key [..., S, %lld] (query's last dim) and value [..., S, Dv] (key's S), got "
