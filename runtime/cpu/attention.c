@@ -10,6 +10,7 @@
 #include <string.h>
 #include "core/philox.h"
 #include "cpu_seq.h"
+#include "vmath.h"
 
 #define ATTN_BR 64
 #define ATTN_BC 64
@@ -17,7 +18,7 @@
 #define SCALAR float
 #define SFX _f32
 #define GEMM cblas_sgemm
-#define EXP expf
+#define EXP em_vexpf /* vectorisable (vmath.h) */
 #define LOG logf
 #include "attention_body.h"
 #undef SCALAR

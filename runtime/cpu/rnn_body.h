@@ -13,12 +13,83 @@
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
 #define FN(name) CAT(name, SFX)
-#define BIAS(b, j) ((b) ? (b)[j] : (SCALAR)0)
 
 static inline SCALAR FN(sigm)(SCALAR v) { return (SCALAR)1 / ((SCALAR)1 + EXP(-v)); }
 
+/* The LSTM's and GRU's cell over one batch row (H units), kept out of the OpenMP loop
+ * that calls them: inlined into its outlined body, GCC 12 leaves these loops scalar. */
+__attribute__((noinline)) static void FN(lstm_row)(int64_t H, SCALAR *restrict a, const SCALAR *restrict bih,
+                                                   const SCALAR *restrict bhh, const SCALAR *restrict cp,
+                                                   SCALAR *restrict cn, SCALAR *restrict h, SCALAR *restrict y) {
+  for (int64_t j = 0; j < H; j++) {
+    SCALAR i = FN(sigm)(a[j] + bih[j] + bhh[j]);
+    SCALAR f = FN(sigm)(a[H + j] + bih[H + j] + bhh[H + j]);
+    SCALAR g = TANH(a[2 * H + j] + bih[2 * H + j] + bhh[2 * H + j]);
+    SCALAR o = FN(sigm)(a[3 * H + j] + bih[3 * H + j] + bhh[3 * H + j]);
+    SCALAR c = f * cp[j] + i * g;
+    a[j] = i, a[H + j] = f, a[2 * H + j] = g, a[3 * H + j] = o;
+    cn[j] = c;
+    SCALAR hv = o * TANH(c);
+    h[j] = hv;
+    y[j] = hv;
+  }
+}
+
+/* PyTorch's GRU: n = tanh(W_in x + b_in + r * (W_hn h + b_hn)); a keeps r, z, n, W_hn h + b_hn */
+__attribute__((noinline)) static void FN(gru_row)(int64_t H, SCALAR *restrict a, const SCALAR *restrict p,
+                                                  const SCALAR *restrict g, const SCALAR *restrict bih,
+                                                  const SCALAR *restrict bhh, const SCALAR *restrict hp,
+                                                  SCALAR *restrict h, SCALAR *restrict y) {
+  for (int64_t j = 0; j < H; j++) {
+    SCALAR r = FN(sigm)(p[j] + bih[j] + g[j] + bhh[j]);
+    SCALAR z = FN(sigm)(p[H + j] + bih[H + j] + g[H + j] + bhh[H + j]);
+    SCALAR hh = g[2 * H + j] + bhh[2 * H + j];
+    SCALAR n = TANH(p[2 * H + j] + bih[2 * H + j] + r * hh);
+    a[j] = r, a[H + j] = z, a[2 * H + j] = n, a[3 * H + j] = hh;
+    SCALAR hv = (1 - z) * n + z * hp[j];
+    h[j] = hv;
+    y[j] = hv;
+  }
+}
+
+__attribute__((noinline)) static void FN(lstm_row_backward)(int64_t H, const SCALAR *restrict a,
+                                                            const SCALAR *restrict dh, const SCALAR *restrict gy,
+                                                            const SCALAR *restrict cp, const SCALAR *restrict cn,
+                                                            SCALAR *restrict dc, SCALAR *restrict gi,
+                                                            SCALAR *restrict dhn) {
+  for (int64_t j = 0; j < H; j++) {
+    SCALAR i = a[j], f = a[H + j], g = a[2 * H + j], o = a[3 * H + j], gh = dh[j] + gy[j];
+    SCALAR tc = TANH(cn[j]);
+    SCALAR dcc = dc[j] + gh * o * (1 - tc * tc);
+    gi[j] = dcc * g * i * (1 - i);
+    gi[H + j] = dcc * cp[j] * f * (1 - f);
+    gi[2 * H + j] = dcc * i * (1 - g * g);
+    gi[3 * H + j] = gh * tc * o * (1 - o);
+    dc[j] = dcc * f;
+    dhn[j] = 0;
+  }
+}
+
+__attribute__((noinline)) static void FN(gru_row_backward)(int64_t H, const SCALAR *restrict a,
+                                                           const SCALAR *restrict dh, const SCALAR *restrict gy,
+                                                           const SCALAR *restrict hp, SCALAR *restrict gi,
+                                                           SCALAR *restrict gg, SCALAR *restrict dhn) {
+  for (int64_t j = 0; j < H; j++) {
+    SCALAR r = a[j], z = a[H + j], n = a[2 * H + j], hh = a[3 * H + j], gh = dh[j] + gy[j];
+    SCALAR dan = gh * (1 - z) * (1 - n * n);
+    SCALAR dar = dan * hh * r * (1 - r), daz = gh * (hp[j] - n) * z * (1 - z);
+    gi[j] = dar, gg[j] = dar;
+    gi[H + j] = daz, gg[H + j] = daz;
+    gi[2 * H + j] = dan;
+    gg[2 * H + j] = dan * r;
+    dhn[j] = gh * z;
+  }
+}
+
 /* One step's cell over the batch rows: gates a (LSTM/RNN: pre-activations on entry, the
- * activations on exit), for the GRU the input projection p and hidden projection g. */
+ * activations on exit), for the GRU the input projection p and hidden projection g. The
+ * biases are arrays (zeros when the layer has none), so that the loops over the hidden
+ * units have no branches and vectorise. */
 static void FN(cell_forward)(const cpu_rnn_dims *d, int64_t t, SCALAR *a, const SCALAR *p, const SCALAR *g,
                              const SCALAR *hp, SCALAR *hn, const SCALAR *cp, SCALAR *cn, SCALAR *y, const SCALAR *bih,
                              const SCALAR *bhh, int par) {
@@ -26,8 +97,8 @@ static void FN(cell_forward)(const cpu_rnn_dims *d, int64_t t, SCALAR *a, const 
   int mode = d->mode;
 #pragma omp parallel for schedule(static) if (par) num_threads(em_get_num_threads())
   for (int64_t b = 0; b < B; b++) {
-    SCALAR *ab = a + b * W, *hb = hn + b * H, *yb = y + b * H;
-    const SCALAR *hpb = hp + b * H;
+    SCALAR *restrict ab = a + b * W, *restrict hb = hn + b * H, *restrict yb = y + b * H;
+    const SCALAR *restrict hpb = hp + b * H;
     if (d->lengths && t >= d->lengths[b]) { /* past the end: the state stays, the output is zero */
       memcpy(hb, hpb, (size_t)H * sizeof(SCALAR));
       if (cn) memcpy(cn + b * H, cp + b * H, (size_t)H * sizeof(SCALAR));
@@ -37,33 +108,14 @@ static void FN(cell_forward)(const cpu_rnn_dims *d, int64_t t, SCALAR *a, const 
     }
     if (mode == EM_RNN_TANH || mode == EM_RNN_RELU) {
       for (int64_t j = 0; j < H; j++) {
-        SCALAR v = ab[j] + BIAS(bih, j) + BIAS(bhh, j);
+        SCALAR v = ab[j] + bih[j] + bhh[j];
         v = mode == EM_RNN_TANH ? TANH(v) : (v > 0 ? v : 0);
         ab[j] = hb[j] = yb[j] = v;
       }
     } else if (mode == EM_RNN_LSTM) {
-      const SCALAR *cpb = cp + b * H;
-      SCALAR *cnb = cn + b * H;
-      for (int64_t j = 0; j < H; j++) {
-        SCALAR i = FN(sigm)(ab[j] + BIAS(bih, j) + BIAS(bhh, j));
-        SCALAR f = FN(sigm)(ab[H + j] + BIAS(bih, H + j) + BIAS(bhh, H + j));
-        SCALAR gg = TANH(ab[2 * H + j] + BIAS(bih, 2 * H + j) + BIAS(bhh, 2 * H + j));
-        SCALAR o = FN(sigm)(ab[3 * H + j] + BIAS(bih, 3 * H + j) + BIAS(bhh, 3 * H + j));
-        SCALAR c = f * cpb[j] + i * gg;
-        ab[j] = i, ab[H + j] = f, ab[2 * H + j] = gg, ab[3 * H + j] = o;
-        cnb[j] = c;
-        hb[j] = yb[j] = o * TANH(c);
-      }
-    } else { /* GRU, PyTorch's form: n = tanh(W_in x + b_in + r * (W_hn h + b_hn)) */
-      const SCALAR *pb = p + b * 3 * H, *gb = g + b * 3 * H;
-      for (int64_t j = 0; j < H; j++) {
-        SCALAR r = FN(sigm)(pb[j] + BIAS(bih, j) + gb[j] + BIAS(bhh, j));
-        SCALAR z = FN(sigm)(pb[H + j] + BIAS(bih, H + j) + gb[H + j] + BIAS(bhh, H + j));
-        SCALAR hh = gb[2 * H + j] + BIAS(bhh, 2 * H + j);
-        SCALAR n = TANH(pb[2 * H + j] + BIAS(bih, 2 * H + j) + r * hh);
-        ab[j] = r, ab[H + j] = z, ab[2 * H + j] = n, ab[3 * H + j] = hh;
-        hb[j] = yb[j] = (1 - z) * n + z * hpb[j];
-      }
+      FN(lstm_row)(H, ab, bih, bhh, cp + b * H, cn + b * H, hb, yb);
+    } else {
+      FN(gru_row)(H, ab, p + b * 3 * H, g + b * 3 * H, bih, bhh, hpb, hb, yb);
     }
   }
 }
@@ -112,60 +164,44 @@ static void FN(cell_backward)(const cpu_rnn_dims *d, int64_t t, const SCALAR *a,
   int mode = d->mode;
 #pragma omp parallel for schedule(static) if (par) num_threads(em_get_num_threads())
   for (int64_t b = 0; b < B; b++) {
-    const SCALAR *ab = a + b * W, *dhb = dh + b * H, *gyb = gy ? gy + b * H : NULL;
-    SCALAR *gi = dgi + b * G * H, *gg = dgh + b * G * H, *dnb = dhn + b * H;
+    /* gy is never NULL here: zeros when the output got no gradient */
+    const SCALAR *restrict ab = a + b * W, *restrict dhb = dh + b * H, *restrict gyb = gy + b * H;
+    SCALAR *restrict gi = dgi + b * G * H, *gg = dgh + b * G * H, *restrict dnb = dhn + b * H;
     if (d->lengths && t >= d->lengths[b]) { /* the state passed through unchanged */
       memset(gi, 0, (size_t)(G * H) * sizeof(SCALAR));
       if (gg != gi) memset(gg, 0, (size_t)(G * H) * sizeof(SCALAR));
       memcpy(dnb, dhb, (size_t)H * sizeof(SCALAR));
       continue;
     }
-    for (int64_t j = 0; j < H; j++) {
-      SCALAR g_h = dhb[j] + (gyb ? gyb[j] : 0);
-      if (mode == EM_RNN_TANH) {
-        gi[j] = g_h * (1 - ab[j] * ab[j]);
-        dnb[j] = 0;
-      } else if (mode == EM_RNN_RELU) {
-        gi[j] = ab[j] > 0 ? g_h : 0;
-        dnb[j] = 0;
-      } else if (mode == EM_RNN_LSTM) {
-        SCALAR i = ab[j], f = ab[H + j], g = ab[2 * H + j], o = ab[3 * H + j];
-        SCALAR tc = TANH(cn[b * H + j]), cprev = cp[b * H + j];
-        SCALAR dcc = dc[b * H + j] + g_h * o * (1 - tc * tc);
-        gi[j] = dcc * g * i * (1 - i);
-        gi[H + j] = dcc * cprev * f * (1 - f);
-        gi[2 * H + j] = dcc * i * (1 - g * g);
-        gi[3 * H + j] = g_h * tc * o * (1 - o);
-        dc[b * H + j] = dcc * f;
-        dnb[j] = 0;
-      } else {
-        SCALAR r = ab[j], z = ab[H + j], n = ab[2 * H + j], hh = ab[3 * H + j];
-        SCALAR dan = g_h * (1 - z) * (1 - n * n);
-        SCALAR dar = dan * hh * r * (1 - r), daz = g_h * (hp[b * H + j] - n) * z * (1 - z);
-        gi[j] = gg[j] = dar;
-        gi[H + j] = gg[H + j] = daz;
-        gi[2 * H + j] = dan;
-        gg[2 * H + j] = dan * r;
-        dnb[j] = g_h * z;
-      }
+    if (mode == EM_RNN_TANH) {
+      for (int64_t j = 0; j < H; j++) gi[j] = (dhb[j] + gyb[j]) * (1 - ab[j] * ab[j]), dnb[j] = 0;
+    } else if (mode == EM_RNN_RELU) {
+      for (int64_t j = 0; j < H; j++) gi[j] = ab[j] > 0 ? dhb[j] + gyb[j] : 0, dnb[j] = 0;
+    } else if (mode == EM_RNN_LSTM) {
+      FN(lstm_row_backward)(H, ab, dhb, gyb, cp + b * H, cn + b * H, dc + b * H, gi, dnb);
+    } else {
+      FN(gru_row_backward)(H, ab, dhb, gyb, hp + b * H, gi, gg, dnb);
     }
   }
 }
 
-/* column sums of m [rows, cols] into out [cols], accumulated in double */
-static void FN(col_sum)(SCALAR *out, const SCALAR *m, int64_t rows, int64_t cols) {
-  for (int64_t j = 0; j < cols; j++) {
-    double acc = 0;
-    for (int64_t r = 0; r < rows; r++) acc += m[r * cols + j];
-    out[j] = (SCALAR)acc;
-  }
+/* column sums of m [rows, cols] into out [cols], accumulated in double (acc: cols
+ * doubles of scratch), row by row so that the inner loop runs along memory */
+static void FN(col_sum)(SCALAR *restrict out, const SCALAR *restrict m, int64_t rows, int64_t cols,
+                        double *restrict acc) {
+  for (int64_t j = 0; j < cols; j++) acc[j] = 0;
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t j = 0; j < cols; j++) acc[j] += m[r * cols + j];
+  for (int64_t j = 0; j < cols; j++) out[j] = (SCALAR)acc[j];
 }
 
-/* scratch: dgi, dgh [T*B, G*H] (dgh == dgi unless GRU), dh, dhn, dc [B, H] */
+/* scratch: dgi, dgh [T*B, G*H] (dgh == dgi unless GRU), dh, dhn, dc [B, H], acc [G*H],
+ * zeros [B, H] (the output gradient when there is none) */
 static void FN(rnn_backward)(const cpu_rnn_dims *d, SCALAR *gx, SCALAR *gh0, SCALAR *gc0, SCALAR *gwih, SCALAR *gwhh,
                              SCALAR *gbih, SCALAR *gbhh, const SCALAR *gy, const SCALAR *gstate, const SCALAR *x,
                              const SCALAR *wih, const SCALAR *whh, const SCALAR *sh, const SCALAR *sc,
-                             const SCALAR *act, SCALAR *dgi, SCALAR *dgh, SCALAR *dh, SCALAR *dhn, SCALAR *dc) {
+                             const SCALAR *act, SCALAR *dgi, SCALAR *dgh, SCALAR *dh, SCALAR *dhn, SCALAR *dc,
+                             double *acc, const SCALAR *zeros) {
   int64_t T = d->T, B = d->B, NI = d->NI, H = d->H, GH = cpu_rnn_gates(d->mode) * H, BH = B * H, TB = T * B;
   int64_t W = cpu_rnn_act_width(d->mode, H);
   int par = em_get_num_threads() > 1 && B > 1 && B * GH >= 16384 && !omp_in_parallel();
@@ -179,7 +215,7 @@ static void FN(rnn_backward)(const cpu_rnn_dims *d, SCALAR *gx, SCALAR *gh0, SCA
     int64_t t = d->reverse ? T - 1 - s : s, prev = d->reverse ? t + 1 : t, next = d->reverse ? t : t + 1;
     SCALAR *gi = dgi + t * B * GH, *gg = dgh + t * B * GH;
     FN(cell_backward)
-    (d, t, act + t * B * W, gy ? gy + t * BH : NULL, dh, dc, dhn, gi, gg, sh + prev * BH, sc ? sc + prev * BH : NULL,
+    (d, t, act + t * B * W, gy ? gy + t * BH : zeros, dh, dc, dhn, gi, gg, sh + prev * BH, sc ? sc + prev * BH : NULL,
      sc ? sc + next * BH : NULL, par);
     /* the previous state's gradient: dhn + dgh_t @ w_hh */
     GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)B, (int)H, (int)GH, 1, gg, (int)GH, whh, (int)H, 1, dhn,
@@ -201,11 +237,10 @@ static void FN(rnn_backward)(const cpu_rnn_dims *d, SCALAR *gx, SCALAR *gh0, SCA
   if (gwhh) /* the states each step started from: rows t * B + b of sh, shifted one slot in reverse */
     GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)GH, (int)H, (int)TB, 1, dgh, (int)GH, sh + (d->reverse ? BH : 0),
          (int)H, 0, gwhh, (int)H);
-  if (gbih) FN(col_sum)(gbih, dgi, TB, GH);
-  if (gbhh) FN(col_sum)(gbhh, dgh, TB, GH);
+  if (gbih) FN(col_sum)(gbih, dgi, TB, GH, acc);
+  if (gbhh) FN(col_sum)(gbhh, dgh, TB, GH, acc);
 }
 
-#undef BIAS
 #undef FN
 #undef CAT
 #undef CAT_
