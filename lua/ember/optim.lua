@@ -444,6 +444,87 @@ require('ember.optim.adagrad')(optim, {
   Optimizer = Optimizer, new_optimizer = new_optimizer, need_numbers = need_numbers, check_hyper = check_hyper,
   has_grad = has_grad, state_zeros = state_zeros,
 })
+-- ---------------------------------------------------------------- RMSprop
+-- RMSprop(params, {lr = 1e-2, alpha = 0.99, eps = 1e-8, weight_decay = 0, momentum = 0,
+-- centered = false, maximize = false}): PyTorch's update (em_optim_rmsprop).
+local RMSprop = setmetatable({}, { __index = Optimizer })
+RMSprop.__index = RMSprop
+RMSprop.option_names = { 'lr', 'alpha', 'eps', 'weight_decay', 'momentum', 'centered', 'maximize' }
+RMSprop.state_names = { 'square_avg', 'momentum_buffer', 'grad_avg' }
+RMSprop.type_name = 'RMSprop'
+
+function RMSprop.check_group(op, g)
+  need_numbers(op, g, { 'lr', 'alpha', 'eps', 'weight_decay', 'momentum' })
+  check_hyper(op, C.em_optim_rmsprop(0, nil, nil, nil, nil, nil, g.lr, g.alpha, g.eps, g.weight_decay, g.momentum,
+    g.centered and 1 or 0, g.maximize and 1 or 0))
+end
+
+function optim.RMSprop(params, opts)
+  return new_optimizer(RMSprop, 'RMSprop', params, opts,
+    { lr = 1e-2, alpha = 0.99, eps = 1e-8, weight_decay = 0, momentum = 0, centered = false, maximize = false })
+end
+
+function RMSprop:step()
+  for _, g in ipairs(self.param_groups) do
+    local n = #g.params
+    local a = arrays(g, n, 5)
+    local params, grads, sq, bufs, gavg = a[1], a[2], a[3], a[4], a[5]
+    local k = 0
+    for i, p in ipairs(g.params) do
+      local grad = C.em_grad(p)
+      if grad ~= nil then
+        local st = g.state[i]
+        if st == nil then
+          st = { square_avg = state_zeros(p) }
+          g.state[i] = st
+        end
+        if g.momentum > 0 and st.momentum_buffer == nil then st.momentum_buffer = state_zeros(p) end
+        if g.centered and st.grad_avg == nil then st.grad_avg = state_zeros(p) end
+        params[k], grads[k], sq[k] = p, grad, st.square_avg
+        bufs[k], gavg[k] = st.momentum_buffer, st.grad_avg
+        k = k + 1
+      end
+    end
+    if k > 0 then
+      local status = C.em_optim_rmsprop(k, params, grads, sq, bufs, gavg, g.lr, g.alpha, g.eps, g.weight_decay,
+        g.momentum, g.centered and 1 or 0, g.maximize and 1 or 0)
+      release_grads(grads, k)
+      for i = 0, k - 1 do params[i], sq[i], bufs[i], gavg[i] = nil, nil, nil, nil end
+      I.check(status)
+    end
+  end
+end
+
+-- weight_decay_groups(model, weight_decay [, {no_decay_modules = {}}]): two parameter
+-- groups for AdamW, nanoGPT's rule: tensors of 2 or more dims (matmul weights, embeddings)
+-- decay, the others (biases, norm weights) do not. Parameters of modules whose class name
+-- is listed in no_decay_modules (e.g. {'Embedding'}, minGPT's rule) never decay.
+--   optim.AdamW(optim.weight_decay_groups(model, 0.1), {lr = 1e-3})
+function optim.weight_decay_groups(model, weight_decay, opts)
+  if not (ember.nn and ember.nn.is_module(model)) then
+    throw('weight_decay_groups: expected a module for argument 1, got ' .. describe(model))
+  end
+  if type(weight_decay) ~= 'number' then
+    throw('weight_decay_groups: weight_decay must be a number, got ' .. describe(weight_decay))
+  end
+  I.check_opts('weight_decay_groups', opts, I.option_set('no_decay_modules'), 3)
+  local skip_class = {}
+  for _, name in ipairs(opts and opts.no_decay_modules or {}) do skip_class[name] = true end
+  local no_decay_param = {}
+  for _, m in ipairs(model:modules()) do
+    if skip_class[m.__name] then
+      for _, pair in ipairs(m:named_parameters()) do no_decay_param[pair[2]] = true end
+    end
+  end
+  local decay, no_decay = {}, {}
+  for _, p in ipairs(model:parameters()) do
+    if #p.shape >= 2 and not no_decay_param[p] then decay[#decay + 1] = p else no_decay[#no_decay + 1] = p end
+  end
+  local groups = {}
+  if #decay > 0 then groups[#groups + 1] = { params = decay, weight_decay = weight_decay } end
+  if #no_decay > 0 then groups[#groups + 1] = { params = no_decay, weight_decay = 0 } end
+  return groups
+end
 
 -- ---------------------------------------------------------------- schedulers
 -- Each scheduler sets every group's lr from its initial lr (group.initial_lr, recorded by
@@ -619,6 +700,35 @@ function SequentialLR:_apply(e)
   sub:_apply(local_e)
   self.last_epoch = e
   self._last_lr = sub:get_last_lr()
+end
+
+-- WarmupCosineLR(opt, {warmup_steps, total_steps, min_lr = 0}): nanoGPT's schedule, stepped
+-- per iteration: lr = base * (e + 1) / (warmup_steps + 1) during the warm-up, then a cosine
+-- from base down to min_lr at total_steps, and min_lr after.
+local WarmupCosine = setmetatable({}, { __index = Scheduler })
+WarmupCosine.__index = WarmupCosine
+function lr_scheduler.WarmupCosineLR(optimizer, opts)
+  local self
+  self, opts = new_scheduler(WarmupCosine, 'WarmupCosineLR', optimizer, opts,
+    { 'warmup_steps', 'total_steps', 'min_lr' })
+  local w, t = opts.warmup_steps or 0, opts.total_steps
+  if type(w) ~= 'number' or w < 0 or w ~= math.floor(w) then
+    throw('WarmupCosineLR: warmup_steps must be an integer >= 0, got ' .. tostring(w))
+  end
+  positive_int('WarmupCosineLR', 'total_steps', t)
+  if t <= w then
+    throw(string.format('WarmupCosineLR: total_steps (%d) must exceed warmup_steps (%d)', t, w))
+  end
+  self.warmup_steps, self.total_steps, self.min_lr = w, t, opts.min_lr or 0
+  check_range('WarmupCosineLR', 'min_lr', self.min_lr, 0)
+  self:_apply(0)
+  return self
+end
+function WarmupCosine:lr_at(base, e)
+  if e < self.warmup_steps then return base * (e + 1) / (self.warmup_steps + 1) end
+  if e > self.total_steps then return self.min_lr end
+  local ratio = (e - self.warmup_steps) / (self.total_steps - self.warmup_steps)
+  return self.min_lr + 0.5 * (1 + math.cos(math.pi * ratio)) * (base - self.min_lr)
 end
 
 return optim

@@ -315,5 +315,7 @@ end
 -- targets) to int64 one-hot rows. Both live in ember.tensor.ops.
 local ops = require 'ember.tensor.core'
 F.pad, F.one_hot = ops.pad, ops.one_hot
+-- attention, rms_norm, gelu's tanh form, conv1d (functional_seq.lua)
+require('ember.nn.functional_seq')(F)
 
 return F

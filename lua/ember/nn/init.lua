@@ -7,7 +7,8 @@
 local nn = {}
 nn.init = require 'ember.nn.initializers'
 nn.functional = require 'ember.nn.functional'
-for _, part in ipairs { 'ember.nn.module', 'ember.nn.layers', 'ember.nn.containers' } do
+for _, part in ipairs { 'ember.nn.module', 'ember.nn.layers', 'ember.nn.containers', 'ember.nn.recurrent',
+  'ember.nn.attention' } do
   for k, v in pairs(require(part)) do
     assert(nn[k] == nil, 'ember.nn: ' .. k .. ' is defined twice')
     nn[k] = v

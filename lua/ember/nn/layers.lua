@@ -262,12 +262,15 @@ simple('Tanh', function(_, x) return F.tanh(x) end)
 simple('Sigmoid', function(_, x) return F.sigmoid(x) end)
 simple('Identity', function(_, x) return x end)
 
--- GELU([{approximate = 'none'}]): the exact (erf) form.
-local GELU = simple('GELU', function(_, x) return F.gelu(x) end)
+-- GELU([{approximate = 'none'}]): the exact (erf) form, or 'tanh' (its tanh approximation).
+local GELU = simple('GELU', function(self, x) return F.gelu(x, { approximate = self.approximate }) end,
+  function(self) return "approximate='" .. self.approximate .. "'" end)
 function GELU:init(opts)
   opts = opts_of('GELU', opts, { 'approximate' })
-  if opts.approximate ~= nil and opts.approximate ~= 'none' then
-    throw(string.format("GELU: approximate must be 'none' (the erf form), got %s", describe(opts.approximate)))
+  self.approximate = opts.approximate or 'none'
+  if self.approximate ~= 'none' and self.approximate ~= 'tanh' then
+    throw(string.format("GELU: approximate must be 'none' (the erf form) or 'tanh', got %s",
+      describe(opts.approximate)))
   end
 end
 

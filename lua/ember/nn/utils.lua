@@ -44,4 +44,19 @@ function utils.clip_grad_norm_(params, max_norm, norm_type)
   return total_out[0]
 end
 
+-- clip_grad_value_(params, clip_value): clamps every gradient into [-clip_value,
+-- clip_value] in place (one C call). Parameters without .grad are skipped.
+function utils.clip_grad_value_(params, clip_value)
+  params = param_list('clip_grad_value_', params)
+  I.need_number('clip_grad_value_', clip_value, 2, 'a number (clip_value)')
+  local n = #params
+  local grads = ffi.new('em_tensor *[?]', n + 1)
+  for i = 1, n do grads[i - 1] = C.em_grad(params[i]) end
+  local status = C.em_optim_clip_grad_value(n, grads, clip_value)
+  for i = 0, n - 1 do
+    if grads[i] ~= nil then C.em_tensor_release(grads[i]) end
+  end
+  I.check(status)
+end
+
 return utils

@@ -95,6 +95,31 @@ EM_API em_status em_nn_binary_cross_entropy_with_logits(em_tensor **out, const e
  * int64 [N], from base): argmax's choice (the first largest; NaN above any number). A
  * target outside base..base+C-1 is an EM_ERR_INDEX that shows its value. */
 EM_API em_status em_nn_count_correct(int64_t *count, const em_tensor *logits, const em_tensor *target, int base);
+/* ---- sequence layers (runtime/nn/rnn.c, attention.c) ---- */
+typedef enum em_rnn_mode { EM_RNN_TANH = 0, EM_RNN_RELU, EM_RNN_LSTM, EM_RNN_GRU } em_rnn_mode;
+/* One recurrent layer in one direction over a whole sequence, recorded as one node.
+ * x [T, B, I] (time-major); w_ih [G*H, I], w_hh [G*H, H], b_ih and b_hh [G*H] (or NULL),
+ * PyTorch's layout: G = 1 (RNN), 4 (LSTM, gates i, f, g, o), 3 (GRU, gates r, z, n with
+ * n = tanh(W_in x + b_in + r * (W_hn h + b_hn))). h0 [B, H] and, for the LSTM only, c0
+ * [B, H] may be NULL (zeros). lengths (NULL, or int32/int64 [B] on the CPU, each in 0..T):
+ * a sequence's steps at and past its length output zeros and leave its state as it was,
+ * so its final state is the one after its last valid step (PyTorch's packed sequences).
+ * reverse walks time from T - 1 down to 0 (a bidirectional layer's second direction).
+ * Results: *out [T, B, H] and *state [S, B, H], the final h (and c for the LSTM, S = 2). */
+EM_API em_status em_nn_rnn(em_tensor **out, em_tensor **state, em_rnn_mode mode, const em_tensor *x,
+                           const em_tensor *h0, const em_tensor *c0, const em_tensor *w_ih, const em_tensor *w_hh,
+                           const em_tensor *b_ih, const em_tensor *b_hh, const em_tensor *lengths, int reverse);
+/* softmax(q k^T * scale + mask) v, fused: tiled with an online softmax, so no [Tq, Tk]
+ * matrix is made; each row's logsumexp is kept for the backward, which recomputes the
+ * tiles. q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] with the same leading dims (at
+ * least one); *out [..., Tq, Dv]. mask (NULL: none) broadcasts to [..., Tq, Tk]: bool
+ * (true = may attend) or q's dtype (added to the scores). causal: query i attends to keys
+ * j <= i (the mask and causal may be combined). dropout_p on the attention probabilities
+ * (Philox, as em_nn_dropout). scale <= 0 means 1/sqrt(D). A query row that may attend to
+ * no key gets zeros. */
+EM_API em_status em_nn_scaled_dot_product_attention(em_tensor **out, const em_tensor *q, const em_tensor *k,
+                                                    const em_tensor *v, const em_tensor *mask, int causal,
+                                                    double dropout_p, double scale);
 /* EM_FFI_END */
 
 #ifdef __cplusplus

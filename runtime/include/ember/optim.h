@@ -41,6 +41,18 @@ EM_API em_status em_optim_clip_grad_norm(int n, em_tensor *const *grads, double 
  * one device; NULL entries skipped); on a GPU, handing found_inf to the host is the one
  * synchronisation of the step. */
 EM_API em_status em_amp_unscale_(int n, em_tensor *const *grads, double inv_scale, int *found_inf);
+/* RMSprop (PyTorch's update, runtime/optim/rmsprop.c): g = grad (negated when maximize)
+ * + weight_decay * p; square_avg = alpha * square_avg + (1 - alpha) * g^2; centered:
+ * grad_avg = alpha * grad_avg + (1 - alpha) * g and avg = sqrt(square_avg - grad_avg^2) +
+ * eps, else avg = sqrt(square_avg) + eps; momentum > 0: buf = momentum * buf + g / avg,
+ * p -= lr * buf; else p -= lr * g / avg. grad_avgs may be NULL unless centered,
+ * momentum_bufs unless momentum > 0. CPU tensors, contiguous (state made by zeros_like). */
+EM_API em_status em_optim_rmsprop(int n, em_tensor *const *params, em_tensor *const *grads,
+                                  em_tensor *const *square_avgs, em_tensor *const *momentum_bufs,
+                                  em_tensor *const *grad_avgs, double lr, double alpha, double eps, double weight_decay,
+                                  double momentum, int centered, int maximize);
+/* Clamps every gradient (NULL entries skipped) into [-clip_value, clip_value] in place. */
+EM_API em_status em_optim_clip_grad_value(int n, em_tensor *const *grads, double clip_value);
 /* EM_FFI_END */
 
 #ifdef __cplusplus

@@ -1,0 +1,73 @@
+/* cpu_seq.h - the CPU kernels of the sequence layers (runtime/nn/rnn.c, attention.c):
+ * recurrent layers (rnn.c, one body per dtype in rnn_body.h) and fused attention
+ * (attention.c, one body per dtype in attention_body.h).
+ *
+ * They take contiguous operands of one float dtype that the nn layer has checked and
+ * allocated, like the backend table's nn entries; they are called directly while only the
+ * CPU has them (a CUDA version goes into the backend table beside them). */
+#ifndef EMBER_CPU_SEQ_H
+#define EMBER_CPU_SEQ_H
+
+#include "cpu_impl.h"
+
+/* ---- recurrent layers ----
+ * mode: em_rnn_mode (ember/nn.h). G gates per hidden unit: 1 (RNN), 4 (LSTM: i, f, g, o),
+ * 3 (GRU: r, z, n). Time-major: x [T, B, I], y [T, B, H].
+ * States: sh (and sc for LSTM) [T + 1, B, H], the state before and after every step: slot
+ * t is before step t and slot t + 1 after it, or, walking in reverse, slot t + 1 before
+ * and slot t after; the initial state sits in the first slot walked from (0, or T).
+ * act [T, B, W] keeps what the backward needs of each step: the gates after their
+ * nonlinearity (W = G * H), for the GRU also W_hn h + b_hn (W = 4H: r, z, n, hn); for the
+ * plain RNN the new state itself (W = H).
+ * lengths (NULL: all T): a step t >= lengths[b] leaves sequence b's state as it was and
+ * writes zeros to its output, so the final state is the one after its last valid step. */
+typedef struct cpu_rnn_dims {
+  int mode, reverse;
+  int64_t T, B, NI, H; /* NI: input size ("I" is complex.h's) */
+  const int64_t *lengths;
+} cpu_rnn_dims;
+
+/* Gates per unit and saved activations per row for a mode. */
+int cpu_rnn_gates(int mode);
+int64_t cpu_rnn_act_width(int mode, int64_t H);
+
+/* Fills y, sh, sc (LSTM; else NULL) and act. h0, c0 [B, H] may be NULL (zeros); b_ih,
+ * b_hh [G * H] may be NULL. */
+em_status cpu_rnn_forward(const cpu_rnn_dims *d, em_tensor *y, em_tensor *sh, em_tensor *sc, em_tensor *act,
+                          const em_tensor *x, const em_tensor *h0, const em_tensor *c0, const em_tensor *w_ih,
+                          const em_tensor *w_hh, const em_tensor *b_ih, const em_tensor *b_hh);
+/* Gradients (each may be NULL: not wanted) from gy [T, B, H] and gstate [S, B, H] (either
+ * may be NULL: zero) and what the forward kept. gb_ih/gb_hh are written only when given. */
+em_status cpu_rnn_backward(const cpu_rnn_dims *d, em_tensor *gx, em_tensor *gh0, em_tensor *gc0, em_tensor *gw_ih,
+                           em_tensor *gw_hh, em_tensor *gb_ih, em_tensor *gb_hh, const em_tensor *gy,
+                           const em_tensor *gstate, const em_tensor *x, const em_tensor *w_ih, const em_tensor *w_hh,
+                           const em_tensor *sh, const em_tensor *sc, const em_tensor *act);
+
+/* ---- fused attention ----
+ * q [BH, Tq, D], k [BH, Tk, D], v [BH, Tk, Dv], out [BH, Tq, Dv], lse [BH, Tq] (each row's
+ * logsumexp of its scaled, masked scores; -inf for a row with nothing to attend to, whose
+ * output is zero). The mask, when given, is read through mask_ptr with element strides
+ * (batch via mask_bh_offset[bh], rows, columns): bool (1 = attend) or the q dtype (added
+ * to the scores). causal: query i sees keys j <= i (PyTorch's top-left alignment). Dropout on the probabilities with p > 0 keeps element
+ * (bh, i, j) when word e % 4 of Philox block offset + e / 4, e = (bh * Tq + i) * Tk + j,
+ * is at least p * 2^32; the backward regenerates the same mask. */
+typedef struct cpu_attn_args {
+  int64_t BH, Tq, Tk, D, Dv;
+  double scale;
+  int causal;
+  const char *mask_ptr; /* NULL: no mask */
+  int mask_is_bool;
+  const int64_t *mask_bh_offset; /* [BH] element offsets */
+  int64_t mask_rs, mask_cs;
+  double dropout_p;
+  uint64_t seed, offset;
+} cpu_attn_args;
+
+em_status cpu_attention_forward(const cpu_attn_args *a, em_tensor *out, em_tensor *lse, const em_tensor *q,
+                                const em_tensor *k, const em_tensor *v);
+/* gq, gk, gv (each may be NULL) from gout and what the forward kept (out, lse). */
+em_status cpu_attention_backward(const cpu_attn_args *a, em_tensor *gq, em_tensor *gk, em_tensor *gv,
+                                 const em_tensor *gout, const em_tensor *q, const em_tensor *k, const em_tensor *v,
+                                 const em_tensor *out, const em_tensor *lse);
+
+#endif

@@ -1,0 +1,106 @@
+/* rnn.c - the CPU kernels of the recurrent layers (see cpu_seq.h), one body per dtype
+ * (rnn_body.h), plus the scratch they need. */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cpu_seq.h"
+#include "ember/nn.h"
+#include "vmath.h"
+
+/* float32 gates through vmath.h's expf, so that the cell loops vectorise (libm's calls
+ * keep them scalar); tanh as 1 - 2 / (1 + e^2v): within ~1e-7 absolute, saturating to
+ * +-1 where e^2v overflows or vanishes. float64 keeps libm. */
+static inline float rnn_tanhf(float v) { return 1.0f - 2.0f / (1.0f + em_vexpf(2.0f * v)); }
+
+int cpu_rnn_gates(int mode) { return mode == EM_RNN_LSTM ? 4 : mode == EM_RNN_GRU ? 3 : 1; }
+int64_t cpu_rnn_act_width(int mode, int64_t H) { return mode == EM_RNN_GRU ? 4 * H : cpu_rnn_gates(mode) * H; }
+
+#define SCALAR float
+#define SFX _f32
+#define GEMM cblas_sgemm
+#define EXP em_vexpf
+#define TANH rnn_tanhf
+#include "rnn_body.h"
+#undef SCALAR
+#undef SFX
+#undef GEMM
+#undef EXP
+#undef TANH
+
+#define SCALAR double
+#define SFX _f64
+#define GEMM cblas_dgemm
+#define EXP exp
+#define TANH tanh
+#include "rnn_body.h"
+#undef SCALAR
+#undef SFX
+#undef GEMM
+#undef EXP
+#undef TANH
+
+#define PTR(t) ((t) ? (void *)em_tensor_ptr(t) : NULL)
+
+em_status cpu_rnn_forward(const cpu_rnn_dims *d, em_tensor *y, em_tensor *sh, em_tensor *sc, em_tensor *act,
+                          const em_tensor *x, const em_tensor *h0, const em_tensor *c0, const em_tensor *w_ih,
+                          const em_tensor *w_hh, const em_tensor *b_ih, const em_tensor *b_hh) {
+  size_t es = em_dtype_size(x->dtype);
+  int64_t GH = cpu_rnn_gates(d->mode) * d->H;
+  int gru = d->mode == EM_RNN_GRU;
+  /* the GRU keeps its input projection apart from the saved activations, and needs room
+   * for one step's hidden projection */
+  void *scratch = gru ? malloc((size_t)((d->T + 1) * d->B * GH) * es) : NULL;
+  if (gru && !scratch) return em_set_error(EM_ERR_MEMORY, "rnn: out of memory for the GRU's projections");
+  /* a missing bias reads as zeros, so that the cell loops need no branch */
+  void *zero_bias = (!b_ih || !b_hh) ? calloc((size_t)GH, es) : NULL;
+  if ((!b_ih || !b_hh) && !zero_bias) {
+    free(scratch);
+    return em_set_error(EM_ERR_MEMORY, "rnn: out of memory");
+  }
+  void *bi = b_ih ? PTR(b_ih) : zero_bias, *bh = b_hh ? PTR(b_hh) : zero_bias;
+  void *pre = gru ? scratch : PTR(act);
+  void *gh = gru ? (char *)scratch + (size_t)(d->T * d->B * GH) * es : NULL;
+  if (x->dtype == EM_FLOAT32)
+    rnn_forward_f32(d, PTR(y), PTR(sh), PTR(sc), PTR(act), pre, gh, PTR(x), PTR(h0), PTR(c0), PTR(w_ih), PTR(w_hh), bi,
+                    bh);
+  else
+    rnn_forward_f64(d, PTR(y), PTR(sh), PTR(sc), PTR(act), pre, gh, PTR(x), PTR(h0), PTR(c0), PTR(w_ih), PTR(w_hh), bi,
+                    bh);
+  free(scratch);
+  free(zero_bias);
+  return EM_OK;
+}
+
+em_status cpu_rnn_backward(const cpu_rnn_dims *d, em_tensor *gx, em_tensor *gh0, em_tensor *gc0, em_tensor *gw_ih,
+                           em_tensor *gw_hh, em_tensor *gb_ih, em_tensor *gb_hh, const em_tensor *gy,
+                           const em_tensor *gstate, const em_tensor *x, const em_tensor *w_ih, const em_tensor *w_hh,
+                           const em_tensor *sh, const em_tensor *sc, const em_tensor *act) {
+  size_t es = em_dtype_size(x->dtype);
+  int64_t GH = cpu_rnn_gates(d->mode) * d->H, rows = d->T * d->B, BH = d->B * d->H;
+  int gru = d->mode == EM_RNN_GRU;
+  size_t n = (size_t)((gru ? 2 : 1) * rows * GH + 4 * BH);
+  char *scratch = malloc(n * es);
+  double *acc = malloc((size_t)GH * sizeof(double));
+  if (!scratch || !acc) {
+    free(scratch), free(acc);
+    scratch = NULL;
+  }
+  if (!scratch) return em_set_error(EM_ERR_MEMORY, "rnn: out of memory for the backward's gate gradients");
+  char *dgi = scratch, *dgh = gru ? dgi + (size_t)(rows * GH) * es : dgi;
+  char *dh = dgh + (size_t)(rows * GH) * es, *dhn = dh + (size_t)BH * es, *dc = dhn + (size_t)BH * es;
+  char *zeros = dc + (size_t)BH * es;
+  memset(zeros, 0, (size_t)BH * es);
+  if (x->dtype == EM_FLOAT32)
+    rnn_backward_f32(d, PTR(gx), PTR(gh0), PTR(gc0), PTR(gw_ih), PTR(gw_hh), PTR(gb_ih), PTR(gb_hh), PTR(gy),
+                     PTR(gstate), PTR(x), PTR(w_ih), PTR(w_hh), PTR(sh), PTR(sc), PTR(act), (float *)dgi, (float *)dgh,
+                     (float *)dh, (float *)dhn, (float *)dc, acc, (const float *)zeros);
+  else
+    rnn_backward_f64(d, PTR(gx), PTR(gh0), PTR(gc0), PTR(gw_ih), PTR(gw_hh), PTR(gb_ih), PTR(gb_hh), PTR(gy),
+                     PTR(gstate), PTR(x), PTR(w_ih), PTR(w_hh), PTR(sh), PTR(sc), PTR(act), (double *)dgi,
+                     (double *)dgh, (double *)dh, (double *)dhn, (double *)dc, acc, (const double *)zeros);
+  free(scratch);
+  free(acc);
+  return EM_OK;
+}
