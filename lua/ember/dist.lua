@@ -335,6 +335,9 @@ function Group:barrier(opts)
   return dist.barrier(o)
 end
 
+-- Store{host, port, server, timeout}: a c10d TCPStore client or server (ember/store.lua).
+dist.Store = require('ember.store').new
+
 -- nn.DistributedDataParallel lives with the rest of nn but is registered here, so that the
 -- nn library itself does not depend on dist.
 if ember.nn then ember.nn.DistributedDataParallel = require 'ember.nn.ddp' end
