@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES="build-essential cmake pkg-config git
 luajit libluajit-5.1-dev libopenblas-openmp-dev libzmq3-dev libyaml-dev
-libopenmpi-dev openmpi-bin libreadline-dev libturbojpeg0-dev
+libopenmpi-dev openmpi-bin libgloo-dev libreadline-dev libturbojpeg0-dev
 libcmocka-dev lua-busted lua-check tmux python3 python3-numpy python3-networkx python3-igraph
 python3-scipy dataset-fashion-mnist zlib1g-dev
 clang libclang-rt-dev libomp-dev"
@@ -23,6 +23,15 @@ if [ -n "$missing" ]; then
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+fi
+
+# PyPI: PyTorch, whose torchrun launches ember in tests/distributed/real_torchrun.py and whose
+# TCPStore talks to ember's in store_interop.py (both skipped without it). EMBER_SKIP_PIP=1
+# leaves it out. Debian's Python refuses pip outside a venv unless told otherwise.
+if [ "${EMBER_SKIP_PIP:-0}" != 1 ] && ! python3 -c 'import torch' 2>/dev/null; then
+  echo "setup: installing torch (PyPI)"
+  python3 -m pip install -q torch 2>/dev/null || python3 -m pip install -q --break-system-packages torch \
+    || echo "setup: pip install torch failed: the torchrun and TCPStore interop tests will be skipped"
 fi
 
 BUILD_DIR=${BUILD_DIR:-build}
