@@ -29,7 +29,7 @@ describe('before init', function()
     raises(function() dist.init { backend = 'bogus' } end, "dist.init: unknown backend 'bogus'")
     -- the home-made ZeroMQ transport is gone: its names point to Gloo
     raises(function() dist.init { backend = 'tcp' } end, "dist.init: backend 'tcp' is gone")
-    raises(function() dist.init { backend = 'zmq' } end, "run on 'gloo' now")
+    raises(function() dist.init { backend = 'zmq' } end, "dist.init: backend 'zmq' is gone")
     assert.is_false(dist.is_initialized())
     if ember.device_count('cuda') == 0 then
       -- no GPU: refused with the reason, before anything starts

@@ -136,6 +136,7 @@ static const char *process_state(const peer_view *v, char *buf, size_t cap) {
 /* ---------------------------------------------------------------- ending the job */
 
 void gl_abort_job(const char *message, int exit_status) {
+  atomic_store(&G.aborting, 1); /* this rank's monitor must not read its own notice */
   if (message && *message) {
     fprintf(stderr, "%s\n", message);
     fflush(stderr);
@@ -162,7 +163,11 @@ static void rank_text(char *buf, size_t cap, const gl_group *g, int r) {
   else snprintf(buf, cap, "rank %d (world rank %d)", r, g->world_ranks[r]);
 }
 
+static void follow_notice(em_dist_store *s, int claimed);
+#define check_abort(s) follow_notice(s, 0)
+
 void gl_fail_job(gl_group *g, em_dist_work *w, const char *what_given, int code, const char *why) {
+  check_abort(G.store); /* a rank that failed first (its connections closed as it left) said why */
   if (atomic_exchange(&G.aborting, 1))
     for (;;) sleep_s(1); /* another thread ends the job */
   double now = em_clock_monotonic();
@@ -178,6 +183,7 @@ void gl_fail_job(gl_group *g, em_dist_work *w, const char *what_given, int code,
       if (r != g->rank && (!p2p || r == w->peer)) peers[n++] = r;
     for (int i = 0; i < n; i++) read_peer(G.store, g->world_ranks[peers[i]], g->id, &first[i]);
     sleep_s(QUERY_GRACE_S);
+    follow_notice(G.store, 1);
     for (int i = 0; i < n; i++) read_peer(G.store, g->world_ranks[peers[i]], g->id, &second[i]);
   }
   char msg[2048];
@@ -222,8 +228,9 @@ void gl_report_timeout(void *group_impl, em_dist_work *w) { gl_fail_job(group_im
 
 /* ---------------------------------------------------------------- the monitor */
 
-/* Another rank ended the job: exit as it said. */
-static void check_abort(em_dist_store *s) {
+/* Another rank ended the job: exit as it said. claimed: this thread is already the one
+ * ending the job (G.aborting is its). */
+static void follow_notice(em_dist_store *s, int claimed) {
   char key[160], val[EM_DIST_MSG + 32];
   gl_key(key, sizeof key, "abort");
   const char *k = key;
@@ -234,7 +241,7 @@ static void check_abort(em_dist_store *s) {
   val[len < sizeof val ? len : sizeof val - 1] = 0;
   int status = 1, src = -1;
   sscanf(val, "%d %d", &status, &src);
-  if (atomic_exchange(&G.aborting, 1)) return;
+  if (src == G.rank || (!claimed && atomic_exchange(&G.aborting, 1))) return;
   char *why = strchr(val, '\n');
   why = why ? why + 1 : "";
   if (!strncmp(why, "ember.dist: ", 12)) why += 12;
