@@ -16,10 +16,12 @@
 -- process, 'gloo' when it was started torchrun-style (the real torchrun, or RANK, WORLD_SIZE,
 -- MASTER_ADDR, MASTER_PORT set by hand: rendezvous in PyTorch's c10d TCPStore, torchrun's own
 -- or one rank 0 hosts, and collectives over Gloo's TCP transport, runtime/plugins/gloo), else
--- 'self' (a world of one process: scripts written for many ranks run on one unchanged); collectives on CUDA tensors go to NCCL, connected on each group's first CUDA
--- collective. 'nccl' is 'auto' with NCCL required (an error without the CUDA plugin, NCCL
--- or a GPU): it makes GPU local_rank() mod the GPU count current and connects the world's
--- communicator during init. 'mpi' and 'gloo' named explicitly reduce CPU tensors only. NCCL takes one GPU per rank:
+-- 'self' (a world of one process: scripts written for many ranks run on one unchanged);
+-- collectives on CUDA tensors go to NCCL, connected on each group's first CUDA collective.
+-- 'nccl' is 'auto' with NCCL required (an error without the CUDA plugin, NCCL or a GPU): it
+-- makes GPU local_rank() mod the GPU count current and connects the world's communicator
+-- during init. 'mpi' and 'gloo' named explicitly reduce CPU tensors only. NCCL takes one GPU
+-- per rank:
 -- put each rank's tensors on its own GPU ('cuda:' .. dist.local_rank() % GPU count; with
 -- 'nccl' that GPU is also the current one). backend() names the CPU backend,
 -- backend('cuda') the one for CUDA tensors.
@@ -45,8 +47,9 @@
 -- EMBER_DIST_TIMEOUT, default 600 s) prints which ranks did not take part and ends the whole
 -- job (exit status 124): MPI and Gloo cannot cancel a collective, and a dead or stuck rank
 -- must not hang the others. Over Gloo every rank also checks that all called the same
--- collective (kind, sizes, dtype, operation, root): a mismatch is an error on every rank. A script that fails on one rank ends the job too (at exit, a non-zero
--- status aborts every rank instead of waiting for them in MPI_Finalize).
+-- collective (kind, sizes, dtype, operation, root): a mismatch is an error on every rank. A
+-- script that fails on one rank ends the job too (at exit, a non-zero status aborts every
+-- rank instead of waiting for them in MPI_Finalize).
 --
 -- Multi-node: start ember under mpirun or srun directly, one process per device, e.g.
 --   mpirun -np 16 --hostfile hosts --bind-to none -x EMBER_NUM_THREADS=8 ember train.lua

@@ -39,7 +39,9 @@ end
 
 local function key_list(op, keys)
   if type(keys) == 'string' then keys = { keys } end
-  if type(keys) ~= 'table' or #keys == 0 then throw(op .. ': expected a key or a list of keys, got ' .. describe(keys)) end
+  if type(keys) ~= 'table' or #keys == 0 then
+    throw(op .. ': expected a key or a list of keys, got ' .. describe(keys))
+  end
   local arr = ffi.new('const char*[?]', #keys)
   for i, k in ipairs(keys) do
     if type(k) ~= 'string' then throw(string.format('%s: key %d is %s, expected a string', op, i, describe(k))) end

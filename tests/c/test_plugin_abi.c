@@ -79,7 +79,7 @@ static void test_mpi_plugin_refused(void **state) {
   assert_int_equal(em_dist_init("mpi", 10), EM_ERR_UNSUPPORTED);
   const char *why = em_last_error();
   assert_non_null(strstr(why, "dist.init: the MPI backend is not available: "));
-  assert_non_null(strstr(why, "EM_DIST_BACKEND_API_VERSION is 1 there, 2 in this libember"));
+  assert_non_null(strstr(why, "EM_DIST_BACKEND_API_VERSION is 2 there, 3 in this libember"));
   assert_null(strstr(why, "EM_MAX_DIMS"));
 }
 
