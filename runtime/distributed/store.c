@@ -181,7 +181,7 @@ static void msg_init(msg *m, uint8_t type) {
 }
 
 static void msg_put(msg *m, const void *data, size_t n) {
-  if (m->failed) return;
+  if (m->failed || n == 0) return;
   if (m->len + n > m->cap) {
     size_t cap = (m->len + n) * 2;
     uint8_t *p = m->p == m->small ? malloc(cap) : realloc(m->p, cap);

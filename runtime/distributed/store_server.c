@@ -104,7 +104,7 @@ static int64_t num_keys(store_server *s) {
 static int assign(entry *e, const uint8_t *data, size_t len) {
   uint8_t *p = malloc(len ? len : 1);
   if (!p) return -1;
-  memcpy(p, data, len);
+  if (len) memcpy(p, data, len);
   free(e->value.data);
   e->value.data = p;
   e->value.len = len;
@@ -115,7 +115,7 @@ static int assign(entry *e, const uint8_t *data, size_t len) {
 /* ---------------------------------------------------------------- replies */
 
 static void put(conn *c, const void *data, size_t n) {
-  if (c->dead) return;
+  if (c->dead || n == 0) return;
   if (c->out_len + n > c->out_cap) {
     size_t cap = (c->out_len + n) * 2 + 64;
     uint8_t *p = realloc(c->out, cap);
@@ -278,7 +278,7 @@ static int handle(store_server *s, conn *c, cursor *r) {
       if (e->has) {
         char text[32];
         size_t n = e->value.len < sizeof text - 1 ? e->value.len : sizeof text - 1;
-        memcpy(text, e->value.data, n);
+        if (n) memcpy(text, e->value.data, n);
         text[n] = 0;
         delta += strtoll(text, NULL, 10);
       }
