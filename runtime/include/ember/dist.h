@@ -6,6 +6,12 @@
  *                 demand so that processes that never call em_dist_init never load libmpi);
  *                 non-blocking MPI, progressed by the thread that waits for a result or,
  *                 while nobody waits, by a communication thread;
+ *         "gloo" (runtime/plugins/gloo, libember_gloo.so, loaded on demand): Gloo's TCP
+ *                 transport for torchrun-style starts (the real torchrun, or RANK, WORLD_SIZE,
+ *                 MASTER_ADDR, MASTER_PORT by hand), rendezvous in the c10d store below;
+ *                 collectives in posting order on a communication thread, each preceded by
+ *                 a check that every rank called the same one (a mismatch is an error on
+ *                 every rank);
  *         "self" (a world of one process: no launcher, no MPI);
  *   cuda  "nccl" (in the CUDA plugin, runtime/plugins/cuda/nccl_backend.c): collectives on a
  *                 communication stream of the tensor's GPU that first waits for the work
@@ -31,7 +37,7 @@
  * Timeouts: each collective must complete within the group's timeout (default 600 s,
  * EMBER_DIST_TIMEOUT, or the value given to em_dist_init). NCCL aborts its communicator and
  * fails the work with an error naming the collective, the rank and the seconds (the
- * error ends the script, which ends the job). MPI cannot cancel a collective,
+ * error ends the script, which ends the job). MPI and Gloo cannot cancel a collective,
  * so a timeout prints which ranks did not take part ("all_reduce #12 on the world group:
  * timed out after 30 s on rank 0 waiting for rank 1 (no answer: dead or stopped)") and
  * aborts the whole job with exit status 124: a dead or stuck rank never hangs the others.
