@@ -47,6 +47,18 @@ if(MPI_C_FOUND)
   string(APPEND EMBER_FEATURES " mpi")
 endif()
 
+# Gloo (collectives for torchrun-style starts, runtime/plugins/gloo): a C++ library, called
+# through a small C++ shim, so the plugin also needs a C++ compiler.
+find_library(EMBER_GLOO_LIBRARY gloo)
+find_path(EMBER_GLOO_INCLUDE_DIR gloo/allreduce.h)
+include(CheckLanguage)
+check_language(CXX)
+if(EMBER_GLOO_LIBRARY AND EMBER_GLOO_INCLUDE_DIR AND CMAKE_CXX_COMPILER)
+  enable_language(CXX)
+  set(EMBER_HAVE_GLOO ON)
+  string(APPEND EMBER_FEATURES " gloo")
+endif()
+
 # Line editing for the REPL: readline, else libedit, else plain fgets.
 find_library(EMBER_READLINE_LIBRARY NAMES readline edit)
 find_path(EMBER_READLINE_INCLUDE_DIR readline/readline.h)

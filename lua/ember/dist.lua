@@ -13,13 +13,15 @@
 --   local evens = dist.new_group{0, 2}     -- a subgroup: evens:all_reduce(t), evens:rank()
 --
 -- Backends: 'auto' picks 'mpi' when a launcher (ember launch, mpirun, srun) started the
--- process, 'tcp' when it was started torchrun-style (RANK, WORLD_SIZE, MASTER_ADDR,
--- MASTER_PORT set, no MPI: a ZeroMQ rendezvous at MASTER_ADDR:MASTER_PORT and collectives
--- over TCP, runtime/distributed/tcp_*.c), else 'self' (a world of one process: scripts written for
--- many ranks run on one unchanged); collectives on CUDA tensors go to NCCL, connected on each group's first CUDA
--- collective. 'nccl' is 'auto' with NCCL required (an error without the CUDA plugin, NCCL
--- or a GPU): it makes GPU local_rank() mod the GPU count current and connects the world's
--- communicator during init. 'mpi' reduces CPU tensors only. NCCL takes one GPU per rank:
+-- process, 'gloo' when it was started torchrun-style (the real torchrun, or RANK, WORLD_SIZE,
+-- MASTER_ADDR, MASTER_PORT set by hand: rendezvous in PyTorch's c10d TCPStore, torchrun's own
+-- or one rank 0 hosts, and collectives over Gloo's TCP transport, runtime/plugins/gloo), else
+-- 'self' (a world of one process: scripts written for many ranks run on one unchanged);
+-- collectives on CUDA tensors go to NCCL, connected on each group's first CUDA collective.
+-- 'nccl' is 'auto' with NCCL required (an error without the CUDA plugin, NCCL or a GPU): it
+-- makes GPU local_rank() mod the GPU count current and connects the world's communicator
+-- during init. 'mpi' and 'gloo' named explicitly reduce CPU tensors only. NCCL takes one GPU
+-- per rank:
 -- put each rank's tensors on its own GPU ('cuda:' .. dist.local_rank() % GPU count; with
 -- 'nccl' that GPU is also the current one). backend() names the CPU backend,
 -- backend('cuda') the one for CUDA tensors.
@@ -47,9 +49,11 @@
 --
 -- Timeouts: a collective that does not complete within the timeout (init{timeout = s},
 -- EMBER_DIST_TIMEOUT, default 600 s) prints which ranks did not take part and ends the whole
--- job (exit status 124): MPI cannot cancel a collective, and a dead or stuck rank must not
--- hang the others. A script that fails on one rank ends the job too (at exit, a non-zero
--- status aborts every rank instead of waiting for them in MPI_Finalize).
+-- job (exit status 124): MPI and Gloo cannot cancel a collective, and a dead or stuck rank
+-- must not hang the others. Over Gloo every rank also checks that all called the same
+-- collective (kind, sizes, dtype, operation, root): a mismatch is an error on every rank. A
+-- script that fails on one rank ends the job too (at exit, a non-zero status aborts every
+-- rank instead of waiting for them in MPI_Finalize).
 --
 -- Multi-node: start ember under mpirun or srun directly, one process per device, e.g.
 --   mpirun -np 16 --hostfile hosts --bind-to none -x EMBER_NUM_THREADS=8 ember train.lua
@@ -77,7 +81,7 @@ local INIT_OPTS = option_set('backend', 'timeout')
 function dist.init(opts)
   check_opts('dist.init', opts, INIT_OPTS, 1)
   local backend = opts and opts.backend or 'auto'
-  if type(backend) ~= 'string' then throw('dist.init: backend must be a string (auto, mpi, tcp, self, nccl), got ' ..
+  if type(backend) ~= 'string' then throw('dist.init: backend must be a string (auto, mpi, gloo, self, nccl), got ' ..
     describe(backend)) end
   local timeout = opts and opts.timeout or 0
   if type(timeout) ~= 'number' or timeout < 0 or timeout ~= timeout then
@@ -91,7 +95,7 @@ function dist.is_initialized() return C.em_dist_is_initialized() ~= 0 end
 
 function dist.finalize() check(C.em_dist_finalize()) end
 
--- backend([device]): the backend of CPU tensors ('mpi', 'tcp', 'self'), or of device's tensors
+-- backend([device]): the backend of CPU tensors ('mpi', 'gloo', 'self'), or of device's tensors
 -- ('cuda': 'nccl' or 'self'); nil before init or when that device has none.
 function dist.backend(device)
   local name
@@ -486,6 +490,9 @@ function Group:barrier(opts)
   o.group = self
   return dist.barrier(o)
 end
+
+-- Store{host, port, server, timeout}: a c10d TCPStore client or server (ember/store.lua).
+dist.Store = require('ember.store').new
 
 -- nn.DistributedDataParallel lives with the rest of nn but is registered here, so that the
 -- nn library itself does not depend on dist.

@@ -1,6 +1,6 @@
-/* combine.c - the elementwise reductions of the backends that reduce themselves (tcp,
- * runtime/distributed/tcp_*.c) and of shared memory (symmetric.c), and the 1/size of 'avg' (also
- * MPI's). Contributions are combined one after the other in rank order (acc = r0; acc = acc
+/* combine.c - the elementwise reductions of shared memory (symmetric.c) and of the backends
+ * that reduce with callbacks of their own (Gloo, runtime/plugins/gloo), and the 1/size of 'avg'
+ * (also MPI's). Contributions are combined one after the other in rank order (acc = r0; acc = acc
  * op r1; ...), at one place per element, so every rank ends with the same bits. Integers wrap (computed
  * unsigned); float16/bfloat16 are combined in float32 and rounded after every step, as the
  * MPI backend does; max/min propagate NaN. */
@@ -74,6 +74,10 @@ void dist_combine(void *acc, const void *x, int64_t n, em_dtype dtype, em_dist_r
       break;
     default: break;
   }
+}
+
+void emp_dist_combine(void *acc, const void *x, int64_t n, em_dtype dtype, em_dist_redop op) {
+  dist_combine(acc, x, n, dtype, op);
 }
 
 void emp_dist_scale(void *p, int64_t n, em_dtype dtype, double s) {

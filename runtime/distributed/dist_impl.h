@@ -146,11 +146,9 @@ const em_dist_backend *dist_group_backend(em_dist_group *g, em_device_type dev, 
 
 /* The built-in backend for a world of one process (any device: its copies dispatch). */
 const em_dist_backend *dist_self_backend(void);
-/* The ZeroMQ backend for torchrun-style starts (runtime/distributed/tcp_*.c); NULL in a build
- * without ZeroMQ. */
-const em_dist_backend *dist_tcp_backend(void);
 
-/* What the MPI plugin's entry point (em_dist_mpi_backend in libember_mpi.so) returns: the
+/* What a collective plugin's entry point (em_dist_mpi_backend in libember_mpi.so,
+ * em_dist_gloo_backend in libember_gloo.so) returns: the
  * layout handshake (core/plugin_abi.h: EM_DIST_PLUGIN_ABI as the plugin was built),
  * checked before the backend is used. */
 typedef struct em_dist_plugin {

@@ -1,5 +1,5 @@
 /* group.c - the world and its subgroups: launcher discovery, backend choice, loading the
- * MPI plugin, attaching NCCL for CUDA tensors, shutdown at exit.
+ * MPI and Gloo plugins, attaching NCCL for CUDA tensors, shutdown at exit.
  *
  * The MPI backend is a separate shared object (libember_mpi.so next to libember.so, or
  * EMBER_MPI_PLUGIN) opened with dlopen the first time a process initialises the world
@@ -18,9 +18,12 @@
  *           (local_rank mod the device count) the current device and connects the world's
  *           communicator during init.
  *   'mpi'   CPU tensors only: a CUDA collective is an error that says which backend to use.
- *   'tcp'   (or 'zmq') CPU collectives over ZeroMQ, for processes started torchrun-style
- *           (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) without MPI: what 'auto' and 'nccl'
- *           pick for such a start (runtime/distributed/tcp_*.c). CPU tensors only when named.
+ *   'gloo'  CPU collectives over Gloo's TCP transport (runtime/plugins/gloo, libember_gloo.so,
+ *           loaded like the MPI plugin), for processes started torchrun-style (RANK,
+ *           WORLD_SIZE, MASTER_ADDR, MASTER_PORT; the real torchrun or by hand): what 'auto'
+ *           and 'nccl' pick for such a start. Rendezvous in PyTorch's c10d TCPStore
+ *           (torchrun's agent's, or one rank 0 hosts). CPU tensors only when named.
+ *   'tcp', 'zmq'  the home-made ZeroMQ transport that 'gloo' replaced: an error naming 'gloo'.
  *
  * At exit (on_exit, which sees the exit status): status 0 finishes pending work and
  * finalizes MPI; any other status ends the whole job at once, because the other ranks may
@@ -95,11 +98,20 @@ void em_dist_env_detect(em_dist_env *out) {
   *out = e;
 }
 
-/* ---------------------------------------------------------------- the MPI plugin */
+/* ---------------------------------------------------------------- the MPI and Gloo plugins */
 
-static em_status load_mpi_plugin(const em_dist_backend **out) {
-  char path[4096];
-  const char *env = getenv("EMBER_MPI_PLUGIN");
+/* libember_<name>.so (next to libember.so, or the path in EMBER_<NAME>_PLUGIN), its entry
+ * point em_dist_<name>_backend and the layout handshake. title names it in messages,
+ * install says what to build ember with when it is missing. */
+static em_status load_plugin(const char *name, const char *title, const char *install, const em_dist_backend **out) {
+  char path[4096], var[64], file[64], sym[64], upper[16];
+  size_t i = 0;
+  for (; name[i] && i < sizeof upper - 1; i++) upper[i] = (char)(name[i] >= 'a' && name[i] <= 'z' ? name[i] - 32 : name[i]);
+  upper[i] = 0;
+  snprintf(var, sizeof var, "EMBER_%s_PLUGIN", upper);
+  snprintf(file, sizeof file, "libember_%s.so", name);
+  snprintf(sym, sizeof sym, "em_dist_%s_backend", name);
+  const char *env = getenv(var);
   if (env && *env) {
     snprintf(path, sizeof path, "%s", env);
   } else {
@@ -108,23 +120,23 @@ static em_status load_mpi_plugin(const em_dist_backend **out) {
     path[0] = 0;
     if (dladdr((void *)em_dist_init, &info) && info.dli_fname) {
       const char *slash = strrchr(info.dli_fname, '/');
-      if (slash) snprintf(path, sizeof path, "%.*s/libember_mpi.so", (int)(slash - info.dli_fname), info.dli_fname);
+      if (slash) snprintf(path, sizeof path, "%.*s/%s", (int)(slash - info.dli_fname), info.dli_fname, file);
     }
-    if (!path[0]) snprintf(path, sizeof path, "libember_mpi.so");
+    if (!path[0]) snprintf(path, sizeof path, "%s", file);
   }
   /* RTLD_GLOBAL: Open MPI opens its own components later and they look for libmpi's
    * symbols in the global scope. */
   void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
-  if (!h && !strchr(path, '/')) h = dlopen("libember_mpi.so", RTLD_NOW | RTLD_GLOBAL);
+  if (!h && !strchr(path, '/')) h = dlopen(file, RTLD_NOW | RTLD_GLOBAL);
   if (!h) {
     const char *why = dlerror();
     return em_set_error(EM_ERR_UNSUPPORTED,
-                        "dist.init: the MPI backend is not available: cannot load %s (%s); build ember with Open MPI "
-                        "(libopenmpi-dev) or set EMBER_MPI_PLUGIN to libember_mpi.so",
-                        path, why ? why : "unknown error");
+                        "dist.init: the %s backend is not available: cannot load %s (%s); build ember with %s or set "
+                        "%s to %s",
+                        title, path, why ? why : "unknown error", install, var, file);
   }
-  em_dist_plugin_entry entry = (em_dist_plugin_entry)dlsym(h, "em_dist_mpi_backend");
-  if (!entry) return em_set_error(EM_ERR_UNSUPPORTED, "dist.init: %s has no em_dist_mpi_backend entry point", path);
+  em_dist_plugin_entry entry = (em_dist_plugin_entry)dlsym(h, sym);
+  if (!entry) return em_set_error(EM_ERR_UNSUPPORTED, "dist.init: %s has no %s entry point", path, sym);
   const em_dist_plugin *p = entry();
   static const em_plugin_abi_item items[] = {EM_DIST_PLUGIN_ABI(EM_PLUGIN_ABI_ITEM)};
   static const em_plugin_abi abi = EM_PLUGIN_ABI_OF(items);
@@ -132,8 +144,8 @@ static em_status load_mpi_plugin(const em_dist_backend **out) {
   /* Reading the handshake first is safe with any plugin: older ones returned the backend
    * itself, whose first member (its name pointer) never reads as EM_PLUGIN_HANDSHAKE. */
   if (!p || core_plugin_abi_check(path, &p->abi, &abi, why, sizeof why))
-    return em_set_error(EM_ERR_UNSUPPORTED, "dist.init: the MPI backend is not available: %s",
-                        p ? why : "em_dist_mpi_backend returned NULL");
+    return em_set_error(EM_ERR_UNSUPPORTED, "dist.init: the %s backend is not available: %s", title,
+                        p ? why : "its entry point returned NULL");
   *out = p->backend;
   return EM_OK;
 }
@@ -237,7 +249,7 @@ static void shutdown_world(int exit_status) {
   /* GPU work first: it may still need the CPU backend (a group's NCCL id) */
   if (dev_be && dev_be != be && dev_be != dist_self_backend()) dev_be->shutdown(exit_status);
   if (be) {
-    if (be != dist_self_backend()) finalized_mpi = 1;
+    if (!strcmp(be->name, "mpi")) finalized_mpi = 1;
     be->shutdown(exit_status);
   }
   /* Groups still referenced by Lua objects stay valid as handles; their backend state is
@@ -251,39 +263,27 @@ static void exit_handler(int status, void *arg) {
   shutdown_world(status);
 }
 
-/* The CPU backend (*chosen: self or mpi), how CUDA tensors are reduced (*mode) and the
+/* The CPU backend (*chosen: self, mpi or gloo), how CUDA tensors are reduced (*mode) and the
  * name init reports (*resolved). */
 static em_status choose_backend(const char *name, const em_dist_env *env, const char **chosen, int *mode,
                                 const char **resolved) {
   int is_auto = !name || !*name || !strcmp(name, "auto"), is_nccl = name && !strcmp(name, "nccl");
   int torchrun = !strcmp(env->launcher, "torchrun");
   if (is_auto || is_nccl) {
-    /* torchrun-style (RANK/WORLD_SIZE, no MPI launcher): the ZeroMQ rendezvous at
-     * MASTER_ADDR:MASTER_PORT and CPU collectives over TCP (runtime/distributed/tcp_*.c); NCCL's
-     * id then travels over those. */
-    if (torchrun && !dist_tcp_backend())
-      return em_set_error(EM_ERR_UNSUPPORTED,
-                          "dist.init: started torchrun-style (RANK/WORLD_SIZE set, %d processes) without an MPI "
-                          "launcher, but this ember was built without ZeroMQ (libzmq3-dev), which the rendezvous at "
-                          "MASTER_ADDR:MASTER_PORT needs; rebuild with it, or start with `ember launch -n N`, mpirun "
-                          "or srun",
-                          env->world_size);
-    *chosen = torchrun ? "tcp" : strcmp(env->launcher, "none") ? "mpi" : "self";
+    /* torchrun-style (RANK/WORLD_SIZE, no MPI launcher): Gloo, with the rendezvous in the
+     * c10d store at MASTER_ADDR:MASTER_PORT (torchrun's own, or one rank 0 hosts); NCCL's
+     * id then travels over Gloo. */
+    *chosen = torchrun ? "gloo" : strcmp(env->launcher, "none") ? "mpi" : "self";
     *mode = is_nccl ? CUDA_NCCL : CUDA_AUTO;
     *resolved = is_nccl ? "nccl" : *chosen;
     return EM_OK;
   }
-  if (!strcmp(name, "tcp") || !strcmp(name, "zmq")) {
-    if (!dist_tcp_backend())
-      return em_set_error(EM_ERR_UNSUPPORTED,
-                          "dist.init: backend '%s' is not available: this ember was built "
-                          "without ZeroMQ (install libzmq3-dev and rebuild)",
-                          name);
-    *chosen = *resolved = "tcp";
-    *mode = CUDA_NONE;
-    return EM_OK;
-  }
-  if (!strcmp(name, "mpi") || !strcmp(name, "self")) {
+  if (!strcmp(name, "tcp") || !strcmp(name, "zmq"))
+    return em_set_error(EM_ERR_ARGUMENT,
+                        "dist.init: backend '%s' is gone: torchrun-style starts (RANK, WORLD_SIZE, MASTER_ADDR, "
+                        "MASTER_PORT) run on 'gloo' now (also what 'auto' picks there)",
+                        name);
+  if (!strcmp(name, "mpi") || !strcmp(name, "self") || !strcmp(name, "gloo")) {
     if (!strcmp(name, "self") && env->world_size > 1)
       return em_set_error(EM_ERR_ARGUMENT,
                           "dist.init: backend 'self' runs a world of one process, but the launcher (%s) started %d",
@@ -292,7 +292,7 @@ static em_status choose_backend(const char *name, const em_dist_env *env, const 
     *mode = !strcmp(name, "self") ? CUDA_AUTO : CUDA_NONE;
     return EM_OK;
   }
-  return em_set_error(EM_ERR_ARGUMENT, "dist.init: unknown backend '%s' (expected auto, mpi, tcp, self or nccl)", name);
+  return em_set_error(EM_ERR_ARGUMENT, "dist.init: unknown backend '%s' (expected auto, mpi, gloo, self or nccl)", name);
 }
 
 em_status em_dist_init(const char *backend, double timeout_s) {
@@ -321,14 +321,13 @@ em_status em_dist_init(const char *backend, double timeout_s) {
   const em_dist_backend *be = NULL;
   if (!strcmp(chosen, "self")) {
     be = dist_self_backend();
-  } else if (!strcmp(chosen, "tcp")) {
-    be = dist_tcp_backend();
   } else {
-    if (finalized_mpi) {
+    if (finalized_mpi && !strcmp(chosen, "mpi")) {
       pthread_mutex_unlock(&init_lock);
       return em_set_error(EM_ERR_RUNTIME, "dist.init: MPI was finalized in this process and cannot start again");
     }
-    if ((st = load_mpi_plugin(&be))) {
+    int gloo = !strcmp(chosen, "gloo");
+    if ((st = load_plugin(chosen, gloo ? "Gloo" : "MPI", gloo ? "Gloo (libgloo-dev)" : "Open MPI (libopenmpi-dev)", &be))) {
       pthread_mutex_unlock(&init_lock);
       return st;
     }

@@ -309,7 +309,7 @@ static em_status meet(em_dist_symm *s, uint64_t e, em_dist_work *w) {
 #define BLOCK_BYTES 2048 /* combined in L1 before being written back to every rank */
 
 /* Combines elements [lo, hi) of the n members' buffers at byte offset off, in rank order
- * (dist_combine: the tcp backend's rules), times scale, into every member's buffer. */
+ * (dist_combine's rules), times scale, into every member's buffer. */
 static void reduce_range(char *const *base, int n, int64_t off, int64_t lo, int64_t hi, em_dtype dt, em_dist_redop op,
                          double scale) {
   int64_t es = (int64_t)em_dtype_size(dt), per = BLOCK_BYTES / es;

@@ -101,6 +101,10 @@ EM_PLUGIN_API void emp_dist_describe(const em_dist_work *w, char *buf, size_t ca
 /* Posts an operation on g (checks done by the caller); *work receives the handle. */
 EM_PLUGIN_API em_status emp_dist_post(em_dist_group *g, em_dist_opkind kind, em_tensor *in, em_tensor *out,
                                       em_dist_redop op, int peer, int tag, em_dist_work **work);
+/* acc[i] = acc[i] (op) x[i] for n elements, as shared memory combines them (runtime/distributed/combine.c:
+ * 'avg' as 'sum', integers wrap, float16/bfloat16 in float32 rounded every step, NaN propagates);
+ * for backends that reduce with their own callbacks (Gloo). */
+EM_PLUGIN_API void emp_dist_combine(void *acc, const void *x, int64_t n, em_dtype dtype, em_dist_redop op);
 /* p[i] *= s for floating dtypes (the 1/size of 'avg', after the sum); others untouched. */
 EM_PLUGIN_API void emp_dist_scale(void *p, int64_t n, em_dtype dtype, double s);
 #endif

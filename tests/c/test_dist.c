@@ -1,8 +1,8 @@
 /* test_dist.c - the C side of ember/dist.h in one process: launcher discovery from each
  * launcher's variables, the 'self' backend (a world of one), handles, groups, the reducer
  * built on one rank, and the error statuses and messages of bad calls. The multi-process
- * behaviour is tested through mpirun in tests/distributed/ (and torchrun-style, over ZeroMQ, by
- * tests/distributed/torchrun.py and tcp_failures.py). */
+ * behaviour is tested through mpirun in tests/distributed/ (and torchrun-style, over Gloo, by
+ * tests/distributed/torchrun.py, real_torchrun.py and gloo_failures.py). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,27 +65,31 @@ static void test_env_detect(void **state) {
   setenv("OMPI_COMM_WORLD_SIZE", "x", 1); /* malformed: the next launcher's variables */
   check_env(1, 4, 1, 4, "pmi");
   clear_launcher();
-  /* torchrun-style with several processes and no MPI: 'auto' takes the ZeroMQ backend
-   * ('tcp'), whose rendezvous is rank 0 at MASTER_ADDR:MASTER_PORT. Rank 1 with nobody
-   * listening there: a timeout that names the address (a build without ZeroMQ says so).
-   * tests/distributed/tcp_failures.py covers the rest with real processes. */
+  /* torchrun-style with several processes and no MPI: 'auto' takes Gloo, whose rendezvous
+   * is the store rank 0 hosts at MASTER_ADDR:MASTER_PORT. Rank 1 with nobody listening
+   * there: a timeout that names the address (without the Gloo plugin, an error saying so).
+   * tests/distributed/gloo_failures.py covers the rest with real processes. */
   setenv("RANK", "1", 1), setenv("WORLD_SIZE", "2", 1);
   setenv("MASTER_ADDR", "127.0.0.1", 1), setenv("MASTER_PORT", "9", 1);
   em_status st = em_dist_init("auto", 0.3);
   assert_true(st == EM_ERR_RUNTIME || st == EM_ERR_UNSUPPORTED);
   if (st == EM_ERR_RUNTIME)
     assert_non_null(strstr(em_last_error(),
-                           "rank 1 could not reach rank 0 at MASTER_ADDR:MASTER_PORT = 127.0.0.1:9 "
+                           "rank 1 could not reach rank 0's store at MASTER_ADDR:MASTER_PORT = 127.0.0.1:9 "
                            "within 0.3 s"));
-  else assert_non_null(strstr(em_last_error(), "without ZeroMQ"));
+  else assert_non_null(strstr(em_last_error(), "the Gloo backend is not available"));
   assert_false(em_dist_is_initialized());
   setenv("RANK", "2", 1); /* checked before anything starts */
-  st = em_dist_init("tcp", 0.3);
+  st = em_dist_init("gloo", 0.3);
   if (st != EM_ERR_UNSUPPORTED) {
     assert_int_equal(st, EM_ERR_ARGUMENT);
     assert_non_null(strstr(em_last_error(), "RANK=2 is outside [0, WORLD_SIZE=2)"));
   }
   assert_false(em_dist_is_initialized());
+  /* the home-made transport's names point to its replacement */
+  assert_int_equal(em_dist_init("tcp", 0.3), EM_ERR_ARGUMENT);
+  assert_non_null(strstr(em_last_error(), "backend 'tcp' is gone"));
+  assert_non_null(strstr(em_last_error(), "'gloo'"));
   clear_launcher();
 }
 
@@ -108,14 +112,14 @@ static void test_backend_selection(void **state) {
   assert_false(em_dist_is_initialized()); /* nothing was started */
   assert_null(em_dist_device_backend_name(EM_CUDA));
   /* torchrun-style several processes without MPI: NCCL is refused before the rendezvous
-   * (the ZeroMQ backend, which would carry its id) starts */
+   * (Gloo, which would carry its id) starts */
   setenv("RANK", "1", 1), setenv("WORLD_SIZE", "2", 1), setenv("LOCAL_RANK", "1", 1);
   setenv("MASTER_ADDR", "127.0.0.1", 1), setenv("MASTER_PORT", "9", 1);
   check_nccl_refused();
   assert_false(em_dist_is_initialized());
   clear_launcher();
-  assert_int_equal(em_dist_init("gloo", 0), EM_ERR_ARGUMENT);
-  assert_non_null(strstr(em_last_error(), "expected auto, mpi, tcp, self or nccl"));
+  assert_int_equal(em_dist_init("bogus", 0), EM_ERR_ARGUMENT);
+  assert_non_null(strstr(em_last_error(), "expected auto, mpi, gloo, self or nccl"));
   assert_false(em_dist_is_initialized());
 }
 

@@ -9,9 +9,9 @@ local rank, W = dist.rank(), dist.world_size()
 local check, equal, fails = U.check, U.equal, U.fails
 
 -- under mpirun (ember launch) 'auto' picks MPI; started torchrun-style (RANK, WORLD_SIZE,
--- MASTER_ADDR, MASTER_PORT: tests/distributed/torchrun.py) it picks the ZeroMQ backend 'tcp'
+-- MASTER_ADDR, MASTER_PORT: the real torchrun, or tests/distributed/torchrun.py) it picks 'gloo'
 local env = dist.env()
-local B = env.launcher == 'torchrun' and 'tcp' or 'mpi'
+local B = env.launcher == 'torchrun' and 'gloo' or 'mpi'
 check(dist.backend() == B, 'backend %s, expected %s', tostring(dist.backend()), B)
 check(dist.backend('cuda') == 'nccl', 'auto: CUDA tensors go to NCCL (attached on first use), got %s',
   tostring(dist.backend('cuda')))
@@ -254,9 +254,10 @@ do
     fails(function() dist.init { backend = 'nccl' } end, "already initialised with backend '" .. B ..
       "', cannot switch to 'nccl'", 'nccl after ' .. B)
   end
-  fails(function() dist.init { backend = 'gloo' } end, "unknown backend 'gloo'", 'gloo')
+  fails(function() dist.init { backend = 'tcp' } end, { "backend 'tcp' is gone", "'gloo'" }, 'tcp')
+  fails(function() dist.init { backend = 'zmq' } end, { "backend 'zmq' is gone", "'gloo'" }, 'zmq')
   fails(function() dist.init { backend = 'self' } end, "'self' runs a world of one process", 'self under a launcher')
-  local other = B == 'mpi' and 'tcp' or 'mpi'
+  local other = B == 'mpi' and 'gloo' or 'mpi'
   fails(function() dist.init { backend = other } end, "already initialised with backend '" .. B ..
     "', cannot switch to '" .. other .. "'", 'another backend')
   -- all_to_all and the other newer collectives (tests/distributed/more_collectives.lua): the

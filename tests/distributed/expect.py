@@ -1,4 +1,4 @@
-"""tests/distributed/expect.py - the checks the failure scripts (timeout.py, tcp_failures.py) make of
+"""tests/distributed/expect.py - the checks the failure scripts (timeout.py, gloo_failures.py, real_torchrun.py) make of
 one run: exit statuses, lines that must or must not appear, and how long it took. Prints ok or
 FAIL with the problems and the run's output; `failures` collects the names that failed."""
 failures = []

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """tests/distributed/torchrun.py EMBER NP SCRIPT [ARGS...] - runs SCRIPT on NP local ember processes
 started torchrun-style, as torchrun would (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-MASTER_ADDR=127.0.0.1, MASTER_PORT = a free port; no MPI), so that dist.init picks the ZeroMQ
-backend 'tcp'. Output lines are prefixed with the rank. Exits with the first failing rank's
-status (the others are stopped), 0 when every rank succeeds. Also a module: tcp_failures.py
-uses launch()."""
+MASTER_ADDR=127.0.0.1, MASTER_PORT = a free port; no MPI, no agent store: rank 0 hosts the c10d
+store), so that dist.init picks Gloo. Output lines are prefixed with the rank. Exits with the first
+failing rank's status (the others are stopped), 0 when every rank succeeds. Also a module:
+gloo_failures.py uses launch(). real_torchrun.py runs PyTorch's own torchrun."""
 import os
 import socket
 import subprocess

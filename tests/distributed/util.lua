@@ -40,6 +40,11 @@ function U.fails(fn, needles, what)
   return err
 end
 
+-- Raises em_last_error() when a C call's status is not 0 (for C functions called directly).
+function U.check_status(st)
+  if st ~= 0 then error(require('ffi').string(require('ember.internal').C.em_last_error()), 2) end
+end
+
 -- Every rank holds the same values in t (bit for bit).
 function U.same_everywhere(t, what)
   local all = dist.all_gather(t:contiguous())

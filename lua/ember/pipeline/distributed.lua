@@ -1,8 +1,8 @@
 -- ember.pipeline.distributed: the `distributed:` section of a pipeline file.
 --
 --   distributed:
---     backend: auto          # auto (nccl when device is cuda, else mpi, or tcp when started
---                            # torchrun-style), mpi, tcp, self (one process) or nccl
+--     backend: auto          # auto (nccl when device is cuda, else mpi, or gloo when started
+--                            # torchrun-style), mpi, gloo, self (one process) or nccl
 --     bucket_cap_mb: 25
 --     find_unused_parameters: false
 --     broadcast_buffers: true
@@ -32,7 +32,7 @@ end
 
 M.jobs = { train = true }
 M.schema = S.record({
-  backend = S.enum({ 'auto', 'mpi', 'tcp', 'self', 'nccl' }, { default = 'auto' }),
+  backend = S.enum({ 'auto', 'mpi', 'gloo', 'self', 'nccl' }, { default = 'auto' }),
   bucket_cap_mb = S.number { gt = 0, default = 25, doc = 'gradient bucket size (the first bucket is 1 MB)' },
   find_unused_parameters = S.boolean { default = false },
   broadcast_buffers = S.boolean { default = true, doc = "rank 0's buffers (batch-norm statistics) each step" },

@@ -6,6 +6,12 @@
  *                 demand so that processes that never call em_dist_init never load libmpi);
  *                 non-blocking MPI, progressed by the thread that waits for a result or,
  *                 while nobody waits, by a communication thread;
+ *         "gloo" (runtime/plugins/gloo, libember_gloo.so, loaded on demand): Gloo's TCP
+ *                 transport for torchrun-style starts (the real torchrun, or RANK, WORLD_SIZE,
+ *                 MASTER_ADDR, MASTER_PORT by hand), rendezvous in the c10d store below;
+ *                 collectives in posting order on a communication thread, each preceded by
+ *                 a check that every rank called the same one (a mismatch is an error on
+ *                 every rank);
  *         "self" (a world of one process: no launcher, no MPI);
  *   cuda  "nccl" (in the CUDA plugin, runtime/plugins/cuda/nccl_backend.c): collectives on a
  *                 communication stream of the tensor's GPU that first waits for the work
@@ -31,7 +37,7 @@
  * Timeouts: each collective must complete within the group's timeout (default 600 s,
  * EMBER_DIST_TIMEOUT, or the value given to em_dist_init). NCCL aborts its communicator and
  * fails the work with an error naming the collective, the rank and the seconds (the
- * error ends the script, which ends the job). MPI cannot cancel a collective,
+ * error ends the script, which ends the job). MPI and Gloo cannot cancel a collective,
  * so a timeout prints which ranks did not take part ("all_reduce #12 on the world group:
  * timed out after 30 s on rank 0 waiting for rank 1 (no answer: dead or stopped)") and
  * aborts the whole job with exit status 124: a dead or stuck rank never hangs the others.
@@ -151,6 +157,32 @@ EM_API em_status em_dist_work_wait(em_dist_work *w, double timeout_s);
 EM_API int em_dist_work_test(em_dist_work *w);
 EM_API void em_dist_work_release(em_dist_work *w);
 EM_API const char *em_dist_redop_name(em_dist_redop op);
+
+/* ---- the store: a key-value service for rendezvous (runtime/distributed/store.c) ----
+ * Client and server of PyTorch's c10d TCPStore wire protocol: torch.distributed.TCPStore
+ * talks to an ember server and an ember client to torch's (torchrun's agent hosts one at
+ * MASTER_ADDR:MASTER_PORT). Keys are strings, values bytes; keys carry the leading '/'
+ * torch's client adds, so both see the same names.
+ * open: is_server hosts a server on port (0: any free port) of every local address, then
+ * connects a client to it; otherwise connects to host:port, retrying refused connections
+ * until timeout_s (> 0) has passed. timeout_s is also the default for get and wait.
+ * get waits for the key (up to the timeout); it copies at most cap bytes into buf and sets
+ * *len to the value's full length. wait: every key present (timeout_s <= 0: the store's).
+ * check: *ready = 1 when every key is present. add: adds delta to the integer held as
+ * decimal text (absent: 0), *value (may be NULL) receives the sum. One request at a time
+ * per handle (a mutex): threads that wait in parallel open their own handles (clone). */
+typedef struct em_dist_store em_dist_store;
+EM_API em_status em_dist_store_open(em_dist_store **out, const char *host, int port, int is_server, double timeout_s);
+EM_API em_status em_dist_store_clone(em_dist_store **out, const em_dist_store *s);
+EM_API void em_dist_store_close(em_dist_store *s);
+EM_API int em_dist_store_port(const em_dist_store *s);
+EM_API em_status em_dist_store_set(em_dist_store *s, const char *key, const void *value, size_t len);
+EM_API em_status em_dist_store_get(em_dist_store *s, const char *key, void *buf, size_t cap, size_t *len);
+EM_API em_status em_dist_store_add(em_dist_store *s, const char *key, int64_t delta, int64_t *value);
+EM_API em_status em_dist_store_wait(em_dist_store *s, int n, const char *const *keys, double timeout_s);
+EM_API em_status em_dist_store_check(em_dist_store *s, int n, const char *const *keys, int *ready);
+EM_API em_status em_dist_store_delete(em_dist_store *s, const char *key, int *deleted);
+EM_API em_status em_dist_store_num_keys(em_dist_store *s, int64_t *n);
 
 /* ---- data-parallel reducer ---- */
 typedef enum em_ddp_comm_hook { EM_DDP_HOOK_NONE = 0, EM_DDP_HOOK_FP16, EM_DDP_HOOK_BF16 } em_ddp_comm_hook;

@@ -1,9 +1,0 @@
--- tests/distributed/tcp_hello.lua - joins the world (backend from the environment, timeout from
--- EMBER_DIST_TIMEOUT) and makes one all_reduce: the start-up cases of tests/distributed/tcp_failures.py.
-local dist = ember.dist
-dist.init()
-local t = ember.ones(3) * (dist.rank() + 1)
-dist.all_reduce(t)
-local W = dist.world_size()
-assert(t:sum():item() == 3 * W * (W + 1) / 2, 'wrong sum')
-print(string.format('rank %d of %d: backend %s, all_reduce ok', dist.rank(), W, dist.backend()))
