@@ -183,15 +183,15 @@ end
 
 function M.module_html(m)
   local rows, total = {}, 0
-  local ok = pcall(function()
-    for name, p in pairs(m:named_parameters()) do rows[#rows + 1] = { name = name, p = p } end
+  local ok = pcall(function()   -- in registration order, as the module prints them
+    for _, pair in ipairs(m:named_parameters()) do rows[#rows + 1] = { name = pair[1], p = pair[2] } end
   end)
   if not ok then rows = {} end
-  table.sort(rows, function(a, b) return a.name < b.name end)
   local out = { '<pre>' .. escape(tostring(m)) .. '</pre>', '<table class="ember-module">',
     '<tr><th>parameter</th><th>shape</th><th>dtype</th><th>elements</th></tr>' }
   for _, r in ipairs(rows) do
-    local n = r.p:numel()
+    local n = 1
+    for _, size in ipairs(r.p.shape) do n = n * size end
     total = total + n
     out[#out + 1] = string.format('<tr><td><code>%s</code></td><td>[%s]</td><td>%s</td><td>%d</td></tr>',
       escape(r.name), table.concat(r.p.shape, ', '), escape(r.p.dtype), n)

@@ -56,7 +56,7 @@ end
 function M.info()
   local ember = require 'ember'
   local gpu = gpu_info()
-  local devices = 'cpu'
+  local devices
   if #gpu.devices > 0 then
     local d = gpu.devices[1]
     devices = string.format('cpu, cuda x%d (%s, %.0f GiB)', #gpu.devices, d.name, d.memory_gib)

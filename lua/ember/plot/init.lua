@@ -108,7 +108,7 @@ function Plot:line(x, y, opts)
   if y == nil or is_options(y) then x, y, opts = nil, x, y end
   opts = check_options('line', opts)
   local yp, n, ykeep = numbers('line', 'y', y)
-  local xp, xkeep = nil, nil
+  local xp, xkeep
   if x == nil then
     xp = ffi.new('double[?]', math.max(n, 1))
     for i = 0, n - 1 do xp[i] = i + 1 end
@@ -239,7 +239,9 @@ function plot.figure(plots, opts)
   opts = opts or {}
   if type(plots) ~= 'table' or #plots == 0 then fail('figure', 'expected a list of plots') end
   for i, p in ipairs(plots) do
-    if getmetatable(p) ~= Plot then fail('figure', string.format('plots[%d]: expected a plot, got %s', i, tostring(p))) end
+    if getmetatable(p) ~= Plot then
+      fail('figure', string.format('plots[%d]: expected a plot, got %s', i, tostring(p)))
+    end
   end
   local columns = opts.columns or #plots
   local cell_w, cell_h = plots[1].width, plots[1].height

@@ -47,7 +47,8 @@ return function(plot)
     local rows = read_metrics(metrics_path)
     if #rows == 0 then error(string.format('plot.training_curves: %s has no metrics lines', metrics_path), 2) end
     local panels = {}
-    for _, panel in ipairs { { 'loss', 'train_loss', 'test_loss' }, { 'accuracy', 'train_accuracy', 'test_accuracy' } } do
+    local kinds = { { 'loss', 'train_loss', 'test_loss' }, { 'accuracy', 'train_accuracy', 'test_accuracy' } }
+    for _, panel in ipairs(kinds) do
       local p
       for i = 2, 3 do
         local x, y = series(rows, panel[i])
