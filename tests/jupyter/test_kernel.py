@@ -136,7 +136,8 @@ class KernelTest(unittest.TestCase):
         c3, out = self.s.execute("x_silent = 5", silent=True)
         self.assertEqual(c3["execution_count"], c2["execution_count"])  # silent: not counted
         self.assertEqual(of_type(out, "execute_input"), [])
-        _, out = self.s.execute("x_silent;")  # a trailing ';' shows nothing
+        c, out = self.s.execute("x_silent;")  # a trailing ';' shows nothing
+        self.assertEqual(c["status"], "ok")
         self.assertEqual(of_type(out, "execute_result"), [])
         _, out = self.s.execute("x_silent")
         self.assertEqual(of_type(out, "execute_result")[0]["data"]["text/plain"], "5")

@@ -30,17 +30,16 @@ function M.compile(code, name)
   local trimmed = code:gsub('%s+$', '')
   if trimmed == '' then return function() end, false end
   local quiet = trimmed:sub(-1) == ';'
-  if not quiet then
-    -- the shortest tail of lines that reads as an expression after the lines before it
-    local lines = split_lines(trimmed)
-    for k = #lines, 1, -1 do
-      local head = table.concat(lines, '\n', 1, k - 1)
-      local tail = table.concat(lines, '\n', k, #lines)
-      if tail:match('%S') then
-        local text = (k > 1 and head .. '\n' or '') .. 'return (...)(1, ' .. tail .. '\n)'
-        local fn = loadstring(text, name)
-        if fn then return fn, true end
-      end
+  local body = quiet and trimmed:sub(1, -2) or trimmed
+  -- the shortest tail of lines that reads as an expression after the lines before it
+  local lines = split_lines(body)
+  for k = #lines, 1, -1 do
+    local head = table.concat(lines, '\n', 1, k - 1)
+    local tail = table.concat(lines, '\n', k, #lines)
+    if tail:match('%S') then
+      local text = (k > 1 and head .. '\n' or '') .. 'return (...)(1, ' .. tail .. '\n)'
+      local fn = loadstring(text, name)
+      if fn then return fn, not quiet end
     end
   end
   local fn, err = loadstring(code, name)

@@ -148,6 +148,7 @@ function Kernel:run_cell(code, count, silent)
     return { status = 'ok' }
   end
   local fn, err = cell.compile(code, name)
+  local shows = err   -- compile returns fn, shows_value or nil, message
   if not fn then
     local content = error_content('SyntaxError', err, {})
     if not silent then self:publish('error', content) end
@@ -159,7 +160,7 @@ function Kernel:run_cell(code, count, silent)
     if not silent then self:publish('error', content) end
     return content
   end
-  if values.n > 0 and not silent and not (values.n == 1 and values[1] == nil) then
+  if shows and values.n > 0 and not silent and not (values.n == 1 and values[1] == nil) then
     local bundle_ok, bundle = pcall(require('ember.display').bundle, unpack(values, 1, values.n))
     if not bundle_ok then bundle = { ['text/plain'] = 'error while showing the result: ' .. tostring(bundle) } end
     self:publish('execute_result', { execution_count = count, data = bundle, metadata = {} })

@@ -283,6 +283,7 @@ function M.run(cfg, ctx)
     last = m
   end
 
+  if metrics_path then require('ember.plot').after_training(metrics_path, ctx.log) end   -- curves.png beside it
   loader:close()
   test_loader:close()
   if not is_main then return nil end

@@ -179,7 +179,21 @@ local function draw_series(C, cr, s, color, mx, my, y0)
   end
 end
 
-local function draw_legend(C, cr, plot, right, top)
+-- The points of the series inside a box (a sample of at most 4000 per series).
+local function points_in(plot, mx, my, x0, y0, x1, y1)
+  local count = 0
+  for _, s in ipairs(plot.series) do
+    local step = math.max(1, math.floor(s.n / 4000))
+    for i = 0, s.n - 1, step do
+      local px, py = mx(s.x[i]), my(s.y[i])
+      if px and py and px >= x0 and px <= x1 and py >= y0 and py <= y1 then count = count + 1 end
+    end
+  end
+  return count
+end
+
+-- The legend, in the corner of the frame that hides the fewest points.
+local function draw_legend(C, cr, plot, frame, mx, my)
   local labelled = {}
   for i, s in ipairs(plot.series) do
     if s.label then labelled[#labelled + 1] = { s = s, color = s.color or M.palette[(i - 1) % #M.palette + 1] } end
@@ -193,7 +207,14 @@ local function draw_legend(C, cr, plot, right, top)
     width = math.max(width, ext.x_advance)
   end
   local w, h = width + 36, #labelled * 16 + 8
-  local x0, y0 = right - w - 8, top + 8
+  local best
+  for _, corner in ipairs { { 1, 0 }, { 0, 0 }, { 1, 1 }, { 0, 1 } } do   -- top right first
+    local cx = corner[1] == 1 and frame.right - w - 8 or frame.left + 8
+    local cy = corner[2] == 0 and frame.top + 8 or frame.bottom - h - 8
+    local hidden = points_in(plot, mx, my, cx, cy, cx + w, cy + h)
+    if not best or hidden < best.hidden then best = { x = cx, y = cy, hidden = hidden } end
+  end
+  local x0, y0 = best.x, best.y
   C.cairo_set_source_rgba(cr, 1, 1, 1, 0.85)
   C.cairo_rectangle(cr, x0, y0, w, h)
   C.cairo_fill(cr)
@@ -273,7 +294,7 @@ function M.draw(cr, plot, x, y, width, height)
     text(C, cr, plot.ylabel, 0, 0, 0.5, 0.5, 12)
     C.cairo_restore(cr)
   end
-  draw_legend(C, cr, plot, right, top)
+  draw_legend(C, cr, plot, { left = left, right = right, top = top, bottom = bottom }, mx, my)
   cairo.check(cr, 'ember.plot')
 end
 

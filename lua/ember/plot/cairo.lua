@@ -16,6 +16,11 @@ cairo_surface_t *cairo_image_surface_create(int format, int width, int height);
 cairo_surface_t *cairo_image_surface_create_for_data(unsigned char *data, int format, int width, int height,
                                                      int stride);
 int cairo_format_stride_for_width(int format, int width);
+cairo_surface_t *cairo_image_surface_create_from_png(const char *filename);
+unsigned char *cairo_image_surface_get_data(cairo_surface_t *surface);
+int cairo_image_surface_get_width(cairo_surface_t *surface);
+int cairo_image_surface_get_height(cairo_surface_t *surface);
+int cairo_image_surface_get_stride(cairo_surface_t *surface);
 cairo_surface_t *cairo_svg_surface_create(const char *filename, double width, double height);
 int cairo_surface_write_to_png(cairo_surface_t *surface, const char *filename);
 void cairo_surface_flush(cairo_surface_t *surface);
@@ -97,6 +102,32 @@ local function temp_path(ext)
   local base = os.tmpname()
   os.remove(base)
   return base .. ext
+end
+
+-- A PNG file's pixels: {width =, height =, at = function(x, y) -> r, g, b, a (0..255, x and
+-- y 0-based, alpha not premultiplied)}; for checking what was drawn.
+function M.read_png(path)
+  local C = M.lib()
+  local s = C.cairo_image_surface_create_from_png(path)
+  if C.cairo_surface_status(s) ~= 0 then
+    local msg = ffi.string(C.cairo_status_to_string(C.cairo_surface_status(s)))
+    C.cairo_surface_destroy(s)
+    error(string.format("ember.plot: cannot read the PNG '%s': %s", path, msg), 2)
+  end
+  C.cairo_surface_flush(s)
+  local w, h = C.cairo_image_surface_get_width(s), C.cairo_image_surface_get_height(s)
+  local stride = C.cairo_image_surface_get_stride(s)
+  local data = C.cairo_image_surface_get_data(s)
+  local copy = ffi.new('uint8_t[?]', stride * h)
+  ffi.copy(copy, data, stride * h)
+  C.cairo_surface_destroy(s)
+  local px = ffi.cast('uint32_t *', copy)
+  return { width = w, height = h, keep = copy, at = function(x, y)
+    local v = px[y * (stride / 4) + x]
+    local a = math.floor(v / 16777216) % 256
+    local function un(c) return a > 0 and math.floor(c * 255 / a + 0.5) or 0 end
+    return un(math.floor(v / 65536) % 256), un(math.floor(v / 256) % 256), un(v % 256), a
+  end }
 end
 
 -- Draws into a new surface of width x height and returns the PNG or SVG bytes.

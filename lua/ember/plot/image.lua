@@ -1,6 +1,7 @@
 -- ember.plot.image: a tensor as a PNG picture (ember.display.image and display.png).
 --   png(t, opts) -> bytes, width, height
--- Layouts: [H, W] (grey), [C, H, W] or [H, W, C] with C = 1 (grey), 3 (RGB), 4 (RGBA), and
+-- Layouts: [H, W] (grey), [C, H, W] or [H, W, C] with C = 1 (grey), 3 (RGB), 4 (RGBA) (when
+-- both ends could be C, channels first, as Torch's images are), and
 -- [N, C, H, W] (a batch, drawn as a grid). uint8 and integer values are levels 0..255;
 -- floating values map opts.min..opts.max (default 0..1, or the tensor's own range with
 -- normalize = true) to 0..255; out-of-range values are clamped, NaN is black.

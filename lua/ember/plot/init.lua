@@ -96,8 +96,13 @@ function plot.new(opts)
   return p
 end
 
+-- Each series gets the next palette colour unless it names one (a line's markers share its colour).
 local function add(p, s, opts)
   s.label, s.color, s.alpha = opts.label, opts.color, opts.alpha
+  if not s.color then
+    p.colors_used = (p.colors_used or 0) + 1
+    s.color = axes.palette[(p.colors_used - 1) % #axes.palette + 1]
+  end
   if s.label ~= nil then s.label = tostring(s.label) end
   p.series[#p.series + 1] = s
   return p
@@ -121,7 +126,7 @@ function Plot:line(x, y, opts)
   add(self, { kind = 'line', x = xp, y = yp, n = n, keep = { xkeep, ykeep }, width = opts.linewidth }, opts)
   if opts.markers then
     add(self, { kind = 'scatter', x = xp, y = yp, n = n, keep = { xkeep, ykeep }, size = opts.size or 2.5 },
-      { color = opts.color or self.series[#self.series].color or axes.palette[(#self.series - 1) % 10 + 1] })
+      { color = self.series[#self.series].color })
   end
   return self
 end
@@ -229,7 +234,7 @@ function Figure:__tostring() return string.format('<figure: %d plots>', #self.pl
 -- ------------------------------------------------------------------ module functions
 
 function plot.line(x, y, opts)
-  if y == nil or is_options(y) then return plot.new(y):line(x, nil, y) end
+  if y == nil or is_options(y) then return plot.new(y):line(x, y) end
   return plot.new(opts):line(x, y, opts)
 end
 function plot.scatter(x, y, opts) return plot.new(opts):scatter(x, y, opts) end

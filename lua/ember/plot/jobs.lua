@@ -1,14 +1,19 @@
 -- ember.plot.jobs: the pictures the jobs write (added to ember.plot by plot/init.lua).
---   plot.training_curves(metrics_jsonl, png)  loss and accuracy by epoch, from the train job's
---                                             metrics.jsonl (train_* and test_* keys)
+--   plot.training_curves(metrics_jsonl [, png])
+--                                             loss and accuracy by epoch, from the train job's
+--                                             metrics.jsonl (train_* and test_* keys): a figure,
+--                                             saved to png when given
 --   plot.after_training(metrics_jsonl, log)   the train job's hook: curves.png beside the
 --                                             metrics; a picture that cannot be drawn is
 --                                             logged, never fails the job
---   plot.rank_rank(scores, in_degree, png [, opts])
---                                             PageRank rank against in-degree rank, log-log
+--   plot.rank_rank(scores, in_degree [, png [, opts]])
+--                                             PageRank rank against in-degree rank, log-log: a
+--                                             plot, saved to png when given
 --                                             (1 = the highest); opts.max_points (200000):
 --                                             above it, every vertex of the top 10000 and an
 --                                             even sample of the rest are drawn
+--   plot.ranks(t)                             competition ranks of a 1-d tensor (ties share
+--                                             the best), largest value first
 local ffi = require 'ffi'
 local json = require 'ember.util.json'
 
@@ -63,7 +68,9 @@ return function(plot)
       error(string.format('plot.training_curves: %s has no train_loss, test_loss, train_accuracy or test_accuracy',
         metrics_path), 2)
     end
-    return plot.figure(panels, { columns = #panels }):save(png_path)
+    local fig = plot.figure(panels, { columns = #panels })
+    if png_path then fig:save(png_path) end
+    return fig
   end
 
   function plot.after_training(metrics_path, log)
@@ -91,6 +98,15 @@ return function(plot)
     return r, op
   end
 
+  -- ranks(t): the competition ranks of a 1-d tensor's values, largest first, as a Lua array.
+  function plot.ranks(t)
+    local n = t:numel()
+    local r = ranks(t:reshape(n), n)
+    local out = {}
+    for i = 0, n - 1 do out[i + 1] = tonumber(r[i]) end
+    return out
+  end
+
   function plot.rank_rank(scores, in_degree, png_path, opts)
     local ember = require 'ember'
     opts = opts or {}
@@ -105,12 +121,15 @@ return function(plot)
     if n == 0 then error('plot.rank_rank: the graph has no vertices', 2) end
     local pr, pr_order = ranks(scores:reshape(n), n)
     local deg = ranks(in_degree:reshape(n), n)
-    local cap, top = opts.max_points or 200000, 10000
+    local cap = opts.max_points or 200000
+    if type(cap) ~= 'number' or cap < 2 then error('plot.rank_rank: max_points: expected a number >= 2', 2) end
+    local top = n > cap and math.min(10000, math.floor(cap / 2)) or n
     local stride = n > cap and math.ceil((n - top) / (cap - top)) or 1
-    local x, y = ffi.new('double[?]', math.min(n, cap) + 1), ffi.new('double[?]', math.min(n, cap) + 1)
+    local size = math.min(n, cap)
+    local x, y = ffi.new('double[?]', size), ffi.new('double[?]', size)
     local m = 0
     for i = 0, n - 1 do   -- in PageRank order: the top all, then every stride-th
-      if i < top or (i - top) % stride == 0 then
+      if m < size and (i < top or (i - top) % stride == 0) then
         local v = pr_order[i] - 1
         x[m], y[m] = tonumber(pr[v]), tonumber(deg[v])
         m = m + 1
@@ -123,6 +142,7 @@ return function(plot)
       xlog = true, ylog = true, width = opts.width or 640, height = opts.height or 560 }
     p:line({ 1, n }, { 1, n }, { color = { 0.6, 0.6, 0.6 }, linewidth = 1, label = 'same rank' })
     p:scatter(xs, ys, { size = n > 20000 and 0.8 or 1.6, alpha = 0.5, label = 'vertices' })
-    return p:save(png_path)
+    if png_path then p:save(png_path) end
+    return p
   end
 end
