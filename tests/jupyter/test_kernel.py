@@ -52,6 +52,7 @@ class Session:
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=TIMEOUT)
+        self.early = {}
 
     def close(self):
         self.kc.stop_channels()
@@ -72,11 +73,16 @@ class Session:
             out.append(m)
 
     def reply(self, msg_id, channel="shell"):
+        """The reply to msg_id; replies to other requests wait in self.early (an aborted
+        request is answered before the failed one that aborted it)."""
+        if msg_id in self.early:
+            return self.early.pop(msg_id)
         get = self.kc.get_shell_msg if channel == "shell" else self.kc.control_channel.get_msg
         while True:
             m = get(timeout=TIMEOUT)
             if m["parent_header"].get("msg_id") == msg_id:
                 return m
+            self.early[m["parent_header"].get("msg_id")] = m
 
     def execute(self, code, **kw):
         msg_id = self.kc.execute(code, **kw)
@@ -254,6 +260,7 @@ class KernelTest(unittest.TestCase):
         self.assertEqual(c["status"], "error")
         self.assertEqual(c["ename"], "Interrupted")
         c, out = self.s.execute("spins > 0")
+        self.assertEqual(c["status"], "ok", c)
         self.assertEqual(of_type(out, "execute_result")[0]["data"]["text/plain"], "true")
 
     def test_interrupt_signal(self):
@@ -269,7 +276,8 @@ class KernelTest(unittest.TestCase):
         self.assertEqual(self.by_message_reply["content"]["status"], "ok")
 
     def test_stop_on_error_aborts_queued(self):
-        first = self.s.kc.execute('error("first")')
+        # the second request arrives while the first still runs
+        first = self.s.kc.execute('local t = os.clock()\nwhile os.clock() - t < 0.5 do end\nerror("first")')
         second = self.s.kc.execute("queued_ran = true")
         self.assertEqual(self.s.reply(first)["content"]["status"], "error")
         self.assertEqual(self.s.reply(second)["content"]["status"], "aborted")

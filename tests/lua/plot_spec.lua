@@ -50,7 +50,6 @@ describe('ember.plot', function()
     assert.are.same({ 0, 2, 4, 6, 8, 10 }, s.ticks)
     s = axes.scale(1, 1000, true, { 1, 1000 })
     assert.are.same({ 1, 10, 100, 1000 }, s.ticks)
-    assert.are.equal('1e+03', string.format('%g', 1e3) == '1000' and '1e+03' or '1e+03')
     assert.are.equal('1e6', axes.tick_label(1e6, s))
     assert.are.equal('0.01', axes.tick_label(0.01, s))
     -- few decades: 1, 2, 5 between
@@ -60,9 +59,9 @@ describe('ember.plot', function()
 
   it('leaves values <= 0 off a log axis instead of failing', function()
     local p = ember.plot.line({ -1, 0, 1, 10, 100 }, { ylog = true })
-    local lo, hi
-    for _, s in ipairs { axes.scale(1, 100, true) } do lo, hi = s.lo, s.hi end
-    assert.is_true(lo < 1 and hi > 100)
+    local s = axes.scale(1, 100, true)   -- the range of the positive values, padded
+    assert.is_true(s.lo < 1 and s.hi > 100)
+    assert.are.same({ 1, 10, 100 }, s.ticks)
     assert.is_true(#p:png() > 100)
   end)
 
@@ -91,7 +90,8 @@ describe('ember.plot', function()
       "ember.plot.line: y: expected a Lua array of numbers or a tensor, got a string")
     assert.has_error(function() ember.plot.scatter({ 1, 2 }, { 1 }) end,
       'ember.plot.scatter: x has 2 values and y 1: expected as many')
-    assert.has_error(function() ember.plot.line({ 1, 'x' }) end, 'ember.plot.line: y[2]: expected a number, got a string')
+    assert.has_error(function() ember.plot.line({ 1, 'x' }) end,
+      'ember.plot.line: y[2]: expected a number, got a string')
     local ok, err = pcall(ember.plot.line, { 1 }, { colour = 1 })
     assert.is_false(ok)
     assert.truthy(err:find("unknown option 'colour'", 1, true))
@@ -99,6 +99,7 @@ describe('ember.plot', function()
     assert.is_false(ok)
     assert.truthy(err:find('expected a file name ending in .png or .svg', 1, true))
     ok, err = pcall(ember.plot.hist, { 1 }, { bins = 0 })
+    assert.is_false(ok)
     assert.truthy(err:find('bins: expected a whole number', 1, true))
   end)
 
@@ -129,7 +130,7 @@ describe('ember.plot', function()
     local indeg = g:degrees()
     local p = ember.plot.rank_rank(scores, indeg, dir .. '/ranks.png', { max_points = 100 })
     assert.is_true(p.xlog and p.ylog)
-    assert.are.equal(256, #(test_read(dir .. '/ranks.png') or '') > 0 and 256 or 0)
+    assert.are.same({ 640, 560 }, { png_size(test_read(dir .. '/ranks.png')) })
     -- above max_points: the top of the ranking and an even sample of the rest
     local drawn = p.series[2].n
     assert.is_true(drawn <= 101 and drawn > 50, 'drawn ' .. drawn)

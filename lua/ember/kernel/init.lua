@@ -221,7 +221,7 @@ function handlers.execute_request(self, msg, content)
     reply.user_expressions = user_expressions(content.user_expressions)
     reply.payload = array()
   end
-  self.after_reply = reply.status == 'error' and content.stop_on_error ~= false and 'abort' or nil
+  self.abort = reply.status == 'error' and content.stop_on_error ~= false
   return reply
 end
 
@@ -286,12 +286,12 @@ function Kernel:handle(msg)
   self:publish('status', { execution_state = 'busy' })
   local hok, reply = pcall(h, self, msg, content, header)
   if not hok then reply = error_content('KernelError', tostring(reply), {}) end
-  self:send(msg.channel, (t:gsub('_request$', '_reply')), msg.header, reply, msg.idents)
-  self:publish('status', { execution_state = 'idle' })
-  if self.after_reply == 'abort' then
-    self.after_reply = nil
+  if self.abort then   -- before the reply: a request sent after seeing it is never aborted
+    self.abort = nil
     self:abort_queued()
   end
+  self:send(msg.channel, (t:gsub('_request$', '_reply')), msg.header, reply, msg.idents)
+  self:publish('status', { execution_state = 'idle' })
 end
 
 function Kernel:run()
