@@ -122,6 +122,17 @@ describe('ember.plot', function()
     assert.truthy(logged:find('curves: not written', 1, true))
   end)
 
+  it('is drawn by the train job beside its metrics.jsonl', function()
+    local dir = test_tmpdir()
+    local ember_exe = (os.getenv('EMBER_BUILD_DIR') or 'build') .. '/ember'
+    local cmd = string.format("EMBER_NUM_THREADS=2 '%s' run pipelines/fashion_mnist_mlp.yaml epochs=2 " ..
+      "data.limit=600 log.dir='%s' checkpoint.dir=null log.progress=none >'%s/out' 2>'%s/err'", ember_exe, dir, dir,
+      dir)
+    assert.are.equal(0, os.execute(cmd), test_read(dir .. '/err'))
+    assert.truthy(test_read(dir .. '/err'):find('curves: ' .. dir .. '/curves.png', 1, true))
+    assert.are.same({ 1040, 360 }, { png_size(test_read(dir .. '/curves.png')) })
+  end)
+
   it('ranks like a competition (ties share the best rank) and draws the rank-rank plot', function()
     assert.are.same({ 1, 4, 1, 3 }, ember.plot.ranks(ember.tensor({ 3, 1, 3, 2 })))
     local dir = test_tmpdir()
