@@ -134,7 +134,8 @@ static int sign(const zmq_msg_t *parts[4], char out[65]) {
   if (K.key_len == 0) return 0;
   EVP_MAC_CTX *c = EVP_MAC_CTX_new(K.mac);
   if (!c) return -1;
-  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, "SHA256", 0), OSSL_PARAM_construct_end()};
+  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, "SHA256", 0),
+                         OSSL_PARAM_construct_end()};
   unsigned char md[EVP_MAX_MD_SIZE];
   size_t md_len = 0;
   int ok = EVP_MAC_init(c, K.key, K.key_len, params);
@@ -246,8 +247,9 @@ static void send_message(int ch, zmq_msg_t *idents, int n_idents, const char *ms
     rc |= send_frame(s, parent, parent_n, 1);
     rc |= send_frame(s, metadata, metadata_n, 1);
     rc |= send_frame(s, content, content_n, 0);
-    if (rc) wire_log("ember kernel: sending a %s message on %s failed: %s", msg_type, channel_names[ch],
-                     zmq_strerror(zmq_errno()));
+    if (rc)
+      wire_log("ember kernel: sending a %s message on %s failed: %s", msg_type, channel_names[ch],
+               zmq_strerror(zmq_errno()));
   }
   for (int i = 0; i < 4; i++) zmq_msg_close(&parts[i]);
   free(header.p);
@@ -350,7 +352,9 @@ static void forward_request(int ch) {
   zmq_msg_t f[MAX_FRAMES];
   int n = recv_all(K.sock[ch], f, MAX_FRAMES);
   int d = 0;
-  while (d < n && d < MAX_FRAMES && !(zmq_msg_size(&f[d]) == strlen(DELIM) && !memcmp(zmq_msg_data(&f[d]), DELIM, strlen(DELIM)))) d++;
+  while (d < n && d < MAX_FRAMES &&
+         !(zmq_msg_size(&f[d]) == strlen(DELIM) && !memcmp(zmq_msg_data(&f[d]), DELIM, strlen(DELIM))))
+    d++;
   if (n > MAX_FRAMES || d + 6 > n) {
     wire_log("ember kernel: refused a malformed message on %s (%d frames, no '%s' followed by 5 frames)",
              channel_names[ch], n, DELIM);
@@ -555,8 +559,8 @@ static int l_start(lua_State *L) {
     return luaL_error(L, "kernel: transport '%s' is not supported (expected tcp or ipc)", transport);
   if (key_len && strcmp(scheme, "hmac-sha256"))
     return luaL_error(L, "kernel: signature_scheme '%s' is not supported (expected hmac-sha256)", scheme);
-  if (key_len > sizeof K.key) return luaL_error(L, "kernel: the key is %d bytes, at most %d are supported",
-                                                (int)key_len, (int)sizeof K.key);
+  if (key_len > sizeof K.key)
+    return luaL_error(L, "kernel: the key is %d bytes, at most %d are supported", (int)key_len, (int)sizeof K.key);
   memcpy(K.key, key, key_len);
   K.key_len = key_len;
   K.mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
@@ -760,42 +764,10 @@ static int l_stop(lua_State *L) {
   return 0;
 }
 
-/* wire.hmac(key, ...) -> hex HMAC-SHA256 of the strings joined (for tests and tools). */
-static int l_hmac(lua_State *L) {
-  size_t key_len;
-  const char *key = luaL_checklstring(L, 1, &key_len);
-  EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
-  EVP_MAC_CTX *c = mac ? EVP_MAC_CTX_new(mac) : NULL;
-  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, "SHA256", 0), OSSL_PARAM_construct_end()};
-  unsigned char md[EVP_MAX_MD_SIZE];
-  size_t md_len = 0;
-  int ok = c && EVP_MAC_init(c, (const unsigned char *)key, key_len, params);
-  for (int i = 2; ok && i <= lua_gettop(L); i++) {
-    size_t n;
-    const char *s = luaL_checklstring(L, i, &n);
-    ok = EVP_MAC_update(c, (const unsigned char *)s, n);
-  }
-  ok = ok && EVP_MAC_final(c, md, &md_len, sizeof md);
-  EVP_MAC_CTX_free(c);
-  EVP_MAC_free(mac);
-  if (!ok) return luaL_error(L, "kernel: HMAC-SHA256 failed in libcrypto");
-  char hex[2 * EVP_MAX_MD_SIZE + 1];
-  for (size_t i = 0; i < md_len; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
-  lua_pushstring(L, hex);
-  return 1;
-}
-
 int luaopen_ember_kernel_wire(lua_State *L) {
-  static const luaL_Reg fns[] = {{"start", l_start},
-                                 {"send", l_send},
-                                 {"set_parent", l_set_parent},
-                                 {"recv", l_recv},
-                                 {"executing", l_executing},
-                                 {"take_interrupt", l_take_interrupt},
-                                 {"log", l_log},
-                                 {"stop", l_stop},
-                                 {"hmac", l_hmac},
-                                 {NULL, NULL}};
+  static const luaL_Reg fns[] = {{"start", l_start}, {"send", l_send},           {"set_parent", l_set_parent},
+                                 {"recv", l_recv},   {"executing", l_executing}, {"take_interrupt", l_take_interrupt},
+                                 {"log", l_log},     {"stop", l_stop},           {NULL, NULL}};
   lua_newtable(L);
   luaL_register(L, NULL, fns);
   return 1;

@@ -316,6 +316,10 @@ class LifecycleTest(unittest.TestCase):
             c, out = s.execute("kept == nil")
             self.assertEqual(c["execution_count"], 1)  # a fresh kernel
             self.assertEqual(of_type(out, "execute_result")[0]["data"]["text/plain"], "true")
+            # pictures and a display before leaving: in the sanitizer build, exit status 0 also
+            # says that nothing leaked
+            c, _ = s.execute("ember.plot.line({1, 2}):show()\nember.display.image(ember.rand(4, 4))")
+            self.assertEqual(c["status"], "ok")
             proc = s.km.provisioner.process
             s.km.shutdown_kernel(now=False)
             self.assertFalse(s.km.is_alive())

@@ -62,6 +62,8 @@ void cairo_select_font_face(cairo_t *cr, const char *family, int slant, int weig
 void cairo_set_font_size(cairo_t *cr, double size);
 void cairo_text_extents(cairo_t *cr, const char *utf8, cairo_text_extents_t *extents);
 void cairo_show_text(cairo_t *cr, const char *utf8);
+void cairo_debug_reset_static_data(void);
+void FcFini(void);
 ]])
 
 local M = {
@@ -71,13 +73,28 @@ local M = {
   FONT_SLANT_NORMAL = 0, FONT_WEIGHT_NORMAL = 0, FONT_WEIGHT_BOLD = 1,
 }
 
-local lib
+local lib, fontconfig
+
+-- At exit (lua_close finalizes cdata before it unloads libraries), cairo's caches and
+-- fontconfig's configuration are freed: what they hold would otherwise be reported as
+-- leaks by the sanitizer build, from libraries already unloaded.
+local function release_caches()
+  lib.cairo_debug_reset_static_data()
+  if fontconfig then fontconfig.FcFini() end
+end
+
 -- The library, loaded on first use (a script that never draws never loads it).
 function M.lib()
   if lib then return lib end
   for _, name in ipairs { 'libcairo.so.2', 'cairo' } do
     local ok, l = pcall(ffi.load, name)
-    if ok then lib = l; return lib end
+    if ok then
+      lib = l
+      local fok, fc = pcall(ffi.load, 'libfontconfig.so.1')
+      fontconfig = fok and fc or nil
+      M.exit_sentinel = ffi.gc(ffi.new('char[1]'), release_caches)
+      return lib
+    end
   end
   error('ember.plot: cannot load cairo (libcairo.so.2); install it: apt-get install libcairo2', 3)
 end
