@@ -284,6 +284,20 @@ class KernelTest(unittest.TestCase):
         _, out = self.s.execute("queued_ran == nil")
         self.assertEqual(of_type(out, "execute_result")[0]["data"]["text/plain"], "true")
 
+    def test_heartbeat(self):
+        """The heartbeat echoes what it gets, also while a cell runs."""
+        ci = self.s.km.get_connection_info()
+        sock = zmq.Context.instance().socket(zmq.REQ)
+        sock.connect(f"{ci['transport']}://{ci['ip']}:{ci['hb_port']}")
+        msg_id = self.s.kc.execute("local t = os.clock()\nwhile os.clock() - t < 1 do end")
+        for payload in (b"ping", b"\x00\xffbinary"):
+            sock.send(payload)
+            self.assertEqual(sock.poll(5000), zmq.POLLIN)
+            self.assertEqual(sock.recv(), payload)
+        sock.close(0)
+        self.assertEqual(self.s.reply(msg_id)["content"]["status"], "ok")
+        self.assertTrue(self.s.kc.hb_channel.is_beating())
+
     def test_zz_bad_signature(self):
         """A message signed with another key gets no reply and is logged; the kernel lives on."""
         ci = self.s.km.get_connection_info()
