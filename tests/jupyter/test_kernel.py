@@ -10,9 +10,11 @@ inspect, is_complete, interrupt (SIGINT and the control channel), restart and sh
 message with a bad signature gets no reply (and is logged); a kernel whose client is killed
 exits by itself. Exits 77 (skipped) without jupyter_client or without the kernel in this build.
 """
+import atexit
 import base64
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +31,7 @@ except ImportError as e:
 
 EMBER = os.path.abspath(sys.argv.pop(1))
 TMP = tempfile.mkdtemp(prefix="ember-jupyter-")
+atexit.register(shutil.rmtree, TMP, ignore_errors=True)
 PREFIX = os.path.join(TMP, "prefix")
 TIMEOUT = 30
 

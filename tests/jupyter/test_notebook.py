@@ -10,8 +10,10 @@ present (the Fashion-MNIST grid) and decodes as PNG; plots come back as image/pn
 executed notebook and its pictures are written to OUTDIR (to look at). Exits 77 (skipped)
 without nbclient or without the kernel in this build.
 """
+import atexit
 import base64
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,6 +33,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def install():
     prefix = tempfile.mkdtemp(prefix="ember-nb-")
+    atexit.register(shutil.rmtree, prefix, ignore_errors=True)
     p = subprocess.run([EMBER, "kernel", "install", "--prefix", prefix], capture_output=True, text=True)
     if p.returncode != 0 and "built without the kernel" in p.stderr:
         print("skipped: this ember has no kernel (ZeroMQ or libcrypto missing)")
