@@ -11,7 +11,8 @@ luajit libluajit-5.1-dev libopenblas-openmp-dev libzmq3-dev libyaml-dev
 libopenmpi-dev openmpi-bin libgloo-dev libreadline-dev libturbojpeg0-dev
 libcmocka-dev lua-busted lua-check tmux python3 python3-numpy python3-networkx python3-igraph
 python3-scipy python3-pip dataset-fashion-mnist zlib1g-dev
-clang libclang-rt-dev libomp-dev"
+clang libclang-rt-dev libomp-dev
+libssl-dev libcairo2-dev fonts-dejavu-core"
 
 missing=""
 for p in $PACKAGES; do
@@ -27,12 +28,15 @@ fi
 
 # From PyPI, for the tests that check ember's files and protocols with the real tools:
 # PyTorch (loads ember's checkpoints; its torchrun launches ember and its TCPStore talks to
-# ember's), safetensors, TensorBoard's event reader. EMBER_SKIP_PIP=1 leaves them out.
+# ember's), safetensors, TensorBoard's event reader, Jupyter's clients (drive `ember kernel`,
+# tests/jupyter). EMBER_SKIP_PIP=1 leaves them out.
 # Installed for the python3 on PATH when missing (Debian's own python3 needs
 # --break-system-packages); a test whose package is missing says so and is skipped.
 pip_missing=""
 [ "${EMBER_SKIP_PIP:-0}" = 1 ] ||
-for m in torch safetensors tensorboard; do python3 -c "import $m" 2>/dev/null || pip_missing="$pip_missing $m"; done
+for m in torch safetensors tensorboard jupyter_client nbclient nbformat nbconvert; do
+  python3 -c "import $m" 2>/dev/null || pip_missing="$pip_missing $m"
+done
 if [ -n "$pip_missing" ]; then
   echo "setup: pip installing$pip_missing"
   # shellcheck disable=SC2086

@@ -23,6 +23,8 @@
 /* The YAML reader (bindings/ember/yaml.c) and the OpenBLAS kernel choice (bindings/ember/blas_env.c);
  * weak, so that a build without them still links. */
 int luaopen_ember_yaml(lua_State *L) __attribute__((weak));
+/* The Jupyter kernel's wire (bindings/ember/kernel_wire.c), absent without ZeroMQ or libcrypto. */
+int luaopen_ember_kernel_wire(lua_State *L) __attribute__((weak));
 void ember_select_blas_kernels(char **argv) __attribute__((weak));
 void ember_verify_blas_kernels(char **argv) __attribute__((weak));
 const char *ember_blas_status(void) __attribute__((weak));
@@ -44,6 +46,8 @@ static const char *usage_text =
     "                                 run a YAML pipeline (ember run --help)\n"
     "  ember reader --connect tcp://HOST:PORT PIPELINE.yaml\n"
     "                                 serve a pipeline's data to trainers (ember reader --help)\n"
+    "  ember kernel -f CONNECTION.json  a Jupyter kernel (ember kernel --help; install:\n"
+    "                                 ember kernel install [--user|--prefix P])\n"
     "  ember launch -n N script.lua [args...]\n"
     "  ember launch -n N run PIPELINE.yaml [key.path=value...]\n"
     "                                 start N processes through mpirun (ember launch --help)\n"
@@ -183,6 +187,12 @@ static void set_paths(lua_State *L) {
     lua_getfield(L, -1, "preload");
     lua_pushcfunction(L, luaopen_ember_yaml);
     lua_setfield(L, -2, "ember_yaml");
+    lua_pop(L, 1);
+  }
+  if (luaopen_ember_kernel_wire) {
+    lua_getfield(L, -1, "preload");
+    lua_pushcfunction(L, luaopen_ember_kernel_wire);
+    lua_setfield(L, -2, "ember_kernel_wire");
     lua_pop(L, 1);
   }
   lua_pop(L, 1);
@@ -430,13 +440,15 @@ static int run_command(lua_State *L, int argc, char **argv, const options *o) {
   const char *name = argv[o->script];
   int is_info = !strcmp(name, "info"), is_run = !strcmp(name, "run");
   int is_launch = !strcmp(name, "launch"), is_reader = !strcmp(name, "reader");
-  if (!is_info && !is_run && !is_launch && !is_reader) return -1;
+  int is_kernel = !strcmp(name, "kernel");
+  if (!is_info && !is_run && !is_launch && !is_reader && !is_kernel) return -1;
   if (o->other) {
     fprintf(stderr, "ember %s: -e, -l, -i and -j do not apply to commands (see ember --help)\n", name);
     return 2;
   }
   if (is_run) return cmd_lua_main(L, "ember.pipeline", argc, argv, o->script + 1);
   if (is_reader) return cmd_lua_main(L, "ember.pipeline.reader", argc, argv, o->script + 1);
+  if (is_kernel) return cmd_lua_main(L, "ember.kernel", argc, argv, o->script + 1);
   if (is_launch) return em_host_launch(argc - o->script, argv + o->script);
   if (o->script + 1 < argc) {
     fprintf(stderr, "ember info: unexpected argument '%s' (info takes none)\n", argv[o->script + 1]);

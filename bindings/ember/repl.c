@@ -373,6 +373,24 @@ static parse_status parse(lua_State *L, const char *chunk, int *expression) {
   return PARSE_ERROR;
 }
 
+/* "?name" or "name?": prints ember.repl.help's text and returns 1; 0 for any other line. */
+static int show_help(repl *r, const char *line) {
+  lua_State *L = r->L;
+  if (r->module_ref == LUA_NOREF || !strchr(line, '?')) return 0;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, r->module_ref);
+  lua_getfield(L, -1, "help");
+  lua_remove(L, -2);
+  lua_pushstring(L, line);
+  if (lua_pcall(L, 1, 1, 0) != 0 || !lua_isstring(L, -1)) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  printf("%s\n", lua_tostring(L, -1));
+  fflush(stdout);
+  lua_pop(L, 1);
+  return 1;
+}
+
 /* Reads lines until they make a complete chunk; leaves the compiled function on the stack.
  * Returns LINE_OK (function pushed, or an error already reported), LINE_EOF, or
  * LINE_INTERRUPTED (nothing pushed). *compiled: 0 nothing pushed, 1 a statement, 2 an
@@ -389,6 +407,10 @@ static line_status read_chunk(repl *r, int *compiled) {
     if (strspn(line, " \t") == strlen(line)) free(line), line = NULL;
   } while (!line);
   remember_line(r, line);
+  if (show_help(r, line)) {
+    free(line);
+    return LINE_OK;
+  }
   lua_pushstring(L, line); /* the chunk so far */
   free(line);
   for (;;) {

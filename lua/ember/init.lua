@@ -83,4 +83,6 @@ ember.data = require('ember.data')
 ember.graph = require('ember.graph')
 ember.dist = require('ember.dist')      -- loads no MPI until ember.dist.init()
 ember.tensorboard = require('ember.tensorboard')   -- SummaryWriter: TensorBoard event files
+ember.display = require('ember.display')  -- notebook display, images (ember kernel)
+ember.plot = require('ember.plot')        -- plots through cairo (loaded on first drawing)
 return ember

@@ -5,6 +5,8 @@
 --   complete(word) completion candidates for a word such as "pri", "string.fo", "t:resh"
 --                  or "a.b.c": globals, table fields, methods after ':' (tensor methods
 --                  from ember.Tensor, string methods for strings).
+--   help(line)     for a line '?name' or 'name?': what the name is (ember.help: a function's
+--                  signature, where it is defined and its doc comment), else nil
 -- This module does not load ember: it only looks at it when something else has.
 local M = {}
 
@@ -218,6 +220,14 @@ function M.complete(word)
   end
   table.sort(out)
   return out
+end
+
+-- ------------------------------------------------------------------ help
+
+function M.help(line)
+  local name = line:match('^%s*%?%s*([%a_][%w_.:]*)%s*$') or line:match('^%s*([%a_][%w_.:]*)%s*%?%s*$')
+  if not name then return nil end
+  return require('ember.help').describe(name) or (name .. ': nothing by that name')
 end
 
 return M

@@ -128,6 +128,15 @@ describe('ember run pipelines/pagerank_kron.yaml', function()
     assert.is_nil(err:find('by PageRank', 1, true))
     has(err, 'graph: uniform scale 8')
   end)
+
+  it('draws the rank-rank plot (PageRank rank against in-degree rank) when asked', function()
+    local dir = tmpdir()
+    local png = dir .. '/plots/ranks.png'   -- the folder is made
+    local r, err = run_ok(dir, { KRON, 'graph.generate.scale=9', 'output.rank_plot=' .. png })
+    assert.are.equal(png, r.rank_plot)
+    has(err, 'rank plot: ' .. png)
+    assert.are.equal('\137PNG', read(png):sub(1, 4))
+  end)
 end)
 
 describe('ember run pipelines/pagerank_file.yaml', function()
@@ -353,7 +362,7 @@ output:
     assert.are.equal(KRON .. ': override pagerank.method=power: pagerank.method: expected one of jacobi, ' ..
       "gauss-seidel, gapbs, got 'power'", load_error(KRON, { 'pagerank.method=power' }))
     assert.are.equal(KRON .. ': override output.colour=red: output.colour: unknown key (expected one of: ' ..
-      'compare_indegree, scores, top_k)', load_error(KRON, { 'output.colour=red' }))
+      'compare_indegree, rank_plot, scores, top_k)', load_error(KRON, { 'output.colour=red' }))
     local cfg = pipeline.load(KRON, { 'graph.generate.scale=22' })
     assert.are.equal(22, cfg.graph.generate.scale)
     assert.are.equal(20, pipeline.load(KRON).graph.generate.scale)

@@ -76,12 +76,14 @@ M.schema = {
     scores = S.path { optional = true, doc = 'every score: .npy, or TSV for any other extension' },
     compare_indegree = S.integer { min = 1, optional = true,
       doc = 'overlap and Kendall tau of the PageRank and in-degree top k' },
+    rank_plot = S.path { optional = true,
+      doc = 'a PNG of each vertex\'s PageRank rank against its in-degree rank (log-log, ember.plot.rank_rank)' },
   }, { default = {} }),
 }
 
 M.result_order = { 'job', 'vertices', 'edges', 'iterations', 'converged', 'residual', 'seconds', 'ms_per_iteration',
   'edges_per_second', 'build_seconds', 'graph_from', 'peak_rss_mb', 'threads', 'compare_indegree', 'top_k',
-  'scores_file', 'residuals' }
+  'scores_file', 'rank_plot', 'residuals' }
 
 -- ---------------------------------------------------------------- file times
 local file_info = libc.file_info
@@ -342,6 +344,19 @@ function M.run(cfg, ctx)
       comparison.overlap, comparison.union_size, comparison.kendall_tau)
   end
 
+  local rank_plot
+  if out.rank_plot then
+    local t0 = progress.now()
+    mkparent(out.rank_plot)
+    local ok, err = pcall(ember.plot.rank_rank, scores, (g:degrees()), out.rank_plot)
+    if ok then
+      rank_plot = out.rank_plot
+      log('rank plot: %s in %.2f s', out.rank_plot, progress.now() - t0)
+    else
+      log('rank plot: not written: %s', tostring(err))   -- a picture never fails the job
+    end
+  end
+
   local ids_file
   if out.scores then
     local t0 = progress.now()
@@ -357,7 +372,7 @@ function M.run(cfg, ctx)
     edges_per_second = info.edges_per_second, build_seconds = build_seconds, graph_from = from,
     peak_rss_mb = progress.peak_rss_mb(), threads = threads, method = pr.method, damping = pr.damping,
     device = cfg.device, engine = info.engine, method_run = info.method,
-    top_k = top, compare_indegree = comparison, scores_file = out.scores, ids_file = ids_file,
+    top_k = top, compare_indegree = comparison, scores_file = out.scores, ids_file = ids_file, rank_plot = rank_plot,
   }
 end
 

@@ -339,6 +339,7 @@ function M.run(cfg, ctx)
     last = m
   end
 
+  if metrics_path then require('ember.plot').after_training(metrics_path, ctx.log) end   -- curves.png beside it
   loader:close()
   for _, l in pairs(eval_loaders) do l:close() end
   if steps_file then steps_file:close() end
