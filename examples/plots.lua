@@ -3,6 +3,7 @@
 -- PageRank job's rank-rank plot.
 --   build/ember examples/plots.lua [OUTDIR]      (default: plots/)
 -- In a notebook (`ember kernel`) the same calls show inline: examples/notebook.ipynb.
+local ember = require 'ember'
 local outdir = arg and arg[1] or 'plots'
 os.execute("mkdir -p '" .. outdir .. "'")
 local function out(name) return outdir .. '/' .. name end

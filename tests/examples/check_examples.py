@@ -177,8 +177,20 @@ def pytorch():
               abs(torch_acc - recorded) <= 1e-6 and abs(recorded - ember_acc) <= 5e-5)
 
 
+def plots():
+    out_dir = os.path.join(TMP, "plots")
+    out = run("examples/plots.lua", out_dir)
+    for name in ("line.png", "line.svg", "scatter_hist.png", "fashion_mnist.png", "curves.png", "rank_rank.png"):
+        path = os.path.join(out_dir, name)
+        check(f"plots: {name} listed", name in out)
+        head = open(path, "rb").read(64) if os.path.exists(path) else b""
+        want = b"<?xml" if name.endswith(".svg") else b"\x89PNG\r\n\x1a\n"
+        check(f"plots: {name} is a {'SVG' if name.endswith('.svg') else 'PNG'} file", head.startswith(want),
+              repr(head[:16]))
+
+
 try:
-    {"tensors": tensors, "mlp": mlp, "cnn": cnn, "custom_dataset": custom_dataset, "ddp": ddp,
+    {"tensors": tensors, "plots": plots, "mlp": mlp, "cnn": cnn, "custom_dataset": custom_dataset, "ddp": ddp,
      "pagerank": pagerank, "pytorch": pytorch}[NAME]()
 finally:
     shutil.rmtree(TMP, ignore_errors=True)
