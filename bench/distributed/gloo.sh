@@ -21,7 +21,6 @@ while getopts "n:r:x:o:h" flag; do
 done
 build="${BUILD_DIR:-build}"
 ember="$build/ember"
-python="${PYTHON:-python3}"
 command -v torchrun >/dev/null || { echo "gloo.sh: torchrun not found (pip install torch)" >&2; exit 1; }
 raw="$(mktemp)"
 trap 'rm -f "$raw"' EXIT
@@ -36,7 +35,7 @@ for ((r = 1; r <= rounds; r++)); do
     e_shm() { trun --no-python "$ember" bench/distributed/allreduce.lua 5 "$max_bytes" "$op" ember_shm; }
     e_mpi() { EMBER_DIST_SHM=0 EMBER_NUM_THREADS=1 "$ember" launch -n "$n" --no-prefix bench/distributed/allreduce.lua 5 \
       "$max_bytes" "$op" ember_mpi | grep '^{' >>"$raw"; }
-    t_gloo() { trun "$python" bench/distributed/torch_allreduce.py 5 "$max_bytes" "$op"; }
+    t_gloo() { trun bench/distributed/torch_allreduce.py 5 "$max_bytes" "$op"; }
     if ((r % 2)); then e_gloo; t_gloo; e_shm; e_mpi; else e_mpi; e_shm; t_gloo; e_gloo; fi
   done
 done
