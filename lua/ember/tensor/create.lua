@@ -404,4 +404,26 @@ function M.from_blob(ptr, sizes, opts)
   return t
 end
 
+-- {requires_grad = true} in the options of every creator, as in PyTorch
+-- (torch.tensor(data, requires_grad=True)): the new tensor is a leaf that records gradients.
+local function with_requires_grad(f)
+  return function(...)
+    local n = select('#', ...)
+    local last = n > 0 and select(n, ...) or nil
+    if type(last) ~= 'table' or last.requires_grad == nil then return f(...) end
+    local flag, rest = last.requires_grad, {}
+    if type(flag) ~= 'boolean' then throw('requires_grad: expected a boolean, got ' .. type(flag)) end
+    for k, v in pairs(last) do if k ~= 'requires_grad' then rest[k] = v end end
+    local args = { ... }
+    if next(rest) ~= nil then args[n] = rest else n = n - 1 end
+    local t = f(unpack(args, 1, n))
+    if flag then check(C.em_requires_grad_(t, 1)) end
+    return t
+  end
+end
+for _, name in ipairs { 'tensor', 'zeros', 'ones', 'empty', 'full', 'arange', 'linspace', 'eye', 'rand', 'randn',
+  'zeros_like', 'ones_like', 'empty_like', 'full_like', 'rand_like', 'randn_like' } do
+  if M[name] then M[name] = with_requires_grad(M[name]) end
+end
+
 return M
