@@ -75,7 +75,7 @@ describe('ember.tensor', function()
       'tensor: expected a number, boolean, nested table or tensor for argument 1, got string')
     raises(function() local _ = ember.tensor({1}, {dtype = 'float33'}) end, "tensor: unknown dtype 'float33'")
     raises(function() local _ = ember.tensor({1}, {dtpye = 'float64'}) end,
-      "tensor: unknown option 'dtpye' (expected dtype, device)")
+      "tensor: unknown option 'dtpye' (expected dtype, device, requires_grad)")
     raises(function() local _ = ember.tensor({1}, {device = 'tpu'}) end, "tensor: device: unknown device 'tpu'")
   end)
 end)

@@ -15,7 +15,17 @@ local parse_dtype, parse_device, parse_sizes_n = I.parse_dtype, I.parse_device, 
 local is_opts, check_opts, option_set = I.is_opts, I.check_opts, I.option_set
 local need_number, need_integer, need_tensor, is_tensor = I.need_number, I.need_integer, I.need_tensor, I.is_tensor
 
-local OPTS = option_set('dtype', 'device')
+local OPTS = option_set('dtype', 'device', 'requires_grad')
+
+-- opts.requires_grad (every creator's option, as torch.tensor(data, requires_grad=True)):
+-- the new tensor is a leaf that records gradients.
+local function leaf(t, opts)
+  local flag = opts and opts.requires_grad
+  if flag == nil then return t end
+  if type(flag) ~= 'boolean' then throw('requires_grad: expected a boolean, got ' .. type(flag)) end
+  if flag then check(C.em_requires_grad_(t, 1)) end
+  return t
+end
 
 -- ---------------------------------------------------------------- sizes..., opts
 -- f(2, 3), f({2, 3}), f(2, 3, {dtype = 'float64'}): returns ndim, dtype, device and
@@ -32,13 +42,13 @@ local function sizes_and_opts(op, fixed, ...)
   local ndim = parse_sizes_n(op, false, n - fixed, ...)
   local dtype = opts and opts.dtype
   local device = opts and opts.device
-  return ndim, parse_dtype(dtype, op), parse_device(device, op), n
+  return ndim, parse_dtype(dtype, op), parse_device(device, op), n, opts
 end
 
 local function creator(name, fname)
   return function(...)
-    local ndim, dtype, device = sizes_and_opts(name, 0, ...)
-    return new_tensor(C[fname](box, ndim, sizes_buf, dtype, device))
+    local ndim, dtype, device, _, opts = sizes_and_opts(name, 0, ...)
+    return leaf(new_tensor(C[fname](box, ndim, sizes_buf, dtype, device)), opts)
   end
 end
 M.empty = creator('empty', 'em_empty')
@@ -53,10 +63,10 @@ end
 
 -- full(2, 3, value [, opts]) or full({2, 3}, value [, opts]).
 function M.full(...)
-  local ndim, dtype, device, n = sizes_and_opts('full', 1, ...)
+  local ndim, dtype, device, n, opts = sizes_and_opts('full', 1, ...)
   if n < 1 then throw('full: expected sizes and a fill value, got no arguments') end
   local value = as_fill_value('full', (select(n, ...)), n)
-  return new_tensor(C.em_full(box, ndim, sizes_buf, value, dtype, device))
+  return leaf(new_tensor(C.em_full(box, ndim, sizes_buf, value, dtype, device)), opts)
 end
 
 -- arange(end), arange(start, end [, step]) [, opts]: start, start + step, ... < end.
@@ -74,8 +84,8 @@ function M.arange(a, b, c, d)
     stop = need_number('arange', b, 2, 'a number (end)')
     step = c == nil and 1 or need_number('arange', c, 3, 'a number (step)')
   end
-  return new_tensor(C.em_arange(box, start, stop, step, parse_dtype(opts and opts.dtype, 'arange'),
-    parse_device(opts and opts.device, 'arange')))
+  return leaf(new_tensor(C.em_arange(box, start, stop, step, parse_dtype(opts and opts.dtype, 'arange'),
+    parse_device(opts and opts.device, 'arange'))), opts)
 end
 
 -- linspace(start, end, steps [, opts]): steps values from start to end inclusive.
@@ -84,8 +94,8 @@ function M.linspace(start, stop, steps, opts)
   need_number('linspace', stop, 2, 'a number (end)')
   need_integer('linspace', steps, 3, 'an integer (steps)')
   check_opts('linspace', opts, OPTS, 4)
-  return new_tensor(C.em_linspace(box, start, stop, steps, parse_dtype(opts and opts.dtype, 'linspace'),
-    parse_device(opts and opts.device, 'linspace')))
+  return leaf(new_tensor(C.em_linspace(box, start, stop, steps, parse_dtype(opts and opts.dtype, 'linspace'),
+    parse_device(opts and opts.device, 'linspace'))), opts)
 end
 
 -- eye(n [, m] [, opts]): ones on the diagonal.
@@ -95,8 +105,8 @@ function M.eye(n, m, opts)
   if m ~= nil then need_integer('eye', m, 2, 'a non-negative integer (columns)') end
   if n < 0 or (m or 0) < 0 then throw(string.format('eye: got %d x %d, expected non-negative sizes', n, m or n)) end
   check_opts('eye', opts, OPTS)
-  return new_tensor(C.em_eye(box, n, m or -1, parse_dtype(opts and opts.dtype, 'eye'),
-    parse_device(opts and opts.device, 'eye')))
+  return leaf(new_tensor(C.em_eye(box, n, m or -1, parse_dtype(opts and opts.dtype, 'eye'),
+    parse_device(opts and opts.device, 'eye'))), opts)
 end
 
 -- ---------------------------------------------------------------- fills (in place)
@@ -161,16 +171,16 @@ function M.set_rng_state(state)
 end
 
 function M.rand(...)
-  local ndim, dtype, device = sizes_and_opts('rand', 0, ...)
+  local ndim, dtype, device, _, opts = sizes_and_opts('rand', 0, ...)
   local t = new_tensor(C.em_empty(box, ndim, sizes_buf, dtype, device))
   check(C.em_uniform_(t, 0, 1))
-  return t
+  return leaf(t, opts)
 end
 function M.randn(...)
-  local ndim, dtype, device = sizes_and_opts('randn', 0, ...)
+  local ndim, dtype, device, _, opts = sizes_and_opts('randn', 0, ...)
   local t = new_tensor(C.em_empty(box, ndim, sizes_buf, dtype, device))
   check(C.em_normal_(t, 0, 1))
-  return t
+  return leaf(t, opts)
 end
 
 -- randint(high, sizes [, opts]) or randint(low, high, sizes [, opts]): integers in
@@ -212,22 +222,22 @@ local function like_args(op, t, opts, n)
   local device = opts and opts.device and parse_device(opts.device, op) or C.em_tensor_device(t)
   return C.em_tensor_ndim(t), C.em_tensor_sizes(t), dtype, device
 end
-function M.empty_like(t, opts) return new_tensor(C.em_empty(box, like_args('empty_like', t, opts, 2))) end
-function M.zeros_like(t, opts) return new_tensor(C.em_zeros(box, like_args('zeros_like', t, opts, 2))) end
-function M.ones_like(t, opts) return new_tensor(C.em_ones(box, like_args('ones_like', t, opts, 2))) end
+function M.empty_like(t, opts) return leaf(new_tensor(C.em_empty(box, like_args('empty_like', t, opts, 2))), opts) end
+function M.zeros_like(t, opts) return leaf(new_tensor(C.em_zeros(box, like_args('zeros_like', t, opts, 2))), opts) end
+function M.ones_like(t, opts) return leaf(new_tensor(C.em_ones(box, like_args('ones_like', t, opts, 2))), opts) end
 function M.full_like(t, value, opts)
   local ndim, sizes, dtype, device = like_args('full_like', t, opts, 3)
-  return new_tensor(C.em_full(box, ndim, sizes, as_fill_value('full_like', value, 2), dtype, device))
+  return leaf(new_tensor(C.em_full(box, ndim, sizes, as_fill_value('full_like', value, 2), dtype, device)), opts)
 end
 function M.rand_like(t, opts)
   local r = new_tensor(C.em_empty(box, like_args('rand_like', t, opts, 2)))
   check(C.em_uniform_(r, 0, 1))
-  return r
+  return leaf(r, opts)
 end
 function M.randn_like(t, opts)
   local r = new_tensor(C.em_empty(box, like_args('randn_like', t, opts, 2)))
   check(C.em_normal_(r, 0, 1))
-  return r
+  return leaf(r, opts)
 end
 
 -- ---------------------------------------------------------------- ember.tensor
@@ -309,7 +319,7 @@ end
 function M.tensor(data, opts)
   check_opts('tensor', opts, OPTS, 2)
   local td = type(data)
-  if td == 'cdata' and is_tensor(data) then return from_tensor(data, opts) end
+  if td == 'cdata' and is_tensor(data) then return leaf(from_tensor(data, opts), opts) end
   if td ~= 'table' and td ~= 'number' and td ~= 'boolean' then
     arg_error('tensor', 1, 'a number, boolean, nested table or tensor', data)
   end
@@ -340,7 +350,7 @@ function M.tensor(data, opts)
   local t = new_tensor(C.em_empty(box, ndim, sizes_buf, host_dtype, cpu))
   fill(data, Tensor.data_ptr(t), 0, 1, ndim == 0 and 1 or ndim, host_dtype == C.EM_BOOL)
   if host_dtype ~= dtype or device.type ~= C.EM_CPU then t = new_tensor(C.em_to(box, t, dtype, device)) end
-  return t
+  return leaf(t, opts)
 end
 
 -- ---------------------------------------------------------------- from_blob
@@ -402,28 +412,6 @@ function M.from_blob(ptr, sizes, opts)
     dtype, parse_device(opts and opts.device, 'from_blob'), nil, nil))
   if opts and opts.keep ~= nil then kept[t] = opts.keep end
   return t
-end
-
--- {requires_grad = true} in the options of every creator, as in PyTorch
--- (torch.tensor(data, requires_grad=True)): the new tensor is a leaf that records gradients.
-local function with_requires_grad(f)
-  return function(...)
-    local n = select('#', ...)
-    local last = n > 0 and select(n, ...) or nil
-    if type(last) ~= 'table' or last.requires_grad == nil then return f(...) end
-    local flag, rest = last.requires_grad, {}
-    if type(flag) ~= 'boolean' then throw('requires_grad: expected a boolean, got ' .. type(flag)) end
-    for k, v in pairs(last) do if k ~= 'requires_grad' then rest[k] = v end end
-    local args = { ... }
-    if next(rest) ~= nil then args[n] = rest else n = n - 1 end
-    local t = f(unpack(args, 1, n))
-    if flag then check(C.em_requires_grad_(t, 1)) end
-    return t
-  end
-end
-for _, name in ipairs { 'tensor', 'zeros', 'ones', 'empty', 'full', 'arange', 'linspace', 'eye', 'rand', 'randn',
-  'zeros_like', 'ones_like', 'empty_like', 'full_like', 'rand_like', 'randn_like' } do
-  if M[name] then M[name] = with_requires_grad(M[name]) end
 end
 
 return M
