@@ -142,9 +142,10 @@ static em_status rendezvous(double deadline) {
     gl_key(key, sizeof key, "init/world");
     em_dist_store_set(G.store, key, text, strlen(text));
   }
-  gl_key(key, sizeof key, "init/count");
-  if ((st = em_dist_store_add(G.store, key, 1, NULL))) return em_set_error(st, "dist.init: %s", em_last_error());
-  int world_checked = G.rank == 0;
+  /* A rank counts itself only once it has checked its WORLD_SIZE against rank 0's, so that a
+   * full count means every rank agreed: rank 0 cannot go on into Gloo's connection with a
+   * rank that is about to refuse the world. */
+  int world_checked = G.rank == 0, counted = 0;
   char count_key[160], error_key[160], world_key[160];
   gl_key(count_key, sizeof count_key, "init/count");
   gl_key(error_key, sizeof error_key, "init/error");
@@ -167,6 +168,11 @@ static em_status rendezvous(double deadline) {
         return fail_rendezvous(msg, 1);
       }
       world_checked = 1;
+    }
+    if (world_checked && !counted) {
+      if ((st = em_dist_store_add(G.store, count_key, 1, NULL)))
+        return em_set_error(st, "dist.init: %s", em_last_error());
+      counted = 1;
     }
     if ((st = em_dist_store_add(G.store, count_key, 0, &v)))
       return em_set_error(st, "dist.init: rendezvous at %s: %s", G.master, em_last_error());
