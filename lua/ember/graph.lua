@@ -238,7 +238,9 @@ function new_part(status)
 end
 
 local function part_handle(op, g)
-  if getmetatable(g) ~= PartGraph then throw(string.format('%s: expected a partitioned graph, got %s', op, describe(g))) end
+  if getmetatable(g) ~= PartGraph then
+    throw(string.format('%s: expected a partitioned graph, got %s', op, describe(g)))
+  end
   if g._p == nil then throw(op .. ': the graph was freed with free()') end
   return g._p
 end

@@ -12,7 +12,6 @@
 -- mirrors, the partition's memory and the peak RSS, bytes sent and received per
 -- iteration, and the seconds of compute and of exchange. Other ranks print nothing.
 local ffi = require 'ffi'
-local json = require 'ember.util.json'
 local progress = require 'ember.util.progress'
 local checkpoint = require 'ember.pipeline.checkpoint'
 
