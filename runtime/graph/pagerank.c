@@ -12,9 +12,9 @@
  * contribution for the next iteration (into a second buffer). The new scores are
  * normalised by the next pass, which scales what it gathers, rather than by a pass of
  * their own: the sum is 1 up to rounding, and the scale only stops rounding drift.
- * Work is cut into fixed vertex blocks of about equal arcs; every reduction is summed per
- * block, then over blocks in order, so Jacobi results are the same bits whatever the
- * thread count. Gauss-Seidel updates x and c in place (reading neighbours' fresh values,
+ * Work is cut into fixed vertex blocks of about equal arcs; Jacobi's reductions (scores,
+ * residual, dangling mass) are exact fixed-point sums (gr_fix), so its results are the
+ * same bits whatever the thread count, and whatever the rank count in pagerank_dist.c. Gauss-Seidel updates x and c in place (reading neighbours' fresh values,
  * possibly from another thread: chaotic relaxation, fewer iterations, not
  * bit-reproducible), then normalises in a second pass.
  *
