@@ -88,6 +88,21 @@ if(EMBER_HAVE_MPI AND EMBER_MPIRUN)
     set_tests_properties(distributed/more_collectives_np${np} PROPERTIES TIMEOUT 120 RESOURCE_LOCK ember_mpi
       ENVIRONMENT "${dist_env}")
   endforeach()
+  # partitioned graphs: PageRank at 2, 3 and 4 ranks equal (bits) to the single process,
+  # the partitioned cache and its refusal (tests/distributed/pagerank_dist.lua)
+  foreach(np 2 3 4)
+    add_test(NAME distributed/pagerank_dist_np${np}
+      COMMAND $<TARGET_FILE:ember_host> launch -n ${np} --threads 1 ${CMAKE_CURRENT_SOURCE_DIR}/distributed/pagerank_dist.lua
+      WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+    set_tests_properties(distributed/pagerank_dist_np${np} PROPERTIES TIMEOUT 120 RESOURCE_LOCK ember_mpi
+      ENVIRONMENT "${dist_env}")
+  endforeach()
+  # the PageRank job over 2 ranks: scores file equal to the single process's, the cache
+  # reused and refused at 3 ranks, a killed rank ending the other with a timeout
+  add_test(NAME distributed/pagerank_job
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/distributed/pagerank_job.sh $<TARGET_FILE:ember_host>)
+  set_tests_properties(distributed/pagerank_job PROPERTIES TIMEOUT 180 RESOURCE_LOCK ember_mpi
+    ENVIRONMENT "${dist_env}")
   add_test(NAME distributed/more_collectives_np3_p2p
     COMMAND $<TARGET_FILE:ember_host> launch -n 3 --threads 1 ${CMAKE_CURRENT_SOURCE_DIR}/distributed/more_collectives.lua
     WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})

@@ -75,6 +75,7 @@ Graph.__index = Graph
 graph.Graph = Graph
 
 local gbox = ffi.new('em_graph*[1]')
+local group_of, new_part -- partitioned graphs, below
 
 local function new_graph(status)
   local p = gbox[0]
@@ -205,20 +206,150 @@ function Graph:pagerank(opts)
   }
 end
 
+-- ---------------------------------------------------------------- partitioned graphs
+-- graph.load(path, {group = g}), graph.kronecker{..., group = g}, graph.uniform{..., group = g}
+-- (g: a group from ember.dist, or true for the world) return a PartGraph: this rank's
+-- range of dense vertices, their in-arcs and mirrors (ember/graph.h, em_graph_part_*).
+-- Every method is collective: every rank of the group calls it.
+local PartGraph = {}
+PartGraph.__index = PartGraph
+graph.PartGraph = PartGraph
+local pbox = ffi.new('em_graph_part*[1]')
+
+function group_of(op, grp)
+  local dist = ember.dist
+  if grp == true then
+    local w = C.em_dist_world()
+    if w == nil then throw(op .. ': group = true needs ember.dist.init() first') end
+    return w
+  end
+  if getmetatable(grp) ~= dist.Group then
+    throw(string.format('%s: group must be a group from ember.dist (or true: the world), got %s', op, describe(grp)))
+  end
+  if grp._world then return group_of(op, true) end
+  return grp._ptr
+end
+
+function new_part(status)
+  local p = pbox[0]
+  pbox[0] = nil
+  check(status)
+  return setmetatable({ _p = ffi.gc(p, C.em_graph_part_free) }, PartGraph)
+end
+
+local function part_handle(op, g)
+  if getmetatable(g) ~= PartGraph then
+    throw(string.format('%s: expected a partitioned graph, got %s', op, describe(g)))
+  end
+  if g._p == nil then throw(op .. ': the graph was freed with free()') end
+  return g._p
+end
+
+-- {num_vertices, num_edges, first, last (this rank's dense vertices, 1-based, inclusive;
+-- last = first - 1 when none), local_edges, mirrors, values_sent, values_received, bytes,
+-- rank, world_size}
+function PartGraph:info()
+  local i = ffi.new('em_graph_part_info')
+  C.em_graph_part_get_info(part_handle('info', self), i)
+  return { num_vertices = tonumber(i.num_vertices), num_edges = tonumber(i.num_edges), first = tonumber(i.begin) + 1,
+    last = tonumber(i['end']), local_edges = tonumber(i.local_edges), mirrors = tonumber(i.mirrors),
+    values_sent = tonumber(i.values_sent), values_received = tonumber(i.values_received), bytes = tonumber(i.bytes),
+    rank = i.rank, world_size = i.world_size }
+end
+function PartGraph:num_vertices() return self:info().num_vertices end
+function PartGraph:num_edges() return self:info().num_edges end
+function PartGraph:__tostring()
+  if self._p == nil then return 'PartGraph(freed)' end
+  local i = self:info()
+  return string.format('PartGraph(%d vertices, %d arcs; rank %d of %d: vertices %d..%d, %d arcs, %d mirrors)',
+    i.num_vertices, i.num_edges, i.rank, i.world_size, i.first, i.last, i.local_edges, i.mirrors)
+end
+
+function PartGraph:free()
+  local p = part_handle('free', self)
+  self._p = nil
+  C.em_graph_part_free(ffi.gc(p, nil))
+end
+
+-- Writes the partitioned cache: path (the manifest) and path.RANK-of-N; reload it with
+-- graph.load(path, {group = ...}) (path ending in .emp, or format = 'ember').
+function PartGraph:save(path)
+  if type(path) ~= 'string' then throw('save: expected a file path, got ' .. describe(path)) end
+  check(C.em_graph_part_save(part_handle('save', self), path))
+  return self
+end
+
+-- This rank's vertices: in_degree, out_degree (int64 tensors).
+function PartGraph:degrees()
+  local a, b = ffi.new('em_tensor*[1]'), ffi.new('em_tensor*[1]')
+  check(C.em_graph_part_degrees(part_handle('degrees', self), a, b))
+  return wrap(a[0]), wrap(b[0])
+end
+
+function PartGraph:original_ids()
+  return new_tensor(C.em_graph_part_original_ids(part_handle('original_ids', self), box))
+end
+
+-- A tensor of this rank's vertices gathered into all n on rank `root` (0-based; nil: on
+-- every rank); nil on the other ranks.
+function PartGraph:gather(t, root)
+  local p = part_handle('gather', self)
+  if not ember.is_tensor(t) then throw('gather: expected a tensor, got ' .. describe(t)) end
+  if root ~= nil then need_int('gather', 'root', root, 0) end
+  local out = ffi.new('em_tensor*[1]')
+  check(C.em_graph_part_gather(out, p, t:contiguous(), root or -1))
+  return out[0] ~= nil and wrap(out[0]) or nil
+end
+
+local PART_PAGERANK = { damping = true, tol = true, max_iter = true, method = true }
+
+-- scores of this rank's vertices (float32 [last - first + 1]) and a table as
+-- Graph:pagerank's, plus compute_seconds, exchange_seconds, bytes_sent, bytes_received
+-- (per iteration, this rank).
+function PartGraph:pagerank(opts)
+  local p = part_handle('pagerank', self)
+  opts = check_options('pagerank', opts, PART_PAGERANK)
+  local po = ffi.new('em_pagerank_options')
+  C.em_pagerank_options_init(po)
+  if opts.damping ~= nil then po.damping = need_number('pagerank', 'damping', opts.damping) end
+  if opts.tol ~= nil then po.tol = need_number('pagerank', 'tol', opts.tol) end
+  if opts.max_iter ~= nil then po.max_iter = need_int('pagerank', 'max_iter', opts.max_iter, 1) end
+  if opts.method ~= nil then po.method = need_choice('pagerank', 'method', opts.method, METHODS) end
+  local res = ffi.new('em_tensor*[1]')
+  local stats, ds = ffi.new('em_pagerank_stats'), ffi.new('em_pagerank_dist_stats')
+  local scores = new_tensor(C.em_graph_part_pagerank(box, res, stats, ds, p, po))
+  local residuals = wrap(res[0])
+  local list = {}
+  local r = ffi.cast('const double *', C.em_tensor_data(residuals))
+  for i = 1, stats.iterations do list[i] = r[i - 1] end
+  return scores, {
+    iterations = stats.iterations, converged = stats.converged ~= 0, residual = stats.residual, residuals = list,
+    seconds = stats.seconds, setup_seconds = stats.setup_seconds, edges_per_second = stats.edges_per_second,
+    method = METHOD_NAMES[tonumber(stats.method)], engine = ffi.string(stats.engine), device = 'cpu',
+    compute_seconds = ds.compute_seconds, exchange_seconds = ds.exchange_seconds,
+    bytes_sent = tonumber(ds.bytes_sent), bytes_received = tonumber(ds.bytes_received),
+  }
+end
+
 -- ---------------------------------------------------------------- building
 
-local LOAD = { format = true, verify = true, labels = true }
+local LOAD = { format = true, verify = true, labels = true, group = true }
 for k in pairs(BUILD) do LOAD[k] = true end
 
 function graph.load(path, opts)
   if type(path) ~= 'string' then throw('graph.load: expected a file path, got ' .. describe(path)) end
   opts = check_options('graph.load', opts, LOAD)
+  if opts.group ~= nil then
+    if opts.labels ~= nil then throw('graph.load: labels are not supported with group (a partitioned graph)') end
+    return new_part(C.em_graph_part_load(pbox, group_of('graph.load', opts.group), path,
+      graph_options('graph.load', opts)))
+  end
   local g = new_graph(C.em_graph_load(gbox, path, graph_options('graph.load', opts)))
   if opts.labels ~= nil then g:load_labels(opts.labels) end
   return g
 end
 
-local KRONECKER = { scale = true, edge_factor = true, seed = true }
+local KRONECKER = { scale = true, edge_factor = true, seed = true, group = true }
 for k in pairs(BUILD) do KRONECKER[k] = true end
 
 function graph.kronecker(opts)
@@ -226,10 +357,14 @@ function graph.kronecker(opts)
   local scale = need_int('graph.kronecker', 'scale', opts.scale, 1)
   local ef = need_int('graph.kronecker', 'edge_factor', opts.edge_factor or 16, 1)
   local seed = need_int('graph.kronecker', 'seed', opts.seed or 1, 0)
+  if opts.group ~= nil then
+    return new_part(C.em_graph_part_kronecker(pbox, group_of('graph.kronecker', opts.group), scale, ef, seed,
+      graph_options('graph.kronecker', opts)))
+  end
   return new_graph(C.em_graph_kronecker(gbox, scale, ef, seed, graph_options('graph.kronecker', opts)))
 end
 
-local UNIFORM = { vertices = true, edges = true, seed = true }
+local UNIFORM = { vertices = true, edges = true, seed = true, group = true }
 for k in pairs(BUILD) do UNIFORM[k] = true end
 
 function graph.uniform(opts)
@@ -237,6 +372,10 @@ function graph.uniform(opts)
   local n = need_int('graph.uniform', 'vertices', opts.vertices, 1)
   local m = need_int('graph.uniform', 'edges', opts.edges, 0)
   local seed = need_int('graph.uniform', 'seed', opts.seed or 1, 0)
+  if opts.group ~= nil then
+    return new_part(C.em_graph_part_uniform(pbox, group_of('graph.uniform', opts.group), n, m, seed,
+      graph_options('graph.uniform', opts)))
+  end
   return new_graph(C.em_graph_uniform(gbox, n, m, seed, graph_options('graph.uniform', opts)))
 end
 

@@ -202,3 +202,20 @@ void gr_kronecker_edge_ref(int32_t scale, uint64_t seed, uint64_t e, uint32_t *u
   permute_init(&c, scale);
   kronecker_edge(&c, e, u, v);
 }
+
+/* Edges [e0, e1) of either generator (each rank of a partitioned build makes its slice). */
+void gr_generate_slice(int kind, int32_t scale, int64_t n, uint64_t seed, int64_t e0, int64_t e1, uint32_t *u,
+                       uint32_t *v) {
+  gen_ctx c = {.seed = seed, .scale = scale, .n = n};
+  if (kind == 0) permute_init(&c, scale);
+#pragma omp parallel for schedule(static) num_threads(gr_threads())
+  for (int64_t e = e0; e < e1; e++) {
+    if (kind == 0) {
+      kronecker_edge(&c, (uint64_t)e, &u[e - e0], &v[e - e0]);
+    } else {
+      em_philox4 x = block_of(seed, (uint64_t)e, 0, STREAM_UNIFORM);
+      u[e - e0] = (uint32_t)em_philox_below(em_philox_u64(x.x[0], x.x[1]), (uint64_t)n);
+      v[e - e0] = (uint32_t)em_philox_below(em_philox_u64(x.x[2], x.x[3]), (uint64_t)n);
+    }
+  }
+}

@@ -9,6 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "ember/graph.h"
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 #define GR_MAX_VERTICES ((int64_t)UINT32_MAX) /* CSR ids are 32-bit */
 
@@ -201,5 +204,74 @@ void gr_kronecker_edge_ref(int32_t scale, uint64_t seed, uint64_t e, uint32_t *u
 
 /* Reads a 1-D tensor of n values as doubles (converted, made contiguous). *out is gr_alloc'd. */
 em_status gr_tensor_values(const char *op, const em_tensor *t, int64_t n, double **out);
+
+/* ---- exact reductions: PageRank's sums (scores, residual, dangling mass) add terms in
+ * [0, 1] as integers in units of 2^-60, so that their value does not depend on the order
+ * of the additions, the block sizes, the thread count or the rank count. */
+#define GR_FIX_ONE 0x1p60
+static inline int64_t gr_fix(double x) { return (int64_t)(x * GR_FIX_ONE + 0.5); }
+static inline double gr_unfix(int64_t s) { return (double)s / GR_FIX_ONE; }
+
+/* The sum of contrib over a list of sources, in double. Short lists (most of them) take a
+ * scalar loop; long ones 16 gathers at a time with AVX-512 when the build targets it.
+ * Either way the order of additions depends on the list alone (pagerank.c and
+ * pagerank_dist.c both sum with it, which is what makes their scores the same bits). */
+static inline __attribute__((always_inline)) double gr_pr_gather(const float *restrict contrib,
+                                                                 const uint32_t *restrict src, int64_t deg) {
+  double s = 0;
+  int64_t j = 0;
+#ifdef __AVX512F__
+  if (deg >= 16) {
+    __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+    for (; j + 16 <= deg; j += 16) {
+      __m512 g = _mm512_i32gather_ps(_mm512_loadu_si512(src + j), contrib, 4);
+      lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(g)));
+      hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(g), 1))));
+    }
+    s = _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
+  }
+#endif
+  for (; j < deg; j++) s += contrib[src[j]];
+  return s;
+}
+
+/* ---- partitioned graphs (partition.c, ingest_dist.c, part_io.c, pagerank_dist.c) */
+struct em_dist_group;
+struct em_graph_part {
+  struct em_dist_group *group; /* retained */
+  int rank, size;
+  int64_t n, m; /* the whole graph's vertices and arcs */
+  int64_t *bounds; /* [size + 1] rank r owns dense vertices [bounds[r], bounds[r+1]) */
+  int64_t begin, end, nl, ml; /* this rank's range, its vertex count and in-arc count */
+  int64_t *offsets; /* [nl + 1] */
+  uint32_t *sources; /* [ml] slots: v - begin for own sources, nl + i for mirror i */
+  int64_t nmirror;
+  uint32_t *mirror; /* [nmirror] global ids, ascending (so grouped by owner, in rank order) */
+  int64_t *recv_count; /* [size] mirrors owned by each rank: values received per iteration */
+  int64_t *send_count; /* [size] own vertices each rank mirrors: values sent */
+  int64_t nsend;
+  uint32_t *send; /* [nsend] local ids of own vertices to send, rank by rank, ascending */
+  uint32_t *out_degree; /* [nl] */
+  int64_t *original; /* [nl] original ids; NULL: dense id + id_base */
+  int64_t id_base;
+  bool directed;
+};
+
+/* Collectives on raw arrays (counts in elements; zero counts allowed). */
+em_status gr_allreduce(struct em_dist_group *g, void *data, int64_t count, em_dtype dt, int op);
+em_status gr_alltoallv(struct em_dist_group *g, void *out, const int64_t *out_counts, const void *in,
+                       const int64_t *in_counts, em_dtype dt);
+em_status gr_allgather(struct em_dist_group *g, void *out, const void *in, int64_t count, em_dtype dt);
+/* Ranks agree on failure: every rank passes its status; when any rank failed, the others
+ * return an error naming the first that did (its own message is on its stderr). */
+em_status gr_agree(struct em_dist_group *g, const char *op, em_status st);
+/* Builds rank's partition from its share of the arcs (src[i] -> dst[i], dense ids < n, the
+ * options already applied), which it frees (gr_free) in any case. */
+em_status gr_part_build(em_graph_part **out, struct em_dist_group *g, const char *op, int64_t n, uint32_t *src,
+                        uint32_t *dst, int64_t count, bool drop_duplicates, bool directed);
+em_status gr_part_load_cache(em_graph_part **out, struct em_dist_group *g, const char *path, bool verify);
+/* Edges [e0, e1) of em_graph_kronecker (kind 0) or em_graph_uniform (kind 1), before options. */
+void gr_generate_slice(int kind, int32_t scale, int64_t n, uint64_t seed, int64_t e0, int64_t e1, uint32_t *u,
+                       uint32_t *v);
 
 #endif

@@ -12,9 +12,9 @@
  * contribution for the next iteration (into a second buffer). The new scores are
  * normalised by the next pass, which scales what it gathers, rather than by a pass of
  * their own: the sum is 1 up to rounding, and the scale only stops rounding drift.
- * Work is cut into fixed vertex blocks of about equal arcs; every reduction is summed per
- * block, then over blocks in order, so Jacobi results are the same bits whatever the
- * thread count. Gauss-Seidel updates x and c in place (reading neighbours' fresh values,
+ * Work is cut into fixed vertex blocks of about equal arcs; Jacobi's reductions (scores,
+ * residual, dangling mass) are exact fixed-point sums (gr_fix), so its results are the
+ * same bits whatever the thread count, and whatever the rank count in pagerank_dist.c. Gauss-Seidel updates x and c in place (reading neighbours' fresh values,
  * possibly from another thread: chaotic relaxation, fewer iterations, not
  * bit-reproducible), then normalises in a second pass.
  *
@@ -31,9 +31,6 @@
 #include <string.h>
 #include "graph_impl.h"
 #include "tensor/tensor_impl.h"
-#ifdef __AVX512F__
-#include <immintrin.h>
-#endif
 
 #define PR_PARALLEL_WORK (1 << 18) /* arcs + vertices below which one thread iterates */
 
@@ -47,7 +44,8 @@ typedef struct pr_run {
   double *tele; /* [n] internal order, sums to 1; NULL: uniform */
   int64_t nblocks;
   int64_t *block; /* [nblocks + 1] vertex boundaries */
-  double *bsum, *bres, *bdang; /* per block */
+  double *bsum, *bres, *bdang; /* per block (Gauss-Seidel) */
+  int64_t *fsum, *fres, *fdang; /* per block, exact (Jacobi, GAPBS: see gr_fix) */
   gr_tiles tiles; /* cold arcs, cache-blocked (Jacobi and GAPBS; see pr_tiles.c) */
   float *acc; /* [n] each vertex's cold sum, when tiled */
   bool prefetch; /* untiled, and the contributions outgrow L2: prefetch them */
@@ -112,7 +110,11 @@ static em_status make_blocks(pr_run *r) {
   r->bsum = malloc((size_t)cap * sizeof(double));
   r->bres = malloc((size_t)cap * sizeof(double));
   r->bdang = malloc((size_t)cap * sizeof(double));
-  if (!r->block || !r->bsum || !r->bres || !r->bdang) return gr_oom("graph pagerank", (size_t)cap * 32);
+  r->fsum = malloc((size_t)cap * sizeof(int64_t));
+  r->fres = malloc((size_t)cap * sizeof(int64_t));
+  r->fdang = malloc((size_t)cap * sizeof(int64_t));
+  if (!r->block || !r->bsum || !r->bres || !r->bdang || !r->fsum || !r->fres || !r->fdang)
+    return gr_oom("graph pagerank", (size_t)cap * 56);
   int64_t k = 0, acc = 0;
   r->block[0] = 0;
   for (int64_t v = 0; v < g->n; v++) {
@@ -127,27 +129,7 @@ static em_status make_blocks(pr_run *r) {
   return EM_OK;
 }
 
-/* The sum of contrib over a list of sources, in double. Short lists (most of them) take a
- * scalar loop; long ones 16 gathers at a time with AVX-512 when the build targets it.
- * Either way the order of additions depends on the list alone. */
-static inline __attribute__((always_inline)) double gather(const float *restrict contrib, const uint32_t *restrict src,
-                                                           int64_t deg) {
-  double s = 0;
-  int64_t j = 0;
-#ifdef __AVX512F__
-  if (deg >= 16) {
-    __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
-    for (; j + 16 <= deg; j += 16) {
-      __m512 g = _mm512_i32gather_ps(_mm512_loadu_si512(src + j), contrib, 4);
-      lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(g)));
-      hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(g), 1))));
-    }
-    s = _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
-  }
-#endif
-  for (; j < deg; j++) s += contrib[src[j]];
-  return s;
-}
+#define gather gr_pr_gather
 
 /* The same sum for graphs whose contributions outgrow the caches (and are not tiled):
  * each read of a contribution is a trip to memory, so the reads PREFETCH arcs ahead (in
@@ -178,7 +160,7 @@ static void sweep_jacobi(pr_run *r, int64_t b, double coef, double scale) {
   const uint32_t *restrict hot = r->tiles.hot_len;
   const double *restrict tele = r->tele;
   const double d = r->damping * scale, uniform = coef / (double)g->n;
-  double sum = 0, res = 0, dang = 0;
+  int64_t sum = 0, res = 0, dang = 0;
   for (int64_t v = r->block[b]; v < r->block[b + 1]; v++) {
     double t = tele ? coef * tele[v] : uniform;
     double in = hot           ? acc[v] + gather(contrib, src + off[v], hot[v])
@@ -186,14 +168,14 @@ static void sweep_jacobi(pr_run *r, int64_t b, double coef, double scale) {
                               : gather(contrib, src + off[v], off[v + 1] - off[v]);
     float nv = (float)(d * in + t);
     y[v] = nv;
-    sum += nv;
-    res += fabs((double)nv - scale * (double)x[v]);
+    sum += gr_fix(nv);
+    res += gr_fix(fabs((double)nv - scale * (double)x[v]));
     next[v] = nv * inv[v];
-    dang += inv[v] == 0 ? nv : 0;
+    dang += inv[v] == 0 ? gr_fix(nv) : 0;
   }
-  r->bsum[b] = sum;
-  r->bres[b] = res;
-  r->bdang[b] = dang;
+  r->fsum[b] = sum;
+  r->fres[b] = res;
+  r->fdang[b] = dang;
 }
 
 /* Gauss-Seidel, pass 1 over block b: in place, the old value kept in y. */
@@ -239,6 +221,12 @@ static double sum_blocks(const double *a, int64_t n) {
   return s;
 }
 
+static double sum_fixed(const int64_t *a, int64_t n) {
+  int64_t s = 0;
+  for (int64_t i = 0; i < n; i++) s += a[i];
+  return gr_unfix(s);
+}
+
 static void swap(float **a, float **b) {
   float *t = *a;
   *a = *b;
@@ -253,13 +241,15 @@ static int iterate(pr_run *r, const em_pagerank_options *o, double *residual, in
   int threads = g->m + g->n < PR_PARALLEL_WORK ? 1 : gr_threads(), iters = 0;
   bool gapbs = r->method == EM_PAGERANK_GAPBS, gs = r->method == EM_PAGERANK_GAUSS_SEIDEL;
   const float x0 = (float)(1.0 / (double)g->n);
-  double dangling = 0, scale = 1;
-#pragma omp parallel for schedule(static) reduction(+ : dangling) num_threads(threads)
+  double scale = 1;
+  int64_t sinks = 0;
+#pragma omp parallel for schedule(static) reduction(+ : sinks) num_threads(threads)
   for (int64_t v = 0; v < g->n; v++) {
     r->x[v] = x0;
     r->contrib[v] = x0 * r->inv_deg[v];
-    dangling += r->inv_deg[v] == 0 ? x0 : 0;
+    sinks += r->inv_deg[v] == 0;
   }
+  double dangling = gr_unfix(sinks * gr_fix(x0)); /* as the exact sums of the sweeps */
   *converged = 0;
   while (iters < o->max_iter) {
     /* dangling is the normalised dangling mass of the current scores */
@@ -278,13 +268,13 @@ static int iterate(pr_run *r, const em_pagerank_options *o, double *residual, in
       }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
       for (int64_t b = 0; b < r->nblocks; b++) sweep_jacobi(r, b, coef, scale);
-      double total = sum_blocks(r->bsum, r->nblocks);
+      double total = sum_fixed(r->fsum, r->nblocks);
       scale = gapbs || !(total > 0) ? 1 : 1 / total;
-      dangling = scale * sum_blocks(r->bdang, r->nblocks);
+      dangling = scale * sum_fixed(r->fdang, r->nblocks);
       swap(&r->x, &r->y);
       swap(&r->contrib, &r->next);
     }
-    residual[iters++] = sum_blocks(r->bres, r->nblocks);
+    residual[iters++] = gs ? sum_blocks(r->bres, r->nblocks) : sum_fixed(r->fres, r->nblocks);
     if (residual[iters - 1] < o->tol) {
       *converged = 1;
       break;
@@ -314,6 +304,9 @@ static void run_free(pr_run *r) {
   free(r->bsum);
   free(r->bres);
   free(r->bdang);
+  free(r->fsum);
+  free(r->fres);
+  free(r->fdang);
   gr_tiles_free(&r->tiles);
   gr_free(r->acc);
 }

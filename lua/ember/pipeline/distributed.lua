@@ -30,7 +30,7 @@ do
   if ok and ember.dist then launched = ember.dist.env().world_size > 1 end
 end
 
-M.jobs = { train = true }
+M.jobs = { train = true, pagerank = true }
 M.schema = S.record({
   backend = S.enum({ 'auto', 'mpi', 'gloo', 'self', 'nccl' }, { default = 'auto' }),
   bucket_cap_mb = S.number { gt = 0, default = 25, doc = 'gradient bucket size (the first bucket is 1 MB)' },
@@ -65,7 +65,9 @@ function M.setup(sec, cfg, ctx)
       gradient_as_bucket_view = sec.gradient_as_bucket_view,
       comm_hook = sec.comm_hook ~= 'none' and sec.comm_hook or nil, shared_memory = sec.shared_memory })
   end
-  if ctx.rank == 0 and ctx.world_size > 1 then
+  if ctx.rank == 0 and ctx.world_size > 1 and cfg.job == 'pagerank' then
+    ctx.log('distributed: %d ranks (%s), the graph partitioned', ctx.world_size, dist.backend())
+  elseif ctx.rank == 0 and ctx.world_size > 1 then
     local gpu = cfg.device ~= 'cpu' and dist.backend('cuda')
     ctx.log('distributed: %d ranks (%s%s), %d samples per step', ctx.world_size, dist.backend(),
       gpu and (', ' .. gpu .. ' for CUDA tensors') or '', (cfg.data and cfg.data.batch_size or 0) * ctx.world_size)

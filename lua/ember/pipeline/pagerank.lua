@@ -82,7 +82,8 @@ M.schema = {
 }
 
 M.result_order = { 'job', 'vertices', 'edges', 'iterations', 'converged', 'residual', 'seconds', 'ms_per_iteration',
-  'edges_per_second', 'build_seconds', 'graph_from', 'peak_rss_mb', 'threads', 'compare_indegree', 'top_k',
+  'edges_per_second', 'build_seconds', 'graph_from', 'peak_rss_mb', 'threads', 'world_size', 'bytes_per_iteration',
+  'ranks', 'compare_indegree', 'top_k',
   'scores_file', 'rank_plot', 'residuals' }
 
 -- ---------------------------------------------------------------- file times
@@ -298,6 +299,10 @@ end
 
 -- ---------------------------------------------------------------- the job
 function M.run(cfg, ctx)
+  if cfg.distributed then
+    return require('ember.pipeline.pagerank_dist').run(cfg, ctx, { describe_source = describe_source,
+      cache_key = cache_key, top_table = top_table, write_scores = write_scores, mkparent = mkparent })
+  end
   local ember = require 'ember'
   local log = ctx.log
   local gcfg = cfg.graph

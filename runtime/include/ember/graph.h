@@ -146,6 +146,68 @@ EM_API em_status em_graph_compare_rankings(em_rank_comparison *out, const em_ten
 /* compare_rankings(scores, in-degree): the Twitter study's question. */
 EM_API em_status em_graph_compare_indegree(em_rank_comparison *out, const em_graph *g, const em_tensor *scores,
                                            int64_t k);
+/* ---- partitioned graphs (runtime/graph/partition.c, ingest_dist.c, pagerank_dist.c) ----
+ * A graph spread over the ranks of a process group: rank r owns the dense vertices
+ * [begin, end) of a 1-D chunking balanced on alpha * |V| + |E| (Gemini's, alpha =
+ * 8 * (ranks - 1)), holds the in-arcs of those vertices (for pull PageRank), and a mirror
+ * of every remote source it reads. Each PageRank iteration sends every rank exactly the
+ * contributions of the vertices it mirrors (one all_to_all_v) and sums three scalars (one
+ * all_reduce of int64 fixed-point values, so that every reduction is exact). Per-vertex
+ * sums add contributions in ascending global source id, as em_graph_pagerank does on a
+ * graph built with reorder = none: the scores are the same bits at any rank and thread
+ * count, and those of the single process on such a graph while its cache blocking is off
+ * (graphs below 2^18 arcs + vertices); within float32 rounding otherwise.
+ * Ingest never gathers the edge list: each rank parses its own byte range of a file (or
+ * generates its own slice of the edges) and sends each arc to the owner of its target.
+ * Every function is collective over the group: every rank calls it, with the same
+ * arguments. The vertex order is always the dense one (opts->reorder is ignored). */
+struct em_dist_group; /* ember/dist.h */
+typedef struct em_graph_part em_graph_part;
+
+typedef struct em_graph_part_info {
+  int64_t num_vertices, num_edges; /* the whole graph's */
+  int64_t begin, end; /* this rank's dense vertices */
+  int64_t local_edges; /* in-arcs of those vertices */
+  int64_t mirrors; /* distinct remote sources read (the lower bound of values received) */
+  int64_t values_sent, values_received; /* contributions per iteration */
+  int64_t bytes; /* memory the partition holds on this rank */
+  int32_t rank, world_size;
+} em_graph_part_info;
+
+/* SNAP text (ids < 2^32, remapped to dense ids as em_graph_load does) or Matrix Market, by
+ * opts->format or the extension; a partitioned cache (em_graph_part_save's manifest, .emp)
+ * is loaded instead when format is EMBER or the path ends in .emp. */
+EM_API em_status em_graph_part_load(em_graph_part **out, struct em_dist_group *group, const char *path,
+                                    const em_graph_options *opts);
+/* The graphs of em_graph_kronecker / em_graph_uniform, each rank generating its slice. */
+EM_API em_status em_graph_part_kronecker(em_graph_part **out, struct em_dist_group *group, int32_t scale,
+                                         int32_t edge_factor, uint64_t seed, const em_graph_options *opts);
+EM_API em_status em_graph_part_uniform(em_graph_part **out, struct em_dist_group *group, int64_t num_vertices,
+                                       int64_t num_edges, uint64_t seed, const em_graph_options *opts);
+/* One file per rank (path.RANK-of-N, checksummed) plus the manifest at path, written by
+ * rank 0 once every rank's file is in place. Loading it needs the same number of ranks. */
+EM_API em_status em_graph_part_save(const em_graph_part *p, const char *path);
+EM_API void em_graph_part_free(em_graph_part *p);
+EM_API void em_graph_part_get_info(const em_graph_part *p, em_graph_part_info *out);
+/* int64 tensors of [end - begin]: this rank's vertices' degrees and original ids. */
+EM_API em_status em_graph_part_degrees(const em_graph_part *p, em_tensor **in_degree, em_tensor **out_degree);
+EM_API em_status em_graph_part_original_ids(const em_graph_part *p, em_tensor **out);
+/* A [end - begin] tensor of every rank gathered into [n] on root (root < 0: on every
+ * rank); *out is NULL on the other ranks. */
+EM_API em_status em_graph_part_gather(em_tensor **out, const em_graph_part *p, const em_tensor *local, int root);
+
+typedef struct em_pagerank_dist_stats {
+  double compute_seconds; /* the sweeps over this rank's vertices */
+  double exchange_seconds; /* packing, the all_to_all_v and the all_reduce */
+  int64_t bytes_sent, bytes_received; /* per iteration, this rank */
+} em_pagerank_dist_stats;
+
+/* PageRank (Jacobi or GAPBS; no personalization, CPU) of a partitioned graph: scores are
+ * float32 [end - begin], this rank's vertices; residuals and stats as em_graph_pagerank
+ * (the same on every rank); dstats (may be NULL) this rank's split of the time. */
+EM_API em_status em_graph_part_pagerank(em_tensor **scores, em_tensor **residuals, em_pagerank_stats *stats,
+                                        em_pagerank_dist_stats *dstats, const em_graph_part *p,
+                                        const em_pagerank_options *opts);
 /* EM_FFI_END */
 
 #ifdef __cplusplus
