@@ -62,8 +62,9 @@ static enum MHD_Result respond_json(struct MHD_Connection *c, unsigned status, c
   return respond_buf(c, status, "application/json", &b);
 }
 
+/* s NULL: counted by the model's metrics instead of the server's */
 static enum MHD_Result respond_error(em_serve *s, struct MHD_Connection *c, unsigned status, const char *message) {
-  sv_count_http_error(s, (int)status);
+  if (s) sv_count_http_error(s, (int)status);
   sv_buf b = {0};
   sv_buf_puts(&b, "{\"error\":");
   sv_buf_json_string(&b, message);
@@ -97,7 +98,7 @@ static enum MHD_Result handle_infer(struct sv_http *h, sv_conn *ctx, sv_model *m
   if (ctx->too_large) {
     snprintf(err, sizeof err, "the request body is larger than %zu MiB", MAX_BODY >> 20);
     count_model_error(m, 413);
-    return respond_error(s, ctx->conn, 413, err);
+    return respond_error(NULL, ctx->conn, 413, err);
   }
   sv_request *r = NULL;
   int status = sv_parse_infer(&m->spec, ctx->body.data ? ctx->body.data : "", ctx->body.len, &r, err, sizeof err);
@@ -107,7 +108,7 @@ static enum MHD_Result handle_infer(struct sv_http *h, sv_conn *ctx, sv_model *m
     count_model_error(m, status);
     char msg[SV_ERR_MAX + 80];
     snprintf(msg, sizeof msg, "model '%s': %s", m->spec.name, err);
-    return respond_error(s, ctx->conn, (unsigned)status, msg);
+    return respond_error(NULL, ctx->conn, (unsigned)status, msg);
   }
   r->conn = ctx;
   ctx->req = r;
