@@ -229,3 +229,12 @@ add_test(NAME api/exports
 # (tests/install/): cmake --install into a temporary prefix, the installed ember used from there.
 add_subdirectory(examples)
 add_subdirectory(install)
+
+# ---- `ember serve` end to end (tests/serve/test_serve.py): answers against the model's forward
+# in a script, one by one and concurrent with mixed shapes, curl and http.client, every
+# bad-input case, a full queue, metrics, loopback binding, SIGTERM. Needs the serve feature.
+if(EMBER_HAVE_SERVE AND Python3_Interpreter_FOUND)
+  add_test(NAME serve/http
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/serve/test_serve.py $<TARGET_FILE:ember_host>)
+  set_tests_properties(serve/http PROPERTIES ENVIRONMENT "EMBER_NUM_THREADS=2" TIMEOUT 180)
+endif()
