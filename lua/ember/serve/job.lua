@@ -46,7 +46,8 @@ M.schema = {
       doc = 'a training pipeline whose model: is served' },
     model = optional_model_schema(),
     checkpoint = S.path { optional = true,
-      doc = 'a checkpoint directory (its latest) or a .safetensors file; relative to the working folder, as training writes it' },
+      doc = 'a checkpoint directory (its latest) or a .safetensors file; relative to the working folder, ' ..
+        'as training writes it' },
     inputs = S.list(io_schema, { min_len = 1 }),
     outputs = S.list(io_schema, { min_len = 1 }),
     batching = S.record({
@@ -84,7 +85,9 @@ function M.run(cfg, ctx)
       S.fail(ctx, where, 'expected exactly one of pipeline: (a training pipeline) or model: (layers or {file:, args:})')
     end
     for k, io in ipairs(m.inputs) do
-      if not io.shape then S.fail(ctx, where .. '.inputs.' .. k .. '.shape', 'missing (one instance\'s shape, e.g. [784])') end
+      if not io.shape then
+        S.fail(ctx, where .. '.inputs.' .. k .. '.shape', "missing (one instance's shape, e.g. [784])")
+      end
     end
   end
   local box = ffi.new('em_serve *[1]')

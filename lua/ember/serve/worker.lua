@@ -19,7 +19,9 @@ function M.load_checkpoint(path)
   if kind == nil then error(string.format("checkpoint '%s': no such file or directory", path), 0) end
   if kind == 'dir' then
     local latest = checkpoint.latest(path)
-    if not latest then error(string.format("checkpoint '%s': the directory holds no checkpoint yet (no 'latest')", path), 0) end
+    if not latest then
+      error(string.format("checkpoint '%s': the directory holds no checkpoint yet (no 'latest')", path), 0)
+    end
     path = latest
   end
   local tensors, meta = ember.load(path)
