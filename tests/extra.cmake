@@ -244,3 +244,21 @@ add_test(NAME api/exports
 # (tests/install/): cmake --install into a temporary prefix, the installed ember used from there.
 add_subdirectory(examples)
 add_subdirectory(install)
+
+# ---- `ember serve` end to end (tests/serve/test_serve.py): answers against the model's forward
+# in a script, one by one and concurrent with mixed shapes, curl and http.client, every
+# bad-input case, a full queue, metrics, loopback binding, SIGTERM. Needs the serve feature.
+if(EMBER_HAVE_SERVE AND Python3_Interpreter_FOUND)
+  add_test(NAME serve/http
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/serve/test_serve.py $<TARGET_FILE:ember_host>)
+  set_tests_properties(serve/http PROPERTIES ENVIRONMENT "EMBER_NUM_THREADS=2" TIMEOUT 180)
+endif()
+# pipelines/serve_fmnist_mlp.yaml serving a short training run's checkpoint: curl's classes
+# equal a script's (tests/serve/test_fmnist.py; skipped without dataset-fashion-mnist).
+if(EMBER_HAVE_SERVE AND Python3_Interpreter_FOUND)
+  add_test(NAME serve/fmnist_mlp
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/serve/test_fmnist.py $<TARGET_FILE:ember_host>
+            ${CMAKE_SOURCE_DIR})
+  set_tests_properties(serve/fmnist_mlp PROPERTIES ENVIRONMENT "EMBER_NUM_THREADS=2" TIMEOUT 300
+    SKIP_RETURN_CODE 77)
+endif()

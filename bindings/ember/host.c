@@ -48,6 +48,9 @@ static const char *usage_text =
     "                                 serve a pipeline's data to trainers (ember reader --help)\n"
     "  ember kernel -f CONNECTION.json  a Jupyter kernel (ember kernel --help; install:\n"
     "                                 ember kernel install [--user|--prefix P])\n"
+    "  ember serve PIPELINE.yaml [key.path=value...]\n"
+    "                                 serve models over HTTP (KServe v2) with dynamic batching\n"
+    "                                 (ember serve --help)\n"
     "  ember launch -n N script.lua [args...]\n"
     "  ember launch -n N run PIPELINE.yaml [key.path=value...]\n"
     "                                 start N processes through mpirun (ember launch --help)\n"
@@ -195,6 +198,10 @@ static void set_paths(lua_State *L) {
     lua_setfield(L, -2, "ember_kernel_wire");
     lua_pop(L, 1);
   }
+  lua_getfield(L, -1, "preload");
+  lua_pushcfunction(L, luaopen_ember_threads);
+  lua_setfield(L, -2, "ember_threads");
+  lua_pop(L, 1);
   lua_pop(L, 1);
   /* libember is linked into this executable; ember/init.lua finds it through ffi.C. */
   lua_pushstring(L, em_version());
@@ -370,7 +377,7 @@ static void check_thread_env(void) {
 
 /* ---------------------------------------------------------------- commands */
 
-static lua_State *new_state(void) {
+lua_State *em_host_new_state(void) {
   lua_State *L = luaL_newstate();
   if (!L) {
     fprintf(stderr, "ember: cannot create the Lua state (out of memory)\n");
@@ -441,12 +448,14 @@ static int run_command(lua_State *L, int argc, char **argv, const options *o) {
   int is_info = !strcmp(name, "info"), is_run = !strcmp(name, "run");
   int is_launch = !strcmp(name, "launch"), is_reader = !strcmp(name, "reader");
   int is_kernel = !strcmp(name, "kernel");
-  if (!is_info && !is_run && !is_launch && !is_reader && !is_kernel) return -1;
+  int is_serve = !strcmp(name, "serve");
+  if (!is_info && !is_run && !is_launch && !is_reader && !is_kernel && !is_serve) return -1;
   if (o->other) {
     fprintf(stderr, "ember %s: -e, -l, -i and -j do not apply to commands (see ember --help)\n", name);
     return 2;
   }
   if (is_run) return cmd_lua_main(L, "ember.pipeline", argc, argv, o->script + 1);
+  if (is_serve) return cmd_lua_main(L, "ember.serve.job", argc, argv, o->script + 1);
   if (is_reader) return cmd_lua_main(L, "ember.pipeline.reader", argc, argv, o->script + 1);
   if (is_kernel) return cmd_lua_main(L, "ember.kernel", argc, argv, o->script + 1);
   if (is_launch) return em_host_launch(argc - o->script, argv + o->script);
@@ -468,7 +477,7 @@ int main(int argc, char **argv) {
   check_thread_env();
   if (o.threads) em_set_num_threads(o.threads);
 
-  lua_State *L = new_state();
+  lua_State *L = em_host_new_state();
   if (!L) return 1;
   status = run_command(L, argc, argv, &o);
   if (status >= 0) {

@@ -20,6 +20,13 @@ void em_host_report(lua_State *L);
  * returns 0, or 1 after reporting why it could not be loaded. */
 int em_host_load_ember(lua_State *L);
 
+/* A new Lua state set up as the host's (standard libraries, package paths, preloaded
+ * modules); NULL when out of memory. */
+lua_State *em_host_new_state(void);
+
+/* bindings/ember/threads.c: `require 'ember_threads'`, Lua states on threads of their own. */
+int luaopen_ember_threads(lua_State *L);
+
 /* bindings/ember/blas_env.c: sets OPENBLAS_CORETYPE for this CPU and re-executes the program
  * once, before anything else runs (OpenBLAS reads it when it loads). */
 void ember_select_blas_kernels(char **argv);

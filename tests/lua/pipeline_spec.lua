@@ -116,8 +116,8 @@ data:
     assert.equal(p .. 'nomodel.yaml:1: model: missing (expected a list of layers (e.g. - linear: [784, 10]) ' ..
       'or {file: model.lua, args: {...}})',
       err_of('nomodel.yaml', 'job: train\n'))
-    assert.equal(p .. "nojob.yaml:1: job: missing (expected one of pagerank, train)", err_of('nojob.yaml', 'epochs: 1\n'))
-    assert.equal(p .. "badjob.yaml:1: job: expected one of pagerank, train, got 'dance'", err_of('badjob.yaml', 'job: dance\n'))
+    assert.equal(p .. "nojob.yaml:1: job: missing (expected one of pagerank, serve, train)", err_of('nojob.yaml', 'epochs: 1\n'))
+    assert.equal(p .. "badjob.yaml:1: job: expected one of pagerank, serve, train, got 'dance'", err_of('badjob.yaml', 'job: dance\n'))
     assert.equal(p .. 'list.yaml:1: the top level must be a mapping of keys (job:, model:, ...), got a list of 2',
       err_of('list.yaml', '- 1\n- 2\n'))
     has(err_of('syntax.yaml', 'job: train\nmodel: [1, 2\n'), p .. 'syntax.yaml:3:1: YAML syntax error')

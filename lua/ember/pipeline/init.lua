@@ -37,6 +37,7 @@ local pipeline = {}
 pipeline.jobs = {
   train = 'ember.pipeline.train',
   pagerank = 'ember.pipeline.pagerank',
+  serve = 'ember.serve.job',
 }
 pipeline.sections = {
   distributed = 'ember.pipeline.distributed',
@@ -250,9 +251,11 @@ file and the overrides and prints the resulting configuration as JSON without ru
 The job's result is printed as one JSON line on stdout; progress goes to stderr.
 ]]
 
--- main(argv) -> exit status: 0 done, 1 the job failed, 2 a bad command line or pipeline.
-function pipeline.main(argv)
+-- main(argv [, opts]) -> exit status: 0 done, 1 the job failed, 2 a bad command line or
+-- pipeline. opts.job: the only job kind accepted (`ember serve` takes serve jobs only).
+function pipeline.main(argv, opts)
   argv = argv or {}
+  opts = opts or {}
   local path, overrides, check_only = nil, {}, false
   for _, a in ipairs(argv) do
     if a == '-h' or a == '--help' then
@@ -278,6 +281,11 @@ function pipeline.main(argv)
     io.stderr:write(S.is_error(cfg) and cfg.message or ('ember run: ' .. tostring(cfg)), '\n')
     return 2
   end
+  if opts.job and cfg.job ~= opts.job then
+    io.stderr:write(string.format("%s: %s is a '%s' job; expected job: %s (run it with: ember run %s)\n",
+      opts.command or 'ember', path, cfg.job, opts.job, path))
+    return 2
+  end
   if check_only then
     io.stdout:write(json.encode(cfg), '\n')
     return 0
@@ -294,7 +302,7 @@ function pipeline.main(argv)
     end
     local msg = tostring(result)
     if not os.getenv('EMBER_TRACEBACK') then msg = msg:match('^(.-)\nstack traceback:') or msg end
-    io.stderr:write('ember run: ', path, ': ', msg, '\n')
+    io.stderr:write(opts.command or 'ember run', ': ', path, ': ', msg, '\n')
     return 1
   end
   -- the one line on stdout: the job's result

@@ -1,0 +1,291 @@
+/* http.c - the KServe v2 HTTP endpoint on libmicrohttpd.
+ *
+ * libmicrohttpd runs its own thread pool (epoll where available). An infer request is read
+ * whole, parsed and checked in that thread; then its connection is suspended and the
+ * request queued. A worker answers it (queue.c) and resumes the connection, and the pool
+ * writes the answer. A waiting request therefore holds no thread, and a slow client only
+ * holds its own connection (dropped after the connection timeout). */
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include "ember/core.h"
+#include "serve_impl.h"
+
+#define MAX_BODY ((size_t)64 << 20)
+#define CONNECTION_TIMEOUT_S 60
+
+struct sv_http {
+  struct MHD_Daemon *daemon;
+  em_serve *server;
+  pthread_mutex_t lock; /* orders resumes against the daemon being stopped */
+  int stopped, quiesced;
+  int port;
+};
+
+typedef struct sv_conn {
+  struct MHD_Connection *conn;
+  struct sv_http *http;
+  sv_buf body;
+  int too_large;
+  sv_request *req; /* queued: its answer is written when the connection resumes */
+} sv_conn;
+
+/* ---------------------------------------------------------------- responses */
+static enum MHD_Result respond(struct MHD_Connection *c, unsigned status, const char *type, char *body, size_t len) {
+  struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+  if (!resp) {
+    free(body);
+    return MHD_NO;
+  }
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+  enum MHD_Result ret = MHD_queue_response(c, status, resp);
+  MHD_destroy_response(resp);
+  return ret;
+}
+
+static enum MHD_Result respond_buf(struct MHD_Connection *c, unsigned status, const char *type, sv_buf *b) {
+  if (b->failed || !b->data) {
+    free(b->data);
+    return MHD_NO;
+  }
+  return respond(c, status, type, b->data, b->len);
+}
+
+static enum MHD_Result respond_json(struct MHD_Connection *c, unsigned status, const char *text) {
+  sv_buf b = {0};
+  sv_buf_puts(&b, text);
+  return respond_buf(c, status, "application/json", &b);
+}
+
+/* s NULL: counted by the model's metrics instead of the server's */
+static enum MHD_Result respond_error(em_serve *s, struct MHD_Connection *c, unsigned status, const char *message) {
+  if (s) sv_count_http_error(s, (int)status);
+  sv_buf b = {0};
+  sv_buf_puts(&b, "{\"error\":");
+  sv_buf_json_string(&b, message);
+  sv_buf_puts(&b, "}");
+  return respond_buf(c, status, "application/json", &b);
+}
+
+/* ---------------------------------------------------------------- answers from workers */
+void sv_http_answer(em_serve *s, sv_request *r) {
+  struct sv_http *h = s->http;
+  if (!h) return;
+  pthread_mutex_lock(&h->lock);
+  /* a stopped daemon has closed (and freed) the suspended connections */
+  if (!h->stopped) MHD_resume_connection(r->conn->conn);
+  pthread_mutex_unlock(&h->lock);
+}
+
+static void suspend_conn(void *arg) { MHD_suspend_connection((struct MHD_Connection *)arg); }
+
+static void count_model_error(sv_model *m, int status) {
+  pthread_mutex_lock(&m->metrics.lock);
+  m->metrics.requests++;
+  if (status >= 500) m->metrics.errors_5xx++;
+  else m->metrics.errors_4xx++;
+  pthread_mutex_unlock(&m->metrics.lock);
+}
+
+static enum MHD_Result handle_infer(struct sv_http *h, sv_conn *ctx, sv_model *m) {
+  em_serve *s = h->server;
+  char err[SV_ERR_MAX];
+  if (ctx->too_large) {
+    snprintf(err, sizeof err, "the request body is larger than %zu MiB", MAX_BODY >> 20);
+    count_model_error(m, 413);
+    return respond_error(NULL, ctx->conn, 413, err);
+  }
+  sv_request *r = NULL;
+  int status = sv_parse_infer(&m->spec, ctx->body.data ? ctx->body.data : "", ctx->body.len, &r, err, sizeof err);
+  free(ctx->body.data);
+  ctx->body = (sv_buf){0};
+  if (status != 200) {
+    count_model_error(m, status);
+    char msg[SV_ERR_MAX + 80];
+    snprintf(msg, sizeof msg, "model '%s': %s", m->spec.name, err);
+    return respond_error(NULL, ctx->conn, (unsigned)status, msg);
+  }
+  r->conn = ctx;
+  ctx->req = r;
+  status = sv_enqueue(s, m, r, err, sizeof err, suspend_conn, ctx->conn);
+  if (status != 200) {
+    ctx->req = NULL;
+    sv_request_release(r);
+    return respond_error(s, ctx->conn, (unsigned)status, err);
+  }
+  return MHD_YES;
+}
+
+/* The path after "/v2/models/": NAME, NAME/ready or NAME/infer. */
+static enum MHD_Result handle_model(struct sv_http *h, sv_conn *ctx, const char *method, const char *rest) {
+  em_serve *s = h->server;
+  const char *slash = strchr(rest, '/');
+  size_t name_len = slash ? (size_t)(slash - rest) : strlen(rest);
+  const char *action = slash ? slash + 1 : "";
+  sv_model *m = sv_find_model(s, rest, name_len);
+  char msg[SV_ERR_MAX];
+  if (!m) {
+    snprintf(msg, sizeof msg, "no model named '%.*s' is served", (int)(name_len > 64 ? 64 : name_len), rest);
+    return respond_error(s, ctx->conn, 404, msg);
+  }
+  int is_get = !strcmp(method, "GET"), is_post = !strcmp(method, "POST");
+  if (!strcmp(action, "infer")) {
+    if (!is_post) return respond_error(s, ctx->conn, 405, "infer: use POST");
+    return handle_infer(h, ctx, m);
+  }
+  if (!strcmp(action, "ready") && is_get) {
+    pthread_mutex_lock(&m->lock);
+    int ready = m->ready_workers > 0 && !atomic_load(&s->stopping);
+    pthread_mutex_unlock(&m->lock);
+    return respond_json(ctx->conn, ready ? 200 : 503, ready ? "{\"ready\":true}" : "{\"ready\":false}");
+  }
+  if (!*action && is_get) {
+    sv_buf b = {0};
+    sv_write_model_metadata(&b, m);
+    return respond_buf(ctx->conn, 200, "application/json", &b);
+  }
+  snprintf(msg, sizeof msg, "no such endpoint: %s /v2/models/%.64s/%.32s", method, m->spec.name, action);
+  return respond_error(s, ctx->conn, 404, msg);
+}
+
+static enum MHD_Result route(struct sv_http *h, sv_conn *ctx, const char *url, const char *method) {
+  em_serve *s = h->server;
+  int is_get = !strcmp(method, "GET");
+  if (is_get && !strcmp(url, "/v2/health/live")) return respond_json(ctx->conn, 200, "{\"live\":true}");
+  if (is_get && !strcmp(url, "/v2/health/ready")) {
+    int ready = sv_all_ready(s);
+    return respond_json(ctx->conn, ready ? 200 : 503, ready ? "{\"ready\":true}" : "{\"ready\":false}");
+  }
+  if (is_get && !strcmp(url, "/metrics")) {
+    char *text = em_serve_metrics_text(s);
+    if (!text) return MHD_NO;
+    return respond(ctx->conn, 200, "text/plain; version=0.0.4", text, strlen(text));
+  }
+  if (is_get && (!strcmp(url, "/v2") || !strcmp(url, "/v2/"))) {
+    sv_buf b = {0};
+    sv_buf_printf(&b, "{\"name\":\"ember\",\"version\":\"%s\",\"extensions\":[]}", em_version());
+    return respond_buf(ctx->conn, 200, "application/json", &b);
+  }
+  if (!strncmp(url, "/v2/models/", 11)) return handle_model(h, ctx, method, url + 11);
+  char msg[SV_ERR_MAX];
+  snprintf(msg, sizeof msg, "no such endpoint: %s %.128s (see /v2/models/NAME/infer)", method, url);
+  return respond_error(s, ctx->conn, 404, msg);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls) {
+  (void)version;
+  struct sv_http *h = cls;
+  sv_conn *ctx = *con_cls;
+  if (!ctx) {
+    ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return MHD_NO;
+    ctx->conn = conn;
+    ctx->http = h;
+    *con_cls = ctx;
+    return MHD_YES;
+  }
+  if (*upload_data_size) {
+    if (!ctx->too_large) {
+      if (ctx->body.len + *upload_data_size > MAX_BODY) {
+        ctx->too_large = 1;
+        free(ctx->body.data);
+        ctx->body = (sv_buf){0};
+      } else {
+        sv_buf_put(&ctx->body, upload_data, *upload_data_size);
+        if (ctx->body.failed) ctx->too_large = 1;
+      }
+    }
+    *upload_data_size = 0;
+    return MHD_YES;
+  }
+  if (ctx->req) { /* resumed: the worker has answered */
+    sv_request *r = ctx->req;
+    char *body = r->body;
+    r->body = NULL;
+    return respond(conn, (unsigned)r->status, "application/json", body ? body : strdup("{}"), body ? r->body_len : 2);
+  }
+  return route(h, ctx, url, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
+  (void)conn;
+  (void)toe;
+  struct sv_http *h = cls;
+  sv_conn *ctx = *con_cls;
+  if (!ctx) return;
+  if (ctx->req) {
+    atomic_fetch_sub(&h->server->in_flight, 1);
+    sv_request_release(ctx->req);
+  }
+  free(ctx->body.data);
+  free(ctx);
+  *con_cls = NULL;
+}
+
+/* ---------------------------------------------------------------- lifetime */
+em_status em_serve_listen_http(em_serve *s, const char *host, int port, int threads) {
+  const char *op = "em_serve_listen_http";
+  if (!s) return em_set_error(EM_ERR_ARGUMENT, "%s: the server is NULL", op);
+  if (s->http) return em_set_error(EM_ERR_ARGUMENT, "%s: the server already listens", op);
+  if (port < 0 || port > 65535 || threads < 1 || threads > 1024)
+    return em_set_error(EM_ERR_ARGUMENT, "%s: expected a port 0..65535 and 1..1024 threads, got %d and %d", op, port,
+                        threads);
+  struct sockaddr_in addr;
+  memset(&addr, 0, sizeof addr);
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons((uint16_t)port);
+  if (!host || inet_pton(AF_INET, host, &addr.sin_addr) != 1)
+    return em_set_error(EM_ERR_ARGUMENT, "%s: host '%s': expected a numeric IPv4 address such as 127.0.0.1", op,
+                        host ? host : "(null)");
+  struct sv_http *h = calloc(1, sizeof *h);
+  if (!h) return em_set_error(EM_ERR_MEMORY, "%s: out of memory", op);
+  h->server = s;
+  pthread_mutex_init(&h->lock, NULL);
+  unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
+  h->daemon = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, &addr,
+                               MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads, MHD_OPTION_NOTIFY_COMPLETED,
+                               on_completed, h, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S,
+                               MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
+  if (!h->daemon) {
+    pthread_mutex_destroy(&h->lock);
+    free(h);
+    return em_set_error(EM_ERR_IO, "%s: cannot listen on %s:%d (in use, or not an address of this host)", op, host,
+                        port);
+  }
+  const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
+  h->port = info ? info->port : port;
+  s->http = h;
+  return EM_OK;
+}
+
+int em_serve_http_port(const em_serve *s) { return s && s->http ? s->http->port : -1; }
+
+void sv_http_quiesce(struct sv_http *h) {
+  pthread_mutex_lock(&h->lock);
+  if (!h->stopped && !h->quiesced) {
+    MHD_socket fd = MHD_quiesce_daemon(h->daemon);
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+    h->quiesced = 1;
+  }
+  pthread_mutex_unlock(&h->lock);
+}
+
+void sv_http_stop(struct sv_http *h) {
+  pthread_mutex_lock(&h->lock);
+  int was = h->stopped;
+  h->stopped = 1;
+  pthread_mutex_unlock(&h->lock);
+  if (!was) MHD_stop_daemon(h->daemon);
+}
+
+void sv_http_free(struct sv_http *h) {
+  pthread_mutex_destroy(&h->lock);
+  free(h);
+}

@@ -1,0 +1,414 @@
+/* request.c - KServe v2 JSON: the infer request parser (jansson) and the response writer.
+ *
+ * A request is {"id"?, "parameters"?, "outputs"?, "inputs": [{"name", "shape", "datatype",
+ * "data", "parameters"?}]}; every input the model declares must be present once, with shape
+ * [n, ...instance shape] (n rows, the same n for every input), the declared datatype, and
+ * data holding prod(shape) values, flat or nested row-major. Every failure names the field
+ * (inputs[1].shape[2], ...) with what was given and what was expected. */
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "serve_impl.h"
+
+#define MAX_BODY_ELEMS ((int64_t)1 << 28)
+
+/* ---------------------------------------------------------------- sv_buf */
+static int buf_reserve(sv_buf *b, size_t extra) {
+  if (b->failed) return -1;
+  if (b->len + extra + 1 <= b->cap) return 0;
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap < b->len + extra + 1) cap *= 2;
+  char *p = realloc(b->data, cap);
+  if (!p) {
+    b->failed = 1;
+    return -1;
+  }
+  b->data = p;
+  b->cap = cap;
+  return 0;
+}
+
+void sv_buf_put(sv_buf *b, const char *s, size_t n) {
+  if (buf_reserve(b, n)) return;
+  memcpy(b->data + b->len, s, n);
+  b->len += n;
+  b->data[b->len] = '\0';
+}
+
+void sv_buf_puts(sv_buf *b, const char *s) { sv_buf_put(b, s, strlen(s)); }
+
+void sv_buf_printf(sv_buf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0 || buf_reserve(b, (size_t)n)) return;
+  va_start(ap, fmt);
+  vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  b->len += (size_t)n;
+}
+
+void sv_buf_json_string(sv_buf *b, const char *s) {
+  sv_buf_put(b, "\"", 1);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\') {
+      char e[2] = {'\\', (char)*p};
+      sv_buf_put(b, e, 2);
+    } else if (*p < 0x20) {
+      sv_buf_printf(b, "\\u%04x", *p);
+    } else {
+      sv_buf_put(b, (const char *)p, 1);
+    }
+  }
+  sv_buf_put(b, "\"", 1);
+}
+
+/* ---------------------------------------------------------------- names */
+static const struct {
+  em_dtype dtype;
+  const char *name;
+} datatypes[] = {{EM_FLOAT32, "FP32"}, {EM_FLOAT64, "FP64"}, {EM_INT32, "INT32"},
+                 {EM_INT64, "INT64"},  {EM_UINT8, "UINT8"},  {EM_BOOL, "BOOL"}};
+
+const char *sv_datatype_name(em_dtype dtype) {
+  for (size_t i = 0; i < sizeof datatypes / sizeof *datatypes; i++)
+    if (datatypes[i].dtype == dtype) return datatypes[i].name;
+  return NULL;
+}
+
+int sv_valid_name(const char *name) {
+  if (!name || !*name || strlen(name) >= SV_NAME_MAX) return 0;
+  for (const char *p = name; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' ||
+          *p == '-' || *p == '.'))
+      return 0;
+  return 1;
+}
+
+void sv_request_free(sv_request *r) {
+  if (!r) return;
+  for (int i = 0; i < SV_MAX_IO; i++) free(r->data[i]);
+  free(r->id);
+  free(r->body);
+  free(r);
+}
+
+void sv_request_release(sv_request *r) {
+  if (r && atomic_fetch_sub(&r->refs, 1) == 1) sv_request_free(r);
+}
+
+/* ---------------------------------------------------------------- parsing */
+typedef struct parse_ctx {
+  char *err;
+  size_t errcap;
+} parse_ctx;
+
+static int fail(parse_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(parse_ctx *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->err, c->errcap, fmt, ap);
+  va_end(ap);
+  return 400;
+}
+
+static const char *json_kind(const json_t *v) {
+  switch (json_typeof(v)) {
+  case JSON_OBJECT: return "an object";
+  case JSON_ARRAY: return "an array";
+  case JSON_STRING: return "a string";
+  case JSON_INTEGER: return "an integer";
+  case JSON_REAL: return "a number";
+  case JSON_TRUE:
+  case JSON_FALSE: return "a boolean";
+  default: return "null";
+  }
+}
+
+/* Stores one JSON value as element i of data (dtype); 0 or the HTTP status. */
+static int store_value(parse_ctx *c, const char *field, const json_t *v, em_dtype dtype, void *data, int64_t i) {
+  if (dtype == EM_BOOL) {
+    if (!json_is_boolean(v)) return fail(c, "%s: expected true or false (BOOL), got %s", field, json_kind(v));
+    ((uint8_t *)data)[i] = json_is_true(v) ? 1 : 0;
+    return 0;
+  }
+  if (dtype == EM_FLOAT32 || dtype == EM_FLOAT64) {
+    if (!json_is_number(v)) return fail(c, "%s: expected numbers (%s), got %s", field, sv_datatype_name(dtype), json_kind(v));
+    double x = json_number_value(v);
+    if (dtype == EM_FLOAT32) ((float *)data)[i] = (float)x;
+    else ((double *)data)[i] = x;
+    return 0;
+  }
+  if (!json_is_integer(v))
+    return fail(c, "%s: expected integers (%s), got %s", field, sv_datatype_name(dtype), json_kind(v));
+  json_int_t x = json_integer_value(v);
+  switch (dtype) {
+  case EM_INT64: ((int64_t *)data)[i] = (int64_t)x; return 0;
+  case EM_INT32:
+    if (x < INT32_MIN || x > INT32_MAX) return fail(c, "%s: %lld does not fit INT32", field, (long long)x);
+    ((int32_t *)data)[i] = (int32_t)x;
+    return 0;
+  case EM_UINT8:
+    if (x < 0 || x > 255) return fail(c, "%s: %lld does not fit UINT8 (0 to 255)", field, (long long)x);
+    ((uint8_t *)data)[i] = (uint8_t)x;
+    return 0;
+  default: return fail(c, "%s: datatype not supported", field);
+  }
+}
+
+/* data: flat, or nested arrays following shape (row-major). *pos counts stored elements. */
+static int store_data(parse_ctx *c, const char *field, const json_t *v, const int64_t *shape, int ndim, int depth,
+                      em_dtype dtype, void *data, int64_t total, int64_t *pos) {
+  size_t n = json_array_size(v);
+  for (size_t k = 0; k < n; k++) {
+    const json_t *e = json_array_get(v, k);
+    if (json_is_array(e)) {
+      if (depth + 1 >= ndim)
+        return fail(c, "%s: nested deeper than the shape's %d dimensions", field, ndim);
+      if ((int64_t)json_array_size(e) != shape[depth + 1])
+        return fail(c, "%s: a nested array of %zu values where shape[%d] is %lld", field, json_array_size(e),
+                    depth + 1, (long long)shape[depth + 1]);
+      int st = store_data(c, field, e, shape, ndim, depth + 1, dtype, data, total, pos);
+      if (st) return st;
+      continue;
+    }
+    if (*pos >= total)
+      return fail(c, "%s: more than the %lld values the shape holds", field, (long long)total);
+    int st = store_value(c, field, e, dtype, data, *pos);
+    if (st) return st;
+    ++*pos;
+  }
+  return 0;
+}
+
+static int parse_input(parse_ctx *c, const sv_model_spec *spec, const json_t *in, int k, sv_request *r,
+                       int *seen) {
+  char field[96];
+  snprintf(field, sizeof field, "inputs[%d]", k);
+  if (!json_is_object(in)) return fail(c, "%s: expected an object {name, shape, datatype, data}, got %s", field, json_kind(in));
+  const char *key;
+  json_t *val;
+  json_object_foreach((json_t *)in, key, val) {
+    if (strcmp(key, "name") && strcmp(key, "shape") && strcmp(key, "datatype") && strcmp(key, "data") &&
+        strcmp(key, "parameters"))
+      return fail(c, "%s: unknown field '%.64s' (expected name, shape, datatype, data, parameters)", field, key);
+  }
+  const json_t *name = json_object_get(in, "name");
+  if (!name) return fail(c, "%s.name: missing", field);
+  if (!json_is_string(name)) return fail(c, "%s.name: expected a string, got %s", field, json_kind(name));
+  int idx = -1;
+  for (int i = 0; i < spec->n_inputs; i++)
+    if (!strcmp(spec->inputs[i].name, json_string_value(name))) idx = i;
+  if (idx < 0) {
+    char names[256] = "";
+    for (int i = 0; i < spec->n_inputs; i++) {
+      strncat(names, i ? ", " : "", sizeof names - strlen(names) - 1);
+      strncat(names, spec->inputs[i].name, sizeof names - strlen(names) - 1);
+    }
+    return fail(c, "%s.name: model '%s' has no input '%.64s' (its inputs: %s)", field, spec->name,
+                json_string_value(name), names);
+  }
+  const sv_io *io = &spec->inputs[idx];
+  snprintf(field, sizeof field, "inputs[%d] (%s)", k, io->name);
+  if (seen[idx]) return fail(c, "%s.name: the input is given twice", field);
+  seen[idx] = 1;
+
+  const json_t *dt = json_object_get(in, "datatype");
+  if (!dt) return fail(c, "%s.datatype: missing (expected %s)", field, sv_datatype_name(io->dtype));
+  if (!json_is_string(dt) || strcmp(json_string_value(dt), sv_datatype_name(io->dtype)))
+    return fail(c, "%s.datatype: expected %s, got %s%.32s%s", field, sv_datatype_name(io->dtype),
+                json_is_string(dt) ? "'" : "", json_is_string(dt) ? json_string_value(dt) : json_kind(dt),
+                json_is_string(dt) ? "'" : "");
+
+  const json_t *shape = json_object_get(in, "shape");
+  if (!shape) return fail(c, "%s.shape: missing", field);
+  if (!json_is_array(shape)) return fail(c, "%s.shape: expected an array of sizes, got %s", field, json_kind(shape));
+  int ndim = (int)json_array_size(shape);
+  if (ndim != io->ndim + 1)
+    return fail(c, "%s.shape: expected %d dimensions (a batch size, then %d), got %d", field, io->ndim + 1, io->ndim,
+                ndim);
+  int64_t dims[SV_MAX_DIMS + 1], total = 1;
+  for (int d = 0; d < ndim; d++) {
+    const json_t *e = json_array_get(shape, (size_t)d);
+    if (!json_is_integer(e) || json_integer_value(e) < 0)
+      return fail(c, "%s.shape[%d]: expected a size >= 0, got %s", field, d, json_kind(e));
+    dims[d] = json_integer_value(e);
+    if (d > 0 && io->shape[d - 1] >= 0 && dims[d] != io->shape[d - 1])
+      return fail(c, "%s.shape[%d]: expected %lld, got %lld", field, d, (long long)io->shape[d - 1], (long long)dims[d]);
+    if (dims[d] > MAX_BODY_ELEMS || (total *= dims[d]) > MAX_BODY_ELEMS)
+      return fail(c, "%s.shape: %lld elements are more than a request may carry", field, (long long)total);
+  }
+  if (dims[0] < 1) return fail(c, "%s.shape[0]: expected a batch size >= 1, got 0", field);
+  if (dims[0] > spec->max_batch) {
+    fail(c, "%s.shape[0]: %lld rows are more than the model's max_batch_size %lld", field, (long long)dims[0],
+         (long long)spec->max_batch);
+    return 413;
+  }
+  if (r->rows && dims[0] != r->rows)
+    return fail(c, "%s.shape[0]: %lld rows, but another input has %lld", field, (long long)dims[0], (long long)r->rows);
+  r->rows = dims[0];
+  for (int d = 1; d < ndim; d++) r->inner[idx][d - 1] = dims[d];
+
+  const json_t *data = json_object_get(in, "data");
+  if (!data) return fail(c, "%s.data: missing", field);
+  if (!json_is_array(data)) return fail(c, "%s.data: expected an array of values, got %s", field, json_kind(data));
+  snprintf(field, sizeof field, "inputs[%d] (%s).data", k, io->name);
+  if (json_array_size(data) != (size_t)total && json_array_size(data) != (size_t)dims[0])
+    return fail(c, "%s: %zu values where the shape holds %lld", field, json_array_size(data), (long long)total);
+  r->data[idx] = malloc((size_t)(total ? total : 1) * em_dtype_size(io->dtype));
+  if (!r->data[idx]) return fail(c, "%s: out of memory", field);
+  int64_t pos = 0;
+  int st = store_data(c, field, data, dims, ndim, 0, io->dtype, r->data[idx], total, &pos);
+  if (st) return st;
+  if (pos != total) return fail(c, "%s: %lld values where the shape holds %lld", field, (long long)pos, (long long)total);
+  return 0;
+}
+
+int sv_parse_infer(const sv_model_spec *spec, const char *body, size_t len, sv_request **out, char *err,
+                   size_t errcap) {
+  parse_ctx c = {err, errcap};
+  *out = NULL;
+  json_error_t jerr;
+  json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root) return fail(&c, "malformed JSON at line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
+  int status = 0;
+  sv_request *r = calloc(1, sizeof *r);
+  if (!r) {
+    json_decref(root);
+    return fail(&c, "out of memory");
+  }
+  if (!json_is_object(root)) {
+    status = fail(&c, "the request: expected an object {\"inputs\": [...]}, got %s", json_kind(root));
+    goto done;
+  }
+  const char *key;
+  json_t *val;
+  json_object_foreach(root, key, val) {
+    if (strcmp(key, "inputs") && strcmp(key, "id") && strcmp(key, "parameters") && strcmp(key, "outputs")) {
+      status = fail(&c, "unknown field '%.64s' (expected inputs, id, parameters, outputs)", key);
+      goto done;
+    }
+  }
+  const json_t *id = json_object_get(root, "id");
+  if (id) {
+    if (!json_is_string(id)) {
+      status = fail(&c, "id: expected a string, got %s", json_kind(id));
+      goto done;
+    }
+    r->id = strdup(json_string_value(id));
+  }
+  const json_t *inputs = json_object_get(root, "inputs");
+  if (!inputs) {
+    status = fail(&c, "inputs: missing");
+    goto done;
+  }
+  if (!json_is_array(inputs)) {
+    status = fail(&c, "inputs: expected an array, got %s", json_kind(inputs));
+    goto done;
+  }
+  int seen[SV_MAX_IO] = {0};
+  for (size_t k = 0; k < json_array_size(inputs); k++) {
+    status = parse_input(&c, spec, json_array_get(inputs, k), (int)k, r, seen);
+    if (status) goto done;
+  }
+  for (int i = 0; i < spec->n_inputs; i++) {
+    if (!seen[i]) {
+      status = fail(&c, "inputs: the input '%s' is missing", spec->inputs[i].name);
+      goto done;
+    }
+  }
+done:
+  json_decref(root);
+  if (status) {
+    sv_request_free(r);
+    return status;
+  }
+  atomic_init(&r->refs, 1);
+  *out = r;
+  return 200;
+}
+
+/* ---------------------------------------------------------------- response */
+static void write_values(sv_buf *b, const em_tensor *t, int64_t start, int64_t count) {
+  const void *p = em_tensor_data(t);
+  em_dtype dt = em_tensor_dtype(t);
+  char num[40];
+  sv_buf_put(b, "[", 1);
+  for (int64_t i = 0; i < count; i++) {
+    int64_t k = start + i;
+    int n;
+    switch (dt) {
+    case EM_FLOAT32: {
+      float x = ((const float *)p)[k];
+      n = isfinite(x) ? snprintf(num, sizeof num, "%.9g", (double)x) : snprintf(num, sizeof num, "null");
+      break;
+    }
+    case EM_FLOAT64: {
+      double x = ((const double *)p)[k];
+      n = isfinite(x) ? snprintf(num, sizeof num, "%.17g", x) : snprintf(num, sizeof num, "null");
+      break;
+    }
+    case EM_INT32: n = snprintf(num, sizeof num, "%d", ((const int32_t *)p)[k]); break;
+    case EM_INT64: n = snprintf(num, sizeof num, "%lld", (long long)((const int64_t *)p)[k]); break;
+    case EM_UINT8: n = snprintf(num, sizeof num, "%u", ((const uint8_t *)p)[k]); break;
+    default: n = snprintf(num, sizeof num, "%s", ((const uint8_t *)p)[k] ? "true" : "false"); break;
+    }
+    if (i) sv_buf_put(b, ",", 1);
+    sv_buf_put(b, num, (size_t)n);
+  }
+  sv_buf_put(b, "]", 1);
+}
+
+int sv_write_infer_response(sv_buf *b, const sv_model_spec *spec, const sv_request *r, em_tensor *const *outputs,
+                            int64_t row0) {
+  sv_buf_puts(b, "{\"model_name\":");
+  sv_buf_json_string(b, spec->name);
+  if (r->id) {
+    sv_buf_puts(b, ",\"id\":");
+    sv_buf_json_string(b, r->id);
+  }
+  sv_buf_puts(b, ",\"outputs\":[");
+  for (int i = 0; i < spec->n_outputs; i++) {
+    const em_tensor *t = outputs[i];
+    int nd = em_tensor_ndim(t);
+    int64_t per_row = 1;
+    for (int d = 1; d < nd; d++) per_row *= em_tensor_size(t, d);
+    if (i) sv_buf_put(b, ",", 1);
+    sv_buf_puts(b, "{\"name\":");
+    sv_buf_json_string(b, spec->outputs[i].name);
+    sv_buf_printf(b, ",\"datatype\":\"%s\",\"shape\":[%lld", sv_datatype_name(em_tensor_dtype(t)), (long long)r->rows);
+    for (int d = 1; d < nd; d++) sv_buf_printf(b, ",%lld", (long long)em_tensor_size(t, d));
+    sv_buf_puts(b, "],\"data\":");
+    write_values(b, t, row0 * per_row, r->rows * per_row);
+    sv_buf_put(b, "}", 1);
+  }
+  sv_buf_puts(b, "]}");
+  return b->failed ? -1 : 0;
+}
+
+void sv_write_model_metadata(sv_buf *b, const sv_model *m) {
+  const sv_model_spec *s = &m->spec;
+  sv_buf_puts(b, "{\"name\":");
+  sv_buf_json_string(b, s->name);
+  sv_buf_printf(b, ",\"versions\":[\"1\"],\"platform\":\"ember\",\"max_batch_size\":%lld,\"inputs\":[",
+                (long long)s->max_batch);
+  for (int i = 0; i < s->n_inputs; i++) {
+    const sv_io *io = &s->inputs[i];
+    sv_buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
+    sv_buf_json_string(b, io->name);
+    sv_buf_printf(b, ",\"datatype\":\"%s\",\"shape\":[-1", sv_datatype_name(io->dtype));
+    for (int d = 0; d < io->ndim; d++) sv_buf_printf(b, ",%lld", (long long)io->shape[d]);
+    sv_buf_puts(b, "]}");
+  }
+  sv_buf_puts(b, "],\"outputs\":[");
+  for (int i = 0; i < s->n_outputs; i++) {
+    sv_buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
+    sv_buf_json_string(b, s->outputs[i].name);
+    sv_buf_printf(b, ",\"datatype\":\"%s\"}", sv_datatype_name(s->outputs[i].dtype));
+  }
+  sv_buf_puts(b, "]}");
+}

@@ -1,0 +1,49 @@
+/* fuzz_serve_request.c - the KServe v2 infer request parser of ember serve
+ * (runtime/serve/request.c, sv_parse_infer) on any body, against a model with two inputs:
+ * a float32 [-1, 4] and an int64 [2]. A parsed request is also written back as a response
+ * (its inputs standing in for outputs), so the writer sees whatever the parser accepts. */
+#include "fuzz.h"
+#include "serve/serve_impl.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  static sv_model_spec spec;
+  if (!spec.n_inputs) {
+    strcpy(spec.name, "m");
+    spec.max_batch = 8;
+    spec.n_inputs = 2;
+    strcpy(spec.inputs[0].name, "x");
+    spec.inputs[0].dtype = EM_FLOAT32;
+    spec.inputs[0].ndim = 2;
+    spec.inputs[0].shape[0] = -1;
+    spec.inputs[0].shape[1] = 4;
+    strcpy(spec.inputs[1].name, "ids");
+    spec.inputs[1].dtype = EM_INT64;
+    spec.inputs[1].ndim = 1;
+    spec.inputs[1].shape[0] = 2;
+    spec.n_outputs = 2;
+    strcpy(spec.outputs[0].name, "x");
+    strcpy(spec.outputs[1].name, "ids");
+  }
+  sv_request *r = NULL;
+  char err[SV_ERR_MAX];
+  if (sv_parse_infer(&spec, (const char *)data, size, &r, err, sizeof err) == 200) {
+    em_tensor *outs[2] = {NULL, NULL};
+    em_device cpu = {EM_CPU, 0};
+    for (int i = 0; i < 2; i++) {
+      int64_t sizes[SV_MAX_DIMS + 1], n = r->rows;
+      sizes[0] = r->rows;
+      for (int d = 0; d < spec.inputs[i].ndim; d++) n *= (sizes[d + 1] = r->inner[i][d]);
+      if (em_empty(&outs[i], spec.inputs[i].ndim + 1, sizes, spec.inputs[i].dtype, cpu) == EM_OK && n)
+        memcpy(em_tensor_data(outs[i]), r->data[i], (size_t)n * em_dtype_size(spec.inputs[i].dtype));
+    }
+    if (outs[0] && outs[1]) {
+      sv_buf b = {0};
+      sv_write_infer_response(&b, &spec, r, outs, 0);
+      free(b.data);
+    }
+    for (int i = 0; i < 2; i++)
+      if (outs[i]) em_tensor_release(outs[i]);
+    sv_request_free(r);
+  }
+  return 0;
+}
