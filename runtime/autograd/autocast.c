@@ -67,8 +67,9 @@ em_dtype ag_autocast_target(em_autocast_policy policy, int device_type, em_dtype
   if (!state.any || !valid_type(device_type) || !state.on[device_type]) return dtype;
   int lower = dtype == EM_FLOAT16 || dtype == EM_BFLOAT16;
   if (policy == EM_AUTOCAST_FP32) return lower ? EM_FLOAT32 : dtype;
-  /* the CPU's bfloat16 lives inside its kernels (ag_autocast_cpu_bf16): no casts */
-  if (device_type == EM_CPU) return dtype;
+  /* the CPU's bfloat16 lives inside its kernels (ag_autocast_cpu_bf16): no casts (float16,
+   * which only ag_autocast_force_ can set there, casts and then fails as it would) */
+  if (device_type == EM_CPU && em_autocast_get_dtype(EM_CPU) == EM_BFLOAT16) return dtype;
   /* float64 stays: asking for it is asking for precision (torch.autocast does the same) */
   return lower || dtype == EM_FLOAT32 ? em_autocast_get_dtype(device_type) : dtype;
 }

@@ -77,14 +77,17 @@ void cpu_dnnl_force_(int m) {
   forced = m < 0 ? -1 : m != 0;
 }
 
-/* Measured on the Fashion-MNIST CNN's shapes and others (bench/kernels/conv_dnnl.lua, the
- * README's "oneDNN"): oneDNN's blocked kernels win once the layer has channels to block
- * over; a convolution of one or two input channels (the first layer on an image) is a
- * thin GEMM that OpenBLAS does as fast, without the reorders. */
+/* Measured on the Fashion-MNIST CNN's shapes and others (bench/cpu/dnnl_kernels.c, the
+ * README's "oneDNN"): oneDNN's blocked kernels win (0.4-0.85x the time) once the layer has
+ * channels to block over; with one input channel (the first layer on an image) they took
+ * 2-5x as long as im2col + OpenBLAS, and a 1x1 convolution with stride 1 and no padding,
+ * which ember runs as one GEMM with no unrolling, was as fast or faster without the
+ * reorders. */
 int cpu_dnnl_conv_wanted(const cpu_conv_shape *s) {
   int m = mode();
   if (m != 2) return m;
-  return s->C / s->groups >= 4 && s->Co / s->groups >= 4;
+  int plain_gemm = s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->ph == 0 && s->pw == 0;
+  return s->C / s->groups >= 4 && s->Co / s->groups >= 4 && !plain_gemm;
 }
 
 const char *em_dnnl_config(void) {
