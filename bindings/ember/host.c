@@ -402,6 +402,7 @@ static int cmd_info(lua_State *L) {
   const char *blas = em_blas_config();
   printf("%-10s %s\n", "blas:", blas ? blas : "unknown");
   if (ember_blas_status) printf("%-10s %s\n", "kernels:", ember_blas_status());
+  printf("%-10s %s\n", "onednn:", em_dnnl_config());
   printf("%-10s %d\n", "threads:", em_get_num_threads());
   printf("devices:\n");
   printf("  cpu:     1 (%d threads)\n", em_get_num_threads());

@@ -20,9 +20,12 @@
 -- ember.autocast_begin(device_type [, opts]) returns a token for ember.autocast_end(token),
 -- for code that cannot be wrapped in a function. Inside, matmul/mm/bmm/addmm, F.linear and
 -- F.conv2d on that device's tensors compute in the autocast dtype (float16 by default on
--- cuda, or bfloat16), and softmax, losses, norms and sums in float32. On 'cpu', autocast
--- raises an error when enabled: the CPU backend has no float16/bfloat16 math (enabled =
--- false is accepted, so that one script can run on both devices with enabled = on_gpu).
+-- cuda, or bfloat16), and softmax, losses, norms and sums in float32. On 'cpu' the dtype is
+-- bfloat16 (float16 is refused) and needs oneDNN (libdnnl-dev; `ember info` says): the
+-- tensors stay float32, the GEMMs and convolutions round their operands to bfloat16 and sum
+-- in float32 (AMX / AVX512-BF16 kernels), in the forward and in the backward of what was
+-- recorded inside the region. enabled = false is accepted everywhere, so that one script
+-- can run on both devices with enabled = on_gpu.
 --
 -- GradScaler{init_scale = 65536, growth_factor = 2, backoff_factor = 0.5,
 -- growth_interval = 2000, enabled = true}: scale(loss) multiplies the loss (a tensor or a

@@ -1,6 +1,7 @@
 /* autocast.c - the thread-local autocast state (ember/autograd.h) and its cast policy
  * (autocast.h), after torch.autocast. */
 #include "autocast.h"
+#include "cpu/cpu_dnnl.h"
 
 typedef struct autocast_state {
   int any; /* on for some device type: the ops' fast check */
@@ -10,6 +11,9 @@ typedef struct autocast_state {
 } autocast_state;
 
 static _Thread_local autocast_state state;
+/* bfloat16 math for the CPU's GEMMs and convolutions in a backward pass: set by the engine
+ * around the backward of a node recorded under CPU autocast */
+static _Thread_local int cpu_bf16_backward;
 
 static int valid_type(int device_type) { return device_type >= 0 && device_type < EM_NUM_DEVICE_TYPES; }
 
@@ -29,12 +33,18 @@ em_status em_autocast_set(em_device_type device_type, int enabled, em_dtype dtyp
   if (enabled && dtype != EM_FLOAT16 && dtype != EM_BFLOAT16)
     return em_set_error(EM_ERR_DTYPE, "autocast: dtype %s is not a lower precision; expected float16 or bfloat16",
                         em_dtype_name(dtype));
-  /* CPU autocast would cast matmuls to a dtype the CPU backend only stores: refuse it
-   * rather than fail at the first op or run silently in float32. */
-  if (enabled && device_type == EM_CPU)
+  /* On the CPU, bfloat16 is computed by oneDNN only (the tensors stay float32: the GEMM and
+   * convolution kernels round their operands and sum in float32); float16 not at all.
+   * Refused rather than run silently in float32. */
+  if (enabled && device_type == EM_CPU && dtype != EM_BFLOAT16)
     return em_set_error(EM_ERR_UNSUPPORTED,
-                        "autocast: the CPU backend has no float16/bfloat16 math (they are storage types there), so "
-                        "autocast on cpu is not supported; use device_type 'cuda', or enabled = false");
+                        "autocast: dtype %s on cpu is not supported (the CPU backend computes bfloat16 only); use "
+                        "dtype 'bfloat16'",
+                        em_dtype_name(dtype));
+  if (enabled && device_type == EM_CPU && !cpu_dnnl_available())
+    return em_set_error(EM_ERR_UNSUPPORTED,
+                        "autocast: bfloat16 on cpu needs oneDNN, and this libember was built without it (install "
+                        "libdnnl-dev and rebuild) or EMBER_DNNL=0 turned it off");
   store(device_type, enabled, dtype);
   return EM_OK;
 }
@@ -57,6 +67,9 @@ em_dtype ag_autocast_target(em_autocast_policy policy, int device_type, em_dtype
   if (!state.any || !valid_type(device_type) || !state.on[device_type]) return dtype;
   int lower = dtype == EM_FLOAT16 || dtype == EM_BFLOAT16;
   if (policy == EM_AUTOCAST_FP32) return lower ? EM_FLOAT32 : dtype;
+  /* the CPU's bfloat16 lives inside its kernels (ag_autocast_cpu_bf16): no casts (float16,
+   * which only ag_autocast_force_ can set there, casts and then fails as it would) */
+  if (device_type == EM_CPU && em_autocast_get_dtype(EM_CPU) == EM_BFLOAT16) return dtype;
   /* float64 stays: asking for it is asking for precision (torch.autocast does the same) */
   return lower || dtype == EM_FLOAT32 ? em_autocast_get_dtype(device_type) : dtype;
 }
@@ -93,6 +106,16 @@ int ag_autocast_prepare(em_autocast_ops *ops, em_autocast_policy policy, int n, 
 em_status ag_autocast_finish(em_autocast_ops *ops, em_status st) {
   for (int k = 0; k < ops->n; k++) em_tensor_release(ops->cast[k]);
   return st;
+}
+
+int ag_autocast_cpu_bf16(void) {
+  return cpu_bf16_backward || (state.on[EM_CPU] && em_autocast_get_dtype(EM_CPU) == EM_BFLOAT16);
+}
+
+int ag_autocast_cpu_bf16_backward(int on) {
+  int was = cpu_bf16_backward;
+  cpu_bf16_backward = on;
+  return was;
 }
 
 em_autocast_saved ag_autocast_suspend(void) {

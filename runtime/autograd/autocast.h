@@ -47,6 +47,13 @@ typedef struct em_autocast_saved {
 em_autocast_saved ag_autocast_suspend(void);
 void ag_autocast_resume(em_autocast_saved saved);
 
+/* Whether the CPU's float32 GEMMs and convolutions compute in bfloat16 now: under CPU
+ * autocast with bfloat16, or in the backward of a node recorded under it. The tensors stay
+ * float32 (the kernels round their operands, sum in float32; cpu/cpu_dnnl.h). */
+int ag_autocast_cpu_bf16(void);
+/* The engine's switch for a node's backward; returns the previous value. */
+int ag_autocast_cpu_bf16_backward(int on);
+
 /* For tests only: sets the state without em_autocast_set's checks, e.g. bfloat16 on the
  * CPU (whose backend has no bfloat16 math) to exercise the float32 policy there. */
 void ag_autocast_force_(int device_type, int enabled, em_dtype dtype);

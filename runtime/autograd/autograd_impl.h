@@ -33,6 +33,7 @@ struct em_node {
   em_edge *next; /* n_inputs edges */
   int n_outputs;
   bool released; /* saved state dropped after a backward without retain_graph */
+  bool cpu_bf16; /* recorded under CPU bfloat16 autocast: its backward computes in it too */
   /* Saved state for the backward function. Tensors are history-free aliases (no cycles). */
   em_tensor *saved[EM_NODE_MAX_SAVED];
   double d[4];

@@ -234,7 +234,9 @@ static em_status run_backward(em_tensor *root, const em_tensor *grad, int retain
         break;
       }
       memset(grad_in, 0, sizeof *grad_in * n->n_inputs);
+      int bf16_was = ag_autocast_cpu_bf16_backward(n->cpu_bf16);
       st = n->backward(n, n->buffer, grad_in);
+      ag_autocast_cpu_bf16_backward(bf16_was);
       for (int i = 0; i < n->n_inputs; i++) {
         em_node *next = n->next[i].node;
         if (!next) {

@@ -1,6 +1,7 @@
 /* meta.c - per-tensor autograd records, grad mode, nodes and their wiring. */
 #include <stdlib.h>
 #include <string.h>
+#include "autocast.h"
 #include "autograd_impl.h"
 
 static _Thread_local int grad_disabled; /* inverted so that the zero default means "on" */
@@ -114,6 +115,7 @@ em_node *ag_node_new(const char *name, em_backward_fn backward, int n_inputs, co
     return NULL;
   }
   n->backward = backward;
+  n->cpu_bf16 = ag_autocast_cpu_bf16();
   for (int i = 0; i < n_inputs; i++) {
     if (!inputs[i]) continue;
     n->next[i].node = gradient_edge((em_tensor *)inputs[i], &n->next[i].input_nr);

@@ -12,6 +12,8 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include "autograd/autocast.h"
+#include "cpu_dnnl.h"
 #include "cpu_impl.h"
 #include "plugins/plugin_api.h"
 
@@ -117,8 +119,8 @@ typedef struct gemm_job {
   double alpha, beta;
 } gemm_job;
 
-static void run_batch(const gemm_job *job, int64_t batch) {
-  mat m[3];
+/* The matrices of one batch. */
+static void batch_mats(const gemm_job *job, int64_t batch, mat *m) {
   for (int i = 0; i < 3; i++) {
     m[i] = job->m[i];
     const em_tensor *t = job->ops[i];
@@ -129,6 +131,11 @@ static void run_batch(const gemm_job *job, int64_t batch) {
     }
     m[i].ptr += off * (int64_t)em_dtype_size(t->dtype);
   }
+}
+
+static void run_batch(const gemm_job *job, int64_t batch) {
+  mat m[3];
+  batch_mats(job, batch, m);
   switch (job->dtype) {
     case EM_FLOAT32: gemm_one_s(m[1], m[2], m[0], (float)job->alpha, (float)job->beta); break;
     case EM_FLOAT64: gemm_one_d(m[1], m[2], m[0], job->alpha, job->beta); break;
@@ -307,6 +314,21 @@ em_status cpu_gemm(em_tensor *out, const em_tensor *a, const em_tensor *b, doubl
     blas_layout(&job.m[i]);
   }
   if (st) goto done;
+  /* bfloat16 autocast on the CPU: oneDNN's bfloat16 kernels (AMX, AVX512-BF16), float32
+   * sums; a GEMM oneDNN declines runs in float32 below */
+  if (dtype == EM_FLOAT32 && K > 0 && ag_autocast_cpu_bf16() && cpu_dnnl_available()) {
+    int64_t done_batches = 0;
+    for (; done_batches < job.nbatch; done_batches++) {
+      mat m[3];
+      batch_mats(&job, done_batches, m);
+      cpu_dnnl_mat c = {(float *)m[0].ptr, m[0].rs, m[0].cs}, x = {(float *)m[1].ptr, m[1].rs, m[1].cs},
+                   y = {(float *)m[2].ptr, m[2].rs, m[2].cs};
+      if (cpu_dnnl_matmul(c, x, y, M, N, K, (float)alpha, (float)beta, 1)) break;
+    }
+    if (done_batches == job.nbatch) goto written;
+    for (int64_t batch = done_batches; batch < job.nbatch; batch++) run_batch(&job, batch);
+    goto written;
+  }
   int64_t mnk = M * N * K;
   int threads = em_get_num_threads();
   if (job.nbatch > 1 && mnk <= SMALL_GEMM && job.nbatch * mnk >= EM_PARALLEL_GRAIN && threads > 1 &&
@@ -317,6 +339,7 @@ em_status cpu_gemm(em_tensor *out, const em_tensor *a, const em_tensor *b, doubl
   } else if (!(job.nbatch == 1 && is_float && run_split(&job, threads))) {
     for (int64_t batch = 0; batch < job.nbatch; batch++) run_batch(&job, batch);
   }
+written:
   if (copies[0]) st = cpu_copy(out, copies[0]); /* write back what was computed aside */
 done:
   for (int i = 0; i < 3; i++) em_tensor_release(copies[i]);

@@ -14,11 +14,17 @@
  * N * K * P floats that no cache holds. A batch of one image runs serially with
  * OpenBLAS's own threads.
  * Weight gradients are summed per fixed chunk of images and the chunks are added in
- * order, so the result does not depend on the thread count. */
+ * order, so the result does not depend on the thread count.
+ *
+ * float32 convolutions go to oneDNN instead where it is built in and measured faster
+ * (cpu_dnnl.h; EMBER_DNNL=0 keeps them here), and always under bfloat16 autocast, which
+ * only oneDNN computes; whatever oneDNN declines runs here. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include "autograd/autocast.h"
+#include "cpu_dnnl.h"
 #include "cpu_impl.h"
 
 typedef struct conv_geom {
@@ -270,11 +276,34 @@ static em_status col_oom(const conv_geom *g, int threads, size_t elsize) {
 DEFINE_CONV(float, s)
 DEFINE_CONV(double, d)
 
+static cpu_conv_shape dnnl_shape(const conv_geom *g) {
+  cpu_conv_shape s = {g->N,  g->C,  g->H,  g->W,  g->Co, g->kh, g->kw, g->OH,
+                      g->OW, g->sh, g->sw, g->ph, g->pw, g->dh, g->dw, g->groups};
+  return s;
+}
+
+/* 0: plain float32 here; 1: float32 through oneDNN; 2: bfloat16 through oneDNN. */
+static int dnnl_route(const em_tensor *x, const conv_geom *g) {
+  if (x->dtype != EM_FLOAT32 || !cpu_dnnl_available()) return 0;
+  cpu_conv_shape s = dnnl_shape(g);
+  /* bfloat16 too only where oneDNN wins: on one input channel it was slower in bfloat16 than
+   * ember in float32, and float32 loses nothing */
+  if (!cpu_dnnl_conv_wanted(&s)) return 0;
+  return ag_autocast_cpu_bf16() ? 2 : 1;
+}
+
 em_status cpu_conv2d(em_tensor *out, const em_tensor *x, const em_tensor *w, const em_tensor *b,
                      const em_conv2d_params *p) {
   conv_geom g = geometry(x, w, out, p);
   if (em_tensor_numel(out) == 0) return EM_OK;
   if (g.K == 0) return cpu_fill(out, 0); /* (the caller rejects empty kernels) */
+  int route = dnnl_route(x, &g);
+  if (route) {
+    cpu_conv_shape s = dnnl_shape(&g);
+    if (!cpu_dnnl_conv2d((float *)em_tensor_ptr(out), (float *)em_tensor_ptr(x), (float *)em_tensor_ptr(w),
+                         b ? (float *)em_tensor_ptr(b) : NULL, &s, route == 2))
+      return EM_OK;
+  }
   return x->dtype == EM_FLOAT32 ? forward_s(out, x, w, b, &g) : forward_d(out, x, w, b, &g);
 }
 
@@ -286,6 +315,17 @@ em_status cpu_conv2d_backward(em_tensor *gx, em_tensor *gw, em_tensor *gb, const
     for (int i = 0; i < 3; i++)
       if (all[i]) memset(em_tensor_ptr(all[i]), 0, em_tensor_numel(all[i]) * em_dtype_size(all[i]->dtype));
     return EM_OK;
+  }
+  int route = dnnl_route(x, &g);
+  if (route) { /* what oneDNN does not do (a bias gradient alone, a shape it declines) is done here */
+    cpu_conv_shape s = dnnl_shape(&g);
+    if (gx && !cpu_dnnl_conv2d_backward_data((float *)em_tensor_ptr(gx), (float *)em_tensor_ptr(gy),
+                                             (float *)em_tensor_ptr(w), &s, route == 2))
+      gx = NULL;
+    if (gw && !cpu_dnnl_conv2d_backward_weights((float *)em_tensor_ptr(gw), gb ? (float *)em_tensor_ptr(gb) : NULL,
+                                                (float *)em_tensor_ptr(gy), (float *)em_tensor_ptr(x), &s, route == 2))
+      gw = gb = NULL;
+    if (!gx && !gw && !gb) return EM_OK;
   }
   if (x->dtype == EM_FLOAT32) return backward_s(gx, gw, gb, gy, x, w, &g);
   return backward_d(gx, gw, gb, gy, x, w, &g);

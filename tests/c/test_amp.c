@@ -7,6 +7,7 @@
 #include <string.h>
 #include "test_util.h"
 #include "autograd/autocast.h"
+#include "cpu/cpu_dnnl.h"
 #include "ember/autograd.h"
 #include "ember/nn.h"
 #include "ember/optim.h"
@@ -42,10 +43,18 @@ static void test_state_and_checks(void **unused) {
   assert_int_equal(em_autocast_is_enabled(-1), 0);
   assert_int_equal(em_autocast_get_dtype(EM_CUDA), EM_FLOAT16);
   assert_int_equal(em_autocast_get_dtype(EM_CPU), EM_BFLOAT16);
-  /* the CPU has no half-precision math: refused with the reason; disabling is fine */
-  assert_int_equal(em_autocast_set(EM_CPU, 1, EM_BFLOAT16), EM_ERR_UNSUPPORTED);
-  assert_non_null(strstr(em_last_error(), "autocast on cpu is not supported"));
+  /* the CPU computes bfloat16 through oneDNN only, float16 not at all: refused with the
+   * reason; disabling is fine */
+  assert_int_equal(em_autocast_set(EM_CPU, 1, EM_FLOAT16), EM_ERR_UNSUPPORTED);
+  assert_non_null(strstr(em_last_error(), "dtype float16 on cpu is not supported"));
   assert_int_equal(em_autocast_is_enabled(EM_CPU), 0);
+  if (cpu_dnnl_available()) {
+    assert_int_equal(em_autocast_set(EM_CPU, 1, EM_BFLOAT16), EM_OK);
+    assert_int_equal(em_autocast_is_enabled(EM_CPU), 1);
+  } else {
+    assert_int_equal(em_autocast_set(EM_CPU, 1, EM_BFLOAT16), EM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(em_last_error(), "needs oneDNN"));
+  }
   assert_int_equal(em_autocast_set(EM_CPU, 0, EM_BFLOAT16), EM_OK);
   assert_int_equal(em_autocast_set(EM_CUDA, 1, EM_FLOAT32), EM_ERR_DTYPE);
   assert_int_equal(em_autocast_set((em_device_type)7, 1, EM_FLOAT16), EM_ERR_DEVICE);
@@ -88,10 +97,14 @@ static void test_lower_policy_operands(void **unused) {
   em_autocast_ops ac;
   const em_tensor *in[4] = {x, d, i, NULL};
   assert_int_equal(ag_autocast_prepare(&ac, EM_AUTOCAST_LOWER, 4, in), 0); /* off: nothing to do */
+  /* bfloat16 on the CPU casts nothing: its kernels round inside (test_dnnl, amp_spec) */
   ag_autocast_force_(EM_CPU, 1, EM_BFLOAT16);
+  assert_int_equal(ag_autocast_prepare(&ac, EM_AUTOCAST_LOWER, 4, in), 0);
+  /* the casts themselves, on the CPU under float16 (a state only this hook can set) */
+  ag_autocast_force_(EM_CPU, 1, EM_FLOAT16);
   assert_int_equal(ag_autocast_prepare(&ac, EM_AUTOCAST_LOWER, 4, in), 1);
   assert_int_equal(ac.status, EM_OK);
-  assert_int_equal(em_tensor_dtype(ac.t[0]), EM_BFLOAT16);
+  assert_int_equal(em_tensor_dtype(ac.t[0]), EM_FLOAT16);
   assert_non_null(em_grad_fn_name(ac.t[0])); /* recorded: gradients reach x as float32 */
   assert_ptr_equal(ac.t[1], d); /* float64 is left alone */
   assert_ptr_equal(ac.t[2], i); /* so are integers */
@@ -102,10 +115,10 @@ static void test_lower_policy_operands(void **unused) {
   em_autocast_ops ac2;
   assert_int_equal(ag_autocast_prepare(&ac2, EM_AUTOCAST_LOWER, 1, again), 0);
   assert_int_equal(ag_autocast_finish(&ac, EM_OK), EM_OK);
-  /* an op of the lower policy on the CPU: it casts, then the CPU refuses bfloat16 math */
+  /* an op of the lower policy on the CPU: it casts, then the CPU refuses float16 math */
   em_tensor *w = mat(EM_FLOAT32, 4, 3, 0.5), *y = NULL;
   assert_int_equal(em_nn_linear(&y, x, w, NULL), EM_ERR_DTYPE);
-  assert_non_null(strstr(em_last_error(), "bfloat16"));
+  assert_non_null(strstr(em_last_error(), "float16"));
   assert_null(y);
   reset_autocast();
   em_tensor_release(x);

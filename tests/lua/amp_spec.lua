@@ -6,6 +6,9 @@ local U = dofile(debug.getinfo(1, 'S').source:match('^@(.*[/\\])') .. 'tensor_te
 local close, raises = U.close, U.raises
 local nn, F, optim = ember.nn, ember.nn.functional, ember.optim
 
+local has_dnnl = false
+for _, f in ipairs(ember.build_features()) do has_dnnl = has_dnnl or f == 'dnnl' end
+
 local function cuda_available()
   local ok, yes = pcall(function() return ember.cuda ~= nil and ember.cuda.is_available() end)
   return ok and yes == true
@@ -188,10 +191,12 @@ describe('autocast', function()
     raises(function() ember.autocast_end(t1) end, 'autocast_end: expected the token of the innermost open')
   end)
 
-  it('refuses the CPU (no float16/bfloat16 math there) unless disabled', function()
-    raises(function() ember.autocast('cpu', function() end) end,
-      'autocast: the CPU backend has no float16/bfloat16 math')
-    raises(function() ember.autocast('cpu', { dtype = 'bfloat16' }, function() end) end, 'autocast: the CPU backend')
+  it('refuses float16 on the CPU, and bfloat16 there without oneDNN', function()
+    raises(function() ember.autocast('cpu', { dtype = 'float16' }, function() end) end,
+      'autocast: dtype float16 on cpu is not supported')
+    if not has_dnnl then
+      raises(function() ember.autocast('cpu', function() end) end, 'autocast: bfloat16 on cpu needs oneDNN')
+    end
     assert.are.equal(7, ember.autocast('cpu', { enabled = false }, function() return 7 end))
     raises(function() ember.autocast('cuda', { dtype = 'float32' }, function() end) end,
       'autocast: dtype float32 is not a lower precision')
@@ -209,6 +214,63 @@ describe('autocast', function()
     assert.are.equal('float32', m.dtype)
     assert.are.equal('float32', s.dtype)
     close(m, y:totable(), 1e-6)
+  end)
+end)
+
+-- CPU autocast: the tensors stay float32; matmul/linear/conv2d round their operands to
+-- bfloat16 inside oneDNN and sum in float32, forward and backward.
+local function round_bf16(t) return t:to('bfloat16'):to('float32') end
+local with_dnnl = has_dnnl and describe or pending
+with_dnnl('autocast on the cpu (bfloat16, oneDNN)', function()
+  it('computes linear and conv2d on bfloat16-rounded operands with float32 results', function()
+    ember.manual_seed(3)
+    local x, w, b = ember.randn(16, 64), ember.randn(32, 64), ember.randn(32)
+    local y = ember.autocast('cpu', function() return F.linear(x, w, b) end)
+    assert.are.equal('float32', y.dtype)
+    -- what the rounding gives (float32 sums of exact products): close; plain float32: not equal
+    local want = F.linear(round_bf16(x), round_bf16(w), b)
+    close(y, want:totable(), 1e-4)
+    local exact = F.linear(x, w, b)
+    assert.is_true((y - exact):abs():max():item() > 1e-4)
+    local img, k = ember.randn(2, 8, 9, 9), ember.randn(16, 8, 3, 3)
+    local c = ember.autocast('cpu', function() return F.conv2d(img, k, nil, { padding = 1 }) end)
+    assert.are.equal('float32', c.dtype)
+    close(c, F.conv2d(round_bf16(img), round_bf16(k), nil, { padding = 1 }):totable(), 1e-4)
+  end)
+
+  it('runs the backward of nodes recorded under it in bfloat16 too, after the region ends', function()
+    ember.manual_seed(4)
+    local x = ember.randn(8, 32)
+    local lin = nn.Linear(32, 16)
+    local g = ember.randn(8, 16)
+    local y = ember.autocast('cpu', function() return lin(x) end)
+    assert.is_false(ember.is_autocast_enabled('cpu'))
+    y:backward(g)
+    -- the weight's gradient is g^T @ x on rounded operands
+    local want = round_bf16(g):t():mm(round_bf16(x))
+    close(lin.weight.grad, want:totable(), 1e-4)
+    assert.is_true((lin.weight.grad - g:t():mm(x)):abs():max():item() > 1e-4)
+  end)
+
+  it('trains a small classifier to the same loss as float32, give or take rounding', function()
+    local function train(amp)
+      ember.manual_seed(5)
+      local net = nn.Sequential { nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 3) }
+      local opt = optim.SGD(net:parameters(), { lr = 0.1 })
+      local x = ember.randn(64, 20)
+      local t = ember.tensor(x:narrow(2, 1, 3):argmax(2):totable(), { dtype = 'int64' }):view(64)
+      local loss
+      for _ = 1, 30 do
+        opt:zero_grad()
+        loss = ember.autocast('cpu', { enabled = amp }, function() return F.cross_entropy(net(x), t) end)
+        loss:backward()
+        opt:step()
+      end
+      return loss:item()
+    end
+    local l32, l16 = train(false), train(true)
+    assert.is_true(l32 < 0.9) -- it learns at all
+    assert.is_true(math.abs(l16 - l32) < 0.05, string.format('float32 loss %g, bfloat16 %g', l32, l16))
   end)
 end)
 

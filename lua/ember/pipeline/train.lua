@@ -69,6 +69,9 @@ M.schema = {
   stop_after_epoch = S.integer { min = 1, optional = true,
     doc = 'end this run after that epoch, checkpoint written (a job split over several runs)' },
   evaluate = S.boolean { default = true },
+  amp = S.enum({ 'off', 'bfloat16', 'float16' }, { default = 'off',
+    doc = "mixed precision: the model's forward and loss under ember.autocast with this dtype (cpu: bfloat16, " ..
+      'computed by oneDNN with float32 sums; cuda: either), its backward in the same precision' }),
   checkpoint = S.record({
     dir = S.path { optional = true, doc = 'null: no checkpoints' },
     keep = S.integer { min = 0, default = 0, doc = 'keep the newest N checkpoint files; 0 keeps all' },
@@ -144,14 +147,16 @@ end
 
 -- The task's loss and metrics of model over a loader, without recording gradients:
 -- {loss =, accuracy =, ...}.
-local function evaluate(ember, task, model, loader)
+local function evaluate(ember, task, model, loader, amp)
   local acc = task:metrics()
   model:eval()
   ember.no_grad(function()
     for batch in loader:epoch(0) do
-      local out = task:forward(model, batch)
-      local y = task:target_of(batch)
-      acc:update(out, y, batch, task:loss(out, y, batch):item())
+      local out, y, loss = amp(function()
+        local o, t = task:forward(model, batch), task:target_of(batch)
+        return o, t, task:loss(o, t, batch)
+      end)
+      acc:update(out, y, batch, loss:item())
     end
   end)
   model:train()
@@ -176,6 +181,11 @@ local EPOCH_ORDER = { 'epoch', 'step', 'lr', 'train_loss', 'train_accuracy', 'va
 -- ---------------------------------------------------------------- the job
 function M.run(cfg, ctx)
   local ember = require 'ember'
+  -- runs fn() under autocast when cfg.amp asks for it (the device type of cfg.device)
+  local function amp(fn)
+    if cfg.amp == 'off' then return fn() end
+    return ember.autocast(cfg.device, { dtype = cfg.amp }, fn)
+  end
   local nn = ember.nn
   local t_start = progress.now()
 
@@ -265,9 +275,10 @@ function M.run(cfg, ctx)
     for batch in loader:epoch(epoch) do
       lr = M.lr_at(cfg.schedule, base_lr, step, steps_per_epoch, cfg.epochs)
       set_lr(opt, lr)
-      local out = task:forward(net, batch)
-      local y = task:target_of(batch)
-      local loss = task:loss(out, y, batch)
+      local out, y, loss = amp(function()
+        local o, t = task:forward(net, batch), task:target_of(batch)
+        return o, t, task:loss(o, t, batch)
+      end)
       opt:zero_grad()
       loss:backward()
       if clip then nn.utils.clip_grad_norm_(params, clip) end
@@ -301,7 +312,7 @@ function M.run(cfg, ctx)
     m.data = loader.epoch_stats and loader:epoch_stats() or nil   -- per-stage seconds of the pipeline
     local te = progress.now()
     for _, which in ipairs { 'val', 'test' } do
-      if eval_loaders[which] then prefixed(m, which, evaluate(ember, task, model, eval_loaders[which])) end
+      if eval_loaders[which] then prefixed(m, which, evaluate(ember, task, model, eval_loaders[which], amp)) end
     end
     if next(eval_loaders) then m.eval_seconds = progress.now() - te end
     local shown = {}

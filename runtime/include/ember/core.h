@@ -101,6 +101,9 @@ EM_API void em_memory_reset_peak(void);
 EM_API const char *em_version(void);
 EM_API const char *em_build_features(void); /* space separated, e.g. "openblas openmp yaml" */
 EM_API const char *em_blas_config(void);
+/* oneDNN, which runs CPU convolutions where it measured faster and bfloat16 autocast on
+ * the CPU: its version, threading and mode (EMBER_DNNL), or why it is not used. */
+EM_API const char *em_dnnl_config(void);
 /* The name of the kernels OpenBLAS runs ("SkylakeX", "Haswell", ...). */
 EM_API const char *em_blas_corename(void);
 /* A known-answer check of every BLAS routine and layout ember calls (s/dgemm in the four

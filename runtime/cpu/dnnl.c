@@ -1,0 +1,538 @@
+/* dnnl.c - oneDNN (cpu_dnnl.h): convolution forward, backward data and backward weights,
+ * and matrix products, through oneDNN's C API.
+ *
+ * ember's tensors stay as they are (NCHW, OIHW, strided matrices); a primitive is created
+ * with the layouts it prefers ("any") and, where those differ, the operands are reordered
+ * into them and the results back (a reorder also rounds float32 to bfloat16). A primitive,
+ * its reorders and its scratchpad size make a plan, created once per shape and kept in a
+ * small table for the life of the process (oneDNN's own cache would still pay for the
+ * descriptor work on every call). Plans are immutable once made; each call brings its own
+ * stream, buffers and scratchpad (user-managed), so calls from several threads are safe.
+ *
+ * Threads: Debian's libdnnl runs on OpenMP (libgomp, the same runtime as OpenBLAS and
+ * ember's loops), so its parallel regions use omp_get_max_threads() of the calling thread;
+ * each call sets that to ember's thread count (em_set_num_threads) first. */
+#include "cpu_dnnl.h"
+#include <stdlib.h>
+#include <string.h>
+#include "ember/core.h"
+
+#ifndef EMBER_HAVE_DNNL
+
+int cpu_dnnl_available(void) { return 0; }
+int cpu_dnnl_conv_wanted(const cpu_conv_shape *s) { return 0; }
+void cpu_dnnl_force_(int mode) {}
+int64_t cpu_dnnl_runs_(void) { return 0; }
+const char *em_dnnl_config(void) { return "not built in (install libdnnl-dev and rebuild)"; }
+int cpu_dnnl_conv2d(float *y, const float *x, const float *w, const float *b, const cpu_conv_shape *s, int bf16) {
+  return 1;
+}
+int cpu_dnnl_conv2d_backward_data(float *gx, const float *gy, const float *w, const cpu_conv_shape *s, int bf16) {
+  return 1;
+}
+int cpu_dnnl_conv2d_backward_weights(float *gw, float *gb, const float *gy, const float *x, const cpu_conv_shape *s,
+                                     int bf16) {
+  return 1;
+}
+int cpu_dnnl_matmul(cpu_dnnl_mat c, cpu_dnnl_mat a, cpu_dnnl_mat b, int64_t M, int64_t N, int64_t K, float alpha,
+                    float beta, int bf16) {
+  return 1;
+}
+
+#else
+
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+
+/* ---- the engine and the mode ---- */
+
+static dnnl_engine_t engine;
+static int env_mode; /* EMBER_DNNL: 0 never, 1 always, 2 where measured faster (unset) */
+static int forced = -1;
+static pthread_once_t started = PTHREAD_ONCE_INIT;
+static atomic_llong runs; /* primitives run to completion (cpu_dnnl_runs_) */
+
+int64_t cpu_dnnl_runs_(void) { return atomic_load(&runs); }
+
+static void start(void) {
+  const char *e = getenv("EMBER_DNNL");
+  env_mode = e && *e ? (atoi(e) != 0) : 2;
+  if (env_mode && dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) env_mode = 0;
+  /* a forced mode in a test still needs the engine */
+  if (!env_mode && !engine) dnnl_engine_create(&engine, dnnl_cpu, 0);
+}
+
+static int mode(void) {
+  pthread_once(&started, start);
+  return forced >= 0 ? (engine ? forced : 0) : env_mode;
+}
+
+int cpu_dnnl_available(void) { return mode() != 0; }
+
+void cpu_dnnl_force_(int m) {
+  pthread_once(&started, start);
+  forced = m < 0 ? -1 : m != 0;
+}
+
+/* Measured on the Fashion-MNIST CNN's shapes and others (bench/cpu/dnnl_kernels.c, the
+ * README's "oneDNN"): oneDNN's blocked kernels win (0.4-0.85x the time) once the layer has
+ * channels to block over; with one input channel (the first layer on an image) they took
+ * 2-5x as long as im2col + OpenBLAS, and a 1x1 convolution with stride 1 and no padding,
+ * which ember runs as one GEMM with no unrolling, was as fast or faster without the
+ * reorders. */
+int cpu_dnnl_conv_wanted(const cpu_conv_shape *s) {
+  int m = mode();
+  if (m != 2) return m;
+  int plain_gemm = s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->ph == 0 && s->pw == 0;
+  return s->C / s->groups >= 4 && s->Co / s->groups >= 4 && !plain_gemm;
+}
+
+const char *em_dnnl_config(void) {
+  static char line[160];
+  const dnnl_version_t *v = dnnl_version();
+  int m = mode();
+  snprintf(line, sizeof line, "oneDNN %d.%d.%d (%s threads), %s", v->major, v->minor, v->patch,
+           v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other",
+           m == 0   ? "off (EMBER_DNNL=0)"
+           : m == 1 ? "on for every convolution (EMBER_DNNL=1)"
+                    : "convolutions where measured faster, bfloat16 autocast");
+  return line;
+}
+
+/* ---- plans ---- */
+
+enum { OP_CONV_FWD, OP_CONV_BWD_DATA, OP_CONV_BWD_WEIGHTS, OP_MATMUL };
+#define MAX_ARGS 5
+#define MAX_PLANS 128
+
+typedef struct plan_key {
+  int op, bf16, has_bias;
+  int64_t v[18];
+  float alpha, beta;
+} plan_key;
+
+/* One operand: the layout ember has it in (user) and the one the primitive wants. */
+typedef struct plan_arg {
+  int arg; /* DNNL_ARG_* */
+  int output;
+  dnnl_memory_desc_t user, prim;
+  dnnl_primitive_t reorder; /* NULL when user == prim */
+} plan_arg;
+
+typedef struct plan {
+  plan_key key;
+  dnnl_primitive_desc_t pd;
+  dnnl_primitive_t prim;
+  int nargs;
+  plan_arg args[MAX_ARGS];
+  size_t scratch;
+} plan;
+
+static pthread_mutex_t plans_lock = PTHREAD_MUTEX_INITIALIZER;
+static plan *plans[MAX_PLANS];
+static int nplans;
+/* forward convolutions, kept as the hint their backward primitives are created with */
+static dnnl_primitive_desc_t fwd_hints[MAX_PLANS];
+static plan_key fwd_hint_keys[MAX_PLANS];
+static int nhints;
+
+static void plan_free(plan *p) {
+  if (!p) return;
+  for (int i = 0; i < p->nargs; i++)
+    if (p->args[i].reorder) dnnl_primitive_destroy(p->args[i].reorder);
+  if (p->prim) dnnl_primitive_destroy(p->prim);
+  if (p->pd) dnnl_primitive_desc_destroy(p->pd);
+  free(p);
+}
+
+static plan *plan_find(const plan_key *k) {
+  plan *found = NULL;
+  pthread_mutex_lock(&plans_lock);
+  for (int i = 0; i < nplans && !found; i++)
+    if (!memcmp(&plans[i]->key, k, sizeof *k)) found = plans[i];
+  pthread_mutex_unlock(&plans_lock);
+  return found;
+}
+
+/* Keeps p (returns it), or returns the plan another thread kept first (freeing p). A full
+ * table keeps nothing more: the caller frees p after its call (*owned = 1). */
+static plan *plan_keep(plan *p, int *owned) {
+  *owned = 0;
+  pthread_mutex_lock(&plans_lock);
+  for (int i = 0; i < nplans; i++)
+    if (!memcmp(&plans[i]->key, &p->key, sizeof p->key)) {
+      pthread_mutex_unlock(&plans_lock);
+      plan_free(p);
+      return plans[i];
+    }
+  if (nplans < MAX_PLANS) plans[nplans++] = p;
+  else *owned = 1;
+  pthread_mutex_unlock(&plans_lock);
+  return p;
+}
+
+/* Completes p from its primitive descriptor: the primitive, the reorders its operands need
+ * (args[i].user and .arg filled by the caller) and the scratchpad size. */
+static int plan_finish(plan *p) {
+  if (dnnl_primitive_create(&p->prim, p->pd) != dnnl_success) return 1;
+  for (int i = 0; i < p->nargs; i++) {
+    plan_arg *a = &p->args[i];
+    dnnl_query_t q;
+    switch (a->arg) {
+      case DNNL_ARG_SRC: q = dnnl_query_src_md; break;
+      case DNNL_ARG_WEIGHTS: q = dnnl_query_weights_md; break;
+      case DNNL_ARG_BIAS: q = dnnl_query_weights_md; break;
+      case DNNL_ARG_DST: q = dnnl_query_dst_md; break;
+      case DNNL_ARG_DIFF_SRC: q = dnnl_query_diff_src_md; break;
+      case DNNL_ARG_DIFF_WEIGHTS: q = dnnl_query_diff_weights_md; break;
+      case DNNL_ARG_DIFF_BIAS: q = dnnl_query_diff_weights_md; break;
+      default: q = dnnl_query_diff_dst_md; break;
+    }
+    int index = a->arg == DNNL_ARG_BIAS || a->arg == DNNL_ARG_DIFF_BIAS;
+    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, q, index);
+    if (!md) return 1;
+    a->prim = *md;
+    a->reorder = NULL;
+    if (dnnl_memory_desc_equal(&a->user, &a->prim)) continue;
+    dnnl_primitive_desc_t rpd;
+    const dnnl_memory_desc_t *from = a->output ? &a->prim : &a->user, *to = a->output ? &a->user : &a->prim;
+    if (dnnl_reorder_primitive_desc_create(&rpd, from, engine, to, engine, NULL) != dnnl_success) return 1;
+    dnnl_status_t s = dnnl_primitive_create(&a->reorder, rpd);
+    dnnl_primitive_desc_destroy(rpd);
+    if (s != dnnl_success) return 1;
+  }
+  const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(p->pd, dnnl_query_scratchpad_md, 0);
+  p->scratch = smd ? dnnl_memory_desc_get_size(smd) : 0;
+  return 0;
+}
+
+/* A primitive attribute with a user-managed scratchpad (and alpha, beta for matmul). */
+static dnnl_primitive_attr_t make_attr(float alpha, float beta) {
+  dnnl_primitive_attr_t attr;
+  if (dnnl_primitive_attr_create(&attr) != dnnl_success) return NULL;
+  dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+  if (alpha != 1) dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha);
+  if (beta != 0) {
+    dnnl_post_ops_t po;
+    if (dnnl_post_ops_create(&po) == dnnl_success) {
+      dnnl_post_ops_append_sum(po, beta);
+      dnnl_primitive_attr_set_post_ops(attr, po);
+      dnnl_post_ops_destroy(po);
+    }
+  }
+  return attr;
+}
+
+/* ---- running a plan ---- */
+
+static int memory(dnnl_memory_t *m, const dnnl_memory_desc_t *md, void *ptr) {
+  return dnnl_memory_create(m, md, engine, ptr) != dnnl_success;
+}
+
+static int exec2(dnnl_primitive_t prim, dnnl_stream_t s, dnnl_memory_t from, dnnl_memory_t to) {
+  dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+  return dnnl_primitive_execute(prim, s, 2, args) != dnnl_success;
+}
+
+/* Runs p on ptrs (one per args[i], in ember's layouts). */
+static int plan_run(const plan *p, void *const *ptrs) {
+  int threads = em_get_num_threads();
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+  dnnl_stream_t s;
+  if (dnnl_stream_create(&s, engine, dnnl_stream_default_flags) != dnnl_success) return 1;
+  dnnl_memory_t user[MAX_ARGS] = {0}, prim[MAX_ARGS] = {0}, scratch_mem = NULL;
+  void *bufs[MAX_ARGS] = {0}, *scratch = NULL;
+  dnnl_exec_arg_t args[MAX_ARGS + 1];
+  int err = 0;
+  for (int i = 0; i < p->nargs && !err; i++) {
+    const plan_arg *a = &p->args[i];
+    err = memory(&user[i], &a->user, ptrs[i]);
+    if (!err && a->reorder) {
+      size_t bytes = dnnl_memory_desc_get_size(&a->prim);
+      err = !(bufs[i] = aligned_alloc(64, (bytes + 63) & ~(size_t)63)) || memory(&prim[i], &a->prim, bufs[i]);
+      if (!err && !a->output) err = exec2(a->reorder, s, user[i], prim[i]);
+    }
+    args[i].arg = a->arg;
+    args[i].memory = a->reorder ? prim[i] : user[i];
+  }
+  int n = p->nargs;
+  if (!err && p->scratch) {
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(p->pd, dnnl_query_scratchpad_md, 0);
+    err = !(scratch = aligned_alloc(64, (p->scratch + 63) & ~(size_t)63)) || memory(&scratch_mem, smd, scratch);
+    args[n].arg = DNNL_ARG_SCRATCHPAD;
+    args[n++].memory = scratch_mem;
+  }
+  if (!err) err = dnnl_primitive_execute(p->prim, s, n, args) != dnnl_success;
+  for (int i = 0; i < p->nargs && !err; i++)
+    if (p->args[i].output && p->args[i].reorder) err = exec2(p->args[i].reorder, s, prim[i], user[i]);
+  if (!err) err = dnnl_stream_wait(s) != dnnl_success;
+  if (!err) atomic_fetch_add(&runs, 1);
+  for (int i = 0; i < p->nargs; i++) {
+    if (user[i]) dnnl_memory_destroy(user[i]);
+    if (prim[i]) dnnl_memory_destroy(prim[i]);
+    free(bufs[i]);
+  }
+  if (scratch_mem) dnnl_memory_destroy(scratch_mem);
+  free(scratch);
+  dnnl_stream_destroy(s);
+  return err;
+}
+
+/* Finds or makes the plan of key with make, runs it on ptrs. */
+static int plan_call(const plan_key *key, int (*make)(plan *, const void *), const void *ctx, void *const *ptrs) {
+  plan *p = plan_find(key);
+  int owned = 0;
+  if (!p) {
+    if (!(p = calloc(1, sizeof *p))) return 1;
+    p->key = *key;
+    if (make(p, ctx) || plan_finish(p)) {
+      plan_free(p);
+      return 1;
+    }
+    p = plan_keep(p, &owned);
+  }
+  int err = plan_run(p, ptrs);
+  if (owned) plan_free(p);
+  return err;
+}
+
+/* ---- convolution ---- */
+
+static int desc_tag(dnnl_memory_desc_t *md, int nd, const int64_t *dims, dnnl_data_type_t dt, dnnl_format_tag_t tag) {
+  dnnl_dims_t d = {0}; /* the API reads DNNL_MAX_NDIMS entries */
+  memcpy(d, dims, sizeof(int64_t) * nd);
+  return dnnl_memory_desc_init_by_tag(md, nd, d, dt, tag) != dnnl_success;
+}
+
+typedef struct conv_descs {
+  dnnl_memory_desc_t x, w, b, y; /* ember's layouts, float32 */
+  dnnl_memory_desc_t px, pw, pb, py; /* what the primitive is asked for: "any", bfloat16 or float32 */
+  dnnl_dims_t strides, dil, pl, pr;
+} conv_descs;
+
+static int conv_describe(conv_descs *d, const cpu_conv_shape *s, int bf16) {
+  memset(d, 0, sizeof *d);
+  int64_t xd[4] = {s->N, s->C, s->H, s->W}, yd[4] = {s->N, s->Co, s->OH, s->OW}, bd[1] = {s->Co};
+  int64_t wd[5] = {s->groups, s->Co / s->groups, s->C / s->groups, s->kh, s->kw};
+  int g = s->groups > 1;
+  const int64_t *wdims = g ? wd : wd + 1;
+  int wnd = g ? 5 : 4;
+  dnnl_data_type_t lo = bf16 ? dnnl_bf16 : dnnl_f32;
+  d->strides[0] = s->sh, d->strides[1] = s->sw;
+  d->dil[0] = s->dh - 1, d->dil[1] = s->dw - 1;
+  d->pl[0] = s->ph, d->pl[1] = s->pw;
+  /* the right/bottom padding that makes the output size come out exactly */
+  d->pr[0] = (s->OH - 1) * s->sh + (s->kh - 1) * s->dh + 1 - s->H - s->ph;
+  d->pr[1] = (s->OW - 1) * s->sw + (s->kw - 1) * s->dw + 1 - s->W - s->pw;
+  return desc_tag(&d->x, 4, xd, dnnl_f32, dnnl_nchw) || desc_tag(&d->y, 4, yd, dnnl_f32, dnnl_nchw) ||
+         desc_tag(&d->w, wnd, wdims, dnnl_f32, g ? dnnl_goihw : dnnl_oihw) ||
+         desc_tag(&d->b, 1, bd, dnnl_f32, dnnl_a) || desc_tag(&d->px, 4, xd, lo, dnnl_format_tag_any) ||
+         desc_tag(&d->py, 4, yd, dnnl_f32, dnnl_format_tag_any) ||
+         desc_tag(&d->pw, wnd, wdims, lo, dnnl_format_tag_any) || desc_tag(&d->pb, 1, bd, dnnl_f32, dnnl_a);
+}
+
+static void conv_key(plan_key *k, int op, const cpu_conv_shape *s, int bf16, int has_bias) {
+  memset(k, 0, sizeof *k);
+  k->op = op, k->bf16 = bf16, k->has_bias = has_bias;
+  const int64_t v[] = {s->N,  s->C,  s->H,  s->W,  s->Co, s->kh, s->kw, s->OH,
+                       s->OW, s->sh, s->sw, s->ph, s->pw, s->dh, s->dw, s->groups};
+  memcpy(k->v, v, sizeof v);
+}
+
+static dnnl_primitive_desc_t conv_forward_pd(const cpu_conv_shape *s, int bf16, int has_bias,
+                                             dnnl_primitive_attr_t attr) {
+  conv_descs d;
+  dnnl_convolution_desc_t cd;
+  dnnl_primitive_desc_t pd = NULL;
+  if (conv_describe(&d, s, bf16) ||
+      dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct, &d.px, &d.pw,
+                                                 has_bias ? &d.pb : NULL, &d.py, d.strides, d.dil, d.pl,
+                                                 d.pr) != dnnl_success ||
+      dnnl_primitive_desc_create(&pd, &cd, attr, engine, NULL) != dnnl_success)
+    return NULL;
+  return pd;
+}
+
+/* The forward primitive descriptor of s, kept for the backward ones to be created with. */
+static const_dnnl_primitive_desc_t conv_hint(const cpu_conv_shape *s, int bf16) {
+  plan_key k;
+  conv_key(&k, OP_CONV_FWD, s, bf16, 0);
+  const_dnnl_primitive_desc_t found = NULL;
+  pthread_mutex_lock(&plans_lock);
+  for (int i = 0; i < nhints && !found; i++)
+    if (!memcmp(&fwd_hint_keys[i], &k, sizeof k)) found = fwd_hints[i];
+  if (!found && nhints < MAX_PLANS) {
+    dnnl_primitive_desc_t pd = conv_forward_pd(s, bf16, 0, NULL);
+    if (pd) {
+      fwd_hint_keys[nhints] = k;
+      found = fwd_hints[nhints++] = pd;
+    }
+  }
+  pthread_mutex_unlock(&plans_lock);
+  return found;
+}
+
+typedef struct conv_ctx {
+  const cpu_conv_shape *s;
+} conv_ctx;
+
+static int make_conv_fwd(plan *p, const void *vctx) {
+  const cpu_conv_shape *s = ((const conv_ctx *)vctx)->s;
+  conv_descs d;
+  dnnl_primitive_attr_t attr = make_attr(1, 0);
+  if (!attr || conv_describe(&d, s, p->key.bf16)) return 1;
+  p->pd = conv_forward_pd(s, p->key.bf16, p->key.has_bias, attr);
+  dnnl_primitive_attr_destroy(attr);
+  if (!p->pd) return 1;
+  p->args[0] = (plan_arg){.arg = DNNL_ARG_SRC, .user = d.x};
+  p->args[1] = (plan_arg){.arg = DNNL_ARG_WEIGHTS, .user = d.w};
+  p->args[2] = (plan_arg){.arg = DNNL_ARG_DST, .output = 1, .user = d.y};
+  p->nargs = 3;
+  if (p->key.has_bias) p->args[p->nargs++] = (plan_arg){.arg = DNNL_ARG_BIAS, .user = d.b};
+  return 0;
+}
+
+static int make_conv_bwd_data(plan *p, const void *vctx) {
+  const cpu_conv_shape *s = ((const conv_ctx *)vctx)->s;
+  conv_descs d;
+  dnnl_convolution_desc_t cd;
+  const_dnnl_primitive_desc_t hint = conv_hint(s, p->key.bf16);
+  dnnl_primitive_attr_t attr = make_attr(1, 0);
+  int bad = !hint || !attr || conv_describe(&d, s, p->key.bf16);
+  if (!bad) {
+    dnnl_memory_desc_t gy = p->key.bf16 ? d.px : d.py; /* the gradient of y, as low as x */
+    int64_t yd[4] = {s->N, s->Co, s->OH, s->OW};
+    bad = desc_tag(&gy, 4, yd, p->key.bf16 ? dnnl_bf16 : dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_t gx = d.px;
+    int64_t xd[4] = {s->N, s->C, s->H, s->W};
+    bad = bad || desc_tag(&gx, 4, xd, dnnl_f32, dnnl_format_tag_any);
+    bad = bad ||
+          dnnl_dilated_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &gx, &d.pw, &gy, d.strides,
+                                                           d.dil, d.pl, d.pr) != dnnl_success ||
+          dnnl_primitive_desc_create(&p->pd, &cd, attr, engine, hint) != dnnl_success;
+  }
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  if (bad) return 1;
+  p->args[0] = (plan_arg){.arg = DNNL_ARG_DIFF_DST, .user = d.y};
+  p->args[1] = (plan_arg){.arg = DNNL_ARG_WEIGHTS, .user = d.w};
+  p->args[2] = (plan_arg){.arg = DNNL_ARG_DIFF_SRC, .output = 1, .user = d.x};
+  p->nargs = 3;
+  return 0;
+}
+
+static int make_conv_bwd_weights(plan *p, const void *vctx) {
+  const cpu_conv_shape *s = ((const conv_ctx *)vctx)->s;
+  conv_descs d;
+  dnnl_convolution_desc_t cd;
+  const_dnnl_primitive_desc_t hint = conv_hint(s, p->key.bf16);
+  dnnl_primitive_attr_t attr = make_attr(1, 0);
+  int bad = !hint || !attr || conv_describe(&d, s, p->key.bf16);
+  if (!bad) {
+    int64_t yd[4] = {s->N, s->Co, s->OH, s->OW};
+    int64_t wd[5] = {s->groups, s->Co / s->groups, s->C / s->groups, s->kh, s->kw};
+    int g = s->groups > 1;
+    dnnl_memory_desc_t gy, gw;
+    bad = desc_tag(&gy, 4, yd, p->key.bf16 ? dnnl_bf16 : dnnl_f32, dnnl_format_tag_any) ||
+          desc_tag(&gw, g ? 5 : 4, g ? wd : wd + 1, dnnl_f32, dnnl_format_tag_any) ||
+          dnnl_dilated_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &d.px, &gw,
+                                                              p->key.has_bias ? &d.pb : NULL, &gy, d.strides, d.dil,
+                                                              d.pl, d.pr) != dnnl_success ||
+          dnnl_primitive_desc_create(&p->pd, &cd, attr, engine, hint) != dnnl_success;
+  }
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  if (bad) return 1;
+  p->args[0] = (plan_arg){.arg = DNNL_ARG_SRC, .user = d.x};
+  p->args[1] = (plan_arg){.arg = DNNL_ARG_DIFF_DST, .user = d.y};
+  p->args[2] = (plan_arg){.arg = DNNL_ARG_DIFF_WEIGHTS, .output = 1, .user = d.w};
+  p->nargs = 3;
+  if (p->key.has_bias) p->args[p->nargs++] = (plan_arg){.arg = DNNL_ARG_DIFF_BIAS, .output = 1, .user = d.b};
+  return 0;
+}
+
+/* oneDNN's sizes are int64 but its kernels index with int: leave huge shapes to ember. */
+static int conv_ok(const cpu_conv_shape *s) {
+  const int64_t lim = (int64_t)1 << 30;
+  return mode() && s->N > 0 && s->C > 0 && s->Co > 0 && s->OH > 0 && s->OW > 0 && s->N * s->C * s->H * s->W < lim &&
+         s->N * s->Co * s->OH * s->OW < lim;
+}
+
+int cpu_dnnl_conv2d(float *y, const float *x, const float *w, const float *b, const cpu_conv_shape *s, int bf16) {
+  if (!conv_ok(s)) return 1;
+  plan_key k;
+  conv_key(&k, OP_CONV_FWD, s, bf16, b != NULL);
+  conv_ctx c = {s};
+  void *ptrs[4] = {(void *)x, (void *)w, y, (void *)b};
+  return plan_call(&k, make_conv_fwd, &c, ptrs);
+}
+
+int cpu_dnnl_conv2d_backward_data(float *gx, const float *gy, const float *w, const cpu_conv_shape *s, int bf16) {
+  if (!conv_ok(s)) return 1;
+  plan_key k;
+  conv_key(&k, OP_CONV_BWD_DATA, s, bf16, 0);
+  conv_ctx c = {s};
+  void *ptrs[3] = {(void *)gy, (void *)w, gx};
+  return plan_call(&k, make_conv_bwd_data, &c, ptrs);
+}
+
+int cpu_dnnl_conv2d_backward_weights(float *gw, float *gb, const float *gy, const float *x, const cpu_conv_shape *s,
+                                     int bf16) {
+  if (!conv_ok(s)) return 1;
+  plan_key k;
+  conv_key(&k, OP_CONV_BWD_WEIGHTS, s, bf16, gb != NULL);
+  conv_ctx c = {s};
+  void *ptrs[4] = {(void *)x, (void *)gy, gw, gb};
+  return plan_call(&k, make_conv_bwd_weights, &c, ptrs);
+}
+
+/* ---- matrix products ---- */
+
+typedef struct mm_ctx {
+  int64_t M, N, K;
+  cpu_dnnl_mat c, a, b;
+} mm_ctx;
+
+static int make_matmul(plan *p, const void *vctx) {
+  const mm_ctx *m = vctx;
+  dnnl_dims_t ad = {m->M, m->K}, bd = {m->K, m->N}, cd = {m->M, m->N};
+  dnnl_dims_t as = {m->a.rs, m->a.cs}, bs = {m->b.rs, m->b.cs}, cs = {m->c.rs, m->c.cs};
+  dnnl_memory_desc_t a, b, c, pa, pb;
+  dnnl_matmul_desc_t md;
+  dnnl_data_type_t lo = p->key.bf16 ? dnnl_bf16 : dnnl_f32;
+  dnnl_primitive_attr_t attr = make_attr(p->key.alpha, p->key.beta);
+  int bad = !attr || dnnl_memory_desc_init_by_strides(&a, 2, ad, dnnl_f32, as) != dnnl_success ||
+            dnnl_memory_desc_init_by_strides(&b, 2, bd, dnnl_f32, bs) != dnnl_success ||
+            dnnl_memory_desc_init_by_strides(&c, 2, cd, dnnl_f32, cs) != dnnl_success;
+  /* float32: the operands as they lie; bfloat16: rounded into the layout the kernel wants */
+  if (!bad) {
+    pa = a, pb = b;
+    if (p->key.bf16) bad = desc_tag(&pa, 2, ad, lo, dnnl_ab) || desc_tag(&pb, 2, bd, lo, dnnl_format_tag_any);
+  }
+  bad = bad || dnnl_matmul_desc_init(&md, &pa, &pb, NULL, &c) != dnnl_success ||
+        dnnl_primitive_desc_create(&p->pd, &md, attr, engine, NULL) != dnnl_success;
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  if (bad) return 1;
+  p->args[0] = (plan_arg){.arg = DNNL_ARG_SRC, .user = a};
+  p->args[1] = (plan_arg){.arg = DNNL_ARG_WEIGHTS, .user = b};
+  p->args[2] = (plan_arg){.arg = DNNL_ARG_DST, .output = 1, .user = c};
+  p->nargs = 3;
+  return 0;
+}
+
+int cpu_dnnl_matmul(cpu_dnnl_mat c, cpu_dnnl_mat a, cpu_dnnl_mat b, int64_t M, int64_t N, int64_t K, float alpha,
+                    float beta, int bf16) {
+  if (!mode() || M <= 0 || N <= 0 || K <= 0) return 1;
+  plan_key k;
+  memset(&k, 0, sizeof k);
+  k.op = OP_MATMUL, k.bf16 = bf16, k.alpha = alpha, k.beta = beta;
+  const int64_t v[] = {M, N, K, a.rs, a.cs, b.rs, b.cs, c.rs, c.cs};
+  memcpy(k.v, v, sizeof v);
+  mm_ctx m = {M, N, K, c, a, b};
+  /* with the sum post-op the output is read too: it must go in as well as come out */
+  void *ptrs[3] = {a.ptr, b.ptr, c.ptr};
+  return plan_call(&k, make_matmul, &m, ptrs);
+}
+
+#endif

@@ -1,0 +1,226 @@
+/* test_dnnl.c - oneDNN's convolution and matrix products (cpu/dnnl.c) against ember's own
+ * im2col + OpenBLAS path, the reference: the forward and every gradient, float32, over
+ * shapes with stride, padding, dilation, groups, 1x1 and unpadded kernels; bfloat16 against
+ * the reference run on operands rounded to bfloat16 (products of bfloat16 values are exact
+ * in float32, so only the order of the sums differs). Skipped where oneDNN is not built in. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "test_util.h"
+#include "cpu/cpu_dnnl.h"
+#include "cpu/cpu_impl.h"
+
+static uint64_t seed = 12345;
+static float next_value(void) { /* uniform in [-1, 1) */
+  seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((seed >> 40) / (double)(1ull << 24)) * 2 - 1;
+}
+
+static em_tensor *random_tensor(int nd, const int64_t *sizes) {
+  em_tensor *t = NULL;
+  assert_int_equal(em_empty(&t, nd, sizes, EM_FLOAT32, CPU), EM_OK);
+  float *p = (float *)em_tensor_ptr(t);
+  for (int64_t i = 0; i < em_tensor_numel(t); i++) p[i] = next_value();
+  return t;
+}
+
+static em_tensor *empty_like(const em_tensor *like) {
+  em_tensor *t = NULL;
+  assert_int_equal(em_empty_like(&t, like), EM_OK);
+  return t;
+}
+
+static void round_to_bf16(em_tensor *t) {
+  float *p = (float *)em_tensor_ptr(t);
+  for (int64_t i = 0; i < em_tensor_numel(t); i++) p[i] = em_bf16_to_float(em_float_to_bf16(p[i]));
+}
+
+/* max |a - b| over max |b|: the error relative to the size of the result */
+static double rel_diff(const em_tensor *a, const em_tensor *b) {
+  const float *pa = (float *)em_tensor_ptr(a), *pb = (float *)em_tensor_ptr(b);
+  double diff = 0, size = 1e-30;
+  for (int64_t i = 0; i < em_tensor_numel(b); i++) {
+    diff = fmax(diff, fabs((double)pa[i] - pb[i]));
+    size = fmax(size, fabs((double)pb[i]));
+  }
+  return diff / size;
+}
+
+typedef struct conv_case {
+  const char *name;
+  int64_t N, C, H, W, Co, kh, kw;
+  int sh, sw, ph, pw, dh, dw, groups, bias;
+} conv_case;
+
+static const conv_case CASES[] = {
+    {"fashion-mnist conv1", 8, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+    {"fashion-mnist conv2", 8, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+    {"stride 2, uneven padding", 3, 8, 11, 9, 16, 3, 2, 2, 2, 1, 0, 1, 1, 1, 1},
+    {"dilation 2", 2, 8, 12, 10, 8, 3, 3, 1, 1, 2, 2, 2, 2, 1, 0},
+    {"groups 4", 2, 16, 9, 9, 32, 3, 3, 1, 1, 1, 1, 1, 1, 4, 1},
+    {"depthwise", 2, 16, 8, 8, 16, 3, 3, 2, 1, 1, 1, 1, 1, 16, 1},
+    {"1x1", 4, 16, 7, 7, 24, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},
+    {"5x5 no padding, stride 3", 2, 4, 17, 16, 8, 5, 5, 3, 3, 0, 0, 1, 1, 1, 0},
+};
+
+typedef struct conv_run {
+  em_tensor *y, *gx, *gw, *gb;
+} conv_run;
+
+static conv_run run_conv(const conv_case *c, const em_tensor *x, const em_tensor *w, const em_tensor *b,
+                         const em_tensor *gy) {
+  em_conv2d_params p = {{c->sh, c->sw}, {c->ph, c->pw}, {c->dh, c->dw}, c->groups};
+  conv_run r = {empty_like(gy), empty_like(x), empty_like(w), b ? empty_like(b) : NULL};
+  assert_int_equal(cpu_conv2d(r.y, x, w, b, &p), EM_OK);
+  assert_int_equal(cpu_conv2d_backward(r.gx, r.gw, r.gb, gy, x, w, &p), EM_OK);
+  return r;
+}
+
+static void release_run(conv_run r) {
+  em_tensor_release(r.y);
+  em_tensor_release(r.gx);
+  em_tensor_release(r.gw);
+  em_tensor_release(r.gb);
+}
+
+static void make_operands(const conv_case *c, em_tensor **x, em_tensor **w, em_tensor **b, em_tensor **gy) {
+  int64_t OH = (c->H + 2 * c->ph - c->dh * (c->kh - 1) - 1) / c->sh + 1;
+  int64_t OW = (c->W + 2 * c->pw - c->dw * (c->kw - 1) - 1) / c->sw + 1;
+  *x = random_tensor(4, (int64_t[]){c->N, c->C, c->H, c->W});
+  *w = random_tensor(4, (int64_t[]){c->Co, c->C / c->groups, c->kh, c->kw});
+  *b = c->bias ? random_tensor(1, (int64_t[]){c->Co}) : NULL;
+  *gy = random_tensor(4, (int64_t[]){c->N, c->Co, OH, OW});
+}
+
+static void check_run(const char *what, const conv_case *c, conv_run got, conv_run want, double tol) {
+  double d[4] = {rel_diff(got.y, want.y), rel_diff(got.gx, want.gx), rel_diff(got.gw, want.gw),
+                 want.gb ? rel_diff(got.gb, want.gb) : 0};
+  const char *names[4] = {"output", "input grad", "weight grad", "bias grad"};
+  for (int i = 0; i < 4; i++) {
+    if (d[i] > tol)
+      fprintf(stderr, "%s, %s: %s differs by %.3g (relative; tolerance %.3g)\n", what, c->name, names[i], d[i], tol);
+    assert_true(d[i] <= tol);
+  }
+}
+
+static void conv_float32_matches(void **state) {
+  for (size_t k = 0; k < sizeof CASES / sizeof *CASES; k++) {
+    const conv_case *c = &CASES[k];
+    em_tensor *x, *w, *b, *gy;
+    make_operands(c, &x, &w, &b, &gy);
+    cpu_dnnl_force_(0);
+    int64_t before = cpu_dnnl_runs_();
+    conv_run want = run_conv(c, x, w, b, gy);
+    assert_int_equal(cpu_dnnl_runs_(), before); /* the reference did not use oneDNN */
+    cpu_dnnl_force_(1);
+    conv_run got = run_conv(c, x, w, b, gy);
+    assert_int_equal(cpu_dnnl_runs_(), before + 3); /* forward, backward data, backward weights */
+    check_run("float32", c, got, want, 1e-5);
+    release_run(want);
+    release_run(got);
+    em_tensor *all[] = {x, w, b, gy};
+    for (int i = 0; i < 4; i++) em_tensor_release(all[i]);
+  }
+  cpu_dnnl_force_(-1);
+}
+
+static void conv_bfloat16_matches_rounded_operands(void **state) {
+  for (size_t k = 0; k < sizeof CASES / sizeof *CASES; k++) {
+    const conv_case *c = &CASES[k];
+    em_tensor *x, *w, *b, *gy;
+    make_operands(c, &x, &w, &b, &gy);
+    em_conv2d_params p = {{c->sh, c->sw}, {c->ph, c->pw}, {c->dh, c->dw}, c->groups};
+    cpu_conv_shape s = {c->N,         c->C,  c->H,  c->W,  c->Co, c->kh, c->kw, gy->sizes[2],
+                        gy->sizes[3], c->sh, c->sw, c->ph, c->pw, c->dh, c->dw, c->groups};
+    cpu_dnnl_force_(1);
+    conv_run got = {empty_like(gy), empty_like(x), empty_like(w), b ? empty_like(b) : NULL};
+    assert_int_equal(cpu_dnnl_conv2d((float *)em_tensor_ptr(got.y), (float *)em_tensor_ptr(x),
+                                     (float *)em_tensor_ptr(w), b ? (float *)em_tensor_ptr(b) : NULL, &s, 1),
+                     0);
+    assert_int_equal(cpu_dnnl_conv2d_backward_data((float *)em_tensor_ptr(got.gx), (float *)em_tensor_ptr(gy),
+                                                   (float *)em_tensor_ptr(w), &s, 1),
+                     0);
+    assert_int_equal(
+        cpu_dnnl_conv2d_backward_weights((float *)em_tensor_ptr(got.gw), b ? (float *)em_tensor_ptr(got.gb) : NULL,
+                                         (float *)em_tensor_ptr(gy), (float *)em_tensor_ptr(x), &s, 1),
+        0);
+    /* the reference: float32 math on the operands rounded as oneDNN rounds them */
+    round_to_bf16(x), round_to_bf16(w), round_to_bf16(gy);
+    cpu_dnnl_force_(0);
+    conv_run want = run_conv(c, x, w, b, gy);
+    (void)p;
+    check_run("bfloat16", c, got, want, 1e-4);
+    release_run(want);
+    release_run(got);
+    em_tensor *all[] = {x, w, b, gy};
+    for (int i = 0; i < 4; i++) em_tensor_release(all[i]);
+  }
+  cpu_dnnl_force_(-1);
+}
+
+/* c = alpha * a @ b + beta * c with a stored transposed and c with a row pitch, in float64 */
+static void matmul_case(int bf16) {
+  const int64_t M = 37, N = 29, K = 53, ldc = 40;
+  float *a = malloc(sizeof(float) * K * M), *b = malloc(sizeof(float) * K * N);
+  float *c = malloc(sizeof(float) * M * ldc), *c0 = malloc(sizeof(float) * M * ldc);
+  for (int64_t i = 0; i < K * M; i++) a[i] = next_value();
+  for (int64_t i = 0; i < K * N; i++) b[i] = next_value();
+  for (int64_t i = 0; i < M * ldc; i++) c0[i] = c[i] = next_value();
+  const float alpha = 0.5f, beta = 1.0f;
+  cpu_dnnl_force_(1);
+  cpu_dnnl_mat cm = {c, ldc, 1}, am = {a, 1, M}, bm = {b, N, 1}; /* a[i, k] at a[k * M + i] */
+  assert_int_equal(cpu_dnnl_matmul(cm, am, bm, M, N, K, alpha, beta, bf16), 0);
+  double worst = 0;
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; k++) {
+        float x = a[k * M + i], y = b[k * N + j];
+        if (bf16) x = em_bf16_to_float(em_float_to_bf16(x)), y = em_bf16_to_float(em_float_to_bf16(y));
+        acc += (double)x * y;
+      }
+      worst = fmax(worst, fabs(c[i * ldc + j] - (alpha * acc + beta * c0[i * ldc + j])));
+    }
+  for (int64_t i = 0; i < M; i++) /* the pitch's padding is not written */
+    for (int64_t j = N; j < ldc; j++) assert_true(c[i * ldc + j] == c0[i * ldc + j]);
+  assert_true(worst < 1e-4);
+  free(a), free(b), free(c), free(c0);
+  cpu_dnnl_force_(-1);
+}
+
+static void matmul_float32(void **state) { matmul_case(0); }
+static void matmul_bfloat16(void **state) { matmul_case(1); }
+
+/* EMBER_DNNL=0's switch: nothing reaches oneDNN, the convolution still runs */
+static void forced_off_uses_the_fallback(void **state) {
+  const conv_case *c = &CASES[1];
+  em_tensor *x, *w, *b, *gy;
+  make_operands(c, &x, &w, &b, &gy);
+  cpu_dnnl_force_(0);
+  int64_t before = cpu_dnnl_runs_();
+  conv_run r = run_conv(c, x, w, b, gy);
+  assert_int_equal(cpu_dnnl_runs_(), before);
+  assert_false(cpu_dnnl_available());
+  release_run(r);
+  em_tensor *all[] = {x, w, b, gy};
+  for (int i = 0; i < 4; i++) em_tensor_release(all[i]);
+  cpu_dnnl_force_(-1);
+}
+
+int main(void) {
+  cpu_dnnl_force_(1);
+  if (!cpu_dnnl_available()) {
+    printf("test_dnnl: oneDNN is not built in; skipped\n");
+    return 0;
+  }
+  cpu_dnnl_force_(-1);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(conv_float32_matches),
+      cmocka_unit_test(conv_bfloat16_matches_rounded_operands),
+      cmocka_unit_test(matmul_float32),
+      cmocka_unit_test(matmul_bfloat16),
+      cmocka_unit_test(forced_off_uses_the_fallback),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
