@@ -274,6 +274,7 @@ function M.run(cfg, ctx)
       local loss = task:loss(out, y, batch)
       opt:zero_grad()
       loss:backward()
+      if net.after_backward then net:after_backward() end   -- DDP: sparse tables' rows exchanged
       if clip then nn.utils.clip_grad_norm_(params, clip) end
       opt:step()
       local b = y.shape[1] or 1
