@@ -69,7 +69,7 @@ if(EMBER_SANITIZE)
   list(APPEND dist_env "ASAN_OPTIONS=detect_leaks=0")
 endif()
 if(EMBER_HAVE_MPI AND EMBER_MPIRUN)
-  foreach(script collectives ddp ddp_unused ddp_join)
+  foreach(script collectives ddp ddp_unused ddp_join dlrm_ddp)
     foreach(np 2 4)
       add_test(NAME distributed/${script}_np${np}
         COMMAND $<TARGET_FILE:ember_host> launch -n ${np} --threads 1 ${CMAKE_CURRENT_SOURCE_DIR}/distributed/${script}.lua

@@ -36,13 +36,13 @@ def frames(*fs):  # fuzz_wire.h fz_frames: 2-byte lengths, the last frame takes 
 # dp_hdr (runtime/data/pipeline/wire.h): 120 bytes
 KIND = dict(HELLO=1, LEASE=5, BATCH=6, SLOTS=11)
 def hdr(kind, session=0, plan=0, item=0, n=0, ntensors=0, flags=0):
-    return struct.pack('<IHHIiQQQqqQq4d2d', 0x50444d45, 3, KIND[kind], flags, ntensors, session, plan, 0, item, n,
+    return struct.pack('<IHHIiQQQqqQq4d2d', 0x50444d45, 4, KIND[kind], flags, ntensors, session, plan, 0, item, n,
                        0, 0, 0, 0, 0, 0, 0, 0)
 
 
-def tdesc(name, dtype, sizes, offset, nbytes):  # em_tensor_desc + offset + nbytes: 120 bytes
+def tdesc(name, dtype, sizes, offset, nbytes, lengths=0):  # em_tensor_desc + offset + nbytes: 128 bytes
     s = list(sizes) + [0] * (8 - len(sizes))
-    return struct.pack('<32sii8qqq', name.encode(), dtype, len(sizes), *s, offset, nbytes)
+    return struct.pack('<32sii8qiiqq', name.encode(), dtype, len(sizes), *s, lengths, 0, offset, nbytes)
 
 
 def main():
@@ -75,6 +75,8 @@ def main():
     put('labels', 'names.txt', '# id name\n7 seven\n100 one hundred\n3000000000 three billion\n')
     # ---- YAML pipeline files
     for name in sorted(os.listdir('pipelines')):
+        if not name.endswith('.yaml'):
+            continue
         with open(os.path.join('pipelines', name), 'rb') as f:
             put('yaml', name, f.read())
     put('yaml', 'anchors.yaml', 'job: pagerank\nbase: &b {damping: 0.85}\ngraph:\n  kronecker: {scale: 4}\nx: *b\n')

@@ -96,7 +96,7 @@ data:
     assert.equal(p .. "top.yaml:10: epoch: unknown key (expected one of: " .. top_keys() .. ")",
       err_of('top.yaml', base .. 'epoch: 3\n'))
     assert.equal(p .. "int.yaml:10: epochs: expected an integer >= 1, got 2.5", err_of('int.yaml', base .. 'epochs: 2.5\n'))
-    assert.equal(p .. "enum.yaml:6: optim.name: expected one of sgd, adam, adamw, got 'rmsprop'",
+    assert.equal(p .. "enum.yaml:6: optim.name: expected one of sgd, adam, adamw, adagrad, got 'rmsprop'",
       err_of('enum.yaml', base:gsub('name: sgd', 'name: rmsprop')))
     assert.equal(p .. "bool.yaml:10: data.shuffle: expected true or false, got 'sometimes'",
       err_of('bool.yaml', base .. '  shuffle: sometimes\n'))

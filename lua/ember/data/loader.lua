@@ -343,12 +343,19 @@ function Loader:_progress()
 end
 
 -- A batch as a table of tensors (they outlive the C batch, which the caller frees).
+-- Jagged fields (lua/ember/data/jagged.lua) become one keyed field each.
 local function batch_table(b)
-  local batch = {}
+  local batch, jagged = {}, nil
   for i = 0, C.em_loader_batch_count(b) - 1 do
-    batch[ffi.string(C.em_loader_batch_name(b, i))] = new_tensor(C.em_loader_batch_tensor(box, b, i))
+    local name = ffi.string(C.em_loader_batch_name(b, i))
+    batch[name] = new_tensor(C.em_loader_batch_tensor(box, b, i))
+    if C.em_loader_batch_lengths(b, i) ~= 0 then
+      jagged = jagged or {}
+      jagged[name] = true
+    end
   end
   batch.ids = new_tensor(C.em_loader_batch_ids(box, b))
+  if jagged then require('ember.data.jagged').batch_fields(batch, jagged) end
   return batch
 end
 
@@ -505,13 +512,16 @@ function Loader:_local_epoch(e, plan, items)
       k = k + 1
       local it = items[k]
       if not it then return nil end
-      local names, keep, count = {}, nil, 0
+      local names, keep, count, lengths_of = {}, nil, 0, {}
       local job = { ids = ids + it[1], n = it[2], seed = self.seed, epoch = e, skip_bad = self.skip_bad,
         alloc = function(nd, descs)
           local t
           t, keep = alloc(nd, descs)
           count = nd
-          for i = 0, nd - 1 do names[i] = ffi.string(descs[i].name) end
+          for i = 0, nd - 1 do
+            names[i] = ffi.string(descs[i].name)
+            lengths_of[i] = descs[i].lengths
+          end
           return t
         end }
       local t0 = progress.now()
@@ -522,14 +532,22 @@ function Loader:_local_epoch(e, plan, items)
       st.wait_s = st.wait_s + progress.now() - t0
       self:_mark(k)
       if kept > 0 then
-        local batch = {}
+        local batch, jagged = {}, nil
         for i = 0, count - 1 do
           local x = keep[i]
-          batch[names[i]] = kept < it[2] and x:narrow(1, 1, kept):contiguous() or x
+          local rows = kept
+          if lengths_of[i] ~= 0 then   -- a jagged field: the values its kept lengths count
+            local L = keep[lengths_of[i] - 1]
+            rows = kept > 0 and L:narrow(1, 1, kept):sum():item() or 0
+            jagged = jagged or {}
+            jagged[names[i]] = true
+          end
+          batch[names[i]] = rows < x.shape[1] and x:narrow(1, 1, rows):contiguous() or x
         end
         local idt = ember.empty({ kept }, { dtype = 'int64' })
         ffi.copy(idt:data_ptr(), kept_ids, kept * 8)
         batch.ids = idt
+        if jagged then require('ember.data.jagged').batch_fields(batch, jagged) end
         st.batches, st.samples = st.batches + 1, st.samples + kept
         return batch
       end

@@ -409,6 +409,75 @@ local function field_names(s)
   return names
 end
 
+-- The tensors of a batch whose fields include jagged ones (lua/ember/data/jagged.lua): each
+-- jagged field NAME becomes its values (int64 [total], em_tensor_desc.lengths naming the
+-- counts) and NAME.lengths (int64 [n, K]). fields: name -> {keys =, total =} for jagged
+-- ones, a value (tensor or number) for the others. Returns descs, the ordered names.
+local function jagged_descs(fields, n)
+  local names = {}
+  for name, f in pairs(fields) do
+    names[#names + 1] = name
+    if type(f) == 'table' and f.jagged then names[#names + 1] = name .. '.lengths' end
+  end
+  table.sort(names)
+  if #names > 16 then throw('dataset: a batch holds more than 16 tensors (a jagged field counts twice)') end
+  local at = {}
+  for i, name in ipairs(names) do at[name] = i end
+  local descs = ffi.new('em_tensor_desc[?]', #names)
+  for i, name in ipairs(names) do
+    local f = fields[name]
+    local d = descs[i - 1]
+    if f == nil then   -- a lengths tensor
+      local j = fields[name:sub(1, -9)]
+      if #name > 31 then throw(string.format("dataset: the name '%s' is longer than 31 characters", name)) end
+      ffi.copy(d.name, name)
+      d.dtype, d.ndim, d.sizes[0], d.sizes[1] = C.EM_INT64, 2, n, j.keys
+    elseif type(f) == 'table' and f.jagged then
+      if #name > 31 then throw(string.format("dataset: the name '%s' is longer than 31 characters", name)) end
+      ffi.copy(d.name, name)
+      d.dtype, d.ndim, d.sizes[0], d.lengths = C.EM_INT64, 1, f.total, at[name .. '.lengths']
+    else
+      descs[i - 1] = desc_of(name, f, n)
+    end
+  end
+  return descs, names
+end
+
+-- Per-sample datasets with jagged fields: the samples are all read first (the values'
+-- total sizes the batch), then written.
+local function produce_jagged(job, samples, kept_ids, skipped, first_bad, times)
+  local jagged = require 'ember.data.jagged'
+  local first = samples[1]
+  local fields = {}
+  for name, v in pairs(first) do
+    if name ~= 'ids' then
+      if jagged.is_sample(v) then fields[name] = { jagged = true, keys = v.n, total = jagged.total(samples, name) }
+      else fields[name] = v end
+    end
+  end
+  local descs, names = jagged_descs(fields, job.n)
+  local t = job.alloc(#names, descs, names)
+  for k, name in ipairs(names) do
+    local f = fields[name]
+    if type(f) == 'table' and f.jagged then
+      local lt = t[k]   -- NAME.lengths sorts right after NAME
+      jagged.fill(samples, name, f.keys, ffi.cast('int64_t *', C.em_tensor_data(t[k - 1])),
+        ffi.cast('int64_t *', C.em_tensor_data(lt)))
+    elseif f ~= nil then
+      for row, s in ipairs(samples) do
+        local v = s[name]
+        local st
+        if type(v) == 'number' then st = C.em_data_put_row_number(t[k - 1], row - 1, v)
+        elseif ember.is_tensor(v) then st = C.em_data_put_row(t[k - 1], row - 1, v)
+        else error(string.format("sample %d: field '%s' is %s", tonumber(kept_ids[row - 1]), name, describe(v)), 0) end
+        if st ~= 0 then error(string.format("sample %d: field '%s': %s", tonumber(kept_ids[row - 1]), name,
+            I.last_error()), 0) end
+      end
+    end
+  end
+  return #samples, kept_ids, skipped, times, first_bad, t
+end
+
 -- A batch from a Lua dataset, sample by sample (get) or at once (get_batch).
 function Producer:produce_lua(job)
   local ds, n, aug = self.ds, job.n, self.aug
@@ -421,6 +490,40 @@ function Producer:produce_lua(job)
     ffi.copy(ids:data_ptr(), job.ids, n * 8)
     local b = ds:get_batch(ids, function(id) return M.sample_rng(seed, epoch, id) end)
     if type(b) ~= 'table' then error('dataset: get_batch must return a table of tensors, got ' .. describe(b), 0) end
+    local jagged = require 'ember.data.jagged'
+    local jfields
+    for name, v in pairs(b) do
+      if jagged.is_batch(v) then
+        jfields = jfields or {}
+        local L = v.lengths:dim() == 1 and v.lengths:reshape(v.lengths.shape[1], 1) or v.lengths
+        if L.shape[1] ~= n then
+          error(string.format("dataset: get_batch's '%s' has lengths for %d samples, expected %d", name, L.shape[1], n),
+            0)
+        end
+        jfields[name] = { jagged = true, keys = L.shape[2], total = v.values:numel(), values = v.values, lengths = L }
+      end
+    end
+    if jfields then
+      local fields = {}
+      for name, v in pairs(b) do if name ~= 'ids' then fields[name] = jfields[name] or v end end
+      local descs, names = jagged_descs(fields, n)
+      local t = job.alloc(#names, descs, names)
+      for k, name in ipairs(names) do
+        local f = fields[name]
+        if type(f) == 'table' and f.jagged then
+          check(C.em_copy_(t[k - 1], f.values:reshape(f.total):to('int64')))
+          check(C.em_copy_(t[k], f.lengths))
+        elseif f ~= nil then
+          if not ember.is_tensor(f) or f.shape[1] ~= n then
+            error(string.format("dataset: get_batch's '%s' must be a tensor of %d rows, got %s", name, n, describe(f)),
+              0)
+          end
+          check(C.em_copy_(t[k - 1], f))
+        end
+      end
+      times.read = progress.now() - t0
+      return n, job.ids, 0, times, nil, t
+    end
     local names = field_names(b)
     local descs = ffi.new('em_tensor_desc[?]', #names)
     for i, name in ipairs(names) do
@@ -442,6 +545,7 @@ function Producer:produce_lua(job)
   end
   local t, names, kept, skipped, first_bad = nil, nil, 0, 0, nil
   local kept_ids = ffi.new('int64_t[?]', n)
+  local collected   -- the samples, when they carry jagged fields
   local t_tf = 0
   for i = 0, n - 1 do
     local id = tonumber(job.ids[i])
@@ -462,6 +566,11 @@ function Producer:produce_lua(job)
       if not job.skip_bad then error(msg, 0) end
       skipped = skipped + 1
       first_bad = first_bad or msg
+    elseif collected or (not t and require('ember.data.jagged').has_jagged(s)) then
+      collected = collected or {}
+      collected[#collected + 1] = s
+      kept_ids[kept] = id
+      kept = kept + 1
     else
       if not t then
         names = field_names(s)
@@ -488,6 +597,7 @@ function Producer:produce_lua(job)
   end
   times.transform = t_tf
   times.read = progress.now() - t0 - t_tf
+  if collected then return produce_jagged(job, collected, kept_ids, skipped, first_bad, times) end
   return kept, kept_ids, skipped, times, first_bad, t
 end
 

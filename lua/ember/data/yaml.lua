@@ -13,6 +13,7 @@
 --       - flip: 0.5
 --     endpoint: tcp://127.0.0.1:5555   # readers started by hand connect here
 --     on_bad_record: skip           # or error (default)
+--     source_options: {file: x.tsv} # what a Lua dataset file returning function(options) gets
 --
 -- A source is a built-in name (fashion-mnist, mnist: their training files for source, their
 -- t10k files for val and test), a .lua dataset file, or a format mapping; relative paths
@@ -87,6 +88,8 @@ M.fields = {
   val = source_field('the validation set (the same forms as source); evaluated every epoch'),
   test = source_field('the test set (the same forms as source); default: the split\'s test part, or the ' ..
     'built-in test files when no source is named'),
+  source_options = S.map(S.any(), { optional = true,
+    doc = 'the options a Lua dataset file that returns a function(options) receives (val/test sets too)' }),
   split = S.record({
     train = fraction, val = fraction, test = fraction,
     seed = S.integer { min = 0, optional = true, doc = 'default: data.seed, else the top-level seed' },
@@ -182,6 +185,7 @@ function M.spec_of(d, cfg, which)
       end
     end
   end
+  if type(dataset) == 'string' and not builtin_name then options = d.source_options end
   return source.normalise(dataset, options, #transforms > 0 and transforms or nil)
 end
 

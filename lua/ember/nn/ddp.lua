@@ -95,8 +95,28 @@ function DDP:init(module, opts)
     gptr = not group._world and group._ptr or nil
   end
   self.module = module
-  local named = module:named_parameters()
-  if #named == 0 then throw('DistributedDataParallel: the model has no parameters') end
+  -- Tables with row-sparse gradients (nn.Embedding / nn.EmbeddingBag with sparse = true)
+  -- stay out of the buckets: allreducing them would send whole [rows, D] tables. Their
+  -- rows are exchanged instead (after_backward).
+  local sparse_set = {}
+  for _, m in ipairs(module:modules()) do
+    if m.sparse == true and I.is_tensor(m.weight) then
+      sparse_set[m.weight] = true
+    end
+  end
+  local named, sparse = {}, {}
+  for _, pair in ipairs(module:named_parameters()) do
+    if sparse_set[pair[2]] then sparse[#sparse + 1] = pair else named[#named + 1] = pair end
+  end
+  if #named + #sparse == 0 then throw('DistributedDataParallel: the model has no parameters') end
+  for _, pair in ipairs(sparse) do ember.no_grad(function() dist.broadcast(pair[2], 0, { group = group }) end) end
+  rawset(self, '_sparse', sparse)
+  if #named == 0 then
+    rawset(self, '_names', named)
+    rawset(self, '_group', group)
+    rawset(self, '_dense_free', true)
+    return
+  end
   local params, names = {}, ffi.new('const char*[?]', #named)
   for i, pair in ipairs(named) do
     params[i] = pair[2]
@@ -134,6 +154,7 @@ local function buffer_args(self)
 end
 
 function DDP:forward(...)
+  if self._dense_free then return self.module(...) end
   local r = self._reducer
   local grad_on = C.em_grad_enabled() ~= 0
   local sync = grad_on and self._require_sync
@@ -147,6 +168,43 @@ function DDP:forward(...)
     check(C.em_ddp_pre_backward(r, n, arr))
   end
   return out
+end
+
+-- after_backward(): the row-sparse gradients of the embedding tables, averaged over the
+-- ranks by exchanging rows: each rank's (row ids, values) gathered by all_gather_v, then
+-- coalesced (repeated rows summed) and divided by the world size. No [rows, D] tensor is
+-- sent or made. The train job calls it after backward; in a loop of your own call it
+-- between backward and the optimizer's step. A table without a gradient on some rank
+-- contributes no rows there.
+function DDP:after_backward()
+  local sparse = self._sparse
+  if #sparse == 0 then return end
+  local dist = ember.dist
+  local gopts = { group = self._group }
+  ember.no_grad(function()
+    for _, pair in ipairs(sparse) do
+      local p = pair[2]
+      local rows, d = p.shape[1], p:numel() / p.shape[1]
+      local g = p.grad
+      local idx, vals
+      if g ~= nil and not I.is_tensor(g) then
+        idx, vals = g:indices(), g:values():contiguous()
+      elseif I.is_tensor(g) then   -- dense (a sparse gradient met a dense one): every row
+        idx, vals = ember.arange(1, rows + 1, { dtype = 'int64' }), g:reshape(rows, d)
+      else
+        idx, vals = ember.empty({ 0 }, { dtype = 'int64' }), ember.empty({ 0, d }, { dtype = p.dtype })
+      end
+      local counts = dist.all_gather(ember.tensor({ idx:numel() }, { dtype = 'int64' }), gopts)
+      counts = counts:reshape(counts:numel()):totable()
+      local total, world = 0, #counts
+      for _, c in ipairs(counts) do total = total + c end
+      local all_idx = dist.all_gather_v(nil, counts, idx, gopts)
+      local vcounts = {}
+      for r, c in ipairs(counts) do vcounts[r] = c * d end
+      local all_vals = dist.all_gather_v(nil, vcounts, vals:reshape(vals:numel()), gopts)
+      p.grad = ember.SparseGrad(rows, all_idx, (all_vals / world):reshape(total, d))
+    end
+  end)
 end
 
 local function pack(...) return { n = select('#', ...), ... } end

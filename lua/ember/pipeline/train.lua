@@ -45,7 +45,8 @@ M.schema = {
     test_limit = S.integer { min = 1, optional = true, doc = 'use the first N test samples' },
   }, { default = {} }),
   optim = S.record({
-    name = S.enum({ 'sgd', 'adam', 'adamw' }, { default = 'sgd' }),
+    name = S.enum({ 'sgd', 'adam', 'adamw', 'adagrad' }, { default = 'sgd',
+      doc = 'sgd (momentum 0) and adagrad also update sparse embedding tables row by row' }),
     lr = S.number { gt = 0, default = 0.01 },
     momentum = S.number { min = 0, default = 0 },
     dampening = S.number { min = 0, default = 0 },
@@ -106,6 +107,9 @@ local function make_optimizer(o, params)
   if o.name == 'sgd' then
     return optim.SGD(params, { lr = o.lr, momentum = o.momentum, dampening = o.dampening, nesterov = o.nesterov,
       weight_decay = o.weight_decay or 0 })
+  end
+  if o.name == 'adagrad' then   -- dense and row-sparse gradients (sparse embedding tables) alike
+    return optim.Adagrad(params, { lr = o.lr, eps = o.eps, weight_decay = o.weight_decay or 0 })
   end
   local ctor = o.name == 'adam' and optim.Adam or optim.AdamW
   return ctor(params, { lr = o.lr, betas = o.betas, eps = o.eps,
@@ -281,6 +285,7 @@ function M.run(cfg, ctx)
       end)
       opt:zero_grad()
       loss:backward()
+      if net.after_backward then net:after_backward() end   -- DDP: sparse tables' rows exchanged
       if clip then nn.utils.clip_grad_norm_(params, clip) end
       opt:step()
       local b = y.shape[1] or 1

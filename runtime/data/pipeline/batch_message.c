@@ -71,6 +71,14 @@ em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_
   }
   dp_tdesc d[DP_MAX_TENSORS];
   memcpy(d, zmq_msg_data(&f[2]), (size_t)nt * sizeof(dp_tdesc));
+  em_tensor_desc plain[DP_MAX_TENSORS];
+  for (int i = 0; i < nt; i++) plain[i] = d[i].d;
+  for (int i = 0; i < nt; i++)
+    if (d[i].d.lengths && !dp_lengths_desc_valid(plain, nt, i)) {
+      snprintf(why, why_cap, "tensor %d is jagged, but its lengths (%d) name no int64 row tensor", i, d[i].d.lengths);
+      em_tensor_release(ids);
+      return NULL;
+    }
   const uint8_t *base;
   uint64_t avail;
   dp_msg_hold *hold = NULL;
@@ -145,7 +153,8 @@ em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_
     em_tensor_desc dd = d[i].d;
     dd.name[31] = 0;
     int64_t bytes = dp_desc_bytes(&dd);
-    ok = bytes >= 0 && dd.sizes[0] == n && d[i].offset >= 0 && d[i].nbytes == bytes && (uint64_t)d[i].offset <= avail &&
+    int jagged = dd.lengths != 0;
+    ok = bytes >= 0 && (jagged || dd.sizes[0] == n) && d[i].offset >= 0 && d[i].nbytes == bytes && (uint64_t)d[i].offset <= avail &&
          (uint64_t)bytes <= avail - (uint64_t)d[i].offset;
     if (!ok) {
       snprintf(why, why_cap, "tensor %d ('%s') does not fit the %llu bytes sent", i, dd.name,
@@ -153,6 +162,7 @@ em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_
       break;
     }
     memcpy(b->names[i], dd.name, 32);
+    b->lengths[i] = dd.lengths;
     const uint8_t *src = base + d[i].offset;
     size_t esize = em_dtype_size((em_dtype)dd.dtype);
     em_status st;
@@ -179,6 +189,18 @@ em_loader_batch *dp_build_batch(em_loader *l, zmq_msg_t *f, const dp_hdr *h, dp_
     b->bytes += bytes;
   }
   b->ids = ids;
+  /* a jagged tensor's values must be exactly what its lengths count */
+  for (int i = 0; i < b->ntensors && ok; i++) {
+    if (!b->lengths[i]) continue;
+    const em_tensor *L = b->tensors[b->lengths[i] - 1];
+    int64_t keys = em_tensor_ndim(L) == 2 ? em_tensor_size(L, 1) : 1;
+    int64_t sum = dp_lengths_sum(em_tensor_data(L), n, keys);
+    if (sum != em_tensor_size(b->tensors[i], 0)) {
+      snprintf(why, why_cap, "jagged tensor %d ('%s'): %lld values sent, its lengths count %lld", i, b->names[i],
+               (long long)em_tensor_size(b->tensors[i], 0), (long long)sum);
+      ok = 0;
+    }
+  }
   if (hold) hold_release(NULL, hold);
   if (loan) dp_loan_release(NULL, loan); /* this function's reference: the tensors hold theirs */
   if (!ok) {

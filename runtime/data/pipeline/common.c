@@ -52,6 +52,22 @@ int64_t dp_desc_bytes(const em_tensor_desc *d) {
   return n * (int64_t)em_dtype_size((em_dtype)d->dtype);
 }
 
+int dp_lengths_desc_valid(const em_tensor_desc *descs, int n, int j) {
+  int k = descs[j].lengths - 1;
+  if (k < 0 || k >= n || k == j) return 0;
+  const em_tensor_desc *L = &descs[k];
+  return L->lengths == 0 && L->dtype == EM_INT64 && (L->ndim == 1 || L->ndim == 2);
+}
+
+int64_t dp_lengths_sum(const int64_t *data, int64_t rows, int64_t keys) {
+  int64_t sum = 0;
+  for (int64_t i = 0; i < rows * keys; i++) {
+    if (data[i] < 0 || data[i] > INT64_MAX - sum) return -1;
+    sum += data[i];
+  }
+  return sum;
+}
+
 void dp_text(char *dst, size_t cap, const void *src, size_t n) {
   if (n >= cap) n = cap - 1;
   memcpy(dst, src, n);

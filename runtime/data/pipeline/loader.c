@@ -508,6 +508,10 @@ const char *em_loader_batch_name(const em_loader_batch *b, int i) {
   return b && i >= 0 && i < b->ntensors ? b->names[i] : NULL;
 }
 
+int em_loader_batch_lengths(const em_loader_batch *b, int i) {
+  return b && i >= 0 && i < b->ntensors ? b->lengths[i] : 0;
+}
+
 em_status em_loader_batch_tensor(em_tensor **out, const em_loader_batch *b, int i) {
   if (!out || *out) return em_set_error(EM_ERR_ARGUMENT, OP ": batch_tensor: out must point to NULL");
   if (!b || i < 0 || i >= b->ntensors)
@@ -577,6 +581,10 @@ int em_loader_batch_count(const em_loader_batch *b) {
 const char *em_loader_batch_name(const em_loader_batch *b, int i) {
   (void)b, (void)i;
   return NULL;
+}
+int em_loader_batch_lengths(const em_loader_batch *b, int i) {
+  (void)b, (void)i;
+  return 0;
 }
 em_status em_loader_batch_tensor(em_tensor **out, const em_loader_batch *b, int i) {
   (void)out, (void)b, (void)i;

@@ -27,6 +27,7 @@ struct em_loader_batch {
   int64_t bytes;
   int ntensors;
   char names[DP_MAX_TENSORS][32];
+  int lengths[DP_MAX_TENSORS]; /* em_tensor_desc.lengths: 0, or 1 + the tensor counting a jagged one's values */
   em_tensor *tensors[DP_MAX_TENSORS];
   em_tensor *ids;
 };

@@ -597,7 +597,12 @@ em_status em_reader_alloc(em_reader *r, const em_lease *lease, int n, const em_t
     em_tensor_desc d = descs[i];
     d.name[31] = 0;
     int64_t bytes = dp_desc_bytes(&d);
-    if (bytes < 0 || d.sizes[0] != lease->n)
+    if (d.lengths && (bytes < 0 || !dp_lengths_desc_valid(descs, n, i)))
+      return em_set_error(EM_ERR_ARGUMENT,
+                          OP ": jagged tensor '%s': lengths = %d must name another tensor of the batch (1 to %d), an "
+                             "int64 row tensor [samples] or [samples, keys] that is not jagged itself",
+                          d.name, d.lengths, n);
+    if (bytes < 0 || (!d.lengths && d.sizes[0] != lease->n))
       return em_set_error(EM_ERR_ARGUMENT,
                           OP
                           ": tensor '%s': a bad description (dtype %d, %d dims, %lld rows for a "
@@ -707,8 +712,23 @@ em_status em_reader_send(em_reader *r, const em_lease *lease, int64_t kept, cons
     descs[i] = r->descs[i];
     int64_t rows = descs[i].d.sizes[0];
     int64_t row_bytes = rows ? descs[i].nbytes / rows : 0;
-    descs[i].d.sizes[0] = kept;
-    descs[i].nbytes = row_bytes * kept;
+    int64_t keep = kept;
+    if (descs[i].d.lengths) { /* the values of the kept samples, as their lengths count them */
+      const em_tensor *L = r->tensors[descs[i].d.lengths - 1];
+      int64_t keys = em_tensor_ndim(L) == 2 ? em_tensor_size(L, 1) : 1;
+      keep = dp_lengths_sum(em_tensor_data(L), kept, keys);
+      if (keep < 0 || keep > rows) { /* the trainer is told (it raises), not left waiting */
+        char msg[300];
+        snprintf(msg, sizeof msg,
+                 OP ": jagged tensor '%s': its lengths count %lld values for the %lld samples kept, expected 0 to "
+                    "%lld (the values allocated), none negative",
+                 descs[i].d.name, (long long)keep, (long long)kept, (long long)rows);
+        em_reader_send_error(r, lease, msg);
+        return em_set_error(EM_ERR_ARGUMENT, "%s", msg);
+      }
+    }
+    descs[i].d.sizes[0] = keep;
+    descs[i].nbytes = row_bytes * keep;
     if ((uint64_t)(descs[i].offset + descs[i].nbytes) > used) used = (uint64_t)(descs[i].offset + descs[i].nbytes);
   }
   int shm = r->slot >= 0;

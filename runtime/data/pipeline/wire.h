@@ -29,7 +29,8 @@
 #include "ember/data_pipeline.h"
 
 #define DP_MAGIC 0x50444d45u /* "EMDP" */
-#define DP_VERSION 3 /* 2: a LEASE may carry slots given back; dp_shm_ref names its arena; 3: HELLO names a ring */
+#define DP_VERSION 4 /* 2: a LEASE may carry slots given back; dp_shm_ref names its arena; 3: HELLO names a ring;
+                          4: tensor descriptions say which tensors are jagged (em_tensor_desc.lengths) */
 #define DP_ALIGN 64 /* tensors start at multiples of this in a batch's bytes */
 
 enum dp_kind {
@@ -79,7 +80,7 @@ typedef struct dp_hello {
 } dp_hello;
 
 typedef struct dp_tdesc {
-  em_tensor_desc d; /* sizes[0] = rows sent */
+  em_tensor_desc d; /* sizes[0] = rows sent (a jagged tensor: values sent) */
   int64_t offset; /* in the data frame or the slot */
   int64_t nbytes;
 } dp_tdesc;
@@ -132,6 +133,14 @@ static inline int dp_hello_read(dp_hello *out, const void *data, size_t size) {
 }
 /* WELCOME's heartbeat times: taken only when finite and within an hour. */
 static inline int dp_seconds_valid(double s) { return s > 0 && s <= 3600; }
+
+/* ---- jagged tensors (em_tensor_desc.lengths), pipeline/common.c ---- */
+/* Whether descs[i] may count the values of jagged tensor j: an int64 row tensor of 1 or 2
+ * dims that is not jagged itself. */
+int dp_lengths_desc_valid(const em_tensor_desc *descs, int n, int j);
+/* The sum of the first `rows` rows of a lengths tensor's counts (data: rows x keys int64);
+ * -1 when a count is negative or the sum overflows. */
+int64_t dp_lengths_sum(const int64_t *data, int64_t rows, int64_t keys);
 
 /* ---- shared helpers (pipeline/common.c) ---- */
 uint64_t dp_random64(void); /* from /dev/urandom, else time and pid */

@@ -30,12 +30,21 @@ extern "C" {
 typedef struct em_tensor em_tensor;
 typedef struct em_source em_source;
 
-/* One tensor of a batch: its name, dtype and shape (sizes[0] is the batch dim). */
+/* One tensor of a batch: its name, dtype and shape (sizes[0] is the batch dim).
+ * lengths = 0: a row tensor, sizes[0] = the batch's samples. lengths = k > 0: a jagged
+ * tensor (variable-length features, as DLRM's offsets format and TorchRec's
+ * KeyedJaggedTensor carry them): its rows are the values of every sample, sample after
+ * sample, and tensor k - 1 of the same batch, an int64 row tensor [samples] or
+ * [samples, keys] of counts >= 0, says how many belong to each (sample, key); sizes[0] is
+ * the sum of those counts. When records are skipped, a jagged tensor keeps the values of
+ * the samples kept: the first sum(lengths of kept rows). */
 typedef struct em_tensor_desc {
   char name[32];
   int32_t dtype;
   int32_t ndim;
   int64_t sizes[8];
+  int32_t lengths;
+  int32_t pad_;
 } em_tensor_desc;
 
 /* Seconds spent per stage; readers report theirs with each batch. */
@@ -162,6 +171,15 @@ EM_API em_status em_source_get(em_source *s, int64_t index, int64_t base, const 
  * are converted). Batch assembly for datasets that return samples one at a time. */
 EM_API em_status em_data_put_row(em_tensor *dst, int64_t row, const em_tensor *src);
 EM_API em_status em_data_put_row_number(em_tensor *dst, int64_t row, double value);
+
+/* A jagged batch field (em_tensor_desc.lengths) split by key, as a model reads it (DLRM's
+ * lS_i / lS_o, TorchRec's KeyedJaggedTensor.to_dict): values [total, ...] hold, sample
+ * after sample, the values of each of the K keys; lengths (int64 [n, K], or [n] for one
+ * key) count them. values_out[k] receives key k's values [total_k, ...] (samples in order)
+ * and offsets_out[k] int64 [n], the start of each sample's bag in them, counted from base
+ * (0 as DLRM's offsets, 1 for Lua). Both arrays have room for K new tensors. */
+EM_API em_status em_data_jagged_split(em_tensor **values_out, em_tensor **offsets_out, const em_tensor *values,
+                                      const em_tensor *lengths, int64_t base);
 /* EM_FFI_END */
 
 #ifdef __cplusplus

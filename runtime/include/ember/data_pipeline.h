@@ -106,6 +106,9 @@ EM_API int64_t em_loader_batch_item(const em_loader_batch *b);
 EM_API int64_t em_loader_batch_samples(const em_loader_batch *b);
 EM_API int em_loader_batch_count(const em_loader_batch *b);
 EM_API const char *em_loader_batch_name(const em_loader_batch *b, int i);
+/* Tensor i's em_tensor_desc.lengths: 0 for a row tensor; k > 0 when it is jagged, its
+ * values counted by tensor k - 1 (checked on receipt: they sum to its rows). */
+EM_API int em_loader_batch_lengths(const em_loader_batch *b, int i);
 /* Tensor i (a new reference over the received bytes; valid after the batch is freed). */
 EM_API em_status em_loader_batch_tensor(em_tensor **out, const em_loader_batch *b, int i);
 /* The sample ids actually delivered (int64, as planned; bad records skipped are absent). */

@@ -1,0 +1,57 @@
+-- bench/recsys/ember_dlrm.lua - ember's DLRM (examples/dlrm.lua) in the Kaggle configuration
+-- on DLRM's random data (pipelines/data/dlrm_synthetic.lua draws as dlrm_data_pytorch.py),
+-- sparse tables, SGD, BCE on logits (the sigmoid fused into the loss); one JSON line like torch_dlrm.py's. Under
+-- `ember launch -n N`: nn.DistributedDataParallel, table rows exchanged (after_backward).
+--   ember bench/recsys/ember_dlrm.lua STEPS BATCH ROWS [TABLES] [LOOKUPS]
+local steps, batch, rows = tonumber(arg[1] or 50), tonumber(arg[2] or 128), tonumber(arg[3] or 100000)
+local ntab, lookups = tonumber(arg[4] or 26), tonumber(arg[5] or 1)
+local warmup = 5
+local F = ember.nn.functional
+local dist = ember.dist
+local world, rank = 1, 0
+if dist.env().world_size > 1 then
+  dist.init()
+  world, rank = dist.world_size(), dist.rank()
+end
+local tables = {}
+for t = 1, ntab do tables[t] = rows end
+ember.manual_seed(1)
+local model = dofile('examples/dlrm.lua') { arch_mlp_bot = '13-512-256-64-16', arch_mlp_top = '512-256-1',
+  table_sizes = tables, arch_sparse_feature_size = 16, logits = true }
+local net = world > 1 and ember.nn.DistributedDataParallel(model) or model
+local opt = ember.optim.SGD(net:parameters(), { lr = 0.1 })
+local ds = dofile('pipelines/data/dlrm_synthetic.lua') { num_samples = 8 * batch * world, table_sizes = tables,
+  num_indices_per_lookup = lookups, fixed = true, seed = 1 }
+local jagged = require 'ember.data.jagged'
+local batches = {}
+for k = 1, 8 do   -- this rank's batches, assembled once as the pipeline delivers them
+  local dense, vals, lens, y = {}, {}, {}, {}
+  for i = 1, batch do
+    local s = ds:get(((k - 1) * world + rank) * batch + i)
+    dense[i], y[i], lens[i] = s.dense, { s.label }, {}
+    for t, p in ipairs(s.sparse.parts) do
+      lens[i][t] = #p
+      for _, v in ipairs(p) do vals[#vals + 1] = v end
+    end
+  end
+  batches[k] = { ember.stack(dense), jagged.keyed(ember.tensor(vals, { dtype = 'int64' }),
+    ember.tensor(lens, { dtype = 'int64' })), ember.tensor(y) }
+end
+local t0
+for step = 1, warmup + steps do
+  if step == warmup + 1 then t0 = require('ember.util.progress').now() end
+  local b = batches[(step - 1) % #batches + 1]
+  opt:zero_grad()
+  local loss = F.binary_cross_entropy_with_logits(net(b[1], b[2]), b[3])
+  loss:backward()
+  if net.after_backward then net:after_backward() end
+  opt:step()
+end
+local dt = require('ember.util.progress').now() - t0
+local f = io.open('/proc/self/status')
+local peak = f:read('*a'):match('VmHWM:%s*(%d+)')
+f:close()
+if rank == 0 then
+  print(string.format('{"peer": "ember", "ranks": %d, "samples_per_s": %.1f, "peak_rss_mb": %.1f}', world,
+    steps * batch * world / dt, tonumber(peak) / 1024))
+end
