@@ -83,4 +83,5 @@ ember.data = require('ember.data')
 ember.graph = require('ember.graph')
 ember.dist = require('ember.dist')      -- loads no MPI until ember.dist.init()
 ember.tensorboard = require('ember.tensorboard')   -- SummaryWriter: TensorBoard event files
+ember.text = require('ember.text')      -- tokenizers and token streams for language models
 return ember
