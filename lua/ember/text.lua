@@ -197,7 +197,9 @@ function M.TokenStream(tokens, o)
     throw('TokenStream: val_fraction must be in [0, 1), got ' .. describe(frac))
   end
   local part = o.part or 'train'
-  if part ~= 'train' and part ~= 'val' then throw("TokenStream: part must be 'train' or 'val', got " .. describe(part)) end
+  if part ~= 'train' and part ~= 'val' then
+    throw("TokenStream: part must be 'train' or 'val', got " .. describe(part))
+  end
   local n = tokens:numel()
   local n_val = math.floor(n * frac)
   local n_train = n - n_val
@@ -213,9 +215,8 @@ function M.TokenStream(tokens, o)
     size = math.floor((len - 1) / block)
   end
   if o.limit then size = math.min(size, o.limit) end
-  local self = setmetatable({ tokens = tokens:contiguous(), block = block, part = part, first = first, len = len,
+  return setmetatable({ tokens = tokens:contiguous(), block = block, part = part, first = first, len = len,
     n = size }, Stream)
-  return self
 end
 
 function Stream:size() return self.n end

@@ -12,8 +12,8 @@ local mode, dir = arg[1], arg[2]
 
 local function lstm() return nn.LSTM(8, 16, { num_layers = 2, batch_first = true, dtype = 'float64' }) end
 local function block()
-  return nn.TransformerEncoderLayer(32, 4, { dim_feedforward = 128, dropout = 0, activation = 'gelu', batch_first = true,
-    norm_first = true, dtype = 'float64' })
+  return nn.TransformerEncoderLayer(32, 4, { dim_feedforward = 128, dropout = 0, activation = 'gelu',
+    batch_first = true, norm_first = true, dtype = 'float64' })
 end
 local function run_lstm(m, x)
   local y, st = m(x)
