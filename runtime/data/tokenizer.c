@@ -276,7 +276,7 @@ em_status em_tokenizer_decode(const em_tokenizer *t, const em_tensor *ids, int64
   int64_t at = 0;
   for (int64_t i = 0; i < n; i++) {
     int64_t id = int_at(data, dt, i) - base, k = t->offsets[id + 1] - t->offsets[id];
-    memcpy(buf + at, t->pieces + t->offsets[id], (size_t)k);
+    if (k > 0) memcpy(buf + at, t->pieces + t->offsets[id], (size_t)k);
     at += k;
   }
   return EM_OK;
