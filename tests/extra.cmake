@@ -21,6 +21,15 @@ if(Python3_Interpreter_FOUND)
   set_tests_properties(interop/tensorboard PROPERTIES SKIP_RETURN_CODE 77 ENVIRONMENT "EMBER_NUM_THREADS=2")
 endif()
 
+# ---- state dicts of an LSTM and a GPT block between ember and PyTorch, both ways, with the
+# same outputs (tests/interop/seq_state_dict.py; exits 77, skipped, without torch/safetensors).
+if(Python3_Interpreter_FOUND)
+  add_test(NAME interop/seq_state_dict
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/interop/seq_state_dict.py $<TARGET_FILE:ember_host>
+            ${CMAKE_CURRENT_BINARY_DIR}/interop/seq)
+  set_tests_properties(interop/seq_state_dict PROPERTIES SKIP_RETURN_CODE 77 ENVIRONMENT "EMBER_NUM_THREADS=2")
+endif()
+
 # ---- the ember executable: command line (tests/repl/test_cli.py) and the REPL in a real
 # terminal driven through tmux (tests/repl/test_tty.py; exits 77, "skipped", without tmux).
 find_package(Python3 COMPONENTS Interpreter)

@@ -25,9 +25,11 @@
 -- batch size. With world_size > 1 each rank (0-based) takes every world_size-th sample of the
 -- plan, after dropping the remainder so every rank sees the same number of samples.
 --
--- A dataset is a table with size() and either get_batch(ids) (a table of tensors whose
--- first dim follows the 1-based int64 tensor ids; no per-sample work in Lua) or get(i)
--- (one sample as a table of tensors; the loader stacks them, which is slower).
+-- A dataset is a table with size() and either get_batch(ids, rng_of) (a table of tensors
+-- whose first dim follows the 1-based int64 tensor ids; no per-sample work in Lua) or
+-- get(i, rng) (one sample as a table of tensors; the loader stacks them, which is slower).
+-- rng / rng_of(id) is a sample's own generator, keyed by (seed, epoch, id), the same one
+-- data.ReaderLoader's readers pass (ember.data.source).
 local ember = require 'ember'
 
 local C = ember.C
@@ -294,10 +296,11 @@ function DataLoader:plan_ahead(e)
     self.world_size, 0, 1))
 end
 
-local function stack_samples(ds, ids)
+local function stack_samples(ds, ids, rng_of)
   local samples, names = {}, nil
   for i = 1, ids.shape[1] do
-    samples[i] = ds:get(ids[i]:item())
+    local id = ids[i]:item()
+    samples[i] = ds:get(id, rng_of(id))
     names = names or samples[i]
   end
   local batch = {}
@@ -319,6 +322,10 @@ function DataLoader:epoch(e)
   self._resume = nil
   self._epoch, self._position = e, pos
   local bs, ds = self.batch_size, self.dataset
+  -- each sample's generator, keyed by (seed, e, id) as in the reader loader's processes
+  local sample_rng = require('ember.data.source').sample_rng
+  local seed = self.seed
+  local function rng_of(id) return sample_rng(seed, e, id) end
   return function()
     local take = math.min(bs, m - pos)
     if take <= 0 or (take < bs and self.drop_last) then
@@ -326,7 +333,7 @@ function DataLoader:epoch(e)
       return nil
     end
     local bids = ids:narrow(1, pos + 1, take)
-    local batch = ds.get_batch and ds:get_batch(bids) or stack_samples(ds, bids)
+    local batch = ds.get_batch and ds:get_batch(bids, rng_of) or stack_samples(ds, bids, rng_of)
     batch.ids = bids
     if self.transform then batch = self.transform(batch) or batch end
     pos = pos + take

@@ -85,4 +85,5 @@ ember.dist = require('ember.dist')      -- loads no MPI until ember.dist.init()
 ember.tensorboard = require('ember.tensorboard')   -- SummaryWriter: TensorBoard event files
 ember.display = require('ember.display')  -- notebook display, images (ember kernel)
 ember.plot = require('ember.plot')        -- plots through cairo (loaded on first drawing)
+ember.text = require('ember.text')      -- tokenizers and token streams for language models
 return ember

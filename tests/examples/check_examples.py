@@ -3,6 +3,7 @@
 options) and checks what it prints.
 
 usage: check_examples.py EMBER NAME     NAME: tensors mlp cnn custom_dataset ddp pagerank pytorch
+                                                char_lstm char_gpt char_pipelines
 Exits 77 ("skipped") when what the example needs is missing (PyTorch for `pytorch`).
 """
 import os
@@ -30,7 +31,8 @@ def check(what, cond, detail=""):
 def run(*args, exe=EMBER, timeout=300):
     env = dict(os.environ)
     env.setdefault("EMBER_NUM_THREADS", "2")
-    p = subprocess.run([exe, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run([exe, *args], cwd=REPO, env=env, capture_output=True, text=True, errors="replace",
+                       timeout=timeout)
     print(f"$ {os.path.basename(exe)} {' '.join(args)}   (exit {p.returncode})\n{p.stdout}{p.stderr}")
     if p.returncode != 0:
         check(f"{' '.join(args[:1])} exits 0", False, p.stderr[-2000:])
@@ -189,9 +191,78 @@ def plots():
               repr(head[:16]))
 
 
+FORTUNES = "/usr/share/games/fortunes"
+
+
+def need_fortunes():
+    if not os.path.isdir(FORTUNES):
+        print(f"skipped: {FORTUNES} is missing (Debian package fortunes; scripts/setup.sh installs it)")
+        sys.exit(77)
+
+
+def sample(checkpoint, *extra):
+    """examples/sample.lua on a checkpoint: the prompt, then generated text."""
+    out = run("examples/sample.lua", checkpoint, "--prompt", "The ", "--length", "80", *extra)
+    check("sample.lua prints the prompt and then generated text", out.startswith("The ") and len(out) > 60, out[:200])
+    return out
+
+
+def char_script(name, *size):
+    need_fortunes()
+    out = run(f"examples/{name}.lua", *size, "--eval-every", "20", "--dir", f"{TMP}/{name}")
+    losses = [float(v) for v in re.findall(r"val_loss ([\d.]+)", out)]
+    final = number(r"^val loss: ([\d.]+)", out, "the final validation loss")
+    check(f"{name}: validation loss falls ({losses})", len(losses) >= 2 and losses[-1] < losses[0] - 0.2)
+    check(f"{name}: validation loss {final} below a uniform guess over the characters (ln 114 = 4.74)", final < 4.0)
+    check("the tokenizer is saved beside the checkpoint", os.path.exists(f"{TMP}/{name}/tokenizer.txt"))
+    sample(f"{TMP}/{name}/model.safetensors", "--top_k", "5", "--temperature", "0.8")
+
+
+def char_lstm():
+    char_script("char_lstm", "--steps", "60", "--hidden", "48", "--val-blocks", "40")
+
+
+def char_gpt():
+    char_script("char_gpt", "--steps", "60", "--embed", "32", "--layers", "2", "--warmup", "5", "--val-blocks", "48")
+
+
+def result_of(out):
+    """The JSON result line `ember run` prints last."""
+    import json
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else {}
+
+
+def char_pipelines():
+    need_fortunes()
+    small = ["data.source.samples=300", "data.val.limit=20", "model.args.hidden=32", "log.progress=none"]
+    d = f"{TMP}/lstm"
+    whole = result_of(run("run", "pipelines/char_lstm.yaml", "epochs=2", *small, f"checkpoint.dir={d}/whole",
+                          f"log.dir={d}/whole"))
+    check("char_lstm reports train/val loss and perplexity",
+          all(k in whole for k in ("train_loss", "val_loss", "val_perplexity", "train_perplexity")), whole)
+    check("perplexity is exp(loss)", abs(whole.get("val_perplexity", 0) - 2.718281828 ** whole.get("val_loss", 0)) < 1e-6)
+    check("the tokenizer is saved beside the checkpoints", os.path.exists(f"{d}/whole/tokenizer.txt"))
+    run("run", "pipelines/char_lstm.yaml", "epochs=2", "stop_after_epoch=1", *small, f"checkpoint.dir={d}/broken",
+        f"log.dir={d}/broken")
+    resumed = result_of(run("run", "pipelines/char_lstm.yaml", "epochs=2", "resume=true", *small,
+                            f"checkpoint.dir={d}/broken", f"log.dir={d}/broken"))
+    check(f"a run stopped after epoch 1 and resumed ends where the unbroken one does "
+          f"({resumed.get('val_loss')} vs {whole.get('val_loss')})",
+          resumed.get("val_loss") == whole.get("val_loss") and resumed.get("train_loss") == whole.get("train_loss"))
+    sample(f"{d}/whole", "--temperature", "0.9")
+    g = f"{TMP}/gpt"
+    gpt = result_of(run("run", "pipelines/char_gpt.yaml", "epochs=1", "data.source.samples=240", "data.val.limit=24",
+                        "model.args.embed=32", "model.args.layers=1", "schedule.warmup_steps=4",
+                        "log.progress=none", f"checkpoint.dir={g}", f"log.dir={g}"))
+    check(f"char_gpt trains: val loss {gpt.get('val_loss')} below ln 114 = 4.74", gpt.get("val_loss", 9) < 4.74)
+    sample(g, "--top_k", "10")
+
+
 try:
     {"tensors": tensors, "plots": plots, "mlp": mlp, "cnn": cnn, "custom_dataset": custom_dataset, "ddp": ddp,
-     "pagerank": pagerank, "pytorch": pytorch}[NAME]()
+     "pagerank": pagerank, "pytorch": pytorch, "char_lstm": char_lstm, "char_gpt": char_gpt,
+     "char_pipelines": char_pipelines}[NAME]()
 finally:
     shutil.rmtree(TMP, ignore_errors=True)
 if failures:

@@ -96,8 +96,8 @@ data:
     assert.equal(p .. "top.yaml:10: epoch: unknown key (expected one of: " .. top_keys() .. ")",
       err_of('top.yaml', base .. 'epoch: 3\n'))
     assert.equal(p .. "int.yaml:10: epochs: expected an integer >= 1, got 2.5", err_of('int.yaml', base .. 'epochs: 2.5\n'))
-    assert.equal(p .. "enum.yaml:6: optim.name: expected one of sgd, adam, adamw, adagrad, got 'rmsprop'",
-      err_of('enum.yaml', base:gsub('name: sgd', 'name: rmsprop')))
+    assert.equal(p .. "enum.yaml:6: optim.name: expected one of sgd, adam, adamw, adagrad, rmsprop, got 'lbfgs'",
+      err_of('enum.yaml', base:gsub('name: sgd', 'name: lbfgs')))
     assert.equal(p .. "bool.yaml:10: data.shuffle: expected true or false, got 'sometimes'",
       err_of('bool.yaml', base .. '  shuffle: sometimes\n'))
     assert.equal(p .. "layer.yaml:4: model.2.linear: expected a list of 2 (an integer >= 1 each), got a list of 3",
@@ -196,8 +196,9 @@ model:
     local path = write(dir .. '/o.yaml', base)
     local function err(...) return load_error(path, { ... }) end
     assert.equal(path .. ": override optim.lr=fast: optim.lr: expected a number > 0, got 'fast'", err('optim.lr=fast'))
-    assert.equal(path .. ': override optim.lrate=0.1: optim.lrate: unknown key (expected one of: betas, ' ..
-      'clip_grad_norm, dampening, eps, lr, momentum, name, nesterov, weight_decay)', err('optim.lrate=0.1'))
+    assert.equal(path .. ': override optim.lrate=0.1: optim.lrate: unknown key (expected one of: alpha, betas, ' ..
+      'centered, clip_grad_norm, clip_grad_value, dampening, decay_groups, eps, lr, momentum, name, nesterov, ' ..
+      'weight_decay)', err('optim.lrate=0.1'))
     assert.equal(path .. ': override nope.deeper=1: nope: unknown key (expected one of: ' .. top_keys() .. ')',
       err('nope.deeper=1'))
     assert.equal(path .. ": 'epochs' is not an override: expected key.path=value (e.g. optim.lr=0.1)", err('epochs'))

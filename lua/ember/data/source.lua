@@ -9,6 +9,8 @@
 --   {format = 'tfrecord', files = {...}, image_key = 'image', label_key = 'label',
 --    encoded = true (JPEG bytes) | false with shape = {H, W} or {C, H, W}}
 --   {format = 'jpeg', root = dir (a folder per class) | files = {...}, labels = {...}}
+--   {format = 'text', files = {...}, tokenizer = 'char' | 'bpe', block =, part = 'train' | 'val'}
+--                                       token blocks of a text corpus (lua/ember/text.lua)
 -- each format taking limit = N (the first N samples), label_offset (added to labels read
 -- from files, default 1: ember's classes count from 1), channels = 1 | 3 (JPEG decoding).
 --
@@ -191,10 +193,14 @@ function M.normalise(dataset, options, transforms)
     spec.kind = 'lua:' .. dataset:match('([^/]+)$')
   elseif type(dataset) == 'table' and type(dataset.format) == 'string' then
     local keys = FORMAT_KEYS[dataset.format]
-    if not keys then
-      throw(string.format("dataset: unknown format '%s' (expected idx, npy, tfrecord, jpeg)", dataset.format))
+    if dataset.format == 'text' then   -- a token stream over a text corpus (lua/ember/text.lua)
+      require('ember.text').check_source(dataset)
+      keys = {}
+    elseif not keys then
+      throw(string.format("dataset: unknown format '%s' (expected idx, npy, tfrecord, jpeg, text)", dataset.format))
     end
     for k in pairs(dataset) do
+      if dataset.format == 'text' then break end
       if not keys[k] and not COMMON_KEYS[k] then
         throw(string.format("dataset (%s): unknown key '%s'", dataset.format, tostring(k)))
       end
@@ -318,7 +324,10 @@ end
 
 function M.open(spec)
   local self = setmetatable({ spec = spec, aug = M.augment(spec.transforms) }, Producer)
-  if type(spec.dataset) == 'table' and spec.dataset.format then
+  if type(spec.dataset) == 'table' and spec.dataset.format == 'text' then
+    self.ds = require('ember.text').open_source(spec.dataset)
+    self.n = self.ds:size()
+  elseif type(spec.dataset) == 'table' and spec.dataset.format then
     self.source = M.open_source(spec.dataset)
     self.n = self.source:size()
     self.source:describe(self.aug, 0)   -- transforms that do not fit the data fail now

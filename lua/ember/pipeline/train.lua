@@ -45,7 +45,7 @@ M.schema = {
     test_limit = S.integer { min = 1, optional = true, doc = 'use the first N test samples' },
   }, { default = {} }),
   optim = S.record({
-    name = S.enum({ 'sgd', 'adam', 'adamw', 'adagrad' }, { default = 'sgd',
+    name = S.enum({ 'sgd', 'adam', 'adamw', 'adagrad', 'rmsprop' }, { default = 'sgd',
       doc = 'sgd (momentum 0) and adagrad also update sparse embedding tables row by row' }),
     lr = S.number { gt = 0, default = 0.01 },
     momentum = S.number { min = 0, default = 0 },
@@ -54,11 +54,17 @@ M.schema = {
     weight_decay = S.number { min = 0, optional = true, doc = 'default 0 (sgd, adam) or 0.01 (adamw)' },
     betas = S.list(S.number { min = 0, lt = 1 }, { len = 2, default = { 0.9, 0.999 } }),
     eps = S.number { gt = 0, default = 1e-8 },
+    alpha = S.number { min = 0, max = 1, default = 0.99, doc = 'rmsprop: the smoothing constant' },
+    centered = S.boolean { default = false, doc = 'rmsprop: divide by the centred variance' },
+    decay_groups = S.boolean { default = false,
+      doc = "weight decay only on tensors of 2+ dims (nanoGPT's rule: not biases, not norms)" },
     clip_grad_norm = S.number { gt = 0, optional = true },
+    clip_grad_value = S.number { gt = 0, optional = true, doc = 'clamp each gradient value to [-v, v]' },
   }, { default = {} }),
   schedule = S.record({
     name = S.enum({ 'constant', 'step', 'cosine' }, { default = 'constant' }),
     warmup_epochs = S.number { min = 0, default = 0, doc = 'linear warm-up, per step, over this many epochs' },
+    warmup_steps = S.integer { min = 0, optional = true, doc = 'linear warm-up over this many steps (not epochs)' },
     step_size = S.integer { min = 1, default = 1, doc = 'step: epochs between decays' },
     gamma = S.number { gt = 0, default = 0.1, doc = 'step: the decay factor' },
     min_lr = S.number { min = 0, default = 0, doc = 'cosine: the final learning rate' },
@@ -102,8 +108,16 @@ local function builtin_train_set(cfg)
   return require('ember').data.datasets[ctor] { root = d.root, train = true, normalise = d.normalise, limit = d.limit }
 end
 
-local function make_optimizer(o, params)
+local function make_optimizer(o, model)
   local optim = require('ember').optim
+  local params = model:parameters()
+  if o.decay_groups then
+    params = optim.weight_decay_groups(model, o.weight_decay or (o.name == 'adamw' and 0.01 or 0))
+  end
+  if o.name == 'rmsprop' then
+    return optim.RMSprop(params, { lr = o.lr, alpha = o.alpha, eps = o.eps, momentum = o.momentum,
+      centered = o.centered, weight_decay = o.weight_decay or 0 })
+  end
   if o.name == 'sgd' then
     return optim.SGD(params, { lr = o.lr, momentum = o.momentum, dampening = o.dampening, nesterov = o.nesterov,
       weight_decay = o.weight_decay or 0 })
@@ -116,6 +130,13 @@ local function make_optimizer(o, params)
     weight_decay = o.weight_decay or (o.name == 'adamw' and 0.01 or 0) })
 end
 
+-- The tokenizer of a {format: text} training source (nil for other data).
+function M.tokenizer_of(d)
+  local src = d and d.source
+  if type(src) ~= 'table' or src.format ~= 'text' then return nil end
+  return require('ember').text.corpus(src).tokenizer
+end
+
 -- The one place loaders are made: a loader with another transport (reader processes)
 -- replaces this, keeping the interface documented in lua/ember/data.lua (epoch, state,
 -- load_state, num_batches, num_samples, close).
@@ -123,7 +144,7 @@ function M.make_loader(opts) return require('ember').data.DataLoader(opts) end
 
 -- The learning rate at step (0-based, counted over the whole run).
 function M.lr_at(sched, base, step, steps_per_epoch, epochs)
-  local warm = sched.warmup_epochs * steps_per_epoch
+  local warm = sched.warmup_steps or sched.warmup_epochs * steps_per_epoch
   if step < warm then return base * (step + 1) / warm end
   if sched.name == 'step' then
     local epoch = math.floor(step / steps_per_epoch)
@@ -222,9 +243,18 @@ function M.run(cfg, ctx)
       '(with drop_last)', cfg.data.batch_size, loader:num_samples()))
   end
 
+  -- A text corpus (data.source: {format: text}) brings a tokenizer: its vocabulary size is
+  -- the model file's args.vocab_size unless given, and it is saved beside the checkpoints.
+  local tokenizer = M.tokenizer_of(cfg.data)
+  if tokenizer and cfg.model.file and cfg.model.args.vocab_size == nil then
+    cfg.model.args.vocab_size = tokenizer:vocab_size()
+  end
   local model = model_spec.build(cfg.model)
+  -- a model file and its args, kept in checkpoints so that examples/sample.lua rebuilds it
+  local model_ref = cfg.model.file and
+    { file = require('ember.util.libc').realpath(cfg.model.file) or cfg.model.file, args = cfg.model.args } or nil
   if cfg.device ~= 'cpu' then model:to(cfg.device) end
-  local opt = make_optimizer(cfg.optim, model:parameters())
+  local opt = make_optimizer(cfg.optim, model)
 
   -- resume
   local first_epoch, step, last = 1, 0, nil
@@ -264,8 +294,16 @@ function M.run(cfg, ctx)
   local train_time, train_samples, epochs_run = 0, 0, 0
   local last_epoch = math.min(cfg.epochs, cfg.stop_after_epoch or cfg.epochs)
   local base_lr = cfg.optim.lr
-  local clip = cfg.optim.clip_grad_norm
-  local params = clip and model:parameters()
+  local clip, clip_value = cfg.optim.clip_grad_norm, cfg.optim.clip_grad_value
+  local params = (clip or clip_value) and model:parameters()
+  if tokenizer and is_main then
+    for _, dir in pairs { ckpt_dir or false, cfg.log.dir or false } do
+      if dir then
+        checkpoint.mkdirs(dir)
+        tokenizer:save(dir .. '/tokenizer.txt')
+      end
+    end
+  end
   local every = cfg.log.every
   model:train()
   for epoch = first_epoch, last_epoch do
@@ -286,6 +324,7 @@ function M.run(cfg, ctx)
       opt:zero_grad()
       loss:backward()
       if net.after_backward then net:after_backward() end   -- DDP: sparse tables' rows exchanged
+      if clip_value then nn.utils.clip_grad_value_(params, clip_value) end
       if clip then nn.utils.clip_grad_norm_(params, clip) end
       opt:step()
       local b = y.shape[1] or 1
@@ -348,7 +387,7 @@ function M.run(cfg, ctx)
       local opt_tensors, opt_meta = opt:state_dict()
       checkpoint.save(ckpt_dir, epoch, {
         model = model:state_dict(), optim = { tensors = opt_tensors, meta = opt_meta },
-        state = { epoch = epoch, step = step, loader = loader:state(), metrics = m,
+        state = { epoch = epoch, step = step, loader = loader:state(), metrics = m, model = model_ref,
           rng = { seed = u64_text(rng.seed), offset = u64_text(rng.offset) } },
       }, { keep = cfg.checkpoint.keep })
     end

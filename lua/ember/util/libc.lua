@@ -8,6 +8,8 @@
 --   libc.realpath(path)            libc.file_info(path)    ({sec, nsec, size} or nil)
 --   libc.mkdir(path, mode)         libc.unlink(path)       (true, or nil and errno)
 --   libc.strerror(errno)           libc.mkdirs(path)       (mkdir -p; raises on failure)
+--   libc.glob(pattern)             (the matching paths, sorted; {} when none)
+--   libc.fnmatch(pattern, name)    (true when the shell pattern matches)
 local ffi = require 'ffi'
 
 -- Each declaration on its own: one already made (by a user's script or another library
@@ -24,6 +26,11 @@ for _, decl in ipairs {
   'int mkdir(const char *path, unsigned int mode);',
   'int unlink(const char *path);',
   'char *strerror(int errnum);',
+  -- glibc's glob_t: the count, the paths, the offset, flags, then five hooks ember never sets
+  [[typedef struct em_libc_glob { size_t pathc; char **pathv; size_t offs; int flags; void *hooks[5]; } em_libc_glob;
+  int glob(const char *pattern, int flags, void *errfunc, em_libc_glob *g);
+  void globfree(em_libc_glob *g);]],
+  'int fnmatch(const char *pattern, const char *name, int flags);',
   -- statx has the same layout on every architecture (stat does not).
   [[typedef struct em_libc_statx_ts { int64_t tv_sec; uint32_t tv_nsec; int32_t reserved; } em_libc_statx_ts;
   typedef struct em_libc_statx {
@@ -97,6 +104,18 @@ function M.unlink(path)
 end
 
 function M.strerror(errno) return ffi.string(C.strerror(errno)) end
+
+function M.glob(pattern)
+  local g = ffi.new('em_libc_glob')
+  local out = {}
+  if C.glob(pattern, 0, nil, g) == 0 then
+    for i = 0, tonumber(g.pathc) - 1 do out[#out + 1] = ffi.string(g.pathv[i]) end
+  end
+  C.globfree(g)
+  return out
+end
+
+function M.fnmatch(pattern, name) return C.fnmatch(pattern, name, 0) == 0 end
 
 -- mkdir -p; raises with the path and the reason.
 function M.mkdirs(path)
