@@ -22,8 +22,12 @@
  * sum and the next iteration may write its own bucket. Sums run in rank order and each
  * slice is written by one rank, so the result is bit-identical everywhere.
  *
- * A meeting spins briefly (the peer is usually microseconds away), then yields, then
- * sleeps, so that more ranks than cores still make progress. A collective numbered and
+ * A meeting spins briefly (the peer is usually microseconds away), then sleeps on a futex
+ * in the peer's segment, which the peer wakes when it arrives. Not sched_yield or timed
+ * naps: beside a low-priority busy process (a user's machine is rarely idle) a yielding
+ * rank hands its core to that process until the next scheduler tick, and a napping one
+ * wakes late; a futex wake-up preempts the busy process at once. More ranks than cores
+ * skip the spin. A collective numbered and
  * timed like any other: a member that does not arrive before the group's timeout is
  * diagnosed by the group's CPU backend as for its own collectives (which ranks are missing
  * and why) and the job ends with status 124. */
@@ -34,7 +38,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,12 +49,13 @@
 #include "plugins/plugin_api.h"
 
 #define SYMM_HEADER 4096 /* the control line, padded to a page so data stays page-aligned */
-#define SPIN_POLLS 2000 /* ~50-100 us of pause before yielding the core */
-#define YIELD_POLLS 2000 /* then sched_yield; then sleeps of growing length */
-#define MAX_SLEEP_NS 200000
+#define SPIN_POLLS 20000 /* ~0.5-1 ms of pause before sleeping on the futex */
+#define WAIT_SLICE_NS 2000000 /* futex waits of 2 ms at most, to check the deadline */
 
 typedef struct symm_ctl {
   _Atomic uint64_t epoch; /* 2k-1: bucket k written; 2k: slice of allreduce k reduced */
+  _Atomic uint32_t word; /* epoch's low 32 bits: the futex the others sleep on */
+  _Atomic uint32_t sleepers; /* ranks asleep (or about to be) on word: wake them */
   int64_t numel; /* this rank's collective k, published with epoch 2k-1 so that */
   int32_t dtype, op, kind; /* the others can refuse a mismatched call instead of summing garbage */
 } symm_ctl;
@@ -243,9 +250,14 @@ em_status dist_symm_tensor(em_tensor **out, em_dist_symm *s, em_dtype dtype, int
 
 static symm_ctl *ctl(const em_dist_symm *s, int r) { return (symm_ctl *)s->base[r]; }
 
-static void nap(long ns) {
+/* Shared (not FUTEX_PRIVATE): the word lives in memory other processes map. */
+static void futex_wait(_Atomic uint32_t *word, uint32_t expected, long ns) {
   struct timespec ts = {0, ns};
-  nanosleep(&ts, NULL);
+  syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected, &ts, NULL, 0);
+}
+
+static void futex_wake_all(_Atomic uint32_t *word) {
+  syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
 /* Announces epoch e and waits until every member has. On timeout the group's CPU backend
@@ -259,24 +271,26 @@ static em_status meet(em_dist_symm *s, uint64_t e, em_dist_work *w) {
     mine->op = (int32_t)w->redop;
     mine->kind = (int32_t)w->kind;
   }
-  atomic_store_explicit(&mine->epoch, e, memory_order_release);
+  atomic_store(&mine->epoch, e);
+  atomic_store(&mine->word, (uint32_t)e);
+  if (atomic_load(&mine->sleepers)) futex_wake_all(&mine->word);
   for (int r = 0; r < s->size; r++) {
     if (r == s->rank) continue;
-    _Atomic uint64_t *peer = &ctl(s, r)->epoch;
-    long polls = 0, sleep_ns = 1000;
-    while (atomic_load_explicit(peer, memory_order_acquire) < e) {
-      polls++;
-      if (polls < s->spin_polls) {
+    symm_ctl *peer = ctl(s, r);
+    long polls = 0;
+    while (atomic_load_explicit(&peer->epoch, memory_order_acquire) < e) {
+      if (polls++ < s->spin_polls) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
         continue;
       }
-      if (polls < s->spin_polls + YIELD_POLLS) sched_yield();
-      else {
-        nap(sleep_ns);
-        if (sleep_ns < MAX_SLEEP_NS) sleep_ns *= 2;
-      }
+      /* asleep until the peer's word moves: counted first, then the epoch checked again,
+       * so that a peer arriving in between either sees the count or is seen here */
+      atomic_fetch_add(&peer->sleepers, 1);
+      uint32_t seen = atomic_load(&peer->word);
+      if (atomic_load(&peer->epoch) < e) futex_wait(&peer->word, seen, WAIT_SLICE_NS);
+      atomic_fetch_sub(&peer->sleepers, 1);
       if (em_clock_monotonic() > atomic_load(&w->deadline)) {
         em_dist_group *g = s->group;
         const em_dist_backend *be = g->backend[EM_CPU];
