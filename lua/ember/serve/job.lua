@@ -109,7 +109,9 @@ function M.run(cfg, ctx)
     end
   end
   check(ember, C.em_serve_listen_http(server, cfg.http.host, cfg.http.port, cfg.http.threads))
-  local address = tostring(tonumber(ffi.cast('uintptr_t', server)))
+  -- the address as exact decimal digits: tostring would round a double to 14 significant
+  -- digits, and x86-64 addresses (< 2^47) are exact in a double
+  local address = string.format('%.0f', tonumber(ffi.cast('uintptr_t', server)))
   local workers = {}
   for i, m in ipairs(cfg.models) do
     for w = 1, m.workers do
