@@ -53,7 +53,7 @@ int64_t dp_desc_bytes(const em_tensor_desc *d) {
 }
 
 int dp_lengths_desc_valid(const em_tensor_desc *descs, int n, int j) {
-  int k = descs[j].lengths - 1;
+  int64_t k = (int64_t)descs[j].lengths - 1; /* lengths is a wire value: INT32_MIN must not overflow */
   if (k < 0 || k >= n || k == j) return 0;
   const em_tensor_desc *L = &descs[k];
   return L->lengths == 0 && L->dtype == EM_INT64 && (L->ndim == 1 || L->ndim == 2);
