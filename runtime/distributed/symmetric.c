@@ -57,7 +57,7 @@ typedef struct symm_ctl {
   _Atomic uint32_t word; /* epoch's low 32 bits: the futex the others sleep on */
   _Atomic uint32_t sleepers; /* ranks asleep (or about to be) on word: wake them */
   int64_t numel; /* this rank's collective k, published with epoch 2k-1 so that */
-  int32_t dtype, op, kind; /* the others can refuse a mismatched call instead of summing garbage */
+  int32_t dtype, op, kind, peer; /* the others can refuse a mismatched call instead of summing garbage */
 } symm_ctl;
 
 struct em_dist_symm {
@@ -270,6 +270,7 @@ static em_status meet(em_dist_symm *s, uint64_t e, em_dist_work *w) {
     mine->dtype = (int32_t)w->in->dtype;
     mine->op = (int32_t)w->redop;
     mine->kind = (int32_t)w->kind;
+    mine->peer = (int32_t)w->peer;
   }
   atomic_store(&mine->epoch, e);
   atomic_store(&mine->word, (uint32_t)e);
@@ -302,6 +303,10 @@ static em_status meet(em_dist_symm *s, uint64_t e, em_dist_work *w) {
       }
     }
     const symm_ctl *theirs = ctl(s, r);
+    if ((e & 1) && theirs->kind == mine->kind && mine->kind == EM_DIST_OP_BROADCAST && theirs->peer != mine->peer)
+      return em_set_error(EM_ERR_ARGUMENT, "ember.dist: broadcast #%lld on %s: rank %d named root %d, rank %d root %d: "
+                          "every rank must name the same root", (long long)w->seq, s->group->name, r, theirs->peer,
+                          s->rank, mine->peer);
     if ((e & 1) && (theirs->numel != mine->numel || theirs->dtype != mine->dtype || theirs->op != mine->op ||
                     theirs->kind != mine->kind)) {
       char what[320];
@@ -467,6 +472,7 @@ em_status dist_symm_broadcast(em_dist_symm *s, em_tensor *t, int root) {
                         em_dtype_name(t->dtype), EM_SHAPE(t));
   em_dist_work w;
   begin_collective(&w, s->group, EM_DIST_OP_BROADCAST, t, EM_DIST_SUM);
+  w.peer = root;
   s->epoch += 2;
   em_status st = meet(s, s->epoch - 1, &w);
   if (!st && s->rank != root) memcpy(at, s->base[root] + SYMM_HEADER + (at - data), (size_t)bytes);
@@ -487,6 +493,7 @@ int dist_symm_try_broadcast(em_dist_group *g, em_tensor *t, int root, em_status 
   char *data = dist_symm_data(s), *at = (char *)em_tensor_data(t);
   em_dist_work w;
   begin_collective(&w, g, EM_DIST_OP_BROADCAST, t, EM_DIST_SUM);
+  w.peer = root;
   do {
     int64_t m = bytes - done < SCRATCH_BYTES ? bytes - done : SCRATCH_BYTES;
     if (s->rank == root) memcpy(data, at + done, (size_t)m);

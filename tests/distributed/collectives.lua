@@ -102,6 +102,15 @@ if os.getenv('EMBER_DIST_SHM') ~= '0' and not os.getenv('EMBER_DIST_RANKS_PER_HO
   dist.all_reduce(t)
   equal(t, ember.ones(4) * W, 'all_reduce after a mismatched one')
 end
+if os.getenv('EMBER_DIST_SHM') ~= '0' and not os.getenv('EMBER_DIST_RANKS_PER_HOST') and B ~= 'mpi' then
+  -- outside MPI a plain broadcast reads the root's copy from its shared memory: every rank
+  -- must name the same root (an error on every rank, not garbage), and the group goes on
+  -- (a rank may meet a peer that has already moved on to the next call: that names the shapes)
+  fails(function() dist.broadcast(ember.ones(4), rank) end, 'every rank must', 'mismatched roots')
+  local b = ember.full(5, rank, { dtype = 'int64' })
+  dist.broadcast(b, W - 1)
+  equal(b, ember.full(5, W - 1, { dtype = 'int64' }), 'broadcast after mismatched roots')
+end
 
 -- ---------------------------------------------------------------- broadcast
 for root = 0, W - 1 do
