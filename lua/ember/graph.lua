@@ -173,15 +173,22 @@ local PAGERANK = { damping = true, tol = true, max_iter = true, method = true, p
 local METHOD_NAMES = {}
 for name, v in pairs(METHODS) do METHOD_NAMES[tonumber(v)] = name end
 
-function Graph:pagerank(opts)
-  local g = handle('pagerank', self)
-  opts = check_options('pagerank', opts, PAGERANK)
+-- The iteration options both PageRank engines (one process, partitioned) take.
+local function pagerank_options(opts, allowed)
+  opts = check_options('pagerank', opts, allowed)
   local po = ffi.new('em_pagerank_options')
   C.em_pagerank_options_init(po)
   if opts.damping ~= nil then po.damping = need_number('pagerank', 'damping', opts.damping) end
   if opts.tol ~= nil then po.tol = need_number('pagerank', 'tol', opts.tol) end
   if opts.max_iter ~= nil then po.max_iter = need_int('pagerank', 'max_iter', opts.max_iter, 1) end
   if opts.method ~= nil then po.method = need_choice('pagerank', 'method', opts.method, METHODS) end
+  return opts, po
+end
+
+function Graph:pagerank(opts)
+  local g = handle('pagerank', self)
+  local po
+  opts, po = pagerank_options(opts, PAGERANK)
   if opts.device ~= nil then po.device = I.parse_device(opts.device, 'pagerank') end
   local p = opts.personalization
   if p ~= nil then
@@ -308,13 +315,7 @@ local PART_PAGERANK = { damping = true, tol = true, max_iter = true, method = tr
 -- (per iteration, this rank).
 function PartGraph:pagerank(opts)
   local p = part_handle('pagerank', self)
-  opts = check_options('pagerank', opts, PART_PAGERANK)
-  local po = ffi.new('em_pagerank_options')
-  C.em_pagerank_options_init(po)
-  if opts.damping ~= nil then po.damping = need_number('pagerank', 'damping', opts.damping) end
-  if opts.tol ~= nil then po.tol = need_number('pagerank', 'tol', opts.tol) end
-  if opts.max_iter ~= nil then po.max_iter = need_int('pagerank', 'max_iter', opts.max_iter, 1) end
-  if opts.method ~= nil then po.method = need_choice('pagerank', 'method', opts.method, METHODS) end
+  local _, po = pagerank_options(opts, PART_PAGERANK)
   local res = ffi.new('em_tensor*[1]')
   local stats, ds = ffi.new('em_pagerank_stats'), ffi.new('em_pagerank_dist_stats')
   local scores = new_tensor(C.em_graph_part_pagerank(box, res, stats, ds, p, po))
