@@ -88,8 +88,10 @@ def custom_dataset():
     trainer = re.search(r"this trainer is pid (\d+)", out)
     readers = re.findall(r"(\d+) \((\d+) samples\)", out)
     pids = {int(p) for p, _ in readers}
-    check(f"samples made by 2 reader processes, not the trainer ({sorted(pids)})",
-          len(pids) == 2 and trainer is not None and int(trainer.group(1)) not in pids)
+    # which of the 2 readers makes which batch is the scheduler's choice (on a busy machine one
+    # may make them all): what must hold is that readers, not the trainer, made them
+    check(f"samples made by reader processes (at most 2), not the trainer ({sorted(pids)})",
+          1 <= len(pids) <= 2 and trainer is not None and int(trainer.group(1)) not in pids)
     check("every sample of the 3 epochs delivered once", sum(int(n) for _, n in readers) == 3 * 3000,
           f"{sum(int(n) for _, n in readers)} samples")
 
