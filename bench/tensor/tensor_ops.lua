@@ -50,18 +50,8 @@ do
 end
 
 -- ---------------------------------------------------------------- clock
--- A private struct name so that this cdef cannot clash with a struct timespec that the
--- ember cdefs may declare one day; the layout is the same (two longs on Linux x86-64/arm64).
-ffi.cdef [[
-typedef struct bench_timespec { long tv_sec; long tv_nsec; } bench_timespec;
-int clock_gettime(int clk_id, bench_timespec *tp);
-]]
-local CLOCK_MONOTONIC = 1
-local ts = ffi.new('bench_timespec')
-local function now_ms()
-  ffi.C.clock_gettime(CLOCK_MONOTONIC, ts)
-  return tonumber(ts.tv_sec) * 1e3 + tonumber(ts.tv_nsec) * 1e-6
-end
+-- ember's own monotonic clock (the one its runtime times itself with).
+local function now_ms() return ember.C.em_clock_monotonic() * 1e3 end
 
 -- ---------------------------------------------------------------- helpers
 local function json_string(s)
