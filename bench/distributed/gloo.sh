@@ -7,8 +7,8 @@
 #   torch_gloo  torch.distributed with backend gloo
 # Each a median of rounds of ~30 ms of back-to-back calls (bench/distributed/allreduce.lua and
 # torch_allreduce.py measure alike); rounds alternate who goes first. Bus bandwidth: all_reduce
-# algbw x 2(n-1)/n, broadcast algbw.
-#   bench/distributed/gloo.sh [-n ranks] [-r rounds] [-x max_bytes] [-o all_reduce,broadcast]
+# algbw x 2(n-1)/n, all_to_all algbw x (n-1)/n, broadcast algbw.
+#   bench/distributed/gloo.sh [-n ranks] [-r rounds] [-x max_bytes] [-o all_reduce,broadcast,all_to_all]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
