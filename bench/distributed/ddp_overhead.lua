@@ -11,15 +11,8 @@ local per = tonumber(arg[3] or 25)
 local nn, F, dist = ember.nn, ember.nn.functional, ember.dist
 dist.init()
 local rank, world = dist.rank(), dist.world_size()
-ember.manual_seed(0)
-local net
-if model_name == 'mlp' then
-  net = nn.Sequential{ nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10) }
-else
-  net = nn.Sequential{ nn.Conv2d(1, 32, 3, {padding = 1}), nn.ReLU(), nn.MaxPool2d(2),
-    nn.Conv2d(32, 64, 3, {padding = 1}), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-    nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10) }
-end
+local here = debug.getinfo(1, 'S').source:match('^@(.*)/') or '.'
+local net = dofile(here .. '/fmnist_models.lua')(model_name)
 local model = nn.DistributedDataParallel(net)
 local opt = ember.optim.SGD(model:parameters(), {lr = 0.05, momentum = 0.9})
 local train = ember.data.datasets.FashionMNIST{train = true, normalise = {mean = 0.2860, std = 0.3530}}
