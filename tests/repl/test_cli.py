@@ -195,6 +195,18 @@ check("one line of notice", err.count("\n") == 1, err)
 expect("kernels unchecked on request", run("info", env={"EMBER_BLAS_VERIFY": "0"}), 0,
        out_has=("not verified (EMBER_BLAS_VERIFY=0)",))
 expect("info with --threads", run("--threads", "3", "info"), 0, out_has=("threads:   3",))
+# OpenMP's wait policy: passive beside a runnable task of ember's priority (here a busy loop in
+# this session, nice 0), the user's own choice kept as it is
+policy = "io.write(tostring(os.getenv('OMP_WAIT_POLICY')), ' ', tostring(os.getenv('GOMP_SPINCOUNT')))"
+saved = {k: os.environ.pop(k) for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in os.environ}
+busy = subprocess.Popen(["sh", "-c", "while :; do :; done"])
+try:
+    expect("passive beside a busy peer", run("-e", policy), 0, out="passive nil")
+finally:
+    busy.kill()
+    busy.wait()
+    os.environ.update(saved)
+expect("a user's wait policy kept", run("-e", policy, env={"OMP_WAIT_POLICY": "active"}), 0, out="active nil")
 expect("info takes no arguments", run("info", "extra"), 2, err_has=("unexpected argument 'extra'",))
 expect("info refuses -e", run("-e", "print(1)", "info"), 2, out="", err_has=("do not apply",))
 expect("run names a missing pipeline file", run("run", "pipelines/x.yaml", "a.b=1"), 2, out="",
