@@ -19,7 +19,10 @@
  *   64,000 samples/s passive, 93,000-101,000 spinning), while a spinning one keeps its core.
  *   Lower priority means a higher nice value in ember's own autogroup, or an autogroup of a
  *   higher nice value when the kernel groups sessions (sched_autogroup_enabled): across
- *   autogroups, a task's own nice value does not weigh against ember at all. */
+ *   autogroups, a task's own nice value does not weigh against ember at all.
+ * - EMBER_DIST_SPIN_US, how long ranks waiting for each other in shared memory spin before
+ *   they sleep: 20 ms when no task of ember's priority outside the job (its launcher and
+ *   sibling ranks are the job) is runnable, for the same reason. */
 #include <dirent.h>
 #include <errno.h>
 #include <strings.h>
@@ -36,7 +39,7 @@
 
 /* A task's state and nice value from /proc/<pid>/task/<tid>/stat (the command name, field
  * 2, may hold spaces and parentheses: fields are counted from its last ')'). */
-static int task_state(const char *path, char *state, long *nice) {
+static int task_state(const char *path, char *state, long *ppid, long *nice) {
   char buf[1024];
   FILE *f = fopen(path, "r");
   if (!f) return -1;
@@ -44,7 +47,7 @@ static int task_state(const char *path, char *state, long *nice) {
   fclose(f);
   buf[n] = '\0';
   char *p = strrchr(buf, ')');
-  if (!p || sscanf(p + 1, " %c", state) != 1) return -1;
+  if (!p || sscanf(p + 1, " %c %ld", state, ppid) != 2) return -1;
   for (int field = 3; field < 19; field++) { /* nice is field 19 */
     p = strchr(p + 1, ' ');
     if (!p) return -1;
@@ -77,16 +80,19 @@ static int autogroups_enabled(void) {
 }
 
 /* Runnable threads of other processes that the scheduler weighs at least as ember (see the
- * top of the file); -1 when /proc cannot be read. */
-static int runnable_peers(void) {
+ * top of the file); -1 when /proc cannot be read. *strangers: those of them outside this job,
+ * i.e. neither ember's parent (a launcher) nor its siblings (the other ranks it started). */
+static int runnable_peers(int *strangers) {
   DIR *procs = opendir("/proc");
   if (!procs) return -1;
   char self[32];
   snprintf(self, sizeof self, "%ld", (long)getpid());
-  long my_nice = 0, my_group_nice = 0, my_group = autogroups_enabled() ? autogroup_of("self", &my_group_nice) : -1;
+  long my_nice = 0, my_ppid = -1, my_group_nice = 0,
+       my_group = autogroups_enabled() ? autogroup_of("self", &my_group_nice) : -1;
   char state;
-  if (task_state("/proc/self/stat", &state, &my_nice)) my_nice = 0;
+  if (task_state("/proc/self/stat", &state, &my_ppid, &my_nice)) my_nice = 0;
   int count = 0;
+  *strangers = 0;
   struct dirent *e;
   while ((e = readdir(procs))) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9' || !strcmp(e->d_name, self)) continue;
@@ -98,12 +104,13 @@ static int runnable_peers(void) {
     struct dirent *t;
     while ((t = readdir(tasks))) {
       if (t->d_name[0] < '0' || t->d_name[0] > '9') continue;
-      long nice;
+      long nice, ppid;
       snprintf(path, sizeof path, "/proc/%s/task/%s/stat", e->d_name, t->d_name);
-      if (task_state(path, &state, &nice) || state != 'R') continue;
+      if (task_state(path, &state, &ppid, &nice) || state != 'R') continue;
       if (my_group >= 0 && group == -2) group = autogroup_of(e->d_name, &group_nice);
       int weighs = my_group >= 0 && group >= 0 && group != my_group ? group_nice <= my_group_nice : nice <= my_nice;
       count += weighs;
+      *strangers += weighs && ppid != my_ppid && strtol(e->d_name, NULL, 10) != my_ppid;
     }
     closedir(tasks);
   }
@@ -135,17 +142,25 @@ void ember_select_blas_kernels(char **argv) {
   } else if (!getenv(CHOICE_VAR)) {
     setenv(CHOICE_VAR, getenv("OPENBLAS_CORETYPE") ? "set by OPENBLAS_CORETYPE" : "OpenBLAS's own detection", 1);
   }
-  if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT")) {
+  int omp = !getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT"), dist = !getenv("EMBER_DIST_SPIN_US");
+  if (omp || dist) {
     /* the least of a few looks 1 ms apart: kernel threads flicker through the count */
-    int others = runnable_peers();
+    int strangers, others = runnable_peers(&strangers);
     for (int i = 0; i < 4 && others != 0; i++) {
       usleep(1000);
-      int r = runnable_peers();
+      int s, r = runnable_peers(&s);
       if (r >= 0 && (others < 0 || r < others)) others = r;
+      if (r >= 0 && s < strangers) strangers = s;
     }
-    if (others == 0) setenv("GOMP_SPINCOUNT", "20000", 1); /* nothing of ember's rank wants a core */
-    else setenv("OMP_WAIT_POLICY", "passive", 1);
-    changed = 1;
+    if (omp) {
+      if (others == 0) setenv("GOMP_SPINCOUNT", "20000", 1); /* nothing of ember's rank wants a core */
+      else setenv("OMP_WAIT_POLICY", "passive", 1);
+      changed = 1;
+    }
+    /* ranks of one job wait for each other in symmetric memory (runtime/distributed/symmetric.c):
+     * a long spin when nobody of their rank but themselves wants the cores (read at run time:
+     * no re-exec needed for it) */
+    if (dist && others >= 0 && strangers == 0) setenv("EMBER_DIST_SPIN_US", "20000", 1);
   }
   if (!changed) return;
   setenv("EMBER_NO_REEXEC", "1", 1); /* never loop, even if exec fails half-way */

@@ -22,12 +22,16 @@
  * sum and the next iteration may write its own bucket. Sums run in rank order and each
  * slice is written by one rank, so the result is bit-identical everywhere.
  *
- * A meeting spins briefly (the peer is usually microseconds away), then sleeps on a futex
- * in the peer's segment, which the peer wakes when it arrives. Not sched_yield or timed
- * naps: beside a low-priority busy process (a user's machine is rarely idle) a yielding
- * rank hands its core to that process until the next scheduler tick, and a napping one
- * wakes late; a futex wake-up preempts the busy process at once. More ranks than cores
- * skip the spin. A collective numbered and
+ * A meeting spins (the peer is usually microseconds away), then sleeps on a futex in the
+ * peer's segment, which the peer wakes when it arrives. Not sched_yield or timed naps: a
+ * yielding rank hands its core to whatever else is runnable until the next scheduler tick,
+ * and a napping one wakes late. How long it spins: EMBER_DIST_SPIN_US, which the ember host
+ * sets to 20 ms when nothing of its priority outside the job is runnable as it starts
+ * (bindings/ember/blas_env.c), else about half a millisecond. Beside low-priority work the
+ * long spin is what keeps the rank's core: a rank that sleeps hands its core to the
+ * low-priority process, and the scheduler may let that process finish its time slice
+ * (up to a few ms) before the woken rank runs again, at every meeting. More ranks than
+ * cores never spin. A collective numbered and
  * timed like any other: a member that does not arrive before the group's timeout is
  * diagnosed by the group's CPU backend as for its own collectives (which ranks are missing
  * and why) and the job ends with status 124. */
@@ -49,7 +53,7 @@
 #include "plugins/plugin_api.h"
 
 #define SYMM_HEADER 4096 /* the control line, padded to a page so data stays page-aligned */
-#define SPIN_POLLS 20000 /* ~0.5-1 ms of pause before sleeping on the futex */
+#define SPIN_DEFAULT_S 0.0005 /* spin before sleeping on the futex, unless EMBER_DIST_SPIN_US says */
 #define WAIT_SLICE_NS 2000000 /* futex waits of 2 ms at most, to check the deadline */
 
 typedef struct symm_ctl {
@@ -69,8 +73,8 @@ struct em_dist_symm {
   char **base; /* [size]: each member's segment in this process */
   uint64_t epoch; /* this rank's count of meetings */
   int group_weak; /* the group owns this symm (its scratch): no reference back */
-  long spin_polls; /* 0 when the members outnumber the cores: spinning would only
-                             * keep a waited-for rank off its core */
+  double spin_s; /* how long a meeting spins before it sleeps; 0 when the members outnumber
+                  * the cores: spinning would only keep a waited-for rank off its core */
 };
 
 /* ---------------------------------------------------------------- set-up */
@@ -111,6 +115,14 @@ static void unmap_all(em_dist_symm *s) {
 
 static em_status cpu_tensor(em_tensor **out, int64_t n) {
   return em_zeros(out, 1, &n, EM_INT64, (em_device){EM_CPU, 0});
+}
+
+/* EMBER_DIST_SPIN_US when it is a number of microseconds (at most 10 s), else the default. */
+static double spin_seconds(void) {
+  const char *e = getenv("EMBER_DIST_SPIN_US");
+  char *end = NULL;
+  double us = e && *e ? strtod(e, &end) : -1;
+  return end && *end == '\0' && us >= 0 && us <= 1e7 ? us * 1e-6 : SPIN_DEFAULT_S;
 }
 
 int dist_symm_enabled(void) {
@@ -198,7 +210,7 @@ em_status dist_symm_new(em_dist_group *g, int64_t bytes, em_dist_symm **out, cha
   if ((st = emp_dist_post(g, EM_DIST_OP_ALL_REDUCE, flag, flag, EM_DIST_MIN, -1, 0, NULL))) goto done;
   if (((int64_t *)em_tensor_data(flag))[0] == 1) {
     s->group = g;
-    s->spin_polls = g->size <= sysconf(_SC_NPROCESSORS_ONLN) ? SPIN_POLLS : 0;
+    s->spin_s = g->size <= sysconf(_SC_NPROCESSORS_ONLN) ? spin_seconds() : 0;
     em_dist_group_retain(g);
     *out = s;
     s = NULL;
@@ -279,13 +291,16 @@ static em_status meet(em_dist_symm *s, uint64_t e, em_dist_work *w) {
     if (r == s->rank) continue;
     symm_ctl *peer = ctl(s, r);
     long polls = 0;
+    int spinning = s->spin_s > 0;
+    double spin_until = spinning ? em_clock_monotonic() + s->spin_s : 0;
     while (atomic_load_explicit(&peer->epoch, memory_order_acquire) < e) {
-      if (polls++ < s->spin_polls) {
+      if (spinning && (++polls & 255 || em_clock_monotonic() < spin_until)) { /* the clock read 1 poll in 256 */
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
         continue;
       }
+      spinning = 0;
       /* asleep until the peer's word moves: counted first, then the epoch checked again,
        * so that a peer arriving in between either sees the count or is seen here */
       atomic_fetch_add(&peer->sleepers, 1);
