@@ -2,11 +2,13 @@
 # bench/train/train_fmnist.sh - Fashion-MNIST training throughput, ember side by side with
 # PyTorch (see bench/README.md, "Training").
 #
-#   bench/train/train_fmnist.sh [-m mlp,cnn] [-r rounds] [-e epochs] [-t threads] [-k]
+#   bench/train/train_fmnist.sh [-m mlp,cnn] [-r rounds] [-e epochs] [-t threads] [-k] [-b]
 #
 # -k also runs ember with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset in its own command
 # (ember then picks the kernels for this CPU itself and verifies them: `ember info`), beside
 # the run with the machine's environment as it is; the kernels of each are printed.
+# -b also runs ember with `amp=bfloat16` (matmuls and convolutions in bfloat16 with float32
+# accumulation, on CPUs with AVX-512 BF16), reported beside the float32 figures with its accuracy.
 #
 # Each round runs, for each model, ember's pipeline (pipelines/fashion_mnist_<m>.yaml, no
 # checkpoints, no metrics files) and ../shared/bench/torch_fmnist.py, each at `threads`
@@ -28,14 +30,15 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 
-models=mlp,cnn rounds=3 epochs=1 threads=2 own_kernels=0
+models=mlp,cnn rounds=3 epochs=1 threads=2 own_kernels=0 bf16=0
 usage() {
-  echo "usage: bench/train/train_fmnist.sh [-m mlp,cnn] [-r rounds] [-e epochs] [-t threads] [-k]" >&2
+  echo "usage: bench/train/train_fmnist.sh [-m mlp,cnn] [-r rounds] [-e epochs] [-t threads] [-k] [-b]" >&2
   exit 2
 }
-while getopts "m:r:e:t:kh" flag; do
+while getopts "m:r:e:t:kbh" flag; do
   case "$flag" in
     k) own_kernels=1 ;;
+    b) bf16=1 ;;
     m) models="$OPTARG" ;;
     r) rounds="$OPTARG" ;;
     e) epochs="$OPTARG" ;;
@@ -82,12 +85,13 @@ echo "train_fmnist: ember's BLAS kernels: $kernels_env (OPENBLAS_CORETYPE=${OPEN
 ((own_kernels)) && echo "train_fmnist: ember-own runs (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset): $kernels_own" >&2
 
 # One JSON line per run: {"impl", "model", "threads", "train_samples_per_s", ...}.
-run_ember() {   # model threads [own: unset OpenBLAS's kernel variables in this command]
-  local out impl=ember unset=()
+run_ember() {   # model threads [own: unset OpenBLAS's kernel variables in this command | bf16: amp=bfloat16]
+  local out impl=ember unset=() amp=off
   [[ "${3:-}" == own ]] && { impl=ember-own; unset=(-u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE); }
+  [[ "${3:-}" == bf16 ]] && { impl=ember-bf16; amp=bfloat16; }
   if out="$(env "${unset[@]}" EMBER_NUM_THREADS="$2" OMP_NUM_THREADS="$2" OPENBLAS_NUM_THREADS="$2" \
       "$build/ember" run "pipelines/fashion_mnist_$1.yaml" epochs="$epochs" data.workers=0 checkpoint.dir=null log.dir=null \
-      log.progress=none 2>"$log")"; then
+      log.progress=none amp="$amp" 2>"$log")"; then
     printf '{"impl":"%s","model":"%s","threads":%s,"result":%s}\n' "$impl" "$1" "$2" "$out" >>"$raw"
   else
     echo "train_fmnist: ember failed on $1:" >&2; cat "$log" >&2
@@ -109,11 +113,13 @@ for ((r = 1; r <= rounds; r++)); do
   for m in "${model_list[@]}"; do
     echo "train_fmnist: round $r/$rounds, $m" >&2
     if ((r % 2)); then
-      run_ember "$m" "$threads"; ((own_kernels)) && run_ember "$m" "$threads" own; run_torch "$m" "$threads"
+      run_ember "$m" "$threads"; ((own_kernels)) && run_ember "$m" "$threads" own; ((bf16)) && run_ember "$m" "$threads" bf16
+      run_torch "$m" "$threads"
       [[ "$threads" == 1 ]] || { run_ember "$m" 1; run_torch "$m" 1; }
     else
       [[ "$threads" == 1 ]] || { run_torch "$m" 1; run_ember "$m" 1; }
-      run_torch "$m" "$threads"; ((own_kernels)) && run_ember "$m" "$threads" own; run_ember "$m" "$threads"
+      run_torch "$m" "$threads"; ((bf16)) && run_ember "$m" "$threads" bf16; ((own_kernels)) && run_ember "$m" "$threads" own
+      run_ember "$m" "$threads"
     fi
   done
 done
@@ -127,7 +133,7 @@ rates, acc, rss, version = {}, {}, {}, None
 for line in open(raw):
     d = json.loads(line)
     key = (d['impl'], d['model'], d['threads'])
-    if d['impl'] in ('ember', 'ember-own'):
+    if d['impl'] in ('ember', 'ember-own', 'ember-bf16'):
         r = d['result']
         rates.setdefault(key, []).append(r['train_samples_per_s'])
         acc.setdefault(key, []).append(r.get('test_accuracy'))
@@ -181,6 +187,13 @@ for model in ('mlp', 'cnn'):
         report[model]['ratio_own_kernels'] = own / tb if tb else None
         print('%-5s ember@%d with its own kernel choice: %s samples/s, ratio %s' % (
             model, t, fmt(own), fmt(own / tb if tb else None, '%.2f')))
+    bf = med(('ember-bf16', model, t))
+    if bf is not None:
+        bf_acc = med(('ember-bf16', model, t), acc)
+        report[model].update({'ember_bf16_samples_per_s': bf, 'ratio_bf16': bf / tb if tb else None,
+                              'ember_bf16_test_accuracy': bf_acc})
+        print('%-5s ember@%d in bfloat16 (amp=bfloat16): %s samples/s, ratio %s, test accuracy %s' % (
+            model, t, fmt(bf), fmt(bf / tb if tb else None, '%.2f'), fmt(bf_acc, '%.4f')))
 print('samples/s: medians of %s runs of %s epoch(s) (60,000 samples each, batch 128); same = ember@%s / torch@%s; '
       'best = the better ember figure / the better PyTorch figure (> 1: ember faster); torch %s'
       % (rounds, epochs, threads, threads, version))
