@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cpu_impl.h"
+#include "nn_pool_avx512.h"
 
 typedef struct pool_geom {
   int64_t planes, H, W, OH, OW;
@@ -227,8 +228,14 @@ em_status cpu_max_pool2d_backward(em_tensor *gx, const em_tensor *gy, const em_t
     float *gxp = (float *)em_tensor_ptr(gx);
     const float *gyp = (const float *)em_tensor_ptr(gy);
 #pragma omp parallel for schedule(static) if (par) num_threads(em_get_num_threads())
-    for (int64_t c = 0; c < g.planes; c++)
+    for (int64_t c = 0; c < g.planes; c++) {
+#ifdef POOL_AVX512
+      if (tiled && max2x2_backward_plane_avx512(gxp + c * in, gyp + c * on, idx + c * on, g.OH, g.OW)) continue;
+      max_backward_plane_s(gxp + c * in, gyp + c * on, idx + c * on, in, on, g.OH, g.OW, 0);
+#else
       max_backward_plane_s(gxp + c * in, gyp + c * on, idx + c * on, in, on, g.OH, g.OW, tiled);
+#endif
+    }
   } else {
     double *gxp = (double *)em_tensor_ptr(gx);
     const double *gyp = (const double *)em_tensor_ptr(gy);

@@ -112,6 +112,26 @@ describe('Module', function()
     assert.are.equal(0, (g - conv.weight.grad):abs():max():item())
   end)
 
+  it('gives the 2x2 max_pool2d backward of float32 (vectorised) the float64 (portable) answer, ties and NaN too', function()
+    -- widths whose output rows end inside, at and past a vector of 16; values with many ties;
+    -- a few NaN (the last NaN of a window wins, as in PyTorch)
+    ember.manual_seed(5)
+    for _, W in ipairs { 2, 6, 28, 32, 36, 70 } do
+      local x64 = (ember.randn(3, 2, 4, W) * 2):floor():to('float64')
+      local flat = x64:reshape(-1)
+      for _, i in ipairs { 1, 6, 7, 8 } do flat[i] = 0 / 0 end
+      local x32 = x64:to("float32"):requires_grad_()
+      x64:requires_grad_()
+      local gy = ember.randn(3, 2, 2, W / 2)
+      local y32, y64 = F.max_pool2d(x32, 2), F.max_pool2d(x64, 2)
+      y32:backward(gy)
+      y64:backward(gy:to('float64'))
+      assert.are.equal(0, (x32.grad:to('float64') - x64.grad):abs():max():item(), 'width ' .. W)
+      local a, b = y32:to('float64'):reshape(-1):totable(), y64:reshape(-1):totable()
+      for i = 1, #a do assert(a[i] == b[i] or (a[i] ~= a[i] and b[i] ~= b[i]), 'width ' .. W .. ' output ' .. i) end
+    end
+  end)
+
   it('routes max_pool2d gradients to the max of each window, in float32 as in float64', function()
     -- the 2x2 tiled backward (one branch-free pass) and the general scatter, against a
     -- gradient built by hand: each window's gy goes to its largest input
