@@ -44,7 +44,7 @@ __device__ __forceinline__ int64_t pair_at(int i, int j, int self) {
 template <typename T>
 __global__ void dot_forward_kernel(T *__restrict__ out, feature_table<T> f, int n, int64_t B, int64_t D, int self,
                                    int staged) {
-  extern __shared__ unsigned char stage_raw[];
+  extern __shared__ __align__(16) unsigned char stage_raw[];
   T *xs = reinterpret_cast<T *>(stage_raw); /* [n, D]: the sample's features */
   const int64_t W = D + (int64_t)n * (n - 1 + 2 * self) / 2, nd = (int64_t)n * D;
   for (int64_t b = blockIdx.x; b < B; b += gridDim.x) {
@@ -72,7 +72,7 @@ __global__ void dot_forward_kernel(T *__restrict__ out, feature_table<T> f, int 
 template <typename T>
 __global__ void dot_backward_kernel(grad_table<T> g, const T *__restrict__ gout, feature_table<T> f, int n, int64_t B,
                                     int64_t D, int self, int staged) {
-  extern __shared__ unsigned char stage_raw[];
+  extern __shared__ __align__(16) unsigned char stage_raw[];
   const int64_t P = (int64_t)n * (n - 1 + 2 * self) / 2, W = D + P, nd = (int64_t)n * D;
   T *xs = reinterpret_cast<T *>(stage_raw); /* [n, D] */
   T *cs = xs + nd; /* [P]: the sample's pair gradients */
