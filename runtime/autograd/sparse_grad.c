@@ -62,8 +62,8 @@ em_tensor *em_sparse_grad_values(const em_sparse_grad *g) {
 const em_backend *ag_sparse_backend(const char *op, em_device device) {
   const em_backend *be = tn_backend_for(op, device);
   if (be && (!be->sparse_coalesce || !be->embedding_bag_sparse_backward || !be->optim_rows)) {
-    em_set_error(EM_ERR_UNSUPPORTED, "%s: row-sparse gradients are not implemented on %s (only on the CPU)", op,
-                 be->name);
+    em_set_error(EM_ERR_UNSUPPORTED, "%s: row-sparse gradients are not implemented on %s (only on the CPU and cuda)",
+                 op, be->name);
     return NULL;
   }
   return be;

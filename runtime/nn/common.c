@@ -37,6 +37,13 @@ em_status nn_check_like(const char *op, const em_tensor *t, const char *what, co
   return EM_OK;
 }
 
+em_status nn_check_device(const char *op, const em_tensor *t, const char *what, const em_tensor *like,
+                          const char *like_what) {
+  if (!t || same_device(t, like)) return EM_OK;
+  return em_set_error(EM_ERR_DEVICE, "%s: the %s are on another device than the %s (move them with :to)", op, what,
+                      like_what);
+}
+
 em_status nn_check_vector(const char *op, const em_tensor *t, const char *what, int64_t n, const em_tensor *like) {
   em_status st = nn_check_like(op, t, what, like);
   if (st || !t) return st;

@@ -147,6 +147,9 @@ em_status em_nn_embedding_bag_ex(em_tensor **out, const em_tensor *weight, const
                         EM_SHAPE(indices));
   if (offsets && offsets->ndim != 1)
     return em_set_error(EM_ERR_SHAPE, "embedding_bag: expected 1-d offsets, got shape %s", EM_SHAPE(offsets));
+  if ((st = nn_check_device(op, indices, "indices", weight, "weight")) ||
+      (st = nn_check_device(op, offsets, "offsets", weight, "weight")))
+    return st;
   if (psw) {
     if ((st = nn_check_like(op, psw, "per_sample_weights", weight))) return st;
     if (mode != EM_BAG_SUM)

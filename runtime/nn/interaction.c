@@ -53,7 +53,7 @@ em_status em_nn_dot_interaction(em_tensor **out, em_tensor *const *features, int
   const em_backend *be = nn_backend(op, features[0]);
   if (!be) return em_last_status();
   if (!be->dot_interaction || !be->dot_interaction_backward)
-    return em_set_error(EM_ERR_UNSUPPORTED, "%s: not implemented on %s (only on the CPU)", op, be->name);
+    return em_set_error(EM_ERR_UNSUPPORTED, "%s: not implemented on %s (only on the CPU and cuda)", op, be->name);
   interaction_ctx *c = calloc(1, sizeof *c);
   em_tensor **fs = calloc((size_t)n, sizeof *fs);
   if (!c || !fs) {

@@ -17,6 +17,10 @@ em_status nn_check_out(const char *op, em_tensor **out);
 em_status nn_check_float(const char *op, const em_tensor *t, const char *what);
 /* t (may be NULL) is a live tensor with like's dtype and device. */
 em_status nn_check_like(const char *op, const em_tensor *t, const char *what, const em_tensor *like);
+/* An EM_ERR_DEVICE error unless t (index tensors: "the indices") is NULL or on like's device:
+ * a kernel must never read another device's memory. */
+em_status nn_check_device(const char *op, const em_tensor *t, const char *what, const em_tensor *like,
+                          const char *like_what);
 /* t (may be NULL) is a live 1-d tensor of n elements with like's dtype and device. */
 em_status nn_check_vector(const char *op, const em_tensor *t, const char *what, int64_t n, const em_tensor *like);
 /* t is a live int32 or int64 tensor (class targets, embedding indices). */

@@ -3,6 +3,12 @@
 -- by tests/lua/recsys_reference.py (PyTorch 2.15, float64: F.embedding_bag / F.embedding
 -- with sparse=True, torch.optim.SGD / Adagrad, dlrm_s_pytorch.py's interact_features);
 -- rerun it to regenerate them. Indices there are 0-based, here 1-based.
+--
+-- With EMBER_TEST_DEVICE=cuda (tests/lua/helper.lua's test_device) the lookups, sparse
+-- gradients, optimizers and interaction run on the GPU against the same references (float64,
+-- where the GPU kernels differ from the CPU's by FMA contractions only: far below 1e-12);
+-- max_norm, the checkpointed DLRM and the 10M-row memory check stay on the CPU.
+-- cuda_recsys_spec.lua compares the GPU with the CPU on larger random inputs.
 local U = dofile(debug.getinfo(1, 'S').source:match('^@(.*[/\\])') .. 'tensor_testutil.lua')
 local close, raises = U.close, U.raises
 local nn, F, optim = ember.nn, ember.nn.functional, ember.optim
@@ -50,7 +56,7 @@ local function W0()
     rows[i + 1] = {}
     for j = 0, D - 1 do rows[i + 1][j + 1] = ((i * 7 + j * 3) % 11) / 10 - 0.5 end
   end
-  return ember.tensor(rows, F64)
+  return on_device(ember.tensor(rows, F64))
 end
 local function cm(b, d)
   local rows = {}
@@ -58,7 +64,7 @@ local function cm(b, d)
     rows[i + 1] = {}
     for j = 0, d - 1 do rows[i + 1][j + 1] = (i + 1) * 0.5 - j * 0.25 end
   end
-  return ember.tensor(rows, F64)
+  return on_device(ember.tensor(rows, F64))
 end
 local IDX = { 2, 4, 4, 8, 3, 1, 6 }   -- PyTorch's [1, 3, 3, 7, 2, 0, 5] plus one
 local OFF = { 1, 4, 4, 6 }            -- [0, 3, 3, 5] plus one: the third bag is empty
@@ -67,9 +73,9 @@ local PSW = { 0.5, -1, 2, 1.5, 0.25, -0.5, 1 }
 -- One bag lookup with a sparse gradient; returns the output, the weight and psw.
 local function bag_case(opts, idx, psw)
   local w = W0():requires_grad_()
-  local p = psw and ember.tensor(psw, F64):requires_grad_() or nil
+  local p = psw and on_device(ember.tensor(psw, F64)):requires_grad_() or nil
   opts.per_sample_weights = p
-  local y = F.embedding_bag(ember.tensor(idx or IDX, I64), w, opts)
+  local y = F.embedding_bag(on_device(ember.tensor(idx or IDX, I64)), w, opts)   -- table offsets: on w's device
   ;(y * cm(y.shape[1], y.shape[2])):sum():backward()
   return y, w, p
 end
@@ -77,6 +83,7 @@ end
 local function check_sparse(w, name)
   local g = w.grad
   assert.is_true(ember.is_sparse_grad(g))
+  assert.are.equal(test_device == 'cpu', g:values().device == 'cpu', 'the gradient lives on the test device')
   close(g:indices(), REF[name .. '_rows'], 0)
   close(g:values(), REF[name .. '_values'], 1e-12)
 end
@@ -122,27 +129,27 @@ describe('sparse EmbeddingBag', function()
 
   it('gives Embedding a sparse gradient without the padding row, and renormalises with max_norm', function()
     local w = W0():requires_grad_()
-    local y = F.embedding(ember.tensor({ { 2, 4 }, { 4, 6 } }, I64), w, { padding_idx = 4, sparse = true })
-    ;(y * ember.arange(1, 13, F64):view(2, 2, 3)):sum():backward()
+    local y = F.embedding(on_device(ember.tensor({ { 2, 4 }, { 4, 6 } }, I64)), w, { padding_idx = 4, sparse = true })
+    ;(y * on_device(ember.arange(1, 13, F64)):view(2, 2, 3)):sum():backward()
     check_sparse(w, 'emb')
-    local w2 = W0()
+    local w2 = W0():to('cpu')   -- max_norm is CPU-only
     ember.no_grad(function() F.embedding(ember.tensor({ 2, 4, 4 }, I64), w2, { max_norm = 0.3 }) end)
     close(w2, REF.renorm_weight, 1e-12)
     local e = nn.EmbeddingBag(R, D, { mode = 'sum', sparse = true, max_norm = 0.3, dtype = 'float64' })
-    ember.no_grad(function() e.weight:copy_(W0()) end)
+    ember.no_grad(function() e.weight:copy_(W0():to('cpu')) end)
     e(ember.tensor({ 2, 4, 4 }, I64), { 1 })
     close(e.weight, REF.renorm_weight, 1e-12)
   end)
 
   it('accumulates a table used twice and over two backwards by concatenation + coalescing', function()
-    local e = nn.EmbeddingBag(R, D, { mode = 'sum', sparse = true, dtype = 'float64' })
-    local a = e(ember.tensor({ 2, 5 }, I64), { 1 })
-    local b = e(ember.tensor({ 5, 7 }, I64), { 1 })
+    local e = nn.EmbeddingBag(R, D, { mode = 'sum', sparse = true, dtype = 'float64' }):to(test_device)
+    local a = e(on_device(ember.tensor({ 2, 5 }, I64)), { 1 })
+    local b = e(on_device(ember.tensor({ 5, 7 }, I64)), { 1 })
     ;((a + b) * 2):sum():backward()
     local g = e.weight.grad
     close(g:indices(), { 2, 5, 7 }, 0)
     close(g:values(), { { 2, 2, 2 }, { 4, 4, 4 }, { 2, 2, 2 } }, 0)
-    e(ember.tensor({ 1, 2 }, I64), { 1 }):sum():backward()
+    e(on_device(ember.tensor({ 1, 2 }, I64)), { 1 }):sum():backward()
     close(e.weight.grad:indices(), { 1, 2, 5, 7 }, 0)
     close(e.weight.grad:values(), { { 1, 1, 1 }, { 3, 3, 3 }, { 4, 4, 4 }, { 2, 2, 2 } }, 0)
     -- a dense contribution makes the sum dense
@@ -154,7 +161,7 @@ describe('sparse EmbeddingBag', function()
   end)
 
   it('builds SparseGrads from Lua and refuses bad ones with clear errors', function()
-    local g = ember.SparseGrad(5, { 4, 2, 4 }, ember.tensor({ { 1, 2 }, { 3, 4 }, { 5, 6 } }))
+    local g = ember.SparseGrad(5, { 4, 2, 4 }, on_device(ember.tensor({ { 1, 2 }, { 3, 4 }, { 5, 6 } })))
     close(g:indices(), { 2, 4 }, 0)
     close(g:values(), { { 3, 4 }, { 6, 8 } }, 0)
     close(g:to_dense(), { { 0, 0 }, { 3, 4 }, { 0, 0 }, { 6, 8 }, { 0, 0 } }, 0)
@@ -167,12 +174,12 @@ end)
 -- Three steps over the indices of STEPS, from W0; returns the weight and the optimizer.
 local STEPS = { { { 2, 4, 4, 8 }, { 1, 3 } }, { { 1, 4, 7 }, { 1, 2 } }, { { 8, 8, 3 }, { 1, 3 } } }
 local function train(make, sparse, dtype)
-  local e = nn.EmbeddingBag(R, D, { mode = 'sum', sparse = sparse, dtype = dtype or 'float64' })
+  local e = nn.EmbeddingBag(R, D, { mode = 'sum', sparse = sparse, dtype = dtype or 'float64' }):to(test_device)
   ember.no_grad(function() e.weight:copy_(W0()) end)
   local opt = make({ e.weight })
   for _, s in ipairs(STEPS) do
     opt:zero_grad()
-    local y = e(ember.tensor(s[1], I64), ember.tensor(s[2], I64))
+    local y = e(on_device(ember.tensor(s[1], I64)), on_device(ember.tensor(s[2], I64)))
     ;(y * cm(y.shape[1], y.shape[2]):to(y.dtype)):sum():backward()
     opt:step()
   end
@@ -208,7 +215,7 @@ describe('optimizers over sparse rows', function()
       local e = nn.EmbeddingBag(R, D, { mode = 'sum', dtype = 'float64' })
       ember.no_grad(function() e.weight:copy_(ember.tensor(ref, F64)) end)
       local y = e(ember.tensor(s[1], I64), ember.tensor(s[2], I64))
-      ;(y * cm(y.shape[1], y.shape[2])):sum():backward()
+      ;(y * cm(y.shape[1], y.shape[2]):to('cpu')):sum():backward()   -- the reference runs on the CPU
       local g = e.weight.grad:totable()
       local looked = {}
       for _, r in ipairs(s[1]) do looked[r] = true end
@@ -287,7 +294,7 @@ describe('DLRM interaction', function()
         rows[b + 1] = {}
         for j = 0, 2 do rows[b + 1][j + 1] = ((b * 5 + j * 2 + f * 3) % 7) / 4 - 0.7 end
       end
-      out[f + 1] = ember.tensor(rows, F64):requires_grad_()
+      out[f + 1] = on_device(ember.tensor(rows, F64)):requires_grad_()
     end
     return out
   end
@@ -309,7 +316,7 @@ describe('DLRM interaction', function()
     local inter = nn.Interaction { op = 'cat' }
     local r = inter(fs[1], { fs[2] })
     close(r, ember.cat({ fs[1], fs[2] }, 2):totable(), 0)
-    raises(function() F.dot_interaction(fs[1], { ember.zeros(2, 4, F64) }) end,
+    raises(function() F.dot_interaction(fs[1], { on_device(ember.zeros(2, 4, F64)) }) end,
       'dot_interaction: feature 2 has shape [2, 4], expected feature 1\'s [2, 3]')
     raises(function() nn.Interaction { op = 'sum' } end, "Interaction: op must be 'dot' or 'cat'")
   end)

@@ -159,10 +159,12 @@ function F.dropout(x, p, training)
 end
 
 -- ---------------------------------------------------------------- embeddings
-local INT64 = { dtype = 'int64' }
-local function index_tensor(op, idx)
+-- Indices given as a Lua table or number are made on the weight's device.
+local function index_tensor(op, idx, weight)
   if is_tensor(idx) then return idx end
-  if type(idx) == 'table' or type(idx) == 'number' then return ember.tensor(idx, INT64) end
+  if type(idx) == 'table' or type(idx) == 'number' then
+    return ember.tensor(idx, { dtype = 'int64', device = weight.device })
+  end
   throw(string.format('%s: expected an index tensor or a table of indices, got %s', op, describe(idx)))
 end
 
@@ -194,7 +196,7 @@ function F.embedding(indices, weight, opts)
   check_opts('embedding', opts, EMB, 3)
   opts = opts or {}
   local pad = padding_row('embedding', weight, opts.padding_idx)
-  local idx = index_tensor('embedding', indices)
+  local idx = index_tensor('embedding', indices, weight)
   renorm('embedding', weight, idx, opts)
   return new_tensor(C.em_nn_embedding_ex(box, weight, idx, pad, opts.sparse and 1 or 0, 1))
 end
@@ -220,11 +222,11 @@ function F.embedding_bag(indices, weight, opts)
   local offsets = opts.offsets
   if offsets ~= nil then
     -- The runtime counts offsets from 0 in any base; Lua gives 1-based starts.
-    offsets = index_tensor('embedding_bag', offsets)
+    offsets = index_tensor('embedding_bag', offsets, weight)
     offsets = ember.no_grad(function() return offsets:to('int64') - 1 end)
   end
   local pad = padding_row('embedding_bag', weight, opts.padding_idx)
-  local idx = index_tensor('embedding_bag', indices)
+  local idx = index_tensor('embedding_bag', indices, weight)
   renorm('embedding_bag', weight, idx, opts)
   return new_tensor(C.em_nn_embedding_bag_ex(box, weight, idx, offsets, mode,
     opt_tensor('embedding_bag', opts.per_sample_weights, 'per_sample_weights'), pad,

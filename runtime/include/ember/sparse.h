@@ -10,7 +10,7 @@
  * sparse one makes the sum dense. Weights that are not leaves get dense gradients.
  *
  * The row-wise optimizer update (em_optim_rows) reads either kind of gradient and touches
- * only the rows a sparse one names. CPU only for now (EM_ERR_UNSUPPORTED on other devices). */
+ * only the rows a sparse one names. On the CPU and CUDA (EM_ERR_UNSUPPORTED on other devices). */
 #ifndef EMBER_SPARSE_H
 #define EMBER_SPARSE_H
 

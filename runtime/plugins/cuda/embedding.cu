@@ -12,13 +12,17 @@
  * run-length encoding gives the rows and their segments, and a row of threads per segment
  * adds gout's rows into its weight row. Max mode does the same with keys (argmax row,
  * column) over the elements of the output. The per_sample_weights' gradient is a dot
- * product per index (a warp each). */
-#include <cub/device/device_radix_sort.cuh>
-#include <cub/device/device_run_length_encode.cuh>
-#include <cub/device/device_scan.cuh>
+ * product per index (a warp each).
+ *
+ * The row-sparse backward (sparse = true) groups the same way (segments.cuh) but writes the
+ * distinct rows and their summed values instead of a [R, D] table, so its memory follows
+ * the indices, not the table; it reads the number of rows back to the host (one
+ * synchronisation, as PyTorch's coalesce). Each value is the CPU's sum in the CPU's order
+ * (cpu/sparse.c); they differ only where nvcc contracts a multiply-add into an FMA (one
+ * rounding instead of two), a few ulps of the value's type. */
 #include <limits.h>
-#include "group_reduce.cuh"
 #include "nn_gpu.h"
+#include "segments.cuh"
 
 namespace {
 
@@ -114,7 +118,7 @@ __global__ void row_keys_kernel(const I *__restrict__ idx, bag_args a, unsigned 
   }
 }
 
-/* Each position's bag and factor: per_sample_weight times 1 / bag size for the mean. */
+/* Each position's bag and factor: per_sample_weight, divided by the bag's size for the mean. */
 template <typename T>
 __global__ void position_coef_kernel(const int64_t *__restrict__ off, const T *__restrict__ psw, bag_args a,
                                      int64_t *bag_of, typename em_ctype_of<T>::acc *coef) {
@@ -122,9 +126,10 @@ __global__ void position_coef_kernel(const int64_t *__restrict__ off, const T *_
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.L; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t b = bag_of_position(off, a.B, i), s, e;
     bag_range(off, b, a, &s, &e);
-    A scale = a.mode == 1 && e > s ? (A)1 / (A)(e - s) : (A)1;
+    A k = psw ? em_cast<A>(psw[i]) : (A)1;
+    if (a.mode == 1 && e > s) k /= (A)(e - s); /* divided, as the CPU does (not times 1 / size) */
     bag_of[i] = b;
-    coef[i] = (psw ? em_cast<A>(psw[i]) : (A)1) * scale;
+    coef[i] = k;
   }
 }
 
@@ -209,60 +214,6 @@ unsigned row_grid(int64_t rows, dim3 block, int device) {
   return (unsigned)(g > 0 ? g : 1);
 }
 
-int bits_for(unsigned long long max_key) {
-  int bits = 1;
-  while (bits < 64 && (max_key >> bits)) bits++;
-  return bits;
-}
-
-/* Sorted segments of n keys: keys_out/pos_out sorted by key (stable), uniq/counts/starts
- * the runs, *num_runs their number (on the device). Queued on stream. */
-struct segments {
-  unsigned long long *keys_in, *keys_out, *uniq;
-  int64_t *pos_in, *pos_out, *counts, *starts, *num_runs;
-  void *cub_tmp;
-  size_t cub_bytes;
-};
-
-em_status plan_segments(em_gpu_carver *cv, segments *sg, int64_t n) {
-  int ni = (int)n;
-  size_t sort_b = 0, rle_b = 0, scan_b = 0;
-  EM_GPU_CHECK(OP, cub::DeviceRadixSort::SortPairs(nullptr, sort_b, (const unsigned long long *)nullptr,
-                                                   (unsigned long long *)nullptr, (const int64_t *)nullptr,
-                                                   (int64_t *)nullptr, n, 0, 64, (cudaStream_t)0));
-  EM_GPU_CHECK(OP, cub::DeviceRunLengthEncode::Encode(nullptr, rle_b, (const unsigned long long *)nullptr,
-                                                      (unsigned long long *)nullptr, (int64_t *)nullptr,
-                                                      (int64_t *)nullptr, ni, (cudaStream_t)0));
-  EM_GPU_CHECK(OP, cub::DeviceScan::ExclusiveSum(nullptr, scan_b, (const int64_t *)nullptr, (int64_t *)nullptr, ni,
-                                                 (cudaStream_t)0));
-  sg->cub_bytes = sort_b > rle_b ? sort_b : rle_b;
-  if (scan_b > sg->cub_bytes) sg->cub_bytes = scan_b;
-  sg->keys_in = cv->take<unsigned long long>(n);
-  sg->keys_out = cv->take<unsigned long long>(n);
-  sg->uniq = cv->take<unsigned long long>(n);
-  sg->pos_in = cv->take<int64_t>(n);
-  sg->pos_out = cv->take<int64_t>(n);
-  sg->counts = cv->take<int64_t>(n);
-  sg->starts = cv->take<int64_t>(n);
-  sg->num_runs = cv->take<int64_t>(1);
-  sg->cub_tmp = cv->take<char>(sg->cub_bytes);
-  return EM_OK;
-}
-
-em_status run_segments(segments *sg, int64_t n, unsigned long long max_key, cudaStream_t stream) {
-  int ni = (int)n;
-  size_t bytes = sg->cub_bytes;
-  EM_GPU_CHECK(OP, cudaMemsetAsync(sg->counts, 0, sizeof(int64_t) * n, stream)); /* the scan reads all n */
-  EM_GPU_CHECK(OP, cub::DeviceRadixSort::SortPairs(sg->cub_tmp, bytes, sg->keys_in, sg->keys_out, sg->pos_in,
-                                                   sg->pos_out, n, 0, bits_for(max_key), stream));
-  bytes = sg->cub_bytes;
-  EM_GPU_CHECK(OP, cub::DeviceRunLengthEncode::Encode(sg->cub_tmp, bytes, sg->keys_out, sg->uniq, sg->counts,
-                                                      sg->num_runs, ni, stream));
-  bytes = sg->cub_bytes;
-  EM_GPU_CHECK(OP, cub::DeviceScan::ExclusiveSum(sg->cub_tmp, bytes, sg->counts, sg->starts, ni, stream));
-  return EM_OK;
-}
-
 template <typename T, typename I>
 em_status bag_forward(em_tensor *out, em_tensor *argmax, const em_tensor *weight, const em_tensor *indices,
                       const em_tensor *offsets, const em_tensor *psw, const bag_args &a, int device,
@@ -326,8 +277,8 @@ em_status bag_backward(em_tensor *gw, em_tensor *gpsw, const em_tensor *gout, co
         return em_set_error(EM_ERR_UNSUPPORTED, "embedding_bag: the backward sorts %lld keys, more than %d (CUB's limit)",
                             (long long)n, INT_MAX);
       em_gpu_carver cv = {0, nullptr};
-      segments sg;
-      if ((st = plan_segments(&cv, &sg, n))) return st;
+      em_gpu_segments sg;
+      if ((st = em_gpu_plan_segments(OP, &cv, &sg, n))) return st;
       if (!max_mode) {
         cv.take<int64_t>(a.L);
         cv.take<A>(a.L);
@@ -335,7 +286,7 @@ em_status bag_backward(em_tensor *gw, em_tensor *gpsw, const em_tensor *gout, co
       char *tmp = (char *)em_gpu_malloc(cv.used, device);
       if (!tmp) return em_last_status();
       cv = {0, tmp};
-      plan_segments(&cv, &sg, n);
+      em_gpu_plan_segments(OP, &cv, &sg, n);
       int64_t *bag_of = max_mode ? nullptr : cv.take<int64_t>(a.L);
       A *coef = max_mode ? nullptr : cv.take<A>(a.L);
       unsigned blocks = em_gpu_blocks(n, device);
@@ -349,7 +300,8 @@ em_status bag_backward(em_tensor *gw, em_tensor *gpsw, const em_tensor *gout, co
               off, psw ? (const T *)em_tensor_ptr(psw) : nullptr, a, bag_of, coef);
       }
       if (!st) st = em_gpu_launch_check(OP);
-      if (!st) st = run_segments(&sg, n, max_mode ? (unsigned long long)(a.R * a.D) : (unsigned long long)a.R, stream);
+      unsigned long long max_key = max_mode ? (unsigned long long)(a.R * a.D) : (unsigned long long)a.R;
+      if (!st) st = em_gpu_run_segments(OP, &sg, n, max_key, stream);
       if (!st && max_mode) {
         max_segments_kernel<T><<<blocks, EM_GPU_THREADS, 0, stream>>>(gwp, go, sg.uniq, sg.counts, sg.starts,
                                                                       sg.num_runs, sg.pos_out, a);
@@ -422,6 +374,205 @@ em_status gpu_embedding_bag_backward(em_tensor *gw, em_tensor *gpsw, const em_te
   return st;
 }
 
+/* ---- the row-sparse weight gradient (backend entry embedding_bag_sparse_backward) ----
+ * The same grouping as the dense backward, written as (distinct rows, their values) instead
+ * of into a [R, D] table: the entry is never told R, so a skipped index (the padding row,
+ * or an empty bag's argmax) gets the key SPARSE_NONE, which sorts after every row. */
+
+const unsigned long long SPARSE_NONE = 0x7fffffffffffffffull; /* above any row (or row * D + j) */
+
+/* Sum/mean keys: each index's row, SPARSE_NONE for the padding row. */
+template <typename I>
+__global__ void sparse_keys_kernel(const I *__restrict__ idx, int64_t L, int base, int64_t pad,
+                                   unsigned long long *keys, int64_t *pos) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < L; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t r = (int64_t)idx[i] - base;
+    keys[i] = r >= 0 && r != pad ? (unsigned long long)r : SPARSE_NONE;
+    pos[i] = i;
+  }
+}
+
+/* *nnz = the runs that are rows (SPARSE_NONE, if present, is the last run). One thread. */
+__global__ void sparse_count_kernel(int64_t *nnz, const unsigned long long *__restrict__ uniq,
+                                    const int64_t *__restrict__ num_runs) {
+  int64_t n = *num_runs;
+  if (n > 0 && uniq[n - 1] == SPARSE_NONE) n--;
+  *nnz = n;
+}
+
+/* rows[u] = the u-th distinct row; values[u] (when values is not NULL) = the sum over that
+ * row's positions, in order, of coef * gout[bag] (the CPU's sum_groups, same order). */
+template <typename T>
+__global__ void sparse_row_values_kernel(int64_t *__restrict__ rows, T *__restrict__ values, const T *__restrict__ gout,
+                                         const unsigned long long *__restrict__ uniq,
+                                         const int64_t *__restrict__ counts, const int64_t *__restrict__ starts,
+                                         const int64_t *__restrict__ num_runs, const int64_t *__restrict__ pos,
+                                         const int64_t *__restrict__ bag_of,
+                                         const typename em_ctype_of<T>::acc *__restrict__ coef, int64_t D) {
+  typedef typename em_ctype_of<T>::acc A;
+  const int64_t runs = *num_runs;
+  for (int64_t u = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; u < runs; u += (int64_t)gridDim.x * blockDim.y) {
+    if (uniq[u] == SPARSE_NONE) continue;
+    if (threadIdx.x == 0) rows[u] = (int64_t)uniq[u];
+    if (!values) continue;
+    int64_t p0 = starts[u], p1 = p0 + counts[u];
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+      A acc = 0;
+      for (int64_t p = p0; p < p1; p++) {
+        int64_t i = pos[p];
+        acc += coef[i] * em_cast<A>(gout[bag_of[i] * D + j]);
+      }
+      values[u * D + j] = em_cast<T>(acc);
+    }
+  }
+}
+
+/* Max keys: output element k = (b, j) feeds row argmax[k], column j: key argmax * D + j
+ * (SPARSE_NONE for an empty bag or the padding row). */
+__global__ void sparse_max_keys_kernel(const int64_t *__restrict__ argmax, int64_t n, int64_t D, int64_t pad,
+                                       unsigned long long *keys, int64_t *pos) {
+  for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x) {
+    int64_t am = argmax[k];
+    keys[k] = am >= 0 && am != pad ? (unsigned long long)(am * D + k % D) : SPARSE_NONE;
+    pos[k] = k;
+  }
+}
+
+/* values[u * D + j] = the sum, bag by bag, of the maxima that row rows[u] gave in column j;
+ * u found by bisection in the nnz distinct rows (ascending). values starts zeroed. */
+template <typename T>
+__global__ void sparse_max_values_kernel(T *__restrict__ values, const T *__restrict__ gout,
+                                         const int64_t *__restrict__ rows, const int64_t *__restrict__ nnz,
+                                         const unsigned long long *__restrict__ elems,
+                                         const int64_t *__restrict__ counts, const int64_t *__restrict__ starts,
+                                         const int64_t *__restrict__ num_runs, const int64_t *__restrict__ pos,
+                                         int64_t D) {
+  typedef typename em_ctype_of<T>::acc A;
+  const int64_t runs = *num_runs, n = *nnz;
+  for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < runs; r += (int64_t)gridDim.x * blockDim.x) {
+    unsigned long long e = elems[r];
+    if (e == SPARSE_NONE) continue;
+    int64_t row = (int64_t)(e / (unsigned long long)D), j = (int64_t)(e % (unsigned long long)D), lo = 0, hi = n;
+    while (lo < hi) {
+      int64_t mid = lo + (hi - lo) / 2;
+      if (rows[mid] < row) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo >= n || rows[lo] != row) continue; /* an argmax no index names (never after the forward) */
+    A acc = 0;
+    for (int64_t p = starts[r], end = starts[r] + counts[r]; p < end; p++) acc += em_cast<A>(gout[pos[p]]);
+    values[lo * D + j] = em_cast<T>(acc);
+  }
+}
+
+template <typename T, typename I>
+em_status bag_sparse_backward(em_tensor *rows, em_tensor *values, int64_t *nnz, const em_tensor *gout,
+                              const em_tensor *indices, const em_tensor *offsets, const em_tensor *psw,
+                              const em_tensor *argmax, const bag_args &a, int64_t pad, int device,
+                              cudaStream_t stream) {
+  typedef typename em_ctype_of<T>::acc A;
+  const bool max_mode = a.mode == 2;
+  const int64_t n2 = max_mode ? a.B * a.D : 0;
+  *nnz = 0;
+  if (a.L == 0) return EM_OK;
+  if (a.L > INT_MAX || n2 > INT_MAX)
+    return em_set_error(EM_ERR_UNSUPPORTED,
+                        "embedding_bag: the sparse backward sorts %lld keys, more than %d (CUB's limit)",
+                        (long long)(a.L > n2 ? a.L : n2), INT_MAX);
+  /* Measure, allocate once, carve again. */
+  em_gpu_carver cv = {0, nullptr};
+  em_gpu_segments sg, sg2;
+  em_status st = em_gpu_plan_segments(OP, &cv, &sg, a.L);
+  if (!st && max_mode) st = em_gpu_plan_segments(OP, &cv, &sg2, n2);
+  if (st) return st;
+  cv.take<int64_t>(a.L);
+  cv.take<A>(a.L);
+  cv.take<int64_t>(1);
+  char *tmp = (char *)em_gpu_malloc(cv.used, device);
+  if (!tmp) return em_last_status();
+  cv = {0, tmp};
+  em_gpu_plan_segments(OP, &cv, &sg, a.L);
+  if (max_mode) em_gpu_plan_segments(OP, &cv, &sg2, n2);
+  int64_t *bag_of = cv.take<int64_t>(a.L), *dnnz;
+  A *coef = cv.take<A>(a.L);
+  dnnz = cv.take<int64_t>(1);
+  int64_t *rows_p = (int64_t *)em_tensor_ptr(rows);
+  T *vals = (T *)em_tensor_ptr(values);
+  const T *go = (const T *)em_tensor_ptr(gout);
+  unsigned blocks = em_gpu_blocks(a.L, device);
+  dim3 block = row_block(a.D);
+  sparse_keys_kernel<I><<<blocks, EM_GPU_THREADS, 0, stream>>>((const I *)em_tensor_ptr(indices), a.L, a.base, pad,
+                                                               sg.keys_in, sg.pos_in);
+  st = em_gpu_launch_check(OP);
+  if (!st && !max_mode) {
+    position_coef_kernel<T><<<blocks, EM_GPU_THREADS, 0, stream>>>(
+        (const int64_t *)em_tensor_ptr(offsets), psw ? (const T *)em_tensor_ptr(psw) : nullptr, a, bag_of, coef);
+    st = em_gpu_launch_check(OP);
+  }
+  if (!st) st = em_gpu_run_segments(OP, &sg, a.L, SPARSE_NONE, stream);
+  if (!st) {
+    sparse_count_kernel<<<1, 1, 0, stream>>>(dnnz, sg.uniq, sg.num_runs);
+    st = em_gpu_launch_check(OP);
+  }
+  if (!st) {
+    sparse_row_values_kernel<T><<<row_grid(a.L, block, device), block, 0, stream>>>(
+        rows_p, max_mode ? nullptr : vals, go, sg.uniq, sg.counts, sg.starts, sg.num_runs, sg.pos_out, bag_of, coef,
+        a.D);
+    st = em_gpu_launch_check(OP);
+  }
+  if (!st && max_mode && n2 > 0) {
+    cudaError_t err = cudaMemsetAsync(vals, 0, sizeof(T) * (size_t)(a.L * a.D), stream); /* rows no maximum used */
+    if (err != cudaSuccess) st = em_gpu_error(err, OP);
+    unsigned blocks2 = em_gpu_blocks(n2, device);
+    if (!st) {
+      sparse_max_keys_kernel<<<blocks2, EM_GPU_THREADS, 0, stream>>>((const int64_t *)em_tensor_ptr(argmax), n2, a.D,
+                                                                      pad, sg2.keys_in, sg2.pos_in);
+      st = em_gpu_launch_check(OP);
+    }
+    if (!st) st = em_gpu_run_segments(OP, &sg2, n2, SPARSE_NONE, stream);
+    if (!st) {
+      sparse_max_values_kernel<T><<<blocks2, EM_GPU_THREADS, 0, stream>>>(
+          vals, go, rows_p, dnnz, sg2.uniq, sg2.counts, sg2.starts, sg2.num_runs, sg2.pos_out, a.D);
+      st = em_gpu_launch_check(OP);
+    }
+  } else if (!st && max_mode && a.L * a.D > 0) { /* no output elements: every value is 0 */
+    cudaError_t err = cudaMemsetAsync(vals, 0, sizeof(T) * (size_t)(a.L * a.D), stream);
+    if (err != cudaSuccess) st = em_gpu_error(err, OP);
+  }
+  if (!st) st = em_gpu_read_count(OP, dnnz, nnz, stream);
+  em_gpu_free_ptr(tmp);
+  return st;
+}
+
+em_status gpu_embedding_bag_sparse_backward(em_tensor *rows, em_tensor *values, int64_t *nnz, const em_tensor *gout,
+                                            const em_tensor *indices, const em_tensor *offsets, const em_tensor *psw,
+                                            const em_tensor *argmax, int mode, int64_t pad, int base) {
+  int device = gout->storage->device.index;
+  cudaStream_t stream;
+  em_status st = em_gpu_enter(OP, device, &stream);
+  if (st || (st = check_dtypes(indices, offsets))) return st;
+  if (mode == 2 && !argmax) return em_set_error(EM_ERR_ARGUMENT, "embedding_bag: max mode needs the argmax");
+  bag_args a;
+  a.R = 0; /* unknown here, and not needed: the forward has checked the indices */
+  a.D = gout->sizes[1], a.L = em_tensor_numel(indices), a.B = em_tensor_numel(offsets);
+  a.base = base, a.mode = mode;
+  bool is64 = indices->dtype == EM_INT64;
+  switch (gout->dtype) {
+#define SPARSE_CASE(DT, T)                                                                                         \
+  case DT:                                                                                                         \
+    return is64 ? bag_sparse_backward<T, int64_t>(rows, values, nnz, gout, indices, offsets, psw, argmax, a, pad,  \
+                                                  device, stream)                                                  \
+                : bag_sparse_backward<T, int32_t>(rows, values, nnz, gout, indices, offsets, psw, argmax, a, pad,  \
+                                                  device, stream);
+    SPARSE_CASE(EM_FLOAT32, float)
+    SPARSE_CASE(EM_FLOAT64, double)
+#undef SPARSE_CASE
+    default:
+      return em_set_error(EM_ERR_DTYPE, "embedding_bag: sparse gradients are float32 or float64, got %s on cuda",
+                          em_dtype_name(gout->dtype));
+  }
+}
+
 }  // namespace
 
 /* The embedding bags' entries of the backend table (table.c; backend.h says what each computes). */
@@ -433,4 +584,9 @@ em_status em_gpu_embedding_bag_backward(em_tensor *gw, em_tensor *gpsw, const em
                                         const em_tensor *indices, const em_tensor *offsets, const em_tensor *psw,
                                         const em_tensor *argmax, int mode, int base) {
   return gpu_embedding_bag_backward(gw, gpsw, gout, weight, indices, offsets, psw, argmax, mode, base);
+}
+em_status em_gpu_embedding_bag_sparse_backward(em_tensor *rows, em_tensor *values, int64_t *nnz, const em_tensor *gout,
+                                               const em_tensor *indices, const em_tensor *offsets, const em_tensor *psw,
+                                               const em_tensor *argmax, int mode, int64_t pad, int base) {
+  return gpu_embedding_bag_sparse_backward(rows, values, nnz, gout, indices, offsets, psw, argmax, mode, pad, base);
 }

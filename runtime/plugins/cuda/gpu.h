@@ -56,7 +56,8 @@ void *em_gpu_cusparse(int device); /* cusparseHandle_t */
  * (random.cu); reduce, var, scan, softmax, sort, the indexing entries (reduce_gpu.h says
  * which file); gemm (blas.c); conv2d*, *_pool2d*, batch_norm*, layer_norm* (conv.cu,
  * pool.cu, norm.cu), class_loss* (loss.cu), embedding_bag* (embedding.cu); optim_*,
- * amp_unscale (optim.cu). count_correct is optional and left to its default. */
+ * amp_unscale (optim.cu) but optim_rows and sparse_coalesce (sparse_rows.cu);
+ * dot_interaction* (interaction.cu). count_correct is optional and left to its default. */
 EM_BACKEND_PROTOTYPES(em_gpu)
 
 /* ---- the plugin (table.c, plugin.c) */

@@ -1,7 +1,8 @@
 /* nn_gpu.h - what the files of the CUDA backend's nn family share (C linkage, .c and .cu
  * alike). The family's backend entries (declared in gpu.h, from the list of backend.h):
  *   conv, pooling, normalisation: conv.cu, pool.cu, norm.cu
- *   class losses, embedding bags: loss.cu, embedding.cu */
+ *   class losses, embedding bags (dense and row-sparse backward): loss.cu, embedding.cu
+ *   DLRM's dot interaction: interaction.cu */
 #ifndef EMBER_GPU_NN_GPU_H
 #define EMBER_GPU_NN_GPU_H
 

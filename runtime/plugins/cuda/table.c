@@ -7,12 +7,13 @@
 
 /* Optional entries this backend leaves to their default (backend.h says what it is). */
 #define em_gpu_optional_count_correct EM_BACKEND_DEFAULT
-/* Sparse embedding gradients, row-wise optimizers and the interaction (issue 18): CPU only so far. */
-#define em_gpu_optional_embedding_bag_sparse_backward EM_BACKEND_DEFAULT
-#define em_gpu_optional_sparse_coalesce EM_BACKEND_DEFAULT
-#define em_gpu_optional_optim_rows EM_BACKEND_DEFAULT
-#define em_gpu_optional_dot_interaction EM_BACKEND_DEFAULT
-#define em_gpu_optional_dot_interaction_backward EM_BACKEND_DEFAULT
+/* Row-sparse embedding gradients (embedding.cu), their coalescing and the row-wise
+ * optimizers (sparse_rows.cu), DLRM's dot interaction (interaction.cu). */
+#define em_gpu_optional_embedding_bag_sparse_backward em_gpu_embedding_bag_sparse_backward
+#define em_gpu_optional_sparse_coalesce em_gpu_sparse_coalesce
+#define em_gpu_optional_optim_rows em_gpu_optim_rows
+#define em_gpu_optional_dot_interaction em_gpu_dot_interaction
+#define em_gpu_optional_dot_interaction_backward em_gpu_dot_interaction_backward
 
 static const em_backend backend = {.name = "cuda", EM_BACKEND_TABLE(em_gpu)};
 
