@@ -99,6 +99,16 @@ static int send_to(dp_coord *c, const dp_worker *w, const uint8_t *rid, size_t r
   return send_to2(c, w, rid, rid_len, h, extra, extra_len, NULL, 0);
 }
 
+/* A LEASE or SLOTS through w's ring (pipeline/ring.c) rather than ZeroMQ: only while the
+ * reader holds a lease it has not answered, so it is at work and takes the message when it
+ * asks for its next lease (a waiting reader looks at its ring too, but less often).
+ * Returns 1 when the message went. */
+static int to_ring(dp_coord *c, dp_worker *w, int nframes, const void *const *data, const size_t *size) {
+  return w->ring && w->nleases > 0 &&
+         dp_ring_put_lease((void *)dp_shm_map_data(w->ring), dp_shm_map_bytes(w->ring), c->session, nframes, data,
+                           size);
+}
+
 /* Shared-memory slots the trainer is done with go back to their reader in batches: on the
  * next LEASE to that reader (a third frame), or in a SLOTS message once several have
  * gathered or the reader has no lease left to carry them. A message per slot cost a
@@ -110,7 +120,9 @@ static void send_slots(dp_coord *c, dp_worker *w) {
   dp_hdr_init(&h, DP_SLOTS);
   h.session = c->session;
   h.n = w->nfree;
-  send_to(c, w, NULL, 0, &h, w->free_slots, (size_t)w->nfree * sizeof(int64_t));
+  const void *data[2] = {&h, w->free_slots};
+  size_t size[2] = {sizeof h, (size_t)w->nfree * sizeof(int64_t)};
+  if (!to_ring(c, w, 2, data, size)) send_to(c, w, NULL, 0, &h, w->free_slots, size[1]);
   w->nfree = 0; /* a failed send: the reader is going; its slots go with it */
 }
 
@@ -603,7 +615,7 @@ static void lease_items(em_loader *l) {
    * cost those wake-ups per batch; the reader still holds leases to work on meanwhile. */
   int low = l->o.worker_queue - (l->o.worker_queue + 1) / 2;
   for (dp_worker *w = c->workers; w; w = w->next) w->topping_up = w->nleases <= low;
-  int64_t out = outstanding(l), max_out = out;
+  int64_t out = outstanding(l), max_out = out, via_ring = 0;
   while (out < l->o.prefetch) {
     while (c->next_pending < c->plan.n_items && c->items[c->next_pending].state != IT_PENDING) c->next_pending++;
     if (c->next_pending >= c->plan.n_items) break;
@@ -624,8 +636,11 @@ static void lease_items(em_loader *l) {
     h.item = k;
     h.n = c->plan.item_len[k];
     h.flags = l->o.skip_bad ? DP_FLAG_SKIP_BAD : 0;
-    if (send_to2(c, w, NULL, 0, &h, c->plan.ids + c->plan.item_pos[k], (size_t)h.n * sizeof(int64_t),
-                 w->nfree ? w->free_slots : NULL, (size_t)w->nfree * sizeof(int64_t))) {
+    const void *data[3] = {&h, c->plan.ids + c->plan.item_pos[k], w->free_slots};
+    size_t size[3] = {sizeof h, (size_t)h.n * sizeof(int64_t), (size_t)w->nfree * sizeof(int64_t)};
+    if (to_ring(c, w, w->nfree ? 3 : 2, data, size)) {
+      via_ring++;
+    } else if (send_to2(c, w, NULL, 0, &h, data[1], size[1], w->nfree ? w->free_slots : NULL, size[2])) {
       if (errno != EHOSTUNREACH) break; /* its queue is full: later */
       lose_worker(l, w, "its connection closed");
       continue;
@@ -642,6 +657,7 @@ static void lease_items(em_loader *l) {
   pthread_mutex_lock(&l->mu);
   if (max_out > l->stats.max_outstanding) l->stats.max_outstanding = max_out;
   l->stats.leased = c->total_leases;
+  l->stats.ring_leases += via_ring;
   pthread_mutex_unlock(&l->mu);
 }
 
