@@ -362,6 +362,13 @@ describe('ember.data.ReaderLoader', function()
     -- when the reader leaves a core to the trainer (pipeline/coordinator.c, take_ring)
     local cpus = F.cpus()
     assert.equal(cpus >= 2 and 320 or 0, s.ring_batches)
+    -- and leases the other way, while the reader held one (the first of each burst after it
+    -- ran dry goes through ZeroMQ, which wakes it)
+    if cpus >= 2 then
+      assert.is_true(s.ring_leases > 160 and s.ring_leases < 320, 'ring leases ' .. s.ring_leases)
+    else
+      assert.equal(0, s.ring_leases)
+    end
     assert.is_true(s.shm_lent > 100 and s.shm_lent < 320, 'lent ' .. s.shm_lent)
     assert.equal(s.shm_lent, s.slots_lent)
     for _, b in ipairs(kept) do assert.is_true(intact(b)) end
@@ -403,6 +410,7 @@ describe('ember.data.ReaderLoader', function()
     assert.equal(16, s.batches)
     assert.equal(0, s.shm_batches)
     assert.equal(0, s.ring_batches)
+    assert.equal(0, s.ring_leases)
   end)
 
   it('checks its options', function()

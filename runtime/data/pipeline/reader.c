@@ -555,7 +555,7 @@ em_status em_reader_next(em_reader *r, em_lease *lease, double timeout_s) {
    * looked at after each (a reader with work in hand finds them on its next call). */
   double pause = RD_RING_POLL_MIN_S;
   for (;;) {
-    if (!r->leases) take_ring_leases(r);
+    take_ring_leases(r);
     if (r->leases || r->stopped) break;
     double now = em_clock_monotonic();
     if (now >= deadline) break;
@@ -616,13 +616,15 @@ static int take_slot(em_reader *r, uint64_t bytes) {
     }
   }
   if (!a) r->arena = a = dp_arena_create(bytes + bytes / 8, 0);
-  if (a && a->slot_bytes >= bytes)
+  for (int again = 0; a && a->slot_bytes >= bytes && slot < 0 && again < 2; again++) {
+    if (again) take_ring_leases(r); /* slots given back through the ring, not yet seen */
     for (int s = 0; s < a->nslots; s++) /* the lowest: recently used, likely still in cache */
       if (a->state[s] == SLOT_FREE) {
         a->state[s] = SLOT_FILLING;
         slot = s;
         break;
       }
+  }
   pthread_mutex_unlock(&r->mu);
   return slot;
 }
