@@ -153,10 +153,10 @@ static void test_misbehaving_reader(void **state) {
   close_both(&s);
 }
 
-/* The leases' ring, after the notices' (pipeline/ring.c): a lease header's two 64-byte lines
- * (head, the trainer's; tail, the reader's), then the entries. */
+/* The leases' ring, after the notices' (pipeline/ring.c): a lease header's three 64-byte
+ * lines (head, the trainer's; tail and waiting, the reader's), then the entries. */
 static char *lease_hdr_at(side *s) {
-  return (char *)s->base + s->bytes - (uint64_t)DP_RING_LEASES * DP_RING_LEASE_BYTES - 128;
+  return (char *)s->base + s->bytes - (uint64_t)DP_RING_LEASES * DP_RING_LEASE_BYTES - 192;
 }
 
 /* A LEASE of n ids (id k = tag * 1000 + k) from the trainer side. */
@@ -231,7 +231,7 @@ static void test_leases(void **state) {
   assert_int_equal(put_lease(&s, 4, 7, 4), 1);
   assert_int_equal(put_lease(&s, 4, 8, 4), 1);
   uint64_t *tail = (uint64_t *)(lease_hdr_at(&s) + 64), *head = (uint64_t *)lease_hdr_at(&s);
-  char *entries = lease_hdr_at(&s) + 128;
+  char *entries = lease_hdr_at(&s) + 192;
   uint32_t *e = (uint32_t *)(entries + (*tail % DP_RING_LEASES) * DP_RING_LEASE_BYTES);
   e[0] = 99;
   assert_int_equal(dp_ring_take_lease(s.ring, &nf, f), -1);
@@ -245,6 +245,16 @@ static void test_leases(void **state) {
   assert_int_equal(dp_ring_take_lease(s.ring, &nf, f), 0);
   assert_int_equal(put_lease(&s, 4, 9, 5), 1);
   expect_lease(&s, 9, 5);
+  /* a reader about to sleep: told when a lease is already there, and the trainer sees it
+   * waiting (so it sends through ZeroMQ, or wakes it after writing) */
+  assert_int_equal(dp_ring_reader_waiting(s.base, s.bytes), 0);
+  assert_int_equal(dp_ring_set_waiting(s.ring, 1), 0);
+  assert_int_equal(dp_ring_reader_waiting(s.base, s.bytes), 1);
+  assert_int_equal(put_lease(&s, 4, 11, 5), 1);
+  assert_int_equal(dp_ring_set_waiting(s.ring, 1), 1); /* a lease came: do not sleep */
+  assert_int_equal(dp_ring_set_waiting(s.ring, 0), 0);
+  assert_int_equal(dp_ring_reader_waiting(s.base, s.bytes), 0);
+  expect_lease(&s, 11, 5);
   /* the trainer lets go: no more leases through the ring */
   dp_ring_detach(s.base, s.bytes, 4);
   assert_int_equal(dp_ring_session(s.ring), 0);

@@ -44,9 +44,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz_batch(f, 1 + nf);
     for (int i = 0; i <= nf; i++) zmq_msg_close(&f[i]);
   }
-  /* the leases' ring: its head and tail lines, then the entries, at the memfd's end */
+  /* the leases' ring: its head, tail and waiting lines, then the entries, at the memfd's end */
   static size_t last_lease = 64;
-  uint8_t *lh = base + bytes - (uint64_t)DP_RING_LEASES * DP_RING_LEASE_BYTES - 128, *le = lh + 128;
+  uint8_t *lh = base + bytes - (uint64_t)DP_RING_LEASES * DP_RING_LEASE_BYTES - 192, *le = lh + 192;
   size_t m = size < DP_RING_LEASE_BYTES ? size : DP_RING_LEASE_BYTES;
   memset(le, 0, last_lease);
   memcpy(le, data, m);

@@ -103,13 +103,22 @@ static int send_to(dp_coord *c, const dp_worker *w, const uint8_t *rid, size_t r
  * has shown it took the welcome (a message it found in the ring before that would be for a
  * session it does not know, and dropped). A LEASE (`lease` 1) goes this way only while the
  * reader holds a lease it has not answered, so it is at work and takes it when it asks for
- * its next lease (a waiting reader looks at its ring too, but less often); SLOTS always
- * can: a reader looks at the ring before it finds itself short of slots. Returns 1 when the
- * message went. */
+ * its next lease (a reader out of work looks at its ring for a while, then sleeps until
+ * ZeroMQ wakes it); SLOTS always can: a reader looks at the ring before it finds itself
+ * short of slots. Returns 1 when the message went. */
 static int to_ring(dp_coord *c, dp_worker *w, int lease, int nframes, const void *const *data, const size_t *size) {
-  return w->ring && w->in_session && (!lease || w->nleases > 0) &&
-         dp_ring_put_lease((void *)dp_shm_map_data(w->ring), dp_shm_map_bytes(w->ring), c->session, nframes, data,
-                           size);
+  if (!w->ring || !w->in_session || (lease && w->nleases == 0)) return 0;
+  void *base = (void *)dp_shm_map_data(w->ring);
+  uint64_t bytes = dp_shm_map_bytes(w->ring);
+  if (lease && dp_ring_reader_waiting(base, bytes)) return 0; /* asleep: ZeroMQ wakes it */
+  if (!dp_ring_put_lease(base, bytes, c->session, nframes, data, size)) return 0;
+  if (lease && dp_ring_reader_waiting(base, bytes)) { /* it went to sleep just now: wake it */
+    dp_hdr h;
+    dp_hdr_init(&h, DP_HEARTBEAT);
+    h.session = c->session;
+    send_to(c, w, NULL, 0, &h, NULL, 0);
+  }
+  return 1;
 }
 
 /* Shared-memory slots the trainer is done with go back to their reader in batches: on the

@@ -27,8 +27,8 @@
 #define RD_MAX_CONN 16
 #define RD_MAX_FRAMES 5
 #define RD_MAX_SLOTS_BACK 64 /* slot numbers in one SLOTS message or LEASE, at most */
-#define RD_RING_POLL_MIN_S 20e-6 /* a waiting reader looks at its ring of leases after this, */
-#define RD_RING_POLL_MAX_S 1e-3 /* then after twice as long, up to this */
+#define RD_RING_POLL_MIN_S 50e-6 /* a reader out of work looks at its ring of leases after this, */
+#define RD_RING_POLL_MAX_S 200e-6 /* then after twice as long, up to this; then it sleeps */
 
 typedef struct rd_msg {
   struct rd_msg *next;
@@ -238,7 +238,9 @@ static void on_trainer_message(em_reader *r, int ci, zmq_msg_t *f, int n) {
       forget_conn(r, ci);
       if (spawned) stop_reader(r, "the trainer closed");
       break;
-    default: break; /* HEARTBEAT */
+    default: /* HEARTBEAT: also what wakes a reader sleeping while a lease went into its ring */
+      pthread_cond_broadcast(&r->cv);
+      break;
   }
   pthread_mutex_unlock(&r->mu);
 }
@@ -550,27 +552,36 @@ em_status em_reader_next(em_reader *r, em_lease *lease, double timeout_s) {
   r->cur = NULL;
   double deadline = em_clock_monotonic() + (timeout_s > 0 ? timeout_s : 0);
   pthread_mutex_lock(&r->mu);
-  /* While a trainer reads the ring it may write leases there, which wake nobody: the wait
-   * is cut into pauses that grow from RD_RING_POLL_MIN_S to RD_RING_POLL_MAX_S, the ring
-   * looked at after each (a reader with work in hand finds them on its next call). */
+  /* While a trainer reads the ring it may write leases there, which wake nobody: the ring
+   * is looked at after pauses growing from RD_RING_POLL_MIN_S to RD_RING_POLL_MAX_S (a
+   * reader with work in hand finds them on its next call); after that the reader says it is
+   * waiting, and sleeps until a lease or a heartbeat through ZeroMQ wakes it (the trainer
+   * then sends it leases that way: pipeline/ring.c). */
   double pause = RD_RING_POLL_MIN_S;
+  int waiting = 0;
   for (;;) {
     take_ring_leases(r);
     if (r->leases || r->stopped) break;
     double now = em_clock_monotonic();
     if (now >= deadline) break;
+    double wait = deadline - now;
+    if (!waiting && dp_ring_session(r->ring) && wait > pause) {
+      if (pause <= RD_RING_POLL_MAX_S) {
+        wait = pause;
+        pause *= 2;
+      } else {
+        waiting = 1;
+        if (dp_ring_set_waiting(r->ring, 1)) continue; /* a lease came meanwhile */
+      }
+    }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    double wait = deadline - now;
-    if (dp_ring_session(r->ring) && wait > pause) {
-      wait = pause;
-      pause = pause * 2 < RD_RING_POLL_MAX_S ? pause * 2 : RD_RING_POLL_MAX_S;
-    }
     ts.tv_sec += (time_t)wait;
     ts.tv_nsec += (long)((wait - (double)(time_t)wait) * 1e9);
     if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
     pthread_cond_timedwait(&r->cv, &r->mu, &ts);
   }
+  if (waiting) dp_ring_set_waiting(r->ring, 0);
   if (r->leases) {
     rd_msg *m = r->leases;
     r->leases = m->next;

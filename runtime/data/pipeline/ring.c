@@ -28,7 +28,10 @@
  * variable; from the ring the reader takes it when it asks for its next lease. The trainer
  * writes one only while it is attached and the reader still holds a lease of its own (so it
  * is awake and will look); otherwise the lease goes through ZeroMQ, which wakes it. A reader
- * waiting for work looks at the ring now and then (pipeline/reader.c). A lease left in the
+ * out of work looks at the ring after short pauses for a while, then says it is `waiting`
+ * and sleeps until ZeroMQ wakes it: the trainer sends leases through ZeroMQ to a waiting
+ * reader, and wakes it with a heartbeat if it began to wait just as a lease went into the
+ * ring (pipeline/reader.c). A lease left in the
  * ring when the trainer lets go is a lost message like a notice: the item is leased again
  * when the reader is lost, and a lease the reader takes for a session it does not serve is
  * dropped, as one from ZeroMQ is. The trainer's bytes are not trusted either: copied out and
@@ -56,12 +59,15 @@ typedef struct ring_hdr {
   char pad3[56];
 } ring_hdr;
 
-/* The leases' ring, after the notices' entries: the trainer moves head, the reader tail. */
+/* The leases' ring, after the notices' entries: the trainer moves head, the reader tail;
+ * `waiting` is 1 while the reader sleeps until ZeroMQ wakes it (dp_ring_set_waiting). */
 typedef struct lease_hdr {
   _Atomic uint64_t head;
   char pad0[56];
   _Atomic uint64_t tail;
   char pad1[56];
+  _Atomic uint64_t waiting;
+  char pad2[56];
 } lease_hdr;
 
 typedef struct ring_entry {
@@ -84,8 +90,10 @@ static channel notices(ring_hdr *h) {
   return (channel){&h->head, &h->tail, (char *)(h + 1), DP_RING_ENTRIES, DP_RING_ENTRY_BYTES};
 }
 
+static lease_hdr *lease_header(ring_hdr *h) { return (lease_hdr *)((char *)h + notices_bytes()); }
+
 static channel leases(ring_hdr *h) {
-  lease_hdr *l = (lease_hdr *)((char *)h + notices_bytes());
+  lease_hdr *l = lease_header(h);
   return (channel){&l->head, &l->tail, (char *)(l + 1), DP_RING_LEASES, DP_RING_LEASE_BYTES};
 }
 
@@ -202,6 +210,17 @@ int dp_ring_take_lease(dp_ring *r, int *nframes, zmq_msg_t *frames) {
   return got;
 }
 
+int dp_ring_set_waiting(dp_ring *r, int waiting) {
+  if (!r) return 0;
+  lease_hdr *l = lease_header(r->h);
+  atomic_store_explicit(&l->waiting, waiting ? 1 : 0, memory_order_seq_cst);
+  if (!waiting) return 0;
+  /* the trainer writes a lease, then reads `waiting`; this side writes `waiting`, then reads
+   * head: with a full fence on each side, one of the two sees the other's write */
+  atomic_thread_fence(memory_order_seq_cst);
+  return atomic_load_explicit(&l->head, memory_order_acquire) != atomic_load_explicit(&l->tail, memory_order_relaxed);
+}
+
 uint64_t dp_ring_session(const dp_ring *r) {
   return r ? atomic_load_explicit(&r->h->attached, memory_order_acquire) : 0;
 }
@@ -247,5 +266,12 @@ int dp_ring_put_lease(void *base, uint64_t bytes, uint64_t session, int nframes,
   ring_hdr *h = valid(base, bytes);
   if (!h || session == 0 || atomic_load_explicit(&h->attached, memory_order_acquire) != session) return 0;
   return put(leases(h), nframes, data, size);
+}
+
+int dp_ring_reader_waiting(void *base, uint64_t bytes) {
+  ring_hdr *h = valid(base, bytes);
+  if (!h) return 0;
+  atomic_thread_fence(memory_order_seq_cst); /* after the lease's head (dp_ring_set_waiting) */
+  return atomic_load_explicit(&lease_header(h)->waiting, memory_order_seq_cst) != 0;
 }
 #endif

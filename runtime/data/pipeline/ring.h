@@ -29,6 +29,9 @@ int dp_ring_put(dp_ring *r, uint64_t session, int nframes, const void *const *da
 /* The oldest lease the trainer wrote, as frames ([hdr][ids][slots], the caller checks them
  * as a LEASE from ZeroMQ and closes them): 1 taken, 0 none, -1 a malformed one dropped. */
 int dp_ring_take_lease(dp_ring *r, int *nframes, zmq_msg_t *frames);
+/* The reader is about to sleep until ZeroMQ wakes it (1), or is awake (0). With 1, returns 1
+ * when a lease came into the ring meanwhile (then it should not sleep). */
+int dp_ring_set_waiting(dp_ring *r, int waiting);
 /* The session of the trainer attached to the ring now; 0: none. */
 uint64_t dp_ring_session(const dp_ring *r);
 /* The trainer of `session` is gone (it may have died without detaching): free the ring for
@@ -45,5 +48,8 @@ int dp_ring_take(void *base, uint64_t bytes, int *nframes, zmq_msg_t *frames);
  * not the one attached, the leases' ring is full or the lease too large. */
 int dp_ring_put_lease(void *base, uint64_t bytes, uint64_t session, int nframes, const void *const *data,
                       const size_t *size);
+/* Whether the reader sleeps until ZeroMQ wakes it (asked after a lease went into the ring:
+ * 1, and the trainer must wake it). */
+int dp_ring_reader_waiting(void *base, uint64_t bytes);
 
 #endif
