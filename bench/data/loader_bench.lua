@@ -69,6 +69,7 @@ local function run(name, loader, extra)
   if loader.stats then
     local s = loader:stats()
     line.shm_batches, line.shm_lent, line.ring_batches, line.reissued = s.shm_batches, s.shm_lent, s.ring_batches, s.reissued
+    line.ring_leases = s.ring_leases
   end
   print(json.encode(line, { order = { 'bench', 'samples_per_s', 'batches_per_s', 'mb_per_s' } }))
   io.stdout:flush()

@@ -511,6 +511,51 @@ static em_status check_out(em_source *s, const em_augment *aug, int64_t n, em_te
   return EM_OK;
 }
 
+/* A label of the given dtype at row i of p (unaligned reads: npy data need not be). */
+static inline int64_t label_of(const uint8_t *p, int dtype, int64_t i) {
+  switch (dtype) {
+    case EM_UINT8: return p[i];
+    case EM_INT32: {
+      int32_t v;
+      memcpy(&v, p + 4 * i, 4);
+      return v;
+    }
+    default: {
+      int64_t v;
+      memcpy(&v, p + 8 * i, 8);
+      return v;
+    }
+  }
+}
+
+/* em_source_fill for samples already in memory and copied as they are (IDX, npy, no
+ * transforms): the rows' base and the labels' found once, not per sample through sample_at;
+ * at batch 128 of Fashion-MNIST that lookup was a tenth of a reader's time besides the
+ * copy. Nothing can be a bad record here: only an id out of range fails. */
+static em_status fill_rows(em_source *s, const int64_t *ids, int64_t n, int64_t base, uint8_t *xd, int64_t *yd,
+                           int64_t *kept_ids) {
+  const uint8_t *rows, *labels = NULL;
+  int ldtype = EM_INT64;
+  if (s->kind == SRC_IDX) {
+    rows = em_tensor_data(s->images);
+    if (s->has_labels) labels = em_tensor_data(s->labels), ldtype = (int)em_tensor_dtype(s->labels);
+  } else {
+    rows = s->x.map + s->x.data_offset;
+    if (s->has_labels) labels = s->y.map + s->y.data_offset, ldtype = (int)s->y.dtype;
+  }
+  size_t row = (size_t)s->row_bytes;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t id;
+    if (__builtin_sub_overflow(ids[i], base, &id) || id < 0 || id >= s->n) /* ids may come from a peer */
+      return em_set_error(EM_ERR_INDEX, OP ": sample id %lld is out of range (expected %lld..%lld)", (long long)ids[i],
+                          (long long)base, (long long)(s->n - 1 + base));
+    memcpy(xd + (size_t)i * row, rows + (size_t)id * row, row);
+    if (yd && labels) yd[i] = label_of(labels, ldtype, id) + s->label_offset;
+    if (kept_ids) kept_ids[i] = ids[i];
+  }
+  return EM_OK;
+}
+
 em_status em_source_fill(em_source *s, const int64_t *ids, int64_t n, int64_t base, const em_augment *aug,
                          uint64_t seed, uint64_t epoch, em_tensor *x, em_tensor *y, int skip_bad, int64_t *kept,
                          int64_t *kept_ids, int64_t *skipped, em_stage_times *times) {
@@ -524,6 +569,14 @@ em_status em_source_fill(em_source *s, const int64_t *ids, int64_t n, int64_t ba
   double t_read = 0, t_decode = 0, t0 = em_clock_monotonic();
   int64_t k = 0, bad = 0;
   int plain_copy = !augments(aug);
+  if (plain_copy && (s->kind == SRC_IDX || s->kind == SRC_NPY) && xrow == s->row_bytes &&
+      !(s->image && s->last && s->c > 1)) {
+    st = fill_rows(s, ids, n, base, xd, yd, kept_ids);
+    if (st) return st;
+    *kept = n;
+    if (times) times->read += em_clock_monotonic() - t0; /* in-memory sources: the copy is the read */
+    return EM_OK;
+  }
   char first_bad[1024] = "";
   for (int64_t i = 0; i < n; i++) {
     int64_t id;

@@ -1,7 +1,8 @@
 /* test_pipeline_ring.c - the ring of batch notices between a reader and a trainer on one host
  * (runtime/data/pipeline/ring.c): nothing goes in until the trainer attaches, one trainer at a
  * time, notices come out whole and in order, a full ring or an oversized notice is refused
- * (the reader then uses ZeroMQ), and a reader's corrupt notice or runaway head is caught.
+ * (the reader then uses ZeroMQ), and a reader's corrupt notice or runaway head is caught;
+ * leases the other way likewise.
  * Both sides live in this process: the "trainer" maps the ring's memfd through /proc, as a
  * trainer on the host does. */
 #include <stdint.h>
@@ -152,6 +153,115 @@ static void test_misbehaving_reader(void **state) {
   close_both(&s);
 }
 
+/* The leases' ring, after the notices' (pipeline/ring.c): a lease header's three 64-byte
+ * lines (head, the trainer's; tail and waiting, the reader's), then the entries. */
+static char *lease_hdr_at(side *s) {
+  return (char *)s->base + s->bytes - (uint64_t)DP_RING_LEASES * DP_RING_LEASE_BYTES - 192;
+}
+
+/* A LEASE of n ids (id k = tag * 1000 + k) from the trainer side. */
+static int put_lease(side *s, uint64_t session, int tag, int64_t n) {
+  dp_hdr h;
+  dp_hdr_init(&h, DP_LEASE);
+  h.session = session;
+  h.item = tag;
+  h.n = n;
+  int64_t *ids = malloc((size_t)n * sizeof *ids);
+  for (int64_t k = 0; k < n; k++) ids[k] = tag * 1000 + k;
+  int64_t slots[2] = {tag, tag + 1};
+  const void *data[3] = {&h, ids, slots};
+  size_t size[3] = {sizeof h, (size_t)n * sizeof *ids, sizeof slots};
+  int r = dp_ring_put_lease(s->base, s->bytes, session, 3, data, size);
+  free(ids);
+  return r;
+}
+
+static void expect_lease(side *s, int tag, int64_t n) {
+  zmq_msg_t f[DP_RING_FRAMES];
+  int nf = 0;
+  assert_int_equal(dp_ring_take_lease(s->ring, &nf, f), 1);
+  assert_int_equal(nf, 3);
+  dp_hdr h;
+  assert_true(dp_hdr_valid(zmq_msg_data(&f[0]), zmq_msg_size(&f[0])));
+  memcpy(&h, zmq_msg_data(&f[0]), sizeof h);
+  assert_int_equal(h.kind, DP_LEASE);
+  assert_int_equal(h.item, tag);
+  assert_true(dp_lease_valid(&h, nf, zmq_msg_size(&f[1])));
+  assert_int_equal(h.n, n);
+  const int64_t *ids = zmq_msg_data(&f[1]);
+  for (int64_t k = 0; k < n; k++) assert_int_equal(ids[k], tag * 1000 + k);
+  int64_t slots[2];
+  assert_int_equal(zmq_msg_size(&f[2]), sizeof slots);
+  memcpy(slots, zmq_msg_data(&f[2]), sizeof slots);
+  assert_int_equal(slots[0], tag);
+  assert_int_equal(slots[1], tag + 1);
+  for (int i = 0; i < nf; i++) zmq_msg_close(&f[i]);
+}
+
+/* Leases from the trainer to the reader: only the attached trainer writes them, they come
+ * out whole and in order across wrap-arounds, a full ring or an oversized lease is refused
+ * (ZeroMQ carries it), and a trainer's corrupt entry or runaway head is dropped without
+ * losing the ring. */
+static void test_leases(void **state) {
+  (void)state;
+  side s = open_both();
+  zmq_msg_t f[DP_RING_FRAMES];
+  int nf = 0;
+  assert_int_equal(dp_ring_session(s.ring), 0);
+  assert_int_equal(put_lease(&s, 4, 1, 8), 0); /* not attached */
+  assert_int_equal(dp_ring_take_lease(s.ring, &nf, f), 0);
+  assert_int_equal(dp_ring_attach(s.base, s.bytes, 4), 1);
+  assert_int_equal(dp_ring_session(s.ring), 4);
+  assert_int_equal(put_lease(&s, 5, 1, 8), 0); /* another trainer's session */
+  assert_int_equal(put_lease(&s, 4, 1, 128), 1);
+  assert_int_equal(put_lease(&s, 4, 2, 3), 1);
+  expect_lease(&s, 1, 128);
+  expect_lease(&s, 2, 3);
+  assert_int_equal(dp_ring_take_lease(s.ring, &nf, f), 0);
+  /* oversized: more ids than an entry holds */
+  assert_int_equal(put_lease(&s, 4, 3, DP_RING_LEASE_BYTES / 8), 0);
+  /* full after DP_RING_LEASES, in order three times around */
+  int next_put = 0, next_take = 0;
+  for (int round = 0; round < 3; round++) {
+    while (put_lease(&s, 4, next_put % 50, 16)) next_put++;
+    assert_int_equal(next_put - next_take, DP_RING_LEASES);
+    while (next_take < next_put) expect_lease(&s, next_take++ % 50, 16);
+  }
+  /* a corrupt frame count, then a frame size past the entry: each dropped, the next comes */
+  assert_int_equal(put_lease(&s, 4, 7, 4), 1);
+  assert_int_equal(put_lease(&s, 4, 8, 4), 1);
+  uint64_t *tail = (uint64_t *)(lease_hdr_at(&s) + 64), *head = (uint64_t *)lease_hdr_at(&s);
+  char *entries = lease_hdr_at(&s) + 192;
+  uint32_t *e = (uint32_t *)(entries + (*tail % DP_RING_LEASES) * DP_RING_LEASE_BYTES);
+  e[0] = 99;
+  assert_int_equal(dp_ring_take_lease(s.ring, &nf, f), -1);
+  e = (uint32_t *)(entries + (*tail % DP_RING_LEASES) * DP_RING_LEASE_BYTES);
+  e[2] = DP_RING_LEASE_BYTES;
+  assert_int_equal(dp_ring_take_lease(s.ring, &nf, f), -1);
+  assert_int_equal(dp_ring_take_lease(s.ring, &nf, f), 0);
+  /* a head far past the tail: what is there is dropped, and leases flow again */
+  *head = *tail + DP_RING_LEASES + 3;
+  assert_int_equal(dp_ring_take_lease(s.ring, &nf, f), -1);
+  assert_int_equal(dp_ring_take_lease(s.ring, &nf, f), 0);
+  assert_int_equal(put_lease(&s, 4, 9, 5), 1);
+  expect_lease(&s, 9, 5);
+  /* a reader about to sleep: told when a lease is already there, and the trainer sees it
+   * waiting (so it sends through ZeroMQ, or wakes it after writing) */
+  assert_int_equal(dp_ring_reader_waiting(s.base, s.bytes), 0);
+  assert_int_equal(dp_ring_set_waiting(s.ring, 1), 0);
+  assert_int_equal(dp_ring_reader_waiting(s.base, s.bytes), 1);
+  assert_int_equal(put_lease(&s, 4, 11, 5), 1);
+  assert_int_equal(dp_ring_set_waiting(s.ring, 1), 1); /* a lease came: do not sleep */
+  assert_int_equal(dp_ring_set_waiting(s.ring, 0), 0);
+  assert_int_equal(dp_ring_reader_waiting(s.base, s.bytes), 0);
+  expect_lease(&s, 11, 5);
+  /* the trainer lets go: no more leases through the ring */
+  dp_ring_detach(s.base, s.bytes, 4);
+  assert_int_equal(dp_ring_session(s.ring), 0);
+  assert_int_equal(put_lease(&s, 4, 10, 5), 0);
+  close_both(&s);
+}
+
 /* The checks both ends apply to a peer's LEASE, SLOTS, HELLO and WELCOME (pipeline/wire.h). */
 static void test_message_checks(void **state) {
   (void)state;
@@ -194,6 +304,7 @@ int main(void) {
       cmocka_unit_test(test_full_ring_and_wrap),
       cmocka_unit_test(test_misbehaving_reader),
       cmocka_unit_test(test_message_checks),
+      cmocka_unit_test(test_leases),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,7 +36,7 @@ def frames(*fs):  # fuzz_wire.h fz_frames: 2-byte lengths, the last frame takes 
 # dp_hdr (runtime/data/pipeline/wire.h): 120 bytes
 KIND = dict(HELLO=1, LEASE=5, BATCH=6, SLOTS=11)
 def hdr(kind, session=0, plan=0, item=0, n=0, ntensors=0, flags=0):
-    return struct.pack('<IHHIiQQQqqQq4d2d', 0x50444d45, 4, KIND[kind], flags, ntensors, session, plan, 0, item, n,
+    return struct.pack('<IHHIiQQQqqQq4d2d', 0x50444d45, 5, KIND[kind], flags, ntensors, session, plan, 0, item, n,
                        0, 0, 0, 0, 0, 0, 0, 0)
 
 
@@ -94,6 +94,9 @@ def main():
     put('wire_batch', 'batch', frames(b'Dreader', *batch))
     entry = struct.pack('<5I', 4, *[len(f) for f in batch]) + b''.join(f + bytes(-len(f) % 8) for f in batch)
     put('wire_ring', 'notice', entry)
+    lease = [hdr('LEASE', session=7, plan=1, n=3), struct.pack('<3q', 0, 1, 3), struct.pack('<2q', 0, 1)]
+    put('wire_ring', 'lease', struct.pack('<5I', 3, *[len(f) for f in lease], 0) +
+        b''.join(f + bytes(-len(f) % 8) for f in lease))
     # ---- written by ember: JPEG, TFRecord, .emg, safetensors
     lua = r'''
 local ember = require 'ember'

@@ -216,7 +216,7 @@ describe('the trainer', function()
     F.defer(function() zmq.zmq_close(s); zmq.zmq_ctx_term(ctx) end)
     assert.equal(0, zmq.zmq_connect(s, l:endpoint()))
     local h = ffi.new('test_dp_hdr')
-    h.magic, h.version = 0x50444d45, 4   -- DP_MAGIC, DP_VERSION (runtime/data/pipeline/wire.h)
+    h.magic, h.version = 0x50444d45, 5   -- DP_MAGIC, DP_VERSION (runtime/data/pipeline/wire.h)
     -- noise: a short frame, a wrong magic, too many frames, a hello of the wrong size
     frames(s, { 'hello' })
     local bad = ffi.new('test_dp_hdr', h)

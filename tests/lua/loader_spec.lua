@@ -107,16 +107,18 @@ describe('ember.data.ReaderLoader', function()
 
   it('delivers exactly once when the one reader, announcing batches in its ring, is killed', function()
     -- one reader on 2+ cores: its notices go through the shared-memory ring, and those it
-    -- published but the trainer had not taken die with it (the items are leased again)
+    -- published but the trainer had not taken die with it (the items are leased again); a
+    -- reader always at work (2 ms a sample) gets its leases through the ring too, and those
+    -- it had not taken die with it as well
     local dir = F.tmpdir()
     local l = loader { dataset = F.lua_dataset(dir), dataset_options = { n = 120, delay = 0.002 }, batch_size = 4,
       shuffle = true, seed = 2, num_workers = 1, max_restarts = 2, heartbeat = 0.05, heartbeat_timeout = 2,
       timeout = 30 }
-    local all, ring_before = {}, nil
+    local all, ring_before, leases_before = {}, nil, nil
     for b in l:epoch(1) do
       for i = 1, b.ids:numel() do all[#all + 1] = b.ids[i]:item() end
       if not ring_before and #all >= 40 then
-        ring_before = l:stats().ring_batches
+        ring_before, leases_before = l:stats().ring_batches, l:stats().ring_leases
         os.execute('kill -9 ' .. l:workers()[1])
       end
     end
@@ -125,7 +127,10 @@ describe('ember.data.ReaderLoader', function()
     assert.equal(1, s.workers_lost)
     assert.is_true(s.respawned >= 1)
     local cpus = F.cpus()
-    if cpus >= 2 then assert.is_true(ring_before >= 5, 'ring batches before the kill: ' .. ring_before) end
+    if cpus >= 2 then
+      assert.is_true(ring_before >= 5, 'ring batches before the kill: ' .. ring_before)
+      assert.is_true(leases_before >= 3, 'ring leases before the kill: ' .. leases_before)
+    end
     local _, again = F.collect(l, 2)   -- the new reader serves the next epoch, through its own ring
     F.exactly_once(again, 120)
   end)
@@ -362,6 +367,10 @@ describe('ember.data.ReaderLoader', function()
     -- when the reader leaves a core to the trainer (pipeline/coordinator.c, take_ring)
     local cpus = F.cpus()
     assert.equal(cpus >= 2 and 320 or 0, s.ring_batches)
+    -- and leases the other way, only while the reader is at work (how many depends on how
+    -- often it ran dry: ZeroMQ wakes a sleeping reader; pipeline/ring.c)
+    assert.is_true(s.ring_leases >= 0 and s.ring_leases < 320, 'ring leases ' .. s.ring_leases)
+    if cpus < 2 then assert.equal(0, s.ring_leases) end
     assert.is_true(s.shm_lent > 100 and s.shm_lent < 320, 'lent ' .. s.shm_lent)
     assert.equal(s.shm_lent, s.slots_lent)
     for _, b in ipairs(kept) do assert.is_true(intact(b)) end
@@ -403,6 +412,7 @@ describe('ember.data.ReaderLoader', function()
     assert.equal(16, s.batches)
     assert.equal(0, s.shm_batches)
     assert.equal(0, s.ring_batches)
+    assert.equal(0, s.ring_leases)
   end)
 
   it('checks its options', function()

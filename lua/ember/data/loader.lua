@@ -590,7 +590,7 @@ function Loader:load_state(s)
 end
 
 local STAT_FIELDS = { 'batches', 'samples', 'bytes', 'received', 'duplicates', 'reissued', 'skipped', 'shm_batches',
-  'ring_batches',
+  'ring_batches', 'ring_leases',
   'shm_lent', 'slots_lent',
   'workers', 'workers_seen', 'workers_lost', 'workers_rejected', 'respawned', 'leased', 'buffered', 'max_outstanding',
   'read_s', 'decode_s', 'transform_s', 'send_s', 'wait_s' }

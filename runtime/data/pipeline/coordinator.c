@@ -99,6 +99,28 @@ static int send_to(dp_coord *c, const dp_worker *w, const uint8_t *rid, size_t r
   return send_to2(c, w, rid, rid_len, h, extra, extra_len, NULL, 0);
 }
 
+/* A LEASE or SLOTS through w's ring (pipeline/ring.c) rather than ZeroMQ, once the reader
+ * has shown it took the welcome (a message it found in the ring before that would be for a
+ * session it does not know, and dropped). A LEASE (`lease` 1) goes this way only while the
+ * reader holds a lease it has not answered, so it is at work and takes it when it asks for
+ * its next lease (a reader out of work looks at its ring for a while, then sleeps until
+ * ZeroMQ wakes it); SLOTS always can: a reader looks at the ring before it finds itself
+ * short of slots. Returns 1 when the message went. */
+static int to_ring(dp_coord *c, dp_worker *w, int lease, int nframes, const void *const *data, const size_t *size) {
+  if (!w->ring || !w->in_session || (lease && w->nleases == 0)) return 0;
+  void *base = (void *)dp_shm_map_data(w->ring);
+  uint64_t bytes = dp_shm_map_bytes(w->ring);
+  if (lease && dp_ring_reader_waiting(base, bytes)) return 0; /* asleep: ZeroMQ wakes it */
+  if (!dp_ring_put_lease(base, bytes, c->session, nframes, data, size)) return 0;
+  if (lease && dp_ring_reader_waiting(base, bytes)) { /* it went to sleep just now: wake it */
+    dp_hdr h;
+    dp_hdr_init(&h, DP_HEARTBEAT);
+    h.session = c->session;
+    send_to(c, w, NULL, 0, &h, NULL, 0);
+  }
+  return 1;
+}
+
 /* Shared-memory slots the trainer is done with go back to their reader in batches: on the
  * next LEASE to that reader (a third frame), or in a SLOTS message once several have
  * gathered or the reader has no lease left to carry them. A message per slot cost a
@@ -110,7 +132,9 @@ static void send_slots(dp_coord *c, dp_worker *w) {
   dp_hdr_init(&h, DP_SLOTS);
   h.session = c->session;
   h.n = w->nfree;
-  send_to(c, w, NULL, 0, &h, w->free_slots, (size_t)w->nfree * sizeof(int64_t));
+  const void *data[2] = {&h, w->free_slots};
+  size_t size[2] = {sizeof h, (size_t)w->nfree * sizeof(int64_t)};
+  if (!to_ring(c, w, 0, 2, data, size)) send_to(c, w, NULL, 0, &h, w->free_slots, size[1]);
   w->nfree = 0; /* a failed send: the reader is going; its slots go with it */
 }
 
@@ -131,11 +155,14 @@ static void slot_returned(void *ctx, struct dp_shm_map *map, int64_t slot) {
     }
 }
 
-/* End of a turn: slots no lease carried go now if enough have gathered or no lease is out
- * to that reader (the next lease may be far off). */
+/* End of a turn: slots no lease carried go now if enough have gathered, no lease is out to
+ * that reader (the next lease may be far off), or its ring can take them (no wake-up to
+ * save: slots kept back here were what left a reader short of slots, sending inline). */
 static void flush_slots(dp_coord *c) {
   for (dp_worker *w = c->workers; w; w = w->next)
-    if (w->nfree >= DP_FREE_SLOTS_BATCH || (w->nfree && w->nleases == 0)) send_slots(c, w);
+    if (w->nfree &&
+        (w->nfree >= DP_FREE_SLOTS_BATCH || w->nleases == 0 || (w->ring && w->in_session)))
+      send_slots(c, w);
 }
 
 static dp_hdr header(em_loader *l, int kind) {
@@ -294,6 +321,7 @@ static void on_hello(em_loader *l, frames *m) {
     stats_workers(l);
   }
   w->last_seen = em_clock_monotonic();
+  w->in_session = 0; /* until it answers under the session this welcome gives */
   dp_hdr h = header(l, DP_WELCOME);
   h.heartbeat_s = l->o.heartbeat_s;
   h.heartbeat_timeout_s = l->o.heartbeat_timeout_s;
@@ -417,6 +445,7 @@ static void on_message(em_loader *l, frames *m) {
   }
   dp_worker *w = find_worker(c, &m->f[0]);
   if (w) w->last_seen = now;
+  if (w && h.session == c->session) w->in_session = 1;
   if (!w && (h.kind == DP_BATCH || h.kind == DP_ERROR || h.kind == DP_FATAL)) {
     /* Only a reader that said hello (and was welcomed) may deliver results or end the run:
      * anyone who can reach the endpoint could send a FATAL. A reader whose dataset fails
@@ -481,6 +510,7 @@ static int drain_rings(em_loader *l) {
           c->notice_gap = c->notice_gap > 0 ? c->notice_gap + (gap - c->notice_gap) / 8 : gap;
         }
         c->last_message = w->last_seen = c->last_notice = now;
+        if (h.session == c->session) w->in_session = 1;
         if (on_batch(l, &m, w)) {
           pthread_mutex_lock(&l->mu);
           l->stats.ring_batches++;
@@ -603,7 +633,7 @@ static void lease_items(em_loader *l) {
    * cost those wake-ups per batch; the reader still holds leases to work on meanwhile. */
   int low = l->o.worker_queue - (l->o.worker_queue + 1) / 2;
   for (dp_worker *w = c->workers; w; w = w->next) w->topping_up = w->nleases <= low;
-  int64_t out = outstanding(l), max_out = out;
+  int64_t out = outstanding(l), max_out = out, via_ring = 0;
   while (out < l->o.prefetch) {
     while (c->next_pending < c->plan.n_items && c->items[c->next_pending].state != IT_PENDING) c->next_pending++;
     if (c->next_pending >= c->plan.n_items) break;
@@ -624,8 +654,18 @@ static void lease_items(em_loader *l) {
     h.item = k;
     h.n = c->plan.item_len[k];
     h.flags = l->o.skip_bad ? DP_FLAG_SKIP_BAD : 0;
-    if (send_to2(c, w, NULL, 0, &h, c->plan.ids + c->plan.item_pos[k], (size_t)h.n * sizeof(int64_t),
-                 w->nfree ? w->free_slots : NULL, (size_t)w->nfree * sizeof(int64_t))) {
+    const void *data[3] = {&h, c->plan.ids + c->plan.item_pos[k], w->free_slots};
+    size_t size[3] = {sizeof h, (size_t)h.n * sizeof(int64_t), (size_t)w->nfree * sizeof(int64_t)};
+    int ring = to_ring(c, w, 1, w->nfree ? 3 : 2, data, size);
+    if (!ring && w->nfree && w->ring && w->in_session) {
+      /* slots given back go through the ring ahead of a lease through ZeroMQ: the ring's
+       * next leases could overtake that lease, leaving the reader short of slots */
+      send_slots(c, w);
+      size[2] = 0;
+    }
+    if (ring) {
+      via_ring++;
+    } else if (send_to2(c, w, NULL, 0, &h, data[1], size[1], size[2] ? w->free_slots : NULL, size[2])) {
       if (errno != EHOSTUNREACH) break; /* its queue is full: later */
       lose_worker(l, w, "its connection closed");
       continue;
@@ -642,6 +682,7 @@ static void lease_items(em_loader *l) {
   pthread_mutex_lock(&l->mu);
   if (max_out > l->stats.max_outstanding) l->stats.max_outstanding = max_out;
   l->stats.leased = c->total_leases;
+  l->stats.ring_leases += via_ring;
   pthread_mutex_unlock(&l->mu);
 }
 

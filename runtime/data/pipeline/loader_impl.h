@@ -79,6 +79,8 @@ typedef struct dp_worker {
   int64_t free_slots[DP_FREE_SLOTS_MAX]; /* its shared-memory slots to give back */
   int nfree;
   int topping_up; /* lease_items: this turn, it may get leases */
+  int in_session; /* it sent something with this trainer's session since its last hello: it took
+                     the welcome, so a lease in its ring is not taken before it knows the session */
   int64_t batches;
   struct dp_worker *next;
 } dp_worker;

@@ -27,6 +27,8 @@
 #define RD_MAX_CONN 16
 #define RD_MAX_FRAMES 5
 #define RD_MAX_SLOTS_BACK 64 /* slot numbers in one SLOTS message or LEASE, at most */
+#define RD_RING_POLL_MIN_S 50e-6 /* a reader out of work looks at its ring of leases after this, */
+#define RD_RING_POLL_MAX_S 200e-6 /* then after twice as long, up to this; then it sleeps */
 
 typedef struct rd_msg {
   struct rd_msg *next;
@@ -143,6 +145,51 @@ static void free_slots(em_reader *r, int ci, const zmq_msg_t *frame) {
       r->arena->state[s[i]] = SLOT_FREE;
 }
 
+/* Under mu: a LEASE from trainer ci (through ZeroMQ or the ring) for the caller. */
+static void queue_lease(em_reader *r, int ci, const dp_hdr *h, zmq_msg_t *f, int n) {
+  if (!dp_lease_valid(h, n, zmq_msg_size(&f[1]))) return;
+  if (n == 3) free_slots(r, ci, &f[2]);
+  rd_msg *m = calloc(1, sizeof *m);
+  if (m) m->ids = malloc(zmq_msg_size(&f[1]));
+  if (!m || !m->ids) {
+    free(m);
+    return;
+  }
+  memcpy(m->ids, zmq_msg_data(&f[1]), zmq_msg_size(&f[1]));
+  m->conn = ci;
+  m->hdr = *h;
+  m->skip_bad = (h->flags & DP_FLAG_SKIP_BAD) != 0;
+  m->shm_ok = r->conn[ci].shm_ok;
+  append(&r->leases, &r->leases_tail, m);
+  pthread_cond_broadcast(&r->cv);
+}
+
+/* Under mu: the leases (and SLOTS) the attached trainer wrote into the ring, handled as if
+ * they had come through ZeroMQ (one for a session no welcomed connection has is dropped, as
+ * there). Returns how many the ring held. */
+static int take_ring_leases(em_reader *r) {
+  int taken = 0;
+  for (int k = 0; r->ring && k < DP_RING_LEASES; k++) {
+    zmq_msg_t f[DP_RING_FRAMES];
+    int n = 0, got = dp_ring_take_lease(r->ring, &n, f);
+    if (got == 0) break;
+    taken++;
+    if (got < 0) continue;
+    dp_hdr h;
+    if (n >= 2 && dp_hdr_valid(zmq_msg_data(&f[0]), zmq_msg_size(&f[0]))) {
+      memcpy(&h, zmq_msg_data(&f[0]), sizeof h);
+      for (int ci = 0; ci < r->nconn; ci++)
+        if (r->conn[ci].welcomed && r->conn[ci].session == h.session) {
+          if (h.kind == DP_LEASE) queue_lease(r, ci, &h, f, n);
+          else if (h.kind == DP_SLOTS && dp_slots_valid(&h, n, zmq_msg_size(&f[1]))) free_slots(r, ci, &f[1]);
+          break;
+        }
+    }
+    for (int i = 0; i < n; i++) zmq_msg_close(&f[i]);
+  }
+  return taken;
+}
+
 static void on_trainer_message(em_reader *r, int ci, zmq_msg_t *f, int n) {
   rd_conn *c = &r->conn[ci];
   if (n < 1 || !dp_hdr_valid(zmq_msg_data(&f[0]), zmq_msg_size(&f[0]))) return;
@@ -181,24 +228,9 @@ static void on_trainer_message(em_reader *r, int ci, zmq_msg_t *f, int n) {
       forget_conn(r, ci);
       c->last_hello = 0;
       break;
-    case DP_LEASE: {
-      if (!c->welcomed || h.session != c->session || !dp_lease_valid(&h, n, zmq_msg_size(&f[1]))) break;
-      if (n == 3) free_slots(r, ci, &f[2]);
-      rd_msg *m = calloc(1, sizeof *m);
-      if (m) m->ids = malloc(zmq_msg_size(&f[1]));
-      if (!m || !m->ids) {
-        free(m);
-        break;
-      }
-      memcpy(m->ids, zmq_msg_data(&f[1]), zmq_msg_size(&f[1]));
-      m->conn = ci;
-      m->hdr = h;
-      m->skip_bad = (h.flags & DP_FLAG_SKIP_BAD) != 0;
-      m->shm_ok = c->shm_ok;
-      append(&r->leases, &r->leases_tail, m);
-      pthread_cond_broadcast(&r->cv);
+    case DP_LEASE:
+      if (c->welcomed && h.session == c->session) queue_lease(r, ci, &h, f, n);
       break;
-    }
     case DP_SLOTS:
       if (dp_slots_valid(&h, n, zmq_msg_size(&f[1]))) free_slots(r, ci, &f[1]);
       break;
@@ -206,7 +238,9 @@ static void on_trainer_message(em_reader *r, int ci, zmq_msg_t *f, int n) {
       forget_conn(r, ci);
       if (spawned) stop_reader(r, "the trainer closed");
       break;
-    default: break; /* HEARTBEAT */
+    default: /* HEARTBEAT: also what wakes a reader sleeping while a lease went into its ring */
+      pthread_cond_broadcast(&r->cv);
+      break;
   }
   pthread_mutex_unlock(&r->mu);
 }
@@ -518,17 +552,36 @@ em_status em_reader_next(em_reader *r, em_lease *lease, double timeout_s) {
   r->cur = NULL;
   double deadline = em_clock_monotonic() + (timeout_s > 0 ? timeout_s : 0);
   pthread_mutex_lock(&r->mu);
-  while (!r->leases && !r->stopped) {
+  /* While a trainer reads the ring it may write leases there, which wake nobody: the ring
+   * is looked at after pauses growing from RD_RING_POLL_MIN_S to RD_RING_POLL_MAX_S (a
+   * reader with work in hand finds them on its next call); after that the reader says it is
+   * waiting, and sleeps until a lease or a heartbeat through ZeroMQ wakes it (the trainer
+   * then sends it leases that way: pipeline/ring.c). */
+  double pause = RD_RING_POLL_MIN_S;
+  int waiting = 0;
+  for (;;) {
+    take_ring_leases(r);
+    if (r->leases || r->stopped) break;
     double now = em_clock_monotonic();
     if (now >= deadline) break;
+    double wait = deadline - now;
+    if (!waiting && dp_ring_session(r->ring) && wait > pause) {
+      if (pause <= RD_RING_POLL_MAX_S) {
+        wait = pause;
+        pause *= 2;
+      } else {
+        waiting = 1;
+        if (dp_ring_set_waiting(r->ring, 1)) continue; /* a lease came meanwhile */
+      }
+    }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    double wait = deadline - now;
     ts.tv_sec += (time_t)wait;
     ts.tv_nsec += (long)((wait - (double)(time_t)wait) * 1e9);
     if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
     pthread_cond_timedwait(&r->cv, &r->mu, &ts);
   }
+  if (waiting) dp_ring_set_waiting(r->ring, 0);
   if (r->leases) {
     rd_msg *m = r->leases;
     r->leases = m->next;
@@ -574,13 +627,15 @@ static int take_slot(em_reader *r, uint64_t bytes) {
     }
   }
   if (!a) r->arena = a = dp_arena_create(bytes + bytes / 8, 0);
-  if (a && a->slot_bytes >= bytes)
+  for (int again = 0; a && a->slot_bytes >= bytes && slot < 0 && again < 2; again++) {
+    if (again) take_ring_leases(r); /* slots given back through the ring, not yet seen */
     for (int s = 0; s < a->nslots; s++) /* the lowest: recently used, likely still in cache */
       if (a->state[s] == SLOT_FREE) {
         a->state[s] = SLOT_FILLING;
         slot = s;
         break;
       }
+  }
   pthread_mutex_unlock(&r->mu);
   return slot;
 }
@@ -737,7 +792,7 @@ em_status em_reader_send(em_reader *r, const em_lease *lease, int64_t kept, cons
     h.flags |= DP_FLAG_SHM;
     memset(&ref, 0, sizeof ref);
     pthread_mutex_lock(&r->mu);
-    snprintf(ref.name, sizeof ref.name, "%s", r->arena->name);
+    memcpy(ref.name, r->arena->name, sizeof ref.name); /* terminated: snprintf made it (no snprintf per batch) */
     ref.arena_id = r->arena->id;
     ref.nslots = r->arena->nslots;
     ref.arena_bytes = r->arena->bytes;

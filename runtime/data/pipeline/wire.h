@@ -19,6 +19,9 @@
  *     HEARTBEAT  [hdr]
  *     BYE        [hdr]                        the trainer is closing
  *
+ * On one host a reader's ring (pipeline/ring.c) may carry BATCH notices of shared-memory
+ * batches (without the routing id) one way, LEASE and SLOTS the other, framed alike.
+ *
  * Every field is checked on receipt: a malformed message is dropped and counted, never
  * trusted (tensor sizes against the data frame, ids against the item leased). */
 #ifndef EMBER_DP_WIRE_H
@@ -29,8 +32,9 @@
 #include "ember/data_pipeline.h"
 
 #define DP_MAGIC 0x50444d45u /* "EMDP" */
-#define DP_VERSION 4 /* 2: a LEASE may carry slots given back; dp_shm_ref names its arena; 3: HELLO names a ring;
-                          4: tensor descriptions say which tensors are jagged (em_tensor_desc.lengths) */
+#define DP_VERSION 5 /* 2: a LEASE may carry slots given back; dp_shm_ref names its arena; 3: HELLO names a ring;
+                          4: tensor descriptions say which tensors are jagged (em_tensor_desc.lengths);
+                          5: the ring carries LEASE and SLOTS from the trainer too (pipeline/ring.c) */
 #define DP_ALIGN 64 /* tensors start at multiples of this in a batch's bytes */
 
 enum dp_kind {

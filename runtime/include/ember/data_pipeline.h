@@ -72,6 +72,7 @@ typedef struct em_loader_stats {
   int64_t received, duplicates, reissued, skipped, shm_batches;
   int64_t shm_lent; /* of shm_batches, those whose tensors view the reader's slot (no copy) */
   int64_t ring_batches; /* of shm_batches, those announced through the reader's ring, not ZeroMQ */
+  int64_t ring_leases; /* leases (of all ever sent) written into a reader's ring, not sent through ZeroMQ */
   int64_t slots_lent; /* now: shared-memory slots held by batch tensors (freed by Lua's collector) */
   int64_t workers, workers_seen, workers_lost, workers_rejected, respawned;
   int64_t leased, buffered, max_outstanding; /* now, and the most ever leased + buffered */
