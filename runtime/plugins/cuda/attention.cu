@@ -91,7 +91,7 @@ template <typename T> __device__ void load_rows(T *dst, const T *src, int64_t r0
 template <typename T>
 __global__ void attn_forward(attn_k a, T *__restrict__ out, T *__restrict__ lse, const T *__restrict__ q,
                              const T *__restrict__ k, const T *__restrict__ v) {
-  extern __shared__ unsigned char smem_raw[];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
   T *smem = reinterpret_cast<T *>(smem_raw);
   const int TL = a.tile;
   const int64_t D1 = a.D + 1, V1 = a.Dv + 1, S1 = TL + 1;
@@ -168,7 +168,7 @@ template <typename T>
 __global__ void attn_backward(attn_k a, T *__restrict__ gq, T *__restrict__ gk, T *__restrict__ gv,
                               const T *__restrict__ go, const T *__restrict__ q, const T *__restrict__ k,
                               const T *__restrict__ v, const T *__restrict__ lse, const T *__restrict__ drow) {
-  extern __shared__ unsigned char smem_raw[];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
   T *smem = reinterpret_cast<T *>(smem_raw);
   const int TL = a.tile;
   const int64_t D1 = a.D + 1, V1 = a.Dv + 1, S1 = TL + 1;
