@@ -189,7 +189,7 @@ describe('recurrent layers on cuda against the CPU', function()
 
   -- Runs both modules on the same inputs, backward through the outputs and final states
   -- with the same random weights, and compares everything.
-  local function compare(cls, opts, input_size, hidden, T, B, with_state, lengths)
+  local function compare(cls, opts, input_size, hidden, T, B, with_state, lengths, seed)
     local dt = opts.dtype
     local cm, gm = pair(cls, opts, input_size, hidden, opts)
     local L = (opts.num_layers or 1) * (opts.bidirectional and 2 or 1)
@@ -204,7 +204,9 @@ describe('recurrent layers on cuda against the CPU', function()
         cg = cc:detach():to(DEVICE):requires_grad_()
       end
     end
+    if seed then ember.manual_seed(seed) end -- the same dropout masks between layers
     local yc, sc = cm(xc, cls == 'LSTM' and hc and { hc, cc } or hc, lengths)
+    if seed then ember.manual_seed(seed) end
     local yg, sg = gm(xg, cls == 'LSTM' and hg and { hg, cg } or hg, lengths)
     local outs_c = cls == 'LSTM' and { yc, sc[1], sc[2] } or { yc, sc }
     local outs_g = cls == 'LSTM' and { yg, sg[1], sg[2] } or { yg, sg }
@@ -256,6 +258,11 @@ describe('recurrent layers on cuda against the CPU', function()
     for k, t in pairs(csd) do
       assert.are.equal(0, (gsd[k]:to('cpu') - t):abs():max():item(), k)
     end
+  end)
+
+  it('dropout between layers draws the same masks as on the CPU (the modules\' F.dropout)', function()
+    local y = compare('GRU', { num_layers = 3, dropout = 0.5, dtype = 'float64' }, 3, 6, 5, 4, true, nil, 11)
+    assert(y:abs():sum():item() > 0)
   end)
 
   it('refuses a sequence of length 0 on cuda with a clear message', function()
