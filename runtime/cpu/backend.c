@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <stdlib.h>
 #include "cpu_impl.h"
+#include "cpu_seq.h"
 
 /* Training allocates and frees the same large activations every step. glibc serves
  * blocks above its (adaptive) mmap threshold with fresh mmaps, and the page faults of
@@ -123,12 +124,18 @@ void cpu_free(void *ptr, size_t nbytes, em_device device) {
 }
 
 /* Every entry of runtime/tensor/backend.h, from its list: cpu_<entry>, declared in
- * cpu_impl.h. The CPU has the kernel of each optional entry too. */
+ * cpu_impl.h (attention's in cpu_seq.h). The CPU has the kernel of each optional entry but
+ * the recurrent layer's. */
 #define cpu_optional_count_correct cpu_count_correct
 #define cpu_optional_embedding_bag_sparse_backward cpu_embedding_bag_sparse_backward
 #define cpu_optional_sparse_coalesce cpu_sparse_coalesce
 #define cpu_optional_optim_rows cpu_optim_rows
 #define cpu_optional_dot_interaction cpu_dot_interaction
 #define cpu_optional_dot_interaction_backward cpu_dot_interaction_backward
+#define cpu_optional_attention cpu_attention_forward
+#define cpu_optional_attention_backward cpu_attention_backward
+/* The recurrent layers call their CPU kernels directly (runtime/nn/rnn.c, cpu_seq.h). */
+#define cpu_optional_rnn_layer EM_BACKEND_DEFAULT
+#define cpu_optional_rnn_layer_backward EM_BACKEND_DEFAULT
 
 const em_backend cpu_tensor_backend = {.name = "cpu", EM_BACKEND_TABLE(cpu)};

@@ -3,8 +3,9 @@
  * (attention.c, one body per dtype in attention_body.h).
  *
  * They take contiguous operands of one float dtype that the nn layer has checked and
- * allocated, like the backend table's nn entries; they are called directly while only the
- * CPU has them (a CUDA version goes into the backend table beside them). */
+ * allocated, like the backend table's nn entries. Attention's two are the CPU's entries of
+ * the table (attention, attention_backward); the recurrent kernels are called directly on
+ * the CPU (what they keep for the backward differs from a device's: runtime/nn/rnn.c). */
 #ifndef EMBER_CPU_SEQ_H
 #define EMBER_CPU_SEQ_H
 
@@ -21,11 +22,7 @@
  * plain RNN the new state itself (W = H).
  * lengths (NULL: all T): a step t >= lengths[b] leaves sequence b's state as it was and
  * writes zeros to its output, so the final state is the one after its last valid step. */
-typedef struct cpu_rnn_dims {
-  int mode, reverse;
-  int64_t T, B, NI, H; /* NI: input size ("I" is complex.h's) */
-  const int64_t *lengths;
-} cpu_rnn_dims;
+typedef em_rnn_params cpu_rnn_dims; /* tensor/backend.h */
 
 /* Gates per unit and saved activations per row for a mode. */
 int cpu_rnn_gates(int mode);
@@ -51,17 +48,7 @@ em_status cpu_rnn_backward(const cpu_rnn_dims *d, em_tensor *gx, em_tensor *gh0,
  * to the scores). causal: query i sees keys j <= i (PyTorch's top-left alignment). Dropout on the probabilities with p > 0 keeps element
  * (bh, i, j) when word e % 4 of Philox block offset + e / 4, e = (bh * Tq + i) * Tk + j,
  * is at least p * 2^32; the backward regenerates the same mask. */
-typedef struct cpu_attn_args {
-  int64_t BH, Tq, Tk, D, Dv;
-  double scale;
-  int causal;
-  const char *mask_ptr; /* NULL: no mask */
-  int mask_is_bool;
-  const int64_t *mask_bh_offset; /* [BH] element offsets */
-  int64_t mask_rs, mask_cs;
-  double dropout_p;
-  uint64_t seed, offset;
-} cpu_attn_args;
+typedef em_attn_params cpu_attn_args; /* tensor/backend.h; the CPU reads mask_bh_offset */
 
 em_status cpu_attention_forward(const cpu_attn_args *a, em_tensor *out, em_tensor *lse, const em_tensor *q,
                                 const em_tensor *k, const em_tensor *v);

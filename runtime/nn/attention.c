@@ -25,10 +25,12 @@ static em_status attention_backward(em_node *n, em_tensor *const *go, em_tensor 
   a.mask_bh_offset = c->bh_offset;
   a.mask_ptr = n->saved[5] ? em_tensor_ptr(n->saved[5]) : NULL;
   em_tensor *g = NULL, *grads[3] = {NULL};
+  const em_backend *be = nn_backend(OP, n->saved[0]);
+  if (!be) return em_last_status();
   em_status st = em_contiguous(&g, go[0]);
   for (int i = 0; i < 3 && !st; i++) st = em_empty_like(&grads[i], n->saved[i]);
   if (!st)
-    st = cpu_attention_backward(&a, grads[0], grads[1], grads[2], g, n->saved[0], n->saved[1], n->saved[2], n->saved[3],
+    st = be->attention_backward(&a, grads[0], grads[1], grads[2], g, n->saved[0], n->saved[1], n->saved[2], n->saved[3],
                                 n->saved[4]);
   for (int i = 0; i < 3; i++) {
     if (!st && em_node_needs_input_grad(n, i)) gi[i] = grads[i];
@@ -44,8 +46,14 @@ static em_status check_qkv(const em_tensor *q, const em_tensor *k, const em_tens
       (st = tn_check_tensor(OP, v, "value")) || (st = nn_check_like(OP, k, "key", q)) ||
       (st = nn_check_like(OP, v, "value", q)))
     return st;
-  if (q->storage->device.type != EM_CPU || (q->dtype != EM_FLOAT32 && q->dtype != EM_FLOAT64))
-    return em_set_error(EM_ERR_UNSUPPORTED, "%s: only float32/float64 tensors on the CPU are supported so far", OP);
+  if (q->dtype != EM_FLOAT32 && q->dtype != EM_FLOAT64)
+    return em_set_error(EM_ERR_UNSUPPORTED, "%s: only float32/float64 tensors are supported so far, got %s", OP,
+                        em_dtype_name(q->dtype));
+  const em_backend *be = nn_backend(OP, q);
+  if (!be) return em_last_status();
+  if (!be->attention || !be->attention_backward)
+    return em_set_error(EM_ERR_UNSUPPORTED, "%s: not supported on %s tensors (the %s backend has no kernel for it)",
+                        OP, be->name, be->name);
   int nd = q->ndim;
   if (nd < 2 || k->ndim != nd || v->ndim != nd)
     return em_set_error(EM_ERR_SHAPE,
@@ -67,13 +75,14 @@ static em_status check_qkv(const em_tensor *q, const em_tensor *k, const em_tens
 }
 
 /* The mask expanded to [lead..., Tq, Tk] (a view) and each batch*head's offset into it. */
-static em_status prepare_mask(em_tensor **em, int64_t *offsets, const em_tensor *mask, const em_tensor *q, int64_t Tk) {
+static em_status prepare_mask(em_tensor **em, cpu_attn_args *a, int64_t *offsets, const em_tensor *mask,
+                              const em_tensor *q, int64_t Tk) {
   em_status st = tn_check_tensor(OP, mask, "mask");
   if (st) return st;
   if (mask->dtype != EM_BOOL && mask->dtype != q->dtype)
     return em_set_error(EM_ERR_DTYPE, "%s: expected the mask to be bool or %s (the query's dtype), got %s", OP,
                         em_dtype_name(q->dtype), em_dtype_name(mask->dtype));
-  if (mask->storage->device.type != q->storage->device.type)
+  if (mask->storage->device.type != q->storage->device.type || mask->storage->device.index != q->storage->device.index)
     return em_set_error(EM_ERR_DEVICE, "%s: the mask is on another device than the query", OP);
   int nd = q->ndim;
   int64_t shape[EM_MAX_DIMS];
@@ -88,6 +97,8 @@ static em_status prepare_mask(em_tensor **em, int64_t *offsets, const em_tensor 
     return em_set_error(EM_ERR_SHAPE, "%s: a mask of shape %s does not broadcast to %s ([..., L, S] of the scores)", OP,
                         EM_SHAPE(mask), tn_shape_str(nd, shape));
   if ((st = em_expand(em, mask, nd, shape))) return st;
+  a->mask_lead_ndim = nd - 2; /* a device computes the offsets itself */
+  for (int d = 0; d < nd - 2; d++) a->mask_lead_sizes[d] = shape[d], a->mask_lead_strides[d] = (*em)->strides[d];
   int64_t BH = emp_shape_numel(nd - 2, shape);
   for (int64_t bh = 0; bh < BH; bh++) {
     int64_t rest = bh, off = 0; /* from the view's first element */
@@ -123,7 +134,7 @@ em_status em_nn_scaled_dot_product_attention(em_tensor **out, const em_tensor *q
                          .scale = scale > 0 ? scale : (D > 0 ? 1 / sqrt((double)D) : 1),
                          .dropout_p = dropout_p};
   em_tensor *cq = NULL, *ck = NULL, *cv = NULL, *m = NULL, *lse = NULL, *res = NULL;
-  if (mask && !(st = prepare_mask(&m, c->bh_offset, mask, q, Tk))) {
+  if (mask && !(st = prepare_mask(&m, &c->a, c->bh_offset, mask, q, Tk))) {
     c->a.mask_is_bool = m->dtype == EM_BOOL;
     c->a.mask_rs = m->strides[nd - 2], c->a.mask_cs = m->strides[nd - 1];
   }
@@ -142,7 +153,7 @@ em_status em_nn_scaled_dot_product_attention(em_tensor **out, const em_tensor *q
     cpu_attn_args a = c->a;
     a.mask_bh_offset = c->bh_offset;
     a.mask_ptr = m ? em_tensor_ptr(m) : NULL;
-    st = cpu_attention_forward(&a, res, lse, cq, ck, cv);
+    st = nn_backend(OP, q)->attention(&a, res, lse, cq, ck, cv);
   }
   const em_tensor *in[3] = {q, k, v};
   if (!st) {

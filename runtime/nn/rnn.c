@@ -4,7 +4,10 @@
  * Lua modules' (lua/ember/nn/recurrent.lua): each layer is one call here.
  *
  * Saved for the backward: x, w_ih, w_hh (contiguous), the states before and after every
- * step and each step's gate activations; the lengths and sizes sit in the node's context. */
+ * step and each step's gate activations; the lengths and sizes sit in the node's context.
+ * On another device the backend's rnn_layer entries run the layer (CUDA: cuDNN) and the
+ * node saves x, h0, c0, y and what the backend kept (its copy of the weights and its
+ * reserve space): rnn_device_forward below. */
 #include <stdlib.h>
 #include <string.h>
 #include "cpu/cpu_seq.h"
@@ -54,6 +57,86 @@ static em_status rnn_backward(em_node *n, em_tensor *const *go, em_tensor **gi) 
   return st;
 }
 
+/* saved: 0 x, 1 h0, 2 c0, 3 y, 4 the backend's */
+static em_status rnn_device_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
+  rnn_ctx *c = n->ctx;
+  em_rnn_params d = c->d;
+  d.lengths = c->has_lengths ? c->lengths : NULL;
+  const em_tensor *x = n->saved[0];
+  const em_backend *be = nn_backend(mode_names[d.mode], x);
+  if (!be) return em_last_status();
+  em_tensor *gy = NULL, *gs = NULL, *g[7] = {NULL};
+  int64_t bh[2] = {d.B, d.H}, gh = cpu_rnn_gates(d.mode) * d.H, wih[2] = {gh, d.NI}, whh[2] = {gh, d.H};
+  em_status st = EM_OK;
+  if (go[0]) st = em_contiguous(&gy, go[0]);
+  if (!st && go[1]) st = em_contiguous(&gs, go[1]);
+  /* inputs: x, h0, c0, w_ih, w_hh, b_ih, b_hh */
+  for (int i = 0; i < 7 && !st; i++) {
+    if (!em_node_needs_input_grad(n, i)) continue;
+    if (i == 0) st = new_like(&g[0], x);
+    else if (i <= 2) st = em_empty(&g[i], 2, bh, x->dtype, x->storage->device);
+    else if (i <= 4) st = em_empty(&g[i], 2, i == 3 ? wih : whh, x->dtype, x->storage->device);
+    else st = em_empty(&g[i], 1, &gh, x->dtype, x->storage->device);
+  }
+  if (!st)
+    st = be->rnn_layer_backward(&d, g[0], g[1], g[2], g[3], g[4], g[5], g[6], gy, gs, x, n->saved[1], n->saved[2],
+                                n->saved[3], n->saved[4]);
+  for (int i = 0; i < 7; i++) {
+    if (!st) gi[i] = g[i];
+    else em_tensor_release(g[i]);
+  }
+  em_tensor_release(gy);
+  em_tensor_release(gs);
+  return st;
+}
+
+/* The layer on a device whose backend has rnn_layer: c holds the contiguous inputs (x, h0,
+ * c0, w_ih, w_hh, b_ih, b_hh), in the caller's; rc is taken over. */
+static em_status rnn_device_forward(const char *op, const em_backend *be, rnn_ctx *rc, em_tensor **c,
+                                    const em_tensor *const *in, em_tensor **out, em_tensor **state) {
+  const em_rnn_params *d = &rc->d;
+  em_tensor *y = NULL, *s = NULL, *saved = NULL;
+  int grad = ag_any_requires_grad(7, in);
+  em_device dev = c[0]->storage->device;
+  em_status st = EM_OK;
+  for (int64_t b = 0; d->lengths && b < d->B && !st; b++)
+    if (d->lengths[b] == 0)
+      st = em_set_error(EM_ERR_UNSUPPORTED,
+                        "%s: lengths[%lld] = 0: an empty sequence is supported on the CPU only (cuDNN needs at least "
+                        "one step)",
+                        op, (long long)b);
+  if (!st) st = em_empty(&y, 3, (int64_t[]){d->T, d->B, d->H}, c[0]->dtype, dev);
+  if (!st) st = em_empty(&s, 3, (int64_t[]){d->mode == EM_RNN_LSTM ? 2 : 1, d->B, d->H}, c[0]->dtype, dev);
+  if (!st) st = be->rnn_layer(d, y, s, grad ? &saved : NULL, c[0], c[1], c[2], c[3], c[4], c[5], c[6]);
+  if (!st && grad) {
+    em_node *n = ag_node_new(d->mode == EM_RNN_LSTM  ? "LstmBackward"
+                             : d->mode == EM_RNN_GRU ? "GruBackward"
+                                                     : "RnnBackward",
+                             rnn_device_backward, 7, in, 2);
+    if (n) { /* the node owns the context from here */
+      n->ctx = rc;
+      n->release_ctx = free_ctx;
+      rc = NULL;
+    }
+    int save_ok = n && !ag_node_save(n, 0, c[0]) && !ag_node_save(n, 1, c[1]) && !ag_node_save(n, 2, c[2]) &&
+                  !ag_node_save(n, 3, y) && !ag_node_save(n, 4, saved);
+    if (n && !save_ok) {
+      ag_node_release(n);
+      n = NULL;
+    }
+    if (!n) st = em_last_status();
+    else if (!(st = ag_set_history(y, n, 0))) st = ag_set_history(s, n, 1);
+  }
+  free(rc);
+  em_tensor_release(saved);
+  if (st) {
+    em_tensor_release(y), em_tensor_release(s);
+    return st;
+  }
+  *out = y, *state = s;
+  return EM_OK;
+}
+
 static em_status check_state(const char *op, const em_tensor *t, const char *what, const em_tensor *x, int64_t B,
                              int64_t H) {
   em_status st = nn_check_like(op, t, what, x);
@@ -97,8 +180,16 @@ em_status em_nn_rnn(em_tensor **out, em_tensor **state, em_rnn_mode mode, const 
   if (x->ndim != 3)
     return em_set_error(EM_ERR_SHAPE, "%s: expected the input to be 3-d [seq_len, batch, input_size], got %s", op,
                         EM_SHAPE(x));
-  if (x->storage->device.type != EM_CPU || (x->dtype != EM_FLOAT32 && x->dtype != EM_FLOAT64))
-    return em_set_error(EM_ERR_UNSUPPORTED, "%s: only float32/float64 tensors on the CPU are supported so far", op);
+  if (x->dtype != EM_FLOAT32 && x->dtype != EM_FLOAT64)
+    return em_set_error(EM_ERR_UNSUPPORTED, "%s: only float32/float64 tensors are supported so far, got %s", op,
+                        em_dtype_name(x->dtype));
+  const em_backend *be = NULL;
+  if (x->storage->device.type != EM_CPU) {
+    if (!(be = nn_backend(op, x))) return em_last_status();
+    if (!be->rnn_layer || !be->rnn_layer_backward)
+      return em_set_error(EM_ERR_UNSUPPORTED, "%s: not supported on %s tensors (the %s backend has no kernel for it)",
+                          op, be->name, be->name);
+  }
   int64_t T = x->sizes[0], B = x->sizes[1], NI = x->sizes[2], G = cpu_rnn_gates(mode);
   if (T < 1 || B < 1 || NI < 1)
     return em_set_error(EM_ERR_SHAPE, "%s: expected a non-empty input [seq_len, batch, input_size], got %s", op,
@@ -134,6 +225,12 @@ em_status em_nn_rnn(em_tensor **out, em_tensor **state, em_rnn_mode mode, const 
   em_tensor *c[7] = {NULL}, *r[5] = {NULL};
   st = EM_OK;
   for (int i = 0; i < 7 && !st; i++) st = nn_contiguous(&c[i], in[i]);
+  if (be) {
+    if (!st) st = rnn_device_forward(op, be, rc, c, in, out, state);
+    else free(rc);
+    nn_release(7, c);
+    return st;
+  }
   int64_t W = cpu_rnn_act_width(mode, H), S = mode == EM_RNN_LSTM ? 2 : 1;
   em_device dev = x->storage->device;
   if (!st) st = em_empty(&r[0], 3, (int64_t[]){T, B, H}, x->dtype, dev);

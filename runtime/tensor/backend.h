@@ -22,7 +22,7 @@ extern "C" {
 
 /* Raised whenever an entry, its parameters or one of the structs below changes: plugins
  * built against another version are refused when they load (see EM_BACKEND_ABI). */
-#define EM_BACKEND_API_VERSION 3
+#define EM_BACKEND_API_VERSION 4
 
 typedef enum em_random_kind {
   EM_RANDOM_UNIFORM,
@@ -78,6 +78,38 @@ typedef struct em_class_loss_params {
   int log_input; /* 1: the input holds log-probabilities (nll_loss) */
   int base;
 } em_class_loss_params;
+
+/* One recurrent layer in one direction (runtime/nn/rnn.c has checked it): mode is an
+ * em_rnn_mode (ember/nn.h); x [T, B, NI] time-major; lengths (host memory, [B], each in
+ * 1..T for a backend entry) or NULL for all T; reverse walks time from T - 1 down to 0
+ * (each sequence from its last valid step). */
+typedef struct em_rnn_params {
+  int mode, reverse;
+  int64_t T, B, NI, H; /* NI: input size ("I" is complex.h's) */
+  const int64_t *lengths;
+} em_rnn_params;
+
+/* Fused attention over BH = the product of the leading dims: q [BH, Tq, D], k [BH, Tk, D],
+ * v [BH, Tk, Dv] (runtime/nn/attention.c has checked them). The mask (NULL mask_ptr:
+ * none), expanded to [lead..., Tq, Tk], is read with element strides: rows mask_rs,
+ * columns mask_cs, and per batch*head either mask_bh_offset[bh] (host memory, the CPU's)
+ * or, on a device, mask_lead_sizes/strides over the mask_lead_ndim leading dims (bh
+ * row-major over them). bool (1 = attend) or q's dtype (added). causal: key j is seen by
+ * query i when j <= i. Dropout (p > 0) keeps (bh, i, j) when word e % 4 of Philox block
+ * offset + e / 4, e = (bh * Tq + i) * Tk + j, is at least p * 2^32. */
+typedef struct em_attn_params {
+  int64_t BH, Tq, Tk, D, Dv;
+  double scale;
+  int causal;
+  const char *mask_ptr;
+  int mask_is_bool;
+  const int64_t *mask_bh_offset;
+  int64_t mask_rs, mask_cs;
+  int mask_lead_ndim;
+  int64_t mask_lead_sizes[EM_MAX_DIMS], mask_lead_strides[EM_MAX_DIMS];
+  double dropout_p;
+  uint64_t seed, offset;
+} em_attn_params;
 
 /* The op table. X(P, name, return type, parameters...) is an entry every backend provides;
  * O(P, ...) is an optional entry, whose comment starts with its default. P is passed
@@ -237,6 +269,28 @@ typedef struct em_class_loss_params {
   /* default (NULL): unsupported. grads[i] [B, D] (allocated; each may be NULL) from gout [B, D + P] */              \
   O(P, dot_interaction_backward, em_status, em_tensor *const *grads, const em_tensor *gout,                           \
     em_tensor *const *features, int n, int self_interaction)                                                           \
+  /* default (NULL): unsupported on the device (the CPU's kernels are called directly). One recurrent layer (p):  \
+   * y [T, B, H] and state [S, B, H] (the final h, and c for the LSTM: S = 2) from x, h0, c0 [B, H] (NULL:     \
+   * zeros), w_ih [G*H, NI], w_hh [G*H, H], b_ih, b_hh [G*H] (NULL: none), PyTorch's layout. When saved is not  \
+   * NULL the backend stores in *saved a new tensor on the device with what its backward needs */     \
+  O(P, rnn_layer, em_status, const em_rnn_params *p, em_tensor *y, em_tensor *state, em_tensor **saved,                      \
+    const em_tensor *x, const em_tensor *h0, const em_tensor *c0, const em_tensor *w_ih, const em_tensor *w_hh,         \
+    const em_tensor *b_ih, const em_tensor *b_hh)                                                                      \
+  /* default (NULL): unsupported. The gradients (each may be NULL: not wanted) from gy [T, B, H] and gstate          \
+   * [S, B, H] (either may be NULL: zeros), the forward's x, h0, c0 and y, and what it saved (the weights are   \
+   * the backend's to keep there) */     \
+  O(P, rnn_layer_backward, em_status, const em_rnn_params *p, em_tensor *gx, em_tensor *gh0, em_tensor *gc0,           \
+    em_tensor *gw_ih, em_tensor *gw_hh, em_tensor *gb_ih, em_tensor *gb_hh, const em_tensor *gy,                       \
+    const em_tensor *gstate, const em_tensor *x, const em_tensor *h0, const em_tensor *c0, const em_tensor *y,         \
+    const em_tensor *saved)                                                                                            \
+  /* default (NULL): unsupported on the device. Fused attention (p): out [BH, Tq, Dv] and lse [BH, Tq] (each row's logsumexp of  \
+   * its scaled, masked scores; -inf, with a zero output row, where no key is visible) */     \
+  O(P, attention, em_status, const em_attn_params *p, em_tensor *out, em_tensor *lse, const em_tensor *q,               \
+    const em_tensor *k, const em_tensor *v)                                                                            \
+  /* default (NULL): unsupported. gq, gk, gv (allocated, all three) from gout and the forward's out and lse */           \
+  O(P, attention_backward, em_status, const em_attn_params *p, em_tensor *gq, em_tensor *gk, em_tensor *gv,            \
+    const em_tensor *gout, const em_tensor *q, const em_tensor *k, const em_tensor *v, const em_tensor *out,           \
+    const em_tensor *lse)                                                                                              \
   /* gx = y > 0 ? gy : 0, ReLU's backward from its output (one pass, no mask tensor) */                                \
   X(P, relu_backward, em_status, em_tensor *gx, const em_tensor *gy, const em_tensor *y)
 
@@ -266,7 +320,7 @@ typedef struct em_backend {
 #define EM_BACKEND_ABI(X)                                                                            \
   EM_TENSOR_ABI(X)                                                                                   \
   X(EM_BACKEND_API_VERSION) X(sizeof(em_backend)) X(sizeof(em_random_params)) X(sizeof(em_sgd_args)) \
-      X(sizeof(em_adam_args)) X(sizeof(em_row_optim_args)) X(sizeof(em_conv2d_params)) X(sizeof(em_pool2d_params)) X(sizeof(em_class_loss_params))
+      X(sizeof(em_adam_args)) X(sizeof(em_row_optim_args)) X(sizeof(em_conv2d_params)) X(sizeof(em_pool2d_params)) X(sizeof(em_class_loss_params)) X(sizeof(em_rnn_params)) X(sizeof(em_attn_params))
 
 /* The backend for a device, or NULL with an error naming op when it is not available. */
 const em_backend *tn_backend_for(const char *op, em_device device);

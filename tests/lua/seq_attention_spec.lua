@@ -283,3 +283,85 @@ describe('training pieces', function()
       'WarmupCosineLR: total_steps (5) must exceed warmup_steps (10)')
   end)
 end)
+
+-- On cuda (the fused kernels of runtime/plugins/cuda/attention.cu): the same inputs as on
+-- the CPU, whose kernel is the reference; outputs and the gradients of q, k and v compared.
+-- Without a GPU: one pending test (EMBER_TEST_DEVICE=cuda makes that a failure).
+describe('scaled_dot_product_attention on cuda against the CPU', function()
+  local DEVICE, wanted, gpus = S.gpu()
+  if gpus == 0 and not wanted then
+    it('needs a GPU', function() pending('no CUDA device: the GPU-against-CPU comparisons need one') end)
+    return
+  end
+  it('has a GPU when EMBER_TEST_DEVICE asks for one', function()
+    assert.is_true(gpus > 0, 'EMBER_TEST_DEVICE=' .. DEVICE .. ' but no CUDA device is usable')
+  end)
+  local TOL = { float32 = 2e-4, float64 = 1e-9 }
+
+  -- q [lead..., L, D], k [lead..., S, D], v [lead..., S, Dv]; opts as F's (a mask on the
+  -- CPU is moved to the device). Runs forward and backward on both and compares.
+  local function compare(dt, lead, L, Sk, D, Dv, opts, seed)
+    local function shape(a, b)
+      local s = {}
+      for i, n in ipairs(lead) do s[i] = n end
+      s[#s + 1], s[#s + 2] = a, b
+      return s
+    end
+    local qc = ember.randn(unpack(shape(L, D))):to(dt):requires_grad_()
+    local kc = ember.randn(unpack(shape(Sk, D))):to(dt):requires_grad_()
+    local vc = ember.randn(unpack(shape(Sk, Dv))):to(dt):requires_grad_()
+    local w = ember.randn(unpack(shape(L, Dv))):to(dt)
+    local qg, kg, vg = qc:detach():to(DEVICE):requires_grad_(), kc:detach():to(DEVICE):requires_grad_(),
+      vc:detach():to(DEVICE):requires_grad_()
+    local gopts = {}
+    for k, v in pairs(opts or {}) do gopts[k] = ember.is_tensor(v) and v:to(DEVICE) or v end
+    if seed then ember.manual_seed(seed) end
+    local yc = F.scaled_dot_product_attention(qc, kc, vc, opts)
+    if seed then ember.manual_seed(seed) end
+    local yg = F.scaled_dot_product_attention(qg, kg, vg, gopts)
+    S.assert_device_close('output', yc, yg, DEVICE, TOL[dt])
+    ;(yc * w):sum():backward()
+    ;(yg * w:to(DEVICE)):sum():backward()
+    S.assert_device_close('grad q', qc.grad, qg.grad, DEVICE, TOL[dt])
+    S.assert_device_close('grad k', kc.grad, kg.grad, DEVICE, TOL[dt])
+    S.assert_device_close('grad v', vc.grad, vg.grad, DEVICE, TOL[dt])
+    return yg, qg
+  end
+
+  it('matches across several tiles, L ~= S, D ~= Dv, with and without causal (float64 and float32)', function()
+    ember.manual_seed(3)
+    for _, dt in ipairs({ 'float64', 'float32' }) do
+      compare(dt, { 2, 3 }, 70, 45, 16, 8)
+      compare(dt, { 2, 3 }, 70, 45, 16, 8, { causal = true })
+      compare(dt, { 5 }, 33, 97, 8, 24, { causal = true, scale = 0.2 })
+    end
+  end)
+
+  it('applies broadcast masks, bool and float, combined with causal', function()
+    ember.manual_seed(4)
+    local bool = ember.rand(40, 50):gt(0.3) -- [L, S] over every batch and head
+    compare('float64', { 2, 2 }, 40, 50, 8, 8, { mask = bool, causal = true })
+    local add = ember.randn(1, 2, 1, 50, { dtype = 'float32' }) -- per head, per key
+    compare('float32', { 3, 2 }, 40, 50, 8, 8, { mask = add })
+  end)
+
+  it('gives zeros (and zero gradients) to a query row that may attend to nothing', function()
+    local mask = ember.ones(3, 5, { dtype = 'bool' })
+    mask[2] = false
+    local y, q = compare('float32', { 1 }, 3, 5, 4, 2, { mask = mask })
+    assert.are.equal(0, y:select(2, 2):abs():sum():item())
+    assert.are.equal(0, q.grad:select(2, 2):abs():sum():item())
+  end)
+
+  it('large head dims take the smaller tiles (D = 128 in float32 and float64)', function()
+    ember.manual_seed(5)
+    compare('float32', { 2 }, 48, 40, 128, 128, { causal = true })
+    compare('float64', { 1 }, 20, 36, 128, 96)
+  end)
+
+  it('drops the very elements the CPU drops (the same Philox stream), forward and backward', function()
+    ember.manual_seed(6)
+    compare('float32', { 2, 2 }, 64, 64, 8, 8, { dropout = 0.3 }, 99)
+    compare('float64', { 1 }, 17, 33, 4, 4, { dropout = 0.5, causal = true }, 123)
+  end)
+end)

@@ -162,3 +162,113 @@ describe('recurrent layers', function()
     assert.truthy(I.last_error():find('gru: expected weight_ih of shape [3 * hidden_size, 3]', 1, true), I.last_error())
   end)
 end)
+
+-- On cuda (cuDNN's RNN, runtime/plugins/cuda/rnn.cu): the same modules and inputs as on
+-- the CPU, outputs, final states and every gradient compared. Without a GPU: one pending
+-- test (EMBER_TEST_DEVICE=cuda makes that a failure).
+describe('recurrent layers on cuda against the CPU', function()
+  local DEVICE, wanted, gpus = S.gpu()
+  if gpus == 0 and not wanted then
+    it('needs a GPU', function() pending('no CUDA device: the GPU-against-CPU comparisons need one') end)
+    return
+  end
+  it('has a GPU when EMBER_TEST_DEVICE asks for one', function()
+    assert.is_true(gpus > 0, 'EMBER_TEST_DEVICE=' .. DEVICE .. ' but no CUDA device is usable')
+  end)
+  local TOL = { float32 = 2e-4, float64 = 1e-9 }
+
+  -- A module on the CPU and its copy (through the state dict) on the device.
+  local function pair(cls, opts, ...)
+    ember.manual_seed(7)
+    local cm = nn[cls](...)
+    local args = { ... }
+    local gm = nn[cls](args[1], args[2], opts)
+    gm:load_state_dict(cm:state_dict())
+    return cm, gm:to(DEVICE)
+  end
+
+  -- Runs both modules on the same inputs, backward through the outputs and final states
+  -- with the same random weights, and compares everything.
+  local function compare(cls, opts, input_size, hidden, T, B, with_state, lengths, seed)
+    local dt = opts.dtype
+    local cm, gm = pair(cls, opts, input_size, hidden, opts)
+    local L = (opts.num_layers or 1) * (opts.bidirectional and 2 or 1)
+    local xc = ember.randn(T, B, input_size, { dtype = dt }):requires_grad_()
+    local xg = xc:detach():to(DEVICE):requires_grad_()
+    local hc, hg, cc, cg
+    if with_state then
+      hc = ember.randn(L, B, hidden, { dtype = dt }):requires_grad_()
+      hg = hc:detach():to(DEVICE):requires_grad_()
+      if cls == 'LSTM' then
+        cc = ember.randn(L, B, hidden, { dtype = dt }):requires_grad_()
+        cg = cc:detach():to(DEVICE):requires_grad_()
+      end
+    end
+    if seed then ember.manual_seed(seed) end -- the same dropout masks between layers
+    local yc, sc = cm(xc, cls == 'LSTM' and hc and { hc, cc } or hc, lengths)
+    if seed then ember.manual_seed(seed) end
+    local yg, sg = gm(xg, cls == 'LSTM' and hg and { hg, cg } or hg, lengths)
+    local outs_c = cls == 'LSTM' and { yc, sc[1], sc[2] } or { yc, sc }
+    local outs_g = cls == 'LSTM' and { yg, sg[1], sg[2] } or { yg, sg }
+    local loss_c, loss_g
+    for i, o in ipairs(outs_c) do
+      S.assert_device_close(cls .. ' output ' .. i, o, outs_g[i], DEVICE, TOL[dt])
+      local w = ember.randn(unpack(o.shape)):to(dt)
+      local tc, tg = (o * w):sum(), (outs_g[i] * w:to(DEVICE)):sum()
+      loss_c, loss_g = loss_c and loss_c + tc or tc, loss_g and loss_g + tg or tg
+    end
+    loss_c:backward()
+    loss_g:backward()
+    S.assert_device_close(cls .. ' grad x', xc.grad, xg.grad, DEVICE, TOL[dt])
+    if hc then S.assert_device_close(cls .. ' grad h0', hc.grad, hg.grad, DEVICE, TOL[dt]) end
+    if cc then S.assert_device_close(cls .. ' grad c0', cc.grad, cg.grad, DEVICE, TOL[dt]) end
+    local gp = {}
+    for _, pr in ipairs(gm:named_parameters()) do gp[pr[1]] = pr[2] end
+    local n = 0
+    for _, pr in ipairs(cm:named_parameters()) do
+      S.assert_device_close(cls .. ' grad ' .. pr[1], pr[2].grad, gp[pr[1]].grad, DEVICE, TOL[dt])
+      n = n + 1
+    end
+    return yg, n
+  end
+
+  it('LSTM, GRU, RNN tanh and relu: 2 layers, bidirectional, with initial states (float64)', function()
+    for _, case in ipairs({ { 'LSTM' }, { 'GRU' }, { 'RNN' }, { 'RNN', 'relu' } }) do
+      local opts = { num_layers = 2, bidirectional = true, dtype = 'float64', nonlinearity = case[2] }
+      if case[1] ~= 'RNN' then opts.nonlinearity = nil end
+      local _, n = compare(case[1], opts, 3, 5, 6, 4, true)
+      assert.are.equal(16, n) -- 2 layers x 2 directions x 4 parameters
+    end
+  end)
+
+  it('LSTM and GRU with lengths (unsorted, padded), float32, no initial state', function()
+    for _, cls in ipairs({ 'LSTM', 'GRU' }) do
+      local y = compare(cls, { num_layers = 2, bidirectional = true, dtype = 'float32' }, 4, 8, 7, 3, false,
+        { 5, 7, 2 })
+      -- outputs past a sequence's length are zero on the GPU too
+      assert.are.equal(0, y:narrow(1, 3, 5):narrow(2, 3, 1):abs():sum():item())
+    end
+  end)
+
+  it('an RNN without bias, one layer, float32; the state dict comes back unchanged', function()
+    local _, n = compare('RNN', { bias = false, dtype = 'float32' }, 3, 6, 5, 2, true)
+    assert.are.equal(2, n)
+    local cm, gm = pair('GRU', { dtype = 'float32' }, 3, 4, { dtype = 'float32' })
+    local csd, gsd = cm:state_dict(), gm:state_dict()
+    for k, t in pairs(csd) do
+      assert.are.equal(0, (gsd[k]:to('cpu') - t):abs():max():item(), k)
+    end
+  end)
+
+  it('dropout between layers draws the same masks as on the CPU (the modules\' F.dropout)', function()
+    local y = compare('GRU', { num_layers = 3, dropout = 0.5, dtype = 'float64' }, 3, 6, 5, 4, true, nil, 11)
+    assert(y:abs():sum():item() > 0)
+  end)
+
+  it('refuses a sequence of length 0 on cuda with a clear message', function()
+    local m = nn.GRU(3, 4):to(DEVICE)
+    local ok, err = pcall(m, ember.randn(3, 2, 3):to(DEVICE), nil, { 3, 0 })
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find('lengths[1] = 0', 1, true), tostring(err))
+  end)
+end)

@@ -92,4 +92,28 @@ function S.gradcheck(f, xs, eps)
   return worst
 end
 
+-- ---- GPU against CPU (the seq_*_spec.lua 'on cuda' blocks)
+-- S.gpu(): the device to compare on ('cuda' or EMBER_TEST_DEVICE's cuda:N), whether
+-- EMBER_TEST_DEVICE insisted on one, and how many GPUs there are. Without a GPU the blocks
+-- report one pending test, unless a GPU was asked for: then they fail.
+function S.gpu()
+  local requested = rawget(_G, 'test_device') or os.getenv('EMBER_TEST_DEVICE') or 'cpu'
+  local wanted = requested:match('^cuda') ~= nil
+  local ok, n = pcall(ember.device_count, 'cuda')
+  return wanted and requested or 'cuda', wanted, ok and n or 0
+end
+
+-- Same shape, on device, and |cpu - gpu| <= atol + rtol |cpu| everywhere.
+function S.assert_device_close(what, cpu, gpu, device, tol)
+  assert(ember.is_tensor(gpu), what .. ': expected a tensor, got ' .. tostring(gpu))
+  assert(gpu.device:match('^cuda'), string.format('%s: on %s, expected %s', what, gpu.device, device))
+  assert(table.concat(cpu.shape, 'x') == table.concat(gpu.shape, 'x'), string.format('%s: shape [%s] on cuda, [%s] on cpu',
+    what, table.concat(gpu.shape, ', '), table.concat(cpu.shape, ', ')))
+  if cpu:numel() == 0 then return end
+  local c, g = cpu:detach():to('float64'), gpu:detach():to('cpu'):to('float64')
+  local excess = ((c - g):abs() - c:abs() * tol - tol):max():item()
+  assert(excess <= 0, string.format('%s: cuda differs from the cpu by more than %g (+ %g relative); worst excess %g',
+    what, tol, tol, excess))
+end
+
 return S

@@ -5,7 +5,7 @@
 -- bias_ih_l<k>, bias_hh_l<k> [G*H] (suffix _reverse for the second direction), each
 -- U(-1/sqrt(H), 1/sqrt(H)); G = 4 for the LSTM (gates i, f, g, o), 3 for the GRU (r, z, n),
 -- 1 for the RNN. Each layer and direction is one C call (em_nn_rnn) whose time loop, and
--- backward, run in C.
+-- backward, run in C (on cuda: one cuDNN RNN each, runtime/plugins/cuda/rnn.cu).
 --
 --   local lstm = nn.LSTM(10, 20, {num_layers = 2, batch_first = true, dropout = 0.1})
 --   local y, state = lstm(x)                     -- x [B, T, 10] -> y [B, T, 20]

@@ -105,6 +105,8 @@ typedef enum em_rnn_mode { EM_RNN_TANH = 0, EM_RNN_RELU, EM_RNN_LSTM, EM_RNN_GRU
  * a sequence's steps at and past its length output zeros and leave its state as it was,
  * so its final state is the one after its last valid step (PyTorch's packed sequences).
  * reverse walks time from T - 1 down to 0 (a bidirectional layer's second direction).
+ * float32/float64 on the CPU, and on a device whose backend has the layer (cuda: cuDNN's
+ * RNN, where a length of 0 is refused).
  * Results: *out [T, B, H] and *state [S, B, H], the final h (and c for the LSTM, S = 2). */
 EM_API em_status em_nn_rnn(em_tensor **out, em_tensor **state, em_rnn_mode mode, const em_tensor *x,
                            const em_tensor *h0, const em_tensor *c0, const em_tensor *w_ih, const em_tensor *w_hh,
@@ -116,7 +118,7 @@ EM_API em_status em_nn_rnn(em_tensor **out, em_tensor **state, em_rnn_mode mode,
  * (true = may attend) or q's dtype (added to the scores). causal: query i attends to keys
  * j <= i (the mask and causal may be combined). dropout_p on the attention probabilities
  * (Philox, as em_nn_dropout). scale <= 0 means 1/sqrt(D). A query row that may attend to
- * no key gets zeros. */
+ * no key gets zeros. float32/float64, on the CPU and cuda (the same Philox dropout mask). */
 EM_API em_status em_nn_scaled_dot_product_attention(em_tensor **out, const em_tensor *q, const em_tensor *k,
                                                     const em_tensor *v, const em_tensor *mask, int causal,
                                                     double dropout_p, double scale);

@@ -15,6 +15,12 @@
 #define em_gpu_optional_dot_interaction em_gpu_dot_interaction
 #define em_gpu_optional_dot_interaction_backward em_gpu_dot_interaction_backward
 
+/* The sequence layers (issue 17): rnn.cu (cuDNN), attention.cu. */
+#define em_gpu_optional_rnn_layer em_gpu_rnn_layer
+#define em_gpu_optional_rnn_layer_backward em_gpu_rnn_layer_backward
+#define em_gpu_optional_attention em_gpu_attention
+#define em_gpu_optional_attention_backward em_gpu_attention_backward
+
 static const em_backend backend = {.name = "cuda", EM_BACKEND_TABLE(em_gpu)};
 
 /* The layout this plugin was built with, checked by libember before it reads the rest. */
