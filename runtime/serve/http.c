@@ -121,6 +121,35 @@ static enum MHD_Result handle_infer(struct sv_http *h, sv_conn *ctx, sv_model *m
   return MHD_YES;
 }
 
+/* POST /v2/repository/models/NAME/load {"parameters": {"checkpoint": PATH}}: answered when
+ * every worker has the new version (200) or one could not load it (400, the old one serves). */
+static enum MHD_Result handle_load(struct sv_http *h, sv_conn *ctx, sv_model *m) {
+  em_serve *s = h->server;
+  char err[SV_ERR_MAX], path[SV_PATH_MAX];
+  int status = ctx->too_large ? 413 : sv_parse_load(ctx->body.data ? ctx->body.data : "", ctx->body.len, path,
+                                                    sizeof path, err, sizeof err);
+  if (ctx->too_large) snprintf(err, sizeof err, "the request body is larger than %zu MiB", MAX_BODY >> 20);
+  free(ctx->body.data);
+  ctx->body = (sv_buf){0};
+  if (status) {
+    char msg[SV_ERR_MAX + 80];
+    snprintf(msg, sizeof msg, "model '%s': load: %s", m->spec.name, err);
+    return respond_error(s, ctx->conn, (unsigned)status, msg);
+  }
+  sv_request *r = calloc(1, sizeof *r);
+  if (!r) return MHD_NO;
+  atomic_init(&r->refs, 1);
+  r->conn = ctx;
+  ctx->req = r;
+  status = sv_version_load(s, m, path, r, suspend_conn, ctx->conn, err, sizeof err);
+  if (status) {
+    ctx->req = NULL;
+    sv_request_release(r);
+    return respond_error(s, ctx->conn, (unsigned)status, err);
+  }
+  return MHD_YES;
+}
+
 /* The path after "/v2/models/": NAME, NAME/ready or NAME/infer. */
 static enum MHD_Result handle_model(struct sv_http *h, sv_conn *ctx, const char *method, const char *rest) {
   em_serve *s = h->server;
@@ -168,10 +197,23 @@ static enum MHD_Result route(struct sv_http *h, sv_conn *ctx, const char *url, c
   }
   if (is_get && (!strcmp(url, "/v2") || !strcmp(url, "/v2/"))) {
     sv_buf b = {0};
-    sv_buf_printf(&b, "{\"name\":\"ember\",\"version\":\"%s\",\"extensions\":[]}", em_version());
+    sv_buf_printf(&b, "{\"name\":\"ember\",\"version\":\"%s\",\"extensions\":[\"model_repository\"]}", em_version());
     return respond_buf(ctx->conn, 200, "application/json", &b);
   }
   if (!strncmp(url, "/v2/models/", 11)) return handle_model(h, ctx, method, url + 11);
+  if (!strncmp(url, "/v2/repository/models/", 22)) {
+    const char *name = url + 22, *slash = strchr(name, '/');
+    if (slash && !strcmp(slash, "/load")) {
+      sv_model *m = sv_find_model(s, name, (size_t)(slash - name));
+      char msg[SV_ERR_MAX];
+      if (!m) {
+        snprintf(msg, sizeof msg, "no model named '%.*s' is served", (int)((slash - name) > 64 ? 64 : slash - name), name);
+        return respond_error(s, ctx->conn, 404, msg);
+      }
+      if (strcmp(method, "POST")) return respond_error(s, ctx->conn, 405, "load: use POST");
+      return handle_load(h, ctx, m);
+    }
+  }
   char msg[SV_ERR_MAX];
   snprintf(msg, sizeof msg, "no such endpoint: %s %.128s (see /v2/models/NAME/infer)", method, url);
   return respond_error(s, ctx->conn, 404, msg);

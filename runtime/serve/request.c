@@ -367,6 +367,7 @@ int sv_write_infer_response(sv_buf *b, const sv_model_spec *spec, const sv_reque
                             int64_t row0) {
   sv_buf_puts(b, "{\"model_name\":");
   sv_buf_json_string(b, spec->name);
+  if (r->version > 0) sv_buf_printf(b, ",\"model_version\":\"%lld\"", (long long)r->version);
   if (r->id) {
     sv_buf_puts(b, ",\"id\":");
     sv_buf_json_string(b, r->id);
@@ -390,12 +391,13 @@ int sv_write_infer_response(sv_buf *b, const sv_model_spec *spec, const sv_reque
   return b->failed ? -1 : 0;
 }
 
-void sv_write_model_metadata(sv_buf *b, const sv_model *m) {
+void sv_write_model_metadata(sv_buf *b, sv_model *m) {
   const sv_model_spec *s = &m->spec;
   sv_buf_puts(b, "{\"name\":");
   sv_buf_json_string(b, s->name);
-  sv_buf_printf(b, ",\"versions\":[\"1\"],\"platform\":\"ember\",\"max_batch_size\":%lld,\"inputs\":[",
-                (long long)s->max_batch);
+  sv_buf_puts(b, ",");
+  sv_write_versions(b, m);
+  sv_buf_printf(b, ",\"platform\":\"ember\",\"max_batch_size\":%lld,\"inputs\":[", (long long)s->max_batch);
   for (int i = 0; i < s->n_inputs; i++) {
     const sv_io *io = &s->inputs[i];
     sv_buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
@@ -411,4 +413,28 @@ void sv_write_model_metadata(sv_buf *b, const sv_model *m) {
     sv_buf_printf(b, ",\"datatype\":\"%s\"}", sv_datatype_name(s->outputs[i].dtype));
   }
   sv_buf_puts(b, "]}");
+}
+
+/* {"parameters": {"checkpoint": "PATH"}}: the repository API's load request (as Triton's,
+ * whose parameters carry what to load). */
+int sv_parse_load(const char *body, size_t len, char *path, size_t cap, char *err, size_t errcap) {
+  parse_ctx c = {err, errcap};
+  json_error_t jerr;
+  json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root) return fail(&c, "malformed JSON at line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
+  int status = 0;
+  const json_t *params = json_is_object(root) ? json_object_get(root, "parameters") : NULL;
+  const json_t *ckpt = params ? json_object_get(params, "checkpoint") : NULL;
+  if (!json_is_object(root)) status = fail(&c, "the request: expected an object {\"parameters\": {\"checkpoint\": PATH}}");
+  else if (!params) status = fail(&c, "parameters: missing (expected {\"checkpoint\": PATH})");
+  else if (!json_is_object(params)) status = fail(&c, "parameters: expected an object, got %s", json_kind(params));
+  else if (!ckpt) status = fail(&c, "parameters.checkpoint: missing (a checkpoint directory or .safetensors file)");
+  else if (!json_is_string(ckpt) || !*json_string_value(ckpt))
+    status = fail(&c, "parameters.checkpoint: expected a non-empty path, got %s", json_kind(ckpt));
+  else if (strlen(json_string_value(ckpt)) >= cap)
+    status = fail(&c, "parameters.checkpoint: a path of %zu bytes, at most %zu", strlen(json_string_value(ckpt)), cap - 1);
+  else
+    snprintf(path, cap, "%s", json_string_value(ckpt));
+  json_decref(root);
+  return status;
 }
