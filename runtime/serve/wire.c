@@ -60,7 +60,7 @@ int sv_wire_read_header(const void *data, size_t size, sv_wire_hdr *h, char name
     return fail(err, errcap, 400, "header.name_len: %u, but %zu bytes of name follow the header", h->name_len,
                 size - sizeof *h);
   const char *p = (const char *)data + sizeof *h;
-  if (!name_ok(p, h->name_len))
+  if (!name_ok(p, h->name_len) && !(h->kind == SV_WIRE_ERROR && h->name_len == 0)) /* an unreadable request's error */
     return fail(err, errcap, 400, "header.model: expected 1 to %d of A-Z a-z 0-9 _ - ., got %u bytes", SV_NAME_MAX - 1,
                 h->name_len);
   memcpy(name, p, h->name_len);
