@@ -100,8 +100,25 @@ static enum MHD_Result handle_infer(struct sv_http *h, sv_conn *ctx, sv_model *m
     count_model_error(m, 413);
     return respond_error(NULL, ctx->conn, 413, err);
   }
+  /* the binary tensor extension: the JSON's length, binary data after it */
+  const char *hlen = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+  size_t json_len = 0;
+  if (hlen) {
+    char *end;
+    unsigned long long v = strtoull(hlen, &end, 10);
+    if (end == hlen || *end || v == 0 || hlen[0] == '-' || v > ctx->body.len) {
+      snprintf(err, sizeof err, "model '%s': Inference-Header-Content-Length: '%.32s', expected the JSON's length in "
+               "bytes (1 to the body's %zu)", m->spec.name, hlen, ctx->body.len);
+      count_model_error(m, 400);
+      free(ctx->body.data);
+      ctx->body = (sv_buf){0};
+      return respond_error(NULL, ctx->conn, 400, err);
+    }
+    json_len = (size_t)v;
+  }
   sv_request *r = NULL;
-  int status = sv_parse_infer(&m->spec, ctx->body.data ? ctx->body.data : "", ctx->body.len, &r, err, sizeof err);
+  int status = sv_parse_infer(&m->spec, ctx->body.data ? ctx->body.data : "", ctx->body.len, json_len, &r, err,
+                              sizeof err);
   free(ctx->body.data);
   ctx->body = (sv_buf){0};
   if (status != 200) {
@@ -197,7 +214,7 @@ static enum MHD_Result route(struct sv_http *h, sv_conn *ctx, const char *url, c
   }
   if (is_get && (!strcmp(url, "/v2") || !strcmp(url, "/v2/"))) {
     sv_buf b = {0};
-    sv_buf_printf(&b, "{\"name\":\"ember\",\"version\":\"%s\",\"extensions\":[\"model_repository\"]}", em_version());
+    sv_buf_printf(&b, "{\"name\":\"ember\",\"version\":\"%s\",\"extensions\":[\"binary_tensor_data\",\"model_repository\"]}", em_version());
     return respond_buf(ctx->conn, 200, "application/json", &b);
   }
   if (!strncmp(url, "/v2/models/", 11)) return handle_model(h, ctx, method, url + 11);
@@ -251,6 +268,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     sv_request *r = ctx->req;
     char *body = r->body;
     r->body = NULL;
+    if (r->json_len && r->status == 200) { /* JSON, then the outputs' binary data */
+      struct MHD_Response *resp = MHD_create_response_from_buffer(r->body_len, body, MHD_RESPMEM_MUST_FREE);
+      if (!resp) {
+        free(body);
+        return MHD_NO;
+      }
+      char len[32];
+      snprintf(len, sizeof len, "%zu", r->json_len);
+      MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+      MHD_add_response_header(resp, "Inference-Header-Content-Length", len);
+      enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r->status, resp);
+      MHD_destroy_response(resp);
+      return ret;
+    }
     return respond(conn, (unsigned)r->status, "application/json", body ? body : strdup("{}"), body ? r->body_len : 2);
   }
   return route(h, ctx, url, method);

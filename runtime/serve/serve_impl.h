@@ -98,18 +98,23 @@ typedef struct sv_request {
   size_t frame_len[SV_MAX_FRAMES];
   struct sv_request *out_next; /* in the ZeroMQ thread's list of answers to send */
   int64_t version; /* the model version that computed the answer */
+  uint32_t out_mask, bin_mask; /* HTTP: the outputs asked for (0: all), those sent as binary data */
+  size_t json_len; /* HTTP: the answer's JSON part when binary data follows (else 0) */
   atomic_int refs; /* the connection's, plus the queue's while queued or batched */
 } sv_request;
 
 void sv_request_free(sv_request *r);
 void sv_request_release(sv_request *r); /* frees on the last reference */
-/* Parses a KServe v2 infer request for spec. Returns the HTTP status: 200 with *out set, or
- * 400 (413 for too many rows) with the message in err. */
-int sv_parse_infer(const sv_model_spec *spec, const char *body, size_t len, sv_request **out, char *err,
-                   size_t errcap);
+/* Parses a KServe v2 infer request for spec; json_len > 0 (Inference-Header-Content-Length):
+ * the JSON is the body's first json_len bytes and the binary tensor extension's data follows.
+ * Returns the HTTP status: 200 with *out set, or 400 (413 for too many rows) with the message
+ * in err. */
+int sv_parse_infer(const sv_model_spec *spec, const char *body, size_t len, size_t json_len, sv_request **out,
+                   char *err, size_t errcap);
 /* {"model_name":..., "outputs":[...]} for one request's slice of the outputs (rows from
- * row0), each output contiguous, of the declared dtype. */
-int sv_write_infer_response(sv_buf *b, const sv_model_spec *spec, const sv_request *r, em_tensor *const *outputs,
+ * row0), each output contiguous, of the declared dtype; the outputs the request asked as
+ * binary data follow the JSON (r->json_len set to its length, else 0). */
+int sv_write_infer_response(sv_buf *b, const sv_model_spec *spec, sv_request *r, em_tensor *const *outputs,
                             int64_t row0);
 const char *sv_datatype_name(em_dtype dtype); /* "FP32", ... */
 /* Prometheus-safe and JSON-safe model names: [A-Za-z0-9_.-]+ */
