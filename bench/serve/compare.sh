@@ -73,12 +73,14 @@ default_workers_per_model=2
 job_queue_size=1024
 install_py_dep_per_model=false
 EOF
+torchserve --stop >/dev/null 2>&1 || true   # one left by an interrupted run
 rm -rf "$OUT/ts-logs"
 LOG_LOCATION="$OUT/ts-logs" METRICS_LOCATION="$OUT/ts-logs" OMP_NUM_THREADS=1 \
   torchserve --start --foreground --ncs --model-store "$STORE" --ts-config "$OUT/ts.properties" \
   >"$OUT/torchserve.log" 2>&1 &
 TS_PID=$!
-trap 'kill $TS_PID 2>/dev/null || true' EXIT
+# --stop ends the Java frontend (killing the launcher alone leaves it running)
+trap 'torchserve --stop >/dev/null 2>&1 || true; kill $TS_PID 2>/dev/null || true' EXIT
 wait_http "http://127.0.0.1:$TS_PORT/ping" "$TS_PID" "$OUT/torchserve.log"
 
 warm() { # PORT PATH: a load not counted (first requests, lazy initialisation, JIT)
