@@ -79,6 +79,10 @@ local ok, err = pcall(function() return c:infer('tiny', {x = ember.zeros({1, 2, 
 out.error = ok and 'no error' or tostring(err)
 out.version = c:version()
 c:close()
+-- nobody listening: a timeout naming the model and the endpoint, not a hang
+local gone = ember.serve.Client{endpoint = arg[4], timeout = 0.3}
+ok, err = pcall(function() return gone:infer('tiny', {x = ember.zeros({1, 1, 4})}) end)
+out.timeout = ok and 'no error' or tostring(err)
 f = io.open(arg[3], 'w'); f:write(json.encode(out)); f:close()
 """
 
@@ -225,7 +229,7 @@ zmq: {zmq_port}
 
         # the Lua client
         lua_out = os.path.join(TMP, "lua_out.json")
-        run_ember(write("client.lua", LUA_CLIENT), endpoint, inputs_path, lua_out)
+        run_ember(write("client.lua", LUA_CLIENT), endpoint, inputs_path, lua_out, f"tcp://127.0.0.1:{free_port()}")
         with open(lua_out) as f:
             got = json.load(f)
         for i in range(len(inputs)):
@@ -234,6 +238,8 @@ zmq: {zmq_port}
         check("answered 400" in got["error"] and "tensors[0] (x).shape[2]: expected 4, got 5" in got["error"],
               f"lua client: a bad shape's error names the field: {got['error']}")
         check(got["version"] == 1, f"lua client version: {got['version']}")
+        check("no answer within 0.3 s" in got["timeout"] and "tiny" in got["timeout"],
+              f"lua client: a timeout without a server: {got['timeout']}")
 
         malformed_checks(endpoint, inputs[0], ref[0])
         full_queue_check(endpoint)

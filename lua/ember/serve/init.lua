@@ -45,18 +45,21 @@ end
 function Client:infer(model, inputs)
   local p = ptr(self, 'infer')
   if type(model) ~= 'string' then throw('Client:infer: model must be a name, got ' .. describe(model)) end
-  if type(inputs) ~= 'table' then throw('Client:infer: inputs must be a table {name = tensor}, got ' .. describe(inputs)) end
-  local names, tensors = {}, {}
-  for k in pairs(inputs) do names[#names + 1] = k end
+  if type(inputs) ~= 'table' then
+    throw('Client:infer: inputs must be a table {name = tensor}, got ' .. describe(inputs))
+  end
+  local names = {} -- the tensors stay alive in inputs while the C call reads them
+  for k in pairs(inputs) do
+    if type(k) ~= 'string' then throw('Client:infer: input names must be strings, got ' .. describe(k)) end
+    names[#names + 1] = k
+  end
   table.sort(names)
   if #names == 0 then throw('Client:infer: inputs is empty (expected {name = tensor, ...})') end
   local cnames = ffi.new('const char *[?]', #names)
   local ctensors = ffi.new('em_tensor *[?]', #names)
   for i, k in ipairs(names) do
-    if type(k) ~= 'string' then throw('Client:infer: input names must be strings, got ' .. describe(k)) end
     local t = inputs[k]
     if not I.is_tensor(t) then throw("Client:infer: input '" .. k .. "' must be a tensor, got " .. describe(t)) end
-    tensors[i] = t
     cnames[i - 1] = k
     ctensors[i - 1] = t
   end
