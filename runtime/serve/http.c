@@ -167,7 +167,8 @@ static enum MHD_Result handle_load(struct sv_http *h, sv_conn *ctx, sv_model *m)
   return MHD_YES;
 }
 
-/* The path after "/v2/models/": NAME, NAME/ready or NAME/infer. */
+/* The path after "/v2/models/": NAME, NAME/ready or NAME/infer, each also as
+ * NAME/versions/V/... (V: the serving version). */
 static enum MHD_Result handle_model(struct sv_http *h, sv_conn *ctx, const char *method, const char *rest) {
   em_serve *s = h->server;
   const char *slash = strchr(rest, '/');
@@ -178,6 +179,19 @@ static enum MHD_Result handle_model(struct sv_http *h, sv_conn *ctx, const char 
   if (!m) {
     snprintf(msg, sizeof msg, "no model named '%.*s' is served", (int)(name_len > 64 ? 64 : name_len), rest);
     return respond_error(s, ctx->conn, 404, msg);
+  }
+  if (!strncmp(action, "versions/", 9)) { /* NAME/versions/V[/infer|/ready]: V must be the serving one */
+    char *end;
+    long long v = strtoll(action + 9, &end, 10);
+    pthread_mutex_lock(&m->lock);
+    long long serving = (long long)m->serving;
+    pthread_mutex_unlock(&m->lock);
+    if (end == action + 9 || (*end && *end != '/') || v != serving) {
+      snprintf(msg, sizeof msg, "model '%s': version '%.*s' is not served (version %lld is)", m->spec.name,
+               (int)(end == action + 9 ? 16 : end - (action + 9)), action + 9, serving);
+      return respond_error(s, ctx->conn, 404, msg);
+    }
+    action = *end ? end + 1 : "";
   }
   int is_get = !strcmp(method, "GET"), is_post = !strcmp(method, "POST");
   if (!strcmp(action, "infer")) {

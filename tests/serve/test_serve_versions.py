@@ -269,6 +269,16 @@ def swap_under_load(http_port, zmq_port, ckpt, inputs, ref):
     check(st == 400 and "parameters.checkpoint: missing" in text, f"load without a checkpoint: {st} {text}")
     st, text = request(http_port, "GET", "/v2/repository/models/tiny/load")
     check(st == 405, f"GET load: {st}")
+    # /v2/models/NAME/versions/V/...: the serving version answers, another is 404
+    x = inputs[0]
+    body = {"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]}
+    st, text = request(http_port, "POST", f"/v2/models/tiny/versions/{version}/infer", body)
+    out = json.loads(text)["outputs"][0] if st == 200 else {}
+    check(st == 200 and np.allclose(np.array(out["data"], np.float32).reshape(out["shape"]), ref[version_ckpt[version]][0],
+                                    rtol=1e-5, atol=1e-6), f"infer at the serving version: {st} {text[:200]}")
+    st, text = request(http_port, "POST", "/v2/models/tiny/versions/1/infer", body)
+    check(st == 404 and f"version '1' is not served (version {version} is)" in text, f"infer at a retired version: {st} {text}")
+    check(request(http_port, "GET", f"/v2/models/tiny/versions/{version}/ready")[0] == 200, "ready at the serving version")
 
 
 if __name__ == "__main__":
