@@ -1,5 +1,6 @@
 /* ember/serve.h - model serving (runtime/serve): request queues with dynamic batching, an
- * HTTP server speaking the KServe v2 inference protocol, Prometheus metrics.
+ * HTTP server speaking the KServe v2 inference protocol, a ZeroMQ endpoint with a binary
+ * protocol and its client, model versions swapped live, Prometheus metrics.
  *
  * A server holds models. Each model declares its inputs (name, dtype, the shape of one
  * instance, -1 for a size that may vary) and its outputs (name, dtype). A request carries
@@ -20,7 +21,11 @@
  *   GET  /v2/models/NAME         model metadata; GET /v2/models/NAME/ready
  *   GET  /v2/health/live, /v2/health/ready (every model has a worker that loaded it)
  *   GET  /metrics                Prometheus text format
- * Bad requests get 400 with {"error": "..."} naming the field; unknown models 404.
+ *   POST /v2/repository/models/NAME/load {"parameters": {"checkpoint": PATH}}  a new version
+ *                                (em_serve_next below), answered once it serves or failed
+ * Inputs and outputs may travel as raw bytes after the JSON (the binary tensor extension,
+ * Inference-Header-Content-Length). Bad requests get 400 with {"error": "..."} naming the
+ * field; unknown models 404. em_serve_listen_zmq adds a ZeroMQ endpoint on the same queues.
  *
  * Shutdown: em_serve_wait returns on SIGTERM/SIGINT (or em_serve_stop); em_serve_shutdown
  * then stops taking requests (new ones get 503), lets the workers finish every accepted
