@@ -12,7 +12,7 @@
 # The two servers run one after the other for each configuration (interleaved), with the same
 # resources: 2 workers of 1 thread each, max batch 64, 2 HTTP threads (ember) / Netty's
 # default (TorchServe). One JSON line per measurement, then a summary table.
-#   scripts/setup-bench.sh                       # TorchServe and Java, once
+#   scripts/setup-bench.sh                       # once: PyTorch, TorchServe (.venv-bench/), Java
 #   bench/serve/compare.sh [RATE=200] [SECONDS=2] [MAX_RATE=12800]   (LADDER_START=25)
 # Needs checkpoints in runs/fashion_mnist_{mlp,cnn}/checkpoints; trains a short one (2000
 # images, one epoch) for a model that has none. Run from the repository root (EMBER=... for
@@ -28,6 +28,8 @@ mkdir -p "$OUT"
 RESULTS="$OUT/compare.jsonl"
 : >"$RESULTS"
 cc -O2 -pthread bench/serve/loadgen.c -o "$OUT/loadgen" -lm
+# TorchServe, torch and torch-model-archiver from scripts/setup-bench.sh's venv when there is one
+[ -x .venv-bench/bin/torchserve ] && PATH="$PWD/.venv-bench/bin:$PATH"
 command -v torchserve >/dev/null || { echo "compare.sh: no torchserve: run scripts/setup-bench.sh" >&2; exit 1; }
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
