@@ -10,7 +10,7 @@ PACKAGES="build-essential cmake pkg-config git
 luajit libluajit-5.1-dev libopenblas-openmp-dev libzmq3-dev libyaml-dev
 libopenmpi-dev openmpi-bin libgloo-dev libreadline-dev libturbojpeg0-dev
 libcmocka-dev libmicrohttpd-dev libjansson-dev curl lua-busted lua-check tmux python3 python3-numpy python3-networkx python3-igraph
-python3-scipy python3-pip dataset-fashion-mnist fortunes zlib1g-dev
+python3-scipy python3-pip python3-zmq dataset-fashion-mnist fortunes zlib1g-dev
 clang libclang-rt-dev libomp-dev libdnnl-dev
 libssl-dev libcairo2-dev fonts-dejavu-core"
 

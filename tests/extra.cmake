@@ -262,6 +262,22 @@ if(EMBER_HAVE_SERVE AND Python3_Interpreter_FOUND)
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/serve/test_serve.py $<TARGET_FILE:ember_host>)
   set_tests_properties(serve/http PROPERTIES ENVIRONMENT "EMBER_NUM_THREADS=2" TIMEOUT 180)
 endif()
+# The ZeroMQ endpoint (tests/serve/test_serve_zmq.py): the Python and Lua clients' answers
+# against the script's forward, malformed messages answered with the field, a REQ peer, a
+# full queue, loopback unless the YAML names an interface (zmq and http). Needs pyzmq, numpy.
+if(EMBER_HAVE_SERVE AND EMBER_HAVE_ZMQ AND Python3_Interpreter_FOUND)
+  add_test(NAME serve/zmq
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/serve/test_serve_zmq.py $<TARGET_FILE:ember_host>
+            ${CMAKE_SOURCE_DIR})
+  set_tests_properties(serve/zmq PROPERTIES ENVIRONMENT "EMBER_NUM_THREADS=2" TIMEOUT 180 SKIP_RETURN_CODE 77)
+  # A version swap under load (tests/serve/test_serve_versions.py): every answer, over HTTP and
+  # ZeroMQ, is the old or the new version's output for its input, never an error; loads that
+  # fail (a missing file, mismatched weights, a wrong output shape) leave the old one serving.
+  add_test(NAME serve/versions
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/serve/test_serve_versions.py
+            $<TARGET_FILE:ember_host> ${CMAKE_SOURCE_DIR})
+  set_tests_properties(serve/versions PROPERTIES ENVIRONMENT "EMBER_NUM_THREADS=2" TIMEOUT 240 SKIP_RETURN_CODE 77)
+endif()
 # pipelines/serve_fmnist_mlp.yaml serving a short training run's checkpoint: curl's classes
 # equal a script's (tests/serve/test_fmnist.py; skipped without dataset-fashion-mnist).
 if(EMBER_HAVE_SERVE AND Python3_Interpreter_FOUND)

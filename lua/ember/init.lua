@@ -86,4 +86,5 @@ ember.tensorboard = require('ember.tensorboard')   -- SummaryWriter: TensorBoard
 ember.display = require('ember.display')  -- notebook display, images (ember kernel)
 ember.plot = require('ember.plot')        -- plots through cairo (loaded on first drawing)
 ember.text = require('ember.text')      -- tokenizers and token streams for language models
+ember.serve = require('ember.serve')    -- Client of ember serve's ZeroMQ endpoint
 return ember

@@ -100,8 +100,25 @@ static enum MHD_Result handle_infer(struct sv_http *h, sv_conn *ctx, sv_model *m
     count_model_error(m, 413);
     return respond_error(NULL, ctx->conn, 413, err);
   }
+  /* the binary tensor extension: the JSON's length, binary data after it */
+  const char *hlen = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+  size_t json_len = 0;
+  if (hlen) {
+    char *end;
+    unsigned long long v = strtoull(hlen, &end, 10);
+    if (end == hlen || *end || v == 0 || hlen[0] == '-' || v > ctx->body.len) {
+      snprintf(err, sizeof err, "model '%s': Inference-Header-Content-Length: '%.32s', expected the JSON's length in "
+               "bytes (1 to the body's %zu)", m->spec.name, hlen, ctx->body.len);
+      count_model_error(m, 400);
+      free(ctx->body.data);
+      ctx->body = (sv_buf){0};
+      return respond_error(NULL, ctx->conn, 400, err);
+    }
+    json_len = (size_t)v;
+  }
   sv_request *r = NULL;
-  int status = sv_parse_infer(&m->spec, ctx->body.data ? ctx->body.data : "", ctx->body.len, &r, err, sizeof err);
+  int status = sv_parse_infer(&m->spec, ctx->body.data ? ctx->body.data : "", ctx->body.len, json_len, &r, err,
+                              sizeof err);
   free(ctx->body.data);
   ctx->body = (sv_buf){0};
   if (status != 200) {
@@ -121,7 +138,37 @@ static enum MHD_Result handle_infer(struct sv_http *h, sv_conn *ctx, sv_model *m
   return MHD_YES;
 }
 
-/* The path after "/v2/models/": NAME, NAME/ready or NAME/infer. */
+/* POST /v2/repository/models/NAME/load {"parameters": {"checkpoint": PATH}}: answered when
+ * every worker has the new version (200) or one could not load it (400, the old one serves). */
+static enum MHD_Result handle_load(struct sv_http *h, sv_conn *ctx, sv_model *m) {
+  em_serve *s = h->server;
+  char err[SV_ERR_MAX], path[SV_PATH_MAX];
+  int status = ctx->too_large ? 413 : sv_parse_load(ctx->body.data ? ctx->body.data : "", ctx->body.len, path,
+                                                    sizeof path, err, sizeof err);
+  if (ctx->too_large) snprintf(err, sizeof err, "the request body is larger than %zu MiB", MAX_BODY >> 20);
+  free(ctx->body.data);
+  ctx->body = (sv_buf){0};
+  if (status) {
+    char msg[SV_ERR_MAX + 80];
+    snprintf(msg, sizeof msg, "model '%s': load: %s", m->spec.name, err);
+    return respond_error(s, ctx->conn, (unsigned)status, msg);
+  }
+  sv_request *r = calloc(1, sizeof *r);
+  if (!r) return MHD_NO;
+  atomic_init(&r->refs, 1);
+  r->conn = ctx;
+  ctx->req = r;
+  status = sv_version_load(s, m, path, r, suspend_conn, ctx->conn, err, sizeof err);
+  if (status) {
+    ctx->req = NULL;
+    sv_request_release(r);
+    return respond_error(s, ctx->conn, (unsigned)status, err);
+  }
+  return MHD_YES;
+}
+
+/* The path after "/v2/models/": NAME, NAME/ready or NAME/infer, each also as
+ * NAME/versions/V/... (V: the serving version). */
 static enum MHD_Result handle_model(struct sv_http *h, sv_conn *ctx, const char *method, const char *rest) {
   em_serve *s = h->server;
   const char *slash = strchr(rest, '/');
@@ -132,6 +179,19 @@ static enum MHD_Result handle_model(struct sv_http *h, sv_conn *ctx, const char 
   if (!m) {
     snprintf(msg, sizeof msg, "no model named '%.*s' is served", (int)(name_len > 64 ? 64 : name_len), rest);
     return respond_error(s, ctx->conn, 404, msg);
+  }
+  if (!strncmp(action, "versions/", 9)) { /* NAME/versions/V[/infer|/ready]: V must be the serving one */
+    char *end;
+    long long v = strtoll(action + 9, &end, 10);
+    pthread_mutex_lock(&m->lock);
+    long long serving = (long long)m->serving;
+    pthread_mutex_unlock(&m->lock);
+    if (end == action + 9 || (*end && *end != '/') || v != serving) {
+      snprintf(msg, sizeof msg, "model '%s': version '%.*s' is not served (version %lld is)", m->spec.name,
+               (int)(end == action + 9 ? 16 : end - (action + 9)), action + 9, serving);
+      return respond_error(s, ctx->conn, 404, msg);
+    }
+    action = *end ? end + 1 : "";
   }
   int is_get = !strcmp(method, "GET"), is_post = !strcmp(method, "POST");
   if (!strcmp(action, "infer")) {
@@ -168,10 +228,23 @@ static enum MHD_Result route(struct sv_http *h, sv_conn *ctx, const char *url, c
   }
   if (is_get && (!strcmp(url, "/v2") || !strcmp(url, "/v2/"))) {
     sv_buf b = {0};
-    sv_buf_printf(&b, "{\"name\":\"ember\",\"version\":\"%s\",\"extensions\":[]}", em_version());
+    sv_buf_printf(&b, "{\"name\":\"ember\",\"version\":\"%s\",\"extensions\":[\"binary_tensor_data\",\"model_repository\"]}", em_version());
     return respond_buf(ctx->conn, 200, "application/json", &b);
   }
   if (!strncmp(url, "/v2/models/", 11)) return handle_model(h, ctx, method, url + 11);
+  if (!strncmp(url, "/v2/repository/models/", 22)) {
+    const char *name = url + 22, *slash = strchr(name, '/');
+    if (slash && !strcmp(slash, "/load")) {
+      sv_model *m = sv_find_model(s, name, (size_t)(slash - name));
+      char msg[SV_ERR_MAX];
+      if (!m) {
+        snprintf(msg, sizeof msg, "no model named '%.*s' is served", (int)((slash - name) > 64 ? 64 : slash - name), name);
+        return respond_error(s, ctx->conn, 404, msg);
+      }
+      if (strcmp(method, "POST")) return respond_error(s, ctx->conn, 405, "load: use POST");
+      return handle_load(h, ctx, m);
+    }
+  }
   char msg[SV_ERR_MAX];
   snprintf(msg, sizeof msg, "no such endpoint: %s %.128s (see /v2/models/NAME/infer)", method, url);
   return respond_error(s, ctx->conn, 404, msg);
@@ -209,6 +282,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     sv_request *r = ctx->req;
     char *body = r->body;
     r->body = NULL;
+    if (r->json_len && r->status == 200) { /* JSON, then the outputs' binary data */
+      struct MHD_Response *resp = MHD_create_response_from_buffer(r->body_len, body, MHD_RESPMEM_MUST_FREE);
+      if (!resp) {
+        free(body);
+        return MHD_NO;
+      }
+      char len[32];
+      snprintf(len, sizeof len, "%zu", r->json_len);
+      MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+      MHD_add_response_header(resp, "Inference-Header-Content-Length", len);
+      enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r->status, resp);
+      MHD_destroy_response(resp);
+      return ret;
+    }
     return respond(conn, (unsigned)r->status, "application/json", body ? body : strdup("{}"), body ? r->body_len : 2);
   }
   return route(h, ctx, url, method);

@@ -54,6 +54,10 @@ void em_serve_destroy(em_serve *s) {
     sv_http_stop(s->http);
     sv_http_free(s->http);
   }
+  if (s->zmq) {
+    sv_zmq_stop(s->zmq);
+    sv_zmq_free(s->zmq);
+  }
   for (int i = 0; i < s->n_models; i++) {
     sv_model *m = s->models[i];
     for (sv_request *r = m->head, *next; r; r = next) { /* left by a shutdown that timed out */
@@ -88,7 +92,7 @@ em_status em_serve_add_model(em_serve *s, const char *name, int64_t max_batch, i
                              int64_t max_queue, int *index) {
   const char *op = "em_serve_add_model";
   if (!s || !index) return em_set_error(EM_ERR_ARGUMENT, "%s: the server or index is NULL", op);
-  if (s->http) return em_set_error(EM_ERR_ARGUMENT, "%s: add models before em_serve_listen_http", op);
+  if (s->http || s->zmq) return em_set_error(EM_ERR_ARGUMENT, "%s: add models before listening", op);
   if (!sv_valid_name(name))
     return em_set_error(EM_ERR_ARGUMENT, "%s: model name '%s': expected 1 to %d of A-Z a-z 0-9 _ - .", op,
                         name ? name : "(null)", SV_NAME_MAX - 1);
@@ -107,6 +111,10 @@ em_status em_serve_add_model(em_serve *s, const char *name, int64_t max_batch, i
   pthread_mutex_init(&m->lock, NULL);
   cond_init_monotonic(&m->cond);
   sv_metrics_init(&m->metrics);
+  m->serving = m->last_version = 1;
+  m->n_history = 1;
+  m->history[0].number = 1;
+  strcpy(m->history[0].state, "serving");
   *index = s->n_models;
   s->models[s->n_models++] = m;
   return EM_OK;
@@ -117,7 +125,7 @@ static em_status add_io(em_serve *s, int model, const char *name, em_dtype dtype
   const char *op = is_input ? "em_serve_add_input" : "em_serve_add_output";
   sv_model *m = model_at(s, model, op);
   if (!m) return em_last_status();
-  if (s->http) return em_set_error(EM_ERR_ARGUMENT, "%s: declare inputs and outputs before em_serve_listen_http", op);
+  if (s->http || s->zmq) return em_set_error(EM_ERR_ARGUMENT, "%s: declare inputs and outputs before listening", op);
   if (!sv_valid_name(name))
     return em_set_error(EM_ERR_ARGUMENT, "%s: model '%s': name '%s': expected 1 to %d of A-Z a-z 0-9 _ - .", op,
                         m->spec.name, name ? name : "(null)", SV_NAME_MAX - 1);
@@ -276,13 +284,23 @@ static em_serve_batch *take_batch(em_serve *s, sv_model *m) {
   return b;
 }
 
-em_status em_serve_next_batch(em_serve *s, int model, em_serve_batch **out) {
-  if (!out) return em_set_error(EM_ERR_ARGUMENT, "em_serve_next_batch: out is NULL");
+/* The worker loop's wait: a version task first (when the worker passes its state), then a
+ * batch that has closed, else sleep until one may close. */
+static em_status next_work(em_serve *s, int model, int64_t *serving, int64_t *prepared, em_serve_batch **out,
+                           em_serve_task *task, int64_t *version, const char *op) {
   *out = NULL;
-  sv_model *m = model_at(s, model, "em_serve_next_batch");
+  *task = EM_SERVE_STOP;
+  sv_model *m = model_at(s, model, op);
   if (!m) return em_last_status();
   pthread_mutex_lock(&m->lock);
   for (;;) {
+    if (serving) {
+      int t = sv_version_task(m, serving, prepared, version);
+      if (t) {
+        *task = (em_serve_task)t;
+        break;
+      }
+    }
     if (!m->head) {
       if (atomic_load(&s->stopping)) break;
       pthread_cond_wait(&m->cond, &m->lock);
@@ -295,8 +313,10 @@ em_status em_serve_next_batch(em_serve *s, int model, em_serve_batch **out) {
       *out = take_batch(s, m);
       if (!*out) {
         pthread_mutex_unlock(&m->lock);
-        return em_set_error(EM_ERR_MEMORY, "em_serve_next_batch: model '%s': out of memory", m->spec.name);
+        return em_set_error(EM_ERR_MEMORY, "%s: model '%s': out of memory", op, m->spec.name);
       }
+      (*out)->version = serving ? *serving : m->serving;
+      *task = EM_SERVE_BATCH;
       /* another worker may take the next group at once */
       if (m->head) pthread_cond_signal(&m->cond);
       break;
@@ -307,6 +327,20 @@ em_status em_serve_next_batch(em_serve *s, int model, em_serve_batch **out) {
   }
   pthread_mutex_unlock(&m->lock);
   return EM_OK;
+}
+
+em_status em_serve_next_batch(em_serve *s, int model, em_serve_batch **out) {
+  if (!out) return em_set_error(EM_ERR_ARGUMENT, "em_serve_next_batch: out is NULL");
+  em_serve_task task;
+  int64_t version;
+  return next_work(s, model, NULL, NULL, out, &task, &version, "em_serve_next_batch");
+}
+
+em_status em_serve_next(em_serve *s, int model, int64_t *serving, int64_t *prepared, em_serve_batch **batch,
+                        em_serve_task *task, int64_t *version) {
+  if (!serving || !prepared || !batch || !task || !version)
+    return em_set_error(EM_ERR_ARGUMENT, "em_serve_next: serving, prepared, batch, task or version is NULL");
+  return next_work(s, model, serving, prepared, batch, task, version, "em_serve_next");
 }
 
 int64_t em_serve_batch_rows(const em_serve_batch *b) { return b ? b->rows : 0; }
@@ -339,11 +373,22 @@ em_status em_serve_batch_input(em_serve_batch *b, int input, em_tensor **out) {
 }
 
 /* ---------------------------------------------------------------- answering */
+void sv_deliver(em_serve *s, sv_request *r) {
+  if (r->proto == SV_ZMQ) {
+    if (s->zmq) sv_zmq_answer(s->zmq, r);
+  } else {
+    sv_http_answer(s, r);
+  }
+}
+
+/* body: the HTTP answer's JSON; a ZeroMQ request gets its frames from the caller instead */
 static void answer(em_serve *s, sv_model *m, sv_request *r, int status, char *body, size_t len) {
   r->status = status;
-  free(r->body);
-  r->body = body;
-  r->body_len = len;
+  if (r->proto == SV_HTTP) {
+    free(r->body);
+    r->body = body;
+    r->body_len = len;
+  }
   double t = now_s();
   pthread_mutex_lock(&m->metrics.lock);
   m->metrics.requests++;
@@ -351,7 +396,7 @@ static void answer(em_serve *s, sv_model *m, sv_request *r, int status, char *bo
   else if (status >= 400) m->metrics.errors_4xx++;
   sv_hist_time(&m->metrics.latency_s, t - r->t_arrived);
   pthread_mutex_unlock(&m->metrics.lock);
-  sv_http_answer(s, r);
+  sv_deliver(s, r);
   sv_request_release(r);
 }
 
@@ -364,12 +409,19 @@ static char *error_body(const char *message, size_t *len) {
   return b.data;
 }
 
-static void fail_all(em_serve_batch *b, const char *message) {
-  for (int i = 0; i < b->n; i++) {
+static void answer_error(em_serve *s, sv_model *m, sv_request *r, int status, const char *message) {
+  if (r->proto == SV_ZMQ) {
+    sv_wire_answer_error(r, m->spec.name, status, message);
+    answer(s, m, r, status, NULL, 0);
+  } else {
     size_t len;
     char *body = error_body(message, &len);
-    answer(b->server, b->model, b->reqs[i], 500, body, len);
+    answer(s, m, r, status, body, len);
   }
+}
+
+static void fail_all(em_serve_batch *b, const char *message) {
+  for (int i = 0; i < b->n; i++) answer_error(b->server, b->model, b->reqs[i], 500, message);
 }
 
 static void free_batch(em_serve_batch *b) {
@@ -429,14 +481,20 @@ em_status em_serve_batch_complete(em_serve_batch *b, int n, em_tensor *const *ou
     for (int i = 0; i < b->n; i++) {
       sv_request *r = b->reqs[i];
       int64_t rows = r->rows; /* r belongs to its connection once answered */
-      sv_buf body = {0};
-      if (sv_write_infer_response(&body, spec, r, conv, row0)) {
-        free(body.data);
-        size_t len;
-        char *eb = error_body("out of memory writing the response", &len);
-        answer(b->server, b->model, r, 500, eb, len);
+      r->version = b->version;
+      if (r->proto == SV_ZMQ) {
+        if (sv_wire_answer_result(r, spec, conv, row0))
+          answer_error(b->server, b->model, r, 500, "out of memory writing the response");
+        else
+          answer(b->server, b->model, r, 200, NULL, 0);
       } else {
-        answer(b->server, b->model, r, 200, body.data, body.len);
+        sv_buf body = {0};
+        if (sv_write_infer_response(&body, spec, r, conv, row0)) {
+          free(body.data);
+          answer_error(b->server, b->model, r, 500, "out of memory writing the response");
+        } else {
+          answer(b->server, b->model, r, 200, body.data, body.len);
+        }
       }
       row0 += rows;
     }
@@ -521,6 +579,7 @@ em_status em_serve_shutdown(em_serve *s, double timeout_s) {
   if (!s) return em_set_error(EM_ERR_ARGUMENT, "em_serve_shutdown: the server is NULL");
   atomic_store(&s->stopping, 1);
   if (s->http) sv_http_quiesce(s->http);
+  sv_versions_abort_all(s, "the server is shutting down");
   for (int i = 0; i < s->n_models; i++) {
     pthread_mutex_lock(&s->models[i]->lock);
     pthread_cond_broadcast(&s->models[i]->cond);
@@ -531,6 +590,7 @@ em_status em_serve_shutdown(em_serve *s, double timeout_s) {
   while (atomic_load(&s->in_flight) > 0 && now_s() < end) usleep(2000);
   long left = atomic_load(&s->in_flight);
   if (s->http) sv_http_stop(s->http);
+  if (s->zmq) sv_zmq_stop(s->zmq);
   if (left > 0)
     return em_set_error(EM_ERR_RUNTIME, "em_serve_shutdown: %ld requests were still unanswered after %.1f s", left,
                         timeout_s);

@@ -105,6 +105,8 @@ void sv_request_release(sv_request *r) {
 typedef struct parse_ctx {
   char *err;
   size_t errcap;
+  const char *bin; /* the binary tensor extension: the bytes after the JSON */
+  size_t bin_len, bin_pos;
 } parse_ctx;
 
 static int fail(parse_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -253,8 +255,30 @@ static int parse_input(parse_ctx *c, const sv_model_spec *spec, const json_t *in
   r->rows = dims[0];
   for (int d = 1; d < ndim; d++) r->inner[idx][d - 1] = dims[d];
 
+  const json_t *params = json_object_get(in, "parameters");
+  const json_t *bsize = json_is_object(params) ? json_object_get(params, "binary_data_size") : NULL;
+  if (params && !json_is_object(params)) return fail(c, "%s.parameters: expected an object, got %s", field, json_kind(params));
+  if (bsize) { /* the binary tensor extension: the values are the next bytes after the JSON */
+    size_t want = (size_t)total * em_dtype_size(io->dtype);
+    if (json_object_get(in, "data")) return fail(c, "%s: both data and parameters.binary_data_size are given", field);
+    if (!json_is_integer(bsize) || json_integer_value(bsize) < 0)
+      return fail(c, "%s.parameters.binary_data_size: expected a size in bytes, got %s", field, json_kind(bsize));
+    if ((uint64_t)json_integer_value(bsize) != want)
+      return fail(c, "%s.parameters.binary_data_size: %lld bytes, expected %zu (%lld %s values)", field,
+                  (long long)json_integer_value(bsize), want, (long long)total, sv_datatype_name(io->dtype));
+    if (c->bin_len - c->bin_pos < want)
+      return fail(c, "%s.parameters.binary_data_size: %zu bytes, but only %zu of binary data are left after the JSON "
+                  "(Inference-Header-Content-Length)", field, want, c->bin_len - c->bin_pos);
+    r->data[idx] = malloc(want ? want : 1);
+    if (!r->data[idx]) return fail(c, "%s: out of memory", field);
+    if (want) memcpy(r->data[idx], c->bin + c->bin_pos, want);
+    c->bin_pos += want;
+    if (io->dtype == EM_BOOL)
+      for (size_t i = 0; i < want; i++) ((uint8_t *)r->data[idx])[i] = ((uint8_t *)r->data[idx])[i] != 0;
+    return 0;
+  }
   const json_t *data = json_object_get(in, "data");
-  if (!data) return fail(c, "%s.data: missing", field);
+  if (!data) return fail(c, "%s.data: missing (or parameters.binary_data_size with binary data)", field);
   if (!json_is_array(data)) return fail(c, "%s.data: expected an array of values, got %s", field, json_kind(data));
   snprintf(field, sizeof field, "inputs[%d] (%s).data", k, io->name);
   if (json_array_size(data) != (size_t)total && json_array_size(data) != (size_t)dims[0])
@@ -268,10 +292,48 @@ static int parse_input(parse_ctx *c, const sv_model_spec *spec, const json_t *in
   return 0;
 }
 
-int sv_parse_infer(const sv_model_spec *spec, const char *body, size_t len, sv_request **out, char *err,
-                   size_t errcap) {
-  parse_ctx c = {err, errcap};
+/* "outputs": [{"name", "parameters": {"binary_data": bool}}]: which outputs to return, and
+ * which as binary data; the request's parameters.binary_data_output makes every one binary. */
+static int parse_outputs(parse_ctx *c, const sv_model_spec *spec, const json_t *root, sv_request *r) {
+  const json_t *params = json_object_get(root, "parameters");
+  if (params && !json_is_object(params)) return fail(c, "parameters: expected an object, got %s", json_kind(params));
+  const json_t *all_bin = params ? json_object_get(params, "binary_data_output") : NULL;
+  if (all_bin && !json_is_boolean(all_bin))
+    return fail(c, "parameters.binary_data_output: expected true or false, got %s", json_kind(all_bin));
+  uint32_t every = (1u << spec->n_outputs) - 1;
+  r->out_mask = every;
+  r->bin_mask = json_is_true(all_bin) ? every : 0;
+  const json_t *outs = json_object_get(root, "outputs");
+  if (!outs) return 0;
+  if (!json_is_array(outs)) return fail(c, "outputs: expected an array of {name, parameters}, got %s", json_kind(outs));
+  if (json_array_size(outs) == 0) return 0;
+  r->out_mask = 0;
+  for (size_t k = 0; k < json_array_size(outs); k++) {
+    const json_t *o = json_array_get(outs, k), *name = json_is_object(o) ? json_object_get(o, "name") : NULL;
+    if (!json_is_string(name)) return fail(c, "outputs[%zu].name: expected a string", k);
+    int idx = -1;
+    for (int i = 0; i < spec->n_outputs; i++)
+      if (!strcmp(spec->outputs[i].name, json_string_value(name))) idx = i;
+    if (idx < 0) return fail(c, "outputs[%zu].name: model '%s' has no output '%.64s'", k, spec->name, json_string_value(name));
+    r->out_mask |= 1u << idx;
+    const json_t *op = json_object_get(o, "parameters"), *bin = json_is_object(op) ? json_object_get(op, "binary_data") : NULL;
+    if (bin && !json_is_boolean(bin)) return fail(c, "outputs[%zu].parameters.binary_data: expected true or false", k);
+    if (bin) r->bin_mask = json_is_true(bin) ? r->bin_mask | 1u << idx : r->bin_mask & ~(1u << idx);
+  }
+  return 0;
+}
+
+int sv_parse_infer(const sv_model_spec *spec, const char *body, size_t len, size_t json_len, sv_request **out,
+                   char *err, size_t errcap) {
+  parse_ctx c = {err, errcap, NULL, 0, 0};
   *out = NULL;
+  if (json_len > len)
+    return fail(&c, "Inference-Header-Content-Length: %zu, but the body has %zu bytes", json_len, len);
+  if (json_len) {
+    c.bin = body + json_len;
+    c.bin_len = len - json_len;
+    len = json_len;
+  }
   json_error_t jerr;
   json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
   if (!root) return fail(&c, "malformed JSON at line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
@@ -321,6 +383,12 @@ int sv_parse_infer(const sv_model_spec *spec, const char *body, size_t len, sv_r
       goto done;
     }
   }
+  if (c.bin_pos != c.bin_len) {
+    status = fail(&c, "binary data: %zu bytes after the JSON, the inputs' binary_data_size add up to %zu",
+                  c.bin_len, c.bin_pos);
+    goto done;
+  }
+  status = parse_outputs(&c, spec, root, r);
 done:
   json_decref(root);
   if (status) {
@@ -363,39 +431,61 @@ static void write_values(sv_buf *b, const em_tensor *t, int64_t start, int64_t c
   sv_buf_put(b, "]", 1);
 }
 
-int sv_write_infer_response(sv_buf *b, const sv_model_spec *spec, const sv_request *r, em_tensor *const *outputs,
+int sv_write_infer_response(sv_buf *b, const sv_model_spec *spec, sv_request *r, em_tensor *const *outputs,
                             int64_t row0) {
   sv_buf_puts(b, "{\"model_name\":");
   sv_buf_json_string(b, spec->name);
+  if (r->version > 0) sv_buf_printf(b, ",\"model_version\":\"%lld\"", (long long)r->version);
   if (r->id) {
     sv_buf_puts(b, ",\"id\":");
     sv_buf_json_string(b, r->id);
   }
   sv_buf_puts(b, ",\"outputs\":[");
+  int first = 1;
   for (int i = 0; i < spec->n_outputs; i++) {
+    if (r->out_mask && !(r->out_mask & 1u << i)) continue;
     const em_tensor *t = outputs[i];
     int nd = em_tensor_ndim(t);
     int64_t per_row = 1;
     for (int d = 1; d < nd; d++) per_row *= em_tensor_size(t, d);
-    if (i) sv_buf_put(b, ",", 1);
+    if (!first) sv_buf_put(b, ",", 1);
+    first = 0;
     sv_buf_puts(b, "{\"name\":");
     sv_buf_json_string(b, spec->outputs[i].name);
     sv_buf_printf(b, ",\"datatype\":\"%s\",\"shape\":[%lld", sv_datatype_name(em_tensor_dtype(t)), (long long)r->rows);
     for (int d = 1; d < nd; d++) sv_buf_printf(b, ",%lld", (long long)em_tensor_size(t, d));
+    if (r->bin_mask & 1u << i) {
+      sv_buf_printf(b, "],\"parameters\":{\"binary_data_size\":%zu}}",
+                    (size_t)(r->rows * per_row) * em_dtype_size(em_tensor_dtype(t)));
+      continue;
+    }
     sv_buf_puts(b, "],\"data\":");
     write_values(b, t, row0 * per_row, r->rows * per_row);
     sv_buf_put(b, "}", 1);
   }
   sv_buf_puts(b, "]}");
+  r->json_len = 0;
+  if (r->bin_mask) { /* the binary tensor extension: raw bytes after the JSON, in output order */
+    r->json_len = b->len;
+    for (int i = 0; i < spec->n_outputs; i++) {
+      if (!((!r->out_mask || r->out_mask & 1u << i) && r->bin_mask & 1u << i)) continue;
+      const em_tensor *t = outputs[i];
+      int64_t per_row = 1;
+      for (int d = 1; d < em_tensor_ndim(t); d++) per_row *= em_tensor_size(t, d);
+      size_t esize = em_dtype_size(em_tensor_dtype(t)), n = (size_t)(r->rows * per_row) * esize;
+      if (n) sv_buf_put(b, (const char *)em_tensor_data(t) + (size_t)(row0 * per_row) * esize, n);
+    }
+  }
   return b->failed ? -1 : 0;
 }
 
-void sv_write_model_metadata(sv_buf *b, const sv_model *m) {
+void sv_write_model_metadata(sv_buf *b, sv_model *m) {
   const sv_model_spec *s = &m->spec;
   sv_buf_puts(b, "{\"name\":");
   sv_buf_json_string(b, s->name);
-  sv_buf_printf(b, ",\"versions\":[\"1\"],\"platform\":\"ember\",\"max_batch_size\":%lld,\"inputs\":[",
-                (long long)s->max_batch);
+  sv_buf_puts(b, ",");
+  sv_write_versions(b, m);
+  sv_buf_printf(b, ",\"platform\":\"ember\",\"max_batch_size\":%lld,\"inputs\":[", (long long)s->max_batch);
   for (int i = 0; i < s->n_inputs; i++) {
     const sv_io *io = &s->inputs[i];
     sv_buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
@@ -411,4 +501,28 @@ void sv_write_model_metadata(sv_buf *b, const sv_model *m) {
     sv_buf_printf(b, ",\"datatype\":\"%s\"}", sv_datatype_name(s->outputs[i].dtype));
   }
   sv_buf_puts(b, "]}");
+}
+
+/* {"parameters": {"checkpoint": "PATH"}}: the repository API's load request (as Triton's,
+ * whose parameters carry what to load). */
+int sv_parse_load(const char *body, size_t len, char *path, size_t cap, char *err, size_t errcap) {
+  parse_ctx c = {err, errcap, NULL, 0, 0};
+  json_error_t jerr;
+  json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root) return fail(&c, "malformed JSON at line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
+  int status = 0;
+  const json_t *params = json_is_object(root) ? json_object_get(root, "parameters") : NULL;
+  const json_t *ckpt = params ? json_object_get(params, "checkpoint") : NULL;
+  if (!json_is_object(root)) status = fail(&c, "the request: expected an object {\"parameters\": {\"checkpoint\": PATH}}");
+  else if (!params) status = fail(&c, "parameters: missing (expected {\"checkpoint\": PATH})");
+  else if (!json_is_object(params)) status = fail(&c, "parameters: expected an object, got %s", json_kind(params));
+  else if (!ckpt) status = fail(&c, "parameters.checkpoint: missing (a checkpoint directory or .safetensors file)");
+  else if (!json_is_string(ckpt) || !*json_string_value(ckpt))
+    status = fail(&c, "parameters.checkpoint: expected a non-empty path, got %s", json_kind(ckpt));
+  else if (strlen(json_string_value(ckpt)) >= cap)
+    status = fail(&c, "parameters.checkpoint: a path of %zu bytes, at most %zu", strlen(json_string_value(ckpt)), cap - 1);
+  else
+    snprintf(path, cap, "%s", json_string_value(ckpt));
+  json_decref(root);
+  return status;
 }

@@ -3,7 +3,10 @@
  * queue.c    models, request queues, batching, batch input/complete, shutdown
  * request.c  the KServe v2 JSON request parser (jansson) and the response writer
  * http.c     libmicrohttpd: routing, suspend/resume of waiting connections
- * metrics.c  counters and histograms, Prometheus text */
+ * metrics.c  counters and histograms, Prometheus text
+ * wire.c     the binary ZeroMQ protocol: frame layouts, the decoder and the writers
+ * zmq.c      the ZeroMQ ROUTER endpoint (one I/O thread) and em_serve_client
+ * versions.c model versions: loading a checkpoint beside the serving one, swapping */
 #ifndef EMBER_SERVE_IMPL_H
 #define EMBER_SERVE_IMPL_H
 
@@ -66,6 +69,11 @@ typedef struct sv_model_spec {
 
 struct sv_conn;
 
+/* How a request came and must be answered. */
+enum { SV_HTTP = 0, SV_ZMQ = 1 };
+#define SV_ROUTE_MAX 256 /* a ZeroMQ routing id is at most 255 bytes */
+#define SV_MAX_FRAMES (1 + 2 * SV_MAX_IO)
+
 /* One inference request: parsed, checked, its inputs in the model's dtypes. */
 typedef struct sv_request {
   struct sv_request *next; /* in the model's queue */
@@ -78,26 +86,60 @@ typedef struct sv_request {
   int status;
   char *body;
   size_t body_len;
-  struct sv_conn *conn;
+  struct sv_conn *conn; /* HTTP */
+  /* ZeroMQ: the peer's routing id (and whether it sent an empty delimiter, as REQ does),
+   * the client's request id; the answer's frames are body split at frame_len */
+  int proto;
+  unsigned char route[SV_ROUTE_MAX];
+  size_t route_len;
+  int delimiter;
+  uint64_t wire_id;
+  int nframes;
+  size_t frame_len[SV_MAX_FRAMES];
+  struct sv_request *out_next; /* in the ZeroMQ thread's list of answers to send */
+  int64_t version; /* the model version that computed the answer */
+  uint32_t out_mask, bin_mask; /* HTTP: the outputs asked for (0: all), those sent as binary data */
+  size_t json_len; /* HTTP: the answer's JSON part when binary data follows (else 0) */
   atomic_int refs; /* the connection's, plus the queue's while queued or batched */
 } sv_request;
 
 void sv_request_free(sv_request *r);
 void sv_request_release(sv_request *r); /* frees on the last reference */
-/* Parses a KServe v2 infer request for spec. Returns the HTTP status: 200 with *out set, or
- * 400 (413 for too many rows) with the message in err. */
-int sv_parse_infer(const sv_model_spec *spec, const char *body, size_t len, sv_request **out, char *err,
-                   size_t errcap);
+/* Parses a KServe v2 infer request for spec; json_len > 0 (Inference-Header-Content-Length):
+ * the JSON is the body's first json_len bytes and the binary tensor extension's data follows.
+ * Returns the HTTP status: 200 with *out set, or 400 (413 for too many rows) with the message
+ * in err. */
+int sv_parse_infer(const sv_model_spec *spec, const char *body, size_t len, size_t json_len, sv_request **out,
+                   char *err, size_t errcap);
 /* {"model_name":..., "outputs":[...]} for one request's slice of the outputs (rows from
- * row0), each output contiguous, of the declared dtype. */
-int sv_write_infer_response(sv_buf *b, const sv_model_spec *spec, const sv_request *r, em_tensor *const *outputs,
+ * row0), each output contiguous, of the declared dtype; the outputs the request asked as
+ * binary data follow the JSON (r->json_len set to its length, else 0). */
+int sv_write_infer_response(sv_buf *b, const sv_model_spec *spec, sv_request *r, em_tensor *const *outputs,
                             int64_t row0);
 const char *sv_datatype_name(em_dtype dtype); /* "FP32", ... */
 /* Prometheus-safe and JSON-safe model names: [A-Za-z0-9_.-]+ */
 int sv_valid_name(const char *name);
 
+/* ---------------------------------------------------------------- versions (versions.c) */
+#define SV_VERSIONS_KEPT 16
+#define SV_PATH_MAX 1024
+typedef struct sv_version {
+  int64_t number;
+  char path[SV_PATH_MAX];
+  char state[16]; /* "serving", "retired", "loading", "failed" */
+  char reason[SV_ERR_MAX]; /* failed: why */
+} sv_version;
+
 typedef struct sv_model {
   sv_model_spec spec;
+  /* versions, under lock: serving is what workers run (swapped between batches); pending is
+   * being loaded beside it by every worker, each reporting to versions.c */
+  int64_t serving, pending, last_version;
+  int prepared; /* workers that loaded pending */
+  int workers; /* declared by em_serve_model_source; 0: unknown (the ready ones count) */
+  sv_request *load_waiters; /* HTTP load requests waiting for the outcome (out_next list) */
+  int n_history;
+  sv_version history[SV_VERSIONS_KEPT];
   int64_t max_delay_us, max_queue;
   pthread_mutex_t lock;
   pthread_cond_t cond; /* a request arrived, or shutdown */
@@ -119,6 +161,7 @@ struct em_serve {
   int stop_requested;
   char *failure;
   struct sv_http *http;
+  struct sv_zmq *zmq;
   uint64_t http_errors_404, http_errors_400, http_errors_503;
   pthread_mutex_t metrics_lock;
 };
@@ -130,6 +173,7 @@ struct em_serve_batch {
   sv_request **reqs;
   int64_t rows;
   double t_closed;
+  int64_t version; /* the model version the worker runs this batch with */
 };
 
 /* queue.c, called by http.c. Returns 200 when queued (the request is then owned by the
@@ -144,7 +188,79 @@ void sv_http_stop(struct sv_http *h);
 void sv_http_quiesce(struct sv_http *h);
 void sv_http_free(struct sv_http *h);
 void sv_count_http_error(em_serve *s, int status);
+/* answers a request: its connection resumes (HTTP) or the ZeroMQ thread sends it */
+void sv_deliver(em_serve *s, sv_request *r);
+/* zmq.c */
+void sv_zmq_answer(struct sv_zmq *z, sv_request *r);
+void sv_zmq_stop(struct sv_zmq *z);
+void sv_zmq_free(struct sv_zmq *z);
+/* versions.c: a load request from HTTP (path already checked non-empty). Returns 0 when r
+ * waits for the outcome (its answer set and delivered later), else the HTTP status with
+ * err set. */
+int sv_version_load(em_serve *s, sv_model *m, const char *path, sv_request *r, void (*before_wait)(void *),
+                    void *arg, char *err, size_t errcap);
+/* With m->lock held: the version task for a worker in that state (EM_SERVE_LOAD, SWAP,
+ * DISCARD), or 0 when none. */
+int sv_version_task(sv_model *m, int64_t *serving, int64_t *prepared, int64_t *version);
+void sv_versions_abort_all(em_serve *s, const char *why);
+void sv_write_versions(sv_buf *b, sv_model *m);
 /* the model's metadata as KServe JSON */
-void sv_write_model_metadata(sv_buf *b, const sv_model *m);
+void sv_write_model_metadata(sv_buf *b, sv_model *m);
+/* request.c: the load request's checkpoint path; 0, or 400 with err naming the field */
+int sv_parse_load(const char *body, size_t len, char *path, size_t cap, char *err, size_t errcap);
+
+
+/* ---------------------------------------------------------------- the binary protocol (wire.c)
+ * A message (after the ROUTER's routing id, and an empty delimiter when the peer sent one):
+ *   INFER   [hdr + model name][tensor desc][tensor data] ... (ntensors pairs)
+ *   RESULT  [hdr + model name][tensor desc][tensor data] ... one pair per output
+ *   ERROR   [hdr + model name][message, UTF-8]             status: 400, 404, 413, 503, 500
+ * hdr: magic "EMSV", version, kind, the client's request id (echoed), the model version
+ * that answered, status, the name's
+ * length, ntensors; a desc: dtype code, ndim, the name's length, then int64 shape[ndim] and
+ * the name. Little-endian, no padding; data is the tensor's bytes, row-major. */
+#define SV_WIRE_MAGIC 0x56534d45u /* the bytes "EMSV" */
+#define SV_WIRE_VERSION 1
+enum { SV_WIRE_INFER = 1, SV_WIRE_RESULT = 2, SV_WIRE_ERROR = 3 };
+typedef struct sv_wire_hdr {
+  uint32_t magic;
+  uint16_t version, kind;
+  uint64_t request_id;
+  int64_t model_version; /* RESULT: the version that answered; INFER: 0 */
+  uint16_t status, name_len;
+  uint32_t ntensors;
+} sv_wire_hdr; /* 32 bytes */
+typedef struct sv_wire_desc {
+  uint8_t dtype, ndim;
+  uint16_t name_len;
+  uint32_t reserved;
+} sv_wire_desc; /* 8 bytes, then int64 shape[ndim], then the name */
+typedef struct sv_wire_tensor {
+  em_dtype dtype;
+  int ndim;
+  int64_t shape[SV_MAX_DIMS + 1];
+  char name[SV_NAME_MAX];
+  size_t nbytes;
+} sv_wire_tensor;
+
+int sv_wire_dtype_code(em_dtype dtype); /* 0: not served */
+/* 0, or 400 with err naming the field. name receives the model name (NUL-terminated). */
+int sv_wire_read_header(const void *data, size_t size, sv_wire_hdr *h, char name[SV_NAME_MAX], char *err, size_t errcap);
+/* A tensor's desc frame against its data frame's size; k numbers it in messages. */
+int sv_wire_read_tensor(const void *desc, size_t desc_size, size_t data_size, int k, sv_wire_tensor *t, char *err,
+                        size_t errcap);
+/* The tensor frames of an INFER message (2 per tensor) into a request for spec: 200, else
+ * 400 (413: more rows than max_batch) with err naming the field. */
+int sv_wire_parse_infer(const sv_model_spec *spec, const sv_wire_hdr *h, int nframes, const void *const *frames,
+                        const size_t *sizes, sv_request **out, char *err, size_t errcap);
+/* Frames into b, their lengths into frame_len (at most SV_MAX_FRAMES): rows rows of each
+ * tensor from row0 (rows < 0: each tensor whole); returns the count, or -1 when out of memory. */
+int sv_wire_write_tensor_frames(sv_buf *b, size_t *frame_len, int kind, uint64_t id, int64_t model_version,
+                                int status, const char *model,
+                                int n, const char *const *names, em_tensor *const *tensors, int64_t row0, int64_t rows);
+int sv_wire_write_error(sv_buf *b, size_t *frame_len, uint64_t id, int status, const char *model, const char *message);
+/* The ZeroMQ answer of r (RESULT with r's rows of outputs from row0, or ERROR) into r->body. */
+int sv_wire_answer_result(sv_request *r, const sv_model_spec *spec, em_tensor *const *outputs, int64_t row0);
+int sv_wire_answer_error(sv_request *r, const char *model, int status, const char *message);
 
 #endif

@@ -79,3 +79,53 @@ char *em_serve_metrics_text(em_serve *s) {
   return NULL;
 }
 void em_serve_free_string(char *text) { (void)text; }
+em_status em_serve_next(em_serve *s, int model, int64_t *serving, int64_t *prepared, em_serve_batch **batch,
+                        em_serve_task *task, int64_t *version) {
+  (void)s, (void)model, (void)serving, (void)prepared, (void)version;
+  if (batch) *batch = NULL;
+  if (task) *task = EM_SERVE_STOP;
+  return missing("em_serve_next");
+}
+em_status em_serve_model_source(em_serve *s, int model, int workers, const char *checkpoint) {
+  (void)s, (void)model, (void)workers, (void)checkpoint;
+  return missing("em_serve_model_source");
+}
+em_status em_serve_version_path(em_serve *s, int model, int64_t version, char *buf, size_t cap) {
+  (void)s, (void)model, (void)version, (void)buf, (void)cap;
+  return missing("em_serve_version_path");
+}
+em_status em_serve_version_prepared(em_serve *s, int model, int64_t version, int ok, const char *message) {
+  (void)s, (void)model, (void)version, (void)ok, (void)message;
+  return missing("em_serve_version_prepared");
+}
+em_status em_serve_listen_zmq(em_serve *s, const char *endpoint) {
+  (void)s, (void)endpoint;
+  return missing("em_serve_listen_zmq");
+}
+const char *em_serve_zmq_endpoint(const em_serve *s) {
+  (void)s;
+  return NULL;
+}
+em_status em_serve_client_open(em_serve_client **out, const char *endpoint, double timeout_s) {
+  (void)endpoint, (void)timeout_s;
+  if (out) *out = NULL;
+  return missing("em_serve_client_open");
+}
+void em_serve_client_close(em_serve_client *c) { (void)c; }
+em_status em_serve_client_infer(em_serve_client *c, const char *model, int n, const char *const *names,
+                                em_tensor *const *inputs, int *n_outputs) {
+  (void)c, (void)model, (void)n, (void)names, (void)inputs, (void)n_outputs;
+  return missing("em_serve_client_infer");
+}
+const char *em_serve_client_output_name(const em_serve_client *c, int i) {
+  (void)c, (void)i;
+  return NULL;
+}
+em_status em_serve_client_output(em_serve_client *c, int i, em_tensor **out) {
+  (void)c, (void)i, (void)out;
+  return missing("em_serve_client_output");
+}
+int64_t em_serve_client_version(const em_serve_client *c) {
+  (void)c;
+  return 0;
+}

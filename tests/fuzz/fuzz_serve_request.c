@@ -1,7 +1,9 @@
 /* fuzz_serve_request.c - the KServe v2 infer request parser of ember serve
  * (runtime/serve/request.c, sv_parse_infer) on any body, against a model with two inputs:
  * a float32 [-1, 4] and an int64 [2]. A parsed request is also written back as a response
- * (its inputs standing in for outputs), so the writer sees whatever the parser accepts. */
+ * (its inputs standing in for outputs), so the writer sees whatever the parser accepts.
+ * An input starting with byte 0x01 is a binary tensor extension body: a 2-byte little-endian
+ * JSON length (Inference-Header-Content-Length), then the JSON and the binary data. */
 #include "fuzz.h"
 #include "serve/serve_impl.h"
 
@@ -26,7 +28,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   sv_request *r = NULL;
   char err[SV_ERR_MAX];
-  if (sv_parse_infer(&spec, (const char *)data, size, &r, err, sizeof err) == 200) {
+  size_t json_len = 0;
+  if (size >= 3 && data[0] == 1) {
+    json_len = (size_t)data[1] | (size_t)data[2] << 8;
+    data += 3, size -= 3;
+  }
+  if (sv_parse_infer(&spec, (const char *)data, size, json_len, &r, err, sizeof err) == 200) {
     em_tensor *outs[2] = {NULL, NULL};
     em_device cpu = {EM_CPU, 0};
     for (int i = 0; i < 2; i++) {

@@ -45,7 +45,28 @@ def tdesc(name, dtype, sizes, offset, nbytes, lengths=0):  # em_tensor_desc + of
     return struct.pack('<32sii8qiiqq', name.encode(), dtype, len(sizes), *s, lengths, 0, offset, nbytes)
 
 
+# ember serve's binary protocol (runtime/serve/wire.c): header 32 bytes + the model name
+def sv_hdr(model, ntensors, kind=1, request_id=1):
+    return struct.pack('<IHHQqHHI', 0x56534D45, 1, kind, request_id, 0, 0, len(model), ntensors) + model
+
+
+def sv_tensor(name, code, shape, data):  # desc frame, data frame
+    return [struct.pack('<BBHI', code, len(shape), len(name), 0) + struct.pack('<%dq' % len(shape), *shape) + name, data]
+
+
+def serve_wire_seeds():  # fuzz_serve_wire.c: model m, inputs x float32 [-1, 4] and ids int64 [2]
+    x = sv_tensor(b'x', 1, [1, 2, 4], struct.pack('<8f', *range(8)))
+    ids = sv_tensor(b'ids', 4, [1, 2], struct.pack('<2q', 3, 4))
+    put('serve_wire', 'infer', frames(sv_hdr(b'm', 2), *x, *ids))
+    put('serve_wire', 'infer_3rows', frames(sv_hdr(b'm', 2), *sv_tensor(b'x', 1, [3, 1, 4], bytes(48)),
+                                            *sv_tensor(b'ids', 4, [3, 2], bytes(48))))
+    put('serve_wire', 'wrong_shape', frames(sv_hdr(b'm', 2), *sv_tensor(b'x', 1, [1, 2, 5], bytes(40)), *ids))
+    put('serve_wire', 'unknown_model', frames(sv_hdr(b'zz', 1), *x))
+    put('serve_wire', 'header_only', sv_hdr(b'm', 0))
+
+
 def main():
+    serve_wire_seeds()
     # ---- JSON
     put('json', 'header.json', '{"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}, "__metadata__": {}}')
     put('json', 'values.json', '[1, -2, 3.5e2, "a\\u00e9\\n", true, false, null, {"k": [[]]}, 9223372036854775807]')

@@ -224,6 +224,8 @@ def run_checks(port, singles, mixed, ref):
         out = json.loads(r.stdout)["outputs"][0]
         check(out["name"] == "y" and close(out["data"], ref[0]), f"curl: {r.stdout[:200]}")
 
+    binary_checks(port, singles, ref)
+
     # bad input: status and a message naming the field
     good = infer_body(singles[0])["inputs"][0]
     def with_input(**kv):
@@ -285,7 +287,7 @@ def run_checks(port, singles, mixed, ref):
                  "ember_serve_batch_size_bucket", "# TYPE ember_serve_request_seconds histogram"]:
         check(name in text, f"metrics: {name}")
     client = int(re.search(r'ember_serve_errors_total\{model="tiny",kind="client"\} (\d+)', text).group(1))
-    check(client == len(cases), f"client errors counted: {client} (expected {len(cases)})")
+    check(client == len(cases) + 5, f"client errors counted: {client} (expected {len(cases)} + 5 binary)")
     full = int(re.search(r'ember_serve_errors_total\{model="slow",kind="queue_full"\} (\d+)', text).group(1))
     check(full == 1, f"queue_full counted: {full}")
     n404 = int(re.search(r'ember_serve_http_errors_total\{code="404"\} (\d+)', text).group(1))
@@ -296,6 +298,61 @@ def run_checks(port, singles, mixed, ref):
         listen = [l.split() for l in f.read().splitlines()[1:] if l.split()[3] == "0A"]
     mine = [l for l in listen if int(l[1].split(":")[1], 16) == port]
     check(len(mine) == 1 and mine[0][1].split(":")[0] == "0100007F", f"listens on 127.0.0.1 only: {mine}")
+
+
+def binary_checks(port, singles, ref):
+    """The binary tensor extension: inputs as raw bytes after the JSON (its length in the
+    Inference-Header-Content-Length header), outputs asked as binary data likewise."""
+    import struct
+
+    def post(json_part, binary, header=None):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        c.request("POST", "/v2/models/tiny/infer", body=json_part + binary,
+                  headers={"Inference-Header-Content-Length": header or str(len(json_part)),
+                           "Content-Type": "application/octet-stream"})
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        return r.status, r.getheader("Inference-Header-Content-Length"), body
+
+    for i, x in enumerate(singles[:3]):
+        flat = flatten(x)
+        shape = [len(x), len(x[0]), 4]
+        raw = struct.pack(f"<{len(flat)}f", *flat)
+        for binary_out in (False, True):
+            req = {"inputs": [{"name": "x", "shape": shape, "datatype": "FP32",
+                               "parameters": {"binary_data_size": len(raw)}}]}
+            if binary_out:
+                req["parameters"] = {"binary_data_output": True}
+            js = json.dumps(req).encode()
+            st, hlen, body = post(js, raw)
+            if binary_out:
+                n = int(hlen or 0)
+                meta = json.loads(body[:n]) if st == 200 else {}
+                out = meta.get("outputs", [{}])[0]
+                values = list(struct.unpack(f"<{(len(body) - n) // 4}f", body[n:]))
+                ok = st == 200 and out.get("parameters", {}).get("binary_data_size") == len(body) - n and \
+                    "data" not in out and close(values, ref[i])
+            else:
+                ok = st == 200 and hlen is None and close(json.loads(body)["outputs"][0]["data"], ref[i])
+            check(ok, f"binary request {i} (binary outputs: {binary_out}): {st} {body[:200]}")
+    x = singles[0]
+    flat = flatten(x)
+    raw = struct.pack(f"<{len(flat)}f", *flat)
+    js = json.dumps({"inputs": [{"name": "x", "shape": [1, 1, 4], "datatype": "FP32",
+                                 "parameters": {"binary_data_size": len(raw)}}]}).encode()
+    bad = [
+        ("binary data cut short", js, raw[:-4], None, "inputs[0] (x).parameters.binary_data_size: 16 bytes, but only 12"),
+        ("binary data left over", js, raw + b"xxxx", None, "binary data: 20 bytes after the JSON"),
+        ("a wrong binary_data_size", js.replace(b'"binary_data_size": 16', b'"binary_data_size": 12'), raw, None,
+         "inputs[0] (x).parameters.binary_data_size: 12 bytes, expected 16"),
+        ("a header longer than the body", js, raw, "100000", "Inference-Header-Content-Length: '100000'"),
+        ("a header that is not a number", js, raw, "ten", "Inference-Header-Content-Length: 'ten'"),
+    ]
+    for what, j, b, h, needle in bad:
+        st, _, body = post(j, b, h)
+        msg = json.loads(body).get("error", "") if body.startswith(b"{") else body.decode(errors="replace")
+        check(st == 400 and needle in msg, f"{what}: expected 400 with '{needle}', got {st} {msg}")
 
 
 def sigterm_check(proc, port):

@@ -13,6 +13,10 @@
 --       workers: 2          # Lua states on threads of their own, one forward at a time each
 --       threads: 1          # ember/OpenBLAS threads per worker
 --   http: {host: 127.0.0.1, port: 8000, threads: 2}
+--   zmq: tcp://127.0.0.1:5556   # optional: the binary ZeroMQ endpoint (or a port: loopback)
+--
+-- A new checkpoint is swapped in live with POST /v2/repository/models/NAME/load
+-- {"parameters": {"checkpoint": PATH}} (runtime/serve/versions.c, worker.lua's load_version).
 --
 -- The C server (runtime/serve, ember/serve.h) parses and queues requests and closes the
 -- batches; each worker (lua/ember/serve/worker.lua) builds the model in its own Lua state,
@@ -23,7 +27,7 @@ local S = require 'ember.util.schema'
 local json = require 'ember.util.json'
 local model_spec = require 'ember.pipeline.model'
 
-local M = { doc = 'serve models over HTTP (KServe v2) with dynamic batching' }
+local M = { doc = 'serve models over HTTP (KServe v2) and ZeroMQ with dynamic batching' }
 
 local dtypes = { 'float32', 'float64', 'int32', 'int64', 'uint8', 'bool' }
 
@@ -63,6 +67,9 @@ M.schema = {
     port = S.integer { min = 0, max = 65535, default = 8000, doc = '0 picks a free port' },
     threads = S.integer { min = 1, max = 1024, default = 2 },
   }, { default = {} }),
+  zmq = S.union({ S.integer { min = 0, max = 65535 }, S.string { pattern = '^%a[%w+.-]*://.+' } }, { optional = true,
+    doc = 'the binary ZeroMQ endpoint: an address (tcp://127.0.0.1:5556; tcp://0.0.0.0:5556 or tcp://*:5556 ' ..
+      'for every interface) or a port on loopback (0 picks a free one)' }),
   shutdown_timeout_s = S.number { gt = 0, default = 30 },
 }
 M.result_order = { 'served', 'models' }
@@ -107,8 +114,16 @@ function M.run(cfg, ctx)
       check(ember, C.em_dtype_from_name(io.dtype, dtype))
       check(ember, C.em_serve_add_output(server, index[0], io.name, dtype[0]))
     end
+    check(ember, C.em_serve_model_source(server, index[0], m.workers, m.checkpoint or ''))
   end
   check(ember, C.em_serve_listen_http(server, cfg.http.host, cfg.http.port, cfg.http.threads))
+  local zmq_endpoint
+  if cfg.zmq ~= nil then
+    local ep = cfg.zmq
+    if type(ep) == 'number' then ep = 'tcp://127.0.0.1:' .. (ep == 0 and '*' or tostring(ep)) end
+    check(ember, C.em_serve_listen_zmq(server, ep))
+    zmq_endpoint = ffi.string(C.em_serve_zmq_endpoint(server))
+  end
   -- the address as exact decimal digits: tostring would round a double to 14 significant
   -- digits, and x86-64 addresses (< 2^47) are exact in a double
   local address = string.format('%.0f', tonumber(ffi.cast('uintptr_t', server)))
@@ -120,7 +135,8 @@ function M.run(cfg, ctx)
       workers[#workers + 1] = { thread = threads.spawn(worker_code, payload), model = m.name }
     end
   end
-  ctx.log('ember serve: listening on http://%s:%d (%s)', cfg.http.host, C.em_serve_http_port(server),
+  ctx.log('ember serve: listening on http://%s:%d%s (%s)', cfg.http.host, C.em_serve_http_port(server),
+    zmq_endpoint and ' and ' .. zmq_endpoint or '',
     table.concat((function()
       local names = {}
       for _, m in ipairs(cfg.models) do names[#names + 1] = m.name .. ' x' .. m.workers end
@@ -158,6 +174,8 @@ usage: ember serve PIPELINE.yaml [key.path=value ...] [--check]
 Serves the models of a `job: serve` pipeline over HTTP (the KServe v2 protocol):
   POST /v2/models/NAME/infer   {"inputs": [{"name", "shape", "datatype", "data"}]}
   GET  /v2/models/NAME, /v2/models/NAME/ready, /v2/health/live, /v2/health/ready, /metrics
+  POST /v2/repository/models/NAME/load {"parameters": {"checkpoint": PATH}}  swaps a version in
+and, with zmq: ADDRESS, over ZeroMQ (ember.serve.Client, examples/serve_client.py).
 Requests are batched per model (batching.max_batch_size rows, batching.max_delay_us).
 SIGTERM or Ctrl-C stops it after answering every accepted request. Every key: lua/ember/serve/job.lua.
 ]]

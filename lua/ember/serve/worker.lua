@@ -7,6 +7,11 @@
 -- back (the server splits them by rows and answers each request). A forward that raises
 -- answers that batch's requests with 500 and the message; the worker goes on. The loop ends
 -- when the server shuts down and the model's queue is empty.
+--
+-- Versions (runtime/serve/versions.c): between two batches the server may ask the worker to
+-- load a new checkpoint beside the model it serves (load_version: build, load, a probe
+-- forward whose outputs must have the serving version's shapes), then to swap it in once
+-- every worker has it, or to drop it when one could not load it.
 local M = {}
 
 -- The model's state dict from a checkpoint directory (its `latest`), a training checkpoint
@@ -69,6 +74,68 @@ local function outputs_of(result, spec)
   return list
 end
 
+-- One zero-filled row per input (a -1 size taken as 1): enough to see each output's shape.
+local function probe_inputs(spec)
+  local ember = require 'ember'
+  local xs = {}
+  for i, io in ipairs(spec.inputs) do
+    local shape = { 1 }
+    for _, d in ipairs(io.shape or {}) do shape[#shape + 1] = d < 0 and 1 or d end
+    xs[i] = ember.zeros(shape, { dtype = io.dtype })
+  end
+  return xs
+end
+
+local function shape_text(t) return '[' .. table.concat(t.shape, ', ') .. ']' end
+
+-- Builds the model of spec with another checkpoint, and checks that its probe outputs have
+-- the declared shapes (outputs[i].shape, one instance) and the serving model's shapes.
+function M.load_version(spec, path, serving)
+  local ember = require 'ember'
+  local s2 = {}
+  for k, v in pairs(spec) do s2[k] = v end
+  s2.checkpoint = path
+  local model = M.build(s2)
+  local xs = probe_inputs(spec)
+  local n = #spec.inputs
+  local ok_new, new_out = pcall(function()
+    return outputs_of(ember.no_grad(function() return model(unpack(xs, 1, n)) end), spec)
+  end)
+  local ok_old, old_out = pcall(function()
+    return outputs_of(ember.no_grad(function() return serving(unpack(xs, 1, n)) end), spec)
+  end)
+  if not ok_new then
+    if ok_old then error('its forward fails on an input the serving version takes: ' .. tostring(new_out), 0) end
+    return model -- the probe suits neither version: nothing to compare
+  end
+  for i, o in ipairs(spec.outputs) do
+    local got = new_out[i]
+    if got.shape[1] ~= 1 then
+      error(string.format("output '%s': %s for one input row (expected one output row)", o.name, shape_text(got)), 0)
+    end
+    if o.shape then
+      local want = { 1 }
+      for _, d in ipairs(o.shape) do want[#want + 1] = d end
+      local same = #want == #got.shape
+      for d = 1, #want do same = same and (want[d] < 0 or want[d] == got.shape[d]) end
+      if not same then
+        error(string.format("output '%s': shape %s, the declared one is [n, %s]", o.name, shape_text(got),
+          table.concat(o.shape, ', ')), 0)
+      end
+    end
+    if ok_old then
+      local want = old_out[i]
+      local same = #want.shape == #got.shape
+      for d = 1, #want.shape do same = same and want.shape[d] == got.shape[d] end
+      if not same then
+        error(string.format("output '%s': shape %s where the serving version gives %s", o.name, shape_text(got),
+          shape_text(want)), 0)
+      end
+    end
+  end
+  return model
+end
+
 function M.main(payload)
   local ffi = require 'ffi'
   local json = require 'ember.util.json'
@@ -89,32 +156,59 @@ function M.main(payload)
   C.em_serve_model_ready(server, index)
   local bbox = ffi.new('em_serve_batch *[1]')
   local tbox = ffi.new('em_tensor *[1]')
+  local state = ffi.new('int64_t[2]', 1, 0) -- the version served, the version prepared beside it
+  local task, version = ffi.new('em_serve_task[1]'), ffi.new('int64_t[1]')
+  local path = ffi.new('char[1024]')
+  local prepared -- the next version's model, loaded and checked
   local n_in, n_out = #spec.inputs, #spec.outputs
   local out_arr = ffi.new('em_tensor *[?]', n_out)
   local batches = 0
+  local function fail(st) if st ~= 0 then error(ffi.string(C.em_last_error()), 0) end end
   while true do
-    if C.em_serve_next_batch(server, index, bbox) ~= 0 then error(ffi.string(C.em_last_error()), 0) end
-    local batch = bbox[0]
-    if batch == nil then break end
-    local handed = false
-    local run_ok, err = pcall(function()
-      local inputs = {}
-      for i = 1, n_in do
-        if C.em_serve_batch_input(batch, i - 1, tbox) ~= 0 then error(ffi.string(C.em_last_error()), 0) end
-        inputs[i] = I.wrap(tbox)
+    fail(C.em_serve_next(server, index, state, state + 1, bbox, task, version))
+    local t = task[0]
+    if t == C.EM_SERVE_STOP then break end
+    if t == C.EM_SERVE_LOAD then
+      local v = version[0]
+      local loaded, m2 = pcall(function()
+        fail(C.em_serve_version_path(server, index, v, path, 1024))
+        return M.load_version(spec, ffi.string(path), model)
+      end)
+      if loaded then
+        prepared = m2
+        state[1] = v -- before the report: the last report swaps the version in at once
+        C.em_serve_version_prepared(server, index, v, 1, nil)
+      else
+        C.em_serve_version_prepared(server, index, v, 0, tostring(m2))
       end
-      local result = ember.no_grad(function() return model(unpack(inputs, 1, n_in)) end)
-      local outs = outputs_of(result, spec)
-      for i = 1, n_out do out_arr[i - 1] = outs[i] end
-      handed = true
-      local st = C.em_serve_batch_complete(batch, n_out, out_arr)
-      for i = 1, n_out do out_arr[i - 1] = nil end
-      if st ~= 0 then error(ffi.string(C.em_last_error()), 0) end
-    end)
-    if not run_ok and not handed then C.em_serve_batch_fail(batch, tostring(err)) end
-    batches = batches + 1
-    -- the batch's tensors are garbage now; collect them in small steps, not in one pause
-    if batches % 16 == 0 then collectgarbage('step', 64) end
+    elseif t == C.EM_SERVE_SWAP then
+      model, prepared = prepared, nil
+      collectgarbage()
+    elseif t == C.EM_SERVE_DISCARD then
+      prepared = nil
+      collectgarbage()
+    else
+      local batch = bbox[0]
+      local handed = false
+      local run_ok, err = pcall(function()
+        local inputs = {}
+        for i = 1, n_in do
+          fail(C.em_serve_batch_input(batch, i - 1, tbox))
+          inputs[i] = I.wrap(tbox)
+        end
+        local result = ember.no_grad(function() return model(unpack(inputs, 1, n_in)) end)
+        local outs = outputs_of(result, spec)
+        for i = 1, n_out do out_arr[i - 1] = outs[i] end
+        handed = true
+        local st = C.em_serve_batch_complete(batch, n_out, out_arr)
+        for i = 1, n_out do out_arr[i - 1] = nil end
+        fail(st)
+      end)
+      if not run_ok and not handed then C.em_serve_batch_fail(batch, tostring(err)) end
+      batches = batches + 1
+      -- the batch's tensors are garbage now; collect them in small steps, not in one pause
+      if batches % 16 == 0 then collectgarbage('step', 64) end
+    end
   end
 end
 

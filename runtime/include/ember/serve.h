@@ -1,5 +1,6 @@
 /* ember/serve.h - model serving (runtime/serve): request queues with dynamic batching, an
- * HTTP server speaking the KServe v2 inference protocol, Prometheus metrics.
+ * HTTP server speaking the KServe v2 inference protocol, a ZeroMQ endpoint with a binary
+ * protocol and its client, model versions swapped live, Prometheus metrics.
  *
  * A server holds models. Each model declares its inputs (name, dtype, the shape of one
  * instance, -1 for a size that may vary) and its outputs (name, dtype). A request carries
@@ -20,7 +21,11 @@
  *   GET  /v2/models/NAME         model metadata; GET /v2/models/NAME/ready
  *   GET  /v2/health/live, /v2/health/ready (every model has a worker that loaded it)
  *   GET  /metrics                Prometheus text format
- * Bad requests get 400 with {"error": "..."} naming the field; unknown models 404.
+ *   POST /v2/repository/models/NAME/load {"parameters": {"checkpoint": PATH}}  a new version
+ *                                (em_serve_next below), answered once it serves or failed
+ * Inputs and outputs may travel as raw bytes after the JSON (the binary tensor extension,
+ * Inference-Header-Content-Length). Bad requests get 400 with {"error": "..."} naming the
+ * field; unknown models 404. em_serve_listen_zmq adds a ZeroMQ endpoint on the same queues.
  *
  * Shutdown: em_serve_wait returns on SIGTERM/SIGINT (or em_serve_stop); em_serve_shutdown
  * then stops taking requests (new ones get 503), lets the workers finish every accepted
@@ -90,6 +95,54 @@ EM_API void em_serve_batch_fail(em_serve_batch *b, const char *message);
 /* The metrics in Prometheus text format (a new string; free it with em_serve_free_string). */
 EM_API char *em_serve_metrics_text(em_serve *s);
 EM_API void em_serve_free_string(char *text);
+/* ---- model versions: a checkpoint loaded beside the serving one, swapped in between batches.
+ * Workers call em_serve_next instead of em_serve_next_batch and act on its task:
+ *   EM_SERVE_BATCH    run *batch (with the version *serving names)
+ *   EM_SERVE_LOAD     load version *version (em_serve_version_path) beside the serving model,
+ *                     check it, report with em_serve_version_prepared; on success set
+ *                     *prepared = *version. Keep serving the old one meanwhile.
+ *   EM_SERVE_SWAP     every worker has it: serve the prepared model from now on (the server
+ *                     has set *serving = *version and *prepared = 0)
+ *   EM_SERVE_DISCARD  the load failed elsewhere: drop the prepared model (*prepared = 0)
+ *   EM_SERVE_STOP     the server shut down and the queue is empty: return
+ * serving starts at 1 (the checkpoint the worker was started with), prepared at 0. */
+typedef enum em_serve_task {
+  EM_SERVE_STOP = 0,
+  EM_SERVE_BATCH = 1,
+  EM_SERVE_LOAD = 2,
+  EM_SERVE_SWAP = 3,
+  EM_SERVE_DISCARD = 4
+} em_serve_task;
+EM_API em_status em_serve_next(em_serve *s, int model, int64_t *serving, int64_t *prepared, em_serve_batch **batch,
+                               em_serve_task *task, int64_t *version);
+/* How many workers serve the model (a new version swaps in once all of them loaded it) and
+ * the checkpoint of version 1 (reported in the metadata). */
+EM_API em_status em_serve_model_source(em_serve *s, int model, int workers, const char *checkpoint);
+/* The checkpoint path of a version (into buf). */
+EM_API em_status em_serve_version_path(em_serve *s, int model, int64_t version, char *buf, size_t cap);
+/* A worker's report on loading a version: ok, or the reason it failed (which drops the
+ * version on every worker and answers the load request with it). */
+EM_API em_status em_serve_version_prepared(em_serve *s, int model, int64_t version, int ok, const char *message);
+
+/* ---- ZeroMQ: a ROUTER endpoint with ember's binary protocol (runtime/serve/wire.c), served
+ * by the same queues and batches. endpoint: a ZeroMQ address ("tcp://127.0.0.1:5556"; port
+ * "*" picks a free one, see em_serve_zmq_endpoint). Built when ZeroMQ is found. */
+EM_API em_status em_serve_listen_zmq(em_serve *s, const char *endpoint);
+EM_API const char *em_serve_zmq_endpoint(const em_serve *s); /* the bound address, or NULL */
+
+/* A client of that endpoint (a DEALER socket; one thread at a time). infer sends the named
+ * input tensors (each [rows, ...], any device, made contiguous on the CPU) and waits at most
+ * timeout_s for the answer; the outputs stay in the client until the next infer. A server
+ * error (400 naming the field, 404, 413, 503, 500) is returned as the error message. */
+typedef struct em_serve_client em_serve_client;
+EM_API em_status em_serve_client_open(em_serve_client **out, const char *endpoint, double timeout_s);
+EM_API void em_serve_client_close(em_serve_client *c);
+EM_API em_status em_serve_client_infer(em_serve_client *c, const char *model, int n, const char *const *names,
+                                       em_tensor *const *inputs, int *n_outputs);
+EM_API const char *em_serve_client_output_name(const em_serve_client *c, int i);
+/* A new reference to output i of the last answer. */
+EM_API em_status em_serve_client_output(em_serve_client *c, int i, em_tensor **out);
+EM_API int64_t em_serve_client_version(const em_serve_client *c); /* the version that answered */
 /* EM_FFI_END */
 
 #ifdef __cplusplus
