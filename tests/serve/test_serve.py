@@ -172,11 +172,27 @@ http: {{port: {port}, threads: 4}}
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    device_checks(cfg)
     if FAILS:
         print(f"{len(FAILS)} check(s) failed")
         sys.exit(1)
     shutil.rmtree(TMP, ignore_errors=True)
     print("all serve checks passed")
+
+
+def device_checks(cfg):
+    """device: a GPU that is not there is refused before serving, naming the key; a device
+    that is no device is a schema error. (With a GPU, tests/gpu/run.sh serves on it.)"""
+    gpus = subprocess.run([EMBER, "-e", "io.write(ember.cuda.device_count())"], capture_output=True, text=True)
+    r = subprocess.run([EMBER, "serve", cfg, "models.1.device=gpu", "http.port=0"], capture_output=True, text=True,
+                       timeout=60)
+    check(r.returncode == 2 and "models.1.device: expected cpu, cuda or cuda:N, got 'gpu'" in r.stderr,
+          f"a device that is no device: {r.returncode} {r.stderr}")
+    if gpus.stdout.strip() == "0":
+        r = subprocess.run([EMBER, "serve", cfg, "models.1.device=cuda", "http.port=0"], capture_output=True,
+                           text=True, timeout=60)
+        check(r.returncode == 2 and "models.1.device: cuda is not available: no CUDA device found" in r.stderr,
+              f"device: cuda without a GPU: {r.returncode} {r.stderr}")
 
 
 def run_checks(port, singles, mixed, ref):

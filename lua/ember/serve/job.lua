@@ -12,6 +12,7 @@
 --       batching: {max_batch_size: 64, max_delay_us: 500, max_queue: 1024}
 --       workers: 2          # Lua states on threads of their own, one forward at a time each
 --       threads: 1          # ember/OpenBLAS threads per worker
+--       device: cpu         # or cuda / cuda:N: the model's weights and each batch on that GPU
 --   http: {host: 127.0.0.1, port: 8000, threads: 2}
 --   zmq: tcp://127.0.0.1:5556   # optional: the binary ZeroMQ endpoint (or a port: loopback)
 --
@@ -61,6 +62,7 @@ M.schema = {
     }, { default = {} }),
     workers = S.integer { min = 1, max = 256, default = 1 },
     threads = S.integer { min = 1, default = 1, doc = 'ember threads per worker' },
+    device = S.string { default = 'cpu', doc = "cpu, cuda or cuda:N: where the model's forward runs" },
   }, { min_len = 1 }),
   http = S.record({
     host = S.string { default = '127.0.0.1', doc = 'loopback unless an interface is named (0.0.0.0: all)' },
@@ -90,6 +92,16 @@ function M.run(cfg, ctx)
     local where = 'models.' .. i
     if (m.pipeline ~= nil) == (m.model ~= nil) then
       S.fail(ctx, where, 'expected exactly one of pipeline: (a training pipeline) or model: (layers or {file:, args:})')
+    end
+    local index = m.device == 'cuda' and 0 or tonumber(m.device:match('^cuda:(%d+)$'))
+    if m.device ~= 'cpu' and not index then
+      S.fail(ctx, where .. '.device', string.format("expected cpu, cuda or cuda:N, got '%s'", m.device))
+    elseif index then
+      local count = ember.cuda.device_count()
+      if index >= count then
+        S.fail(ctx, where .. '.device', string.format('%s is not available: %s', m.device, count == 0 and
+          'no CUDA device found (`ember info` lists the devices)' or count .. ' CUDA device(s)'))
+      end
     end
     for k, io in ipairs(m.inputs) do
       if not io.shape then

@@ -54,7 +54,20 @@ function M.build(spec)
     if not ok then error(string.format("checkpoint '%s': %s", path, tostring(err)), 0) end
   end
   model:eval()
+  if spec.device and spec.device ~= 'cpu' then model:to(spec.device) end
   return model
+end
+
+-- A batch's input on the model's device (the server's tensors are on the CPU).
+local function to_device(t, spec)
+  if spec.device and spec.device ~= 'cpu' then return t:to(spec.device) end
+  return t
+end
+
+-- An output as the server takes it: a contiguous CPU tensor.
+local function to_host(t)
+  if t.device ~= 'cpu' then return t:cpu() end
+  return t
 end
 
 local function outputs_of(result, spec)
@@ -81,7 +94,7 @@ local function probe_inputs(spec)
   for i, io in ipairs(spec.inputs) do
     local shape = { 1 }
     for _, d in ipairs(io.shape or {}) do shape[#shape + 1] = d < 0 and 1 or d end
-    xs[i] = ember.zeros(shape, { dtype = io.dtype })
+    xs[i] = to_device(ember.zeros(shape, { dtype = io.dtype }), spec)
   end
   return xs
 end
@@ -194,11 +207,14 @@ function M.main(payload)
         local inputs = {}
         for i = 1, n_in do
           fail(C.em_serve_batch_input(batch, i - 1, tbox))
-          inputs[i] = I.wrap(tbox)
+          inputs[i] = to_device(I.wrap(tbox), spec)
         end
         local result = ember.no_grad(function() return model(unpack(inputs, 1, n_in)) end)
         local outs = outputs_of(result, spec)
-        for i = 1, n_out do out_arr[i - 1] = outs[i] end
+        for i = 1, n_out do
+          outs[i] = to_host(outs[i])
+          out_arr[i - 1] = outs[i]
+        end
         handed = true
         local st = C.em_serve_batch_complete(batch, n_out, out_arr)
         for i = 1, n_out do out_arr[i - 1] = nil end
