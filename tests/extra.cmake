@@ -152,7 +152,7 @@ if(EMBER_HAVE_MPI AND EMBER_MPIRUN)
     endforeach()
   endif()
   if(Python3_Interpreter_FOUND)
-    foreach(driver timeout launch)
+    foreach(driver timeout launch dlrm_pipeline)
       add_test(NAME distributed/${driver}
         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/distributed/${driver}.py $<TARGET_FILE:ember_host>)
       set_tests_properties(distributed/${driver} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 RESOURCE_LOCK ember_mpi

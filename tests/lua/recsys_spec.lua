@@ -374,4 +374,59 @@ describe('a table of 10M rows', function()
     assert.is_false(e.weight[77]:equal(before))
     close(e.weight[2], e.weight[2]:totable(), 0)
   end)
+
+  -- The process's resident memory, not only ember's allocator: whatever a step touches
+  -- (kernel scratch, the optimizer, Lua) counts. VmHWM is reset through clear_refs (Linux 4.0).
+  local function status_kb(key)
+    local f = assert(io.open('/proc/self/status'))
+    local v = f:read('*a'):match(key .. ':%s*(%d+)')
+    f:close()
+    return tonumber(v)
+  end
+  local function reset_peak()
+    local f = io.open('/proc/self/clear_refs', 'w')
+    if not f then return false end
+    local ok = f:write('5')
+    f:close()
+    return ok ~= nil
+  end
+  it('trains DLRM-like steps within a resident-memory bound far below a dense gradient', function()
+    local rows, dim, B = 10000000, 8, 128
+    local e = nn.EmbeddingBag(rows, dim, { mode = 'sum', sparse = true })   -- 320 MB, every page touched
+    local head = nn.Linear(dim, 1)
+    local opt = optim.RowWiseAdagrad({ e.weight }, { lr = 0.1 })
+    local dense_opt = optim.Adagrad(head:parameters(), { lr = 0.1 })
+    collectgarbage(); collectgarbage()
+    if not reset_peak() then pending('/proc/self/clear_refs cannot reset the peak here'); return end
+    local base_kb = status_kb('VmRSS')
+    ember.manual_seed(3)
+    local idx = ember.randint(1, rows + 1, { 4 * B })   -- 4 rows a bag, spread over the table
+    local off = ember.arange(1, 4 * B, 4, I64)
+    local y = ember.randint(0, 2, { B, 1 }):to('float32')
+    local used = {}
+    for _, r in ipairs(idx:totable()) do used[r] = true end
+    local probe, other = idx:totable()[1], 12345
+    while used[other] do other = other + 1 end
+    local before, untouched = e.weight[probe]:clone(), e.weight[other]:clone()
+    local function step()
+      opt:zero_grad(); dense_opt:zero_grad()
+      F.binary_cross_entropy_with_logits(head(e(idx, off)), y):backward()
+      assert.is_true(ember.is_sparse_grad(e.weight.grad))
+      opt:step(); dense_opt:step()
+    end
+    step()   -- also makes the row-wise state: one float per row (1/dim of the table)
+    local first_kb = status_kb('VmHWM') - base_kb
+    local dense_grad_kb = rows * dim * 4 / 1024
+    assert.is_true(first_kb < rows * 4 / 1024 + 32 * 1024,
+      string.format('first step: resident peak grew %d KB (a dense gradient is %d KB)', first_kb, dense_grad_kb))
+    collectgarbage(); collectgarbage()
+    reset_peak()
+    local mid_kb = status_kb('VmRSS')
+    for _ = 1, 5 do step() end
+    local more_kb = status_kb('VmHWM') - mid_kb
+    assert.is_true(more_kb < dense_grad_kb / 20,
+      string.format('5 more steps: resident peak grew %d KB (a dense gradient is %d KB)', more_kb, dense_grad_kb))
+    assert.is_false(e.weight[probe]:equal(before))
+    assert.is_true(e.weight[other]:equal(untouched))
+  end)
 end)
