@@ -37,9 +37,9 @@ for k = 1, 8 do   -- this rank's batches, assembled once as the pipeline deliver
   batches[k] = { ember.stack(dense), jagged.keyed(ember.tensor(vals, { dtype = 'int64' }),
     ember.tensor(lens, { dtype = 'int64' })), ember.tensor(y) }
 end
-local t0
+local t0, c0
 for step = 1, warmup + steps do
-  if step == warmup + 1 then t0 = require('ember.util.progress').now() end
+  if step == warmup + 1 then t0, c0 = require('ember.util.progress').now(), os.clock() end
   local b = batches[(step - 1) % #batches + 1]
   opt:zero_grad()
   local loss = F.binary_cross_entropy_with_logits(net(b[1], b[2]), b[3])
@@ -47,11 +47,11 @@ for step = 1, warmup + steps do
   if net.after_backward then net:after_backward() end
   opt:step()
 end
-local dt = require('ember.util.progress').now() - t0
+local dt, cpu = require('ember.util.progress').now() - t0, os.clock() - c0
 local f = io.open('/proc/self/status')
 local peak = f:read('*a'):match('VmHWM:%s*(%d+)')
 f:close()
 if rank == 0 then
-  print(string.format('{"peer": "ember", "ranks": %d, "samples_per_s": %.1f, "peak_rss_mb": %.1f}', world,
-    steps * batch * world / dt, tonumber(peak) / 1024))
+  print(string.format('{"peer": "ember", "ranks": %d, "samples_per_s": %.1f, "samples_per_cpu_s": %.1f, ' ..
+    '"peak_rss_mb": %.1f}', world, steps * batch * world / dt, steps * batch / cpu, tonumber(peak) / 1024))
 end
