@@ -2,9 +2,11 @@
 -- on DLRM's random data (pipelines/data/dlrm_synthetic.lua draws as dlrm_data_pytorch.py),
 -- sparse tables, SGD, BCE on logits (the sigmoid fused into the loss); one JSON line like torch_dlrm.py's. Under
 -- `ember launch -n N`: nn.DistributedDataParallel, table rows exchanged (after_backward).
---   ember bench/recsys/ember_dlrm.lua STEPS BATCH ROWS [TABLES] [LOOKUPS]
+--   ember bench/recsys/ember_dlrm.lua STEPS BATCH ROWS [TABLES] [LOOKUPS] [EMBEDDINGS]
+-- EMBEDDINGS: 'batched' (default: the tables in one weight, nn.TableBatchedEmbeddingBags) or
+-- 'local' (one nn.EmbeddingBag per table).
 local steps, batch, rows = tonumber(arg[1] or 50), tonumber(arg[2] or 128), tonumber(arg[3] or 100000)
-local ntab, lookups = tonumber(arg[4] or 26), tonumber(arg[5] or 1)
+local ntab, lookups, embeddings = tonumber(arg[4] or 26), tonumber(arg[5] or 1), arg[6] or 'batched'
 local warmup = 5
 local F = ember.nn.functional
 local dist = ember.dist
@@ -17,7 +19,7 @@ local tables = {}
 for t = 1, ntab do tables[t] = rows end
 ember.manual_seed(1)
 local model = dofile('examples/dlrm.lua') { arch_mlp_bot = '13-512-256-64-16', arch_mlp_top = '512-256-1',
-  table_sizes = tables, arch_sparse_feature_size = 16, logits = true }
+  table_sizes = tables, arch_sparse_feature_size = 16, logits = true, embeddings = embeddings }
 local net = world > 1 and ember.nn.DistributedDataParallel(model) or model
 local opt = ember.optim.SGD(net:parameters(), { lr = 0.1 })
 local ds = dofile('pipelines/data/dlrm_synthetic.lua') { num_samples = 8 * batch * world, table_sizes = tables,

@@ -49,8 +49,9 @@ function M.shard_plan(sizes, dim, world)
   for t, rows in ipairs(sizes) do
     local d = type(dim) == 'table' and dim[t] or dim
     if type(rows) ~= 'number' or rows < 1 or type(d) ~= 'number' or d < 1 then
+      local function show(v) return type(v) == 'number' and tostring(v) or describe(v) end
       throw(string.format('shard_plan: table %d has %s rows of dimension %s, expected positive integers', t,
-        describe(rows), describe(d)))
+        show(rows), show(d)))
     end
     cost[t], order[t] = rows * d, t
   end
