@@ -119,7 +119,8 @@ function TBE:init(sizes, dim, opts)
   local rows, base, total = ffi.new('int64_t[?]', #sizes), {}, 0
   for t, n in ipairs(sizes) do
     if type(n) ~= 'number' or n < 1 or n ~= math.floor(n) then
-      throw(string.format('TableBatchedEmbeddingBags: table %d has %s rows, expected a positive integer', t, describe(n)))
+      throw(string.format('TableBatchedEmbeddingBags: table %d has %s rows, expected a positive integer', t,
+        type(n) == 'number' and tostring(n) or describe(n)))
     end
     rows[t - 1], base[t], total = n, total, total + n
   end

@@ -44,7 +44,8 @@ M.schema = S.record({
   shared_memory = S.boolean { default = true, doc = 'ranks on one host reduce CPU buckets in shared memory' },
   timeout = S.number { gt = 0, optional = true, doc = 'seconds a collective may take (default 600)' },
   embeddings = S.enum({ 'replicated', 'sharded' }, { default = 'replicated',
-    doc = "sharded: embedding tables placed whole on ranks, lookups exchanged by all_to_all (DLRM's model parallelism)" }),
+    doc = "sharded: embedding tables placed whole on ranks, lookups exchanged by all_to_all (DLRM's model " ..
+      'parallelism)' }),
 }, launched and { default = {} } or { optional = true })
 
 -- The backend for a job on `device` (cfg.device, already resolved: 'cpu', 'cuda', 'cuda:N'):
