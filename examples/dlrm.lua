@@ -17,6 +17,14 @@
 --   sparse                    true (default): row-sparse embedding gradients
 --   mode                      'sum' (default): how bags are pooled
 --   logits                    false (default): the top MLP ends in a sigmoid, as DLRM's
+--   embeddings                'local' (default): every table here, one nn.EmbeddingBag each;
+--                             'batched': every table here, all in one weight looked up in one
+--                             call (nn.TableBatchedEmbeddingBags: faster, the same numbers);
+--                             'sharded': model-parallel,
+--                             whole tables placed on the ranks (nn.ShardedEmbeddingBags), the
+--                             pooled vectors exchanged by all_to_all; wrap the model in
+--                             nn.DistributedDataParallel for the MLPs. The same parameters as
+--                             'local' for the same seed (each rank holding its tables).
 --
 -- forward(dense [B, #bottom input], sparse): sparse holds, per table, {indices, offsets}
 -- (indices 1-based rows, offsets the 1-based start of each of the B bags: DLRM's offsets
@@ -79,13 +87,28 @@ function DLRM:init(args)
   for _, s in ipairs(top) do top_in[#top_in + 1] = s end
   self.num_tables, self.dim = #tables, m
   self.bot = mlp(bot, false)
-  local bags = {}
-  for i, rows in ipairs(tables) do
-    local bag = nn.EmbeddingBag(rows, m, { mode = args.mode or 'sum', sparse = args.sparse ~= false })
-    ember.no_grad(function() bag.weight:uniform_(-math.sqrt(1 / rows), math.sqrt(1 / rows)) end)
-    bags[i] = bag
+  local embeddings = args.embeddings or 'local'
+  if embeddings ~= 'local' and embeddings ~= 'sharded' and embeddings ~= 'batched' then
+    error(string.format("dlrm: embeddings must be 'local', 'batched' or 'sharded', got %s", tostring(embeddings)), 0)
   end
-  self.emb = nn.Sequential(bags)   -- a container: children '0', '1', ... as DLRM's emb_l
+  local function init_table(w, rows) w:uniform_(-math.sqrt(1 / rows), math.sqrt(1 / rows)) end
+  if embeddings == 'batched' then
+    self.batched = true
+    self.emb = nn.TableBatchedEmbeddingBags(tables, m, { mode = args.mode or 'sum', sparse = args.sparse ~= false,
+      init = function(w, t) init_table(w, tables[t]) end })
+  elseif embeddings == 'sharded' then
+    self.sharded = true
+    self.emb = nn.ShardedEmbeddingBags(tables, m, { mode = args.mode or 'sum', sparse = args.sparse ~= false,
+      group = args.group, init = function(w, t) init_table(w, tables[t]) end })
+  else
+    local bags = {}
+    for i, rows in ipairs(tables) do
+      local bag = nn.EmbeddingBag(rows, m, { mode = args.mode or 'sum', sparse = args.sparse ~= false })
+      ember.no_grad(function() init_table(bag.weight, rows) end)
+      bags[i] = bag
+    end
+    self.emb = nn.Sequential(bags)   -- a container: children '0', '1', ... as DLRM's emb_l
+  end
   self.interaction = nn.Interaction { op = op, self_interaction = itself }
   self.top = mlp(top_in, not args.logits, args.logits)
 end
@@ -96,6 +119,7 @@ function DLRM:forward(dense, sparse)
       self.num_tables, type(sparse) == 'table' and tostring(#sparse) or type(sparse)), 0)
   end
   local x = self.bot(dense)
+  if self.sharded or self.batched then return self.top(self.interaction(x, self.emb(sparse))) end
   local pooled = {}
   for i, feature in ipairs(sparse) do
     local bag = self.emb[i]
@@ -107,6 +131,7 @@ end
 
 -- The parameters of the tables (give them a sparse optimizer) and the rest (the MLPs).
 function DLRM:sparse_parameters()
+  if self.sharded or self.batched then return self.emb:parameters() end   -- held tables; the one batched weight
   local out = {}
   for i = 1, self.num_tables do out[i] = self.emb[i].weight end
   return out

@@ -78,7 +78,7 @@ if(EMBER_SANITIZE)
   list(APPEND dist_env "ASAN_OPTIONS=detect_leaks=0")
 endif()
 if(EMBER_HAVE_MPI AND EMBER_MPIRUN)
-  foreach(script collectives ddp ddp_unused ddp_join dlrm_ddp)
+  foreach(script collectives ddp ddp_unused ddp_join dlrm_ddp dlrm_sharded)
     foreach(np 2 4)
       add_test(NAME distributed/${script}_np${np}
         COMMAND $<TARGET_FILE:ember_host> launch -n ${np} --threads 1 ${CMAKE_CURRENT_SOURCE_DIR}/distributed/${script}.lua
@@ -118,7 +118,8 @@ if(EMBER_HAVE_MPI AND EMBER_MPIRUN)
   set_tests_properties(distributed/more_collectives_np3_p2p PROPERTIES TIMEOUT 120 RESOURCE_LOCK ember_mpi
     ENVIRONMENT "${dist_env};EMBER_DIST_MPI_P2P_ABOVE=1000")
   # the same collectives with shared memory off: plain all_reduce and DDP buckets through MPI
-  foreach(script collectives ddp)
+  # (dlrm_sharded: the tables' all_to_all_v among DDP's buckets, all through MPI)
+  foreach(script collectives ddp dlrm_sharded)
     add_test(NAME distributed/${script}_np2_no_shm
       COMMAND $<TARGET_FILE:ember_host> launch -n 2 --threads 1 ${CMAKE_CURRENT_SOURCE_DIR}/distributed/${script}.lua
       WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
@@ -151,7 +152,7 @@ if(EMBER_HAVE_MPI AND EMBER_MPIRUN)
     endforeach()
   endif()
   if(Python3_Interpreter_FOUND)
-    foreach(driver timeout launch)
+    foreach(driver timeout launch dlrm_pipeline)
       add_test(NAME distributed/${driver}
         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/distributed/${driver}.py $<TARGET_FILE:ember_host>)
       set_tests_properties(distributed/${driver} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 RESOURCE_LOCK ember_mpi

@@ -2,9 +2,11 @@
 -- on DLRM's random data (pipelines/data/dlrm_synthetic.lua draws as dlrm_data_pytorch.py),
 -- sparse tables, SGD, BCE on logits (the sigmoid fused into the loss); one JSON line like torch_dlrm.py's. Under
 -- `ember launch -n N`: nn.DistributedDataParallel, table rows exchanged (after_backward).
---   ember bench/recsys/ember_dlrm.lua STEPS BATCH ROWS [TABLES] [LOOKUPS]
+--   ember bench/recsys/ember_dlrm.lua STEPS BATCH ROWS [TABLES] [LOOKUPS] [EMBEDDINGS]
+-- EMBEDDINGS: 'batched' (default: the tables in one weight, nn.TableBatchedEmbeddingBags) or
+-- 'local' (one nn.EmbeddingBag per table).
 local steps, batch, rows = tonumber(arg[1] or 50), tonumber(arg[2] or 128), tonumber(arg[3] or 100000)
-local ntab, lookups = tonumber(arg[4] or 26), tonumber(arg[5] or 1)
+local ntab, lookups, embeddings = tonumber(arg[4] or 26), tonumber(arg[5] or 1), arg[6] or 'batched'
 local warmup = 5
 local F = ember.nn.functional
 local dist = ember.dist
@@ -17,7 +19,7 @@ local tables = {}
 for t = 1, ntab do tables[t] = rows end
 ember.manual_seed(1)
 local model = dofile('examples/dlrm.lua') { arch_mlp_bot = '13-512-256-64-16', arch_mlp_top = '512-256-1',
-  table_sizes = tables, arch_sparse_feature_size = 16, logits = true }
+  table_sizes = tables, arch_sparse_feature_size = 16, logits = true, embeddings = embeddings }
 local net = world > 1 and ember.nn.DistributedDataParallel(model) or model
 local opt = ember.optim.SGD(net:parameters(), { lr = 0.1 })
 local ds = dofile('pipelines/data/dlrm_synthetic.lua') { num_samples = 8 * batch * world, table_sizes = tables,
@@ -37,9 +39,9 @@ for k = 1, 8 do   -- this rank's batches, assembled once as the pipeline deliver
   batches[k] = { ember.stack(dense), jagged.keyed(ember.tensor(vals, { dtype = 'int64' }),
     ember.tensor(lens, { dtype = 'int64' })), ember.tensor(y) }
 end
-local t0
+local t0, c0
 for step = 1, warmup + steps do
-  if step == warmup + 1 then t0 = require('ember.util.progress').now() end
+  if step == warmup + 1 then t0, c0 = require('ember.util.progress').now(), os.clock() end
   local b = batches[(step - 1) % #batches + 1]
   opt:zero_grad()
   local loss = F.binary_cross_entropy_with_logits(net(b[1], b[2]), b[3])
@@ -47,11 +49,11 @@ for step = 1, warmup + steps do
   if net.after_backward then net:after_backward() end
   opt:step()
 end
-local dt = require('ember.util.progress').now() - t0
+local dt, cpu = require('ember.util.progress').now() - t0, os.clock() - c0
 local f = io.open('/proc/self/status')
 local peak = f:read('*a'):match('VmHWM:%s*(%d+)')
 f:close()
 if rank == 0 then
-  print(string.format('{"peer": "ember", "ranks": %d, "samples_per_s": %.1f, "peak_rss_mb": %.1f}', world,
-    steps * batch * world / dt, tonumber(peak) / 1024))
+  print(string.format('{"peer": "ember", "ranks": %d, "samples_per_s": %.1f, "samples_per_cpu_s": %.1f, ' ..
+    '"peak_rss_mb": %.1f}', world, steps * batch * world / dt, steps * batch / cpu, tonumber(peak) / 1024))
 end

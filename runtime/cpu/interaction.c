@@ -6,6 +6,7 @@
  * of one sample are small (27 x 27 for Criteo's 26 tables), so plain loops over rows of D
  * beat a batched GEMM plus a gather and never build the [B, n, n] matrix. */
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 #include "cpu_impl.h"
 
@@ -15,56 +16,130 @@ static int use_threads(int64_t tasks, int64_t work) {
 
 #define MAX_FEATURES 1024
 
+/* Per sample, the features are an n x D matrix X and the products its Gram matrix X X^T.
+ * One dot product per pair (a reduction of D = 16 into one number) wastes most of a vector
+ * unit; instead X is transposed into a scratch [D, n] and row i of the products is built
+ * for all j < i at once, d after d (vectors across j). Backward: with S the symmetric n x n
+ * matrix of the incoming gradients (a self pair twice on the diagonal), dX = S X, built
+ * the same way into a transposed [D, n] scratch. Rows are padded to blocks of LANES. Sums run over d (forward) or j (backward)
+ * in a fixed order: results never depend on the thread count. Scratch: one block per
+ * thread; if it cannot be had, the plain loops below run instead. */
+#define LANES 16 /* one AVX-512 vector of floats; fixed, so the compiler vectorises the block */
+#define PAD(n) (((n) + LANES - 1) / LANES * LANES)
+
 /* clang-format off */
 #define DEFINE_INTERACTION(T, S_)                                                                              \
-  static void forward_##S_(T *out, const T *const *f, int n, int64_t B, int64_t D, int self) {                \
-    int64_t W = D + (int64_t)n * (n - 1 + 2 * self) / 2;                                                      \
-    int par = use_threads(B, B * W * D);                                                                      \
-    _Pragma("omp parallel for schedule(static) if(par) num_threads(em_get_num_threads())")                   \
-    for (int64_t b = 0; b < B; b++) {                                                                         \
-      T *o = out + b * W;                                                                                     \
-      memcpy(o, f[0] + b * D, sizeof(T) * D);                                                                 \
-      int64_t k = D;                                                                                          \
-      for (int i = 0; i < n; i++) {                                                                           \
-        const T *xi = f[i] + b * D;                                                                           \
-        for (int j = 0; j < i + self; j++) {                                                                  \
-          const T *xj = f[j] + b * D;                                                                         \
-          T s = 0;                                                                                            \
-          for (int64_t d = 0; d < D; d++) s += xi[d] * xj[d];                                                 \
-          o[k++] = s;                                                                                         \
+  static void sample_forward_##S_(T *restrict o, const T *const *f, int64_t b, int n, int64_t D, int self,     \
+                                  T *restrict xt) {                                                           \
+    int np = PAD(n);                                                                                          \
+    memcpy(o, f[0] + b * D, sizeof(T) * D);                                                                   \
+    for (int j = 0; j < n; j++) {                                                                             \
+      const T *x = f[j] + b * D;                                                                              \
+      for (int64_t d = 0; d < D; d++) xt[d * np + j] = x[d];                                                  \
+    }                                                                                                         \
+    /* four rows i at a time: eight independent accumulator vectors hide the FMA latency */         \
+    for (int i0 = 0; i0 < n; i0 += 4) {                                                                       \
+      int nr = n - i0 < 4 ? n - i0 : 4, mmax = i0 + nr - 1 + self;                                            \
+      const T *x0 = f[i0] + b * D, *x1 = f[i0 + (nr > 1)] + b * D;                                            \
+      const T *x2 = f[i0 + (nr > 2) * 2] + b * D, *x3 = f[i0 + (nr > 3) * 3] + b * D;                         \
+      for (int j0 = 0; j0 < mmax; j0 += LANES) {                                                              \
+        T a0[LANES] = {0}, a1[LANES] = {0}, a2[LANES] = {0}, a3[LANES] = {0};                                 \
+        for (int64_t d = 0; d < D; d++) {                                                                     \
+          const T *restrict row = xt + d * np + j0;                                                           \
+          T c0 = x0[d], c1 = x1[d], c2 = x2[d], c3 = x3[d];                                                   \
+          for (int l = 0; l < LANES; l++) {                                                                   \
+            a0[l] += c0 * row[l], a1[l] += c1 * row[l];                                                       \
+            a2[l] += c2 * row[l], a3[l] += c3 * row[l];                                                       \
+          }                                                                                                   \
+        }                                                                                                     \
+        T *acc[4] = {a0, a1, a2, a3};                                                                         \
+        for (int r = 0; r < nr; r++) {                                                                        \
+          int i = i0 + r, m = i + self, w = m - j0 < LANES ? m - j0 : LANES;                                  \
+          if (w > 0) memcpy(o + D + (int64_t)i * (i - 1 + 2 * self) / 2 + j0, acc[r], sizeof(T) * (size_t)w); \
         }                                                                                                     \
       }                                                                                                       \
     }                                                                                                         \
   }                                                                                                           \
+  static void forward_##S_(T *out, const T *const *f, int n, int64_t B, int64_t D, int self) {                \
+    int64_t W = D + (int64_t)n * (n - 1 + 2 * self) / 2;                                                      \
+    int par = use_threads(B, B * W * D);                                                                      \
+    _Pragma("omp parallel if(par) num_threads(em_get_num_threads())")                                         \
+    {                                                                                                         \
+      T *xt = calloc((size_t)(PAD(n) * D), sizeof(T)); /* the padding stays 0 */                              \
+      _Pragma("omp for schedule(static)")                                                                     \
+      for (int64_t b = 0; b < B; b++) {                                                                       \
+        T *o = out + b * W;                                                                                   \
+        if (xt) { sample_forward_##S_(o, f, b, n, D, self, xt); continue; }                                  \
+        memcpy(o, f[0] + b * D, sizeof(T) * D);                                                               \
+        int64_t k = D;                                                                                        \
+        for (int i = 0; i < n; i++)                                                                           \
+          for (int j = 0; j < i + self; j++) {                                                                \
+            const T *xi = f[i] + b * D, *xj = f[j] + b * D;                                                   \
+            T s = 0;                                                                                          \
+            for (int64_t d = 0; d < D; d++) s += xi[d] * xj[d];                                               \
+            o[k++] = s;                                                                                       \
+          }                                                                                                   \
+      }                                                                                                       \
+      free(xt);                                                                                               \
+    }                                                                                                         \
+  }                                                                                                           \
   /* d out[k] / d x_i = x_j and / d x_j = x_i for the pair (i, j) at k: a self pair counts twice */            \
+  static void sample_backward_##S_(T *const *g, const T *restrict go, const T *const *f, int64_t b, int n,     \
+                                   int64_t D, int self, T *restrict sm, T *restrict gt) {                     \
+    int np = PAD(n);                                                                                          \
+    memset(sm, 0, sizeof(T) * (size_t)(n * np));                                                              \
+    int64_t k = D;                                                                                            \
+    for (int i = 0; i < n; i++)                                                                               \
+      for (int j = 0; j < i + self; j++, k++) {                                                               \
+        sm[i * np + j] += go[k];                                                                              \
+        sm[j * np + i] += go[k];                                                                              \
+      }                                                                                                       \
+    memset(gt, 0, sizeof(T) * (size_t)(np * D));                                                             \
+    for (int j = 0; j < n; j++) {                                                                             \
+      const T *xj = f[j] + b * D;                                                                             \
+      for (int64_t d = 0; d < D; d++) {                                                                       \
+        T a = xj[d];                                                                                          \
+        for (int i0 = 0; i0 < np; i0 += LANES) {                                                              \
+          T *restrict row = gt + d * np + i0;                                                                 \
+          const T *restrict sj = sm + j * np + i0;                                                            \
+          for (int l = 0; l < LANES; l++) row[l] += a * sj[l];                                                \
+        }                                                                                                     \
+      }                                                                                                       \
+    }                                                                                                         \
+    for (int i = 0; i < n; i++) {                                                                             \
+      if (!g[i]) continue;                                                                                    \
+      T *gi = g[i] + b * D;                                                                                   \
+      for (int64_t d = 0; d < D; d++) gi[d] = (i == 0 ? go[d] : 0) + gt[d * np + i];                          \
+    }                                                                                                         \
+  }                                                                                                           \
   static void backward_##S_(T *const *g, const T *gout, const T *const *f, int n, int64_t B, int64_t D,        \
                             int self) {                                                                       \
     int64_t W = D + (int64_t)n * (n - 1 + 2 * self) / 2;                                                      \
     int par = use_threads(B, B * W * D);                                                                      \
-    _Pragma("omp parallel for schedule(static) if(par) num_threads(em_get_num_threads())")                   \
-    for (int64_t b = 0; b < B; b++) {                                                                         \
-      const T *go = gout + b * W;                                                                             \
-      for (int i = 0; i < n; i++)                                                                             \
-        if (g[i]) {                                                                                           \
-          if (i == 0) memcpy(g[0] + b * D, go, sizeof(T) * D);                                                \
-          else memset(g[i] + b * D, 0, sizeof(T) * D);                                                        \
-        }                                                                                                     \
-      int64_t k = D;                                                                                          \
-      for (int i = 0; i < n; i++) {                                                                           \
-        const T *xi = f[i] + b * D;                                                                           \
-        for (int j = 0; j < i + self; j++, k++) {                                                             \
-          const T *xj = f[j] + b * D;                                                                         \
-          T c = go[k];                                                                                        \
+    _Pragma("omp parallel if(par) num_threads(em_get_num_threads())")                                         \
+    {                                                                                                         \
+      T *sm = malloc(sizeof(T) * (size_t)(PAD(n) * (n + D))), *gt = sm ? sm + n * PAD(n) : NULL;              \
+      _Pragma("omp for schedule(static)")                                                                     \
+      for (int64_t b = 0; b < B; b++) {                                                                       \
+        const T *go = gout + b * W;                                                                           \
+        if (sm) { sample_backward_##S_(g, go, f, b, n, D, self, sm, gt); continue; }                         \
+        for (int i = 0; i < n; i++)                                                                           \
           if (g[i]) {                                                                                         \
-            T *gi = g[i] + b * D;                                                                             \
-            for (int64_t d = 0; d < D; d++) gi[d] += c * xj[d];                                               \
+            if (i == 0) memcpy(g[0] + b * D, go, sizeof(T) * D);                                              \
+            else memset(g[i] + b * D, 0, sizeof(T) * D);                                                      \
           }                                                                                                   \
-          if (g[j]) {                                                                                         \
-            T *gj = g[j] + b * D;                                                                             \
-            for (int64_t d = 0; d < D; d++) gj[d] += c * xi[d];                                               \
+        int64_t k = D;                                                                                        \
+        for (int i = 0; i < n; i++) {                                                                         \
+          const T *xi = f[i] + b * D;                                                                         \
+          for (int j = 0; j < i + self; j++, k++) {                                                           \
+            const T *xj = f[j] + b * D;                                                                       \
+            T c = go[k];                                                                                      \
+            if (g[i]) for (int64_t d = 0; d < D; d++) g[i][b * D + d] += c * xj[d];                           \
+            if (g[j]) for (int64_t d = 0; d < D; d++) g[j][b * D + d] += c * xi[d];                           \
           }                                                                                                   \
         }                                                                                                     \
       }                                                                                                       \
+      free(sm);                                                                                               \
     }                                                                                                         \
   }
 /* clang-format on */

@@ -27,10 +27,38 @@ static int use_threads(int64_t tasks, int64_t work) {
   return tasks > 1 && work >= EM_PARALLEL_GRAIN && em_get_num_threads() > 1 && !omp_in_parallel();
 }
 
+/* Sorts tags (given in ascending pos) by row then pos. A stable LSD radix sort on the row,
+ * 11 bits a pass and only as many passes as the largest row needs (two for 4M rows), keeps
+ * equal rows in pos order, so it gives qsort's order; qsort's comparisons through a
+ * function pointer cost a recommendation model's step more than its lookups. qsort for few
+ * tags, negative rows or no scratch. */
+#define RADIX_BITS 11
+static void sort_tags(row_pos *tags, int64_t n) {
+  int64_t maxr = 0;
+  for (int64_t k = 0; k < n && maxr >= 0; k++) maxr = tags[k].row < 0 ? -1 : (tags[k].row > maxr ? tags[k].row : maxr);
+  row_pos *tmp = n >= 64 && maxr >= 0 ? malloc(sizeof *tmp * (size_t)n) : NULL;
+  if (!tmp) {
+    qsort(tags, (size_t)n, sizeof *tags, by_row_then_pos);
+    return;
+  }
+  row_pos *src = tags, *dst = tmp;
+  for (int shift = 0; shift < 63 && (maxr >> shift) > 0; shift += RADIX_BITS) {
+    int64_t count[(1 << RADIX_BITS) + 1] = {0};
+    const int64_t mask = (1 << RADIX_BITS) - 1;
+    for (int64_t k = 0; k < n; k++) count[((src[k].row >> shift) & mask) + 1]++;
+    for (int b = 0; b < (1 << RADIX_BITS); b++) count[b + 1] += count[b];
+    for (int64_t k = 0; k < n; k++) dst[count[(src[k].row >> shift) & mask]++] = src[k];
+    row_pos *t = src;
+    src = dst, dst = t;
+  }
+  if (src != tags) memcpy(tags, src, sizeof *tags * (size_t)n);
+  free(tmp);
+}
+
 /* Sorts the n tags and writes the distinct rows to rows_out and, in starts[0..nnz], where
  * each row's run of tags begins (starts[nnz] = n). starts needs n + 1 entries. */
 static int64_t group_rows(row_pos *tags, int64_t n, int64_t *rows_out, int64_t *starts) {
-  qsort(tags, (size_t)n, sizeof *tags, by_row_then_pos);
+  sort_tags(tags, n);
   int64_t nnz = 0;
   for (int64_t k = 0; k < n; k++)
     if (k == 0 || tags[k].row != tags[k - 1].row) {

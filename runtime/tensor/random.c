@@ -33,6 +33,12 @@ void em_generator_set_state(uint64_t seed, uint64_t offset) {
   pthread_mutex_unlock(&state_lock);
 }
 
+void em_generator_skip(int64_t numel) {
+  pthread_mutex_lock(&state_lock);
+  if (numel > 0) state_offset += EM_PHILOX_BLOCKS(numel);
+  pthread_mutex_unlock(&state_lock);
+}
+
 /* Reserves the blocks for n elements; returns the seed and first block. */
 static void reserve(int64_t n, uint64_t *seed, uint64_t *offset) {
   pthread_mutex_lock(&state_lock);

@@ -381,4 +381,168 @@ describe('a table of 10M rows', function()
     assert.is_false(e.weight[77]:equal(before))
     close(e.weight[2], e.weight[2]:totable(), 0)
   end)
+
+  -- The process's resident memory, not only ember's allocator: whatever a step touches
+  -- (kernel scratch, the optimizer, Lua) counts. VmHWM is reset through clear_refs (Linux 4.0).
+  local function status_kb(key)
+    local f = assert(io.open('/proc/self/status'))
+    local v = f:read('*a'):match(key .. ':%s*(%d+)')
+    f:close()
+    return tonumber(v)
+  end
+  local function reset_peak()
+    local f = io.open('/proc/self/clear_refs', 'w')
+    if not f then return false end
+    local ok = f:write('5')
+    f:close()
+    return ok ~= nil
+  end
+  it('trains DLRM-like steps within a resident-memory bound far below a dense gradient', function()
+    local rows, dim, B = 10000000, 8, 128
+    local e = nn.EmbeddingBag(rows, dim, { mode = 'sum', sparse = true })   -- 320 MB, every page touched
+    local head = nn.Linear(dim, 1)
+    local opt = optim.RowWiseAdagrad({ e.weight }, { lr = 0.1 })
+    local dense_opt = optim.Adagrad(head:parameters(), { lr = 0.1 })
+    collectgarbage(); collectgarbage()
+    if not reset_peak() then pending('/proc/self/clear_refs cannot reset the peak here'); return end
+    local base_kb = status_kb('VmRSS')
+    ember.manual_seed(3)
+    local idx = ember.randint(1, rows + 1, { 4 * B })   -- 4 rows a bag, spread over the table
+    local off = ember.arange(1, 4 * B, 4, I64)
+    local y = ember.randint(0, 2, { B, 1 }):to('float32')
+    local used = {}
+    for _, r in ipairs(idx:totable()) do used[r] = true end
+    local probe, other = idx:totable()[1], 12345
+    while used[other] do other = other + 1 end
+    local before, untouched = e.weight[probe]:clone(), e.weight[other]:clone()
+    local function step()
+      opt:zero_grad(); dense_opt:zero_grad()
+      F.binary_cross_entropy_with_logits(head(e(idx, off)), y):backward()
+      assert.is_true(ember.is_sparse_grad(e.weight.grad))
+      opt:step(); dense_opt:step()
+    end
+    step()   -- also makes the row-wise state: one float per row (1/dim of the table)
+    local first_kb = status_kb('VmHWM') - base_kb
+    local dense_grad_kb = rows * dim * 4 / 1024
+    assert.is_true(first_kb < rows * 4 / 1024 + 32 * 1024,
+      string.format('first step: resident peak grew %d KB (a dense gradient is %d KB)', first_kb, dense_grad_kb))
+    collectgarbage(); collectgarbage()
+    reset_peak()
+    local mid_kb = status_kb('VmRSS')
+    for _ = 1, 5 do step() end
+    local more_kb = status_kb('VmHWM') - mid_kb
+    assert.is_true(more_kb < dense_grad_kb / 20,
+      string.format('5 more steps: resident peak grew %d KB (a dense gradient is %d KB)', more_kb, dense_grad_kb))
+    assert.is_false(e.weight[probe]:equal(before))
+    assert.is_true(e.weight[other]:equal(untouched))
+  end)
+end)
+
+describe('table-batched embeddings', function()
+  local SIZES = { 40, 7, 300, 25 }
+  local function inputs(seed, B)
+    ember.manual_seed(seed)
+    return { ember.randint(1, 41, { B, 2 }),
+      { ember.randint(1, 8, { 2 * B }), ember.tensor({ 1, 1, 3, 6, 6, 9 }, I64):narrow(1, 1, B) },   -- empty bags too
+      ember.randint(1, 301, { B, 3 }),
+      { ember.randint(1, 26, { B }), ember.arange(1, B + 1, I64) } }
+  end
+  it('equals one EmbeddingBag per table: init, output, sparse gradient, SGD and row-wise Adagrad steps', function()
+    for _, mode in ipairs { 'sum', 'mean' } do
+      ember.manual_seed(5)
+      local bags = {}
+      for t, n in ipairs(SIZES) do bags[t] = nn.EmbeddingBag(n, 4, { mode = mode, sparse = true }) end
+      ember.manual_seed(5)
+      local tbe = nn.TableBatchedEmbeddingBags(SIZES, 4, { mode = mode })
+      for t = 1, #SIZES do assert.is_true(tbe:table(t):equal(bags[t].weight), 'initial table ' .. t) end
+      local ps = {}
+      for t = 1, #SIZES do ps[t] = bags[t].weight end
+      local o1 = { optim.RowWiseAdagrad(ps, { lr = 0.3 }), optim.SGD(ps, { lr = 0.2 }) }
+      local o2 = { optim.RowWiseAdagrad({ tbe.weight }, { lr = 0.3 }), optim.SGD({ tbe.weight }, { lr = 0.2 }) }
+      for step = 1, 4 do
+        local sp = inputs(step, 6)
+        local E = tbe(sp)
+        assert.are.same({ 4, 6, 4 }, E.shape)
+        local loss2 = (E * E):sum() + E:sum()
+        local loss1 = 0
+        for t = 1, #SIZES do
+          local f = sp[t]
+          local e = ember.is_tensor(f) and bags[t](f) or bags[t](f[1], f[2])
+          close(E[t], e:totable(), 1e-6)
+          loss1 = loss1 + (e * e):sum() + e:sum()
+        end
+        local o = step % 2 + 1
+        o1[o]:zero_grad(); o2[o]:zero_grad()
+        loss1:backward(); loss2:backward()
+        assert.is_true(ember.is_sparse_grad(tbe.weight.grad))
+        o1[o]:step(); o2[o]:step()
+        for t = 1, #SIZES do close(tbe:table(t), bags[t].weight:totable(), 1e-5) end
+      end
+    end
+  end)
+  it('checks every index against its own table, and the bag counts', function()
+    local tbe = nn.TableBatchedEmbeddingBags({ 5, 5 }, 2)
+    raises(function() tbe({ ember.tensor({ { 6 } }, I64), ember.tensor({ { 1 } }, I64) }) end,
+      'embedding_bags_batched: table 1: index 6 is out of range for 5 rows (expected 1..5)')
+    raises(function() tbe({ ember.tensor({ { 1 } }, I64), ember.tensor({ { 1 }, { 2 } }, I64) }) end,
+      'embedding_bags_batched: table 2 has 2 bags, table 1 has 1 (one bag per sample)')
+    raises(function() tbe({ ember.tensor({ { 1 } }, I64) }) end, 'TableBatchedEmbeddingBags: expected 2 features')
+    raises(function() tbe({ { ember.tensor({ 1, 2 }, I64), ember.tensor({ 2 }, I64) }, ember.tensor({ { 1 } }, I64) }) end,
+      'embedding_bags_batched: table 1: offsets[1] = 2')
+  end)
+  it('feeds dot_interaction as a [T, B, D] tensor: the same values and gradients as the list', function()
+    for _, self_i in ipairs { false, true } do
+      ember.manual_seed(9)
+      local x = ember.randn(5, 8, F64):requires_grad_()
+      local E = ember.randn(3, 5, 8, F64):requires_grad_()
+      local y = F.dot_interaction(x, E, { self_interaction = self_i })
+      local x2, parts = x:detach():requires_grad_(), {}
+      for t = 1, 3 do parts[t] = E[t]:detach():requires_grad_() end
+      local y2 = F.dot_interaction(x2, parts, { self_interaction = self_i })
+      close(y, y2:totable(), 1e-12)
+      local g = ember.randn(y.shape[1], y.shape[2], F64)
+      y:backward(g); y2:backward(g)
+      close(x.grad, x2.grad:totable(), 1e-12)
+      for t = 1, 3 do close(E.grad[t], parts[t].grad:totable(), 1e-12) end
+    end
+    raises(function() F.dot_interaction(ember.randn(5, 8), ember.randn(3, 4, 8)) end,
+      "dot_interaction: feature 2 has shape [3, 4, 8], expected feature 1's [5, 8] (or [T, 5, 8]")
+    raises(function() F.dot_interaction(ember.randn(5, 8), ember.randn(5, 8)) end,
+      'dot_interaction: argument 2 must be a list of [B, D] tensors or one [T, B, D] tensor')
+  end)
+  it('coalesces many rows of a big table in ascending order, repeats summed (radix sort)', function()
+    local rows = 3000000   -- 22 bits: two radix passes, and rows near both ends
+    local e = nn.EmbeddingBag(rows, 1, { mode = 'sum', sparse = true })
+    ember.manual_seed(4)
+    local idx = ember.randint(1, rows + 1, { 300 })
+    local list = idx:totable()
+    for k = 1, 60 do list[#list + 1] = list[k] end   -- repeats
+    list[#list + 1], list[#list + 2] = 1, rows
+    local t = ember.tensor(list, I64)
+    e(t:view(#list, 1)):sum():backward()
+    local want = {}
+    for _, r in ipairs(list) do want[r] = (want[r] or 0) + 1 end
+    local got, vals = e.weight.grad:indices():totable(), e.weight.grad:values():totable()
+    local n = 0
+    for _ in pairs(want) do n = n + 1 end
+    assert.are.equal(n, #got)
+    for k = 1, #got do
+      if k > 1 then assert.is_true(got[k] > got[k - 1]) end
+      assert.are.equal(want[got[k]], vals[k][1])
+    end
+  end)
+  it('skip_rng moves the generator as a fill would; shard_plan balances whole tables', function()
+    ember.manual_seed(2)
+    ember.empty(1001):uniform_()
+    local a = ember.rand(4)
+    ember.manual_seed(2)
+    ember.skip_rng(1001)
+    assert.is_true(ember.rand(4):equal(a))
+    raises(function() ember.skip_rng(-1) end, 'skip_rng: got -1, expected a non-negative integer')
+    assert.are.same({ 0, 1, 1, 1 }, nn.shard_plan({ 100, 10, 50, 40 }, 8, 2))
+    assert.are.same({ 0, 1, 2, 2 }, nn.shard_plan({ 9, 8, 7, 1 }, 4, 3))   -- the 1 joins the lightest (7)
+    assert.are.same({ 0, 0 }, nn.shard_plan({ 3, 4 }, { 2, 2 }, 1))
+    raises(function() nn.shard_plan({}, 4, 2) end, 'shard_plan: expected a non-empty list of table sizes')
+    raises(function() nn.shard_plan({ 3, 0 }, 4, 2) end, 'shard_plan: table 2 has 0 rows')
+  end)
 end)

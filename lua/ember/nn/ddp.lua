@@ -33,6 +33,9 @@
 -- stats() and buckets() (introspection). Parameters, state_dict (names prefixed with
 -- "module.", as PyTorch's) and train/eval come from nn.Module; ddp.module is the model.
 --
+-- Model-parallel modules (model_parallel = true: nn.ShardedEmbeddingBags) are left out:
+-- their parameters differ between ranks and they exchange their own gradients.
+--
 -- Evaluate under ember.no_grad (or on a model that is not wrapped): a forward with
 -- gradients on takes part in collectives, so every rank must run it.
 local ffi = require 'ffi'
@@ -98,15 +101,23 @@ function DDP:init(module, opts)
   -- Tables with row-sparse gradients (nn.Embedding / nn.EmbeddingBag with sparse = true)
   -- stay out of the buckets: allreducing them would send whole [rows, D] tables. Their
   -- rows are exchanged instead (after_backward).
-  local sparse_set = {}
+  -- A model-parallel module (model_parallel = true, e.g. nn.ShardedEmbeddingBags) holds
+  -- different parameters on each rank and exchanges its own gradients: DDP leaves its
+  -- parameters alone.
+  local sparse_set, local_set = {}, {}
   for _, m in ipairs(module:modules()) do
-    if m.sparse == true and I.is_tensor(m.weight) then
+    if m.model_parallel == true then
+      for _, p in ipairs(m:parameters()) do local_set[p] = true end
+    elseif m.sparse == true and I.is_tensor(m.weight) then
       sparse_set[m.weight] = true
     end
   end
   local named, sparse = {}, {}
   for _, pair in ipairs(module:named_parameters()) do
-    if sparse_set[pair[2]] then sparse[#sparse + 1] = pair else named[#named + 1] = pair end
+    local p = pair[2]
+    if not local_set[p] then
+      if sparse_set[p] then sparse[#sparse + 1] = pair else named[#named + 1] = pair end
+    end
   end
   if #named + #sparse == 0 then throw('DistributedDataParallel: the model has no parameters') end
   for _, pair in ipairs(sparse) do ember.no_grad(function() dist.broadcast(pair[2], 0, { group = group }) end) end

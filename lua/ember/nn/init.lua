@@ -19,5 +19,10 @@ for k, v in pairs(require 'ember.nn.recsys') do
   assert(nn[k] == nil, 'ember.nn: ' .. k .. ' is defined twice')
   nn[k] = v
 end
+-- model-parallel tables: nn.ShardedEmbeddingBags, nn.shard_plan
+for k, v in pairs(require 'ember.nn.sharded') do
+  assert(nn[k] == nil, 'ember.nn: ' .. k .. ' is defined twice')
+  nn[k] = v
+end
 nn.utils = require 'ember.nn.utils'
 return nn

@@ -9,6 +9,9 @@
 --     comm_hook: none        # none, fp16 or bf16: gradients travel compressed
 --     shared_memory: true    # ranks on one host sum CPU buckets in memory they all map
 --     timeout: 600           # seconds a collective may take before the job is aborted
+--     embeddings: replicated # or sharded: model-parallel tables (a model file that takes
+--                            # args.embeddings = 'sharded', as examples/dlrm.lua), the MLPs
+--                            # data-parallel; no checkpoints yet in that mode
 --
 --   ember launch -n 2 run pipelines/fashion_mnist_mlp.yaml
 --
@@ -40,6 +43,9 @@ M.schema = S.record({
   comm_hook = S.enum({ 'none', 'fp16', 'bf16' }, { default = 'none' }),
   shared_memory = S.boolean { default = true, doc = 'ranks on one host reduce CPU buckets in shared memory' },
   timeout = S.number { gt = 0, optional = true, doc = 'seconds a collective may take (default 600)' },
+  embeddings = S.enum({ 'replicated', 'sharded' }, { default = 'replicated',
+    doc = "sharded: embedding tables placed whole on ranks, lookups exchanged by all_to_all (DLRM's model " ..
+      'parallelism)' }),
 }, launched and { default = {} } or { optional = true })
 
 -- The backend for a job on `device` (cfg.device, already resolved: 'cpu', 'cuda', 'cuda:N'):
@@ -55,6 +61,7 @@ function M.setup(sec, cfg, ctx)
   local backend = M.backend_for(sec.backend, cfg.device)
   dist.init { backend = backend, timeout = sec.timeout }
   ctx.rank, ctx.world_size = dist.rank(), dist.world_size()
+  ctx.embeddings = sec.embeddings
   if backend == 'nccl' and cfg.device == 'cuda' then
     -- one GPU per local rank (NCCL refuses two ranks on one GPU); init made it current
     cfg.device = 'cuda:' .. (dist.local_rank() % ember.device_count('cuda'))

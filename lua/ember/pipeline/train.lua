@@ -249,7 +249,27 @@ function M.run(cfg, ctx)
   if tokenizer and cfg.model.file and cfg.model.args.vocab_size == nil then
     cfg.model.args.vocab_size = tokenizer:vocab_size()
   end
+  -- distributed.embeddings: sharded: the model file builds model-parallel tables
+  local sharded = ctx.embeddings == 'sharded'
+  if sharded then
+    if not cfg.model.file then
+      S.fail(ctx, 'distributed.embeddings', 'sharded needs a model file that takes args.embeddings ' ..
+        "(as examples/dlrm.lua), not a list of layers")
+    end
+    if cfg.checkpoint.dir or cfg.resume then
+      S.fail(ctx, 'distributed.embeddings', 'sharded tables are not checkpointed yet: drop checkpoint.dir and resume')
+    end
+    cfg.model.args.embeddings = 'sharded'
+  end
   local model = model_spec.build(cfg.model)
+  if sharded then
+    local found = false
+    for _, m in ipairs(model:modules()) do found = found or m.model_parallel == true end
+    if not found then
+      S.fail(ctx, 'distributed.embeddings', string.format("sharded: the model from '%s' has no model-parallel " ..
+        "tables (it ignored args.embeddings = 'sharded')", cfg.model.file))
+    end
+  end
   -- a model file and its args, kept in checkpoints so that examples/sample.lua rebuilds it
   local model_ref = cfg.model.file and
     { file = require('ember.util.libc').realpath(cfg.model.file) or cfg.model.file, args = cfg.model.args } or nil

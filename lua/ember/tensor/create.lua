@@ -169,6 +169,13 @@ function M.set_rng_state(state)
   end
   C.em_generator_set_state(state.seed, state.offset)
 end
+-- skip_rng(numel): the generator moves on as a random fill of numel elements would, drawing
+-- nothing (a rank skips the model-parallel tables it does not hold).
+function M.skip_rng(numel)
+  need_integer('skip_rng', numel, 1, 'a non-negative integer')
+  if numel < 0 then throw(string.format('skip_rng: got %d, expected a non-negative integer', numel)) end
+  C.em_generator_skip(numel)
+end
 
 function M.rand(...)
   local ndim, dtype, device, _, opts = sizes_and_opts('rand', 0, ...)

@@ -69,6 +69,15 @@ EM_API em_status em_nn_embedding_bag_ex(em_tensor **out, const em_tensor *weight
                                         const em_tensor *offsets, em_bag_mode mode,
                                         const em_tensor *per_sample_weights, int64_t padding_idx,
                                         int include_last_offset, int sparse, int base);
+/* Table-batched embedding bags (FBGEMM's layout): n tables one after another in weight
+ * [sum of rows, D] (table t's row r at row rows[0] + ... + rows[t-1] + r); per table,
+ * indices[t] with offsets[t] (bag starts) or, offsets NULL or offsets[t] NULL, 2-d [B, L];
+ * every table has B bags. -> out [n * B, D], table after table; one lookup, one graph node,
+ * one row-sparse gradient when sparse. Indices and offsets count from base; each index is
+ * checked against its own table's rows. CPU only. */
+EM_API em_status em_nn_embedding_bags_batched(em_tensor **out, const em_tensor *weight, int n,
+                                              em_tensor *const *indices, em_tensor *const *offsets,
+                                              const int64_t *rows, em_bag_mode mode, int sparse, int base);
 EM_API em_status em_nn_embedding_renorm_(em_tensor *weight, const em_tensor *indices, double max_norm,
                                          double norm_type, int base);
 /* DLRM's dot interaction: features, n >= 1 tensors [B, D] (the bottom MLP's output first,

@@ -137,6 +137,10 @@ EM_API em_status em_fill(em_tensor *t, double value);
 EM_API void em_manual_seed(uint64_t seed);
 EM_API void em_generator_get_state(uint64_t *seed, uint64_t *offset);
 EM_API void em_generator_set_state(uint64_t seed, uint64_t offset);
+/* Advances the global generator past the numbers a fill of numel elements would draw (a
+ * model-parallel rank skips the tables it does not hold, so the next draws match one
+ * process's); numel < 0 is taken as 0. */
+EM_API void em_generator_skip(int64_t numel);
 EM_API em_status em_uniform_(em_tensor *t, double low, double high);
 EM_API em_status em_normal_(em_tensor *t, double mean, double std);
 EM_API em_status em_randint_(em_tensor *t, int64_t low, int64_t high); /* [low, high) */
