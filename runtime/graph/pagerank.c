@@ -48,8 +48,21 @@ typedef struct pr_run {
   int64_t *fsum, *fres, *fdang; /* per block, exact (Jacobi, GAPBS: see gr_fix) */
   gr_tiles tiles; /* cold arcs, cache-blocked (Jacobi and GAPBS; see pr_tiles.c) */
   float *acc; /* [n] each vertex's cold sum, when tiled */
+  gr_bins bins; /* cold arcs, propagation-blocked (Jacobi and GAPBS; see pr_bins.c) */
+  int64_t *cursors; /* [threads * bins.nbins] scatter scratch */
   bool prefetch; /* untiled, and the contributions outgrow L2: prefetch them */
 } pr_run;
+
+int gr_bins_hot = 0;
+
+/* AUTO: none while the contributions of the sources ever read fit in L2 (hot); above,
+ * propagation blocking when the contributions outgrow the last-level cache share of one
+ * core, cache-blocked tiles (which decide for themselves whether they pay) below that. */
+static int choose_blocking(const em_graph *g, const em_pagerank_options *o) {
+  if (o->blocking != EM_PAGERANK_BLOCKING_AUTO) return o->blocking;
+  if (g->m + g->n < PR_PARALLEL_WORK) return EM_PAGERANK_BLOCKING_NONE;
+  return EM_PAGERANK_BLOCKING_AUTO;
+}
 
 static em_status check_options(const em_graph *g, const em_pagerank_options *o) {
   const char *op = "graph pagerank";
@@ -61,6 +74,9 @@ static em_status check_options(const em_graph *g, const em_pagerank_options *o) 
   if (o->method < EM_PAGERANK_JACOBI || o->method > EM_PAGERANK_GAPBS)
     return em_set_error(EM_ERR_ARGUMENT, "%s: method is %d, expected 0 (jacobi), 1 (gauss-seidel) or 2 (gapbs)", op,
                         o->method);
+  if (o->blocking < EM_PAGERANK_BLOCKING_AUTO || o->blocking > EM_PAGERANK_BLOCKING_BINS)
+    return em_set_error(EM_ERR_ARGUMENT, "%s: blocking is %d, expected 0 (auto), 1 (none), 2 (tiles) or 3 (bins)", op,
+                        o->blocking);
   if (g->n == 0) return em_set_error(EM_ERR_ARGUMENT, "%s: the graph has no vertices", op);
   if ((o->device.type != EM_CPU && o->device.type != EM_CUDA) || o->device.index < 0)
     return em_set_error(EM_ERR_DEVICE, "%s: device type %d index %d, expected cpu or cuda:N", op, o->device.type,
@@ -157,13 +173,15 @@ static void sweep_jacobi(pr_run *r, int64_t b, double coef, double scale) {
   const float *restrict x = r->x, *restrict inv = r->inv_deg, *restrict contrib = r->contrib;
   float *restrict y = r->y, *restrict next = r->next;
   const float *restrict acc = r->acc;
-  const uint32_t *restrict hot = r->tiles.hot_len;
+  const uint32_t *restrict hot = r->tiles.hot_len, *restrict bhot = r->bins.hot_len;
+  const double *restrict bacc = r->bins.acc;
   const double *restrict tele = r->tele;
   const double d = r->damping * scale, uniform = coef / (double)g->n;
   int64_t sum = 0, res = 0, dang = 0;
   for (int64_t v = r->block[b]; v < r->block[b + 1]; v++) {
     double t = tele ? coef * tele[v] : uniform;
-    double in = hot           ? acc[v] + gather(contrib, src + off[v], hot[v])
+    double in = bhot          ? bacc[v] + gather(contrib, src + off[v], bhot[v])
+                : hot         ? acc[v] + gather(contrib, src + off[v], hot[v])
                 : r->prefetch ? gather_prefetch(contrib, src, off[v], off[v + 1], g->m)
                               : gather(contrib, src + off[v], off[v + 1] - off[v]);
     float nv = (float)(d * in + t);
@@ -266,6 +284,16 @@ static int iterate(pr_run *r, const em_pagerank_options *o, double *residual, in
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
         for (int64_t b = 0; b < r->tiles.nblocks; b++) gr_tiles_gather(&r->tiles, b, r->contrib, r->acc, g->n);
       }
+      if (r->bins.hot_len) {
+#pragma omp parallel num_threads(threads)
+        {
+          int64_t *cur = r->cursors + (int64_t)omp_get_thread_num() * r->bins.nbins;
+#pragma omp for schedule(dynamic, 1)
+          for (int c = 0; c < GR_BINS_CHUNKS; c++) gr_bins_scatter(&r->bins, c, r->contrib, g->out_degree, cur);
+#pragma omp for schedule(dynamic, 1)
+          for (int64_t k = 0; k < r->bins.nbins; k++) gr_bins_gather(&r->bins, k, g->n);
+        }
+      }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
       for (int64_t b = 0; b < r->nblocks; b++) sweep_jacobi(r, b, coef, scale);
       double total = sum_fixed(r->fsum, r->nblocks);
@@ -290,7 +318,8 @@ void em_pagerank_options_init(em_pagerank_options *opts) {
                                 .max_iter = 100,
                                 .method = EM_PAGERANK_JACOBI,
                                 .personalization = NULL,
-                                .device = {EM_CPU, 0}};
+                                .device = {EM_CPU, 0},
+                                .blocking = EM_PAGERANK_BLOCKING_AUTO};
 }
 
 static void run_free(pr_run *r) {
@@ -309,6 +338,8 @@ static void run_free(pr_run *r) {
   free(r->fdang);
   gr_tiles_free(&r->tiles);
   gr_free(r->acc);
+  gr_bins_free(&r->bins);
+  free(r->cursors);
 }
 
 /* Hands a run's results to the caller, whichever engine ran it: scores[v] = scale * x[i]
@@ -363,15 +394,24 @@ em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagera
     goto done;
   }
   if ((st = make_blocks(&r)) || (opts->personalization && (st = teleport(&r, opts->personalization)))) goto done;
-  if (opts->method != EM_PAGERANK_GAUSS_SEIDEL && g->m + g->n >= PR_PARALLEL_WORK) {
-    if ((st = gr_tiles_build(&r.tiles, g))) goto done;
+  int blocking = opts->method == EM_PAGERANK_GAUSS_SEIDEL ? EM_PAGERANK_BLOCKING_NONE : choose_blocking(g, opts);
+  if (blocking == EM_PAGERANK_BLOCKING_TILES || (blocking == EM_PAGERANK_BLOCKING_AUTO && g->m + g->n >= PR_PARALLEL_WORK)) {
+    if ((st = gr_tiles_build(&r.tiles, g, blocking == EM_PAGERANK_BLOCKING_TILES))) goto done;
     if (r.tiles.hot_len && !(r.acc = gr_alloc((size_t)n * sizeof *r.acc))) {
       st = gr_oom(op, (size_t)n * 4);
       goto done;
     }
-    r.prefetch =
-        !r.tiles.hot_len && (gr_pr_prefetch ? gr_pr_prefetch > 0 : (size_t)n * sizeof(float) > ((size_t)4 << 20));
   }
+  if (blocking == EM_PAGERANK_BLOCKING_BINS) {
+    if ((st = gr_bins_build(&r.bins, g, gr_bins_hot ? gr_bins_hot : gr_pr_hot_sources()))) goto done;
+    if (!(r.cursors = malloc((size_t)gr_threads() * (size_t)r.bins.nbins * sizeof *r.cursors))) {
+      st = gr_oom(op, (size_t)gr_threads() * (size_t)r.bins.nbins * 8);
+      goto done;
+    }
+  }
+  r.prefetch = !r.tiles.hot_len && !r.bins.hot_len && blocking != EM_PAGERANK_BLOCKING_BINS &&
+               g->m + g->n >= PR_PARALLEL_WORK &&
+               (gr_pr_prefetch ? gr_pr_prefetch > 0 : (size_t)n * sizeof(float) > ((size_t)4 << 20));
 #pragma omp parallel for schedule(static) num_threads(gr_threads())
   for (int64_t v = 0; v < n; v++) r.inv_deg[v] = g->out_degree[v] ? 1.0f / (float)g->out_degree[v] : 0.0f;
   double t1 = em_clock_monotonic();
@@ -389,7 +429,7 @@ em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagera
     stats->setup_seconds = t1 - t0;
     stats->edges_per_second = t2 > t1 ? (double)g->m * iters / (t2 - t1) : 0;
     stats->method = opts->method;
-    stats->engine = "cpu";
+    stats->engine = r.bins.hot_len ? "cpu:bins" : r.tiles.hot_len ? "cpu:tiles" : "cpu";
   }
 done:
   free(residual);
