@@ -26,6 +26,7 @@
  * are cache-blocked (pr_tiles.c); large arrays ask for 2 MiB pages (graph.c), which
  * the random reads of contributions need more than anything else. */
 #include <math.h>
+#include <unistd.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,12 +56,20 @@ typedef struct pr_run {
 
 int gr_bins_hot = 0;
 
-/* AUTO: none while the contributions of the sources ever read fit in L2 (hot); above,
- * propagation blocking when the contributions outgrow the last-level cache share of one
- * core, cache-blocked tiles (which decide for themselves whether they pay) below that. */
+/* AUTO: plain pull for small graphs; propagation blocking once the contributions
+ * outgrow the last-level cache, where each cold read is a trip to memory (and only when
+ * the bins' 8 bytes per cold arc fit in half the free memory); below that, where cold
+ * reads hit L3, the tiles (which decide for themselves whether they pay, else a
+ * prefetching pull). Measured (bench/graph/run_blocking.py): on a 2-core VM with a large
+ * L3 (480 MiB reported), bins were not faster than tiles or the plain pull at Kronecker
+ * scales 22 and 24, so there AUTO keeps the pull forms. */
 static int choose_blocking(const em_graph *g, const em_pagerank_options *o) {
   if (o->blocking != EM_PAGERANK_BLOCKING_AUTO) return o->blocking;
   if (g->m + g->n < PR_PARALLEL_WORK) return EM_PAGERANK_BLOCKING_NONE;
+  long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  double llc = l3 > 0 ? (double)l3 : 32.0 * (1 << 20), free_bytes = pages > 0 && page > 0 ? (double)pages * page : 0;
+  if ((double)g->n * sizeof(float) > llc && (double)g->m * 8 + (double)g->n * 8 < free_bytes / 2)
+    return EM_PAGERANK_BLOCKING_BINS;
   return EM_PAGERANK_BLOCKING_AUTO;
 }
 
@@ -403,7 +412,9 @@ em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagera
     }
   }
   if (blocking == EM_PAGERANK_BLOCKING_BINS) {
-    if ((st = gr_bins_build(&r.bins, g, gr_bins_hot ? gr_bins_hot : gr_pr_hot_sources()))) goto done;
+    int64_t hot = gr_pr_hot_sources();
+    while (hot > 1 && hot * 4 > n) hot /= 2; /* small graphs (forced): bin three quarters */
+    if ((st = gr_bins_build(&r.bins, g, gr_bins_hot ? gr_bins_hot : hot))) goto done;
     if (!(r.cursors = malloc((size_t)gr_threads() * (size_t)r.bins.nbins * sizeof *r.cursors))) {
       st = gr_oom(op, (size_t)gr_threads() * (size_t)r.bins.nbins * 8);
       goto done;

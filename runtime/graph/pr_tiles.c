@@ -57,6 +57,8 @@ em_status gr_tiles_build(gr_tiles *t, const em_graph *g, bool force) {
   int64_t n = g->n, slice = gr_tiles_slice ? gr_tiles_slice : l2_bytes() / 2 / (int64_t)sizeof(float);
   int64_t sources = 0; /* vertices with out-arcs: the contributions that are ever read */
   for (int64_t v = 0; v < n; v++) sources += g->out_degree[v] > 0;
+  if (force && !gr_tiles_slice) /* forced on a small graph: tiles over a quarter of it */
+    while (slice > 1 && slice * 4 > sources) slice /= 2;
   if (sources <= slice) return EM_OK; /* everything is hot already */
   t->shift = 0; /* segments of a power of two: a shift, not a division, per arc */
   while (((int64_t)2 << t->shift) <= slice) t->shift++;

@@ -68,6 +68,8 @@ M.schema = {
     tol = S.number { min = 0, default = 1e-6, doc = 'stop when the L1 change of the scores is below; 0: never' },
     max_iter = S.integer { min = 1, max = 2 ^ 31 - 1, default = 100 },
     method = S.enum({ 'jacobi', 'gauss-seidel', 'gapbs' }, { default = 'jacobi' }),
+    blocking = S.enum({ 'auto', 'none', 'tiles', 'bins' }, { default = 'auto',
+      doc = 'CPU reads of contributions beyond L2: plain pull, cache-blocked tiles, propagation blocking' }),
     personalization = S.path { exists = 'file', optional = true,
       doc = "teleport weights: 'id weight' lines (original ids), or a .npy of n weights by dense id" },
   }, { default = {} }),
@@ -317,7 +319,7 @@ function M.run(cfg, ctx)
   local personalization = pr.personalization and read_personalization(ember, pr.personalization, g) or nil
   local threads = tonumber(ember.C.em_get_num_threads())
   local scores, info = g:pagerank { damping = pr.damping, tol = pr.tol, max_iter = pr.max_iter, method = pr.method,
-    personalization = personalization, device = cfg.device }
+    personalization = personalization, device = cfg.device, blocking = pr.blocking }
   scores = scores:contiguous()
   local ms = info.iterations > 0 and 1e3 * info.seconds / info.iterations or 0
   local where = cfg.device == 'cpu' and string.format('%d threads', threads) or
