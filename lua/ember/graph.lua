@@ -465,6 +465,16 @@ function graph.compare(a, b, k)
   return comparison(c)
 end
 
+-- Kendall's tau-b of two rankings over all their vertices (O(n log n); NaN when undefined).
+function graph.kendall_tau(a, b)
+  if not ember.is_tensor(a) or not ember.is_tensor(b) then
+    throw(string.format('graph.kendall_tau: expected two tensors of scores, got %s and %s', describe(a), describe(b)))
+  end
+  local tau = ffi.new('double[1]')
+  check(C.em_graph_kendall_tau(tau, a, b))
+  return tau[0]
+end
+
 -- graph.compare(scores, in-degree, k): the question the Twitter study asked.
 function graph.compare_indegree(g, scores, k)
   local gp = handle('graph.compare_indegree', g)

@@ -155,6 +155,10 @@ EM_API em_status em_graph_topk(em_graph_ranked *out, int64_t *count, const em_te
                                const em_graph *g);
 /* How two rankings agree over their top k: overlap and Kendall's tau-b. */
 EM_API em_status em_graph_compare_rankings(em_rank_comparison *out, const em_tensor *a, const em_tensor *b, int64_t k);
+/* Kendall's tau-b of two rankings over all their n vertices (ties counted as tau-b does;
+ * NaN ranks last), in O(n log n) (Knight's algorithm). *tau is NaN when undefined (n < 2,
+ * or one ranking all ties). */
+EM_API em_status em_graph_kendall_tau(double *tau, const em_tensor *a, const em_tensor *b);
 /* compare_rankings(scores, in-degree): the Twitter study's question. */
 EM_API em_status em_graph_compare_indegree(em_rank_comparison *out, const em_graph *g, const em_tensor *scores,
                                            int64_t k);
