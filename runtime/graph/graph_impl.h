@@ -145,6 +145,8 @@ typedef struct gr_source {
 em_status gr_build(em_graph **out, const gr_source *src, const em_graph_options *opts);
 /* Forces the builder's strategy in tests: 0 auto, 1 per-thread counters, 2 atomics. */
 extern int gr_build_strategy;
+/* Tests: 1 keeps the count pass's edges for the fill pass, -1 scans twice, 0 decides. */
+extern int gr_build_keep;
 
 /* A source over an existing CSR of out-arcs or in-arcs (the .sg reader, rebuilds). */
 typedef struct gr_csr_view {
