@@ -23,8 +23,9 @@
  *
  * Speed (Kronecker scale 22, see bench/graph): the graph's internal order by out-degree
  * keeps the most-read contributions together in cache; arcs from the remaining sources
- * are cache-blocked (pr_tiles.c); large arrays ask for 2 MiB pages (graph.c), which
- * the random reads of contributions need more than anything else. */
+ * are cache-blocked (pr_tiles.c) or propagation-blocked (pr_bins.c), see choose_blocking;
+ * large arrays ask for 2 MiB pages (graph.c), which the random reads of contributions
+ * need more than anything else. */
 #include <math.h>
 #include <unistd.h>
 #include <omp.h>
@@ -60,9 +61,11 @@ int gr_bins_hot = 0;
  * outgrow the last-level cache, where each cold read is a trip to memory (and only when
  * the bins' 8 bytes per cold arc fit in half the free memory); below that, where cold
  * reads hit L3, the tiles (which decide for themselves whether they pay, else a
- * prefetching pull). Measured (bench/graph/run_blocking.py): on a 2-core VM with a large
- * L3 (480 MiB reported), bins were not faster than tiles or the plain pull at Kronecker
- * scales 22 and 24, so there AUTO keeps the pull forms. */
+ * prefetching pull). Measured (bench/graph/run_scaling.py, pagerank_bench --blocking) on
+ * a heavily loaded 2-core VM with a large L3 (480 MiB reported; load average 4-16, so
+ * +-50% run to run): at Kronecker scale 22 one run gave tiles 2.3x and bins 3.1x the
+ * plain pull, interleaved runs put all three within noise of each other, and at scale 24
+ * the plain pull led; so on such a machine AUTO keeps the pull forms. */
 static int choose_blocking(const em_graph *g, const em_pagerank_options *o) {
   if (o->blocking != EM_PAGERANK_BLOCKING_AUTO) return o->blocking;
   if (g->m + g->n < PR_PARALLEL_WORK) return EM_PAGERANK_BLOCKING_NONE;
