@@ -155,7 +155,7 @@ if(EMBER_HAVE_MPI AND EMBER_MPIRUN)
     foreach(driver timeout launch dlrm_pipeline)
       add_test(NAME distributed/${driver}
         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/distributed/${driver}.py $<TARGET_FILE:ember_host>)
-      set_tests_properties(distributed/${driver} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 RESOURCE_LOCK ember_mpi
+      set_tests_properties(distributed/${driver} PROPERTIES TIMEOUT 240 SKIP_RETURN_CODE 77 RESOURCE_LOCK ember_mpi
         ENVIRONMENT "${dist_env}")
     endforeach()
   endif()

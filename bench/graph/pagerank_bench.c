@@ -2,6 +2,7 @@
  *
  *   pagerank_bench --scale 22 --edge-factor 16 [--seed 1] [--threads 2] [--iters 20]
  *                  [--tol 0] [--method jacobi|gauss-seidel|gapbs] [--reorder 0|1]
+ *                  [--blocking auto|none|tiles|bins]
  *                  [--dedup] [--no-self-loops] [--undirected] [--save g.emg]
  *                  [--edges-npy prefix] [--scores out.f32] [--repeat 1]
  *   pagerank_bench --file graph.{txt,mtx,sg,emg} ...
@@ -86,6 +87,11 @@ int main(int argc, char **argv) {
     else if (ARG("--edges-npy")) npy = v;
     else if (ARG("--scores")) scores_path = v;
     else if (ARG("--reorder")) go.reorder = atoi(v);
+    else if (ARG("--blocking"))
+      po.blocking = !strcmp(v, "none")    ? EM_PAGERANK_BLOCKING_NONE
+                    : !strcmp(v, "tiles") ? EM_PAGERANK_BLOCKING_TILES
+                    : !strcmp(v, "bins")  ? EM_PAGERANK_BLOCKING_BINS
+                                          : EM_PAGERANK_BLOCKING_AUTO;
     else if (ARG("--method"))
       po.method = !strcmp(v, "gauss-seidel") ? EM_PAGERANK_GAUSS_SEIDEL : !strcmp(v, "gapbs") ? EM_PAGERANK_GAPBS : EM_PAGERANK_JACOBI;
     else if (!strcmp(a, "--dedup")) go.drop_duplicates = 1;
@@ -149,11 +155,11 @@ int main(int argc, char **argv) {
   printf("{\"graph\": \"%s\", \"vertices\": %lld, \"arcs\": %lld, \"threads\": %d, \"build_s\": %.3f, "
          "\"build_peak_rss_mib\": %.0f, \"iterations\": %d, \"setup_s\": %.3f, \"ms_per_iter\": %.2f, \"ge_per_s\": %.3f, "
          "\"final_residual\": %.3e, \"first_residual\": %.3e, \"top1\": %lld, \"top1_score\": %.6g, "
-         "\"overlap_top100_indegree\": %lld, \"kendall_tau_top100\": %.3f, \"peak_rss_mib\": %.0f}\n",
+         "\"engine\": \"%s\", \"overlap_top100_indegree\": %lld, \"kendall_tau_top100\": %.3f, \"peak_rss_mib\": %.0f}\n",
          file ? file : "kronecker", (long long)em_graph_num_vertices(g), (long long)em_graph_num_edges(g), threads, build,
          rss_build / 1024.0, best.iterations, best.setup_seconds, 1e3 * best.seconds / best.iterations,
          best.edges_per_second / 1e9, best.residual, rv[0], (long long)top[0].original_id, top[0].score,
-         (long long)cmp.overlap, cmp.kendall_tau, peak_rss_kib() / 1024.0);
+         best.engine, (long long)cmp.overlap, cmp.kendall_tau, peak_rss_kib() / 1024.0);
   em_tensor_release(scores);
   em_tensor_release(res);
   em_graph_free(g);

@@ -21,9 +21,12 @@
 -- g:pagerank options: damping, tol, max_iter, method = 'jacobi' | 'gauss-seidel' | 'gapbs',
 -- personalization = a tensor of n non-negative weights, device = 'cpu' | 'cuda' | 'cuda:N'
 -- (the iterations run on that GPU; the scores come back as a CPU tensor; Gauss-Seidel runs
--- as Jacobi there). The second result is a table: iterations, converged, residual,
--- residuals (a list), seconds, setup_seconds, edges_per_second, method (the one that ran),
--- engine ('cpu', 'cuda:custom' or 'cuda:cusparse', see EMBER_PAGERANK_GPU in
+-- as Jacobi there), blocking = 'auto' | 'none' | 'tiles' | 'bins' (how the CPU reads the
+-- contributions that outgrow L2: plain pull, cache-blocked tiles, or propagation blocking;
+-- auto picks by the graph's size against the caches). The second result is a table:
+-- iterations, converged, residual, residuals (a list), seconds, setup_seconds,
+-- edges_per_second, method (the one that ran), engine ('cpu', 'cpu:tiles', 'cpu:bins',
+-- 'cuda:custom' or 'cuda:cusparse', see EMBER_PAGERANK_GPU in
 -- runtime/plugins/cuda/pagerank.cu), device.
 local ffi = require 'ffi'
 local ember = require 'ember'
@@ -51,6 +54,8 @@ local FORMATS = { auto = C.EM_GRAPH_FORMAT_AUTO, snap = C.EM_GRAPH_FORMAT_SNAP, 
 local REORDERS = { degree = C.EM_GRAPH_REORDER_DEGREE, none = C.EM_GRAPH_REORDER_NONE }
 local METHODS = { jacobi = C.EM_PAGERANK_JACOBI, ['gauss-seidel'] = C.EM_PAGERANK_GAUSS_SEIDEL,
                   gapbs = C.EM_PAGERANK_GAPBS }
+local BLOCKINGS = { auto = C.EM_PAGERANK_BLOCKING_AUTO, none = C.EM_PAGERANK_BLOCKING_NONE,
+                    tiles = C.EM_PAGERANK_BLOCKING_TILES, bins = C.EM_PAGERANK_BLOCKING_BINS }
 local BUILD = { directed = true, reverse = true, drop_self_loops = true, drop_duplicates = true, reorder = true,
                 progress = true }
 
@@ -169,7 +174,8 @@ function Graph:edges()
   return wrap(a[0]) + 1, wrap(b[0]) + 1
 end
 
-local PAGERANK = { damping = true, tol = true, max_iter = true, method = true, personalization = true, device = true }
+local PAGERANK = { damping = true, tol = true, max_iter = true, method = true, personalization = true, device = true,
+                   blocking = true }
 local METHOD_NAMES = {}
 for name, v in pairs(METHODS) do METHOD_NAMES[tonumber(v)] = name end
 
@@ -182,6 +188,7 @@ local function pagerank_options(opts, allowed)
   if opts.tol ~= nil then po.tol = need_number('pagerank', 'tol', opts.tol) end
   if opts.max_iter ~= nil then po.max_iter = need_int('pagerank', 'max_iter', opts.max_iter, 1) end
   if opts.method ~= nil then po.method = need_choice('pagerank', 'method', opts.method, METHODS) end
+  if opts.blocking ~= nil then po.blocking = need_choice('pagerank', 'blocking', opts.blocking, BLOCKINGS) end
   return opts, po
 end
 
@@ -456,6 +463,16 @@ function graph.compare(a, b, k)
   local c = ffi.new('em_rank_comparison')
   check(C.em_graph_compare_rankings(c, a, b, k))
   return comparison(c)
+end
+
+-- Kendall's tau-b of two rankings over all their vertices (O(n log n); NaN when undefined).
+function graph.kendall_tau(a, b)
+  if not ember.is_tensor(a) or not ember.is_tensor(b) then
+    throw(string.format('graph.kendall_tau: expected two tensors of scores, got %s and %s', describe(a), describe(b)))
+  end
+  local tau = ffi.new('double[1]')
+  check(C.em_graph_kendall_tau(tau, a, b))
+  return tau[0]
 end
 
 -- graph.compare(scores, in-degree, k): the question the Twitter study asked.

@@ -230,6 +230,37 @@ done:
   return st;
 }
 
+em_status em_graph_kendall_tau(double *tau, const em_tensor *a, const em_tensor *b) {
+  const char *op = "graph kendall_tau";
+  if (!tau) return em_set_error(EM_ERR_ARGUMENT, "%s: tau is NULL", op);
+  double *va = NULL, *vb = NULL;
+  int64_t na = 0, nb = 0;
+  em_status st = values_of(op, a, &va, &na);
+  if (st) return st;
+  if ((st = values_of(op, b, &vb, &nb))) {
+    gr_free(va);
+    return st;
+  }
+  pair *pairs = NULL;
+  if (na != nb) {
+    st = em_set_error(EM_ERR_SHAPE, "%s: rankings of %lld and %lld vertices, expected equal counts", op,
+                      (long long)na, (long long)nb);
+    goto done;
+  }
+  if (!(pairs = gr_alloc((size_t)na * sizeof *pairs + 1))) {
+    st = gr_oom(op, (size_t)na * sizeof *pairs);
+    goto done;
+  }
+  for (int64_t i = 0; i < na; i++) /* NaN ranks last, and must not reach the sorts */
+    pairs[i] = (pair){isnan(va[i]) ? -INFINITY : va[i], isnan(vb[i]) ? -INFINITY : vb[i]};
+  *tau = kendall_tau_b(pairs, na);
+done:
+  gr_free(va);
+  gr_free(vb);
+  gr_free(pairs);
+  return st;
+}
+
 em_status em_graph_compare_indegree(em_rank_comparison *out, const em_graph *g, const em_tensor *scores, int64_t k) {
   if (!g) return em_set_error(EM_ERR_ARGUMENT, "graph compare_indegree: graph is NULL");
   em_tensor *indeg = NULL;

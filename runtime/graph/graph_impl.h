@@ -145,6 +145,8 @@ typedef struct gr_source {
 em_status gr_build(em_graph **out, const gr_source *src, const em_graph_options *opts);
 /* Forces the builder's strategy in tests: 0 auto, 1 per-thread counters, 2 atomics. */
 extern int gr_build_strategy;
+/* Tests: 1 keeps the count pass's edges for the fill pass, -1 scans twice, 0 decides. */
+extern int gr_build_keep;
 
 /* A source over an existing CSR of out-arcs or in-arcs (the .sg reader, rebuilds). */
 typedef struct gr_csr_view {
@@ -178,11 +180,37 @@ typedef struct gr_tiles {
 } gr_tiles;
 /* Leaves t->hot_len NULL when tiling would not pay. */
 extern int gr_tiles_slice; /* tests: > 0 forces tiles of this many vertices; < 0 disables */
-em_status gr_tiles_build(gr_tiles *t, const em_graph *g);
+/* force: build the tiles even where they would not pay (blocking = tiles). */
+em_status gr_tiles_build(gr_tiles *t, const em_graph *g, bool force);
 void gr_tiles_gather(const gr_tiles *t, int64_t block, const float *contrib, float *acc, int64_t n);
 void gr_tiles_free(gr_tiles *t);
 /* Tests: 1 forces PageRank's prefetching gather (untiled), -1 disables it, 0 decides. */
 extern int gr_pr_prefetch;
+/* Tests: > 0 sets the hot sources of propagation blocking (0: L2-sized). */
+extern int gr_bins_hot;
+
+/* ---- PageRank's propagation blocking of cold arcs (pr_bins.c) */
+#define GR_BINS_CHUNKS 16
+typedef struct gr_bins {
+  int64_t hot; /* sources below stay in the pull pass */
+  uint32_t *hot_len; /* [n] hot prefix of each vertex's sources */
+  int64_t cold, nbins; /* cold arcs; bins of 65536 destinations */
+  int64_t chunk[GR_BINS_CHUNKS + 1]; /* cold source boundaries of the scatter chunks */
+  int64_t chunk_arc[GR_BINS_CHUNKS + 1]; /* their first cold out-arc */
+  uint16_t *bin_of; /* [cold] bin of each cold out-arc, by source */
+  uint16_t *dst; /* [cold] destination offset within its bin, bin by bin */
+  float *val; /* [cold] the values scattered, laid out as dst */
+  int64_t *bin_start; /* [nbins + 1] */
+  int64_t *cursor0; /* [chunks * nbins] each chunk's first slot in each bin */
+  double *acc; /* [n] each vertex's cold sum */
+  int failed;
+} gr_bins;
+/* The sources whose contributions stay in L2 (a power of two): the hot ones. */
+int64_t gr_pr_hot_sources(void);
+em_status gr_bins_build(gr_bins *b, const em_graph *g, int64_t hot);
+void gr_bins_scatter(const gr_bins *b, int chunk, const float *contrib, const uint32_t *out_degree, int64_t *cur);
+void gr_bins_gather(const gr_bins *b, int64_t bin, int64_t n);
+void gr_bins_free(gr_bins *b);
 
 /* ---- PageRank's pieces shared with the GPU path (pagerank_cuda.c) */
 /* The personalization vector p checked and normalised, in internal order (*out gr_alloc'd). */

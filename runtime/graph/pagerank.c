@@ -23,9 +23,11 @@
  *
  * Speed (Kronecker scale 22, see bench/graph): the graph's internal order by out-degree
  * keeps the most-read contributions together in cache; arcs from the remaining sources
- * are cache-blocked (pr_tiles.c); large arrays ask for 2 MiB pages (graph.c), which
- * the random reads of contributions need more than anything else. */
+ * are cache-blocked (pr_tiles.c) or propagation-blocked (pr_bins.c), see choose_blocking;
+ * large arrays ask for 2 MiB pages (graph.c), which the random reads of contributions
+ * need more than anything else. */
 #include <math.h>
+#include <unistd.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,8 +50,31 @@ typedef struct pr_run {
   int64_t *fsum, *fres, *fdang; /* per block, exact (Jacobi, GAPBS: see gr_fix) */
   gr_tiles tiles; /* cold arcs, cache-blocked (Jacobi and GAPBS; see pr_tiles.c) */
   float *acc; /* [n] each vertex's cold sum, when tiled */
+  gr_bins bins; /* cold arcs, propagation-blocked (Jacobi and GAPBS; see pr_bins.c) */
+  int64_t *cursors; /* [threads * bins.nbins] scatter scratch */
   bool prefetch; /* untiled, and the contributions outgrow L2: prefetch them */
 } pr_run;
+
+int gr_bins_hot = 0;
+
+/* AUTO: plain pull for small graphs; propagation blocking once the contributions
+ * outgrow the last-level cache, where each cold read is a trip to memory (and only when
+ * the bins' 8 bytes per cold arc fit in half the free memory); below that, where cold
+ * reads hit L3, the tiles (which decide for themselves whether they pay, else a
+ * prefetching pull). Measured (bench/graph/run_scaling.py, pagerank_bench --blocking) on
+ * a heavily loaded 2-core VM with a large L3 (480 MiB reported; load average 4-16, so
+ * +-50% run to run): at Kronecker scale 22 one run gave tiles 2.3x and bins 3.1x the
+ * plain pull, interleaved runs put all three within noise of each other, and at scale 24
+ * the plain pull led; so on such a machine AUTO keeps the pull forms. */
+static int choose_blocking(const em_graph *g, const em_pagerank_options *o) {
+  if (o->blocking != EM_PAGERANK_BLOCKING_AUTO) return o->blocking;
+  if (g->m + g->n < PR_PARALLEL_WORK) return EM_PAGERANK_BLOCKING_NONE;
+  long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  double llc = l3 > 0 ? (double)l3 : 32.0 * (1 << 20), free_bytes = pages > 0 && page > 0 ? (double)pages * page : 0;
+  if ((double)g->n * sizeof(float) > llc && (double)g->m * 8 + (double)g->n * 8 < free_bytes / 2)
+    return EM_PAGERANK_BLOCKING_BINS;
+  return EM_PAGERANK_BLOCKING_AUTO;
+}
 
 static em_status check_options(const em_graph *g, const em_pagerank_options *o) {
   const char *op = "graph pagerank";
@@ -61,6 +86,9 @@ static em_status check_options(const em_graph *g, const em_pagerank_options *o) 
   if (o->method < EM_PAGERANK_JACOBI || o->method > EM_PAGERANK_GAPBS)
     return em_set_error(EM_ERR_ARGUMENT, "%s: method is %d, expected 0 (jacobi), 1 (gauss-seidel) or 2 (gapbs)", op,
                         o->method);
+  if (o->blocking < EM_PAGERANK_BLOCKING_AUTO || o->blocking > EM_PAGERANK_BLOCKING_BINS)
+    return em_set_error(EM_ERR_ARGUMENT, "%s: blocking is %d, expected 0 (auto), 1 (none), 2 (tiles) or 3 (bins)", op,
+                        o->blocking);
   if (g->n == 0) return em_set_error(EM_ERR_ARGUMENT, "%s: the graph has no vertices", op);
   if ((o->device.type != EM_CPU && o->device.type != EM_CUDA) || o->device.index < 0)
     return em_set_error(EM_ERR_DEVICE, "%s: device type %d index %d, expected cpu or cuda:N", op, o->device.type,
@@ -157,13 +185,15 @@ static void sweep_jacobi(pr_run *r, int64_t b, double coef, double scale) {
   const float *restrict x = r->x, *restrict inv = r->inv_deg, *restrict contrib = r->contrib;
   float *restrict y = r->y, *restrict next = r->next;
   const float *restrict acc = r->acc;
-  const uint32_t *restrict hot = r->tiles.hot_len;
+  const uint32_t *restrict hot = r->tiles.hot_len, *restrict bhot = r->bins.hot_len;
+  const double *restrict bacc = r->bins.acc;
   const double *restrict tele = r->tele;
   const double d = r->damping * scale, uniform = coef / (double)g->n;
   int64_t sum = 0, res = 0, dang = 0;
   for (int64_t v = r->block[b]; v < r->block[b + 1]; v++) {
     double t = tele ? coef * tele[v] : uniform;
-    double in = hot           ? acc[v] + gather(contrib, src + off[v], hot[v])
+    double in = bhot          ? bacc[v] + gather(contrib, src + off[v], bhot[v])
+                : hot         ? acc[v] + gather(contrib, src + off[v], hot[v])
                 : r->prefetch ? gather_prefetch(contrib, src, off[v], off[v + 1], g->m)
                               : gather(contrib, src + off[v], off[v + 1] - off[v]);
     float nv = (float)(d * in + t);
@@ -266,6 +296,16 @@ static int iterate(pr_run *r, const em_pagerank_options *o, double *residual, in
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
         for (int64_t b = 0; b < r->tiles.nblocks; b++) gr_tiles_gather(&r->tiles, b, r->contrib, r->acc, g->n);
       }
+      if (r->bins.hot_len) {
+#pragma omp parallel num_threads(threads)
+        {
+          int64_t *cur = r->cursors + (int64_t)omp_get_thread_num() * r->bins.nbins;
+#pragma omp for schedule(dynamic, 1)
+          for (int c = 0; c < GR_BINS_CHUNKS; c++) gr_bins_scatter(&r->bins, c, r->contrib, g->out_degree, cur);
+#pragma omp for schedule(dynamic, 1)
+          for (int64_t k = 0; k < r->bins.nbins; k++) gr_bins_gather(&r->bins, k, g->n);
+        }
+      }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
       for (int64_t b = 0; b < r->nblocks; b++) sweep_jacobi(r, b, coef, scale);
       double total = sum_fixed(r->fsum, r->nblocks);
@@ -290,7 +330,8 @@ void em_pagerank_options_init(em_pagerank_options *opts) {
                                 .max_iter = 100,
                                 .method = EM_PAGERANK_JACOBI,
                                 .personalization = NULL,
-                                .device = {EM_CPU, 0}};
+                                .device = {EM_CPU, 0},
+                                .blocking = EM_PAGERANK_BLOCKING_AUTO};
 }
 
 static void run_free(pr_run *r) {
@@ -309,6 +350,8 @@ static void run_free(pr_run *r) {
   free(r->fdang);
   gr_tiles_free(&r->tiles);
   gr_free(r->acc);
+  gr_bins_free(&r->bins);
+  free(r->cursors);
 }
 
 /* Hands a run's results to the caller, whichever engine ran it: scores[v] = scale * x[i]
@@ -363,15 +406,26 @@ em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagera
     goto done;
   }
   if ((st = make_blocks(&r)) || (opts->personalization && (st = teleport(&r, opts->personalization)))) goto done;
-  if (opts->method != EM_PAGERANK_GAUSS_SEIDEL && g->m + g->n >= PR_PARALLEL_WORK) {
-    if ((st = gr_tiles_build(&r.tiles, g))) goto done;
+  int blocking = opts->method == EM_PAGERANK_GAUSS_SEIDEL ? EM_PAGERANK_BLOCKING_NONE : choose_blocking(g, opts);
+  if (blocking == EM_PAGERANK_BLOCKING_TILES || (blocking == EM_PAGERANK_BLOCKING_AUTO && g->m + g->n >= PR_PARALLEL_WORK)) {
+    if ((st = gr_tiles_build(&r.tiles, g, blocking == EM_PAGERANK_BLOCKING_TILES))) goto done;
     if (r.tiles.hot_len && !(r.acc = gr_alloc((size_t)n * sizeof *r.acc))) {
       st = gr_oom(op, (size_t)n * 4);
       goto done;
     }
-    r.prefetch =
-        !r.tiles.hot_len && (gr_pr_prefetch ? gr_pr_prefetch > 0 : (size_t)n * sizeof(float) > ((size_t)4 << 20));
   }
+  if (blocking == EM_PAGERANK_BLOCKING_BINS) {
+    int64_t hot = gr_pr_hot_sources();
+    while (hot > 1 && hot * 4 > n) hot /= 2; /* small graphs (forced): bin three quarters */
+    if ((st = gr_bins_build(&r.bins, g, gr_bins_hot ? gr_bins_hot : hot))) goto done;
+    if (!(r.cursors = malloc((size_t)gr_threads() * (size_t)r.bins.nbins * sizeof *r.cursors))) {
+      st = gr_oom(op, (size_t)gr_threads() * (size_t)r.bins.nbins * 8);
+      goto done;
+    }
+  }
+  r.prefetch = !r.tiles.hot_len && !r.bins.hot_len && blocking != EM_PAGERANK_BLOCKING_BINS &&
+               g->m + g->n >= PR_PARALLEL_WORK &&
+               (gr_pr_prefetch ? gr_pr_prefetch > 0 : (size_t)n * sizeof(float) > ((size_t)4 << 20));
 #pragma omp parallel for schedule(static) num_threads(gr_threads())
   for (int64_t v = 0; v < n; v++) r.inv_deg[v] = g->out_degree[v] ? 1.0f / (float)g->out_degree[v] : 0.0f;
   double t1 = em_clock_monotonic();
@@ -389,7 +443,7 @@ em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagera
     stats->setup_seconds = t1 - t0;
     stats->edges_per_second = t2 > t1 ? (double)g->m * iters / (t2 - t1) : 0;
     stats->method = opts->method;
-    stats->engine = "cpu";
+    stats->engine = r.bins.hot_len ? "cpu:bins" : r.tiles.hot_len ? "cpu:tiles" : "cpu";
   }
 done:
   free(residual);

@@ -50,12 +50,15 @@ void gr_tiles_free(gr_tiles *t) {
     }                                                                           \
   } while (0)
 
-em_status gr_tiles_build(gr_tiles *t, const em_graph *g) {
+em_status gr_tiles_build(gr_tiles *t, const em_graph *g, bool force) {
   memset(t, 0, sizeof *t);
   if (gr_tiles_slice < 0) return EM_OK;
+  bool check = !gr_tiles_slice && !force; /* forced or test-sized tiles skip the cost checks */
   int64_t n = g->n, slice = gr_tiles_slice ? gr_tiles_slice : l2_bytes() / 2 / (int64_t)sizeof(float);
   int64_t sources = 0; /* vertices with out-arcs: the contributions that are ever read */
   for (int64_t v = 0; v < n; v++) sources += g->out_degree[v] > 0;
+  if (force && !gr_tiles_slice) /* forced on a small graph: tiles over a quarter of it */
+    while (slice > 1 && slice * 4 > sources) slice /= 2;
   if (sources <= slice) return EM_OK; /* everything is hot already */
   t->shift = 0; /* segments of a power of two: a shift, not a division, per arc */
   while (((int64_t)2 << t->shift) <= slice) t->shift++;
@@ -68,7 +71,7 @@ em_status gr_tiles_build(gr_tiles *t, const em_graph *g) {
    * give up early when the copy alone would outgrow its memory budget (see below). */
   int64_t hot_arcs = 0;
   for (int64_t u = 0; u < slice && u < n; u++) hot_arcs += g->out_degree[u];
-  if (!gr_tiles_slice && (double)(g->m - hot_arcs) * 4 > (double)g->m * 2) {
+  if (check && (double)(g->m - hot_arcs) * 4 > (double)g->m * 2) {
     memset(t, 0, sizeof *t);
     return EM_OK;
   }
@@ -106,7 +109,7 @@ em_status gr_tiles_build(gr_tiles *t, const em_graph *g) {
   /* The copy costs memory too: at most half the CSR's sources array. */
   double reread = (double)t->nblocks * (double)(sources - t->seg) * sizeof(float);
   double bytes = (double)cold * 4 + (double)entries * 8;
-  if (!gr_tiles_slice && (reread > (double)cold * 64 / 2 || bytes > (double)g->m * 2)) {
+  if (check && (reread > (double)cold * 64 / 2 || bytes > (double)g->m * 2)) {
     gr_tiles_free(t);
     return EM_OK;
   }

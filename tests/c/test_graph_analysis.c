@@ -2,6 +2,7 @@
  * and Kendall's tau-b, values checked against scipy.stats.kendalltau). */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include "test_util.h"
 #include "ember/graph.h"
 #include "test_graph_util.h"
@@ -110,11 +111,70 @@ static void test_compare_indegree(void **state) {
   em_graph_free(g);
 }
 
+/* Kendall's tau-b by its definition, O(n^2): concordant minus discordant pairs over the
+ * square root of the pairs untied in a times those untied in b. */
+static double tau_b_brute(int64_t n, const double *a, const double *b) {
+  double c = 0, d = 0, untied_a = 0, untied_b = 0;
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = i + 1; j < n; j++) {
+      double x = a[i] - a[j], y = b[i] - b[j];
+      untied_a += x != 0;
+      untied_b += y != 0;
+      if (x * y > 0) c++;
+      else if (x * y < 0) d++;
+    }
+  return (c - d) / sqrt(untied_a * untied_b);
+}
+
+/* Knight's O(n log n) tau-b (all vertices, and over a top-k union equal to everything)
+ * against the brute-force definition, on random rankings with many ties and on ties-free
+ * ones, at sizes that exercise the merge sort's odd splits. */
+static void test_kendall_tau_brute_force(void **state) {
+  (void)state;
+  uint64_t seed = 12345;
+  for (int trial = 0; trial < 40; trial++) {
+    int64_t n = 2 + trial * 7;
+    double *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+    int levels = trial % 3 == 0 ? 1000000 : 2 + trial % 5; /* few levels: many ties */
+    for (int64_t i = 0; i < n; i++) {
+      seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+      a[i] = (double)((seed >> 33) % (uint64_t)levels);
+      seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+      /* b leans on a (so tau is not near 0) plus noise */
+      b[i] = trial % 2 ? a[i] + (double)((seed >> 33) % 3) : (double)((seed >> 33) % (uint64_t)levels);
+    }
+    double want = tau_b_brute(n, a, b), got = NAN;
+    em_tensor *ta = tensor_from_doubles(n, a), *tb = tensor_from_doubles(n, b);
+    assert_int_equal(em_graph_kendall_tau(&got, ta, tb), EM_OK);
+    if (isnan(want)) {
+      assert_true(isnan(got));
+    } else {
+      if (fabs(got - want) > 1e-12) fail_msg("n %lld levels %d: tau %.15g, brute force %.15g", (long long)n, levels, got, want);
+      em_rank_comparison c = compare(n, a, b, n); /* the top-n union is every vertex */
+      assert_true(fabs(c.kendall_tau - want) < 1e-12);
+    }
+    em_tensor_release(ta), em_tensor_release(tb);
+    free(a), free(b);
+  }
+  /* errors name the call */
+  double x[] = {1, 2, 3};
+  em_tensor *t3 = tensor_from_doubles(3, x), *t2 = tensor_from_doubles(2, x);
+  double tau;
+  tg_expect_error(em_graph_kendall_tau(&tau, t3, t2), EM_ERR_SHAPE, "graph kendall_tau", "3 and 2", NULL);
+  tg_expect_error(em_graph_kendall_tau(NULL, t3, t3), EM_ERR_ARGUMENT, "tau is NULL", NULL);
+  double same[] = {5, 5, 5};
+  em_tensor *flat = tensor_from_doubles(3, same);
+  assert_int_equal(em_graph_kendall_tau(&tau, t3, flat), EM_OK);
+  assert_true(isnan(tau)); /* one ranking all ties: undefined */
+  em_tensor_release(t3), em_tensor_release(t2), em_tensor_release(flat);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_topk),
       cmocka_unit_test(test_compare_rankings),
       cmocka_unit_test(test_compare_indegree),
+      cmocka_unit_test(test_kendall_tau_brute_force),
   };
   return cmocka_run_group_tests(tests, tg_setup, tg_cleanup);
 }

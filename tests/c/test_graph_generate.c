@@ -42,15 +42,28 @@ static void test_deterministic(void **state) {
   em_graph *uref = NULL;
   assert_int_equal(em_graph_uniform(&uref, 1000, 30000, 42, &o), EM_OK);
   em_set_num_threads(2);
-  for (int strategy = 1; strategy <= 2; strategy++) {
-    gr_build_strategy = strategy;
-    em_graph *g = kron(12, 8, 42, &o), *u = NULL;
-    expect_equal_graphs(ref, g);
-    assert_int_equal(em_graph_uniform(&u, 1000, 30000, 42, &o), EM_OK);
-    expect_equal_graphs(uref, u);
-    em_graph_free(g), em_graph_free(u);
-  }
+  for (int strategy = 1; strategy <= 2; strategy++)
+    for (int keep = -1; keep <= 1; keep += 2) { /* edges scanned twice, or kept and replayed */
+      gr_build_strategy = strategy;
+      gr_build_keep = keep;
+      em_graph *g = kron(12, 8, 42, &o), *u = NULL;
+      expect_equal_graphs(ref, g);
+      assert_int_equal(em_graph_uniform(&u, 1000, 30000, 42, &o), EM_OK);
+      expect_equal_graphs(uref, u);
+      em_graph_free(g), em_graph_free(u);
+    }
   gr_build_strategy = 0;
+  /* undirected, reversed, loops and repeats dropped: kept edges replay the same arcs */
+  em_graph_options x = o;
+  x.directed = 0, x.reverse = 1, x.drop_self_loops = 1, x.drop_duplicates = 1;
+  gr_build_keep = -1;
+  em_graph *twice = kron(11, 8, 5, &x);
+  gr_build_keep = 1;
+  em_graph *kept = kron(11, 8, 5, &x);
+  gr_build_keep = 0;
+  expect_equal_graphs(twice, kept);
+  assert_true(em_graph_num_edges(kept) > 0);
+  em_graph_free(twice), em_graph_free(kept);
   o.reorder = 0;
   em_graph *plain = kron(12, 8, 42, &o);
   expect_equal_graphs(ref, plain);

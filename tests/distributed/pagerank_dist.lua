@@ -11,7 +11,11 @@ dist.init()
 local rank, size = dist.rank(), dist.world_size()
 local here = arg[0]:gsub('[^/]*$', '')
 local tmp = os.getenv('TMPDIR') or '/tmp'
-local dir = string.format('%s/ember_prdist_%d', tmp, ember.dist.env().world_size)
+-- one folder per run (rank 0's pid, broadcast): other checkouts may run this test at once
+pcall(ffi.cdef, 'int getpid(void);')   -- another module may have declared it
+local pid = ember.tensor({ rank == 0 and ffi.C.getpid() or 0 }, { dtype = 'int64' })
+dist.broadcast(pid, 0)
+local dir = string.format('%s/ember_prdist_%d_%d', tmp, ember.dist.env().world_size, pid[1]:item())
 if rank == 0 then os.execute('mkdir -p ' .. dir) end
 dist.barrier()
 

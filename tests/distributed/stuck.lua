@@ -6,6 +6,8 @@
 --   late  every step runs; then rank 1 lingers (30 s) instead of finishing
 --   a2av  rank 1 computes instead of joining an all_to_all_v (first collective, async)
 --   roots the ranks gather to different roots (async: no rank can finish)
+--   pagerank-kill, pagerank-stop  rank 1 is killed (SIGKILL) or stopped (SIGSTOP) by a
+--         timer while both ranks iterate PageRank on a partitioned graph
 -- Rank 0 must end the job with a timeout error that names rank 1; it never hangs.
 local mode = arg[1]
 local dist, nn, F = ember.dist, ember.nn, ember.nn.functional
@@ -13,6 +15,22 @@ local ffi = require 'ffi'
 ffi.cdef 'int raise(int sig);'
 dist.init()
 local rank = dist.rank()
+if mode == 'pagerank-kill' or mode == 'pagerank-stop' then
+  ffi.cdef 'int getpid(void);'
+  local g = ember.graph.kronecker { scale = 14, edge_factor = 8, seed = 3, group = true }
+  g:pagerank { tol = 0, max_iter = 20 }   -- both ranks are in step, and iterating works
+  dist.barrier()
+  if rank == 1 then
+    -- a timer outside this process, so that the signal lands in the middle of the iterations
+    os.execute(string.format('(sleep 1; kill -%s %d) &', mode == 'pagerank-kill' and 'KILL' or 'STOP',
+      ffi.C.getpid()))
+    io.stdout:write('rank 1 goes away in 1 s: ', mode, '\n')
+    io.stdout:flush()
+  end
+  g:pagerank { tol = 0, max_iter = 1000000000 }   -- minutes: only the timeout ends it
+  print('rank ' .. rank .. ' finished: that is wrong')
+  return
+end
 if mode == 'a2av' or mode == 'roots' then
   local h
   if mode == 'a2av' then

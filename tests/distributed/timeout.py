@@ -3,7 +3,8 @@
 
 Runs tests/distributed/stuck.lua under `ember launch -n 2 --timeout 3` with rank 1 stopped
 (SIGSTOP), killed (SIGKILL; mpirun in recovery mode, so that nothing but the timeout ends
-rank 0), busy outside any collective, or lingering instead of finishing, and checks that
+rank 0), busy outside any collective, lingering instead of finishing, or killed or stopped
+in the middle of PageRank's iterations over a partitioned graph, and checks that
 rank 0 ends the job within seconds with an error naming rank 1 and saying why. A kill
 without recovery mode ends the job at once (mpirun stops every rank). Exits 77 (skipped)
 without mpirun."""
@@ -61,6 +62,13 @@ expect("a rank busy instead of joining an all_to_all_v", run("a2av"), status=124
 expect("gathers to different roots", run("roots"), status=124,
        has=("ember.dist: gather #1 (root ", "every rank has reached it", "or another root"),
        lacks=("finished: that is wrong",))
+# PageRank on a partitioned graph: rank 1 killed or stopped by a timer mid-iteration; rank 0
+# waits in the iteration's all_to_all_v or all_reduce, whichever it had reached
+for mode, extra, status in (("pagerank-kill", ("--mpi-arg=--enable-recovery",), None), ("pagerank-stop", (), 124)):
+    expect("PageRank iterations, rank 1 " + mode.split("-")[1] + "ed", run(mode, *extra),
+           has=("[1] rank 1 goes away in 1 s: " + mode, "on the world group (",
+                "timed out after 3 s on rank 0, waiting for rank 1 (no answer: dead, stopped or hung)"),
+           lacks=("finished: that is wrong",), within=30.0, status=status)
 code, out, seconds = run("kill")
 expect("a killed rank, plain launch: every rank stopped at once", (code, out, seconds), status=137,
        has=("[1] rank 1 goes away: kill",), lacks=("finished: that is wrong", "timed out"), within=10.0)

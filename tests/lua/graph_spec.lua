@@ -76,6 +76,20 @@ describe('ember.graph', function()
     assert.is_true(u:num_edges() <= 1000)
   end)
 
+  it('reads far contributions by plain pull, tiles or bins, all to the same scores', function()
+    -- big enough for several threads (2^18 arcs + vertices), forced blockings
+    local g = graph.kronecker { scale = 14, edge_factor = 16, seed = 4 }
+    local plain, pi = g:pagerank { max_iter = 30, tol = 0, blocking = 'none' }
+    assert.are.equal('cpu', pi.engine)
+    for _, b in ipairs { 'tiles', 'bins', 'auto' } do
+      local x, info = g:pagerank { max_iter = 30, tol = 0, blocking = b }
+      if b ~= 'auto' then assert.are.equal('cpu:' .. b, info.engine) end
+      local d = (x - plain):abs():sum():item()
+      assert.is_true(d < 1e-6, string.format('blocking %s: L1 %g from the plain pull', b, d))
+    end
+    assert.matches("pagerank: blocking must be one of", error_of(g.pagerank, g, { blocking = 'blocks' }))
+  end)
+
   it('loads SNAP files with labels, original ids and options', function()
     local g = graph.load(fixtures .. 'small.snap', { labels = fixtures .. 'small_labels.txt' })
     assert.are.equal(5, g:num_vertices())

@@ -137,6 +137,40 @@ describe('ember run pipelines/pagerank_kron.yaml', function()
     has(err, 'rank plot: ' .. png)
     assert.are.equal('\137PNG', read(png):sub(1, 4))
   end)
+
+  it('runs the ranking study: tau over every vertex, top-k overlaps at several k, the plot beside the scores',
+    function()
+    local dir = tmpdir()
+    local scores = dir .. '/out/scores.npy'
+    local r, err = run_ok(dir, { KRON, 'graph.generate.scale=10', 'output.compare_indegree=100',
+      'output.compare_at=[10,100,5000]', 'output.scores=' .. scores, 'output.top_k=5' })
+    local g = ember.graph.kronecker { scale = 10, edge_factor = 16, seed = 1 }
+    local x = g:pagerank { tol = 1e-6 }
+    local indeg = g:degrees()
+    local s = r.ranking_study
+    assert.are.equal(ember.graph.kendall_tau(x, indeg), s.kendall_tau)
+    assert.is_true(s.kendall_tau > 0 and s.kendall_tau < 1)
+    -- k above n is capped at n, where both lists hold every vertex
+    assert.are.equal(3, #s.at)
+    for i, k in ipairs { 10, 100, 1024 } do
+      local c = ember.graph.compare(x, indeg, k)
+      assert.are.same(c, s.at[i])
+      has(err, string.format("ranking study: top %d: %d in both (%d in either), Kendall's tau %.4f", k, c.overlap,
+        c.union_size, c.kendall_tau))
+    end
+    assert.are.same({ k = 1024, overlap = 1024, union_size = 1024, kendall_tau = s.kendall_tau }, s.at[3])
+    -- the top 5 by in-degree, with their PageRank scores
+    local by_degree = ember.graph.topk(indeg, 5)
+    assert.are.equal(5, #s.top_indegree)
+    for i, t in ipairs(by_degree) do
+      assert.are.equal(t.id - 1, s.top_indegree[i].vertex)   -- generated: original id = dense id - 1
+      assert.are.equal(t.score, s.top_indegree[i].in_degree)
+      assert.are.equal(x[t.id]:item(), s.top_indegree[i].score)
+    end
+    -- the rank-rank plot beside the scores, by default
+    assert.are.equal(dir .. '/out/scores.rank_rank.png', r.rank_plot)
+    assert.are.equal('\137PNG', read(r.rank_plot):sub(1, 4))
+  end)
 end)
 
 describe('ember run pipelines/pagerank_file.yaml', function()
@@ -362,7 +396,7 @@ output:
     assert.are.equal(KRON .. ': override pagerank.method=power: pagerank.method: expected one of jacobi, ' ..
       "gauss-seidel, gapbs, got 'power'", load_error(KRON, { 'pagerank.method=power' }))
     assert.are.equal(KRON .. ': override output.colour=red: output.colour: unknown key (expected one of: ' ..
-      'compare_indegree, rank_plot, scores, top_k)', load_error(KRON, { 'output.colour=red' }))
+      'compare_at, compare_indegree, rank_plot, scores, top_k)', load_error(KRON, { 'output.colour=red' }))
     local cfg = pipeline.load(KRON, { 'graph.generate.scale=22' })
     assert.are.equal(22, cfg.graph.generate.scale)
     assert.are.equal(20, pipeline.load(KRON).graph.generate.scale)

@@ -68,6 +68,8 @@ M.schema = {
     tol = S.number { min = 0, default = 1e-6, doc = 'stop when the L1 change of the scores is below; 0: never' },
     max_iter = S.integer { min = 1, max = 2 ^ 31 - 1, default = 100 },
     method = S.enum({ 'jacobi', 'gauss-seidel', 'gapbs' }, { default = 'jacobi' }),
+    blocking = S.enum({ 'auto', 'none', 'tiles', 'bins' }, { default = 'auto',
+      doc = 'CPU reads of contributions beyond L2: plain pull, cache-blocked tiles, propagation blocking' }),
     personalization = S.path { exists = 'file', optional = true,
       doc = "teleport weights: 'id weight' lines (original ids), or a .npy of n weights by dense id" },
   }, { default = {} }),
@@ -75,15 +77,18 @@ M.schema = {
     top_k = S.integer { min = 0, default = 10, doc = 'rows of the top-k table (stderr and JSON); 0: none' },
     scores = S.path { optional = true, doc = 'every score: .npy, or TSV for any other extension' },
     compare_indegree = S.integer { min = 1, optional = true,
-      doc = 'overlap and Kendall tau of the PageRank and in-degree top k' },
+      doc = 'overlap and Kendall tau of the PageRank and in-degree top k; also turns on the ranking study' },
+    compare_at = S.list(S.integer { min = 1 }, { default = { 10, 100, 1000 },
+      doc = 'the ranking study: overlap and Kendall tau of the two top-k lists at each of these k' }),
     rank_plot = S.path { optional = true,
-      doc = 'a PNG of each vertex\'s PageRank rank against its in-degree rank (log-log, ember.plot.rank_rank)' },
+      doc = 'a PNG of each vertex\'s PageRank rank against its in-degree rank (log-log, ember.plot.rank_rank); ' ..
+        'default with compare_indegree and scores: <scores without extension>.rank_rank.png' },
   }, { default = {} }),
 }
 
 M.result_order = { 'job', 'vertices', 'edges', 'iterations', 'converged', 'residual', 'seconds', 'ms_per_iteration',
   'edges_per_second', 'build_seconds', 'graph_from', 'peak_rss_mb', 'threads', 'world_size', 'bytes_per_iteration',
-  'ranks', 'compare_indegree', 'top_k',
+  'ranks', 'compare_indegree', 'ranking_study', 'top_k',
   'scores_file', 'rank_plot', 'residuals' }
 
 -- ---------------------------------------------------------------- file times
@@ -297,11 +302,49 @@ local function top_table(list, indeg)
   return table.concat(lines, '\n') .. '\n'
 end
 
+-- The ranking study (is PageRank a better ranking than follower count?): Kendall's tau-b of
+-- the two rankings over every vertex, the overlap and tau of their top-k lists at each k of
+-- output.compare_at (capped at n), and the top k by in-degree beside the PageRank top k.
+-- vertex_of(id) gives the original id of 1-based dense id id.
+function M.ranking_study(ember, scores, indeg, out, n, vertex_of, log)
+  local graph = ember.graph
+  local study = { kendall_tau = graph.kendall_tau(scores, indeg), at = {} }
+  log("ranking study: Kendall's tau-b of PageRank against in-degree over all %d vertices: %.4f", n,
+    study.kendall_tau)
+  local seen = {}
+  for _, k in ipairs(out.compare_at) do
+    k = math.min(k, n)
+    if not seen[k] then
+      seen[k] = true
+      local c = graph.compare(scores, indeg, k)
+      study.at[#study.at + 1] = c
+      log("ranking study: top %d: %d in both (%d in either), Kendall's tau %.4f", k, c.overlap, c.union_size,
+        c.kendall_tau)
+    end
+  end
+  if out.top_k > 0 then
+    local sp = ffi.cast('const float *', scores:data_ptr())
+    study.top_indegree = {}
+    for i, r in ipairs(graph.topk(indeg, out.top_k)) do
+      study.top_indegree[i] = { vertex = vertex_of(r.id), in_degree = r.score, score = sp[r.id - 1] }
+    end
+  end
+  return study
+end
+
+-- Where the rank plot goes: output.rank_plot, or beside the scores in a study.
+function M.rank_plot_path(out)
+  if out.rank_plot then return out.rank_plot end
+  if out.compare_indegree and out.scores then return (out.scores:gsub('%.[^./]*$', '')) .. '.rank_rank.png' end
+  return nil
+end
+
 -- ---------------------------------------------------------------- the job
 function M.run(cfg, ctx)
   if cfg.distributed then
     return require('ember.pipeline.pagerank_dist').run(cfg, ctx, { describe_source = describe_source,
-      cache_key = cache_key, top_table = top_table, write_scores = write_scores, mkparent = mkparent })
+      cache_key = cache_key, top_table = top_table, write_scores = write_scores, mkparent = mkparent,
+      ranking_study = M.ranking_study, rank_plot_path = M.rank_plot_path })
   end
   local ember = require 'ember'
   local log = ctx.log
@@ -317,7 +360,7 @@ function M.run(cfg, ctx)
   local personalization = pr.personalization and read_personalization(ember, pr.personalization, g) or nil
   local threads = tonumber(ember.C.em_get_num_threads())
   local scores, info = g:pagerank { damping = pr.damping, tol = pr.tol, max_iter = pr.max_iter, method = pr.method,
-    personalization = personalization, device = cfg.device }
+    personalization = personalization, device = cfg.device, blocking = pr.blocking }
   scores = scores:contiguous()
   local ms = info.iterations > 0 and 1e3 * info.seconds / info.iterations or 0
   local where = cfg.device == 'cpu' and string.format('%d threads', threads) or
@@ -342,21 +385,25 @@ function M.run(cfg, ctx)
     ctx.stderr:flush()
   end
 
-  local comparison
+  local comparison, study
   if out.compare_indegree then
     comparison = ember.graph.compare_indegree(g, scores, out.compare_indegree)
     log("PageRank against in-degree, top %d: %d in both (%d in either), Kendall's tau %.4f", comparison.k,
       comparison.overlap, comparison.union_size, comparison.kendall_tau)
+    local ids = g:original_ids()
+    local idp = ffi.cast('const int64_t *', ids:data_ptr())
+    study = M.ranking_study(ember, scores, (g:degrees()), out, n, function(id) return tonumber(idp[id - 1]) end, log)
   end
 
   local rank_plot
-  if out.rank_plot then
+  local plot_path = M.rank_plot_path(out)
+  if plot_path then
     local t0 = progress.now()
-    mkparent(out.rank_plot)
-    local ok, err = pcall(ember.plot.rank_rank, scores, (g:degrees()), out.rank_plot)
+    mkparent(plot_path)
+    local ok, err = pcall(ember.plot.rank_rank, scores, (g:degrees()), plot_path)
     if ok then
-      rank_plot = out.rank_plot
-      log('rank plot: %s in %.2f s', out.rank_plot, progress.now() - t0)
+      rank_plot = plot_path
+      log('rank plot: %s in %.2f s', plot_path, progress.now() - t0)
     else
       log('rank plot: not written: %s', tostring(err))   -- a picture never fails the job
     end
@@ -377,7 +424,8 @@ function M.run(cfg, ctx)
     edges_per_second = info.edges_per_second, build_seconds = build_seconds, graph_from = from,
     peak_rss_mb = progress.peak_rss_mb(), threads = threads, method = pr.method, damping = pr.damping,
     device = cfg.device, engine = info.engine, method_run = info.method,
-    top_k = top, compare_indegree = comparison, scores_file = out.scores, ids_file = ids_file, rank_plot = rank_plot,
+    top_k = top, compare_indegree = comparison, ranking_study = study, scores_file = out.scores, ids_file = ids_file,
+    rank_plot = rank_plot,
   }
 end
 

@@ -129,17 +129,19 @@ function M.run(cfg, ctx, H)
     ctx.stderr:write(string.format('top %d of %d vertices by PageRank:\n', #list, n), H.top_table(list, degs))
     ctx.stderr:flush()
   end
-  local comparison
+  local comparison, study
   if out.compare_indegree then
     comparison = ember.graph.compare(full, indeg, out.compare_indegree)
     log("PageRank against in-degree, top %d: %d in both (%d in either), Kendall's tau %.4f", comparison.k,
       comparison.overlap, comparison.union_size, comparison.kendall_tau)
+    study = H.ranking_study(ember, full, indeg, out, n, function(id) return tonumber(idp[id - 1]) end, log)
   end
   local rank_plot
-  if out.rank_plot then
-    H.mkparent(out.rank_plot)
-    local ok, err = pcall(ember.plot.rank_rank, full, indeg, out.rank_plot)
-    if ok then rank_plot = out.rank_plot else log('rank plot: not written: %s', tostring(err)) end
+  local plot_path = H.rank_plot_path(out)
+  if plot_path then
+    H.mkparent(plot_path)
+    local ok, err = pcall(ember.plot.rank_rank, full, indeg, plot_path)
+    if ok then rank_plot = plot_path else log('rank plot: not written: %s', tostring(err)) end
   end
   local ids_file
   if out.scores then
@@ -156,7 +158,8 @@ function M.run(cfg, ctx, H)
     setup_seconds = info.setup_seconds, ms_per_iteration = ms, edges_per_second = info.edges_per_second,
     build_seconds = build_seconds, graph_from = from, peak_rss_mb = progress.peak_rss_mb(), threads = threads,
     world_size = size, method = pr.method, damping = pr.damping, device = 'cpu', engine = info.engine,
-    bytes_per_iteration = sent, ranks = ranks, top_k = top, compare_indegree = comparison, scores_file = out.scores,
+    bytes_per_iteration = sent, ranks = ranks, top_k = top, compare_indegree = comparison, ranking_study = study,
+    scores_file = out.scores,
     ids_file = ids_file, rank_plot = rank_plot,
   }
 end

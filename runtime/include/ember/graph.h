@@ -99,7 +99,18 @@ typedef struct em_pagerank_options {
   int32_t method; /* em_pagerank_method */
   const em_tensor *personalization; /* NULL: uniform; else [n] float, >= 0, by dense id */
   em_device device; /* cpu (the default) or cuda:N (the CUDA plugin's kernels) */
+  int32_t blocking; /* em_pagerank_blocking: how the CPU reads contributions beyond L2 */
 } em_pagerank_options;
+
+/* How the CPU's Jacobi and GAPBS iterations read the contributions of sources beyond the
+ * L2-sized hot set (vertices ordered by out-degree put the most-read ones first). AUTO
+ * picks by the graph's size against the caches (see pagerank.c); the others force. */
+typedef enum em_pagerank_blocking {
+  EM_PAGERANK_BLOCKING_AUTO = 0,
+  EM_PAGERANK_BLOCKING_NONE, /* plain pull: a random read per arc (prefetched when large) */
+  EM_PAGERANK_BLOCKING_TILES, /* cache-blocked pull over destination x source tiles */
+  EM_PAGERANK_BLOCKING_BINS /* propagation blocking: scatter into destination bins, then sum */
+} em_pagerank_blocking;
 
 typedef struct em_pagerank_stats {
   int32_t iterations;
@@ -110,7 +121,8 @@ typedef struct em_pagerank_stats {
   double edges_per_second; /* arcs * iterations / seconds */
   int32_t method; /* the method that ran: on a GPU Gauss-Seidel runs as Jacobi */
   int32_t reserved;
-  const char *engine; /* what computed the scores: "cpu", "cuda:custom" or "cuda:cusparse" */
+  const char *engine; /* what computed the scores: "cpu" (plain pull), "cpu:tiles", "cpu:bins",
+                       * "cuda:custom" or "cuda:cusparse" */
 } em_pagerank_stats;
 
 EM_API void em_pagerank_options_init(em_pagerank_options *opts);
@@ -143,6 +155,10 @@ EM_API em_status em_graph_topk(em_graph_ranked *out, int64_t *count, const em_te
                                const em_graph *g);
 /* How two rankings agree over their top k: overlap and Kendall's tau-b. */
 EM_API em_status em_graph_compare_rankings(em_rank_comparison *out, const em_tensor *a, const em_tensor *b, int64_t k);
+/* Kendall's tau-b of two rankings over all their n vertices (ties counted as tau-b does;
+ * NaN ranks last), in O(n log n) (Knight's algorithm). *tau is NaN when undefined (n < 2,
+ * or one ranking all ties). */
+EM_API em_status em_graph_kendall_tau(double *tau, const em_tensor *a, const em_tensor *b);
 /* compare_rankings(scores, in-degree): the Twitter study's question. */
 EM_API em_status em_graph_compare_indegree(em_rank_comparison *out, const em_graph *g, const em_tensor *scores,
                                            int64_t k);
