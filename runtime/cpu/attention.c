@@ -19,24 +19,28 @@
 #define SFX _f32
 #define GEMM cblas_sgemm
 #define EXP em_vexpf /* vectorisable (vmath.h) */
+#define EXPNP em_vexpf_nonpos /* exp(x - max): x - max <= 0 */
 #define LOG logf
 #include "attention_body.h"
 #undef SCALAR
 #undef SFX
 #undef GEMM
 #undef EXP
+#undef EXPNP
 #undef LOG
 
 #define SCALAR double
 #define SFX _f64
 #define GEMM cblas_dgemm
 #define EXP exp
+#define EXPNP exp
 #define LOG log
 #include "attention_body.h"
 #undef SCALAR
 #undef SFX
 #undef GEMM
 #undef EXP
+#undef EXPNP
 #undef LOG
 
 static int attn_threads(void) { return omp_in_parallel() ? 1 : em_get_num_threads(); }

@@ -130,5 +130,6 @@ void cpu_free(void *ptr, size_t nbytes, em_device device) {
 #define cpu_optional_optim_rows cpu_optim_rows
 #define cpu_optional_dot_interaction cpu_dot_interaction
 #define cpu_optional_dot_interaction_backward cpu_dot_interaction_backward
+#define cpu_optional_gelu_backward cpu_gelu_backward
 
 const em_backend cpu_tensor_backend = {.name = "cpu", EM_BACKEND_TABLE(cpu)};

@@ -22,7 +22,7 @@ extern "C" {
 
 /* Raised whenever an entry, its parameters or one of the structs below changes: plugins
  * built against another version are refused when they load (see EM_BACKEND_ABI). */
-#define EM_BACKEND_API_VERSION 3
+#define EM_BACKEND_API_VERSION 4
 
 typedef enum em_random_kind {
   EM_RANDOM_UNIFORM,
@@ -237,6 +237,9 @@ typedef struct em_class_loss_params {
   /* default (NULL): unsupported. grads[i] [B, D] (allocated; each may be NULL) from gout [B, D + P] */              \
   O(P, dot_interaction_backward, em_status, em_tensor *const *grads, const em_tensor *gout,                           \
     em_tensor *const *features, int n, int self_interaction)                                                           \
+  /* default (NULL): the autograd composes it from elementwise ops. gx = gy (Phi(x) + x phi(x)), the exact      \
+   * (erf) GELU's backward in one pass; gy may be broadcast, x and gx share a shape */                                \
+  O(P, gelu_backward, em_status, em_tensor *gx, const em_tensor *gy, const em_tensor *x)                             \
   /* gx = y > 0 ? gy : 0, ReLU's backward from its output (one pass, no mask tensor) */                                \
   X(P, relu_backward, em_status, em_tensor *gx, const em_tensor *gy, const em_tensor *y)
 

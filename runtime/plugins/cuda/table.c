@@ -13,6 +13,7 @@
 #define em_gpu_optional_optim_rows EM_BACKEND_DEFAULT
 #define em_gpu_optional_dot_interaction EM_BACKEND_DEFAULT
 #define em_gpu_optional_dot_interaction_backward EM_BACKEND_DEFAULT
+#define em_gpu_optional_gelu_backward EM_BACKEND_DEFAULT
 
 static const em_backend backend = {.name = "cuda", EM_BACKEND_TABLE(em_gpu)};
 
