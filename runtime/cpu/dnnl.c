@@ -520,7 +520,10 @@ static int make_matmul(plan *p, const void *vctx) {
   /* float32: the operands as they lie; bfloat16: rounded into the layout the kernel wants */
   if (!bad) {
     pa = a, pb = b;
-    if (p->key.bf16) bad = desc_tag(&pa, 2, ad, lo, dnnl_ab) || desc_tag(&pb, 2, bd, lo, dnnl_format_tag_any);
+    /* a stored transposed (a weight gradient's dY^T) is rounded in the order it lies:
+     * into row-major bfloat16 the reorder is a transpose, and it took 4x the product */
+    dnnl_format_tag_t at = m->a.rs == 1 && m->a.cs != 1 ? dnnl_ba : dnnl_ab;
+    if (p->key.bf16) bad = desc_tag(&pa, 2, ad, lo, at) || desc_tag(&pb, 2, bd, lo, dnnl_format_tag_any);
   }
   bad = bad || dnnl_matmul_desc_init(&md, &pa, &pb, NULL, &c) != dnnl_success ||
         dnnl_primitive_desc_create(&p->pd, &md, attr, engine, NULL) != dnnl_success;

@@ -1,6 +1,7 @@
 /* rnn_body.h - the recurrent layers' forward and backward for one dtype, included by
  * rnn.c once per dtype with SCALAR (the C type), SFX (the name suffix), GEMM (cblas's
- * gemm of that type) and EXP, TANH (libm's functions of that type) defined.
+ * gemm of that type, for the products over all steps), GEMM_STEP (the same, for each
+ * step's recurrent product) and EXP, TANH (libm's functions of that type) defined.
  *
  * Forward: the input projection of every step is one GEMM, x [T*B, I] @ w_ih^T; each
  * step adds h_prev @ w_hh^T with one GEMM (written into the step's gate rows, except the
@@ -143,10 +144,10 @@ static void FN(rnn_forward)(const cpu_rnn_dims *d, SCALAR *y, SCALAR *sh, SCALAR
     const SCALAR *hp = sh + prev * BH;
     SCALAR *a = act + t * B * W;
     if (gru) /* kept apart: its n-part is multiplied by r */
-      GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)B, (int)GH, (int)H, 1, hp, (int)H, whh, (int)H, 0, gh,
+      GEMM_STEP(CblasRowMajor, CblasNoTrans, CblasTrans, (int)B, (int)GH, (int)H, 1, hp, (int)H, whh, (int)H, 0, gh,
            (int)GH);
     else /* added to the step's input projection in place */
-      GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)B, (int)GH, (int)H, 1, hp, (int)H, whh, (int)H, 1, a, (int)GH);
+      GEMM_STEP(CblasRowMajor, CblasNoTrans, CblasTrans, (int)B, (int)GH, (int)H, 1, hp, (int)H, whh, (int)H, 1, a, (int)GH);
     FN(cell_forward)
     (d, t, a, gru ? pre + t * B * GH : NULL, gh, hp, sh + next * BH, sc ? sc + prev * BH : NULL,
      sc ? sc + next * BH : NULL, y + t * BH, bih, bhh, par);
@@ -218,7 +219,7 @@ static void FN(rnn_backward)(const cpu_rnn_dims *d, SCALAR *gx, SCALAR *gh0, SCA
     (d, t, act + t * B * W, gy ? gy + t * BH : zeros, dh, dc, dhn, gi, gg, sh + prev * BH, sc ? sc + prev * BH : NULL,
      sc ? sc + next * BH : NULL, par);
     /* the previous state's gradient: dhn + dgh_t @ w_hh */
-    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)B, (int)H, (int)GH, 1, gg, (int)GH, whh, (int)H, 1, dhn,
+    GEMM_STEP(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)B, (int)H, (int)GH, 1, gg, (int)GH, whh, (int)H, 1, dhn,
          (int)H);
     SCALAR *tmp = dh;
     dh = dhn, dhn = tmp;

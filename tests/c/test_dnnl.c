@@ -11,6 +11,7 @@
 #include "cpu/cpu_dnnl.h"
 #include "cpu/cpu_impl.h"
 #include "cpu/cpu_seq.h"
+#include "autograd/autocast.h"
 #include "ember/nn.h"
 
 static uint64_t seed = 12345;
@@ -217,7 +218,8 @@ static void gemm_float32_routes_by_size(void **state) {
 }
 
 /* char-rnn's LSTM layer (batch 50, 128 units: the recurrent GEMMs reach oneDNN) forward and
- * backward, against the same kernels on OpenBLAS alone */
+ * backward, against the same kernels on OpenBLAS alone; and under bfloat16 autocast (the
+ * products over all steps in bfloat16), within bfloat16's rounding of the float32 results */
 static void lstm_float32_matches_openblas(void **state) {
   const int64_t T = 6, B = 50, NI = 96, H = 128;
   cpu_rnn_dims d = {.mode = EM_RNN_LSTM, .T = T, .B = B, .NI = NI, .H = H};
@@ -226,10 +228,15 @@ static void lstm_float32_matches_openblas(void **state) {
   em_tensor *whh = random_tensor(2, (int64_t[]){4 * H, H}), *bih = random_tensor(1, (int64_t[]){4 * H});
   em_tensor *bhh = random_tensor(1, (int64_t[]){4 * H}), *gy = random_tensor(3, (int64_t[]){T, B, H});
   em_tensor *gs = random_tensor(3, (int64_t[]){2, B, H});
+  for (int m = 0; m < 2; m++) { /* PyTorch's initialisation range, 1/sqrt(H): a recursion that does not blow up */
+    float *w = (float *)em_tensor_ptr(m ? whh : wih);
+    for (int64_t i = 0; i < em_tensor_numel(m ? whh : wih); i++) w[i] /= sqrtf((float)H);
+  }
   enum { Y, SH, SC, ACT, GX, GH0, GC0, GWIH, GWHH, GBIH, GBHH, NOUT };
-  em_tensor *r[2][NOUT];
-  for (int i = 0; i < 2; i++) {
+  em_tensor *r[3][NOUT];
+  for (int i = 0; i < 3; i++) {
     cpu_dnnl_force_(i == 0 ? 0 : -1);
+    if (i == 2) ag_autocast_force_(EM_CPU, 1, EM_BFLOAT16);
     int64_t before = cpu_dnnl_runs_();
     em_tensor *const like[NOUT] = {gy, NULL, NULL, NULL, x, h0, c0, wih, whh, bih, bhh};
     for (int k = 0; k < NOUT; k++) {
@@ -243,14 +250,17 @@ static void lstm_float32_matches_openblas(void **state) {
     assert_int_equal(cpu_rnn_backward(&d, r[i][GX], r[i][GH0], r[i][GC0], r[i][GWIH], r[i][GWHH], r[i][GBIH],
                                       r[i][GBHH], gy, gs, x, wih, whh, r[i][SH], r[i][SC], r[i][ACT]),
                      EM_OK);
+    if (i == 2) ag_autocast_force_(EM_CPU, 0, EM_FLOAT32);
     if (i == 0) assert_int_equal(cpu_dnnl_runs_(), before);
     else assert_true(cpu_dnnl_runs_() >= before + 2 * T); /* a recurrent GEMM each way per step at least */
   }
   for (int k = 0; k < NOUT; k++) {
-    double e = rel_diff(r[1][k], r[0][k]);
+    double e = rel_diff(r[1][k], r[0][k]), eb = rel_diff(r[2][k], r[0][k]);
     if (!(e < 1e-4)) fail_msg("LSTM output %d: oneDNN and OpenBLAS differ by %g (relative)", k, e);
+    /* bfloat16 keeps 8 bits: products of rounded operands, and the gradients sum T*B of them */
+    if (!(eb < 3e-2) || !(eb > 1e-5)) fail_msg("LSTM output %d: bfloat16 differs by %g (relative)", k, eb);
   }
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < 3; i++)
     for (int k = 0; k < NOUT; k++) em_tensor_release(r[i][k]);
   em_tensor *all[] = {x, h0, c0, wih, whh, bih, bhh, gy, gs};
   for (int i = 0; i < 9; i++) em_tensor_release(all[i]);
