@@ -187,11 +187,20 @@ static void FN(cell_backward)(const cpu_rnn_dims *d, int64_t t, const SCALAR *a,
 }
 
 /* column sums of m [rows, cols] into out [cols], accumulated in double (acc: cols
- * doubles of scratch), row by row so that the inner loop runs along memory */
+ * doubles of scratch), row by row so that the inner loop runs along memory; 8 rows are
+ * summed in SCALAR before each widening (converting every element cost as much as the
+ * rest of the backward's elementwise work) */
 static void FN(col_sum)(SCALAR *restrict out, const SCALAR *restrict m, int64_t rows, int64_t cols,
                         double *restrict acc) {
   for (int64_t j = 0; j < cols; j++) acc[j] = 0;
-  for (int64_t r = 0; r < rows; r++)
+  int64_t r = 0;
+  for (; r + 8 <= rows; r += 8) {
+    const SCALAR *restrict p = m + r * cols;
+    for (int64_t j = 0; j < cols; j++)
+      acc[j] += (double)(((p[j] + p[cols + j]) + (p[2 * cols + j] + p[3 * cols + j])) +
+                         ((p[4 * cols + j] + p[5 * cols + j]) + (p[6 * cols + j] + p[7 * cols + j])));
+  }
+  for (; r < rows; r++)
     for (int64_t j = 0; j < cols; j++) acc[j] += m[r * cols + j];
   for (int64_t j = 0; j < cols; j++) out[j] = (SCALAR)acc[j];
 }
