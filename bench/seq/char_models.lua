@@ -1,12 +1,15 @@
 -- One timed run of a character model's training steps in ember (bench/seq/char_models.py runs
 -- it interleaved with bench/seq/torch_char_models.py, the same model, data and steps in PyTorch).
---   ember bench/seq/char_models.lua lstm|gpt STEPS THREADS [VAL_BLOCKS]
+--   ember bench/seq/char_models.lua lstm|gpt STEPS THREADS [VAL_BLOCKS [bfloat16]]
+-- bfloat16: the forward under ember.autocast('cpu', {dtype = 'bfloat16'}) (oneDNN's bf16 matmuls).
 -- Batches: row r of step s starts at ((s * B + r) * 48271) mod (train tokens - block - 1), the
 -- same formula in both scripts; validation: the first VAL_BLOCKS blocks of the held-out tenth.
--- Prints one JSON line: tokens_per_s (steps after the first 3), final train loss, val_loss.
+-- Prints one JSON line: tokens_per_s (steps after the first 3), tokens_per_cpu_s (the same per second
+-- of process CPU time: steadier than wall time on a shared machine), final train loss, val_loss.
 local ember = require 'ember'
 local F, optim, nn = ember.nn.functional, ember.optim, ember.nn
 local which, steps, threads, val_blocks = arg[1], tonumber(arg[2] or 50), tonumber(arg[3] or 1), tonumber(arg[4] or 0)
+local amp = arg[5] == 'bfloat16'
 ember.set_num_threads(threads)
 ember.manual_seed(0)
 local c = ember.text.corpus { files = { '/usr/share/games/fortunes/*' }, exclude = { '*.dat', '*.u8' } }
@@ -38,13 +41,23 @@ local function batch(starts)
 end
 
 local now = require('ember.util.progress').now
-local t0, loss
+local ffi = require 'ffi'
+pcall(ffi.cdef, 'long clock(void);')
+local function cpu_now() return tonumber(ffi.C.clock()) / 1e6 end -- process CPU time (POSIX CLOCKS_PER_SEC)
+local t0, c0, loss
 for s = 0, steps - 1 do
-  if s == 3 then t0 = now() end
+  if s == 3 then t0, c0 = now(), cpu_now() end
   local starts = {}
   for r = 0, B - 1 do starts[r + 1] = ((s * B + r) * 48271) % (n_train - T - 1) end
   local x, y = batch(starts)
-  local l = F.cross_entropy(model(x):reshape(-1, V), y:reshape(-1))
+  local l
+  if amp then
+    l = ember.autocast('cpu', { dtype = 'bfloat16' }, function()
+      return F.cross_entropy(model(x):reshape(-1, V), y:reshape(-1))
+    end)
+  else
+    l = F.cross_entropy(model(x):reshape(-1, V), y:reshape(-1))
+  end
   opt:zero_grad()
   l:backward()
   clip()
@@ -52,7 +65,7 @@ for s = 0, steps - 1 do
   if sched then sched:step() end
   loss = l:item()
 end
-local dt = now() - t0
+local dt, cdt = now() - t0, cpu_now() - c0
 local val
 if val_blocks > 0 then
   model:eval()
@@ -67,6 +80,7 @@ if val_blocks > 0 then
   end)
   val = sum / val_blocks
 end
-print(string.format('{"impl": "ember", "model": "%s", "threads": %d, "steps": %d, "tokens_per_s": %.1f, ' ..
-  '"loss": %.4f, "val_loss": %s}', which, threads, steps, (steps - 3) * B * T / dt, loss,
+print(string.format('{"impl": "%s", "model": "%s", "threads": %d, "steps": %d, "tokens_per_s": %.1f, ' ..
+  '"tokens_per_cpu_s": %.1f, "loss": %.4f, "val_loss": %s}', amp and 'ember_bf16' or 'ember', which, threads, steps, (steps - 3) * B * T / dt,
+  (steps - 3) * B * T / cdt, loss,
   val and string.format('%.4f', val) or 'null'))

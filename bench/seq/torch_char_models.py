@@ -106,7 +106,7 @@ def batch(starts):
 t0 = None
 for s in range(steps):
     if s == 3:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
     x, y = batch([((s * B + r) * 48271) % (n_train - T - 1) for r in range(B)])
     loss = F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
     opt.zero_grad()
@@ -115,7 +115,7 @@ for s in range(steps):
     opt.step()
     if sched:
         sched.step()
-dt = time.perf_counter() - t0
+dt, cdt = time.perf_counter() - t0, time.process_time() - c0
 val = None
 if val_blocks:
     model.eval()
@@ -127,5 +127,6 @@ if val_blocks:
             total += F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1)).item() * len(starts)
     val = round(total / val_blocks, 4)
 print(json.dumps({"impl": "torch", "model": which, "threads": threads, "steps": steps,
-                  "tokens_per_s": round((steps - 3) * B * T / dt, 1), "loss": round(loss.item(), 4),
+                  "tokens_per_s": round((steps - 3) * B * T / dt, 1),
+                  "tokens_per_cpu_s": round((steps - 3) * B * T / cdt, 1), "loss": round(loss.item(), 4),
                   "val_loss": val}))

@@ -237,7 +237,16 @@ static em_status unary_backward(em_node *n, em_tensor *const *go, em_tensor **gi
           ag_sc_scalar(&sc, EM_MUL, ag_sc_unary(&sc, EM_EXP, ag_sc_unary(&sc, EM_NEG, ag_sc_unary(&sc, EM_SQUARE, a))),
                        inv_sqrt_pi2));
       break;
-    case EM_GELU: { /* Phi(a) + a phi(a) */
+    case EM_GELU: { /* Phi(a) + a phi(a): one fused pass where the backend has it (same dtype, shape) */
+      const em_backend *be = tn_backend_for("gelu", g->storage->device);
+      if (be && be->gelu_backward && g->dtype == a->dtype && (a->dtype == EM_FLOAT32 || a->dtype == EM_FLOAT64) &&
+          g->storage->device.type == a->storage->device.type && g->storage->device.index == a->storage->device.index) {
+        em_tensor *r = NULL;
+        em_status st = em_empty(&r, a->ndim, a->sizes, a->dtype, a->storage->device);
+        if (!st) st = be->gelu_backward(r, g, a);
+        ga = ag_sc_track(&sc, r, st);
+        break;
+      }
       em_tensor *cdf = ag_sc_scalar(
           &sc, EM_MUL,
           ag_sc_scalar(&sc, EM_ADD, ag_sc_unary(&sc, EM_ERF, ag_sc_scalar(&sc, EM_MUL, a, M_SQRT1_2)), 1.0), 0.5);

@@ -15,6 +15,42 @@
 #define CAT(a, b) CAT_(a, b)
 #define FN(name) CAT(name, SFX)
 
+/* The tiles' row loops, kept out of the OpenMP bodies that call them: inlined into an
+ * outlined parallel region, GCC 12 leaves them scalar (EXP one call per element). */
+__attribute__((noinline)) static SCALAR FN(row_max)(int64_t n, const SCALAR *restrict row, SCALAR mx) {
+  for (int64_t c = 0; c < n; c++) mx = row[c] > mx ? row[c] : mx;
+  return mx;
+}
+
+/* row[c] = exp(row[c] - sub) (arguments <= 0 up to rounding: sub is the row's maximum or
+ * log-sum-exp), returning the row's sum */
+__attribute__((noinline)) static SCALAR FN(exp_row)(int64_t n, SCALAR *restrict row, SCALAR sub) {
+  SCALAR sum = 0;
+  for (int64_t c = 0; c < n; c++) {
+    SCALAR e = EXPNP(row[c] - sub);
+    row[c] = e;
+    sum += e;
+  }
+  return sum;
+}
+
+__attribute__((noinline)) static void FN(scale_row)(int64_t n, SCALAR *restrict row, SCALAR f) {
+  for (int64_t c = 0; c < n; c++) row[c] *= f;
+}
+
+/* dS = P * (dP - Drow) over a tile, in place in p */
+__attribute__((noinline)) static void FN(ds_tile)(int64_t nr, int64_t nc, SCALAR *restrict p,
+                                                  const SCALAR *restrict dp, const SCALAR *restrict drow) {
+  for (int64_t r = 0; r < nr; r++)
+    for (int64_t c = 0; c < nc; c++) p[r * nc + c] *= dp[r * nc + c] - drow[r];
+}
+
+__attribute__((noinline)) static SCALAR FN(dot_row)(int64_t n, const SCALAR *restrict a, const SCALAR *restrict b) {
+  SCALAR acc = 0;
+  for (int64_t d = 0; d < n; d++) acc += a[d] * b[d];
+  return acc;
+}
+
 /* s [nr, nc] = scale * q[i0.., :] k[j0.., :]^T with the mask applied (-inf where a key may
  * not be attended to). Returns the number of columns of the tile any row may see. */
 static void FN(score_tile)(const cpu_attn_args *a, int64_t bh, const SCALAR *q, const SCALAR *k, int64_t i0, int64_t nr,
@@ -66,18 +102,15 @@ static void FN(attn_forward_task)(const cpu_attn_args *a, int64_t bh, int64_t i0
     int64_t nc = jend - j0 < ATTN_BC ? jend - j0 : ATTN_BC;
     FN(score_tile)(a, bh, q, k, i0, nr, j0, nc, s);
     for (int64_t r = 0; r < nr; r++) {
-      SCALAR *row = s + r * nc, mx = m[r];
-      for (int64_t c = 0; c < nc; c++) mx = row[c] > mx ? row[c] : mx;
+      SCALAR *row = s + r * nc, mx = FN(row_max)(nc, row, m[r]);
       if (mx == -INFINITY) { /* nothing visible yet in this row */
         memset(row, 0, (size_t)nc * sizeof(SCALAR));
         continue;
       }
-      SCALAR alpha = EXP(m[r] - mx), sum = 0;
-      for (int64_t c = 0; c < nc; c++) sum += row[c] = EXP(row[c] - mx);
+      SCALAR alpha = EXP(m[r] - mx), sum = FN(exp_row)(nc, row, mx);
       l[r] = l[r] * alpha + sum;
       m[r] = mx;
-      if (alpha != 1)
-        for (int64_t d = 0; d < Dv; d++) acc[r * Dv + d] *= alpha;
+      if (alpha != 1) FN(scale_row)(Dv, acc + r * Dv, alpha);
     }
     if (a->dropout_p > 0) FN(dropout_tile)(a, bh, i0, nr, j0, nc, s);
     GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)Dv, (int)nc, 1, s, (int)nc, v + j0 * Dv, (int)Dv, 1,
@@ -119,11 +152,7 @@ static void FN(attn_backward_bh)(const cpu_attn_args *a, int64_t bh, SCALAR *gq,
                                  const SCALAR *lse, SCALAR *p, SCALAR *dp, SCALAR *drow) {
   int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv;
   SCALAR scale = (SCALAR)a->scale;
-  for (int64_t i = 0; i < Tq; i++) {
-    SCALAR acc = 0;
-    for (int64_t d = 0; d < Dv; d++) acc += go[i * Dv + d] * o[i * Dv + d];
-    drow[i] = acc;
-  }
+  for (int64_t i = 0; i < Tq; i++) drow[i] = FN(dot_row)(Dv, go + i * Dv, o + i * Dv);
   memset(gq, 0, (size_t)(Tq * D) * sizeof(SCALAR));
   memset(gk, 0, (size_t)(Tk * D) * sizeof(SCALAR));
   memset(gv, 0, (size_t)(Tk * Dv) * sizeof(SCALAR));
@@ -134,7 +163,8 @@ static void FN(attn_backward_bh)(const cpu_attn_args *a, int64_t bh, SCALAR *gq,
       FN(score_tile)(a, bh, q, k, i0, nr, j0, nc, p);
       for (int64_t r = 0; r < nr; r++) {
         SCALAR L = lse[i0 + r];
-        for (int64_t c = 0; c < nc; c++) p[r * nc + c] = L == -INFINITY ? 0 : EXP(p[r * nc + c] - L);
+        if (L == -INFINITY) memset(p + r * nc, 0, (size_t)nc * sizeof(SCALAR)); /* a row that sees no key */
+        else FN(exp_row)(nc, p + r * nc, L);
       }
       /* dp = dO V^T */
       GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)Dv, 1, go + i0 * Dv, (int)Dv, v + j0 * Dv,
@@ -149,8 +179,7 @@ static void FN(attn_backward_bh)(const cpu_attn_args *a, int64_t bh, SCALAR *gq,
         GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)Dv, (int)nr, 1, p, (int)nc, go + i0 * Dv, (int)Dv,
              1, gv + j0 * Dv, (int)Dv);
       }
-      for (int64_t r = 0; r < nr; r++)
-        for (int64_t c = 0; c < nc; c++) p[r * nc + c] *= dp[r * nc + c] - drow[i0 + r]; /* p becomes dS */
+      FN(ds_tile)(nr, nc, p, dp, drow + i0); /* p becomes dS */
       GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)D, (int)nc, scale, p, (int)nc, k + j0 * D, (int)D,
            1, gq + i0 * D, (int)D);
       GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)D, (int)nr, scale, p, (int)nc, q + i0 * D, (int)D, 1,

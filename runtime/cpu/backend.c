@@ -137,5 +137,6 @@ void cpu_free(void *ptr, size_t nbytes, em_device device) {
 /* The recurrent layers call their CPU kernels directly (runtime/nn/rnn.c, cpu_seq.h). */
 #define cpu_optional_rnn_layer EM_BACKEND_DEFAULT
 #define cpu_optional_rnn_layer_backward EM_BACKEND_DEFAULT
+#define cpu_optional_gelu_backward cpu_gelu_backward
 
 const em_backend cpu_tensor_backend = {.name = "cpu", EM_BACKEND_TABLE(cpu)};

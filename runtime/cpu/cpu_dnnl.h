@@ -4,7 +4,8 @@
  * caller then runs its own im2col + OpenBLAS path, which stays the reference.
  *
  * EMBER_DNNL (read once): 0 never uses oneDNN; 1 uses it for every float32 convolution;
- * unset, it is used where it measured faster (cpu_dnnl_conv_wanted). bfloat16 math
+ * unset, it is used where it measured faster (cpu_dnnl_conv_wanted, and for float32 GEMMs
+ * cpu_dnnl_gemm_wanted, whatever EMBER_DNNL=1 says). bfloat16 math
  * (autocast on the CPU) always goes through oneDNN: nothing else here computes it. */
 #ifndef EMBER_CPU_DNNL_H
 #define EMBER_CPU_DNNL_H
@@ -23,6 +24,9 @@ int cpu_dnnl_available(void);
 /* Whether a float32 convolution of this shape should go through oneDNN (the mode and the
  * measured rule). */
 int cpu_dnnl_conv_wanted(const cpu_conv_shape *s);
+/* Whether a float32 GEMM of this size should go through cpu_dnnl_matmul (measured rule;
+ * 0 when oneDNN is off). */
+int cpu_dnnl_gemm_wanted(int64_t M, int64_t N, int64_t K);
 /* For tests: -1 back to EMBER_DNNL's choice, 0 never, 1 always. */
 void cpu_dnnl_force_(int mode);
 /* For tests: how many oneDNN primitives have run in this process. */

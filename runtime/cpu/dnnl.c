@@ -21,6 +21,7 @@
 
 int cpu_dnnl_available(void) { return 0; }
 int cpu_dnnl_conv_wanted(const cpu_conv_shape *s) { return 0; }
+int cpu_dnnl_gemm_wanted(int64_t M, int64_t N, int64_t K) { return 0; }
 void cpu_dnnl_force_(int mode) {}
 int64_t cpu_dnnl_runs_(void) { return 0; }
 const char *em_dnnl_config(void) { return "not built in (install libdnnl-dev and rebuild)"; }
@@ -90,6 +91,17 @@ int cpu_dnnl_conv_wanted(const cpu_conv_shape *s) {
   return s->C / s->groups >= 4 && s->Co / s->groups >= 4 && !plain_gemm;
 }
 
+/* Whether a float32 GEMM [M, K] @ [K, N] should go through oneDNN's matmul. Measured on
+ * the character models' shapes (bench/seq/char_models.py; 1 thread, AVX-512): oneDNN took
+ * 0.3-0.8x OpenBLAS's time from about a million multiply-adds up, OpenBLAS's packing of
+ * both operands on every call being most of the cost of a [50, 128] @ [128, 512]; below,
+ * the per-call set-up (stream, memory objects) loses to OpenBLAS ([64, 32] @ [32, 64]
+ * took 1.7x as long). */
+int cpu_dnnl_gemm_wanted(int64_t M, int64_t N, int64_t K) {
+  if (!mode()) return 0;
+  return M >= 8 && N >= 8 && K >= 8 && M * N * K >= ((int64_t)1 << 20);
+}
+
 const char *em_dnnl_config(void) {
   static char line[160];
   const dnnl_version_t *v = dnnl_version();
@@ -97,8 +109,8 @@ const char *em_dnnl_config(void) {
   snprintf(line, sizeof line, "oneDNN %d.%d.%d (%s threads), %s", v->major, v->minor, v->patch,
            v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other",
            m == 0   ? "off (EMBER_DNNL=0)"
-           : m == 1 ? "on for every convolution (EMBER_DNNL=1)"
-                    : "convolutions where measured faster, bfloat16 autocast");
+           : m == 1 ? "on for every convolution (EMBER_DNNL=1), float32 GEMMs from 1M multiply-adds"
+                    : "convolutions where measured faster, float32 GEMMs from 1M multiply-adds, bfloat16 autocast");
   return line;
 }
 
@@ -508,7 +520,10 @@ static int make_matmul(plan *p, const void *vctx) {
   /* float32: the operands as they lie; bfloat16: rounded into the layout the kernel wants */
   if (!bad) {
     pa = a, pb = b;
-    if (p->key.bf16) bad = desc_tag(&pa, 2, ad, lo, dnnl_ab) || desc_tag(&pb, 2, bd, lo, dnnl_format_tag_any);
+    /* a stored transposed (a weight gradient's dY^T) is rounded in the order it lies:
+     * into row-major bfloat16 the reorder is a transpose, and it took 4x the product */
+    dnnl_format_tag_t at = m->a.rs == 1 && m->a.cs != 1 ? dnnl_ba : dnnl_ab;
+    if (p->key.bf16) bad = desc_tag(&pa, 2, ad, lo, at) || desc_tag(&pb, 2, bd, lo, dnnl_format_tag_any);
   }
   bad = bad || dnnl_matmul_desc_init(&md, &pa, &pb, NULL, &c) != dnnl_success ||
         dnnl_primitive_desc_create(&p->pd, &md, attr, engine, NULL) != dnnl_success;
@@ -529,6 +544,14 @@ int cpu_dnnl_matmul(cpu_dnnl_mat c, cpu_dnnl_mat a, cpu_dnnl_mat b, int64_t M, i
   k.op = OP_MATMUL, k.bf16 = bf16, k.alpha = alpha, k.beta = beta;
   const int64_t v[] = {M, N, K, a.rs, a.cs, b.rs, b.cs, c.rs, c.cs};
   memcpy(k.v, v, sizeof v);
+  /* float32 has OpenBLAS to fall back on: with the table full, a new shape would create
+   * (JIT) its primitive on every call, so it is declined instead */
+  if (!bf16 && !plan_find(&k)) {
+    pthread_mutex_lock(&plans_lock);
+    int full = nplans >= MAX_PLANS;
+    pthread_mutex_unlock(&plans_lock);
+    if (full) return 1;
+  }
   mm_ctx m = {M, N, K, c, a, b};
   /* with the sum post-op the output is read too: it must go in as well as come out */
   void *ptrs[3] = {a.ptr, b.ptr, c.ptr};

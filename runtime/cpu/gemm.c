@@ -329,6 +329,15 @@ em_status cpu_gemm(em_tensor *out, const em_tensor *a, const em_tensor *b, doubl
     for (int64_t batch = done_batches; batch < job.nbatch; batch++) run_batch(&job, batch);
     goto written;
   }
+  /* float32 products of a size where oneDNN measured faster (cpu_dnnl_gemm_wanted); one
+   * it declines runs on OpenBLAS below */
+  if (dtype == EM_FLOAT32 && job.nbatch == 1 && cpu_dnnl_gemm_wanted(M, N, K)) {
+    mat m[3];
+    batch_mats(&job, 0, m);
+    cpu_dnnl_mat c = {(float *)m[0].ptr, m[0].rs, m[0].cs}, x = {(float *)m[1].ptr, m[1].rs, m[1].cs},
+                 y = {(float *)m[2].ptr, m[2].rs, m[2].cs};
+    if (!cpu_dnnl_matmul(c, x, y, M, N, K, (float)alpha, (float)beta, 0)) goto written;
+  }
   int64_t mnk = M * N * K;
   int threads = em_get_num_threads();
   if (job.nbatch > 1 && mnk <= SMALL_GEMM && job.nbatch * mnk >= EM_PARALLEL_GRAIN && threads > 1 &&

@@ -1,6 +1,7 @@
 /* rnn_body.h - the recurrent layers' forward and backward for one dtype, included by
  * rnn.c once per dtype with SCALAR (the C type), SFX (the name suffix), GEMM (cblas's
- * gemm of that type) and EXP, TANH (libm's functions of that type) defined.
+ * gemm of that type, for the products over all steps), GEMM_STEP (the same, for each
+ * step's recurrent product) and EXP, TANH (libm's functions of that type) defined.
  *
  * Forward: the input projection of every step is one GEMM, x [T*B, I] @ w_ih^T; each
  * step adds h_prev @ w_hh^T with one GEMM (written into the step's gate rows, except the
@@ -143,10 +144,10 @@ static void FN(rnn_forward)(const cpu_rnn_dims *d, SCALAR *y, SCALAR *sh, SCALAR
     const SCALAR *hp = sh + prev * BH;
     SCALAR *a = act + t * B * W;
     if (gru) /* kept apart: its n-part is multiplied by r */
-      GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)B, (int)GH, (int)H, 1, hp, (int)H, whh, (int)H, 0, gh,
+      GEMM_STEP(CblasRowMajor, CblasNoTrans, CblasTrans, (int)B, (int)GH, (int)H, 1, hp, (int)H, whh, (int)H, 0, gh,
            (int)GH);
     else /* added to the step's input projection in place */
-      GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)B, (int)GH, (int)H, 1, hp, (int)H, whh, (int)H, 1, a, (int)GH);
+      GEMM_STEP(CblasRowMajor, CblasNoTrans, CblasTrans, (int)B, (int)GH, (int)H, 1, hp, (int)H, whh, (int)H, 1, a, (int)GH);
     FN(cell_forward)
     (d, t, a, gru ? pre + t * B * GH : NULL, gh, hp, sh + next * BH, sc ? sc + prev * BH : NULL,
      sc ? sc + next * BH : NULL, y + t * BH, bih, bhh, par);
@@ -186,11 +187,20 @@ static void FN(cell_backward)(const cpu_rnn_dims *d, int64_t t, const SCALAR *a,
 }
 
 /* column sums of m [rows, cols] into out [cols], accumulated in double (acc: cols
- * doubles of scratch), row by row so that the inner loop runs along memory */
+ * doubles of scratch), row by row so that the inner loop runs along memory; 8 rows are
+ * summed in SCALAR before each widening (converting every element cost as much as the
+ * rest of the backward's elementwise work) */
 static void FN(col_sum)(SCALAR *restrict out, const SCALAR *restrict m, int64_t rows, int64_t cols,
                         double *restrict acc) {
   for (int64_t j = 0; j < cols; j++) acc[j] = 0;
-  for (int64_t r = 0; r < rows; r++)
+  int64_t r = 0;
+  for (; r + 8 <= rows; r += 8) {
+    const SCALAR *restrict p = m + r * cols;
+    for (int64_t j = 0; j < cols; j++)
+      acc[j] += (double)(((p[j] + p[cols + j]) + (p[2 * cols + j] + p[3 * cols + j])) +
+                         ((p[4 * cols + j] + p[5 * cols + j]) + (p[6 * cols + j] + p[7 * cols + j])));
+  }
+  for (; r < rows; r++)
     for (int64_t j = 0; j < cols; j++) acc[j] += m[r * cols + j];
   for (int64_t j = 0; j < cols; j++) out[j] = (SCALAR)acc[j];
 }
@@ -218,7 +228,7 @@ static void FN(rnn_backward)(const cpu_rnn_dims *d, SCALAR *gx, SCALAR *gh0, SCA
     (d, t, act + t * B * W, gy ? gy + t * BH : zeros, dh, dc, dhn, gi, gg, sh + prev * BH, sc ? sc + prev * BH : NULL,
      sc ? sc + next * BH : NULL, par);
     /* the previous state's gradient: dhn + dgh_t @ w_hh */
-    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)B, (int)H, (int)GH, 1, gg, (int)GH, whh, (int)H, 1, dhn,
+    GEMM_STEP(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)B, (int)H, (int)GH, 1, gg, (int)GH, whh, (int)H, 1, dhn,
          (int)H);
     SCALAR *tmp = dh;
     dh = dhn, dhn = tmp;

@@ -110,6 +110,19 @@ static inline float em_geluf(float x) {
 }
 static inline double em_gelu(double x) { return 0.5 * x * (1 + erf(x * M_SQRT1_2)); }
 
+/* GELU's derivative Phi(x) + x phi(x), Phi from the same erfc pieces as em_geluf (so its
+ * left tail keeps its relative accuracy); phi's argument is <= 0. */
+static inline float em_gelu_gradf(float x) {
+  float t = x * (float)M_SQRT1_2, a = fabsf(t);
+  float tail = select_f(a > 10.5f, 0.0f, erfc_tail(a, fabsf(x), 0.5f));
+  float cdf2 = select_f(t < 0, tail, 2.0f - tail);
+  cdf2 = select_f(a < 1.0f, 1.0f + erf_small(t), cdf2);
+  return 0.5f * cdf2 + x * 0.3989422804014327f * em_vexpf_nonpos(-0.5f * x * x);
+}
+static inline double em_gelu_grad(double x) {
+  return 0.5 * (1 + erf(x * M_SQRT1_2)) + x * 0.3989422804014327 * exp(-0.5 * x * x);
+}
+
 /* floor and ceil through rint, which gcc vectorises without -fno-math-errno (floorf
  * does not). Exact: rint(x) is an integer within 0.5 of x, and r -/+ 1 is exact. */
 #define FLOOR(x) _Generic((x), float : floor_via_rintf, double : floor_via_rint)(x)
@@ -265,5 +278,34 @@ em_status cpu_unary(em_unop op, em_tensor *out, const em_tensor *a) {
   em_iter it;
   cpu_iter_init(&it, 2, ops);
   cpu_iter_for_each(&it, fn, NULL, 0);
+  return EM_OK;
+}
+
+/* ---- GELU's backward, gx = gy (Phi(x) + x phi(x)), in one pass: composed from elementwise
+ * ops it is ten passes and as many temporaries. data = {gx, gy, x}; gy may be broadcast ---- */
+#define DEFINE_GELU_BACKWARD(T, S_, GRAD)                                                          \
+  static void gelu_backward_##S_(char **data, const int64_t *strides, int64_t n, void *ctx) {      \
+    (void)ctx;                                                                                     \
+    if (strides[0] == sizeof(T) && strides[1] == sizeof(T) && strides[2] == sizeof(T)) {           \
+      T *restrict o = (T *)data[0];                                                                \
+      const T *restrict g = (const T *)data[1], *restrict x = (const T *)data[2];                  \
+      for (int64_t i = 0; i < n; i++) o[i] = g[i] * GRAD(x[i]);                                    \
+      return;                                                                                      \
+    }                                                                                              \
+    for (int64_t i = 0; i < n; i++) {                                                              \
+      T xv = *(const T *)(data[2] + i * strides[2]), gv = *(const T *)(data[1] + i * strides[1]); \
+      *(T *)(data[0] + i * strides[0]) = gv * GRAD(xv);                                            \
+    }                                                                                              \
+  }
+DEFINE_GELU_BACKWARD(float, f32, em_gelu_gradf)
+DEFINE_GELU_BACKWARD(double, f64, em_gelu_grad)
+
+em_status cpu_gelu_backward(em_tensor *gx, const em_tensor *gy, const em_tensor *x) {
+  if (gx->dtype != EM_FLOAT32 && gx->dtype != EM_FLOAT64)
+    return em_set_error(EM_ERR_DTYPE, "gelu backward: expected float32 or float64, got %s", em_dtype_name(gx->dtype));
+  const em_tensor *ops[3] = {gx, gy, x};
+  em_iter it;
+  cpu_iter_init(&it, 3, ops);
+  cpu_iter_for_each(&it, gx->dtype == EM_FLOAT32 ? gelu_backward_f32 : gelu_backward_f64, NULL, 0);
   return EM_OK;
 }

@@ -22,7 +22,7 @@ extern "C" {
 
 /* Raised whenever an entry, its parameters or one of the structs below changes: plugins
  * built against another version are refused when they load (see EM_BACKEND_ABI). */
-#define EM_BACKEND_API_VERSION 4
+#define EM_BACKEND_API_VERSION 5
 
 typedef enum em_random_kind {
   EM_RANDOM_UNIFORM,
@@ -291,6 +291,9 @@ typedef struct em_attn_params {
   O(P, attention_backward, em_status, const em_attn_params *p, em_tensor *gq, em_tensor *gk, em_tensor *gv,            \
     const em_tensor *gout, const em_tensor *q, const em_tensor *k, const em_tensor *v, const em_tensor *out,           \
     const em_tensor *lse)                                                                                              \
+  /* default (NULL): the autograd composes it from elementwise ops. gx = gy (Phi(x) + x phi(x)), the exact      \
+   * (erf) GELU's backward in one pass; gy may be broadcast, x and gx share a shape */                                \
+  O(P, gelu_backward, em_status, em_tensor *gx, const em_tensor *gy, const em_tensor *x)                             \
   /* gx = y > 0 ? gy : 0, ReLU's backward from its output (one pass, no mask tensor) */                                \
   X(P, relu_backward, em_status, em_tensor *gx, const em_tensor *gy, const em_tensor *y)
 

@@ -10,6 +10,9 @@
 #include "test_util.h"
 #include "cpu/cpu_dnnl.h"
 #include "cpu/cpu_impl.h"
+#include "cpu/cpu_seq.h"
+#include "autograd/autocast.h"
+#include "ember/nn.h"
 
 static uint64_t seed = 12345;
 static float next_value(void) { /* uniform in [-1, 1) */
@@ -192,6 +195,78 @@ static void matmul_case(int bf16) {
 static void matmul_float32(void **state) { matmul_case(0); }
 static void matmul_bfloat16(void **state) { matmul_case(1); }
 
+/* float32 products from about a million multiply-adds go through oneDNN (the measured rule)
+ * and match OpenBLAS's: a Linear's [50, 128] @ [128, 512]^T through cpu_gemm, and small
+ * ones stay on OpenBLAS */
+static void gemm_float32_routes_by_size(void **state) {
+  assert_true(cpu_dnnl_gemm_wanted(50, 512, 128));
+  assert_false(cpu_dnnl_gemm_wanted(64, 64, 32));
+  em_tensor *a = random_tensor(2, (int64_t[]){50, 128}), *w = random_tensor(2, (int64_t[]){512, 128});
+  em_tensor *wt = NULL, *c[2] = {NULL, NULL};
+  assert_int_equal(em_transpose(&wt, w, 0, 1), EM_OK);
+  for (int i = 0; i < 2; i++) {
+    cpu_dnnl_force_(i == 0 ? 0 : -1);
+    int64_t before = cpu_dnnl_runs_();
+    assert_int_equal(em_empty(&c[i], 2, (int64_t[]){50, 512}, EM_FLOAT32, CPU), EM_OK);
+    assert_int_equal(cpu_gemm(c[i], a, wt, 1, 0), EM_OK);
+    assert_int_equal(cpu_dnnl_runs_(), before + i); /* the reference did not use oneDNN; the default did */
+  }
+  assert_true(rel_diff(c[1], c[0]) < 1e-5);
+  em_tensor *all[] = {a, w, wt, c[0], c[1]};
+  for (int i = 0; i < 5; i++) em_tensor_release(all[i]);
+  cpu_dnnl_force_(-1);
+}
+
+/* char-rnn's LSTM layer (batch 50, 128 units: the recurrent GEMMs reach oneDNN) forward and
+ * backward, against the same kernels on OpenBLAS alone; and under bfloat16 autocast (the
+ * products over all steps in bfloat16), within bfloat16's rounding of the float32 results */
+static void lstm_float32_matches_openblas(void **state) {
+  const int64_t T = 6, B = 50, NI = 96, H = 128;
+  cpu_rnn_dims d = {.mode = EM_RNN_LSTM, .T = T, .B = B, .NI = NI, .H = H};
+  em_tensor *x = random_tensor(3, (int64_t[]){T, B, NI}), *h0 = random_tensor(2, (int64_t[]){B, H});
+  em_tensor *c0 = random_tensor(2, (int64_t[]){B, H}), *wih = random_tensor(2, (int64_t[]){4 * H, NI});
+  em_tensor *whh = random_tensor(2, (int64_t[]){4 * H, H}), *bih = random_tensor(1, (int64_t[]){4 * H});
+  em_tensor *bhh = random_tensor(1, (int64_t[]){4 * H}), *gy = random_tensor(3, (int64_t[]){T, B, H});
+  em_tensor *gs = random_tensor(3, (int64_t[]){2, B, H});
+  for (int m = 0; m < 2; m++) { /* PyTorch's initialisation range, 1/sqrt(H): a recursion that does not blow up */
+    float *w = (float *)em_tensor_ptr(m ? whh : wih);
+    for (int64_t i = 0; i < em_tensor_numel(m ? whh : wih); i++) w[i] /= sqrtf((float)H);
+  }
+  enum { Y, SH, SC, ACT, GX, GH0, GC0, GWIH, GWHH, GBIH, GBHH, NOUT };
+  em_tensor *r[3][NOUT];
+  for (int i = 0; i < 3; i++) {
+    cpu_dnnl_force_(i == 0 ? 0 : -1);
+    if (i == 2) ag_autocast_force_(EM_CPU, 1, EM_BFLOAT16);
+    int64_t before = cpu_dnnl_runs_();
+    em_tensor *const like[NOUT] = {gy, NULL, NULL, NULL, x, h0, c0, wih, whh, bih, bhh};
+    for (int k = 0; k < NOUT; k++) {
+      r[i][k] = NULL;
+      if (like[k]) r[i][k] = empty_like(like[k]);
+    }
+    assert_int_equal(em_empty(&r[i][SH], 3, (int64_t[]){T + 1, B, H}, EM_FLOAT32, CPU), EM_OK);
+    assert_int_equal(em_empty(&r[i][SC], 3, (int64_t[]){T + 1, B, H}, EM_FLOAT32, CPU), EM_OK);
+    assert_int_equal(em_empty(&r[i][ACT], 3, (int64_t[]){T, B, 4 * H}, EM_FLOAT32, CPU), EM_OK);
+    assert_int_equal(cpu_rnn_forward(&d, r[i][Y], r[i][SH], r[i][SC], r[i][ACT], x, h0, c0, wih, whh, bih, bhh), EM_OK);
+    assert_int_equal(cpu_rnn_backward(&d, r[i][GX], r[i][GH0], r[i][GC0], r[i][GWIH], r[i][GWHH], r[i][GBIH],
+                                      r[i][GBHH], gy, gs, x, wih, whh, r[i][SH], r[i][SC], r[i][ACT]),
+                     EM_OK);
+    if (i == 2) ag_autocast_force_(EM_CPU, 0, EM_FLOAT32);
+    if (i == 0) assert_int_equal(cpu_dnnl_runs_(), before);
+    else assert_true(cpu_dnnl_runs_() >= before + 2 * T); /* a recurrent GEMM each way per step at least */
+  }
+  for (int k = 0; k < NOUT; k++) {
+    double e = rel_diff(r[1][k], r[0][k]), eb = rel_diff(r[2][k], r[0][k]);
+    if (!(e < 1e-4)) fail_msg("LSTM output %d: oneDNN and OpenBLAS differ by %g (relative)", k, e);
+    /* bfloat16 keeps 8 bits: products of rounded operands, and the gradients sum T*B of them */
+    if (!(eb < 3e-2) || !(eb > 1e-5)) fail_msg("LSTM output %d: bfloat16 differs by %g (relative)", k, eb);
+  }
+  for (int i = 0; i < 3; i++)
+    for (int k = 0; k < NOUT; k++) em_tensor_release(r[i][k]);
+  em_tensor *all[] = {x, h0, c0, wih, whh, bih, bhh, gy, gs};
+  for (int i = 0; i < 9; i++) em_tensor_release(all[i]);
+  cpu_dnnl_force_(-1);
+}
+
 /* EMBER_DNNL=0's switch: nothing reaches oneDNN, the convolution still runs */
 static void forced_off_uses_the_fallback(void **state) {
   const conv_case *c = &CASES[1];
@@ -221,6 +296,8 @@ int main(void) {
       cmocka_unit_test(matmul_float32),
       cmocka_unit_test(matmul_bfloat16),
       cmocka_unit_test(forced_off_uses_the_fallback),
+      cmocka_unit_test(gemm_float32_routes_by_size),
+      cmocka_unit_test(lstm_float32_matches_openblas),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

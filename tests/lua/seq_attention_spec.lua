@@ -58,6 +58,26 @@ describe('scaled_dot_product_attention', function()
     end
   end)
 
+  it('float32 (the vectorised exp rows) matches the materialised softmax in float64, causal, T > 64', function()
+    ember.manual_seed(12)
+    local q64, k64, v64 = ember.randn(3, 2, 130, 32, F64), ember.randn(3, 2, 130, 32, F64), ember.randn(3, 2, 130, 16, F64)
+    local w64 = ember.randn(3, 2, 130, 16, F64)
+    local function grads(q, k, v, w, fused)
+      q, k, v = q:detach():requires_grad_(), k:detach():requires_grad_(), v:detach():requires_grad_()
+      local y = fused and F.scaled_dot_product_attention(q, k, v, { causal = true }) or
+          reference(q, k, v, { causal = true })
+      ;(y * w):sum():backward()
+      return { y, q.grad, k.grad, v.grad }
+    end
+    local f32 = { dtype = 'float32' }
+    local got = grads(q64:to(f32), k64:to(f32), v64:to(f32), w64:to(f32), true)
+    local want = grads(q64, k64, v64, w64, false)
+    for i = 1, 4 do
+      local err = (got[i]:to(F64) - want[i]):abs():max():item() / want[i]:abs():max():item()
+      assert(err < 2e-5, 'result ' .. i .. ': relative error ' .. err)
+    end
+  end)
+
   it('passes a numerical gradient check in float64', function()
     ember.manual_seed(12)
     local q = ember.randn(1, 2, 5, 3, F64):requires_grad_()
@@ -185,6 +205,19 @@ describe('RMSNorm, GELU tanh, Conv1d', function()
     m = S.load(nn.Conv1d(3, 4, 3, { stride = 2, padding = 1, dtype = 'float64' }), case)
     inp = S.inputs(case)
     S.check_case(case, { m(inp.x) }, inp, m)
+  end)
+
+  it("GELU's fused backward matches its composed formula Phi(x) + x phi(x) (float32 and float64)", function()
+    local x64 = ember.linspace(-12, 12, 4001, F64)
+    local want = (x64 * (1 / math.sqrt(2))):erf():add(1):mul(0.5) +
+        x64 * (x64:square() * -0.5):exp() * (1 / math.sqrt(2 * math.pi))
+    for _, dt in ipairs { 'float64', 'float32' } do
+      local x = x64:to({ dtype = dt }):detach():requires_grad_()
+      local g = ember.full({ 1 }, 3, { dtype = dt }):expand(4001)   -- a broadcast upstream gradient
+      F.gelu(x):backward(g)
+      local err = (x.grad:to(F64) - want * 3):abs():max():item()
+      assert(err < (dt == 'float64' and 1e-13 or 3e-6), dt .. ': max error ' .. err)
+    end
   end)
 
   it("RMSNorm's default eps is the dtype's machine epsilon", function()

@@ -21,6 +21,9 @@
 #define em_gpu_optional_attention em_gpu_attention
 #define em_gpu_optional_attention_backward em_gpu_attention_backward
 
+/* The exact GELU's backward in one pass: the CPU's own; composed from elementwise ops on the GPU. */
+#define em_gpu_optional_gelu_backward EM_BACKEND_DEFAULT
+
 static const em_backend backend = {.name = "cuda", EM_BACKEND_TABLE(em_gpu)};
 
 /* The layout this plugin was built with, checked by libember before it reads the rest. */
