@@ -12,85 +12,17 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-EMBER = os.path.abspath(sys.argv[1])
-TMP = tempfile.mkdtemp(prefix="ember_serve_")
-FAILS = []
+import serve_common as sv
+from serve_common import FAILS, check, free_port, request, run_ember, write
 
-
-def check(cond, what):
-    if not cond:
-        FAILS.append(what)
-        print("FAIL:", what, flush=True)
-
-
-MODEL = """
-local nn = require('ember').nn
--- applied to the last dimension, so any number of positions per instance works
-return function(args)
-  return nn.Sequential{ nn.Linear(4, args.hidden), nn.Tanh(), nn.Linear(args.hidden, 3) }
-end
-"""
-
-MAKE_CKPT = """
-local ember = require 'ember'
-ember.manual_seed(7)
-local model = require('ember.pipeline.model').from_file(arg[1], {hidden = 16})
-ember.save(arg[2], model:state_dict())
-"""
-
-# Reads [{data = nested}] and writes the model's outputs, one forward per input.
-REFERENCE = """
-local ember = require 'ember'
-local json = require 'ember.util.json'
-local model = require('ember.pipeline.model').from_file(arg[1], {hidden = 16})
-model:load_state_dict(ember.load(arg[2]))
-model:eval()
-local f = io.open(arg[3]); local inputs = json.decode(f:read('*a')); f:close()
-local out = {}
-for i, x in ipairs(inputs) do
-  out[i] = ember.no_grad(function() return model(ember.tensor(x)) end):totable()
-end
-f = io.open(arg[4], 'w'); f:write(json.encode(out)); f:close()
-"""
-
-
-def write(name, text):
-    path = os.path.join(TMP, name)
-    with open(path, "w") as f:
-        f.write(text)
-    return path
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run_ember(*args):
-    r = subprocess.run([EMBER, *args], capture_output=True, text=True, timeout=120)
-    if r.returncode != 0:
-        raise SystemExit(f"ember {args} failed: {r.stderr}")
-    return r
-
-
-def request(port, method, path, body=None, timeout=30):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    data = body if isinstance(body, (bytes, str)) or body is None else json.dumps(body)
-    c.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
-    r = c.getresponse()
-    text = r.read().decode()
-    c.close()
-    return r.status, text
-
+sv.setup("ember_serve_")
+EMBER, TMP = sv.EMBER, sv.TMP
 
 def infer_body(x):
     flat, shape = [], []
@@ -122,9 +54,9 @@ def make_input(seed, rows, positions):
 
 
 def main():
-    model = write("model.lua", MODEL)
+    model = write("model.lua", sv.MODEL)
     ckpt = os.path.join(TMP, "tiny.safetensors")
-    run_ember(write("make_ckpt.lua", MAKE_CKPT), model, ckpt)
+    run_ember(write("make_ckpt.lua", sv.MAKE_CKPT), model, ckpt)
     port = free_port()
     cfg = write("serve.yaml", f"""
 job: serve
@@ -149,7 +81,7 @@ http: {{port: {port}, threads: 4}}
     mixed = [make_input(100 + i, 1 + i % 3, [1, 3, 5][i % 3]) for i in range(48)]
     inputs_path = write("inputs.json", json.dumps(singles + mixed))
     ref_path = os.path.join(TMP, "ref.json")
-    run_ember(write("reference.lua", REFERENCE), model, ckpt, inputs_path, ref_path)
+    run_ember(write("reference.lua", sv.REFERENCE), model, ckpt, inputs_path, ref_path)
     with open(ref_path) as f:
         ref = json.load(f)
 

@@ -8,14 +8,11 @@ shape), A again, C (weights of another size), a missing file, then B. Every answ
 come from more than one version; the failed loads answer 400 saying why, leave the old
 version serving, and GET /v2/models/tiny reports every version with its state.
 usage: test_serve_versions.py EMBER SOURCE_DIR"""
-import http.client
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -26,18 +23,13 @@ except ImportError as e:
     print(f"skipped: {e} (pyzmq and numpy: Debian python3-zmq, python3-numpy)")
     sys.exit(77)
 
-EMBER = os.path.abspath(sys.argv[1])
 sys.path.insert(0, os.path.join(sys.argv[2], "examples"))
 import serve_client as sc  # noqa: E402
+import serve_common as sv  # noqa: E402
+from serve_common import FAILS, check, free_port, request, run_ember, write  # noqa: E402
 
-TMP = tempfile.mkdtemp(prefix="ember_serve_versions_")
-FAILS = []
-
-
-def check(cond, what):
-    if not cond:
-        FAILS.append(what)
-        print("FAIL:", what, flush=True)
+sv.setup("ember_serve_versions_")
+EMBER, TMP = sv.EMBER, sv.TMP
 
 
 # An MLP whose output keeps the first `width` columns (a buffer saved in the checkpoint), so a
@@ -66,52 +58,6 @@ local model = require('ember.pipeline.model').from_file(arg[1], {hidden = tonumb
 model:register_buffer('width', ember.tensor({tonumber(arg[5])}))
 ember.save(arg[2], model:state_dict())
 """
-# reference.lua MODEL CKPT INPUTS OUT: the forward on each input
-REFERENCE = """
-local ember = require 'ember'
-local json = require 'ember.util.json'
-local model = require('ember.pipeline.model').from_file(arg[1], {hidden = 16})
-model:load_state_dict(ember.load(arg[2]))
-model:eval()
-local f = io.open(arg[3]); local inputs = json.decode(f:read('*a')); f:close()
-local out = {}
-for i, x in ipairs(inputs) do
-  out[i] = ember.no_grad(function() return model(ember.tensor(x)) end):totable()
-end
-f = io.open(arg[4], 'w'); f:write(json.encode(out)); f:close()
-"""
-
-
-def write(name, text):
-    path = os.path.join(TMP, name)
-    with open(path, "w") as f:
-        f.write(text)
-    return path
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run_ember(*args):
-    r = subprocess.run([EMBER, *args], capture_output=True, text=True, timeout=120)
-    if r.returncode != 0:
-        raise SystemExit(f"ember {args} failed: {r.stderr}")
-    return r
-
-
-def request(port, method, path, body=None, timeout=60):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    c.request(method, path, body=None if body is None else json.dumps(body),
-              headers={"Content-Type": "application/json"} if body is not None else {})
-    r = c.getresponse()
-    text = r.read().decode()
-    c.close()
-    return r.status, text
-
-
 def main():
     model = write("model.lua", MODEL)
     make = write("make_ckpt.lua", MAKE_CKPT)
@@ -125,7 +71,7 @@ def main():
     ref = {}
     for name in ("A", "B"):
         out = os.path.join(TMP, f"ref_{name}.json")
-        run_ember(write("reference.lua", REFERENCE), model, ckpt[name], inputs_path, out)
+        run_ember(write("reference.lua", sv.REFERENCE), model, ckpt[name], inputs_path, out)
         with open(out) as f:
             ref[name] = [np.array(r, dtype=np.float32) for r in json.load(f)]
     check(not np.allclose(ref["A"][0], ref["B"][0]), "A and B give different outputs (the test can tell them apart)")
@@ -222,7 +168,8 @@ def swap_under_load(http_port, zmq_port, ckpt, inputs, ref):
         for name, status, reason in plan:
             time.sleep(0.4)
             path = ckpt.get(name, os.path.join(TMP, "missing.safetensors"))
-            st, text = request(http_port, "POST", "/v2/repository/models/tiny/load", {"parameters": {"checkpoint": path}})
+            st, text = request(http_port, "POST", "/v2/repository/models/tiny/load", {"parameters": {"checkpoint": path}},
+                              timeout=60)
             d = json.loads(text)
             version += 1
             if status == 200:

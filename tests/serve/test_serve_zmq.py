@@ -12,11 +12,8 @@ usage: test_serve_zmq.py EMBER SOURCE_DIR"""
 import json
 import os
 import shutil
-import socket
-import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,45 +25,14 @@ except ImportError as e:
     print(f"skipped: {e} (pyzmq and numpy: Debian python3-zmq, python3-numpy)")
     sys.exit(77)
 
-EMBER = os.path.abspath(sys.argv[1])
 sys.path.insert(0, os.path.join(sys.argv[2], "examples"))
 import serve_client as sc  # noqa: E402
+import serve_common as sv  # noqa: E402
+from serve_common import FAILS, check, free_port, run_ember, write  # noqa: E402
 
-TMP = tempfile.mkdtemp(prefix="ember_serve_zmq_")
-FAILS = []
+sv.setup("ember_serve_zmq_")
+EMBER, TMP = sv.EMBER, sv.TMP
 
-
-def check(cond, what):
-    if not cond:
-        FAILS.append(what)
-        print("FAIL:", what, flush=True)
-
-
-MODEL = """
-local nn = require('ember').nn
-return function(args)
-  return nn.Sequential{ nn.Linear(4, args.hidden), nn.Tanh(), nn.Linear(args.hidden, 3) }
-end
-"""
-MAKE_CKPT = """
-local ember = require 'ember'
-ember.manual_seed(7)
-ember.save(arg[2], require('ember.pipeline.model').from_file(arg[1], {hidden = 16}):state_dict())
-"""
-# The model's forward on each input of a .npy list (inputs.json: shapes and flat data).
-REFERENCE = """
-local ember = require 'ember'
-local json = require 'ember.util.json'
-local model = require('ember.pipeline.model').from_file(arg[1], {hidden = 16})
-model:load_state_dict(ember.load(arg[2]))
-model:eval()
-local f = io.open(arg[3]); local inputs = json.decode(f:read('*a')); f:close()
-local out = {}
-for i, x in ipairs(inputs) do
-  out[i] = ember.no_grad(function() return model(ember.tensor(x)) end):totable()
-end
-f = io.open(arg[4], 'w'); f:write(json.encode(out)); f:close()
-"""
 # The Lua client: the same inputs, the outputs as JSON; then a bad shape's message.
 LUA_CLIENT = """
 local ember = require 'ember'
@@ -85,26 +51,6 @@ ok, err = pcall(function() return gone:infer('tiny', {x = ember.zeros({1, 1, 4})
 out.timeout = ok and 'no error' or tostring(err)
 f = io.open(arg[3], 'w'); f:write(json.encode(out)); f:close()
 """
-
-
-def write(name, text):
-    path = os.path.join(TMP, name)
-    with open(path, "w") as f:
-        f.write(text)
-    return path
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run_ember(*args):
-    r = subprocess.run([EMBER, *args], capture_output=True, text=True, timeout=120)
-    if r.returncode != 0:
-        raise SystemExit(f"ember {args} failed: {r.stderr}")
-    return r
 
 
 def listening(port):
@@ -170,9 +116,9 @@ def error_of(frames):
 
 
 def main():
-    model = write("model.lua", MODEL)
+    model = write("model.lua", sv.MODEL)
     ckpt = os.path.join(TMP, "tiny.safetensors")
-    run_ember(write("make_ckpt.lua", MAKE_CKPT), model, ckpt)
+    run_ember(write("make_ckpt.lua", sv.MAKE_CKPT), model, ckpt)
     http_port, zmq_port = free_port(), free_port()
     endpoint = f"tcp://127.0.0.1:{zmq_port}"
     cfg = write("serve.yaml", f"""
@@ -198,7 +144,7 @@ zmq: {zmq_port}
     inputs = [make_input(rng, 1 + i % 3, [1, 3, 5][i % 3]) for i in range(30)]
     inputs_path = write("inputs.json", json.dumps([x.tolist() for x in inputs]))
     ref_path = os.path.join(TMP, "ref.json")
-    run_ember(write("reference.lua", REFERENCE), model, ckpt, inputs_path, ref_path)
+    run_ember(write("reference.lua", sv.REFERENCE), model, ckpt, inputs_path, ref_path)
     with open(ref_path) as f:
         ref = [np.array(r, dtype=np.float32) for r in json.load(f)]
 
