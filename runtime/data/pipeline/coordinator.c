@@ -24,9 +24,8 @@
 #include "core/core_impl.h"
 #include "loader_impl.h"
 #include "ring.h"
+#include "coordinator_impl.h"
 
-#define MAX_FRAMES 8
-#define TICK_S 0.05
 
 /* ---------------------------------------------------------------- small helpers */
 void dp_wake(int efd) {
@@ -50,13 +49,8 @@ void dp_batch_destroy(em_loader_batch *b) {
   free(b);
 }
 
-/* A received message: up to MAX_FRAMES frames, the routing id first. */
-typedef struct frames {
-  zmq_msg_t f[MAX_FRAMES];
-  int n, more;
-} frames;
 
-static int recv_frames(void *sock, frames *m) {
+int dp_recv_frames(void *sock, frames *m) {
   m->n = 0;
   m->more = 0;
   for (;;) {
@@ -77,7 +71,7 @@ static int recv_frames(void *sock, frames *m) {
   }
 }
 
-static void close_frames(frames *m) {
+void dp_close_frames(frames *m) {
   for (int i = 0; i < m->n; i++) zmq_msg_close(&m->f[i]);
   m->n = 0;
 }
@@ -94,8 +88,8 @@ static int send_to2(dp_coord *c, const dp_worker *w, const uint8_t *rid, size_t 
   return 0;
 }
 
-static int send_to(dp_coord *c, const dp_worker *w, const uint8_t *rid, size_t rid_len, const dp_hdr *h,
-                   const void *extra, size_t extra_len) {
+int dp_send_to(dp_coord *c, const dp_worker *w, const uint8_t *rid, size_t rid_len, const dp_hdr *h,
+               const void *extra, size_t extra_len) {
   return send_to2(c, w, rid, rid_len, h, extra, extra_len, NULL, 0);
 }
 
@@ -116,7 +110,7 @@ static int to_ring(dp_coord *c, dp_worker *w, int lease, int nframes, const void
     dp_hdr h;
     dp_hdr_init(&h, DP_HEARTBEAT);
     h.session = c->session;
-    send_to(c, w, NULL, 0, &h, NULL, 0);
+    dp_send_to(c, w, NULL, 0, &h, NULL, 0);
   }
   return 1;
 }
@@ -134,7 +128,7 @@ static void send_slots(dp_coord *c, dp_worker *w) {
   h.n = w->nfree;
   const void *data[2] = {&h, w->free_slots};
   size_t size[2] = {sizeof h, (size_t)w->nfree * sizeof(int64_t)};
-  if (!to_ring(c, w, 0, 2, data, size)) send_to(c, w, NULL, 0, &h, w->free_slots, size[1]);
+  if (!to_ring(c, w, 0, 2, data, size)) dp_send_to(c, w, NULL, 0, &h, w->free_slots, size[1]);
   w->nfree = 0; /* a failed send: the reader is going; its slots go with it */
 }
 
@@ -165,7 +159,7 @@ static void flush_slots(dp_coord *c) {
       send_slots(c, w);
 }
 
-static dp_hdr header(em_loader *l, int kind) {
+dp_hdr dp_header(em_loader *l, int kind) {
   dp_hdr h;
   dp_hdr_init(&h, kind);
   h.session = l->c.session;
@@ -220,7 +214,7 @@ static void take_ring(em_loader *l, dp_worker *w, const dp_hello *hello) {
   else dp_shm_map_release(m);
 }
 
-static void lose_worker(em_loader *l, dp_worker *w, const char *why) {
+void dp_lose_worker(em_loader *l, dp_worker *w, const char *why) {
   dp_coord *c = &l->c;
   int64_t reissued = 0;
   for (int i = 0; i < w->nleases; i++) {
@@ -263,8 +257,8 @@ static int is_child(em_loader *l, int64_t pid) {
 }
 
 static void reject(em_loader *l, const zmq_msg_t *rid, const char *reason) {
-  dp_hdr h = header(l, DP_REJECT);
-  send_to(&l->c, NULL, zmq_msg_data((zmq_msg_t *)rid), zmq_msg_size((zmq_msg_t *)rid), &h, reason, strlen(reason));
+  dp_hdr h = dp_header(l, DP_REJECT);
+  dp_send_to(&l->c, NULL, zmq_msg_data((zmq_msg_t *)rid), zmq_msg_size((zmq_msg_t *)rid), &h, reason, strlen(reason));
   pthread_mutex_lock(&l->mu);
   l->stats.workers_rejected++;
   snprintf(l->last_reject, sizeof l->last_reject, "%s", reason);
@@ -282,7 +276,7 @@ static void on_hello(em_loader *l, frames *m) {
                                            this trainer and set aside (LOST) every slot it had sent */
     w->nfree = 0;
   } else {
-    if (w) lose_worker(l, w, "it said hello again as a new reader");
+    if (w) dp_lose_worker(l, w, "it said hello again as a new reader");
     char why[600];
     if (hello.dataset_size != l->o.dataset_size) {
       snprintf(why, sizeof why, "reader %s (pid %lld on %s) has %lld samples, this trainer's dataset has %lld",
@@ -322,13 +316,13 @@ static void on_hello(em_loader *l, frames *m) {
   }
   w->last_seen = em_clock_monotonic();
   w->in_session = 0; /* until it answers under the session this welcome gives */
-  dp_hdr h = header(l, DP_WELCOME);
+  dp_hdr h = dp_header(l, DP_WELCOME);
   h.heartbeat_s = l->o.heartbeat_s;
   h.heartbeat_timeout_s = l->o.heartbeat_timeout_s;
   h.flags = (l->o.skip_bad ? DP_FLAG_SKIP_BAD : 0) |
             (l->o.shared_memory && w->same_host && (hello.pid > 0) ? DP_FLAG_SHM : 0);
   if (h.flags & DP_FLAG_SHM) take_ring(l, w, &hello);
-  send_to(c, w, NULL, 0, &h, NULL, 0);
+  dp_send_to(c, w, NULL, 0, &h, NULL, 0);
 }
 
 /* Drops the lease (plan, item) from w's list; returns 1 if it was there. */
@@ -420,7 +414,7 @@ static void on_error(em_loader *l, frames *m, dp_worker *w) {
     snprintf(l->fatal, sizeof l->fatal, "a reader failed: %s", text);
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
-    if (w) lose_worker(l, w, "it failed");
+    if (w) dp_lose_worker(l, w, "it failed");
     return;
   }
   dp_item *it = wanted_item(l, w, &h);
@@ -469,13 +463,13 @@ static void on_message(em_loader *l, frames *m) {
     }
   }
   if (!w && h.kind != DP_FATAL) { /* a reader this trainer does not know (lost, or a restart) */
-    dp_hdr r = header(l, DP_RESET);
+    dp_hdr r = dp_header(l, DP_RESET);
     uint8_t rid[256];
     size_t n = zmq_msg_size(&m->f[0]);
     if (n > sizeof rid) return;
     memcpy(rid, zmq_msg_data(&m->f[0]), n);
     if (n > 1 && rid[0] == 'D') rid[0] = 'R'; /* the data connection never reads: tell the control one */
-    send_to(c, NULL, rid, n, &r, NULL, 0);
+    dp_send_to(c, NULL, rid, n, &r, NULL, 0);
   }
 }
 
@@ -517,7 +511,7 @@ static int drain_rings(em_loader *l) {
           pthread_mutex_unlock(&l->mu);
         }
       }
-      close_frames(&m);
+      dp_close_frames(&m);
     }
   }
   return taken;
@@ -540,41 +534,6 @@ static int rings_busy(const dp_coord *c) {
   for (const dp_worker *w = c->workers; w; w = w->next)
     if (w->ring && w->nleases > 0) return 1;
   return 0;
-}
-
-/* ---------------------------------------------------------------- ZAP (CurveZMQ keys) */
-static int allowed_key(em_loader *l, const uint8_t *key32) {
-  if (!l->curve_clients || !*l->curve_clients) return 1;
-  char z85[41];
-  if (!zmq_z85_encode(z85, key32, 32)) return 0;
-  const char *p = l->curve_clients;
-  while (*p) {
-    size_t n = strcspn(p, ",");
-    if (n == 40 && !memcmp(p, z85, 40)) return 1;
-    p += n + (p[n] == ',');
-  }
-  return 0;
-}
-
-static void on_zap(em_loader *l) {
-  frames m;
-  if (!recv_frames(l->c.zap, &m)) return;
-  int ok = m.n >= 7 && zmq_msg_size(&m.f[6]) == 32 && allowed_key(l, zmq_msg_data(&m.f[6]));
-  const char *code = ok ? "200" : "400", *text = ok ? "OK" : "client key not allowed";
-  zmq_send(l->c.zap, "1.0", 3, ZMQ_SNDMORE);
-  if (m.n >= 2) zmq_send(l->c.zap, zmq_msg_data(&m.f[1]), zmq_msg_size(&m.f[1]), ZMQ_SNDMORE);
-  else zmq_send(l->c.zap, "", 0, ZMQ_SNDMORE);
-  zmq_send(l->c.zap, code, 3, ZMQ_SNDMORE);
-  zmq_send(l->c.zap, text, strlen(text), ZMQ_SNDMORE);
-  zmq_send(l->c.zap, "", 0, ZMQ_SNDMORE);
-  zmq_send(l->c.zap, "", 0, 0);
-  if (!ok) {
-    pthread_mutex_lock(&l->mu);
-    l->stats.workers_rejected++;
-    snprintf(l->last_reject, sizeof l->last_reject, "a reader's CurveZMQ key is not in the allowed list");
-    pthread_mutex_unlock(&l->mu);
-  }
-  close_frames(&m);
 }
 
 /* ---------------------------------------------------------------- the epoch */
@@ -647,7 +606,7 @@ static void lease_items(em_loader *l) {
       w->leases = p;
       w->cap = cap;
     }
-    dp_hdr h = header(l, DP_LEASE);
+    dp_hdr h = dp_header(l, DP_LEASE);
     h.plan = c->plan.id;
     h.epoch = c->plan.epoch;
     h.seed = c->plan.seed;
@@ -667,7 +626,7 @@ static void lease_items(em_loader *l) {
       via_ring++;
     } else if (send_to2(c, w, NULL, 0, &h, data[1], size[1], size[2] ? w->free_slots : NULL, size[2])) {
       if (errno != EHOSTUNREACH) break; /* its queue is full: later */
-      lose_worker(l, w, "its connection closed");
+      dp_lose_worker(l, w, "its connection closed");
       continue;
     }
     w->nfree = 0; /* the slots went with the lease */
@@ -755,88 +714,6 @@ static void push_ready(em_loader *l) {
   pthread_mutex_unlock(&l->mu);
 }
 
-/* ---------------------------------------------------------------- timers */
-/* Spawned readers that exited: only our own pids are waited for (waiting for any child
- * would steal the exit status of the caller's other children, os.execute's say). */
-static void reap_children(em_loader *l) {
-  int64_t pids[DP_MAX_CHILDREN];
-  pthread_mutex_lock(&l->mu);
-  int n = l->nchildren;
-  memcpy(pids, l->children, (size_t)n * sizeof pids[0]);
-  pthread_mutex_unlock(&l->mu);
-  for (int k = 0; k < n; k++) {
-    int status;
-    if (waitpid((pid_t)pids[k], &status, WNOHANG) != (pid_t)pids[k]) continue;
-    char text[128];
-    if (WIFSIGNALED(status)) snprintf(text, sizeof text, "killed by signal %d", WTERMSIG(status));
-    else snprintf(text, sizeof text, "exited with status %d", WEXITSTATUS(status));
-    pthread_mutex_lock(&l->mu);
-    for (int i = 0; i < l->nchildren; i++)
-      if (l->children[i] == pids[k]) {
-        l->children[i] = l->children[--l->nchildren];
-        break;
-      }
-    snprintf(l->last_exit, sizeof l->last_exit, "reader pid %lld %s", (long long)pids[k], text);
-    l->respawn_wanted++;
-    pthread_cond_broadcast(&l->cv);
-    pthread_mutex_unlock(&l->mu);
-    for (dp_worker *w = l->c.workers; w; w = w->next)
-      if (w->same_host && w->pid == pids[k]) {
-        lose_worker(l, w, text);
-        break;
-      }
-  }
-}
-
-/* Items leased longer than lease_timeout_s go to PENDING again (the old lease stays
- * counted until its reader answers or is lost; a late answer is a duplicate). */
-static void expire_leases(em_loader *l, double now) {
-  dp_coord *c = &l->c;
-  if (!(l->o.lease_timeout_s > 0) || !c->items || now - c->last_lease_check < 0.25) return;
-  c->last_lease_check = now;
-  while (c->scan_from < c->plan.n_items && c->items[c->scan_from].state >= IT_QUEUED) c->scan_from++;
-  int64_t expired = 0;
-  for (int64_t k = c->scan_from; k < c->plan.n_items && k < c->next_pending + 4096; k++) {
-    dp_item *it = &c->items[k];
-    if (it->state == IT_LEASED && now - it->leased_at > l->o.lease_timeout_s) {
-      it->state = IT_PENDING;
-      if (k < c->next_pending) c->next_pending = k;
-      expired++;
-    }
-  }
-  if (!expired) return;
-  pthread_mutex_lock(&l->mu);
-  l->stats.reissued += expired;
-  snprintf(l->last_loss, sizeof l->last_loss, "%lld item(s) leased more than %.1f s ago were leased again",
-           (long long)expired, l->o.lease_timeout_s);
-  pthread_mutex_unlock(&l->mu);
-}
-
-static void tick(em_loader *l, double now) {
-  dp_coord *c = &l->c;
-  reap_children(l);
-  expire_leases(l, now);
-  for (dp_worker *w = c->workers, *next; w; w = next) {
-    next = w->next;
-    if (now - w->last_seen > l->o.heartbeat_timeout_s) {
-      char why[96];
-      snprintf(why, sizeof why, "no message for %.1f s (heartbeat timeout)", now - w->last_seen);
-      lose_worker(l, w, why);
-    }
-  }
-  if (now - c->last_heartbeat >= l->o.heartbeat_s) {
-    c->last_heartbeat = now;
-    dp_hdr h = header(l, DP_HEARTBEAT);
-    for (dp_worker *w = c->workers, *next; w; w = next) {
-      next = w->next;
-      if (send_to(c, w, NULL, 0, &h, NULL, 0) && errno == EHOSTUNREACH) lose_worker(l, w, "its connection closed");
-    }
-  }
-  pthread_mutex_lock(&l->mu);
-  l->last_message = c->last_message;
-  pthread_mutex_unlock(&l->mu);
-}
-
 /* ---------------------------------------------------------------- the loop */
 void *dp_coordinator_main(void *arg) {
   em_loader *l = arg;
@@ -866,12 +743,12 @@ void *dp_coordinator_main(void *arg) {
       break;
     }
     if (p) install_plan(l, p);
-    if (n == 3 && (items[2].revents & ZMQ_POLLIN)) on_zap(l);
+    if (n == 3 && (items[2].revents & ZMQ_POLLIN)) dp_on_zap(l);
     for (int i = 0; i < 512; i++) { /* bounded, so timers and the consumer are served */
       frames m;
-      if (!recv_frames(c->router, &m)) break;
+      if (!dp_recv_frames(c->router, &m)) break;
       on_message(l, &m);
-      close_frames(&m);
+      dp_close_frames(&m);
     }
     int noticed = drain_rings(l);
     if (polling && ready == 0 && noticed == 0) { /* nothing yet: look again shortly */
@@ -881,17 +758,17 @@ void *dp_coordinator_main(void *arg) {
     double now = em_clock_monotonic();
     if (now - last_tick >= TICK_S) {
       last_tick = now;
-      tick(l, now);
+      dp_tick(l, now);
     }
     if (l->lender) dp_lender_drain(l->lender, slot_returned, c);
     push_ready(l);
     lease_items(l);
     flush_slots(c);
   }
-  dp_hdr bye = header(l, DP_BYE);
+  dp_hdr bye = dp_header(l, DP_BYE);
   while (c->workers) {
     dp_worker *w = c->workers;
-    send_to(c, w, NULL, 0, &bye, NULL, 0);
+    dp_send_to(c, w, NULL, 0, &bye, NULL, 0);
     c->workers = w->next;
     if (w->shm) dp_shm_map_release(w->shm);
     drop_ring(c, w);
