@@ -81,7 +81,7 @@ void gr_sink_flush(gr_sink *s) {
   gr_builder *b = s->b;
   int w = s->thread;
   uint32_t *keep = NULL;
-  if (b->keep && b->pass == 0) {
+  if (b->keep && b->pass == 0 && s->len > 0) { /* nothing to keep: no buffer yet, and no pointer into one */
     if (keep_room(b, w, s->len)) {
       keep = b->kept[w] + 2 * b->kept_len[w];
     } else {
