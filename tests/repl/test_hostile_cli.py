@@ -28,7 +28,7 @@ LOADERS = {
     "tfrecord": "require('ember.data').source{format = 'tfrecord', files = {arg[1]}}:get(1)",
 }
 # inputs that are valid files on their own (they load: the fix made them cheap, not errors)
-VALID = {("snap", "one_edge_huge_id")}
+VALID = {("snap", "one_edge_huge_id"), ("mtx", "empty_flush_kept_edges")}
 
 
 def run(args, timeout=60):
