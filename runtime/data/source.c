@@ -87,9 +87,9 @@ static int64_t label_at(const em_tensor *labels, int64_t i) {
   }
 }
 
-static int64_t npy_label(const dp_npy *y, int64_t i) {
-  const uint8_t *p = y->map + y->data_offset;
-  switch (y->dtype) {
+/* A label of the given dtype at row i of p (unaligned reads: npy data need not be). */
+static inline int64_t label_of(const uint8_t *p, int dtype, int64_t i) {
+  switch (dtype) {
     case EM_UINT8: return p[i];
     case EM_INT32: {
       int32_t v;
@@ -103,6 +103,8 @@ static int64_t npy_label(const dp_npy *y, int64_t i) {
     }
   }
 }
+
+static int64_t npy_label(const dp_npy *y, int64_t i) { return label_of(y->map + y->data_offset, y->dtype, i); }
 
 static int is_jpeg_name(const char *name) {
   const char *dot = strrchr(name, '.');
@@ -511,22 +513,6 @@ static em_status check_out(em_source *s, const em_augment *aug, int64_t n, em_te
   return EM_OK;
 }
 
-/* A label of the given dtype at row i of p (unaligned reads: npy data need not be). */
-static inline int64_t label_of(const uint8_t *p, int dtype, int64_t i) {
-  switch (dtype) {
-    case EM_UINT8: return p[i];
-    case EM_INT32: {
-      int32_t v;
-      memcpy(&v, p + 4 * i, 4);
-      return v;
-    }
-    default: {
-      int64_t v;
-      memcpy(&v, p + 8 * i, 8);
-      return v;
-    }
-  }
-}
 
 /* em_source_fill for samples already in memory and copied as they are (IDX, npy, no
  * transforms): the rows' base and the labels' found once, not per sample through sample_at;

@@ -60,7 +60,9 @@ em_status em_nn_embedding_bags_batched(em_tensor **out, const em_tensor *weight,
     return em_set_error(EM_ERR_SHAPE, "%s: expected a 2-d weight [rows of all tables, dim], got shape %s", op,
                         EM_SHAPE(weight));
   if (weight->storage->device.type != EM_CPU)
-    return em_set_error(EM_ERR_UNSUPPORTED, "%s: not implemented on this device (only on the CPU)", op);
+    return em_set_error(EM_ERR_UNSUPPORTED,
+                        "%s: the weight is on %s; table-batched bags run on the CPU only for now (on a GPU, one "
+                        "nn.EmbeddingBag per table)", op, weight->storage->device.type == EM_CUDA ? "cuda" : "another device");
   int64_t total = 0, B = -1, L = 0;
   for (int t = 0; t < n; t++) {
     const em_tensor *ix = indices[t], *of = offsets ? offsets[t] : NULL;
