@@ -19,11 +19,11 @@ static int use_threads(int64_t tasks, int64_t work) {
 /* Per sample, the features are an n x D matrix X and the products its Gram matrix X X^T.
  * One dot product per pair (a reduction of D = 16 into one number) wastes most of a vector
  * unit; instead X is transposed into a scratch [D, n] and row i of the products is built
- * for all j < i at once, d after d (vectors across j). Backward: with S the symmetric n x n
- * matrix of the incoming gradients (a self pair twice on the diagonal), dX = S X, built
- * the same way into a transposed [D, n] scratch. Rows are padded to blocks of LANES. Sums run over d (forward) or j (backward)
- * in a fixed order: results never depend on the thread count. Scratch: one block per
- * thread; if it cannot be had, the plain loops below run instead. */
+ * for all j < i at once, d after d (vectors across j), rows padded to blocks of LANES.
+ * Backward: with S the symmetric n x n matrix of the incoming gradients (a self pair twice
+ * on the diagonal), dX = S X, four rows at a time summed in registers. Sums run over d
+ * (forward) or j (backward) in a fixed order: results never depend on the thread count.
+ * Scratch: one block per thread; if it cannot be had, the plain loops below run instead. */
 #define LANES 16 /* one AVX-512 vector of floats; fixed, so the compiler vectorises the block */
 #define PAD(n) (((n) + LANES - 1) / LANES * LANES)
 
@@ -83,33 +83,45 @@ static int use_threads(int64_t tasks, int64_t work) {
       free(xt);                                                                                               \
     }                                                                                                         \
   }                                                                                                           \
-  /* d out[k] / d x_i = x_j and / d x_j = x_i for the pair (i, j) at k: a self pair counts twice */            \
+  /* d out[k] / d x_i = x_j and / d x_j = x_i for the pair (i, j) at k: a self pair counts twice.      \
+   * So dX = S X with S the symmetric n x n matrix of the incoming gradients (2x on a self            \
+   * pair's diagonal). Four rows of dX at a time, LANES columns at a time, are summed in registers      \
+   * over j in ascending order (no read-modify-write of a scratch row per j); S's entries for the     \
+   * four rows are gathered from gout first. */                                                      \
   static void sample_backward_##S_(T *const *g, const T *restrict go, const T *const *f, int64_t b, int n,     \
-                                   int64_t D, int self, T *restrict sm, T *restrict gt) {                     \
-    int np = PAD(n);                                                                                          \
-    memset(sm, 0, sizeof(T) * (size_t)(n * np));                                                              \
-    int64_t k = D;                                                                                            \
-    for (int i = 0; i < n; i++)                                                                               \
-      for (int j = 0; j < i + self; j++, k++) {                                                               \
-        sm[i * np + j] += go[k];                                                                              \
-        sm[j * np + i] += go[k];                                                                              \
+                                   int64_t D, int self, T *restrict cs) {                                     \
+    for (int i0 = 0; i0 < n; i0 += 4) {                                                                       \
+      int nr = n - i0 < 4 ? n - i0 : 4;                                                                       \
+      for (int r = 0; r < 4; r++) {                                                                           \
+        int i = i0 + r;                                                                                       \
+        T *c = cs + r * n;                                                                                    \
+        if (r >= nr) { memset(c, 0, sizeof(T) * (size_t)n); continue; }                                      \
+        const T *own = go + D + (int64_t)i * (i - 1 + 2 * self) / 2; /* row i's pairs j < i (+ itself) */    \
+        memcpy(c, own, sizeof(T) * (size_t)i);                                                                \
+        c[i] = self ? 2 * own[i] : 0;                                                                         \
+        for (int j = i + 1; j < n; j++) c[j] = go[D + (int64_t)j * (j - 1 + 2 * self) / 2 + i];              \
       }                                                                                                       \
-    memset(gt, 0, sizeof(T) * (size_t)(np * D));                                                             \
-    for (int j = 0; j < n; j++) {                                                                             \
-      const T *xj = f[j] + b * D;                                                                             \
-      for (int64_t d = 0; d < D; d++) {                                                                       \
-        T a = xj[d];                                                                                          \
-        for (int i0 = 0; i0 < np; i0 += LANES) {                                                              \
-          T *restrict row = gt + d * np + i0;                                                                 \
-          const T *restrict sj = sm + j * np + i0;                                                            \
-          for (int l = 0; l < LANES; l++) row[l] += a * sj[l];                                                \
+      for (int64_t d0 = 0; d0 < D; d0 += LANES) {                                                             \
+        int64_t w = D - d0 < LANES ? D - d0 : LANES;                                                          \
+        T a0[LANES] = {0}, a1[LANES] = {0}, a2[LANES] = {0}, a3[LANES] = {0};                                 \
+        for (int j = 0; j < n; j++) {                                                                         \
+          T pad[LANES] = {0}; /* a ragged last block reads through zeros */                                    \
+          const T *restrict xj = f[j] + b * D + d0;                                                           \
+          if (w < LANES) xj = memcpy(pad, xj, sizeof(T) * (size_t)w);                                         \
+          T c0 = cs[j], c1 = cs[n + j], c2 = cs[2 * n + j], c3 = cs[3 * n + j];                               \
+          for (int l = 0; l < LANES; l++) {                                                                   \
+            a0[l] += c0 * xj[l], a1[l] += c1 * xj[l];                                                         \
+            a2[l] += c2 * xj[l], a3[l] += c3 * xj[l];                                                         \
+          }                                                                                                   \
+        }                                                                                                     \
+        T *acc[4] = {a0, a1, a2, a3};                                                                         \
+        for (int r = 0; r < nr; r++) {                                                                        \
+          int i = i0 + r;                                                                                     \
+          if (!g[i]) continue;                                                                                \
+          T *gi = g[i] + b * D + d0;                                                                          \
+          for (int64_t l = 0; l < w; l++) gi[l] = (i == 0 ? go[d0 + l] : 0) + acc[r][l];                      \
         }                                                                                                     \
       }                                                                                                       \
-    }                                                                                                         \
-    for (int i = 0; i < n; i++) {                                                                             \
-      if (!g[i]) continue;                                                                                    \
-      T *gi = g[i] + b * D;                                                                                   \
-      for (int64_t d = 0; d < D; d++) gi[d] = (i == 0 ? go[d] : 0) + gt[d * np + i];                          \
     }                                                                                                         \
   }                                                                                                           \
   static void backward_##S_(T *const *g, const T *gout, const T *const *f, int n, int64_t B, int64_t D,        \
@@ -118,11 +130,11 @@ static int use_threads(int64_t tasks, int64_t work) {
     int par = use_threads(B, B * W * D);                                                                      \
     _Pragma("omp parallel if(par) num_threads(em_get_num_threads())")                                         \
     {                                                                                                         \
-      T *sm = malloc(sizeof(T) * (size_t)(PAD(n) * (n + D))), *gt = sm ? sm + n * PAD(n) : NULL;              \
+      T *sm = malloc(sizeof(T) * (size_t)(4 * n));                                                          \
       _Pragma("omp for schedule(static)")                                                                     \
       for (int64_t b = 0; b < B; b++) {                                                                       \
         const T *go = gout + b * W;                                                                           \
-        if (sm) { sample_backward_##S_(g, go, f, b, n, D, self, sm, gt); continue; }                         \
+        if (sm) { sample_backward_##S_(g, go, f, b, n, D, self, sm); continue; }                             \
         for (int i = 0; i < n; i++)                                                                           \
           if (g[i]) {                                                                                         \
             if (i == 0) memcpy(g[0] + b * D, go, sizeof(T) * D);                                              \

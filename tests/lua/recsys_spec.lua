@@ -510,6 +510,48 @@ describe('table-batched embeddings', function()
     raises(function() F.dot_interaction(ember.randn(5, 8), ember.randn(5, 8)) end,
       'dot_interaction: argument 2 must be a list of [B, D] tensors or one [T, B, D] tensor')
   end)
+  it('matches a plain Gram-matrix reference at the Kaggle shape and with a ragged dimension', function()
+    -- 27 features (the blocks of four rows end part-way), D = 16 (whole vector blocks) and
+    -- D = 20 (a ragged tail); float64 against sums written out here
+    for _, case in ipairs { { 27, 16, false }, { 27, 20, true }, { 6, 20, false } } do
+      local n, D, self_i = case[1], case[2], case[3]
+      ember.manual_seed(n + D)
+      local B = 3
+      local x = ember.randn(B, D, F64):requires_grad_()
+      local E = ember.randn(n - 1, B, D, F64):requires_grad_()
+      local y = F.dot_interaction(x, E, { self_interaction = self_i })
+      local g = ember.randn(y.shape[1], y.shape[2], F64)
+      y:backward(g)
+      local X, Et, G, Y = x:totable(), E:detach():totable(), g:totable(), y:detach():totable()
+      local function feat(i, b) return i == 1 and X[b] or Et[i - 1][b] end
+      for b = 1, B do
+        local k = D
+        local dX = {}
+        for i = 1, n do dX[i] = {} for d = 1, D do dX[i][d] = i == 1 and G[b][d] or 0 end end
+        for i = 1, n do
+          for j = 1, self_i and i or i - 1 do
+            k = k + 1
+            local dot = 0
+            for d = 1, D do dot = dot + feat(i, b)[d] * feat(j, b)[d] end
+            assert.is_true(math.abs(Y[b][k] - dot) < 1e-10, string.format('out[%d][%d]', b, k))
+            for d = 1, D do
+              dX[i][d] = dX[i][d] + G[b][k] * feat(j, b)[d]
+              dX[j][d] = dX[j][d] + G[b][k] * feat(i, b)[d]
+            end
+          end
+        end
+        assert.are.equal(k, y.shape[2])
+        local gx, gE = x.grad:totable(), E.grad:totable()
+        for i = 1, n do
+          local got = i == 1 and gx[b] or gE[i - 1][b]
+          for d = 1, D do
+            assert.is_true(math.abs(got[d] - dX[i][d]) < 1e-10,
+              string.format('n %d D %d: grad of feature %d, sample %d, column %d: %g vs %g', n, D, i, b, d, got[d], dX[i][d]))
+          end
+        end
+      end
+    end
+  end)
   it('coalesces many rows of a big table in ascending order, repeats summed (radix sort)', function()
     local rows = 3000000   -- 22 bits: two radix passes, and rows near both ends
     local e = nn.EmbeddingBag(rows, 1, { mode = 'sum', sparse = true })
