@@ -16,29 +16,8 @@ local json = require 'ember.util.json'
 local checkpoint = require 'ember.pipeline.checkpoint'
 local model_spec = require 'ember.pipeline.model'
 
-local defaults = { prompt = '\n', length = 500, temperature = 1.0, top_k = 0, seed = 0 }
-local function options(args)
-  local o = setmetatable({}, { __index = defaults })
-  local i = 1
-  while i <= #args do
-    local key = args[i]:match('^%-%-([%w_-]+)$')
-    key = key and key:gsub('-', '_')
-    if key == nil then
-      if o.path then error('unexpected argument ' .. args[i] .. ' (one CHECKPOINT only)', 0) end
-      o.path, i = args[i], i + 1
-    else
-      if defaults[key] == nil then error('unknown option ' .. args[i] .. ' (options: see ' .. arg[0] .. ')', 0) end
-      local v = args[i + 1]
-      if type(defaults[key]) == 'number' then v = tonumber(v) end
-      if v == nil then error('--' .. key .. ' needs a value', 0) end
-      o[key], i = v, i + 2
-    end
-  end
-  if not o.path then error('usage: ember examples/sample.lua CHECKPOINT [--prompt TEXT] [--temperature X] ' ..
-    '[--top_k K] [--length N] [--seed N]', 0) end
-  return o
-end
-local opt = options(arg)
+local opt = require('ember.util.cli').options(arg,
+  { prompt = '\n', length = 500, temperature = 1.0, top_k = 0, seed = 0 }, { positional = 'CHECKPOINT' })
 
 -- The model (rebuilt and loaded) and the folder its tokenizer is in.
 local function load_model(path)
@@ -66,7 +45,7 @@ local function load_model(path)
   return model, dir
 end
 
-local model, dir = load_model(opt.path)
+local model, dir = load_model(opt[1])
 local tok = ember.text.load(dir .. '/tokenizer.txt')
 ember.manual_seed(opt.seed)
 

@@ -56,3 +56,34 @@ describe('deprecated names', function()
     assert.equal(ember.data.ReaderLoader_class, ember.data.Loader_class)
   end)
 end)
+
+describe('ember.util.cli', function()
+  local cli = require 'ember.util.cli'
+  local function args(...) local a = { ... }; a[0] = 'demo.lua'; return a end
+  local defaults = { epochs = 10, lr = 0.05, dir = 'runs/x', resume = false, top_k = 0 }
+
+  it('reads --key value by the type of each default, flags, dashes or underscores', function()
+    local o = cli.options(args('--epochs', '3', '--lr', '1e-3', '--resume', '--dir', 'out', '--top-k', '5'), defaults)
+    assert.are.same({ 3, 0.001, true, 'out', 5 }, { o.epochs, o.lr, o.resume, o.dir, o.top_k })
+    local d = cli.options(args('--top_k', '2'), defaults)
+    assert.are.same({ 10, false, 'runs/x', 2 }, { d.epochs, d.resume, d.dir, d.top_k })
+  end)
+
+  it('names the option or argument it cannot take', function()
+    assert.matches('unknown option --epoch (options: see demo.lua)',
+      error_of(cli.options, args('--epoch', '3'), defaults), 1, true)
+    assert.matches('--epochs needs a number, got three', error_of(cli.options, args('--epochs', 'three'), defaults), 1,
+      true)
+    assert.matches('--dir needs a value', error_of(cli.options, args('--dir'), defaults), 1, true)
+    assert.matches('unexpected argument extra', error_of(cli.options, args('extra'), defaults), 1, true)
+  end)
+
+  it('takes one positional argument when asked, and says the usage without it', function()
+    local o = cli.options(args('ckpt', '--epochs', '2'), defaults, { positional = 'CHECKPOINT' })
+    assert.are.same({ 'ckpt', 2 }, { o[1], o.epochs })
+    assert.matches('usage: ember demo.lua CHECKPOINT', error_of(cli.options, args(), defaults,
+      { positional = 'CHECKPOINT' }), 1, true)
+    assert.matches('unexpected argument b', error_of(cli.options, args('a', 'b'), defaults,
+      { positional = 'CHECKPOINT' }), 1, true)
+  end)
+end)
