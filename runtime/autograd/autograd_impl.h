@@ -50,6 +50,7 @@ struct em_node {
   em_tensor *retain[EM_NODE_MAX_OUTPUTS];
   /* Engine scratch, valid during one backward. */
   int deps;
+  uint64_t ready_order; /* leaf accumulators: the order they became ready in (FIFO) */
   em_tensor **buffer;
   em_sparse_grad *sparse_in; /* leaf accumulators: row-sparse gradients delivered (sparse_grad.c) */
 };

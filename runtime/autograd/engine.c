@@ -2,8 +2,9 @@
  *
  * 1. Discover every node reachable from the root and count, for each, how many edges
  *    point at it (its dependencies).
- * 2. Run ready nodes (all dependencies delivered) newest first, so the order is the same
- *    on every run and on every rank. A node's incoming gradients are summed in its buffer.
+ * 2. Run ready nodes (all dependencies delivered) newest first, leaf accumulators as soon
+ *    as they are ready, so the order is the same on every run and on every rank. A node's
+ *    incoming gradients are summed in its buffer.
  * 3. A leaf accumulator adds the finished gradient into leaf.grad (in place when .grad
  *    exists, so a data-parallel reducer can make .grad a view into its bucket) and then
  *    fires the leaf's hooks. */
@@ -30,13 +31,26 @@ static int push(node_list *l, em_node *n) {
   return 1;
 }
 
-/* Max-heap on seq: the newest ready node runs first. */
+/* Which ready node runs first. A leaf accumulator runs as soon as it is ready (in the order
+ * the accumulators became ready), then the newest node. An accumulator is created once and
+ * reused by every graph that uses its leaf while an older graph still holds it, so its seq
+ * says when the garbage collector last freed that graph, not where it stands in this one:
+ * ordering accumulators by seq made the point where a leaf's hooks fire (a data-parallel
+ * bucket's allreduce) move against the backward's own collectives (a model-parallel
+ * layer's all_to_all) differently on each rank, and the ranks deadlocked. Running them at
+ * once is what PyTorch does too, and starts a bucket's reduction as early as it can. */
+static int runs_before(const em_node *a, const em_node *b) {
+  if (a->leaf || b->leaf) return a->leaf && (!b->leaf || a->ready_order < b->ready_order);
+  return a->seq > b->seq;
+}
+
+/* A heap ordered by runs_before: its top runs next. */
 static void heap_push(node_list *h, em_node *n) {
   int i = h->n - 1;
   (void)n;
   while (i > 0) {
     int parent = (i - 1) / 2;
-    if (h->items[parent]->seq >= h->items[i]->seq) break;
+    if (!runs_before(h->items[i], h->items[parent])) break;
     em_node *t = h->items[parent];
     h->items[parent] = h->items[i];
     h->items[i] = t;
@@ -50,8 +64,8 @@ static em_node *heap_pop(node_list *h) {
   int i = 0;
   for (;;) {
     int l = 2 * i + 1, r = l + 1, m = i;
-    if (l < h->n && h->items[l]->seq > h->items[m]->seq) m = l;
-    if (r < h->n && h->items[r]->seq > h->items[m]->seq) m = r;
+    if (l < h->n && runs_before(h->items[l], h->items[m])) m = l;
+    if (r < h->n && runs_before(h->items[r], h->items[m])) m = r;
     if (m == i) break;
     em_node *t = h->items[m];
     h->items[m] = h->items[i];
@@ -202,11 +216,13 @@ static em_status run_backward(em_tensor *root, const em_tensor *grad, int retain
   if (!st) {
     start->buffer[start_nr] = seed;
     seed = NULL;
+    start->ready_order = 0;
     if (start->deps == 0 && push(&ready, start)) heap_push(&ready, start);
   }
 
   /* 2. execution */
   em_tensor *grad_in_local[16];
+  uint64_t n_became_ready = 0;
   while (!st && ready.n) {
     em_node *n = heap_pop(&ready);
     if (n->leaf) {
@@ -246,6 +262,7 @@ static em_status run_backward(em_tensor *root, const em_tensor *grad, int retain
         if (!st && grad_in[i]) st = accumulate_into(&next->buffer[n->next[i].input_nr], grad_in[i]);
         else em_tensor_release(grad_in[i]);
         if (--next->deps == 0 && !st) {
+          next->ready_order = ++n_became_ready;
           if (!push(&ready, next)) st = em_set_error(EM_ERR_MEMORY, "backward: out of memory");
           else heap_push(&ready, next);
         }

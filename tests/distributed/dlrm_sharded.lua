@@ -162,6 +162,36 @@ for _, which in ipairs { 'sgd', 'rowwise_adagrad' } do
   near(out, want, 3e-5, which .. ': evaluation under no_grad')
 end
 
+-- Graphs freed at different times on different ranks: rank 0 collects each step's graph
+-- before the next forward, the others keep the previous step's loss (and so its graph)
+-- alive, as a loss kept for logging does. The leaves' gradient accumulators are then made
+-- anew on rank 0 and reused on the others; where DDP's bucket reductions fall against the
+-- tables' all_to_all in backward must not depend on that, or the ranks wait in different
+-- collectives until the timeout.
+do
+  local model = make('sharded')
+  -- a bucket per parameter: the top MLP's reduce during backward, before the tables' turn
+  local ddp = ember.nn.DistributedDataParallel(model, { first_bucket_mb = 1e-6, bucket_cap_mb = 1e-6 })
+  local opt = ember.optim.SGD(ddp:parameters(), { lr = 0.1 })
+  local kept, losses = nil, 0
+  for step = 1, 6 do
+    local dense, sparse, y = global_batch(200 + step, GB)
+    local d, s, yl = rows_of(dense, sparse, y, first, B)
+    if rank == 0 then
+      kept = nil
+      collectgarbage('collect')
+    end
+    opt:zero_grad()
+    local loss = F.binary_cross_entropy_with_logits(ddp(d, s), yl)
+    loss:backward()
+    ddp:after_backward()
+    opt:step()
+    if rank ~= 0 then kept = loss end
+    losses = losses + 1
+  end
+  check(losses == 6, 'graphs freed at different times: %d of 6 steps', losses)
+end
+
 -- a mistake is an error on the rank that makes it (before any exchange)
 local m = make('sharded')
 local ok, err = pcall(function() return m.emb({ ember.randint(1, 5, { 2, 2 }) }) end)
