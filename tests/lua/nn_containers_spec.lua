@@ -121,6 +121,28 @@ describe('Sequential intermediates', function()
     assert.is_true(ember.allclose(out, h))
   end)
 
+  it('run a Linear and the ReLU after it as one op, with the values and gradients of two', function()
+    ember.manual_seed(5)
+    local lin, relu = nn.Linear(784, 256), nn.ReLU()
+    local model = nn.Sequential{ lin, relu }
+    local x = ember.randn(128, 784)
+    local y = model(x)
+    assert.are.equal('LinearReluBackward', y.grad_fn)
+    local gy = ember.randn(128, 256)
+    y:backward(gy)
+    local gw, gb = lin.weight.grad:clone(), lin.bias.grad:clone()
+    model:zero_grad()
+    local y2 = F.relu(F.linear(x, lin.weight, lin.bias))
+    assert.are.equal('ReluBackward', y2.grad_fn)
+    y2:backward(gy)
+    assert.is_true(ember.allclose(y, y2, 1e-5, 1e-6))
+    assert.is_true(ember.allclose(gw, lin.weight.grad, 1e-5, 1e-6))
+    assert.is_true(ember.allclose(gb, lin.bias.grad, 1e-5, 1e-6))
+    -- a hook on the ReLU must see the Linear's output: then they run apart
+    relu:register_forward_hook(function() end)
+    assert.are.equal('ReluBackward', model(x).grad_fn)
+  end)
+
   it('are kept when a layer has a forward hook or is not a built-in layer', function()
     local kept = {}
     local relu = nn.ReLU()
