@@ -1,7 +1,9 @@
 /* mlp_gemms.c - the GEMMs of one training step of the Fashion-MNIST MLP (784-256-128-10,
  * batch 128), each in the layout the Linear layer's forward and backward hand to cpu_gemm,
  * through OpenBLAS (oneDNN turned off) and through oneDNN's float32 matmul, side by side.
- * The per-shape rule of runtime/cpu/dnnl.c (cpu_dnnl_gemm_wanted) comes from these numbers.
+ * The size rule of runtime/cpu/dnnl.c (cpu_dnnl_gemm_wanted) is checked against these
+ * numbers; the last shapes are DLRM's narrow layers (bench/recsys), which stay on OpenBLAS
+ * (oneDNN threads them and loses at 2 threads).
  *
  * For each shape, rounds of [OpenBLAS, oneDNN] interleaved (load from other users of the
  * machine falls on both), each round `reps` calls; prints the best and the median round
@@ -94,6 +96,9 @@ int main(int argc, char **argv) {
       {"fc2 forward", 128, 128, 256, 0, 1, 1}, {"fc2 grad w", 128, 256, 128, 1, 0, 0},
       {"fc2 grad x", 128, 256, 128, 0, 0, 0},  {"fc3 forward", 128, 10, 128, 0, 1, 1},
       {"fc3 grad w", 10, 128, 128, 1, 0, 0},   {"fc3 grad x", 128, 128, 10, 0, 0, 0},
+      /* DLRM's MLPs (bottom 13-512-256-64-16, top 512-256-1, batch 128): the narrow forwards */
+      {"dlrm 13->512", 128, 512, 13, 0, 1, 1}, {"dlrm 64->16", 128, 16, 64, 0, 1, 1},
+      {"dlrm 256->1", 128, 1, 256, 0, 1, 1},
   };
   double tot[2] = {0, 0};
   for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
