@@ -48,6 +48,7 @@ int cpu_dnnl_linear(cpu_dnnl_mat y, cpu_dnnl_mat x, cpu_dnnl_mat wt, const float
 
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#include "cpu_impl.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -265,15 +266,19 @@ static int plan_run(const plan *p, void *const *ptrs) {
   dnnl_stream_t s;
   if (dnnl_stream_create(&s, engine, dnnl_stream_default_flags) != dnnl_success) return 1;
   dnnl_memory_t user[MAX_ARGS] = {0}, prim[MAX_ARGS] = {0}, scratch_mem = NULL;
+  /* buffers from the CPU backend's allocator: the same sizes come back every step, and its
+   * cache hands back the block the last call freed (glibc's large-chunk bins cost more) */
   void *bufs[MAX_ARGS] = {0}, *scratch = NULL;
+  size_t sizes[MAX_ARGS] = {0};
+  const em_device host = {EM_CPU, 0};
   dnnl_exec_arg_t args[MAX_ARGS + 1];
   int err = 0;
   for (int i = 0; i < p->nargs && !err; i++) {
     const plan_arg *a = &p->args[i];
     err = memory(&user[i], &a->user, ptrs[i]);
     if (!err && a->reorder) {
-      size_t bytes = dnnl_memory_desc_get_size(&a->prim);
-      err = !(bufs[i] = aligned_alloc(64, (bytes + 63) & ~(size_t)63)) || memory(&prim[i], &a->prim, bufs[i]);
+      sizes[i] = dnnl_memory_desc_get_size(&a->prim);
+      err = !(bufs[i] = cpu_alloc(sizes[i], host)) || memory(&prim[i], &a->prim, bufs[i]);
       if (!err && !a->output) err = exec2(a->reorder, s, user[i], prim[i]);
     }
     args[i].arg = a->arg;
@@ -282,7 +287,7 @@ static int plan_run(const plan *p, void *const *ptrs) {
   int n = p->nargs;
   if (!err && p->scratch) {
     const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(p->pd, dnnl_query_scratchpad_md, 0);
-    err = !(scratch = aligned_alloc(64, (p->scratch + 63) & ~(size_t)63)) || memory(&scratch_mem, smd, scratch);
+    err = !(scratch = cpu_alloc(p->scratch, host)) || memory(&scratch_mem, smd, scratch);
     args[n].arg = DNNL_ARG_SCRATCHPAD;
     args[n++].memory = scratch_mem;
   }
@@ -294,10 +299,10 @@ static int plan_run(const plan *p, void *const *ptrs) {
   for (int i = 0; i < p->nargs; i++) {
     if (user[i]) dnnl_memory_destroy(user[i]);
     if (prim[i]) dnnl_memory_destroy(prim[i]);
-    free(bufs[i]);
+    if (bufs[i]) cpu_free(bufs[i], sizes[i], host);
   }
   if (scratch_mem) dnnl_memory_destroy(scratch_mem);
-  free(scratch);
+  if (scratch) cpu_free(scratch, p->scratch, host);
   dnnl_stream_destroy(s);
   return err;
 }
