@@ -40,6 +40,9 @@ for e = 1, epochs do
     T.data, T.fwd, T.loss, T.zero = T.data + t0 - t_data, T.fwd + t1 - t0, T.loss + t2 - t1, T.zero + t3 - t2
     T.bwd, T.step, T.item, T.acc = T.bwd + t4 - t3, T.step + t5 - t4, T.item + t6 - t5, T.acc + t7 - t6
     n = n + 1
+    -- as the training pipeline does (lua/ember/pipeline/train.lua, release_step)
+    for _, t in pairs(batch) do t:free() end
+    out:free(); loss:free()
     t_data = now()
   end
   local parts = {}

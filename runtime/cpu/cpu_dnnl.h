@@ -48,5 +48,10 @@ typedef struct cpu_dnnl_mat {
 } cpu_dnnl_mat;
 int cpu_dnnl_matmul(cpu_dnnl_mat c, cpu_dnnl_mat a, cpu_dnnl_mat b, int64_t M, int64_t N, int64_t K, float alpha,
                     float beta, int bf16);
+/* A Linear layer's forward in float32: y[M, N] = x[M, K] @ wt[K, N] + b (b: N floats, or
+ * NULL), then max(y, 0) when relu, in one primitive (the bias and the ReLU applied as the
+ * tiles of y are written: no pass over y of their own). */
+int cpu_dnnl_linear(cpu_dnnl_mat y, cpu_dnnl_mat x, cpu_dnnl_mat wt, const float *b, int relu, int64_t M, int64_t N,
+                    int64_t K);
 
 #endif

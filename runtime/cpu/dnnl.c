@@ -39,11 +39,16 @@ int cpu_dnnl_matmul(cpu_dnnl_mat c, cpu_dnnl_mat a, cpu_dnnl_mat b, int64_t M, i
                     float beta, int bf16) {
   return 1;
 }
+int cpu_dnnl_linear(cpu_dnnl_mat y, cpu_dnnl_mat x, cpu_dnnl_mat wt, const float *b, int relu, int64_t M, int64_t N,
+                    int64_t K) {
+  return 1;
+}
 
 #else
 
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#include "cpu_impl.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -221,18 +226,23 @@ static int plan_finish(plan *p) {
   return 0;
 }
 
-/* A primitive attribute with a user-managed scratchpad (and alpha, beta for matmul). */
-static dnnl_primitive_attr_t make_attr(float alpha, float beta) {
+/* A primitive attribute with a user-managed scratchpad (and alpha, beta for matmul, and a
+ * ReLU applied last: relu(alpha * a @ b + bias + beta * c)). */
+static dnnl_primitive_attr_t make_attr(float alpha, float beta, int relu) {
   dnnl_primitive_attr_t attr;
   if (dnnl_primitive_attr_create(&attr) != dnnl_success) return NULL;
   dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
   if (alpha != 1) dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha);
-  if (beta != 0) {
-    dnnl_post_ops_t po;
-    if (dnnl_post_ops_create(&po) == dnnl_success) {
-      dnnl_post_ops_append_sum(po, beta);
-      dnnl_primitive_attr_set_post_ops(attr, po);
-      dnnl_post_ops_destroy(po);
+  if (beta != 0 || relu) {
+    dnnl_post_ops_t po = NULL;
+    int bad = dnnl_post_ops_create(&po) != dnnl_success;
+    if (!bad && beta != 0) bad = dnnl_post_ops_append_sum(po, beta) != dnnl_success;
+    if (!bad && relu) bad = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f) != dnnl_success;
+    if (!bad) bad = dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success;
+    if (po) dnnl_post_ops_destroy(po);
+    if (bad) { /* a plan without the post-op would compute something else */
+      dnnl_primitive_attr_destroy(attr);
+      return NULL;
     }
   }
   return attr;
@@ -256,15 +266,19 @@ static int plan_run(const plan *p, void *const *ptrs) {
   dnnl_stream_t s;
   if (dnnl_stream_create(&s, engine, dnnl_stream_default_flags) != dnnl_success) return 1;
   dnnl_memory_t user[MAX_ARGS] = {0}, prim[MAX_ARGS] = {0}, scratch_mem = NULL;
+  /* buffers from the CPU backend's allocator: the same sizes come back every step, and its
+   * cache hands back the block the last call freed (glibc's large-chunk bins cost more) */
   void *bufs[MAX_ARGS] = {0}, *scratch = NULL;
+  size_t sizes[MAX_ARGS] = {0};
+  const em_device host = {EM_CPU, 0};
   dnnl_exec_arg_t args[MAX_ARGS + 1];
   int err = 0;
   for (int i = 0; i < p->nargs && !err; i++) {
     const plan_arg *a = &p->args[i];
     err = memory(&user[i], &a->user, ptrs[i]);
     if (!err && a->reorder) {
-      size_t bytes = dnnl_memory_desc_get_size(&a->prim);
-      err = !(bufs[i] = aligned_alloc(64, (bytes + 63) & ~(size_t)63)) || memory(&prim[i], &a->prim, bufs[i]);
+      sizes[i] = dnnl_memory_desc_get_size(&a->prim);
+      err = !(bufs[i] = cpu_alloc(sizes[i], host)) || memory(&prim[i], &a->prim, bufs[i]);
       if (!err && !a->output) err = exec2(a->reorder, s, user[i], prim[i]);
     }
     args[i].arg = a->arg;
@@ -273,7 +287,7 @@ static int plan_run(const plan *p, void *const *ptrs) {
   int n = p->nargs;
   if (!err && p->scratch) {
     const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(p->pd, dnnl_query_scratchpad_md, 0);
-    err = !(scratch = aligned_alloc(64, (p->scratch + 63) & ~(size_t)63)) || memory(&scratch_mem, smd, scratch);
+    err = !(scratch = cpu_alloc(p->scratch, host)) || memory(&scratch_mem, smd, scratch);
     args[n].arg = DNNL_ARG_SCRATCHPAD;
     args[n++].memory = scratch_mem;
   }
@@ -285,10 +299,10 @@ static int plan_run(const plan *p, void *const *ptrs) {
   for (int i = 0; i < p->nargs; i++) {
     if (user[i]) dnnl_memory_destroy(user[i]);
     if (prim[i]) dnnl_memory_destroy(prim[i]);
-    free(bufs[i]);
+    if (bufs[i]) cpu_free(bufs[i], sizes[i], host);
   }
   if (scratch_mem) dnnl_memory_destroy(scratch_mem);
-  free(scratch);
+  if (scratch) cpu_free(scratch, p->scratch, host);
   dnnl_stream_destroy(s);
   return err;
 }
@@ -394,7 +408,7 @@ typedef struct conv_ctx {
 static int make_conv_fwd(plan *p, const void *vctx) {
   const cpu_conv_shape *s = ((const conv_ctx *)vctx)->s;
   conv_descs d;
-  dnnl_primitive_attr_t attr = make_attr(1, 0);
+  dnnl_primitive_attr_t attr = make_attr(1, 0, 0);
   if (!attr || conv_describe(&d, s, p->key.bf16)) return 1;
   p->pd = conv_forward_pd(s, p->key.bf16, p->key.has_bias, attr);
   dnnl_primitive_attr_destroy(attr);
@@ -412,7 +426,7 @@ static int make_conv_bwd_data(plan *p, const void *vctx) {
   conv_descs d;
   dnnl_convolution_desc_t cd;
   const_dnnl_primitive_desc_t hint = conv_hint(s, p->key.bf16);
-  dnnl_primitive_attr_t attr = make_attr(1, 0);
+  dnnl_primitive_attr_t attr = make_attr(1, 0, 0);
   int bad = !hint || !attr || conv_describe(&d, s, p->key.bf16);
   if (!bad) {
     dnnl_memory_desc_t gy = p->key.bf16 ? d.px : d.py; /* the gradient of y, as low as x */
@@ -440,7 +454,7 @@ static int make_conv_bwd_weights(plan *p, const void *vctx) {
   conv_descs d;
   dnnl_convolution_desc_t cd;
   const_dnnl_primitive_desc_t hint = conv_hint(s, p->key.bf16);
-  dnnl_primitive_attr_t attr = make_attr(1, 0);
+  dnnl_primitive_attr_t attr = make_attr(1, 0, 0);
   int bad = !hint || !attr || conv_describe(&d, s, p->key.bf16);
   if (!bad) {
     int64_t yd[4] = {s->N, s->Co, s->OH, s->OW};
@@ -504,19 +518,21 @@ int cpu_dnnl_conv2d_backward_weights(float *gw, float *gb, const float *gy, cons
 typedef struct mm_ctx {
   int64_t M, N, K;
   cpu_dnnl_mat c, a, b;
+  int has_bias, relu;
 } mm_ctx;
 
 static int make_matmul(plan *p, const void *vctx) {
   const mm_ctx *m = vctx;
-  dnnl_dims_t ad = {m->M, m->K}, bd = {m->K, m->N}, cd = {m->M, m->N};
-  dnnl_dims_t as = {m->a.rs, m->a.cs}, bs = {m->b.rs, m->b.cs}, cs = {m->c.rs, m->c.cs};
-  dnnl_memory_desc_t a, b, c, pa, pb;
+  dnnl_dims_t ad = {m->M, m->K}, bd = {m->K, m->N}, cd = {m->M, m->N}, biasd = {1, m->N};
+  dnnl_dims_t as = {m->a.rs, m->a.cs}, bs = {m->b.rs, m->b.cs}, cs = {m->c.rs, m->c.cs}, biass = {m->N, 1};
+  dnnl_memory_desc_t a, b, c, bias, pa, pb;
   dnnl_matmul_desc_t md;
   dnnl_data_type_t lo = p->key.bf16 ? dnnl_bf16 : dnnl_f32;
-  dnnl_primitive_attr_t attr = make_attr(p->key.alpha, p->key.beta);
+  dnnl_primitive_attr_t attr = make_attr(p->key.alpha, p->key.beta, m->relu);
   int bad = !attr || dnnl_memory_desc_init_by_strides(&a, 2, ad, dnnl_f32, as) != dnnl_success ||
             dnnl_memory_desc_init_by_strides(&b, 2, bd, dnnl_f32, bs) != dnnl_success ||
-            dnnl_memory_desc_init_by_strides(&c, 2, cd, dnnl_f32, cs) != dnnl_success;
+            dnnl_memory_desc_init_by_strides(&c, 2, cd, dnnl_f32, cs) != dnnl_success ||
+            (m->has_bias && dnnl_memory_desc_init_by_strides(&bias, 2, biasd, dnnl_f32, biass) != dnnl_success);
   /* float32: the operands as they lie; bfloat16: rounded into the layout the kernel wants */
   if (!bad) {
     pa = a, pb = b;
@@ -525,24 +541,27 @@ static int make_matmul(plan *p, const void *vctx) {
     dnnl_format_tag_t at = m->a.rs == 1 && m->a.cs != 1 ? dnnl_ba : dnnl_ab;
     if (p->key.bf16) bad = desc_tag(&pa, 2, ad, lo, at) || desc_tag(&pb, 2, bd, lo, dnnl_format_tag_any);
   }
-  bad = bad || dnnl_matmul_desc_init(&md, &pa, &pb, NULL, &c) != dnnl_success ||
+  bad = bad || dnnl_matmul_desc_init(&md, &pa, &pb, m->has_bias ? &bias : NULL, &c) != dnnl_success ||
         dnnl_primitive_desc_create(&p->pd, &md, attr, engine, NULL) != dnnl_success;
   if (attr) dnnl_primitive_attr_destroy(attr);
   if (bad) return 1;
-  p->args[0] = (plan_arg){.arg = DNNL_ARG_SRC, .user = a};
-  p->args[1] = (plan_arg){.arg = DNNL_ARG_WEIGHTS, .user = b};
-  p->args[2] = (plan_arg){.arg = DNNL_ARG_DST, .output = 1, .user = c};
-  p->nargs = 3;
+  int n = 0;
+  p->args[n++] = (plan_arg){.arg = DNNL_ARG_SRC, .user = a};
+  p->args[n++] = (plan_arg){.arg = DNNL_ARG_WEIGHTS, .user = b};
+  if (m->has_bias) p->args[n++] = (plan_arg){.arg = DNNL_ARG_BIAS, .user = bias};
+  p->args[n++] = (plan_arg){.arg = DNNL_ARG_DST, .output = 1, .user = c};
+  p->nargs = n;
   return 0;
 }
 
-int cpu_dnnl_matmul(cpu_dnnl_mat c, cpu_dnnl_mat a, cpu_dnnl_mat b, int64_t M, int64_t N, int64_t K, float alpha,
-                    float beta, int bf16) {
+/* c = [relu](alpha * a @ b [+ bias] + beta * c) through a plan; 0 when computed. */
+static int matmul_call(cpu_dnnl_mat c, cpu_dnnl_mat a, cpu_dnnl_mat b, const float *bias, int relu, int64_t M,
+                       int64_t N, int64_t K, float alpha, float beta, int bf16) {
   if (!mode() || M <= 0 || N <= 0 || K <= 0) return 1;
   plan_key k;
   memset(&k, 0, sizeof k);
-  k.op = OP_MATMUL, k.bf16 = bf16, k.alpha = alpha, k.beta = beta;
-  const int64_t v[] = {M, N, K, a.rs, a.cs, b.rs, b.cs, c.rs, c.cs};
+  k.op = OP_MATMUL, k.bf16 = bf16, k.has_bias = bias != NULL, k.alpha = alpha, k.beta = beta;
+  const int64_t v[] = {M, N, K, a.rs, a.cs, b.rs, b.cs, c.rs, c.cs, relu};
   memcpy(k.v, v, sizeof v);
   /* float32 has OpenBLAS to fall back on: with the table full, a new shape would create
    * (JIT) its primitive on every call, so it is declined instead */
@@ -552,10 +571,20 @@ int cpu_dnnl_matmul(cpu_dnnl_mat c, cpu_dnnl_mat a, cpu_dnnl_mat b, int64_t M, i
     pthread_mutex_unlock(&plans_lock);
     if (full) return 1;
   }
-  mm_ctx m = {M, N, K, c, a, b};
+  mm_ctx m = {M, N, K, c, a, b, bias != NULL, relu};
   /* with the sum post-op the output is read too: it must go in as well as come out */
-  void *ptrs[3] = {a.ptr, b.ptr, c.ptr};
+  void *ptrs[4] = {a.ptr, b.ptr, bias ? (void *)bias : c.ptr, c.ptr};
   return plan_call(&k, make_matmul, &m, ptrs);
+}
+
+int cpu_dnnl_matmul(cpu_dnnl_mat c, cpu_dnnl_mat a, cpu_dnnl_mat b, int64_t M, int64_t N, int64_t K, float alpha,
+                    float beta, int bf16) {
+  return matmul_call(c, a, b, NULL, 0, M, N, K, alpha, beta, bf16);
+}
+
+int cpu_dnnl_linear(cpu_dnnl_mat y, cpu_dnnl_mat x, cpu_dnnl_mat wt, const float *b, int relu, int64_t M, int64_t N,
+                    int64_t K) {
+  return matmul_call(y, x, wt, b, relu != 0, M, N, K, 1, 0, 0);
 }
 
 #endif

@@ -312,6 +312,26 @@ static void test_large_block_reuse(void **state) {
   em_tensor_release(c);
 }
 
+/* So are blocks from 64 KiB (an MLP's activations, in 4 KiB steps): a freed one comes back
+ * for the next request that rounds to its size, even after a request of another size; blocks
+ * under 64 KiB stay with malloc. */
+static void test_mid_block_reuse(void **state) {
+  (void)state;
+  int64_t n = 32768, near = 32700, other = 50000; /* 128 KiB, the same 4 KiB step, 195 KiB */
+  em_tensor *a = NULL, *b = NULL, *c = NULL;
+  assert_int_equal(em_full(&a, 1, &n, 1.5, EM_FLOAT32, CPU), EM_OK);
+  void *pa = em_tensor_data(a);
+  em_tensor_release(a);
+  assert_int_equal(em_empty(&b, 1, &other, EM_FLOAT32, CPU), EM_OK);
+  assert_ptr_not_equal(em_tensor_data(b), pa);
+  assert_int_equal(em_full(&c, 1, &near, 2.5, EM_FLOAT32, CPU), EM_OK);
+  assert_ptr_equal(em_tensor_data(c), pa);
+  const float *v = em_tensor_data(c);
+  assert_true(v[0] == 2.5f && v[near - 1] == 2.5f);
+  em_tensor_release(b);
+  em_tensor_release(c);
+}
+
 static void test_as_strided_bounds(void **state) {
   (void)state;
   em_tensor *a = NULL, *v = NULL;
@@ -374,6 +394,7 @@ int main(void) {
       cmocka_unit_test(test_from_blob_and_free),
       cmocka_unit_test(test_as_strided_bounds),
       cmocka_unit_test(test_large_block_reuse),
+      cmocka_unit_test(test_mid_block_reuse),
       cmocka_unit_test(test_file_replace),
       cmocka_unit_test(test_clock_is_monotonic),
   };

@@ -12,6 +12,7 @@
 #include "cpu/cpu_impl.h"
 #include "cpu/cpu_seq.h"
 #include "autograd/autocast.h"
+#include "ember/autograd.h"
 #include "ember/nn.h"
 
 static uint64_t seed = 12345;
@@ -217,6 +218,65 @@ static void gemm_float32_routes_by_size(void **state) {
   cpu_dnnl_force_(-1);
 }
 
+/* Linear layers (and Linear + ReLU, em_nn_linear_relu) forward and backward, with oneDNN's
+ * fused bias and ReLU against OpenBLAS's GEMM, the bias added first and a ReLU pass: the
+ * Fashion-MNIST MLP's layers (784-256-128-10, batch 128: the last is small enough to stay on
+ * OpenBLAS either way), one of DLRM's (batch 128, 13 -> 512) and one without a bias, over an
+ * input with leading dims [2, 64] */
+static void linear_fused_matches_openblas(void **state) {
+  const struct {
+    int64_t rows, in, out;
+    int bias, relu, lead2; /* lead2: x is [2, rows / 2, in] */
+  } cases[] = {
+      {128, 784, 256, 1, 1, 0}, {128, 256, 128, 1, 1, 0}, {128, 128, 10, 1, 0, 0},
+      {128, 13, 512, 1, 1, 0},  {128, 784, 256, 0, 1, 1}, {128, 256, 128, 1, 0, 0},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    int64_t R = cases[c].rows, I = cases[c].in, O = cases[c].out;
+    em_tensor *x = random_tensor(cases[c].lead2 ? 3 : 2, cases[c].lead2 ? (int64_t[]){2, R / 2, I} : (int64_t[]){R, I});
+    em_tensor *w = random_tensor(2, (int64_t[]){O, I}), *b = cases[c].bias ? random_tensor(1, (int64_t[]){O}) : NULL;
+    em_tensor *gy = random_tensor(cases[c].lead2 ? 3 : 2, cases[c].lead2 ? (int64_t[]){2, R / 2, O} : (int64_t[]){R, O});
+    em_tensor *leaves[3] = {x, w, b}, *r[2][4];
+    for (int i = 0; i < 2; i++) {
+      cpu_dnnl_force_(i == 0 ? 0 : -1);
+      for (int k = 0; k < 3; k++)
+        if (leaves[k]) assert_int_equal(em_requires_grad_(leaves[k], 1), EM_OK);
+      int64_t before = cpu_dnnl_runs_();
+      em_tensor *y = NULL;
+      em_status st = cases[c].relu ? em_nn_linear_relu(&y, x, w, b) : em_nn_linear(&y, x, w, b);
+      assert_int_equal(st, EM_OK);
+      int64_t fwd_runs = cpu_dnnl_runs_() - before;
+      if (i == 0) assert_int_equal(fwd_runs, 0); /* the reference did not use oneDNN */
+      else assert_int_equal(fwd_runs, cpu_dnnl_gemm_wanted(R, O, I)); /* one primitive: GEMM, bias, ReLU */
+      assert_string_equal(em_grad_fn_name(y), cases[c].relu ? "LinearReluBackward" : "LinearBackward");
+      assert_int_equal(em_backward(y, gy, 0), EM_OK);
+      r[i][0] = y;
+      for (int k = 0; k < 3; k++) {
+        r[i][k + 1] = leaves[k] ? em_grad(leaves[k]) : NULL;
+        if (leaves[k]) assert_int_equal(em_set_grad(leaves[k], NULL), EM_OK); /* the next run starts afresh */
+      }
+    }
+    for (int k = 0; k < 4; k++) {
+      if (!r[0][k]) continue;
+      double e = rel_diff(r[1][k], r[0][k]);
+      if (!(e < 1e-5))
+        fail_msg("linear %lld -> %lld (relu %d) output %d: oneDNN and OpenBLAS differ by %g (relative)", (long long)I,
+                 (long long)O, cases[c].relu, k, e);
+    }
+    if (cases[c].relu) { /* the ReLU did cut: some outputs are 0, their gradients did not pass */
+      const float *y = (const float *)em_tensor_ptr(r[1][0]);
+      int64_t zeros = 0;
+      for (int64_t i = 0; i < R * O; i++) zeros += y[i] == 0;
+      assert_true(zeros > R * O / 4 && zeros < R * O * 3 / 4);
+    }
+    for (int i = 0; i < 2; i++)
+      for (int k = 0; k < 4; k++) em_tensor_release(r[i][k]);
+    em_tensor *all[] = {x, w, b, gy};
+    for (int k = 0; k < 4; k++) em_tensor_release(all[k]);
+  }
+  cpu_dnnl_force_(-1);
+}
+
 /* char-rnn's LSTM layer (batch 50, 128 units: the recurrent GEMMs reach oneDNN) forward and
  * backward, against the same kernels on OpenBLAS alone; and under bfloat16 autocast (the
  * products over all steps in bfloat16), within bfloat16's rounding of the float32 results */
@@ -298,6 +358,7 @@ int main(void) {
       cmocka_unit_test(forced_off_uses_the_fallback),
       cmocka_unit_test(gemm_float32_routes_by_size),
       cmocka_unit_test(lstm_float32_matches_openblas),
+      cmocka_unit_test(linear_fused_matches_openblas),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -276,6 +276,24 @@ return { name = 'samples', init = function() return { n = 0 } end,
     assert.near(2 * ember.nn.functional.cross_entropy(out, y):item(), t:loss(out, y):item(), 1e-6)
   end)
 
+  it('leaves each batch and output alone when a custom metric may keep them', function()
+    -- (with only its own model, loss and metrics the job hands them back as each step ends)
+    local dir = tmpdir()
+    write(dir .. '/keep.lua', [[
+return { name = 'kept_readable', init = function() return { kept = {} } end,
+  update = function(s, out, y, batch) s.kept[#s.kept + 1] = batch.x; s.kept[#s.kept + 1] = out end,
+  result = function(s)
+    local ok = 0
+    for _, t in ipairs(s.kept) do if pcall(function() return t:sum():item() end) then ok = ok + 1 end end
+    return ok / #s.kept
+  end }
+]])
+    local r = run_file(task_file(dir, '{kind: classification, metrics: [accuracy, {file: keep.lua}]}',
+      '[{linear: [4, 2]}, {relu: }, {linear: [2, 2]}]', 'classes', { epochs = 2 }))
+    assert.equal(1, r.train_kept_readable)
+    assert.equal(1, r.test_kept_readable)
+  end)
+
   it('reads the batch fields the task names', function()
     local dir = tmpdir()
     write(dir .. '/two.lua', [[

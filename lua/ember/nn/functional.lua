@@ -55,6 +55,15 @@ function F.linear(x, w, b)
   return new_tensor(C.em_nn_linear(box, x, w, opt_tensor('linear', b, 'bias')))
 end
 
+-- linear_relu(x, weight [, bias]): relu(x @ weight^T + bias) as one op (what nn.Sequential
+-- runs for a Linear followed by a ReLU): on the CPU in float32, one oneDNN matmul that adds
+-- the bias and applies the ReLU as it writes, where oneDNN is faster for the size.
+function F.linear_relu(x, w, b)
+  need_tensor('linear_relu', x, 1)
+  need_tensor('linear_relu', w, 2)
+  return new_tensor(C.em_nn_linear_relu(box, x, w, opt_tensor('linear_relu', b, 'bias')))
+end
+
 local CONV = option_set('stride', 'padding', 'dilation', 'groups')
 -- conv2d(x, weight [, bias] [, {stride = 1, padding = 0, dilation = 1, groups = 1}]):
 -- x [N, C, H, W] or [C, H, W]; weight [C_out, C / groups, kH, kW].

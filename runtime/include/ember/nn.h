@@ -21,6 +21,10 @@ typedef enum em_bag_mode { EM_BAG_SUM = 0, EM_BAG_MEAN, EM_BAG_MAX } em_bag_mode
 
 /* y = x @ w^T + b; x [..., in], w [out, in], b [out] or NULL */
 EM_API em_status em_nn_linear(em_tensor **out, const em_tensor *x, const em_tensor *w, const em_tensor *b);
+/* y = relu(x @ w^T + b), one op (nn.Sequential runs a Linear and the ReLU after it so): on
+ * the CPU in float32 one oneDNN matmul with the bias and the ReLU fused where oneDNN is
+ * faster for the size; its backward keeps the gradient where y > 0, then runs linear's */
+EM_API em_status em_nn_linear_relu(em_tensor **out, const em_tensor *x, const em_tensor *w, const em_tensor *b);
 
 /* x [N, C, H, W] (or [C, H, W]), w [C_out, C / groups, kH, kW], b [C_out] or NULL */
 EM_API em_status em_nn_conv2d(em_tensor **out, const em_tensor *x, const em_tensor *w, const em_tensor *b, int stride_h,
