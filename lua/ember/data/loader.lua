@@ -465,10 +465,11 @@ function Loader:_local_source_epoch(e, plan, items, generation)
       local status = C.em_source_batch(out, src, ids + it[1], it[2], 1, aug, self.seed, e, skip_bad, skipped, times)
       st.wait_s = st.wait_s + progress.now() - t0
       if status ~= 0 then I.raise() end
-      -- one collector nudge for the batch (wrap), the other two tensors owned directly
-      local x = wrap(out)
-      local y = out[1] ~= nil and gc(out[1], release) or nil
-      local idt = gc(out[2], release)
+      -- one collector nudge for the batch (wrap), the other two tensors owned directly (as
+      -- wrap does: a tensor is the struct a pointer refers to, which numbers index as a tensor)
+      local x = wrap(out[0])
+      local y = out[1] ~= nil and gc(out[1][0], release) or nil
+      local idt = gc(out[2][0], release)
       out[0], out[1], out[2] = nil, nil, nil
       st.read_s, st.decode_s = st.read_s + times.read, st.decode_s + times.decode
       st.transform_s = st.transform_s + times.transform
