@@ -524,6 +524,7 @@ static int drain_rings(em_loader *l) {
  * (three a batch, one of them the reader's), and none of them the reader's. */
 #define RING_POLL_MIN_US 10
 #define RING_POLL_MAX_US 200
+#define RING_ZMQ_EVERY_S 200e-6
 static long ring_pause_ns(const dp_coord *c) {
   double us = c->notice_gap * 0.5e6;
   if (!(us >= RING_POLL_MIN_US)) us = RING_POLL_MIN_US;
@@ -720,13 +721,21 @@ void *dp_coordinator_main(void *arg) {
   dp_coord *c = &l->c;
   dp_host_identity(c->host, c->boot_id);
   prctl(PR_SET_TIMERSLACK, 1000UL); /* the ring's short pauses: 1 us late, not the default 50 */
-  double last_tick = 0;
+  double last_tick = 0, last_poll = 0;
   for (;;) {
     zmq_pollitem_t items[3] = {
         {c->router, 0, ZMQ_POLLIN, 0}, {NULL, l->efd, ZMQ_POLLIN, 0}, {c->zap, 0, ZMQ_POLLIN, 0}};
-    int n = c->zap ? 3 : 2, polling = rings_busy(c);
-    int ready = zmq_poll(items, n, polling ? 0 : (long)(TICK_S * 1000));
-    if (ready < 0 && zmq_errno() == ETERM) break;
+    int n = c->zap ? 3 : 2, polling = rings_busy(c), ready = 0;
+    /* While notices come through the rings, the sockets are polled every RING_ZMQ_EVERY_S,
+     * not every turn: a poll is a system call or two (libzmq asks getpid), about one a batch
+     * at batch 128, and what ZeroMQ carries meanwhile is rare (heartbeats; a batch when a
+     * ring is full). Messages already queued are still received every turn below. */
+    double t = em_clock_monotonic();
+    if (!(polling && t - c->last_notice < RING_ZMQ_EVERY_S && t - last_poll < RING_ZMQ_EVERY_S)) {
+      ready = zmq_poll(items, n, polling ? 0 : (long)(TICK_S * 1000));
+      if (ready < 0 && zmq_errno() == ETERM) break;
+      last_poll = t;
+    }
     if (items[1].revents & ZMQ_POLLIN) {
       uint64_t v;
       ssize_t r = read(l->efd, &v, sizeof v);
