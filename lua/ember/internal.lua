@@ -220,8 +220,9 @@ local GC_NUDGE_MIN = 16 * 1024 * 1024
 local last_allocated = 0
 local function nudge_gc()
   local now = tonumber(C.em_memory_allocated())
-  local step = math.max(GC_NUDGE_MIN, collectgarbage('count') * 1024 * 8)
-  if now - last_allocated > step then
+  -- the heap's size is asked only past the minimum step: collectgarbage is a call compiled
+  -- code cannot make, and asking on every tensor broke each caller's trace in two
+  if now - last_allocated > GC_NUDGE_MIN and now - last_allocated > collectgarbage('count') * 1024 * 8 then
     collectgarbage('collect')
     last_allocated = tonumber(C.em_memory_allocated())
   elseif now < last_allocated then

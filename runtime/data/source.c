@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include "data/pipeline/wire.h"
 #include "ember/data.h"
+#include "data_impl.h"
 #include "formats.h"
 
 #define OP "source"
@@ -51,6 +52,7 @@ struct em_source {
   uint8_t *buf;
   size_t cap;
   dp_jpeg *jpeg;
+  dp_pool *pool; /* em_source_batch's tensors (made on first use) */
 };
 
 /* ---------------------------------------------------------------- helpers */
@@ -453,6 +455,7 @@ void em_source_free(em_source *s) {
   free(s->file_labels);
   free(s->buf);
   dp_jpeg_free(s->jpeg);
+  dp_pool_close(s->pool);
   free(s);
 }
 
@@ -605,6 +608,46 @@ em_status em_source_fill(em_source *s, const int64_t *ids, int64_t n, int64_t ba
     else times->read += rest > 0 ? rest : 0;
   }
   if (bad) em_set_error(EM_ERR_FORMAT, "%s", first_bad); /* for the caller's log; the status is EM_OK */
+  return EM_OK;
+}
+
+/* The kept rows of t (rows 0..kept), in a tensor of their own: a batch with records skipped
+ * owns exactly what it holds. */
+static em_status keep_rows(em_tensor **t, int64_t kept) {
+  if (!*t || em_tensor_size(*t, 0) == kept) return EM_OK;
+  em_tensor *v = NULL, *c = NULL;
+  em_status st = em_narrow(&v, *t, 0, 0, kept);
+  if (!st) st = em_clone(&c, v);
+  em_tensor_release(v);
+  if (st) return st;
+  em_tensor_release(*t);
+  *t = c;
+  return EM_OK;
+}
+
+em_status em_source_batch(em_tensor **out, em_source *s, const int64_t *ids, int64_t n, int64_t base,
+                          const em_augment *aug, uint64_t seed, uint64_t epoch, int skip_bad, int64_t *skipped,
+                          em_stage_times *times) {
+  if (!out || out[0] || out[1] || out[2])
+    return em_set_error(EM_ERR_ARGUMENT, OP ": batch: out must point to 3 NULL tensors (x, y, ids)");
+  em_tensor_desc d[2];
+  int nd = em_source_describe(s, aug, n, d);
+  if (nd < 0) return em_last_status();
+  if (!s->pool) s->pool = dp_pool_new(); /* without one (out of memory), em_empty */
+  em_tensor *t[3] = {NULL, NULL, NULL};
+  em_status st = dp_pool_empty(s->pool, &t[0], d[0].ndim, d[0].sizes, (em_dtype)d[0].dtype);
+  if (!st && nd == 2) st = dp_pool_empty(s->pool, &t[1], 1, d[1].sizes, EM_INT64);
+  if (!st) st = dp_pool_empty(s->pool, &t[2], 1, &n, EM_INT64);
+  int64_t kept = 0;
+  if (!st)
+    st = em_source_fill(s, ids, n, base, aug, seed, epoch, t[0], t[1], skip_bad, &kept, em_tensor_data(t[2]), skipped,
+                        times);
+  for (int i = 0; i < 3 && !st && kept < n; i++) st = keep_rows(&t[i], kept);
+  if (st) {
+    for (int i = 0; i < 3; i++) em_tensor_release(t[i]);
+    return st;
+  }
+  for (int i = 0; i < 3; i++) out[i] = t[i];
   return EM_OK;
 }
 

@@ -401,6 +401,52 @@ describe('ember.data.ReaderLoader', function()
     assert.is_false(intact(few[1]))
   end)
 
+  it('in process, uses the memory of dropped batches again, never that of kept ones', function()
+    local ffi = require 'ffi'
+    local dir = F.tmpdir()
+    local spec = F.npy_images(dir, 64, 8, 8)
+    local l = loader { dataset = spec, batch_size = 4, shuffle = true, seed = 5 }
+    local function intact(b)   -- the pixels and labels F.npy_images wrote for each id
+      local p, ids, y = ffi.cast('uint8_t *', b.x:data_ptr()), b.ids, b.y
+      for k = 0, ids:numel() - 1 do
+        local i = ids[k + 1]:item() - 1
+        if y[k + 1]:item() ~= i % 10 + 1 then return false end
+        for r = 0, 7 do
+          for c = 0, 7 do
+            if p[(k * 8 + r) * 8 + c] ~= (7 * i + 3 * r + c) % 256 then return false end
+          end
+        end
+      end
+      return true
+    end
+    -- keep one batch in ten; the others are collected and their memory filled again many
+    -- times over while the kept ones must not change
+    local few, seen, addr = {}, {}, {}
+    local reused = 0
+    for e = 1, 40 do
+      local k = 0
+      for b in l:epoch(e) do
+        assert.is_true(intact(b))
+        k = k + 1
+        local a = tonumber(ffi.cast('uintptr_t', b.x:data_ptr()))
+        if seen[a] then reused = reused + 1 end
+        seen[a] = true
+        if k == 1 and e % 10 == 1 then few[#few + 1] = b addr[#addr + 1] = a end
+      end
+      collectgarbage()
+      for _, b in ipairs(few) do assert.is_true(intact(b)) end
+    end
+    assert.equal(40 * 16, l:stats().batches)
+    assert.is_true(reused > 500, 'batches in memory used before: ' .. reused)
+    -- the kept batches' memory was never handed out again while they lived
+    for i, b in ipairs(few) do assert.equal(addr[i], tonumber(ffi.cast('uintptr_t', b.x:data_ptr()))) end
+    -- and they outlive the loader
+    l:close()
+    l = nil
+    collectgarbage()
+    for _, b in ipairs(few) do assert.is_true(intact(b)) end
+  end)
+
   it('sends everything through ZeroMQ when shared memory is off, exactly once', function()
     local dir = F.tmpdir()
     local spec = F.npy_images(dir, 64, 8, 8)

@@ -313,14 +313,25 @@ end
 -- Which items of the current epoch were delivered. O(1) per batch; state() turns it into
 -- position (the first position not delivered) and done ({position, count} runs delivered
 -- after it, which only the arrival order leaves).
+-- The loop runs only when items came out of turn (order = 'arrival'): in the planned order
+-- the next item is never done yet, and a loop taken once per batch kept LuaJIT from
+-- compiling the consumer's loop around it.
+local function past_done(done, nu, last)
+  while nu <= last and done[nu] do nu = nu + 1 end
+  return nu
+end
+
 function Loader:_mark(k)
   local it = self._items_list
   if not it then return end
-  self._done_items[k] = true
-  while self._next_undone <= #it and self._done_items[self._next_undone] do
-    self._next_undone = self._next_undone + 1
-  end
-  if self._next_undone > #it then
+  local done = self._done_items
+  done[k] = true
+  local nu = self._next_undone
+  if k ~= nu then return end
+  nu = nu + 1
+  if done[nu] then nu = past_done(done, nu, #it) end
+  self._next_undone = nu
+  if nu > #it then
     self._epoch, self._position, self._done = self._cur_epoch + 1, 0, nil
     self._items_list = nil
   end
@@ -430,62 +441,62 @@ local function cpu_empty(ndim, sizes, dtype)
   return t
 end
 
--- A built-in source in this process: em_source_fill straight into the batch's tensors,
--- its kept ids into the ids tensor; no job table, closure or copy per batch (the general
--- path below cost about a third of a raw 128-sample batch on top of the gather).
+-- A built-in source in this process: one C call per batch (em_source_batch) makes the
+-- batch's tensors, fills them and writes the kept ids, with no job table, closure or copy.
+-- Nothing in this loop stops LuaJIT from compiling it (em_empty takes its device by value,
+-- which compiled code cannot pass: making the tensors here kept the whole loop in the
+-- interpreter, a third of a raw 128-sample batch's time).
 function Loader:_local_source_epoch(e, plan, items, generation)
   local producer, src = self.producer, self.producer.source.src
-  local aug, times, kept, skipped = producer.aug, producer.times, producer.kept, producer.skipped
+  local aug, times, skipped = producer.aug, producer.times, producer.skipped
   local ids = plan:data_ptr()
   local st = self.stats_local
-  local descs = ffi.new('em_tensor_desc[2]')
-  local names = {}
-  local k = 0
-  local empty = cpu_empty
-  return function()
-    local _ = plan   -- the ids pointer above points into it: keep it alive with the iterator
-    while true do
-      if self._generation ~= generation then return nil end
-      k = k + 1
-      local it = items[k]
-      if not it then return nil end
-      local n = it[2]
-      local nd = C.em_source_describe(src, aug, n, descs)
-      if nd < 0 then I.raise() end
-      local x = empty(descs[0].ndim, descs[0].sizes, descs[0].dtype)
-      local y = nd > 1 and empty(descs[1].ndim, descs[1].sizes, descs[1].dtype) or nil
-      local idt = empty(1, descs[0].sizes, C.EM_INT64)   -- sizes[0] is n
-      ffi.fill(times, ffi.sizeof('em_stage_times'))
-      skipped[0] = 0
-      local t0 = progress.now()
-      if C.em_source_fill(src, ids + it[1], n, 1, aug, self.seed, e, x, y, self.skip_bad and 1 or 0, kept,
-          ffi.cast('int64_t *', C.em_tensor_data(idt)), skipped, times) ~= 0 then
-        I.raise()
-      end
-      st.read_s, st.decode_s = st.read_s + times.read, st.decode_s + times.decode
-      st.transform_s = st.transform_s + times.transform
-      st.skipped = st.skipped + skipped[0]
-      st.wait_s = st.wait_s + progress.now() - t0
-      self:_mark(k)
-      local nk = tonumber(kept[0])
-      if nk > 0 then
-        if not names[0] then
-          for i = 0, nd - 1 do names[i] = ffi.string(descs[i].name) end
-        end
-        local batch = {}
-        if nk < n then   -- bad records skipped: the kept rows, in fresh tensors of their own
-          x = x:narrow(1, 1, nk):contiguous()
-          y = y and y:narrow(1, 1, nk):contiguous()
-          idt = idt:narrow(1, 1, nk):contiguous()
-        end
-        batch[names[0]] = x
-        if y then batch[names[1]] = y end
-        batch.ids = idt
-        st.batches, st.samples = st.batches + 1, st.samples + nk
-        return batch
-      end
-    end
+  local out = ffi.new('em_tensor *[3]')
+  local x_name, y_name
+  do
+    local descs = ffi.new('em_tensor_desc[2]')
+    local nd = C.em_source_describe(src, aug, 0, descs)
+    if nd < 0 then I.raise() end
+    x_name = ffi.string(descs[0].name)
+    y_name = nd > 1 and ffi.string(descs[1].name) or nil
   end
+  local skip_bad = self.skip_bad and 1 or 0
+  local gc, release = ffi.gc, C.em_tensor_release
+  local k = 0
+  -- One item per call, no loop: a loop left after one turn kept LuaJIT from compiling the
+  -- consumer's own loop; an item whose records were all skipped goes on to the next by a
+  -- tail call.
+  local step
+  step = function()
+    local _ = plan   -- the ids pointer above points into it: keep it alive with the iterator
+    if self._generation ~= generation then return nil end
+    k = k + 1
+    local it = items[k]
+    if not it then return nil end
+    ffi.fill(times, ffi.sizeof('em_stage_times'))
+    skipped[0] = 0
+    local t0 = progress.now()
+    local status = C.em_source_batch(out, src, ids + it[1], it[2], 1, aug, self.seed, e, skip_bad, skipped, times)
+    st.wait_s = st.wait_s + progress.now() - t0
+    if status ~= 0 then I.raise() end
+    -- one collector nudge for the batch (wrap), the other two tensors owned directly (as
+    -- wrap does: a tensor is the struct a pointer refers to, which numbers index as a tensor)
+    local x = wrap(out[0])
+    local y = out[1] ~= nil and gc(out[1][0], release) or nil
+    local idt = gc(out[2][0], release)
+    out[0], out[1], out[2] = nil, nil, nil
+    st.read_s, st.decode_s = st.read_s + times.read, st.decode_s + times.decode
+    st.transform_s = st.transform_s + times.transform
+    st.skipped = st.skipped + skipped[0]
+    self:_mark(k)
+    local nk = idt:numel()
+    if nk == 0 then return step() end
+    local batch = { [x_name] = x, ids = idt }
+    if y_name then batch[y_name] = y end
+    st.batches, st.samples = st.batches + 1, st.samples + nk
+    return batch
+  end
+  return step
 end
 
 -- In this process: the same producer a reader runs, one batch per call.

@@ -163,6 +163,13 @@ EM_API int em_source_describe(em_source *s, const em_augment *aug, int64_t rows,
 EM_API em_status em_source_fill(em_source *s, const int64_t *ids, int64_t n, int64_t base, const em_augment *aug,
                                 uint64_t seed, uint64_t epoch, em_tensor *x, em_tensor *y, int skip_bad, int64_t *kept,
                                 int64_t *kept_ids, int64_t *skipped, em_stage_times *times);
+/* One batch in new tensors, in one call (what an in-process loader does per batch): out[0]
+ * x and out[1] y as em_source_describe says (y NULL without labels), out[2] the kept ids
+ * (int64 [kept], as given). Filled as em_source_fill fills them; with skip_bad the tensors
+ * hold only the kept rows (all three may have 0 rows). out: room for 3 tensors, all NULL. */
+EM_API em_status em_source_batch(em_tensor **out, em_source *s, const int64_t *ids, int64_t n, int64_t base,
+                                 const em_augment *aug, uint64_t seed, uint64_t epoch, int skip_bad, int64_t *skipped,
+                                 em_stage_times *times);
 /* One sample as tensors (x as the augmentation leaves it; *y may stay NULL without labels). */
 EM_API em_status em_source_get(em_source *s, int64_t index, int64_t base, const em_augment *aug, em_sample_rng *rng,
                                em_tensor **x, em_tensor **y);
