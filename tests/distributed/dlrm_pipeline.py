@@ -3,7 +3,8 @@
 `distributed: {embeddings: sharded}` (model-parallel tables, the MLPs data-parallel): under
 `ember launch -n 2` (with and without shared memory) its metrics equal the replicated run's
 and one process's on the global batch (the same test loss and ROC AUC after the same steps);
-and it refuses what it cannot do (checkpoints, a model file that ignores the option).
+its checkpoints (a file per rank and a manifest) resume to the numbers of an unbroken run and
+are refused at another rank count; and it refuses a key it does not know.
 Exits 77 (skipped) without mpirun."""
 import json
 import os
@@ -57,9 +58,35 @@ for name, r in runs.items():
         if abs(r["train_loss"] - rep["train_loss"]) > 1e-5:
             failures.append(f"{name}: train_loss {r['train_loss']:.7f}, replicated {rep['train_loss']:.7f}")
 
-code, out, err = run(["launch", "-n", "2", "run", *COMMON, "distributed.embeddings=sharded", "checkpoint.dir=/tmp/x"])
-if code == 0 or "sharded tables are not checkpointed yet" not in err + out:
-    failures.append(f"sharded with checkpoint.dir: exit {code}, expected a refusal\n{err[-1000:]}")
+# Sharded checkpoints: one file per rank and a manifest. A run stopped after epoch 1 and
+# resumed ends with exactly the numbers of an unbroken 2-epoch run; another number of
+# ranks, or a run without sharded tables, is refused with the reason.
+import tempfile
+ck = tempfile.mkdtemp(prefix="ember-sharded-ck-")
+SH = ["launch", "-n", "2", "--threads", "1", "run", *COMMON, "epochs=2", "distributed.embeddings=sharded"]
+whole = result("sharded, 2 epochs", [*SH, f"checkpoint.dir={ck}/whole"])
+result("sharded, stopped after epoch 1", [*SH, f"checkpoint.dir={ck}/broken", "stop_after_epoch=1"])
+resumed = result("sharded, resumed", [*SH, f"checkpoint.dir={ck}/broken", "resume=true"])
+if whole and resumed:
+    for key in ("train_loss", "test_loss", "test_roc_auc"):
+        if whole[key] != resumed[key]:
+            failures.append(f"sharded resume: {key} {resumed[key]!r}, the unbroken run {whole[key]!r}")
+    if not resumed.get("checkpoint", "").endswith("epoch-0002.shards"):
+        failures.append(f"sharded resume: the result names {resumed.get('checkpoint')}, expected the manifest")
+files = sorted(os.listdir(f"{ck}/broken"))
+want = ["epoch-0001.rank0-of-2.safetensors", "epoch-0001.rank1-of-2.safetensors", "epoch-0001.shards",
+        "epoch-0002.rank0-of-2.safetensors", "epoch-0002.rank1-of-2.safetensors", "epoch-0002.shards", "latest"]
+if files != want:
+    failures.append(f"sharded checkpoint files: {files}, expected {want}")
+code, out, err = run(["launch", "-n", "3", "--threads", "1", "run", *COMMON, "epochs=3",
+                      "distributed.embeddings=sharded", f"checkpoint.dir={ck}/broken", "resume=true"])
+if code == 0 or "sharded over 2 ranks; this run has 3: resume it with 2 ranks" not in err + out:
+    failures.append(f"sharded resume at 3 ranks: exit {code}, expected a refusal naming both counts\n{err[-1000:]}")
+code, out, err = run(["launch", "-n", "2", "--threads", "1", "run", *COMMON, "epochs=3",
+                      f"checkpoint.dir={ck}/broken", "resume=true"])
+if code == 0 or "holds model-parallel tables, this run does not" not in err + out:
+    failures.append(f"replicated resume of a sharded checkpoint: exit {code}, expected a refusal\n{err[-1000:]}")
+shutil.rmtree(ck, ignore_errors=True)
 code, out, err = run(["run", *COMMON, "distributed.embeddings=typo"])
 if code == 0 or "distributed.embeddings" not in err:
     failures.append(f"distributed.embeddings=typo: exit {code}, expected an error naming the key\n{err[-1000:]}")

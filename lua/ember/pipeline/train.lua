@@ -256,9 +256,6 @@ function M.run(cfg, ctx)
       S.fail(ctx, 'distributed.embeddings', 'sharded needs a model file that takes args.embeddings ' ..
         "(as examples/dlrm.lua), not a list of layers")
     end
-    if cfg.checkpoint.dir or cfg.resume then
-      S.fail(ctx, 'distributed.embeddings', 'sharded tables are not checkpointed yet: drop checkpoint.dir and resume')
-    end
     cfg.model.args.embeddings = 'sharded'
   end
   local model = model_spec.build(cfg.model)
@@ -286,7 +283,13 @@ function M.run(cfg, ctx)
     if not resume_from then ctx.log('resume: no checkpoint in %s yet, starting from epoch 1', ckpt_dir) end
   end
   if resume_from then
-    local ck = checkpoint.load(resume_from)
+    -- a sharded run's manifest: each rank reads its own file (the same world size only)
+    local ck = checkpoint.load(resume_from, { rank = rank, world = world_size })
+    if sharded ~= (ck.state.shard ~= nil) then
+      S.fail(ctx, 'resume', string.format("'%s' %s model-parallel tables, this run %s", resume_from,
+        ck.state.shard and 'holds' or 'has no', sharded and 'shards them (distributed.embeddings: sharded)' or
+        'does not (distributed.embeddings: replicated)'))
+    end
     model:load_state_dict(ck.model)
     opt:load_state_dict(ck.optim.tensors or {}, ck.optim.meta or {})
     local st = ck.state
@@ -420,14 +423,23 @@ function M.run(cfg, ctx)
       tb:flush()
     end
     if steps_file then steps_file:flush() end
-    if ckpt_dir and is_main then
+    -- one file when every rank holds the same model; with sharded tables, every rank its own
+    -- (its tables, optimizer and loader state), then rank 0 the manifest once all are written
+    if ckpt_dir and (is_main or sharded) then
       local rng = ember.get_rng_state()
       local opt_tensors, opt_meta = opt:state_dict()
-      checkpoint.save(ckpt_dir, epoch, {
+      local parts = {
         model = model:state_dict(), optim = { tensors = opt_tensors, meta = opt_meta },
         state = { epoch = epoch, step = step, loader = loader:state(), metrics = m, model = model_ref,
           rng = { seed = u64_text(rng.seed), offset = u64_text(rng.offset) } },
-      }, { keep = cfg.checkpoint.keep })
+      }
+      if sharded then
+        checkpoint.save_shard(ckpt_dir, epoch, rank, world_size, parts)
+        ember.dist.barrier()
+        if is_main then checkpoint.commit_shards(ckpt_dir, epoch, world_size, { keep = cfg.checkpoint.keep }) end
+      else
+        checkpoint.save(ckpt_dir, epoch, parts, { keep = cfg.checkpoint.keep })
+      end
     end
     last = m
   end
@@ -446,7 +458,8 @@ function M.run(cfg, ctx)
     epochs = last.epoch or 0, epochs_this_run = epochs_run,
     seconds = progress.now() - t_start,
     threads = tonumber(ember.C.em_get_num_threads()),
-    checkpoint = ckpt_dir and last.epoch and (ckpt_dir .. '/' .. checkpoint.file_name(last.epoch)) or nil,
+    checkpoint = ckpt_dir and last.epoch and (ckpt_dir .. '/' .. (sharded and checkpoint.manifest_name(last.epoch) or
+      checkpoint.file_name(last.epoch))) or nil,
   }
   for k, v in pairs(last) do   -- the last epoch's metrics
     if type(v) == 'number' and (k:match('^train_') or k:match('^val_') or k:match('^test_')) and
