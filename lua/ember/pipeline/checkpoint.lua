@@ -69,7 +69,9 @@ local function unflatten(x, tensors)
 end
 
 function M.file_name(epoch) return string.format('epoch-%04d.safetensors', epoch) end
-function M.shard_name(epoch, rank, world) return string.format('epoch-%04d.rank%d-of-%d.safetensors', epoch, rank, world) end
+function M.shard_name(epoch, rank, world)
+  return string.format('epoch-%04d.rank%d-of-%d.safetensors', epoch, rank, world)
+end
 function M.manifest_name(epoch) return string.format('epoch-%04d.shards', epoch) end
 
 local function write_file(path, parts)
