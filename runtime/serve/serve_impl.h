@@ -141,6 +141,8 @@ typedef struct sv_model {
   int n_history;
   sv_version history[SV_VERSIONS_KEPT];
   int64_t max_delay_us, max_queue;
+  em_serve_policy policy; /* when a batch that is neither full nor due closes (queue.c) */
+  int idle; /* workers waiting in em_serve_next / em_serve_next_batch, under lock */
   pthread_mutex_t lock;
   pthread_cond_t cond; /* a request arrived, or shutdown */
   sv_request *head, *tail;

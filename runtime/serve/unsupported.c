@@ -27,6 +27,10 @@ em_status em_serve_add_output(em_serve *s, int model, const char *name, em_dtype
   (void)s, (void)model, (void)name, (void)dtype;
   return missing("em_serve_add_output");
 }
+em_status em_serve_model_policy(em_serve *s, int model, em_serve_policy policy) {
+  (void)s, (void)model, (void)policy;
+  return missing("em_serve_model_policy");
+}
 em_status em_serve_model_ready(em_serve *s, int model) {
   (void)s, (void)model;
   return missing("em_serve_model_ready");

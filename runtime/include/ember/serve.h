@@ -60,6 +60,13 @@ EM_API em_status em_serve_add_input(em_serve *s, int model, const char *name, em
                                     const int64_t *shape);
 /* The output's per-instance shape is what the model produces; its dtype is converted to dtype. */
 EM_API em_status em_serve_add_output(em_serve *s, int model, const char *name, em_dtype dtype);
+/* When a batch that is neither full nor due closes. DEADLINE: only when its oldest request has
+ * waited max_delay_us. SPARE (work-conserving): also at once while more than one worker of the
+ * model waits for work, so a lone request at light load does not wait the whole delay while
+ * another worker sits idle; with one worker free the delay bounds the wait as under DEADLINE.
+ * A full batch always closes at once. The default is DEADLINE. */
+typedef enum em_serve_policy { EM_SERVE_DEADLINE = 0, EM_SERVE_SPARE = 1 } em_serve_policy;
+EM_API em_status em_serve_model_policy(em_serve *s, int model, em_serve_policy policy);
 /* Declares that a worker has loaded the model (readiness counts them). */
 EM_API em_status em_serve_model_ready(em_serve *s, int model);
 
