@@ -105,12 +105,31 @@ typedef struct sv_request {
 
 void sv_request_free(sv_request *r);
 void sv_request_release(sv_request *r); /* frees on the last reference */
+/* lift.c: the flat number arrays of the inputs' "data", parsed ahead of jansson. */
+typedef struct sv_lifted {
+  int present; /* this input object's data was a flat array of numbers, lifted here */
+  int exact_ints; /* every value an integer literal of magnitude <= 2^53 (exact in a double) */
+  int64_t n;
+  double *values;
+} sv_lifted;
+typedef struct sv_lift {
+  char *json; /* the body with each lifted array written as [] */
+  size_t len;
+  sv_lifted inputs[SV_MAX_IO]; /* by the input object's position in "inputs" */
+} sv_lift;
+/* 1 when something was lifted (out holds it; free with sv_lift_free), 0 when the body is
+ * left to jansson as it is (out then holds nothing). */
+int sv_lift_data(const char *body, size_t len, sv_lift *out);
+void sv_lift_free(sv_lift *l);
 /* Parses a KServe v2 infer request for spec; json_len > 0 (Inference-Header-Content-Length):
  * the JSON is the body's first json_len bytes and the binary tensor extension's data follows.
  * Returns the HTTP status: 200 with *out set, or 400 (413 for too many rows) with the message
  * in err. */
 int sv_parse_infer(const sv_model_spec *spec, const char *body, size_t len, size_t json_len, sv_request **out,
                    char *err, size_t errcap);
+/* The same with jansson alone (no lift.c): what the tests compare sv_parse_infer with. */
+int sv_parse_infer_jansson(const sv_model_spec *spec, const char *body, size_t len, size_t json_len, sv_request **out,
+                           char *err, size_t errcap);
 /* {"model_name":..., "outputs":[...]} for one request's slice of the outputs (rows from
  * row0), each output contiguous, of the declared dtype; the outputs the request asked as
  * binary data follow the JSON (r->json_len set to its length, else 0). */
