@@ -237,7 +237,10 @@ int sv_enqueue(em_serve *s, sv_model *m, sv_request *r, char *err, size_t errcap
   m->tail = r;
   m->queued++;
   atomic_fetch_add(&s->in_flight, 1);
-  pthread_cond_broadcast(&m->cond);
+  /* one request needs one worker: waking every idle one cost each of the others a wake-up
+   * and a context switch per request (the one that takes a batch signals the next when more
+   * wait; version tasks and shutdown broadcast) */
+  pthread_cond_signal(&m->cond);
   pthread_mutex_unlock(&m->lock);
   return 200;
 }
