@@ -13,6 +13,7 @@
 --                           # policy spare: a batch also closes at once while 2+ workers are idle
 --       workers: 2          # Lua states on threads of their own, one forward at a time each
 --       threads: 1          # ember/OpenBLAS threads per worker
+--       warmup: true        # a forward per batch size before ready: kernel plans made at start
 --       device: cpu         # or cuda / cuda:N: the model's weights and each batch on that GPU
 --   http: {host: 127.0.0.1, port: 8000, threads: 2}
 --   zmq: tcp://127.0.0.1:5556   # optional: the binary ZeroMQ endpoint (or a port: loopback)
@@ -66,6 +67,8 @@ M.schema = {
     }, { default = {} }),
     workers = S.integer { min = 1, max = 256, default = 1 },
     threads = S.integer { min = 1, default = 1, doc = 'ember threads per worker' },
+    warmup = S.boolean { default = true,
+      doc = 'one forward of zeros per batch size before the worker is ready (kernel plans made at start)' },
     device = S.string { default = 'cpu', doc = "cpu, cuda or cuda:N: where the model's forward runs" },
   }, { min_len = 1 }),
   http = S.record({

@@ -103,6 +103,34 @@ local function probe_inputs(spec)
   return xs
 end
 
+-- One forward of zeros per batch size the worker may see (every size up to 64 rows, then
+-- doubling up to max_batch_size), before the worker reports ready: a kernel's plan for a
+-- shape (oneDNN's convolutions and matrix products JIT-compile one per batch size, cuDNN picks
+-- its algorithms) is then made at start, not inside the first request of each size, where it
+-- cost milliseconds. Every worker of the process shares the plans; each warms its own
+-- allocations too.
+function M.warm_up(model, spec)
+  local ember = require 'ember'
+  local max = (spec.batching and spec.batching.max_batch_size) or 1
+  local sizes, n = {}, 1
+  while n <= max do
+    sizes[#sizes + 1] = n
+    n = n < 64 and n + 1 or n * 2
+  end
+  if sizes[#sizes] ~= max then sizes[#sizes + 1] = max end
+  local one = probe_inputs(spec)
+  for _, rows in ipairs(sizes) do
+    local xs = {}
+    for i, x in ipairs(one) do
+      local shape = { rows }
+      for d = 2, #x.shape do shape[d] = x.shape[d] end
+      xs[i] = to_device(ember.zeros(shape, { dtype = spec.inputs[i].dtype }), spec)
+    end
+    ember.no_grad(function() return model(unpack(xs, 1, #spec.inputs)) end)
+  end
+  collectgarbage('collect')
+end
+
 local function shape_text(t) return '[' .. table.concat(t.shape, ', ') .. ']' end
 
 -- Builds the model of spec with another checkpoint, and checks that its probe outputs have
@@ -169,6 +197,14 @@ function M.main(payload)
     local msg = string.format("model '%s': %s", spec.name, tostring(model))
     C.em_serve_stop(server, msg)
     error(msg, 0)
+  end
+  if spec.warmup ~= false then
+    local warmed, err = pcall(M.warm_up, model, spec)
+    if not warmed then
+      local msg = string.format("model '%s': the warm-up forward failed: %s", spec.name, tostring(err))
+      C.em_serve_stop(server, msg)
+      error(msg, 0)
+    end
   end
   C.em_serve_model_ready(server, index)
   local bbox = ffi.new('em_serve_batch *[1]')
