@@ -203,7 +203,7 @@ int sv_all_ready(em_serve *s) {
   if (atomic_load(&s->stopping)) return 0;
   for (int i = 0; i < s->n_models; i++) {
     pthread_mutex_lock(&s->models[i]->lock);
-    int ready = s->models[i]->ready_workers > 0;
+    int ready = s->models[i]->ready_workers > 0 || s->models[i]->unloaded; /* the loaded ones count */
     pthread_mutex_unlock(&s->models[i]->lock);
     if (!ready) return 0;
   }
@@ -217,6 +217,12 @@ int sv_enqueue(em_serve *s, sv_model *m, sv_request *r, char *err, size_t errcap
   if (atomic_load(&s->stopping)) {
     pthread_mutex_unlock(&m->lock);
     snprintf(err, errcap, "the server is shutting down");
+    return 503;
+  }
+  if (m->unloaded) {
+    pthread_mutex_unlock(&m->lock);
+    snprintf(err, errcap, "model '%s' is unloaded: POST /v2/repository/models/%s/load loads a checkpoint", m->spec.name,
+             m->spec.name);
     return 503;
   }
   if (m->queued >= m->max_queue) {

@@ -133,3 +133,11 @@ int64_t em_serve_client_version(const em_serve_client *c) {
   (void)c;
   return 0;
 }
+em_status em_serve_client_load(em_serve_client *c, const char *model, const char *checkpoint, int64_t *version) {
+  (void)c, (void)model, (void)checkpoint, (void)version;
+  return missing("em_serve_client_load");
+}
+em_status em_serve_client_unload(em_serve_client *c, const char *model, int64_t *version) {
+  (void)c, (void)model, (void)version;
+  return missing("em_serve_client_unload");
+}

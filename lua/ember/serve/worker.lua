@@ -11,7 +11,8 @@
 -- Versions (runtime/serve/versions.c): between two batches the server may ask the worker to
 -- load a new checkpoint beside the model it serves (load_version: build, load, a probe
 -- forward whose outputs must have the serving version's shapes), then to swap it in once
--- every worker has it, or to drop it when one could not load it.
+-- every worker has it, or to drop it when one could not load it; after an unload, to drop
+-- the model it serves (a later load then has no serving version to compare with).
 local M = {}
 
 -- The process's new allocations (every worker's) after which a worker collects between two
@@ -146,9 +147,12 @@ function M.load_version(spec, path, serving)
   local ok_new, new_out = pcall(function()
     return outputs_of(ember.no_grad(function() return model(unpack(xs, 1, n)) end), spec)
   end)
-  local ok_old, old_out = pcall(function()
-    return outputs_of(ember.no_grad(function() return serving(unpack(xs, 1, n)) end), spec)
-  end)
+  local ok_old, old_out = false, nil
+  if serving then
+    ok_old, old_out = pcall(function()
+      return outputs_of(ember.no_grad(function() return serving(unpack(xs, 1, n)) end), spec)
+    end)
+  end
   if not ok_new then
     if ok_old then error('its forward fails on an input the serving version takes: ' .. tostring(new_out), 0) end
     return model -- the probe suits neither version: nothing to compare
@@ -240,6 +244,9 @@ function M.main(payload)
       collectgarbage()
     elseif t == C.EM_SERVE_DISCARD then
       prepared = nil
+      collectgarbage()
+    elseif t == C.EM_SERVE_UNLOAD then -- until a load brings a version back (nothing to compare it with)
+      model = nil
       collectgarbage()
     else
       local batch = bbox[0]
