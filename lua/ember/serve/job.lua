@@ -124,7 +124,8 @@ function M.run(cfg, ctx)
   for _, m in ipairs(cfg.models) do
     local b = m.batching
     check(ember, C.em_serve_add_model(server, m.name, b.max_batch_size, b.max_delay_us, b.max_queue, index))
-    check(ember, C.em_serve_model_policy(server, index[0], b.policy == 'spare' and C.EM_SERVE_SPARE or C.EM_SERVE_DEADLINE))
+    local policy = b.policy == 'spare' and C.EM_SERVE_SPARE or C.EM_SERVE_DEADLINE
+    check(ember, C.em_serve_model_policy(server, index[0], policy))
     for _, io in ipairs(m.inputs) do
       check(ember, C.em_dtype_from_name(io.dtype, dtype))
       local shape = ffi.new('int64_t[?]', math.max(#io.shape, 1), io.shape)
