@@ -296,6 +296,28 @@ def unload_and_zmq_loads(http_port, zmq_port, ckpt, inputs, ref, version):
         check(got["reloaded"] == version + 3 and got["answered_by"] == version + 3, f"ZeroMQ reload: {got}")
         check(np.allclose(np.array(got["y"], np.float32), ref["A"][0], rtol=1e-5, atol=1e-6),
               f"the reloaded version's answer: {got['y']}")
+    # and the Python client's (examples/serve_client.py)
+    c = sc.Client(f"tcp://127.0.0.1:{zmq_port}", timeout=60)
+    try:
+        v = c.unload("tiny")
+        try:
+            c.infer("tiny", {"x": x})
+            refused = "answered"
+        except sc.ServeError as e:
+            refused = f"{e.status} {e}"
+        v2 = c.load("tiny", ckpt["B"])
+        y = c.infer("tiny", {"x": x})["y"]
+        check(v2 == v + 1 and c.version == v2 and refused.startswith("503") and np.allclose(y, ref["B"][0], rtol=1e-5,
+                                                                                              atol=1e-6),
+              f"the Python client's unload {v}, refused '{refused}', load {v2}, answered by {c.version}")
+        try:
+            c.load("tiny", os.path.join(TMP, "none.safetensors"))
+            missing = "loaded"
+        except sc.ServeError as e:
+            missing = f"{e.status} {e}"
+        check(missing.startswith("400") and "no such file or directory" in missing, f"Python load of a missing file: {missing}")
+    finally:
+        c.close()
 
 
 if __name__ == "__main__":
