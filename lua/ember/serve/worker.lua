@@ -109,7 +109,9 @@ end
 -- shape (oneDNN's convolutions and matrix products JIT-compile one per batch size, cuDNN picks
 -- its algorithms) is then made at start, not inside the first request of each size, where it
 -- cost milliseconds. Every worker of the process shares the plans; each warms its own
--- allocations too.
+-- allocations too. A model that refuses zeros (an index input, say) is not warmed: the
+-- first failure ends the warm-up, and the requests' own inputs decide what serving says.
+-- Returns the batch sizes warmed.
 function M.warm_up(model, spec)
   local ember = require 'ember'
   local max = (spec.batching and spec.batching.max_batch_size) or 1
@@ -119,7 +121,9 @@ function M.warm_up(model, spec)
     n = n < 64 and n + 1 or n * 2
   end
   if sizes[#sizes] ~= max then sizes[#sizes + 1] = max end
-  local one = probe_inputs(spec)
+  local ok, one = pcall(probe_inputs, spec)
+  if not ok then return 0 end
+  local warmed = 0
   for _, rows in ipairs(sizes) do
     local xs = {}
     for i, x in ipairs(one) do
@@ -127,9 +131,12 @@ function M.warm_up(model, spec)
       for d = 2, #x.shape do shape[d] = x.shape[d] end
       xs[i] = to_device(ember.zeros(shape, { dtype = spec.inputs[i].dtype }), spec)
     end
-    ember.no_grad(function() return model(unpack(xs, 1, #spec.inputs)) end)
+    local ran = pcall(ember.no_grad, function() return model(unpack(xs, 1, #spec.inputs)) end)
+    if not ran then break end
+    warmed = warmed + 1
   end
   collectgarbage('collect')
+  return warmed
 end
 
 local function shape_text(t) return '[' .. table.concat(t.shape, ', ') .. ']' end
@@ -202,14 +209,7 @@ function M.main(payload)
     C.em_serve_stop(server, msg)
     error(msg, 0)
   end
-  if spec.warmup ~= false then
-    local warmed, err = pcall(M.warm_up, model, spec)
-    if not warmed then
-      local msg = string.format("model '%s': the warm-up forward failed: %s", spec.name, tostring(err))
-      C.em_serve_stop(server, msg)
-      error(msg, 0)
-    end
-  end
+  if spec.warmup ~= false then M.warm_up(model, spec) end
   C.em_serve_model_ready(server, index)
   local bbox = ffi.new('em_serve_batch *[1]')
   local tbox = ffi.new('em_tensor *[1]')
