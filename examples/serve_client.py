@@ -10,11 +10,14 @@ model and prints the classes it answers. As a library:
     c = Client("tcp://127.0.0.1:5556")
     out = c.infer("fmnist_mlp", {"input": x})   # x: numpy [n, 1, 28, 28] float32
     out["logits"].argmax(1); c.version          # the model version that answered
+    c.load("fmnist_mlp", "runs/fashion_mnist_mlp/checkpoints")   # the next version (a path on the server)
+    c.unload("fmnist_mlp")                      # refuses requests until the next load
 
 The protocol (runtime/serve/wire.c): a DEALER sends [header + model name] then, per tensor,
 [desc][raw bytes]; the answer is RESULT (the outputs, the same way) or ERROR (status, and a
 message naming the field). Little-endian throughout:
-    header  <IHHQqHHI: magic "EMSV", version 1, kind (1 INFER, 2 RESULT, 3 ERROR), request id,
+    header  <IHHQqHHI: magic "EMSV", version 1, kind (1 INFER, 2 RESULT, 3 ERROR, 4 LOAD: one
+            frame with the checkpoint path follows, 5 UNLOAD: none), request id,
             model version (RESULT), status, the model name's length, tensor count
     desc    <BBHI: dtype code, ndim, the name's length, 0; then int64 shape[ndim], the name
 """
@@ -25,7 +28,7 @@ import numpy as np
 import zmq
 
 MAGIC, VERSION = 0x56534D45, 1
-INFER, RESULT, ERROR = 1, 2, 3
+INFER, RESULT, ERROR, LOAD, UNLOAD = 1, 2, 3, 4, 5
 HEADER = struct.Struct("<IHHQqHHI")
 DESC = struct.Struct("<BBHI")
 DTYPES = [np.float32, np.float64, np.int32, np.int64, np.uint8, np.bool_]  # codes 1..6
@@ -79,17 +82,31 @@ class Client:
         self.version = 0
 
     def infer(self, model, inputs):
+        _, self.version, out = self._exchange(model, encode(INFER, self.next_id, model, inputs))
+        return out
+
+    def load(self, model, checkpoint):
+        """Loads a checkpoint (on the server's machine) as the model's next version; its number."""
+        frames = encode(LOAD, self.next_id, model, {}) + [checkpoint.encode()]
+        _, self.version, _ = self._exchange(model, frames)
+        return self.version
+
+    def unload(self, model):
+        """The model refuses requests until the next load; the version unloaded."""
+        _, version, _ = self._exchange(model, encode(UNLOAD, self.next_id, model, {}))
+        return version
+
+    def _exchange(self, model, frames):
         request_id = self.next_id
         self.next_id += 1
-        self.sock.send_multipart(encode(INFER, request_id, model, inputs))
+        self.sock.send_multipart(frames)
         while True:
             if not self.sock.poll(self.timeout_ms):
                 raise TimeoutError(f"model '{model}': no answer within {self.timeout_ms / 1000} s")
             frames = self.sock.recv_multipart()
             if HEADER.unpack_from(frames[0])[3] != request_id:
                 continue  # the answer to a request given up on
-            _, self.version, out = decode(frames)
-            return out
+            return decode(frames)
 
     def close(self):
         self.sock.close()

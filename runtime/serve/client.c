@@ -107,6 +107,104 @@ static em_status read_answer(em_serve_client *c, const char *model, const sv_wir
   return EM_OK;
 }
 
+typedef em_status (*answer_fn)(em_serve_client *c, const char *model, const sv_wire_hdr *h, zmq_msg_t *parts, int n);
+
+/* Sends the frames of b (consumed) and waits, at most the client's timeout, for the answer
+ * to request id, which read takes; answers to requests given up on earlier are dropped. */
+static em_status exchange(em_serve_client *c, const char *op, const char *model, sv_buf *b, const size_t *frame_len,
+                          int nf, uint64_t id, answer_fn read) {
+  em_status st = EM_OK;
+  size_t off = 0;
+  for (int i = 0; i < nf && !st; i++) {
+    if (zmq_send(c->sock, b->data + off, frame_len[i], i + 1 < nf ? ZMQ_SNDMORE : 0) < 0)
+      st = em_set_error(EM_ERR_IO, "%s: sending to %s failed: %s", op, c->endpoint, zmq_strerror(zmq_errno()));
+    off += frame_len[i];
+  }
+  free(b->data);
+  b->data = NULL;
+  if (st) return st;
+  double end = em_clock_monotonic() + c->timeout_s;
+  for (;;) {
+    double left = end - em_clock_monotonic();
+    if (left <= 0)
+      return em_set_error(EM_ERR_RUNTIME, "%s: model '%s' at %s: no answer within %g s", op, model, c->endpoint,
+                          c->timeout_s);
+    zmq_pollitem_t item = {c->sock, 0, ZMQ_POLLIN, 0};
+    int rc = zmq_poll(&item, 1, (long)(left * 1000) + 1);
+    if (rc < 0 && zmq_errno() != EINTR)
+      return em_set_error(EM_ERR_IO, "%s: waiting for %s failed: %s", op, c->endpoint, zmq_strerror(zmq_errno()));
+    if (rc <= 0 || !(item.revents & ZMQ_POLLIN)) continue;
+    zmq_msg_t parts[SV_MAX_FRAMES];
+    int np = recv_message(c->sock, parts, SV_MAX_FRAMES);
+    sv_wire_hdr h;
+    char name[SV_NAME_MAX], err[SV_ERR_MAX];
+    int bad = np < 1 || sv_wire_read_header(zmq_msg_data(&parts[0]), zmq_msg_size(&parts[0]), &h, name, err, sizeof err);
+    if (!bad && h.request_id == id) st = read(c, model, &h, parts, np);
+    for (int i = 0; i < np; i++) zmq_msg_close(&parts[i]);
+    if (!bad && h.request_id == id) return st;
+  }
+}
+
+/* The answer to a LOAD or UNLOAD: a RESULT of no tensors naming the version, or an error. */
+static em_status read_version_answer(em_serve_client *c, const char *model, const sv_wire_hdr *h, zmq_msg_t *parts,
+                                     int n) {
+  if (h->kind == SV_WIRE_ERROR) {
+    size_t len = n > 1 ? zmq_msg_size(&parts[1]) : 0;
+    return em_set_error(EM_ERR_RUNTIME, "model '%s' at %s answered %u: %.*s", model, c->endpoint, h->status,
+                        (int)(len > 1000 ? 1000 : len), n > 1 ? (const char *)zmq_msg_data(&parts[1]) : "");
+  }
+  if (h->kind != SV_WIRE_RESULT || h->ntensors != 0 || n != 1)
+    return em_set_error(EM_ERR_RUNTIME, "model '%s' at %s: a malformed answer (kind %u, %d frames)", model, c->endpoint,
+                        h->kind, n);
+  c->version = h->model_version;
+  return EM_OK;
+}
+
+/* LOAD (path) or UNLOAD (path NULL); *version: the version loaded or unloaded. */
+static em_status version_request(em_serve_client *c, const char *op, const char *model, const char *path,
+                                 int64_t *version) {
+  if (!c || !model || !version) return em_set_error(EM_ERR_ARGUMENT, "%s: the client, model or version is NULL", op);
+  if (!sv_valid_name(model))
+    return em_set_error(EM_ERR_ARGUMENT, "%s: model name '%s': expected 1 to %d of A-Z a-z 0-9 _ - .", op, model,
+                        SV_NAME_MAX - 1);
+  if (path && (!*path || strlen(path) >= SV_PATH_MAX))
+    return em_set_error(EM_ERR_ARGUMENT, "%s: checkpoint path: expected 1 to %d bytes, got %zu", op, SV_PATH_MAX - 1,
+                        strlen(path));
+  *version = 0;
+  clear_outputs(c);
+  sv_buf b = {0};
+  size_t frame_len[2];
+  uint64_t id = c->next_id++;
+  int nf = sv_wire_write_tensor_frames(&b, frame_len, path ? SV_WIRE_LOAD : SV_WIRE_UNLOAD, id, 0, 0, model, 0, NULL,
+                                       NULL, 0, -1);
+  if (nf > 0 && path) {
+    size_t start = b.len;
+    sv_buf_puts(&b, path);
+    frame_len[nf++] = b.len - start;
+  }
+  if (nf < 0 || b.failed) {
+    free(b.data);
+    return em_set_error(EM_ERR_MEMORY, "%s: out of memory writing the request", op);
+  }
+  em_status st = exchange(c, op, model, &b, frame_len, nf, id, read_version_answer);
+  if (st) {
+    char why[SV_ERR_MAX + 256];
+    snprintf(why, sizeof why, "%s", em_last_error());
+    return strncmp(why, op, strlen(op)) ? em_set_error(st, "%s: %s", op, why) : st;
+  }
+  *version = c->version;
+  return EM_OK;
+}
+
+em_status em_serve_client_load(em_serve_client *c, const char *model, const char *checkpoint, int64_t *version) {
+  if (!checkpoint) return em_set_error(EM_ERR_ARGUMENT, "em_serve_client_load: checkpoint is NULL");
+  return version_request(c, "em_serve_client_load", model, checkpoint, version);
+}
+
+em_status em_serve_client_unload(em_serve_client *c, const char *model, int64_t *version) {
+  return version_request(c, "em_serve_client_unload", model, NULL, version);
+}
+
 em_status em_serve_client_infer(em_serve_client *c, const char *model, int n, const char *const *names,
                                 em_tensor *const *inputs, int *n_outputs) {
   const char *op = "em_serve_client_infer";
@@ -151,34 +249,7 @@ em_status em_serve_client_infer(em_serve_client *c, const char *model, int n, co
     free(b.data);
     return em_set_error(EM_ERR_MEMORY, "%s: out of memory writing the request", op);
   }
-  size_t off = 0;
-  for (int i = 0; i < nf && !st; i++) {
-    if (zmq_send(c->sock, b.data + off, frame_len[i], i + 1 < nf ? ZMQ_SNDMORE : 0) < 0)
-      st = em_set_error(EM_ERR_IO, "%s: sending to %s failed: %s", op, c->endpoint, zmq_strerror(zmq_errno()));
-    off += frame_len[i];
-  }
-  free(b.data);
-  if (st) return st;
-  double end = em_clock_monotonic() + c->timeout_s;
-  for (;;) {
-    double left = end - em_clock_monotonic();
-    if (left <= 0)
-      return em_set_error(EM_ERR_RUNTIME, "%s: model '%s' at %s: no answer within %g s", op, model, c->endpoint,
-                          c->timeout_s);
-    zmq_pollitem_t item = {c->sock, 0, ZMQ_POLLIN, 0};
-    int rc = zmq_poll(&item, 1, (long)(left * 1000) + 1);
-    if (rc < 0 && zmq_errno() != EINTR)
-      return em_set_error(EM_ERR_IO, "%s: waiting for %s failed: %s", op, c->endpoint, zmq_strerror(zmq_errno()));
-    if (rc <= 0 || !(item.revents & ZMQ_POLLIN)) continue;
-    zmq_msg_t parts[SV_MAX_FRAMES];
-    int np = recv_message(c->sock, parts, SV_MAX_FRAMES);
-    sv_wire_hdr h;
-    char name[SV_NAME_MAX], err[SV_ERR_MAX];
-    int bad = np < 1 || sv_wire_read_header(zmq_msg_data(&parts[0]), zmq_msg_size(&parts[0]), &h, name, err, sizeof err);
-    if (!bad && h.request_id == id) st = read_answer(c, model, &h, parts, np);
-    for (int i = 0; i < np; i++) zmq_msg_close(&parts[i]);
-    if (!bad && h.request_id == id) break; /* others: answers to requests given up on */
-  }
+  st = exchange(c, op, model, &b, frame_len, nf, id, read_answer);
   if (st) clear_outputs(c);
   *n_outputs = c->n_out;
   return st;
@@ -207,6 +278,100 @@ em_status em_serve_client_open(em_serve_client **out, const char *endpoint, doub
   return em_set_error(EM_ERR_UNSUPPORTED, "em_serve_client_open: this ember was built without ZeroMQ (libzmq3-dev)");
 }
 void em_serve_client_close(em_serve_client *c) { (void)c; }
+typedef em_status (*answer_fn)(em_serve_client *c, const char *model, const sv_wire_hdr *h, zmq_msg_t *parts, int n);
+
+/* Sends the frames of b (consumed) and waits, at most the client's timeout, for the answer
+ * to request id, which read takes; answers to requests given up on earlier are dropped. */
+static em_status exchange(em_serve_client *c, const char *op, const char *model, sv_buf *b, const size_t *frame_len,
+                          int nf, uint64_t id, answer_fn read) {
+  em_status st = EM_OK;
+  size_t off = 0;
+  for (int i = 0; i < nf && !st; i++) {
+    if (zmq_send(c->sock, b->data + off, frame_len[i], i + 1 < nf ? ZMQ_SNDMORE : 0) < 0)
+      st = em_set_error(EM_ERR_IO, "%s: sending to %s failed: %s", op, c->endpoint, zmq_strerror(zmq_errno()));
+    off += frame_len[i];
+  }
+  free(b->data);
+  b->data = NULL;
+  if (st) return st;
+  double end = em_clock_monotonic() + c->timeout_s;
+  for (;;) {
+    double left = end - em_clock_monotonic();
+    if (left <= 0)
+      return em_set_error(EM_ERR_RUNTIME, "%s: model '%s' at %s: no answer within %g s", op, model, c->endpoint,
+                          c->timeout_s);
+    zmq_pollitem_t item = {c->sock, 0, ZMQ_POLLIN, 0};
+    int rc = zmq_poll(&item, 1, (long)(left * 1000) + 1);
+    if (rc < 0 && zmq_errno() != EINTR)
+      return em_set_error(EM_ERR_IO, "%s: waiting for %s failed: %s", op, c->endpoint, zmq_strerror(zmq_errno()));
+    if (rc <= 0 || !(item.revents & ZMQ_POLLIN)) continue;
+    zmq_msg_t parts[SV_MAX_FRAMES];
+    int np = recv_message(c->sock, parts, SV_MAX_FRAMES);
+    sv_wire_hdr h;
+    char name[SV_NAME_MAX], err[SV_ERR_MAX];
+    int bad = np < 1 || sv_wire_read_header(zmq_msg_data(&parts[0]), zmq_msg_size(&parts[0]), &h, name, err, sizeof err);
+    if (!bad && h.request_id == id) st = read(c, model, &h, parts, np);
+    for (int i = 0; i < np; i++) zmq_msg_close(&parts[i]);
+    if (!bad && h.request_id == id) return st;
+  }
+}
+
+/* The answer to a LOAD or UNLOAD: a RESULT of no tensors naming the version, or an error. */
+static em_status read_version_answer(em_serve_client *c, const char *model, const sv_wire_hdr *h, zmq_msg_t *parts,
+                                     int n) {
+  if (h->kind == SV_WIRE_ERROR) {
+    size_t len = n > 1 ? zmq_msg_size(&parts[1]) : 0;
+    return em_set_error(EM_ERR_RUNTIME, "model '%s' at %s answered %u: %.*s", model, c->endpoint, h->status,
+                        (int)(len > 1000 ? 1000 : len), n > 1 ? (const char *)zmq_msg_data(&parts[1]) : "");
+  }
+  if (h->kind != SV_WIRE_RESULT || h->ntensors != 0 || n != 1)
+    return em_set_error(EM_ERR_RUNTIME, "model '%s' at %s: a malformed answer (kind %u, %d frames)", model, c->endpoint,
+                        h->kind, n);
+  c->version = h->model_version;
+  return EM_OK;
+}
+
+/* LOAD (path) or UNLOAD (path NULL); *version: the version loaded or unloaded. */
+static em_status version_request(em_serve_client *c, const char *op, const char *model, const char *path,
+                                 int64_t *version) {
+  if (!c || !model || !version) return em_set_error(EM_ERR_ARGUMENT, "%s: the client, model or version is NULL", op);
+  if (!sv_valid_name(model))
+    return em_set_error(EM_ERR_ARGUMENT, "%s: model name '%s': expected 1 to %d of A-Z a-z 0-9 _ - .", op, model,
+                        SV_NAME_MAX - 1);
+  if (path && (!*path || strlen(path) >= SV_PATH_MAX))
+    return em_set_error(EM_ERR_ARGUMENT, "%s: checkpoint path: expected 1 to %d bytes, got %zu", op, SV_PATH_MAX - 1,
+                        strlen(path));
+  *version = 0;
+  clear_outputs(c);
+  sv_buf b = {0};
+  size_t frame_len[2];
+  uint64_t id = c->next_id++;
+  int nf = sv_wire_write_tensor_frames(&b, frame_len, path ? SV_WIRE_LOAD : SV_WIRE_UNLOAD, id, 0, 0, model, 0, NULL,
+                                       NULL, 0, -1);
+  if (nf > 0 && path) {
+    size_t start = b.len;
+    sv_buf_puts(&b, path);
+    frame_len[nf++] = b.len - start;
+  }
+  if (nf < 0 || b.failed) {
+    free(b.data);
+    return em_set_error(EM_ERR_MEMORY, "%s: out of memory writing the request", op);
+  }
+  em_status st = exchange(c, op, model, &b, frame_len, nf, id, read_version_answer);
+  if (st) return em_set_error(st, "%s: %s", op, em_last_error());
+  *version = c->version;
+  return EM_OK;
+}
+
+em_status em_serve_client_load(em_serve_client *c, const char *model, const char *checkpoint, int64_t *version) {
+  if (!checkpoint) return em_set_error(EM_ERR_ARGUMENT, "em_serve_client_load: checkpoint is NULL");
+  return version_request(c, "em_serve_client_load", model, checkpoint, version);
+}
+
+em_status em_serve_client_unload(em_serve_client *c, const char *model, int64_t *version) {
+  return version_request(c, "em_serve_client_unload", model, NULL, version);
+}
+
 em_status em_serve_client_infer(em_serve_client *c, const char *model, int n, const char *const *names,
                                 em_tensor *const *inputs, int *n_outputs) {
   (void)c, (void)model, (void)n, (void)names, (void)inputs, (void)n_outputs;
@@ -223,6 +388,14 @@ em_status em_serve_client_output(em_serve_client *c, int i, em_tensor **out) {
 int64_t em_serve_client_version(const em_serve_client *c) {
   (void)c;
   return 0;
+}
+em_status em_serve_client_load(em_serve_client *c, const char *model, const char *checkpoint, int64_t *version) {
+  (void)c, (void)model, (void)checkpoint, (void)version;
+  return em_set_error(EM_ERR_UNSUPPORTED, "em_serve_client_load: this ember was built without ZeroMQ (libzmq3-dev)");
+}
+em_status em_serve_client_unload(em_serve_client *c, const char *model, int64_t *version) {
+  (void)c, (void)model, (void)version;
+  return em_set_error(EM_ERR_UNSUPPORTED, "em_serve_client_unload: this ember was built without ZeroMQ (libzmq3-dev)");
 }
 
 #endif

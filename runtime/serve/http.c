@@ -167,6 +167,23 @@ static enum MHD_Result handle_load(struct sv_http *h, sv_conn *ctx, sv_model *m)
   return MHD_YES;
 }
 
+/* POST /v2/repository/models/NAME/unload: answered at once (200 naming the version); the
+ * queued requests are still answered, new ones get 503 until a load. */
+static enum MHD_Result handle_unload(struct sv_http *h, sv_conn *ctx, sv_model *m) {
+  em_serve *s = h->server;
+  char err[SV_ERR_MAX];
+  int64_t version = 0;
+  free(ctx->body.data); /* KServe's parameters (unload_dependents) mean nothing here */
+  ctx->body = (sv_buf){0};
+  int status = sv_version_unload(s, m, &version, err, sizeof err);
+  if (status) return respond_error(s, ctx->conn, (unsigned)status, err);
+  sv_buf b = {0};
+  sv_buf_puts(&b, "{\"model_name\":");
+  sv_buf_json_string(&b, m->spec.name);
+  sv_buf_printf(&b, ",\"unloaded\":\"%lld\"}", (long long)version);
+  return respond_buf(ctx->conn, 200, "application/json", &b);
+}
+
 /* The path after "/v2/models/": NAME, NAME/ready or NAME/infer, each also as
  * NAME/versions/V/... (V: the serving version). */
 static enum MHD_Result handle_model(struct sv_http *h, sv_conn *ctx, const char *method, const char *rest) {
@@ -200,7 +217,7 @@ static enum MHD_Result handle_model(struct sv_http *h, sv_conn *ctx, const char 
   }
   if (!strcmp(action, "ready") && is_get) {
     pthread_mutex_lock(&m->lock);
-    int ready = m->ready_workers > 0 && !atomic_load(&s->stopping);
+    int ready = m->ready_workers > 0 && !m->unloaded && !atomic_load(&s->stopping);
     pthread_mutex_unlock(&m->lock);
     return respond_json(ctx->conn, ready ? 200 : 503, ready ? "{\"ready\":true}" : "{\"ready\":false}");
   }
@@ -234,15 +251,16 @@ static enum MHD_Result route(struct sv_http *h, sv_conn *ctx, const char *url, c
   if (!strncmp(url, "/v2/models/", 11)) return handle_model(h, ctx, method, url + 11);
   if (!strncmp(url, "/v2/repository/models/", 22)) {
     const char *name = url + 22, *slash = strchr(name, '/');
-    if (slash && !strcmp(slash, "/load")) {
+    if (slash && (!strcmp(slash, "/load") || !strcmp(slash, "/unload"))) {
       sv_model *m = sv_find_model(s, name, (size_t)(slash - name));
       char msg[SV_ERR_MAX];
       if (!m) {
         snprintf(msg, sizeof msg, "no model named '%.*s' is served", (int)((slash - name) > 64 ? 64 : slash - name), name);
         return respond_error(s, ctx->conn, 404, msg);
       }
-      if (strcmp(method, "POST")) return respond_error(s, ctx->conn, 405, "load: use POST");
-      return handle_load(h, ctx, m);
+      int load = !strcmp(slash, "/load");
+      if (strcmp(method, "POST")) return respond_error(s, ctx->conn, 405, load ? "load: use POST" : "unload: use POST");
+      return load ? handle_load(h, ctx, m) : handle_unload(h, ctx, m);
     }
   }
   char msg[SV_ERR_MAX];

@@ -4,8 +4,11 @@
  * batch looks at the oldest request: the batch is that request plus the following ones of
  * the same shape, as many as fit in max_batch rows; it closes at once when they fill
  * max_batch rows (or no request of that shape could be added any more), else when the oldest
- * has waited max_delay_us, else when the server stops. Requests of other shapes stay queued
- * in their order and lead a later batch. */
+ * has waited max_delay_us, else when the server stops. Under the `spare` policy it also closes
+ * at once while another worker of the model is idle too: waiting could only gather more rows
+ * for a worker that has capacity to spare, so a lone request at light load is not held back
+ * for the whole delay; with one worker free the delay bounds the wait as under `deadline`.
+ * Requests of other shapes stay queued in their order and lead a later batch. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -108,6 +111,7 @@ em_status em_serve_add_model(em_serve *s, const char *name, int64_t max_batch, i
   m->spec.max_batch = max_batch;
   m->max_delay_us = max_delay_us;
   m->max_queue = max_queue;
+  m->policy = EM_SERVE_DEADLINE;
   pthread_mutex_init(&m->lock, NULL);
   cond_init_monotonic(&m->cond);
   sv_metrics_init(&m->metrics);
@@ -167,6 +171,19 @@ em_status em_serve_add_output(em_serve *s, int model, const char *name, em_dtype
   return add_io(s, model, name, dtype, 0, NULL, 0);
 }
 
+em_status em_serve_model_policy(em_serve *s, int model, em_serve_policy policy) {
+  const char *op = "em_serve_model_policy";
+  sv_model *m = model_at(s, model, op);
+  if (!m) return em_last_status();
+  if (policy != EM_SERVE_DEADLINE && policy != EM_SERVE_SPARE)
+    return em_set_error(EM_ERR_ARGUMENT, "%s: model '%s': policy %d: expected EM_SERVE_DEADLINE (0) or EM_SERVE_SPARE (1)",
+                        op, m->spec.name, (int)policy);
+  pthread_mutex_lock(&m->lock);
+  m->policy = policy;
+  pthread_mutex_unlock(&m->lock);
+  return EM_OK;
+}
+
 em_status em_serve_model_ready(em_serve *s, int model) {
   sv_model *m = model_at(s, model, "em_serve_model_ready");
   if (!m) return em_last_status();
@@ -186,7 +203,7 @@ int sv_all_ready(em_serve *s) {
   if (atomic_load(&s->stopping)) return 0;
   for (int i = 0; i < s->n_models; i++) {
     pthread_mutex_lock(&s->models[i]->lock);
-    int ready = s->models[i]->ready_workers > 0;
+    int ready = s->models[i]->ready_workers > 0 || s->models[i]->unloaded; /* the loaded ones count */
     pthread_mutex_unlock(&s->models[i]->lock);
     if (!ready) return 0;
   }
@@ -200,6 +217,12 @@ int sv_enqueue(em_serve *s, sv_model *m, sv_request *r, char *err, size_t errcap
   if (atomic_load(&s->stopping)) {
     pthread_mutex_unlock(&m->lock);
     snprintf(err, errcap, "the server is shutting down");
+    return 503;
+  }
+  if (m->unloaded) {
+    pthread_mutex_unlock(&m->lock);
+    snprintf(err, errcap, "model '%s' is unloaded: POST /v2/repository/models/%s/load loads a checkpoint", m->spec.name,
+             m->spec.name);
     return 503;
   }
   if (m->queued >= m->max_queue) {
@@ -220,7 +243,10 @@ int sv_enqueue(em_serve *s, sv_model *m, sv_request *r, char *err, size_t errcap
   m->tail = r;
   m->queued++;
   atomic_fetch_add(&s->in_flight, 1);
-  pthread_cond_broadcast(&m->cond);
+  /* one request needs one worker: waking every idle one cost each of the others a wake-up
+   * and a context switch per request (the one that takes a batch signals the next when more
+   * wait; version tasks and shutdown broadcast) */
+  pthread_cond_signal(&m->cond);
   pthread_mutex_unlock(&m->lock);
   return 200;
 }
@@ -293,6 +319,7 @@ static em_status next_work(em_serve *s, int model, int64_t *serving, int64_t *pr
   sv_model *m = model_at(s, model, op);
   if (!m) return em_last_status();
   pthread_mutex_lock(&m->lock);
+  m->idle++; /* this worker waits for work: the spare policy counts it */
   for (;;) {
     if (serving) {
       int t = sv_version_task(m, serving, prepared, version);
@@ -309,9 +336,11 @@ static em_status next_work(em_serve *s, int model, int64_t *serving, int64_t *pr
     int closed;
     group_rows(m, &closed);
     double waited = now_s() - m->head->t_arrived, delay = (double)m->max_delay_us * 1e-6;
-    if (closed || waited >= delay || atomic_load(&s->stopping)) {
+    int spare = m->policy == EM_SERVE_SPARE && m->idle > 1;
+    if (closed || spare || waited >= delay || atomic_load(&s->stopping)) {
       *out = take_batch(s, m);
       if (!*out) {
+        m->idle--;
         pthread_mutex_unlock(&m->lock);
         return em_set_error(EM_ERR_MEMORY, "%s: model '%s': out of memory", op, m->spec.name);
       }
@@ -325,6 +354,7 @@ static em_status next_work(em_serve *s, int model, int64_t *serving, int64_t *pr
     abs_deadline(&ts, delay - waited);
     pthread_cond_timedwait(&m->cond, &m->lock, &ts);
   }
+  m->idle--;
   pthread_mutex_unlock(&m->lock);
   return EM_OK;
 }

@@ -1,4 +1,5 @@
-/* request.c - KServe v2 JSON: the infer request parser (jansson) and the response writer.
+/* request.c - KServe v2 JSON: the infer request parser (jansson; the inputs' number arrays
+ * are parsed ahead of it by lift.c) and the response writer.
  *
  * A request is {"id"?, "parameters"?, "outputs"?, "inputs": [{"name", "shape", "datatype",
  * "data", "parameters"?}]}; every input the model declares must be present once, with shape
@@ -107,6 +108,7 @@ typedef struct parse_ctx {
   size_t errcap;
   const char *bin; /* the binary tensor extension: the bytes after the JSON */
   size_t bin_len, bin_pos;
+  const sv_lift *lift; /* data arrays parsed by lift.c (their JSON holds []), or NULL */
 } parse_ctx;
 
 static int fail(parse_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -185,6 +187,33 @@ static int store_data(parse_ctx *c, const char *field, const json_t *v, const in
     ++*pos;
   }
   return 0;
+}
+
+/* A lifted data array into data (total values of dtype). Any problem answers 400 without a
+ * message: the caller then parses the whole body with jansson, which says what is wrong. */
+static int store_lifted(const sv_lifted *l, em_dtype dtype, void *data, int64_t total) {
+  if (l->n != total) return 400;
+  const double *v = l->values;
+  switch (dtype) {
+  case EM_FLOAT32:
+    for (int64_t i = 0; i < total; i++) ((float *)data)[i] = (float)v[i];
+    return 0;
+  case EM_FLOAT64:
+    if (total) memcpy(data, v, (size_t)total * sizeof *v);
+    return 0;
+  case EM_INT64:
+  case EM_INT32:
+  case EM_UINT8:
+    if (!l->exact_ints) return 400;
+    for (int64_t i = 0; i < total; i++) {
+      if (dtype == EM_INT64) ((int64_t *)data)[i] = (int64_t)v[i];
+      else if (dtype == EM_INT32 && v[i] >= INT32_MIN && v[i] <= INT32_MAX) ((int32_t *)data)[i] = (int32_t)v[i];
+      else if (dtype == EM_UINT8 && v[i] >= 0 && v[i] <= 255) ((uint8_t *)data)[i] = (uint8_t)v[i];
+      else return 400;
+    }
+    return 0;
+  default: return 400; /* BOOL takes true and false, never lifted */
+  }
 }
 
 static int parse_input(parse_ctx *c, const sv_model_spec *spec, const json_t *in, int k, sv_request *r,
@@ -281,10 +310,13 @@ static int parse_input(parse_ctx *c, const sv_model_spec *spec, const json_t *in
   if (!data) return fail(c, "%s.data: missing (or parameters.binary_data_size with binary data)", field);
   if (!json_is_array(data)) return fail(c, "%s.data: expected an array of values, got %s", field, json_kind(data));
   snprintf(field, sizeof field, "inputs[%d] (%s).data", k, io->name);
-  if (json_array_size(data) != (size_t)total && json_array_size(data) != (size_t)dims[0])
-    return fail(c, "%s: %zu values where the shape holds %lld", field, json_array_size(data), (long long)total);
+  const sv_lifted *lifted = c->lift && k < SV_MAX_IO && c->lift->inputs[k].present ? &c->lift->inputs[k] : NULL;
+  size_t count = lifted ? (size_t)lifted->n : json_array_size(data);
+  if (count != (size_t)total && count != (size_t)dims[0])
+    return fail(c, "%s: %zu values where the shape holds %lld", field, count, (long long)total);
   r->data[idx] = malloc((size_t)(total ? total : 1) * em_dtype_size(io->dtype));
   if (!r->data[idx]) return fail(c, "%s: out of memory", field);
+  if (lifted) return store_lifted(lifted, io->dtype, r->data[idx], total);
   int64_t pos = 0;
   int st = store_data(c, field, data, dims, ndim, 0, io->dtype, r->data[idx], total, &pos);
   if (st) return st;
@@ -323,17 +355,11 @@ static int parse_outputs(parse_ctx *c, const sv_model_spec *spec, const json_t *
   return 0;
 }
 
-int sv_parse_infer(const sv_model_spec *spec, const char *body, size_t len, size_t json_len, sv_request **out,
-                   char *err, size_t errcap) {
-  parse_ctx c = {err, errcap, NULL, 0, 0};
+/* The JSON part (len bytes; bin_len bytes of binary data follow at bin) with lift's arrays. */
+static int parse_infer(const sv_model_spec *spec, const char *body, size_t len, const char *bin, size_t bin_len,
+                       const sv_lift *lift, sv_request **out, char *err, size_t errcap) {
+  parse_ctx c = {err, errcap, bin, bin_len, 0, lift};
   *out = NULL;
-  if (json_len > len)
-    return fail(&c, "Inference-Header-Content-Length: %zu, but the body has %zu bytes", json_len, len);
-  if (json_len) {
-    c.bin = body + json_len;
-    c.bin_len = len - json_len;
-    len = json_len;
-  }
   json_error_t jerr;
   json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
   if (!root) return fail(&c, "malformed JSON at line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
@@ -398,6 +424,35 @@ done:
   atomic_init(&r->refs, 1);
   *out = r;
   return 200;
+}
+
+int sv_parse_infer(const sv_model_spec *spec, const char *body, size_t len, size_t json_len, sv_request **out,
+                   char *err, size_t errcap) {
+  *out = NULL;
+  if (json_len > len) {
+    parse_ctx c = {err, errcap, NULL, 0, 0, NULL};
+    return fail(&c, "Inference-Header-Content-Length: %zu, but the body has %zu bytes", json_len, len);
+  }
+  size_t jlen = json_len ? json_len : len;
+  const char *bin = json_len ? body + json_len : NULL;
+  size_t bin_len = json_len ? len - json_len : 0;
+  /* the numbers first (lift.c); whatever that path does not accept is parsed again from the
+   * body as it came, so that the error names the field as jansson's parse does */
+  sv_lift lift;
+  if (sv_lift_data(body, jlen, &lift)) {
+    int status = parse_infer(spec, lift.json, lift.len, bin, bin_len, &lift, out, err, errcap);
+    sv_lift_free(&lift);
+    if (status == 200) return status;
+  }
+  return parse_infer(spec, body, jlen, bin, bin_len, NULL, out, err, errcap);
+}
+
+int sv_parse_infer_jansson(const sv_model_spec *spec, const char *body, size_t len, size_t json_len, sv_request **out,
+                           char *err, size_t errcap) {
+  *out = NULL;
+  if (json_len > len) return sv_parse_infer(spec, body, len, json_len, out, err, errcap);
+  return parse_infer(spec, body, json_len ? json_len : len, json_len ? body + json_len : NULL,
+                     json_len ? len - json_len : 0, NULL, out, err, errcap);
 }
 
 /* ---------------------------------------------------------------- response */
@@ -506,7 +561,7 @@ void sv_write_model_metadata(sv_buf *b, sv_model *m) {
 /* {"parameters": {"checkpoint": "PATH"}}: the repository API's load request (as Triton's,
  * whose parameters carry what to load). */
 int sv_parse_load(const char *body, size_t len, char *path, size_t cap, char *err, size_t errcap) {
-  parse_ctx c = {err, errcap, NULL, 0, 0};
+  parse_ctx c = {err, errcap, NULL, 0, 0, NULL};
   json_error_t jerr;
   json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
   if (!root) return fail(&c, "malformed JSON at line %d, column %d: %s", jerr.line, jerr.column, jerr.text);

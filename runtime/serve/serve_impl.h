@@ -105,12 +105,31 @@ typedef struct sv_request {
 
 void sv_request_free(sv_request *r);
 void sv_request_release(sv_request *r); /* frees on the last reference */
+/* lift.c: the flat number arrays of the inputs' "data", parsed ahead of jansson. */
+typedef struct sv_lifted {
+  int present; /* this input object's data was a flat array of numbers, lifted here */
+  int exact_ints; /* every value an integer literal of magnitude <= 2^53 (exact in a double) */
+  int64_t n;
+  double *values;
+} sv_lifted;
+typedef struct sv_lift {
+  char *json; /* the body with each lifted array written as [] */
+  size_t len;
+  sv_lifted inputs[SV_MAX_IO]; /* by the input object's position in "inputs" */
+} sv_lift;
+/* 1 when something was lifted (out holds it; free with sv_lift_free), 0 when the body is
+ * left to jansson as it is (out then holds nothing). */
+int sv_lift_data(const char *body, size_t len, sv_lift *out);
+void sv_lift_free(sv_lift *l);
 /* Parses a KServe v2 infer request for spec; json_len > 0 (Inference-Header-Content-Length):
  * the JSON is the body's first json_len bytes and the binary tensor extension's data follows.
  * Returns the HTTP status: 200 with *out set, or 400 (413 for too many rows) with the message
  * in err. */
 int sv_parse_infer(const sv_model_spec *spec, const char *body, size_t len, size_t json_len, sv_request **out,
                    char *err, size_t errcap);
+/* The same with jansson alone (no lift.c): what the tests compare sv_parse_infer with. */
+int sv_parse_infer_jansson(const sv_model_spec *spec, const char *body, size_t len, size_t json_len, sv_request **out,
+                           char *err, size_t errcap);
 /* {"model_name":..., "outputs":[...]} for one request's slice of the outputs (rows from
  * row0), each output contiguous, of the declared dtype; the outputs the request asked as
  * binary data follow the JSON (r->json_len set to its length, else 0). */
@@ -136,11 +155,14 @@ typedef struct sv_model {
    * being loaded beside it by every worker, each reporting to versions.c */
   int64_t serving, pending, last_version;
   int prepared; /* workers that loaded pending */
+  int unloaded; /* POST .../unload: no new requests until a load succeeds; workers drop the model */
   int workers; /* declared by em_serve_model_source; 0: unknown (the ready ones count) */
   sv_request *load_waiters; /* HTTP load requests waiting for the outcome (out_next list) */
   int n_history;
   sv_version history[SV_VERSIONS_KEPT];
   int64_t max_delay_us, max_queue;
+  em_serve_policy policy; /* when a batch that is neither full nor due closes (queue.c) */
+  int idle; /* workers waiting in em_serve_next / em_serve_next_batch, under lock */
   pthread_mutex_t lock;
   pthread_cond_t cond; /* a request arrived, or shutdown */
   sv_request *head, *tail;
@@ -203,6 +225,9 @@ int sv_version_load(em_serve *s, sv_model *m, const char *path, sv_request *r, v
  * DISCARD), or 0 when none. */
 int sv_version_task(sv_model *m, int64_t *serving, int64_t *prepared, int64_t *version);
 void sv_versions_abort_all(em_serve *s, const char *why);
+/* Unloads the model: 0 with *version the version unloaded (an unloaded model answers so
+ * again), else the HTTP status with err set (503 stopping, 409 a load in progress). */
+int sv_version_unload(em_serve *s, sv_model *m, int64_t *version, char *err, size_t errcap);
 void sv_write_versions(sv_buf *b, sv_model *m);
 /* the model's metadata as KServe JSON */
 void sv_write_model_metadata(sv_buf *b, sv_model *m);
@@ -214,14 +239,18 @@ int sv_parse_load(const char *body, size_t len, char *path, size_t cap, char *er
  * A message (after the ROUTER's routing id, and an empty delimiter when the peer sent one):
  *   INFER   [hdr + model name][tensor desc][tensor data] ... (ntensors pairs)
  *   RESULT  [hdr + model name][tensor desc][tensor data] ... one pair per output
- *   ERROR   [hdr + model name][message, UTF-8]             status: 400, 404, 413, 503, 500
+ *   ERROR   [hdr + model name][message, UTF-8]             status: 400, 404, 409, 413, 503, 500
+ *   LOAD    [hdr + model name][checkpoint path, UTF-8]      a new version, as the HTTP load
+ *   UNLOAD  [hdr + model name]                              as the HTTP unload
+ *           both answered by a RESULT of no tensors (model version: the new / the unloaded
+ *           one) or an ERROR
  * hdr: magic "EMSV", version, kind, the client's request id (echoed), the model version
  * that answered, status, the name's
  * length, ntensors; a desc: dtype code, ndim, the name's length, then int64 shape[ndim] and
  * the name. Little-endian, no padding; data is the tensor's bytes, row-major. */
 #define SV_WIRE_MAGIC 0x56534d45u /* the bytes "EMSV" */
 #define SV_WIRE_VERSION 1
-enum { SV_WIRE_INFER = 1, SV_WIRE_RESULT = 2, SV_WIRE_ERROR = 3 };
+enum { SV_WIRE_INFER = 1, SV_WIRE_RESULT = 2, SV_WIRE_ERROR = 3, SV_WIRE_LOAD = 4, SV_WIRE_UNLOAD = 5 };
 typedef struct sv_wire_hdr {
   uint32_t magic;
   uint16_t version, kind;

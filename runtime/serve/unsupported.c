@@ -27,6 +27,10 @@ em_status em_serve_add_output(em_serve *s, int model, const char *name, em_dtype
   (void)s, (void)model, (void)name, (void)dtype;
   return missing("em_serve_add_output");
 }
+em_status em_serve_model_policy(em_serve *s, int model, em_serve_policy policy) {
+  (void)s, (void)model, (void)policy;
+  return missing("em_serve_model_policy");
+}
 em_status em_serve_model_ready(em_serve *s, int model) {
   (void)s, (void)model;
   return missing("em_serve_model_ready");
@@ -128,4 +132,12 @@ em_status em_serve_client_output(em_serve_client *c, int i, em_tensor **out) {
 int64_t em_serve_client_version(const em_serve_client *c) {
   (void)c;
   return 0;
+}
+em_status em_serve_client_load(em_serve_client *c, const char *model, const char *checkpoint, int64_t *version) {
+  (void)c, (void)model, (void)checkpoint, (void)version;
+  return missing("em_serve_client_load");
+}
+em_status em_serve_client_unload(em_serve_client *c, const char *model, int64_t *version) {
+  (void)c, (void)model, (void)version;
+  return missing("em_serve_client_unload");
 }

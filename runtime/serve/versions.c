@@ -9,7 +9,10 @@
  * When every worker has it, the version becomes the serving one and each worker swaps at
  * its next batch (EM_SERVE_SWAP): a request is answered by the old or by the new version,
  * never dropped. The first failure drops the pending version on every worker
- * (EM_SERVE_DISCARD); the old one keeps serving and the load's answer says why. */
+ * (EM_SERVE_DISCARD); the old one keeps serving and the load's answer says why.
+ * An unload (POST /v2/repository/models/NAME/unload) refuses new requests (503); once the
+ * queue is empty each worker drops its model (EM_SERVE_UNLOAD); a later load brings a version
+ * back. Loads and unloads come over ZeroMQ too (wire.c's LOAD and UNLOAD). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,16 +64,33 @@ em_status em_serve_model_source(em_serve *s, int model, int workers, const char 
   return EM_OK;
 }
 
-/* With m->lock held: answers every waiting load request (HTTP) with status and a JSON body. */
-static void answer_waiters(em_serve *s, sv_model *m, int status, const char *body) {
+/* With m->lock held: answers every waiting load request with status: over HTTP with the JSON
+ * body, over ZeroMQ with a RESULT naming the version (200) or an ERROR with the message. */
+static void answer_waiters(em_serve *s, sv_model *m, int status, const char *body, int64_t version,
+                           const char *message) {
   sv_request *r = m->load_waiters;
   m->load_waiters = NULL;
   while (r) {
     sv_request *next = r->out_next;
-    r->status = status;
-    free(r->body);
-    r->body = strdup(body);
-    r->body_len = r->body ? strlen(body) : 0;
+    if (r->proto == SV_ZMQ) {
+      if (status == 200) {
+        sv_buf b = {0};
+        int nf = sv_wire_write_tensor_frames(&b, r->frame_len, SV_WIRE_RESULT, r->wire_id, version, 200, m->spec.name, 0,
+                                             NULL, NULL, 0, -1);
+        free(r->body);
+        r->body = nf < 0 ? NULL : b.data;
+        r->nframes = nf < 0 ? 0 : nf;
+        if (nf < 0) free(b.data);
+        r->status = 200;
+      } else {
+        sv_wire_answer_error(r, m->spec.name, status, message);
+      }
+    } else {
+      r->status = status;
+      free(r->body);
+      r->body = strdup(body);
+      r->body_len = r->body ? strlen(body) : 0;
+    }
     sv_deliver(s, r);
     sv_request_release(r);
     r = next;
@@ -92,7 +112,7 @@ static void abort_pending(em_serve *s, sv_model *m, int status, const char *why)
   sv_buf_puts(&b, "{\"error\":");
   sv_buf_json_string(&b, msg);
   sv_buf_puts(&b, "}");
-  answer_waiters(s, m, status, b.data ? b.data : "{}");
+  answer_waiters(s, m, status, b.data ? b.data : "{}", 0, msg);
   free(b.data);
   pthread_cond_broadcast(&m->cond);
 }
@@ -142,6 +162,29 @@ void sv_versions_abort_all(em_serve *s, const char *why) {
   }
 }
 
+int sv_version_unload(em_serve *s, sv_model *m, int64_t *version, char *err, size_t errcap) {
+  pthread_mutex_lock(&m->lock);
+  int status = 0;
+  if (atomic_load(&s->stopping)) {
+    snprintf(err, errcap, "the server is shutting down");
+    status = 503;
+  } else if (m->pending) {
+    snprintf(err, errcap, "model '%s': version %lld is being loaded; unload it when that is done", m->spec.name,
+             (long long)m->pending);
+    status = 409;
+  } else {
+    *version = m->serving;
+    if (!m->unloaded) {
+      m->unloaded = 1;
+      sv_version *v = find_version(m, m->serving);
+      if (v) snprintf(v->state, sizeof v->state, "unloaded");
+      pthread_cond_broadcast(&m->cond); /* idle workers drop the model now */
+    }
+  }
+  pthread_mutex_unlock(&m->lock);
+  return status;
+}
+
 int sv_version_task(sv_model *m, int64_t *serving, int64_t *prepared, int64_t *version) {
   if (*prepared && *prepared == m->serving && *serving != m->serving) {
     *version = *serving = *prepared;
@@ -152,6 +195,11 @@ int sv_version_task(sv_model *m, int64_t *serving, int64_t *prepared, int64_t *v
     *version = *prepared;
     *prepared = 0;
     return EM_SERVE_DISCARD;
+  }
+  if (m->unloaded && *serving && !m->head && !m->pending) { /* the queued requests are answered first */
+    *version = *serving;
+    *serving = 0;
+    return EM_SERVE_UNLOAD;
   }
   if (m->pending && *prepared != m->pending && *serving != m->pending) {
     /* asked once: its report either prepares it or (a failure) clears pending */
@@ -184,7 +232,8 @@ em_status em_serve_version_prepared(em_serve *s, int model, int64_t version, int
       abort_pending(s, m, 400, message && *message ? message : "a worker could not load it");
     } else if (++m->prepared >= (m->workers ? m->workers : m->ready_workers)) {
       sv_version *old = find_version(m, m->serving), *v = find_version(m, m->pending);
-      if (old) snprintf(old->state, sizeof old->state, "retired");
+      if (old && !strcmp(old->state, "serving")) snprintf(old->state, sizeof old->state, "retired");
+      m->unloaded = 0;
       if (v) snprintf(v->state, sizeof v->state, "serving");
       int64_t before = m->serving;
       m->serving = m->pending;
@@ -196,7 +245,7 @@ em_status em_serve_version_prepared(em_serve *s, int model, int64_t version, int
                     (long long)before);
       sv_buf_json_string(&b, v ? v->path : "");
       sv_buf_puts(&b, "}");
-      answer_waiters(s, m, 200, b.data ? b.data : "{}");
+      answer_waiters(s, m, 200, b.data ? b.data : "{}", m->serving, NULL);
       free(b.data);
       pthread_cond_broadcast(&m->cond);
     }
@@ -207,7 +256,8 @@ em_status em_serve_version_prepared(em_serve *s, int model, int64_t version, int
 
 void sv_write_versions(sv_buf *b, sv_model *m) {
   pthread_mutex_lock(&m->lock);
-  sv_buf_printf(b, "\"versions\":[\"%lld\"],\"version_history\":[", (long long)m->serving);
+  if (m->unloaded) sv_buf_puts(b, "\"versions\":[],\"version_history\":[");
+  else sv_buf_printf(b, "\"versions\":[\"%lld\"],\"version_history\":[", (long long)m->serving);
   for (int i = 0; i < m->n_history; i++) {
     const sv_version *v = &m->history[i];
     sv_buf_printf(b, "%s{\"version\":\"%lld\",\"state\":\"%s\",\"checkpoint\":", i ? "," : "", (long long)v->number,

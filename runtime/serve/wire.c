@@ -54,8 +54,9 @@ int sv_wire_read_header(const void *data, size_t size, sv_wire_hdr *h, char name
     return fail(err, errcap, 400, "header.magic: 0x%08x, expected 0x%08x (\"EMSV\")", h->magic, SV_WIRE_MAGIC);
   if (h->version != SV_WIRE_VERSION)
     return fail(err, errcap, 400, "header.version: %u, expected %d", h->version, SV_WIRE_VERSION);
-  if (h->kind < SV_WIRE_INFER || h->kind > SV_WIRE_ERROR)
-    return fail(err, errcap, 400, "header.kind: %u, expected 1 (INFER), 2 (RESULT) or 3 (ERROR)", h->kind);
+  if (h->kind < SV_WIRE_INFER || h->kind > SV_WIRE_UNLOAD)
+    return fail(err, errcap, 400, "header.kind: %u, expected 1 (INFER), 2 (RESULT), 3 (ERROR), 4 (LOAD) or 5 (UNLOAD)",
+                h->kind);
   if (size - sizeof *h != h->name_len)
     return fail(err, errcap, 400, "header.name_len: %u, but %zu bytes of name follow the header", h->name_len,
                 size - sizeof *h);

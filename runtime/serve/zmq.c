@@ -102,6 +102,55 @@ static void count_model_error(sv_model *m, int status) {
   pthread_mutex_unlock(&m->metrics.lock);
 }
 
+/* LOAD [path] and UNLOAD: the HTTP repository API's requests. An unload is answered at once;
+ * a load when every worker has the version or one failed (versions.c answers it). */
+static void handle_version(struct sv_zmq *z, sv_model *m, const sv_wire_hdr *h, const unsigned char *route,
+                           size_t route_len, int delimiter, int nframes, const void *const *frames, const size_t *sizes) {
+  em_serve *s = z->server;
+  char err[SV_ERR_MAX], msg[SV_ERR_MAX + 128];
+  int status;
+  if (h->kind == SV_WIRE_UNLOAD) {
+    int64_t version = 0;
+    status = nframes ? 400 : sv_version_unload(s, m, &version, err, sizeof err);
+    if (nframes) snprintf(err, sizeof err, "UNLOAD: %d frames after the header, expected none", nframes);
+    if (status) {
+      snprintf(msg, sizeof msg, "model '%s': unload: %s", m->spec.name, err);
+      send_error(z, route, route_len, delimiter, h->request_id, status, m->spec.name, msg);
+      return;
+    }
+    sv_buf b = {0};
+    size_t frame_len[1];
+    int nf = sv_wire_write_tensor_frames(&b, frame_len, SV_WIRE_RESULT, h->request_id, version, 200, m->spec.name, 0,
+                                         NULL, NULL, 0, -1);
+    if (nf > 0) send_frames(z, route, route_len, delimiter, b.data, frame_len, nf);
+    free(b.data);
+    return;
+  }
+  char path[SV_PATH_MAX];
+  if (nframes != 1 || sizes[0] == 0 || sizes[0] >= sizeof path || memchr(frames[0], 0, sizes[0])) {
+    snprintf(msg, sizeof msg, "model '%s': load: expected one frame after the header, the checkpoint path (1 to %d "
+             "bytes, no NUL), got %d frames%s", m->spec.name, SV_PATH_MAX - 1, nframes, nframes == 1 ? " of another size" : "");
+    send_error(z, route, route_len, delimiter, h->request_id, 400, m->spec.name, msg);
+    return;
+  }
+  memcpy(path, frames[0], sizes[0]);
+  path[sizes[0]] = '\0';
+  sv_request *r = calloc(1, sizeof *r);
+  if (!r) return;
+  atomic_init(&r->refs, 1);
+  r->proto = SV_ZMQ;
+  memcpy(r->route, route, route_len);
+  r->route_len = route_len;
+  r->delimiter = delimiter;
+  r->wire_id = h->request_id;
+  status = sv_version_load(s, m, path, r, NULL, NULL, err, sizeof err);
+  if (status) {
+    snprintf(msg, sizeof msg, "model '%s': load: %s", m->spec.name, err);
+    send_error(z, route, route_len, delimiter, h->request_id, status, m->spec.name, msg);
+  }
+  sv_request_release(r); /* versions.c holds its own reference while the load runs */
+}
+
 /* One message: parts[0] the routing id, then the peer's frames. */
 static void handle_message(struct sv_zmq *z, zmq_msg_t *parts, int nparts, int truncated) {
   em_serve *s = z->server;
@@ -137,6 +186,10 @@ static void handle_message(struct sv_zmq *z, zmq_msg_t *parts, int nparts, int t
   for (int i = 0; i < nframes; i++) {
     frames[i] = zmq_msg_data(&parts[first + 1 + i]);
     sizes[i] = zmq_msg_size(&parts[first + 1 + i]);
+  }
+  if (h.kind == SV_WIRE_LOAD || h.kind == SV_WIRE_UNLOAD) {
+    handle_version(z, m, &h, route, route_len, delimiter, nframes, frames, sizes);
+    return;
   }
   sv_request *r = NULL;
   if (truncated) {

@@ -3,7 +3,9 @@
  * a float32 [-1, 4] and an int64 [2]. A parsed request is also written back as a response
  * (its inputs standing in for outputs), so the writer sees whatever the parser accepts.
  * An input starting with byte 0x01 is a binary tensor extension body: a 2-byte little-endian
- * JSON length (Inference-Header-Content-Length), then the JSON and the binary data. */
+ * JSON length (Inference-Header-Content-Length), then the JSON and the binary data.
+ * Every body is also parsed by jansson alone (sv_parse_infer_jansson): the status, the error
+ * message and every parsed value must be the same (lift.c's number arrays). */
 #include "fuzz.h"
 #include "serve/serve_impl.h"
 
@@ -33,7 +35,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     json_len = (size_t)data[1] | (size_t)data[2] << 8;
     data += 3, size -= 3;
   }
-  if (sv_parse_infer(&spec, (const char *)data, size, json_len, &r, err, sizeof err) == 200) {
+  /* the parse with lift.c's number arrays answers as jansson's alone, value for value */
+  sv_request *plain = NULL;
+  char plain_err[SV_ERR_MAX];
+  int st = sv_parse_infer(&spec, (const char *)data, size, json_len, &r, err, sizeof err);
+  int plain_st = sv_parse_infer_jansson(&spec, (const char *)data, size, json_len, &plain, plain_err, sizeof plain_err);
+  if (st != plain_st || (st != 200 && strcmp(err, plain_err))) {
+    fprintf(stderr, "fuzz_serve_request: status %d '%s', jansson alone %d '%s'\n", st, st == 200 ? "" : err, plain_st,
+            plain_st == 200 ? "" : plain_err);
+    abort();
+  }
+  if (st == 200) {
+    for (int i = 0; i < 2; i++) {
+      int64_t n = r->rows;
+      for (int d = 0; d < spec.inputs[i].ndim; d++) n *= r->inner[i][d];
+      if (r->rows != plain->rows || memcmp(r->inner[i], plain->inner[i], sizeof r->inner[i]) ||
+          (n && memcmp(r->data[i], plain->data[i], (size_t)n * em_dtype_size(spec.inputs[i].dtype)))) {
+        fprintf(stderr, "fuzz_serve_request: input %d differs from jansson's parse\n", i);
+        abort();
+      }
+    }
+    sv_request_free(plain);
+  }
+  if (st == 200) {
     em_tensor *outs[2] = {NULL, NULL};
     em_device cpu = {EM_CPU, 0};
     for (int i = 0; i < 2; i++) {

@@ -105,6 +105,7 @@ http: {{port: {port}, threads: 4}}
             proc.kill()
             proc.wait()
     device_checks(cfg)
+    policy_latency_check(cfg)
     if FAILS:
         print(f"{len(FAILS)} check(s) failed")
         sys.exit(1)
@@ -120,11 +121,44 @@ def device_checks(cfg):
                        timeout=60)
     check(r.returncode == 2 and "models.1.device: expected cpu, cuda or cuda:N, got 'gpu'" in r.stderr,
           f"a device that is no device: {r.returncode} {r.stderr}")
+    # the batching policy is one of two words
+    r = subprocess.run([EMBER, "serve", cfg, "models.1.batching.policy=eager", "http.port=0"], capture_output=True,
+                       text=True, timeout=60)
+    check(r.returncode == 2 and "models.1.batching.policy: expected one of deadline, spare, got 'eager'" in r.stderr,
+          f"an unknown batching policy: {r.returncode} {r.stderr}")
     if gpus.stdout.strip() == "0":
         r = subprocess.run([EMBER, "serve", cfg, "models.1.device=cuda", "http.port=0"], capture_output=True,
                            text=True, timeout=60)
         check(r.returncode == 2 and "models.1.device: cuda is not available: no CUDA device found" in r.stderr,
               f"device: cuda without a GPU: {r.returncode} {r.stderr}")
+
+
+def policy_latency_check(cfg):
+    """batching.policy end to end: with 2 idle workers and max_delay_us 200 ms, a lone request
+    is answered at once under spare and after the delay under deadline."""
+    for policy in ("spare", "deadline"):
+        port = free_port()
+        proc = subprocess.Popen([EMBER, "serve", cfg, f"http.port={port}", "models.1.batching.max_delay_us=200000",
+                                 f"models.1.batching.policy={policy}"], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        try:
+            for _ in range(300):
+                try:
+                    if request(port, "GET", "/v2/health/ready")[0] == 200:
+                        break
+                except OSError:
+                    pass
+                time.sleep(0.05)
+            time.sleep(0.1)  # both workers waiting for work
+            body = infer_body(make_input(7, 1, 1))
+            t0 = time.monotonic()
+            st, _ = request(port, "POST", "/v2/models/tiny/infer", json.dumps(body))
+            took = time.monotonic() - t0
+            want = took < 0.1 if policy == "spare" else took >= 0.2
+            check(st == 200 and want, f"policy {policy}: status {st}, a lone request took {took:.3f} s (delay 0.2 s)")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
 
 
 def run_checks(port, singles, mixed, ref):

@@ -6,7 +6,9 @@ tiny/load swaps versions in and out: checkpoint B, then D (whose outputs have th
 shape), A again, C (weights of another size), a missing file, then B. Every answer must be
 200 and equal the forward (in a script) of the checkpoint of the version it names; answers
 come from more than one version; the failed loads answer 400 saying why, leave the old
-version serving, and GET /v2/models/tiny reports every version with its state.
+version serving, and GET /v2/models/tiny reports every version with its state. Then
+POST .../unload (503 for requests, not ready, no serving version) and a load bringing it
+back, over HTTP and through the Lua client over ZeroMQ (Client:load, Client:unload).
 usage: test_serve_versions.py EMBER SOURCE_DIR"""
 import json
 import os
@@ -102,7 +104,8 @@ zmq: {zmq_port}
             if proc.poll() is not None or time.time() > deadline:
                 raise SystemExit("the server did not become ready: " + (proc.stderr.read() if proc.poll() is not None else ""))
             time.sleep(0.1)
-        swap_under_load(http_port, zmq_port, ckpt, inputs, ref)
+        version = swap_under_load(http_port, zmq_port, ckpt, inputs, ref)
+        unload_and_zmq_loads(http_port, zmq_port, ckpt, inputs, ref, version)
     finally:
         if proc.poll() is None:
             proc.terminate()
@@ -226,6 +229,95 @@ def swap_under_load(http_port, zmq_port, ckpt, inputs, ref):
     st, text = request(http_port, "POST", "/v2/models/tiny/versions/1/infer", body)
     check(st == 404 and f"version '1' is not served (version {version} is)" in text, f"infer at a retired version: {st} {text}")
     check(request(http_port, "GET", f"/v2/models/tiny/versions/{version}/ready")[0] == 200, "ready at the serving version")
+    return version
+
+
+# The Lua client's repository calls over ZeroMQ: load(B) -> v, a missing file's reason,
+# unload -> v, an infer refused, load(A) -> v + 2 (the failed one numbered too), its answers.
+ZMQ_VERSIONS = """
+local c = ember.serve.Client{endpoint = arg[1], timeout = 60}
+local x = ember.tensor(require('ember.util.json').decode(arg[4]))
+local r = {}
+r.loaded = c:load('tiny', arg[2])
+local ok, err = pcall(c.load, c, 'tiny', arg[2] .. '.missing')
+r.missing = ok and 'loaded' or tostring(err)
+r.unloaded = c:unload('tiny')
+ok, err = pcall(c.infer, c, 'tiny', {x = x})
+r.infer_unloaded = ok and 'answered' or tostring(err)
+r.again = c:unload('tiny')
+r.reloaded = c:load('tiny', arg[3])
+r.y = c:infer('tiny', {x = x}).y:totable()
+r.answered_by = c:version()
+io.write(require('ember.util.json').encode(r))
+"""
+
+
+def unload_and_zmq_loads(http_port, zmq_port, ckpt, inputs, ref, version):
+    x = inputs[0]
+    body = {"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]}
+    # HTTP: unload, refused requests, not ready, no serving version; a load brings it back
+    st, text = request(http_port, "POST", "/v2/repository/models/tiny/unload")
+    check(st == 200 and json.loads(text) == {"model_name": "tiny", "unloaded": str(version)}, f"unload: {st} {text}")
+    st, text = request(http_port, "POST", "/v2/models/tiny/infer", body)
+    check(st == 503 and "model 'tiny' is unloaded" in text, f"infer after unload: {st} {text}")
+    check(request(http_port, "GET", "/v2/models/tiny/ready")[0] == 503, "an unloaded model is not ready")
+    meta = json.loads(request(http_port, "GET", "/v2/models/tiny")[1])
+    states = {h["version"]: h["state"] for h in meta.get("version_history", [])}
+    check(meta.get("versions") == [] and states.get(str(version)) == "unloaded", f"unloaded metadata: {meta}")
+    check(request(http_port, "GET", "/v2/repository/models/tiny/unload")[0] == 405, "GET unload")
+    check(request(http_port, "POST", "/v2/repository/models/nope/unload")[0] == 404, "unload of an unknown model")
+    st, text = request(http_port, "POST", "/v2/repository/models/tiny/load", {"parameters": {"checkpoint": ckpt["A"]}},
+                       timeout=60)
+    version += 1
+    check(st == 200 and json.loads(text).get("version") == str(version), f"load after unload: {st} {text}")
+    st, text = request(http_port, "POST", "/v2/models/tiny/infer", body)
+    out = json.loads(text)["outputs"][0] if st == 200 else {}
+    check(st == 200 and np.allclose(np.array(out["data"], np.float32).reshape(out["shape"]), ref["A"][0], rtol=1e-5,
+                                    atol=1e-6), f"infer after the reload: {st} {text[:200]}")
+    meta = json.loads(request(http_port, "GET", "/v2/models/tiny")[1])
+    states = {h["version"]: h["state"] for h in meta.get("version_history", [])}
+    check(meta.get("versions") == [str(version)] and states.get(str(version - 1)) == "unloaded",
+          f"metadata after the reload: {meta.get('versions')} {states}")
+    # ZeroMQ: the same through the Lua client
+    r = subprocess.run([EMBER, write("zmq_versions.lua", ZMQ_VERSIONS), f"tcp://127.0.0.1:{zmq_port}", ckpt["B"],
+                        ckpt["A"], json.dumps(x.tolist())], capture_output=True, text=True, timeout=120)
+    try:
+        got = json.loads(r.stdout)
+    except ValueError:
+        got = {}
+    check(r.returncode == 0 and got, f"the ZeroMQ repository calls: {r.returncode} {r.stdout} {r.stderr}")
+    if got:
+        check(got["loaded"] == version + 1, f"ZeroMQ load: version {got['loaded']}, expected {version + 1}")
+        check("answered 400" in got["missing"] and "no such file or directory" in got["missing"],
+              f"ZeroMQ load of a missing file: {got['missing']}")
+        check(got["unloaded"] == version + 1 and got["again"] == version + 1, f"ZeroMQ unload: {got}")
+        check("answered 503" in got["infer_unloaded"] and "is unloaded" in got["infer_unloaded"],
+              f"ZeroMQ infer after unload: {got['infer_unloaded']}")
+        check(got["reloaded"] == version + 3 and got["answered_by"] == version + 3, f"ZeroMQ reload: {got}")
+        check(np.allclose(np.array(got["y"], np.float32), ref["A"][0], rtol=1e-5, atol=1e-6),
+              f"the reloaded version's answer: {got['y']}")
+    # and the Python client's (examples/serve_client.py)
+    c = sc.Client(f"tcp://127.0.0.1:{zmq_port}", timeout=60)
+    try:
+        v = c.unload("tiny")
+        try:
+            c.infer("tiny", {"x": x})
+            refused = "answered"
+        except sc.ServeError as e:
+            refused = f"{e.status} {e}"
+        v2 = c.load("tiny", ckpt["B"])
+        y = c.infer("tiny", {"x": x})["y"]
+        check(v2 == v + 1 and c.version == v2 and refused.startswith("503") and np.allclose(y, ref["B"][0], rtol=1e-5,
+                                                                                              atol=1e-6),
+              f"the Python client's unload {v}, refused '{refused}', load {v2}, answered by {c.version}")
+        try:
+            c.load("tiny", os.path.join(TMP, "none.safetensors"))
+            missing = "loaded"
+        except sc.ServeError as e:
+            missing = f"{e.status} {e}"
+        check(missing.startswith("400") and "no such file or directory" in missing, f"Python load of a missing file: {missing}")
+    finally:
+        c.close()
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@
 --   local out = client:infer('fmnist_mlp', {input = x})   -- x: [n, 1, 28, 28] float32
 --   print(out.logits:argmax(2))                           -- the outputs by name
 --   client:version()                                      -- the model version that answered
+--   client:load('fmnist_mlp', 'runs/fashion_mnist_mlp/checkpoints')   -- the next version
+--   client:unload('fmnist_mlp')                           -- until the next load
 --   client:close()
 -- A server error (a wrong shape names the field, an unknown model, a full queue) is raised
 -- as a Lua error with its status: "... answered 400: tensors[0] (input).shape[2]: ...".
@@ -74,6 +76,30 @@ function Client:infer(model, inputs)
 end
 
 function Client:version() return tonumber(C.em_serve_client_version(ptr(self, 'version'))) end
+
+-- load(model, checkpoint): loads a checkpoint (a directory, whose latest is used, or a
+-- safetensors file, on the server's machine) as the model's next version; returns that
+-- version once every worker serves it. A checkpoint that fails raises the server's reason.
+function Client:load(model, checkpoint)
+  local p = ptr(self, 'load')
+  if type(model) ~= 'string' then throw('Client:load: model must be a name, got ' .. describe(model)) end
+  if type(checkpoint) ~= 'string' then
+    throw('Client:load: checkpoint must be a path, got ' .. describe(checkpoint))
+  end
+  local v = ffi.new('int64_t[1]')
+  check(C.em_serve_client_load(p, model, checkpoint, v))
+  return tonumber(v[0])
+end
+
+-- unload(model): the model stops serving (its queued requests are answered, new ones refused)
+-- until a load; returns the version unloaded.
+function Client:unload(model)
+  local p = ptr(self, 'unload')
+  if type(model) ~= 'string' then throw('Client:unload: model must be a name, got ' .. describe(model)) end
+  local v = ffi.new('int64_t[1]')
+  check(C.em_serve_client_unload(p, model, v))
+  return tonumber(v[0])
+end
 
 function Client:close()
   if self._ptr ~= nil then

@@ -9,9 +9,11 @@
 --                                                        # or a .safetensors file
 --       inputs:  [{name: input, dtype: float32, shape: [1, 28, 28]}]   # one instance, -1: any size
 --       outputs: [{name: logits, dtype: float32}]
---       batching: {max_batch_size: 64, max_delay_us: 500, max_queue: 1024}
+--       batching: {max_batch_size: 64, max_delay_us: 500, max_queue: 1024, policy: deadline}
+--                           # policy spare: a batch also closes at once while 2+ workers are idle
 --       workers: 2          # Lua states on threads of their own, one forward at a time each
 --       threads: 1          # ember/OpenBLAS threads per worker
+--       warmup: true        # a forward per batch size before ready: kernel plans made at start
 --       device: cpu         # or cuda / cuda:N: the model's weights and each batch on that GPU
 --   http: {host: 127.0.0.1, port: 8000, threads: 2}
 --   zmq: tcp://127.0.0.1:5556   # optional: the binary ZeroMQ endpoint (or a port: loopback)
@@ -59,9 +61,14 @@ M.schema = {
       max_batch_size = S.integer { min = 1, default = 32 },
       max_delay_us = S.integer { min = 0, default = 500 },
       max_queue = S.integer { min = 1, default = 1024, doc = 'requests waiting; more get 503 at once' },
+      policy = S.enum({ 'deadline', 'spare' }, { default = 'deadline',
+        doc = 'deadline: a batch that is not full closes when its oldest request has waited max_delay_us; ' ..
+          'spare: also at once while more than one worker of the model is idle' }),
     }, { default = {} }),
     workers = S.integer { min = 1, max = 256, default = 1 },
     threads = S.integer { min = 1, default = 1, doc = 'ember threads per worker' },
+    warmup = S.boolean { default = true,
+      doc = 'one forward of zeros per batch size before the worker is ready (kernel plans made at start)' },
     device = S.string { default = 'cpu', doc = "cpu, cuda or cuda:N: where the model's forward runs" },
   }, { min_len = 1 }),
   http = S.record({
@@ -117,6 +124,8 @@ function M.run(cfg, ctx)
   for _, m in ipairs(cfg.models) do
     local b = m.batching
     check(ember, C.em_serve_add_model(server, m.name, b.max_batch_size, b.max_delay_us, b.max_queue, index))
+    local policy = b.policy == 'spare' and C.EM_SERVE_SPARE or C.EM_SERVE_DEADLINE
+    check(ember, C.em_serve_model_policy(server, index[0], policy))
     for _, io in ipairs(m.inputs) do
       check(ember, C.em_dtype_from_name(io.dtype, dtype))
       local shape = ffi.new('int64_t[?]', math.max(#io.shape, 1), io.shape)

@@ -23,6 +23,8 @@
  *   GET  /metrics                Prometheus text format
  *   POST /v2/repository/models/NAME/load {"parameters": {"checkpoint": PATH}}  a new version
  *                                (em_serve_next below), answered once it serves or failed
+ *   POST /v2/repository/models/NAME/unload  stops serving the model (new requests get 503, the
+ *                                queued ones are answered, workers drop it) until a load
  * Inputs and outputs may travel as raw bytes after the JSON (the binary tensor extension,
  * Inference-Header-Content-Length). Bad requests get 400 with {"error": "..."} naming the
  * field; unknown models 404. em_serve_listen_zmq adds a ZeroMQ endpoint on the same queues.
@@ -60,6 +62,13 @@ EM_API em_status em_serve_add_input(em_serve *s, int model, const char *name, em
                                     const int64_t *shape);
 /* The output's per-instance shape is what the model produces; its dtype is converted to dtype. */
 EM_API em_status em_serve_add_output(em_serve *s, int model, const char *name, em_dtype dtype);
+/* When a batch that is neither full nor due closes. DEADLINE: only when its oldest request has
+ * waited max_delay_us. SPARE (work-conserving): also at once while more than one worker of the
+ * model waits for work, so a lone request at light load does not wait the whole delay while
+ * another worker sits idle; with one worker free the delay bounds the wait as under DEADLINE.
+ * A full batch always closes at once. The default is DEADLINE. */
+typedef enum em_serve_policy { EM_SERVE_DEADLINE = 0, EM_SERVE_SPARE = 1 } em_serve_policy;
+EM_API em_status em_serve_model_policy(em_serve *s, int model, em_serve_policy policy);
 /* Declares that a worker has loaded the model (readiness counts them). */
 EM_API em_status em_serve_model_ready(em_serve *s, int model);
 
@@ -104,6 +113,9 @@ EM_API void em_serve_free_string(char *text);
  *   EM_SERVE_SWAP     every worker has it: serve the prepared model from now on (the server
  *                     has set *serving = *version and *prepared = 0)
  *   EM_SERVE_DISCARD  the load failed elsewhere: drop the prepared model (*prepared = 0)
+ *   EM_SERVE_UNLOAD   the model was unloaded (POST /v2/repository/models/NAME/unload) and its
+ *                     queue is empty: drop the model (the server has set *serving = 0); a
+ *                     later EM_SERVE_LOAD brings one back (there is no serving one to compare)
  *   EM_SERVE_STOP     the server shut down and the queue is empty: return
  * serving starts at 1 (the checkpoint the worker was started with), prepared at 0. */
 typedef enum em_serve_task {
@@ -111,7 +123,8 @@ typedef enum em_serve_task {
   EM_SERVE_BATCH = 1,
   EM_SERVE_LOAD = 2,
   EM_SERVE_SWAP = 3,
-  EM_SERVE_DISCARD = 4
+  EM_SERVE_DISCARD = 4,
+  EM_SERVE_UNLOAD = 5
 } em_serve_task;
 EM_API em_status em_serve_next(em_serve *s, int model, int64_t *serving, int64_t *prepared, em_serve_batch **batch,
                                em_serve_task *task, int64_t *version);
@@ -143,6 +156,12 @@ EM_API const char *em_serve_client_output_name(const em_serve_client *c, int i);
 /* A new reference to output i of the last answer. */
 EM_API em_status em_serve_client_output(em_serve_client *c, int i, em_tensor **out);
 EM_API int64_t em_serve_client_version(const em_serve_client *c); /* the version that answered */
+/* The repository API over ZeroMQ: loads a checkpoint (a directory, whose latest is used, or a
+ * safetensors file, a path on the server's machine) as the model's next version, waiting at
+ * most the timeout for every worker to have it (*version: the new version); or unloads the
+ * model (*version: the version unloaded). The server's refusal is the error message. */
+EM_API em_status em_serve_client_load(em_serve_client *c, const char *model, const char *checkpoint, int64_t *version);
+EM_API em_status em_serve_client_unload(em_serve_client *c, const char *model, int64_t *version);
 /* EM_FFI_END */
 
 #ifdef __cplusplus
