@@ -124,7 +124,7 @@ def device_checks(cfg):
     # the batching policy is one of two words
     r = subprocess.run([EMBER, "serve", cfg, "models.1.batching.policy=eager", "http.port=0"], capture_output=True,
                        text=True, timeout=60)
-    check(r.returncode == 2 and "models.1.batching.policy: expected one of deadline, spare, got 'eager'" in r.stderr,
+    check(r.returncode == 2 and "models.1.batching.policy: expected one of spare, deadline, got 'eager'" in r.stderr,
           f"an unknown batching policy: {r.returncode} {r.stderr}")
     if gpus.stdout.strip() == "0":
         r = subprocess.run([EMBER, "serve", cfg, "models.1.device=cuda", "http.port=0"], capture_output=True,

@@ -9,8 +9,9 @@
 --                                                        # or a .safetensors file
 --       inputs:  [{name: input, dtype: float32, shape: [1, 28, 28]}]   # one instance, -1: any size
 --       outputs: [{name: logits, dtype: float32}]
---       batching: {max_batch_size: 64, max_delay_us: 500, max_queue: 1024, policy: deadline}
---                           # policy spare: a batch also closes at once while 2+ workers are idle
+--       batching: {max_batch_size: 64, max_delay_us: 500, max_queue: 1024, policy: spare}
+--                           # spare: a batch also closes at once while 2+ workers are idle;
+--                           # deadline: only when full or when its oldest request waited the delay
 --       workers: 2          # Lua states on threads of their own, one forward at a time each
 --       threads: 1          # ember/OpenBLAS threads per worker
 --       warmup: true        # a forward per batch size before ready: kernel plans made at start
@@ -61,9 +62,9 @@ M.schema = {
       max_batch_size = S.integer { min = 1, default = 32 },
       max_delay_us = S.integer { min = 0, default = 500 },
       max_queue = S.integer { min = 1, default = 1024, doc = 'requests waiting; more get 503 at once' },
-      policy = S.enum({ 'deadline', 'spare' }, { default = 'deadline',
-        doc = 'deadline: a batch that is not full closes when its oldest request has waited max_delay_us; ' ..
-          'spare: also at once while more than one worker of the model is idle' }),
+      policy = S.enum({ 'spare', 'deadline' }, { default = 'spare',
+        doc = 'spare: a batch that is not full closes when its oldest request has waited max_delay_us, or at ' ..
+          'once while more than one worker of the model is idle; deadline: only when it has waited' }),
     }, { default = {} }),
     workers = S.integer { min = 1, max = 256, default = 1 },
     threads = S.integer { min = 1, default = 1, doc = 'ember threads per worker' },
