@@ -6,6 +6,10 @@
 --       and off).
 -- jpeg: the same images as JPEG records in a TFRecord shard (made here, in /tmp), decoded
 --       and randomly cropped to 24x24 (padding 2) and flipped: in process, 1 and 2 readers.
+-- "batches freed": the consumer hands each batch's tensors back as soon as it has taken it
+-- (Tensor.free), as the training pipeline does with its steps' batches; the other lines leave
+-- them to Lua's collector, so their memory (a shared-memory slot, a pooled buffer) comes back
+-- cold, many batches later.
 -- Prints one JSON line per configuration, with cpu_us_per_batch: the CPU time of the
 -- trainer process (all its threads) and of its reader processes over the timed epochs,
 -- per batch; on a shared machine it varies less than the wall-clock rates.
@@ -46,7 +50,7 @@ local function cpu_seconds(pids)
   return s
 end
 
-local function run(name, loader, extra)
+local function run(name, loader, extra, free_each)
   -- epoch 0 warms up (reader start, page faults); the rest are timed
   local bytes, samples, batches = 0, 0, 0
   for b in loader:epoch(0) do end
@@ -59,6 +63,11 @@ local function run(name, loader, extra)
       local n = b.ids:numel()
       samples = samples + n
       bytes = bytes + b.x:numel() * (b.x.dtype == 'float32' and 4 or 1) + n * 8
+      if free_each then
+        b.x:free()
+        b.y:free()
+        b.ids:free()
+      end
     end
   end
   local dt = progress.now() - t0
@@ -84,6 +93,9 @@ if what == 'raw' or what == 'all' then
   local base = { dataset = 'fashion-mnist', batch_size = bs, shuffle = true, seed = 1, timeout = 120 }
   local function with(t) local o = {} for k, v in pairs(base) do o[k] = v end for k, v in pairs(t) do o[k] = v end return o end
   run('raw/ReaderLoader in process', data.ReaderLoader(with {}))
+  run('raw/ReaderLoader in process, batches freed', data.ReaderLoader(with {}), nil, true)
+  run('raw/ReaderLoader 1 reader, shared memory, batches freed', data.ReaderLoader(with { num_workers = 1 }),
+    { workers = 1 }, true)
   for _, nw in ipairs { 1, 2 } do
     run(string.format('raw/ReaderLoader %d reader%s, shared memory', nw, nw > 1 and 's' or ''), data.ReaderLoader(with { num_workers = nw }),
       { workers = nw })
