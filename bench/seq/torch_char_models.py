@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 which, steps, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 val_blocks = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+amp = len(sys.argv) > 5 and sys.argv[5] == "bfloat16"  # the forward under torch.autocast('cpu', bfloat16)
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 files = [f for f in sorted(glob.glob("/usr/share/games/fortunes/*"))
@@ -108,7 +109,8 @@ for s in range(steps):
     if s == 3:
         t0, c0 = time.perf_counter(), time.process_time()
     x, y = batch([((s * B + r) * 48271) % (n_train - T - 1) for r in range(B)])
-    loss = F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+        loss = F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
     opt.zero_grad()
     loss.backward()
     clip()
@@ -126,7 +128,7 @@ if val_blocks:
             x, y = batch(starts)
             total += F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1)).item() * len(starts)
     val = round(total / val_blocks, 4)
-print(json.dumps({"impl": "torch", "model": which, "threads": threads, "steps": steps,
+print(json.dumps({"impl": "torch_bf16" if amp else "torch", "model": which, "threads": threads, "steps": steps,
                   "tokens_per_s": round((steps - 3) * B * T / dt, 1),
                   "tokens_per_cpu_s": round((steps - 3) * B * T / cdt, 1), "loss": round(loss.item(), 4),
                   "val_loss": val}))

@@ -16,22 +16,43 @@
 #define FN(name) CAT(name, SFX)
 
 /* The tiles' row loops, kept out of the OpenMP bodies that call them: inlined into an
- * outlined parallel region, GCC 12 leaves them scalar (EXP one call per element). */
+ * outlined parallel region, GCC 12 leaves them scalar (EXP one call per element). Their
+ * reductions run in ATTN_LANES independent lanes, combined at the end: a single running
+ * max or sum is a dependency chain GCC will not reorder without -ffast-math, which kept
+ * these loops scalar (half of a T = 64 forward). */
+#ifndef ATTN_LANES
+#define ATTN_LANES 16
+#endif
 __attribute__((noinline)) static SCALAR FN(row_max)(int64_t n, const SCALAR *restrict row, SCALAR mx) {
-  for (int64_t c = 0; c < n; c++) mx = row[c] > mx ? row[c] : mx;
+  SCALAR lane[ATTN_LANES];
+  for (int j = 0; j < ATTN_LANES; j++) lane[j] = mx;
+  int64_t c = 0;
+  for (; c + ATTN_LANES <= n; c += ATTN_LANES)
+    for (int j = 0; j < ATTN_LANES; j++) lane[j] = row[c + j] > lane[j] ? row[c + j] : lane[j];
+  for (int j = 0; c + j < n; j++) lane[j] = row[c + j] > lane[j] ? row[c + j] : lane[j];
+  for (int j = 0; j < ATTN_LANES; j++) mx = lane[j] > mx ? lane[j] : mx;
   return mx;
 }
 
 /* row[c] = exp(row[c] - sub) (arguments <= 0 up to rounding: sub is the row's maximum or
  * log-sum-exp), returning the row's sum */
 __attribute__((noinline)) static SCALAR FN(exp_row)(int64_t n, SCALAR *restrict row, SCALAR sub) {
-  SCALAR sum = 0;
-  for (int64_t c = 0; c < n; c++) {
-    SCALAR e = EXPNP(row[c] - sub);
-    row[c] = e;
-    sum += e;
+  SCALAR lane[ATTN_LANES] = {0};
+  int64_t c = 0;
+  for (; c + ATTN_LANES <= n; c += ATTN_LANES)
+    for (int j = 0; j < ATTN_LANES; j++) {
+      SCALAR e = EXPNP(row[c + j] - sub);
+      row[c + j] = e;
+      lane[j] += e;
+    }
+  for (int j = 0; c + j < n; j++) {
+    SCALAR e = EXPNP(row[c + j] - sub);
+    row[c + j] = e;
+    lane[j] += e;
   }
-  return sum;
+  for (int w = ATTN_LANES / 2; w; w /= 2)
+    for (int j = 0; j < w; j++) lane[j] += lane[j + w];
+  return lane[0];
 }
 
 __attribute__((noinline)) static void FN(scale_row)(int64_t n, SCALAR *restrict row, SCALAR f) {
@@ -46,9 +67,14 @@ __attribute__((noinline)) static void FN(ds_tile)(int64_t nr, int64_t nc, SCALAR
 }
 
 __attribute__((noinline)) static SCALAR FN(dot_row)(int64_t n, const SCALAR *restrict a, const SCALAR *restrict b) {
-  SCALAR acc = 0;
-  for (int64_t d = 0; d < n; d++) acc += a[d] * b[d];
-  return acc;
+  SCALAR lane[ATTN_LANES] = {0};
+  int64_t d = 0;
+  for (; d + ATTN_LANES <= n; d += ATTN_LANES)
+    for (int j = 0; j < ATTN_LANES; j++) lane[j] += a[d + j] * b[d + j];
+  for (int j = 0; d + j < n; j++) lane[j] += a[d + j] * b[d + j];
+  for (int w = ATTN_LANES / 2; w; w /= 2)
+    for (int j = 0; j < w; j++) lane[j] += lane[j + w];
+  return lane[0];
 }
 
 /* s [nr, nc] = scale * q[i0.., :] k[j0.., :]^T with the mask applied (-inf where a key may

@@ -7,6 +7,12 @@
  * plain -O3, which is what lets these ops run at memory speed. float64 and the other
  * functions (log, sqrt, sin, ...) call libm per element; sqrt would vectorise under
  * -fno-math-errno. */
+/* GCC targets 256-bit vectors on AVX-512 machines unless told; the transcendental bodies
+ * here (exp, tanh, erf, GELU) are arithmetic-bound, and 512-bit vectors ran them about
+ * twice as fast */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
+#pragma GCC target("prefer-vector-width=512")
+#endif
 #include <math.h>
 #include "cpu_impl.h"
 #include "vmath.h"
