@@ -237,7 +237,11 @@ static em_status unary_backward(em_node *n, em_tensor *const *go, em_tensor **gi
           ag_sc_scalar(&sc, EM_MUL, ag_sc_unary(&sc, EM_EXP, ag_sc_unary(&sc, EM_NEG, ag_sc_unary(&sc, EM_SQUARE, a))),
                        inv_sqrt_pi2));
       break;
-    case EM_GELU: { /* Phi(a) + a phi(a): one fused pass where the backend has it (same dtype, shape) */
+    case EM_GELU: { /* Phi(a) + a phi(a): kept by the forward, or one fused pass where the backend has it */
+      if (n->i[1] == 1) { /* the derivative, saved by gelu_record */
+        ga = ag_sc_binary(&sc, EM_MUL, g, n->saved[1]);
+        break;
+      }
       const em_backend *be = tn_backend_for("gelu", g->storage->device);
       if (be && be->gelu_backward && g->dtype == a->dtype && (a->dtype == EM_FLOAT32 || a->dtype == EM_FLOAT64) &&
           g->storage->device.type == a->storage->device.type && g->storage->device.index == a->storage->device.index) {
@@ -272,11 +276,39 @@ static em_status unary_backward(em_node *n, em_tensor *const *go, em_tensor **gi
   return ag_sc_end(&sc);
 }
 
+/* GELU under autograd where the backend evaluates GELU and its derivative in one pass: the
+ * node keeps the derivative (as large as the input it would otherwise keep) and the backward
+ * is one product. Returns EM_ERR_UNSUPPORTED, having done nothing, where that does not apply. */
+static em_status gelu_record(em_tensor **out, const em_tensor *a) {
+  const em_backend *be = tn_backend_for("gelu", a->storage->device);
+  if (!be || !be->gelu_with_grad || !out || *out || a->freed || (a->dtype != EM_FLOAT32 && a->dtype != EM_FLOAT64))
+    return EM_ERR_UNSUPPORTED; /* em_unary's path, with its checks and errors */
+  em_tensor *y = NULL, *d = NULL;
+  em_status st = em_empty(&y, a->ndim, a->sizes, a->dtype, a->storage->device);
+  if (!st) st = em_empty(&d, a->ndim, a->sizes, a->dtype, a->storage->device);
+  if (!st) st = be->gelu_with_grad(y, d, a);
+  const em_tensor *in[1] = {a};
+  em_node *n = st ? NULL : ag_node_new(unop_name[EM_GELU], unary_backward, 1, in, 1);
+  if (n) {
+    n->i[0] = EM_GELU;
+    n->i[1] = 1;
+    ag_node_save(n, 1, d);
+  }
+  em_tensor_release(d);
+  if (st) {
+    em_tensor_release(y);
+    return st;
+  }
+  *out = y;
+  return ag_finish_record(out, n);
+}
+
 em_status em_ag_unary(em_unop op, em_tensor **out, const em_tensor *a) {
   const em_tensor *in[1] = {a};
   bool record = op != EM_LOGICAL_NOT && ag_any_requires_grad(1, in);
   em_status st;
   if (record && (st = ag_check_out_free(unop_name[op], out))) return st;
+  if (record && op == EM_GELU && (st = gelu_record(out, a)) != EM_ERR_UNSUPPORTED) return st;
   if ((st = em_unary(op, out, a)) || !record) return st;
   em_node *n = ag_node_new(unop_name[op], unary_backward, 1, in, 1);
   if (n) {

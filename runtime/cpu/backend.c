@@ -158,5 +158,6 @@ void cpu_free(void *ptr, size_t nbytes, em_device device) {
 #define cpu_optional_rnn_layer EM_BACKEND_DEFAULT
 #define cpu_optional_rnn_layer_backward EM_BACKEND_DEFAULT
 #define cpu_optional_gelu_backward cpu_gelu_backward
+#define cpu_optional_gelu_with_grad cpu_gelu_with_grad
 
 const em_backend cpu_tensor_backend = {.name = "cpu", EM_BACKEND_TABLE(cpu)};

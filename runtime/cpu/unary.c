@@ -129,6 +129,22 @@ static inline double em_gelu_grad(double x) {
   return 0.5 * (1 + erf(x * M_SQRT1_2)) + x * 0.3989422804014327 * exp(-0.5 * x * x);
 }
 
+/* GELU and its derivative from one evaluation of the normal CDF (the autograd keeps the
+ * derivative, so the backward does not evaluate erf and exp a second time). */
+static inline void em_gelu_and_gradf(float x, float *y, float *d) {
+  float t = x * (float)M_SQRT1_2, a = fabsf(t);
+  float tail = select_f(a > 10.5f, 0.0f, erfc_tail(a, fabsf(x), 0.5f));
+  float cdf2 = select_f(t < 0, tail, 2.0f - tail);
+  cdf2 = select_f(a < 1.0f, 1.0f + erf_small(t), cdf2);
+  *y = 0.5f * x * cdf2;
+  *d = 0.5f * cdf2 + x * 0.3989422804014327f * em_vexpf_nonpos(-0.5f * x * x);
+}
+static inline void em_gelu_and_grad(double x, double *y, double *d) {
+  double cdf = 0.5 * (1 + erf(x * M_SQRT1_2));
+  *y = x * cdf;
+  *d = cdf + x * 0.3989422804014327 * exp(-0.5 * x * x);
+}
+
 /* floor and ceil through rint, which gcc vectorises without -fno-math-errno (floorf
  * does not). Exact: rint(x) is an integer within 0.5 of x, and r -/+ 1 is exact. */
 #define FLOOR(x) _Generic((x), float : floor_via_rintf, double : floor_via_rint)(x)
@@ -305,6 +321,33 @@ em_status cpu_unary(em_unop op, em_tensor *out, const em_tensor *a) {
   }
 DEFINE_GELU_BACKWARD(float, f32, em_gelu_gradf)
 DEFINE_GELU_BACKWARD(double, f64, em_gelu_grad)
+
+/* ---- GELU with its derivative: data = {y, d, x}, one shape ---- */
+#define DEFINE_GELU_WITH_GRAD(T, S_, BOTH)                                                           \
+  static void gelu_with_grad_##S_(char **data, const int64_t *strides, int64_t n, void *ctx) {      \
+    (void)ctx;                                                                                     \
+    if (strides[0] == sizeof(T) && strides[1] == sizeof(T) && strides[2] == sizeof(T)) {           \
+      T *restrict y = (T *)data[0], *restrict d = (T *)data[1];                                     \
+      const T *restrict x = (const T *)data[2];                                                    \
+      for (int64_t i = 0; i < n; i++) BOTH(x[i], &y[i], &d[i]);                                    \
+      return;                                                                                      \
+    }                                                                                              \
+    for (int64_t i = 0; i < n; i++)                                                                \
+      BOTH(*(const T *)(data[2] + i * strides[2]), (T *)(data[0] + i * strides[0]),               \
+           (T *)(data[1] + i * strides[1]));                                                       \
+  }
+DEFINE_GELU_WITH_GRAD(float, f32, em_gelu_and_gradf)
+DEFINE_GELU_WITH_GRAD(double, f64, em_gelu_and_grad)
+
+em_status cpu_gelu_with_grad(em_tensor *y, em_tensor *d, const em_tensor *x) {
+  if (x->dtype != EM_FLOAT32 && x->dtype != EM_FLOAT64)
+    return em_set_error(EM_ERR_DTYPE, "gelu: expected float32 or float64, got %s", em_dtype_name(x->dtype));
+  const em_tensor *ops[3] = {y, d, x};
+  em_iter it;
+  cpu_iter_init(&it, 3, ops);
+  cpu_iter_for_each(&it, x->dtype == EM_FLOAT32 ? gelu_with_grad_f32 : gelu_with_grad_f64, NULL, 0);
+  return EM_OK;
+}
 
 em_status cpu_gelu_backward(em_tensor *gx, const em_tensor *gy, const em_tensor *x) {
   if (gx->dtype != EM_FLOAT32 && gx->dtype != EM_FLOAT64)

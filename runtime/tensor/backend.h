@@ -294,6 +294,9 @@ typedef struct em_attn_params {
   /* default (NULL): the autograd composes it from elementwise ops. gx = gy (Phi(x) + x phi(x)), the exact      \
    * (erf) GELU's backward in one pass; gy may be broadcast, x and gx share a shape */                                \
   O(P, gelu_backward, em_status, em_tensor *gx, const em_tensor *gy, const em_tensor *x)                             \
+  /* default (NULL): the autograd keeps GELU's input and runs gelu_backward. y = GELU(x) and d = GELU'(x) in one   \
+   * pass (x, y, d one shape): the autograd then keeps d, and the backward is one product */                           \
+  O(P, gelu_with_grad, em_status, em_tensor *y, em_tensor *d, const em_tensor *x)                                    \
   /* gx = y > 0 ? gy : 0, ReLU's backward from its output (one pass, no mask tensor) */                                \
   X(P, relu_backward, em_status, em_tensor *gx, const em_tensor *gy, const em_tensor *y)
 

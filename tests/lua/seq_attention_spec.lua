@@ -220,6 +220,24 @@ describe('RMSNorm, GELU tanh, Conv1d', function()
     end
   end)
 
+  it('GELU under autograd (which keeps its derivative from the forward) gives the same values as without', function()
+    for _, dt in ipairs { 'float64', 'float32' } do
+      local x = ember.linspace(-12, 12, 4001, { dtype = dt })
+      local plain = F.gelu(x)
+      local xg = x:detach():requires_grad_()
+      local y = F.gelu(xg)
+      assert(y.requires_grad, dt .. ': the output is recorded')
+      assert((y:detach() - plain):abs():max():item() == 0, dt .. ': the recorded forward differs from the plain one')
+      -- and through a non-contiguous input
+      local xt = ember.linspace(-3, 3, 12, { dtype = dt }):view(3, 4):t():detach():requires_grad_()
+      local yt = F.gelu(xt)
+      yt:sum():backward()
+      local want = F.gelu(xt:detach():contiguous())
+      assert((yt:detach() - want):abs():max():item() == 0, dt .. ': a transposed input')
+      assert(xt.grad and xt.grad:size(1) == 4 and xt.grad:size(2) == 3, dt .. ': its gradient has its shape')
+    end
+  end)
+
   it("RMSNorm's default eps is the dtype's machine epsilon", function()
     local x = ember.zeros(2, 3)
     x[1][1] = 1e-4

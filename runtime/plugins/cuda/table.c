@@ -23,6 +23,7 @@
 
 /* The exact GELU's backward in one pass: the CPU's own; composed from elementwise ops on the GPU. */
 #define em_gpu_optional_gelu_backward EM_BACKEND_DEFAULT
+#define em_gpu_optional_gelu_with_grad EM_BACKEND_DEFAULT
 
 static const em_backend backend = {.name = "cuda", EM_BACKEND_TABLE(em_gpu)};
 
