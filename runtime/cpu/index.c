@@ -5,7 +5,9 @@
  * indexed through `index` is re-strided to the iteration shape with a zero stride along
  * `dim`, and the kernel adds (index - base) * stride(dim) itself. Every index is checked
  * before anything is written, so a failed op leaves its target unchanged. Kernels that
- * write through an index run on one thread: duplicate indices would race. */
+ * write through an index run on one thread, as duplicate indices would race, but for
+ * index_add_ of whole rows, whose threads split the columns instead. */
+#include <omp.h>
 #include <string.h>
 #include "cpu_impl.h"
 #include "plugins/plugin_api.h"
@@ -240,6 +242,47 @@ em_status cpu_scatter(em_tensor *self, int dim, const em_tensor *index, const em
   return run_write(&c, self, dim, restride(self, index->ndim, index->sizes, dim, 0), tn_tensor_alias(index), src_r);
 }
 
+/* index_add_ along dim 0 of contiguous float rows (an embedding's backward): whole rows
+ * added with vector loops, the columns split between threads (indices may repeat, so rows
+ * cannot be), instead of one element at a time through the generic write. */
+#define DEFINE_ROWS_ADD(T, S_)                                                                                   \
+  static void rows_add_##S_(T *restrict self, const T *restrict src, const char *idx, int is64, int64_t base,    \
+                            int64_t n, int64_t D, T alpha) {                                                     \
+    int64_t blocks = (D + 63) / 64;                                                                              \
+    int par = blocks > 1 && n * D >= EM_PARALLEL_GRAIN && em_get_num_threads() > 1 && !omp_in_parallel();       \
+    _Pragma("omp parallel for schedule(static) if(par) num_threads(em_get_num_threads())")                      \
+    for (int64_t blk = 0; blk < blocks; blk++) {                                                                 \
+      int64_t j0 = blk * 64, j1 = j0 + 64 < D ? j0 + 64 : D;                                                     \
+      for (int64_t i = 0; i < n; i++) {                                                                          \
+        T *restrict o = self + (load_index(idx + i * (is64 ? 8 : 4), is64) - base) * D;                          \
+        const T *restrict r = src + i * D;                                                                       \
+        for (int64_t j = j0; j < j1; j++) o[j] += alpha * r[j];                                                  \
+      }                                                                                                          \
+    }                                                                                                            \
+  }
+DEFINE_ROWS_ADD(float, f32)
+DEFINE_ROWS_ADD(double, f64)
+
+static bool rows_add(em_tensor *self, int dim, const em_tensor *index, const em_tensor *src, double alpha, int base) {
+  if (dim != 0 || self->ndim != src->ndim || index->ndim != 1 || self->dtype != src->dtype ||
+      (self->dtype != EM_FLOAT32 && self->dtype != EM_FLOAT64) || !em_tensor_is_contiguous(self) ||
+      !em_tensor_is_contiguous(src) || !em_tensor_is_contiguous(index) || src->sizes[0] != index->sizes[0])
+    return false;
+  int64_t D = 1;
+  for (int d = 1; d < self->ndim; d++) {
+    if (self->sizes[d] != src->sizes[d]) return false;
+    D *= self->sizes[d];
+  }
+  int is64 = index->dtype == EM_INT64;
+  if (self->dtype == EM_FLOAT32)
+    rows_add_f32((float *)em_tensor_ptr(self), (const float *)em_tensor_ptr(src), em_tensor_ptr(index), is64, base,
+                 src->sizes[0], D, (float)alpha);
+  else
+    rows_add_f64((double *)em_tensor_ptr(self), (const double *)em_tensor_ptr(src), em_tensor_ptr(index), is64, base,
+                 src->sizes[0], D, alpha);
+  return true;
+}
+
 em_status cpu_index_add(em_tensor *self, int dim, const em_tensor *index, const em_tensor *src, double alpha,
                         int base) {
   em_status st;
@@ -247,6 +290,7 @@ em_status cpu_index_add(em_tensor *self, int dim, const em_tensor *index, const 
       (st = check_indices("index_add_", index, dim, self->sizes[dim], base)))
     return st;
   if (em_tensor_numel(src) == 0) return EM_OK;
+  if (rows_add(self, dim, index, src, alpha, base)) return EM_OK;
   write_ctx c = {.mode = W_ADD, .base = base, .alpha = alpha};
   em_tensor *src_v = tn_tensor_alias(src);
   return run_write(&c, self, dim, restride(self, src->ndim, src->sizes, dim, 0),

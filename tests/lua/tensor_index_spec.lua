@@ -70,6 +70,31 @@ describe('scatter and friends', function()
     raises(function() t:index_add_(1, {3}, 5) end, 'index_add_: expected a tensor for argument 3, got number')
     raises(function() t:index_fill_(3, {1}, 0) end, 'index_fill_: dim 3 out of range for a 2-d tensor')
   end)
+
+  it('index_add_ of whole rows (split between threads by columns) matches adding them one by one', function()
+    -- 300 rows of [5, 41] (205 values, not a multiple of the 64-column blocks) into 7 rows,
+    -- indices repeating, on 1 and 2 threads; a transposed target takes the element-wise path
+    local threads = ember.get_num_threads()
+    for _, dt in ipairs { 'float32', 'float64' } do
+      for _, th in ipairs { 1, 2 } do
+        ember.set_num_threads(th)
+        local src = ember.randn({ 300, 5, 41 }, { dtype = dt })
+        local idx = ember.tensor((function() local t = {} for i = 1, 300 do t[i] = (i * 5) % 7 + 1 end return t end)(), { dtype = 'int64' })
+        local got = ember.zeros({ 7, 5, 41 }, { dtype = dt }):index_add_(1, idx, src, { alpha = 0.5 })
+        local want = ember.zeros({ 7, 5, 41 }, { dtype = 'float64' })
+        local s64 = src:to({ dtype = 'float64' })
+        for i = 1, 300 do
+          local r = idx[i]:item()
+          want[r]:add_(s64[i] * 0.5)
+        end
+        local err = (got:to({ dtype = 'float64' }) - want):abs():max():item()
+        assert(err < (dt == 'float64' and 1e-12 or 1e-4), dt .. ' on ' .. th .. ' thread(s): max error ' .. err)
+        local strided = ember.zeros({ 41, 5, 7 }, { dtype = dt }):permute(3, 2, 1):index_add_(1, idx, src, { alpha = 0.5 })
+        assert((strided - got):abs():max():item() < (dt == 'float64' and 1e-12 or 1e-4), dt .. ': strided target differs')
+      end
+    end
+    ember.set_num_threads(threads)
+  end)
 end)
 
 describe('masks', function()
