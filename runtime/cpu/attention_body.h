@@ -22,6 +22,10 @@
  * these loops scalar (half of a T = 64 forward). */
 #ifndef ATTN_LANES
 #define ATTN_LANES 16
+/* Operand i's row stride and batch*head bh's first element (em_attn_params' layouts;
+ * contiguous [BH, T, D] where they are not given) */
+#define ATTN_RS(a, i, dflt) ((a)->row_stride[i] ? (a)->row_stride[i] : (dflt))
+#define ATTN_OFF(a, i, bh, per_bh) ((a)->bh_offset[i] ? (a)->bh_offset[i][bh] : (bh) * (per_bh))
 #endif
 __attribute__((noinline)) static SCALAR FN(row_max)(int64_t n, const SCALAR *restrict row, SCALAR mx) {
   SCALAR lane[ATTN_LANES];
@@ -78,11 +82,11 @@ __attribute__((noinline)) static SCALAR FN(dot_row)(int64_t n, const SCALAR *res
 }
 
 /* s [nr, nc] = scale * q[i0.., :] k[j0.., :]^T with the mask applied (-inf where a key may
- * not be attended to). Returns the number of columns of the tile any row may see. */
-static void FN(score_tile)(const cpu_attn_args *a, int64_t bh, const SCALAR *q, const SCALAR *k, int64_t i0, int64_t nr,
-                           int64_t j0, int64_t nc, SCALAR *s) {
-  GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)a->D, (SCALAR)a->scale, q + i0 * a->D, (int)a->D,
-       k + j0 * a->D, (int)a->D, 0, s, (int)nc);
+ * not be attended to); q and k are batch*head bh's rows, qrs and krs apart. */
+static void FN(score_tile)(const cpu_attn_args *a, int64_t bh, const SCALAR *q, int64_t qrs, const SCALAR *k,
+                           int64_t krs, int64_t i0, int64_t nr, int64_t j0, int64_t nc, SCALAR *s) {
+  GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)a->D, (SCALAR)a->scale, q + i0 * qrs, (int)qrs,
+       k + j0 * krs, (int)krs, 0, s, (int)nc);
   if (!a->causal && !a->mask_ptr) return;
   for (int64_t r = 0; r < nr; r++) {
     SCALAR *row = s + r * nc;
@@ -117,16 +121,18 @@ static void FN(dropout_tile)(const cpu_attn_args *a, int64_t bh, int64_t i0, int
     }
 }
 
+/* One task: query rows [i0, i0 + nr) of batch*head bh, whose q, k, v and out rows are
+ * qrs, krs, vrs and ors elements apart. */
 static void FN(attn_forward_task)(const cpu_attn_args *a, int64_t bh, int64_t i0, int64_t nr, const SCALAR *q,
-                                  const SCALAR *k, const SCALAR *v, SCALAR *out, SCALAR *lse, SCALAR *s, SCALAR *acc,
-                                  SCALAR *m, SCALAR *l) {
+                                  int64_t qrs, const SCALAR *k, int64_t krs, const SCALAR *v, int64_t vrs, SCALAR *out,
+                                  int64_t ors, SCALAR *lse, SCALAR *s, SCALAR *acc, SCALAR *m, SCALAR *l) {
   int64_t Tk = a->Tk, Dv = a->Dv;
   for (int64_t r = 0; r < nr; r++) m[r] = -INFINITY, l[r] = 0;
   memset(acc, 0, (size_t)(nr * Dv) * sizeof(SCALAR));
   int64_t jend = a->causal ? (i0 + nr < Tk ? i0 + nr : Tk) : Tk; /* keys past the last row's diagonal: unseen */
   for (int64_t j0 = 0; j0 < jend; j0 += ATTN_BC) {
     int64_t nc = jend - j0 < ATTN_BC ? jend - j0 : ATTN_BC;
-    FN(score_tile)(a, bh, q, k, i0, nr, j0, nc, s);
+    FN(score_tile)(a, bh, q, qrs, k, krs, i0, nr, j0, nc, s);
     for (int64_t r = 0; r < nr; r++) {
       SCALAR *row = s + r * nc, mx = FN(row_max)(nc, row, m[r]);
       if (mx == -INFINITY) { /* nothing visible yet in this row */
@@ -139,12 +145,12 @@ static void FN(attn_forward_task)(const cpu_attn_args *a, int64_t bh, int64_t i0
       if (alpha != 1) FN(scale_row)(Dv, acc + r * Dv, alpha);
     }
     if (a->dropout_p > 0) FN(dropout_tile)(a, bh, i0, nr, j0, nc, s);
-    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)Dv, (int)nc, 1, s, (int)nc, v + j0 * Dv, (int)Dv, 1,
+    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)Dv, (int)nc, 1, s, (int)nc, v + j0 * vrs, (int)vrs, 1,
          acc, (int)Dv);
   }
   for (int64_t r = 0; r < nr; r++) {
     SCALAR inv = l[r] > 0 ? 1 / l[r] : 0;
-    for (int64_t d = 0; d < Dv; d++) out[(i0 + r) * Dv + d] = acc[r * Dv + d] * inv;
+    for (int64_t d = 0; d < Dv; d++) out[(i0 + r) * ors + d] = acc[r * Dv + d] * inv;
     lse[i0 + r] = l[r] > 0 ? m[r] + LOG(l[r]) : -INFINITY;
   }
 }
@@ -152,6 +158,8 @@ static void FN(attn_forward_task)(const cpu_attn_args *a, int64_t bh, int64_t i0
 static int FN(attn_forward)(const cpu_attn_args *a, SCALAR *out, SCALAR *lse, const SCALAR *q, const SCALAR *k,
                             const SCALAR *v, int threads) {
   int64_t nqb = (a->Tq + ATTN_BR - 1) / ATTN_BR, tasks = a->BH * nqb;
+  int64_t qrs = ATTN_RS(a, EM_ATTN_Q, a->D), krs = ATTN_RS(a, EM_ATTN_K, a->D), vrs = ATTN_RS(a, EM_ATTN_V, a->Dv),
+          ors = ATTN_RS(a, EM_ATTN_OUT, a->Dv);
   int failed = 0;
 #pragma omp parallel num_threads(threads) if (threads > 1) reduction(| : failed)
   {
@@ -164,7 +172,8 @@ static int FN(attn_forward)(const cpu_attn_args *a, SCALAR *out, SCALAR *lse, co
       int64_t nr = a->Tq - i0 < ATTN_BR ? a->Tq - i0 : ATTN_BR;
       SCALAR *acc = s + ATTN_BR * ATTN_BC, *m = acc + ATTN_BR * a->Dv, *l = m + ATTN_BR;
       FN(attn_forward_task)
-      (a, bh, i0, nr, q + bh * a->Tq * a->D, k + bh * a->Tk * a->D, v + bh * a->Tk * a->Dv, out + bh * a->Tq * a->Dv,
+      (a, bh, i0, nr, q + ATTN_OFF(a, EM_ATTN_Q, bh, a->Tq * a->D), qrs, k + ATTN_OFF(a, EM_ATTN_K, bh, a->Tk * a->D),
+       krs, v + ATTN_OFF(a, EM_ATTN_V, bh, a->Tk * a->Dv), vrs, out + ATTN_OFF(a, EM_ATTN_OUT, bh, a->Tq * a->Dv), ors,
        lse + bh * a->Tq, s, acc, m, l);
     }
     free(s);
@@ -172,44 +181,46 @@ static int FN(attn_forward)(const cpu_attn_args *a, SCALAR *out, SCALAR *lse, co
   return failed;
 }
 
-/* one batch*head: gq [Tq, D], gk [Tk, D], gv [Tk, Dv] (all overwritten) */
-static void FN(attn_backward_bh)(const cpu_attn_args *a, int64_t bh, SCALAR *gq, SCALAR *gk, SCALAR *gv,
-                                 const SCALAR *go, const SCALAR *q, const SCALAR *k, const SCALAR *v, const SCALAR *o,
-                                 const SCALAR *lse, SCALAR *p, SCALAR *dp, SCALAR *drow) {
+/* one batch*head: gq [Tq, D], gk [Tk, D], gv [Tk, Dv] (all overwritten), each laid out as
+ * q, k and v; rows of the operands L[i] apart */
+static void FN(attn_backward_bh)(const cpu_attn_args *a, int64_t bh, const int64_t *L, SCALAR *gq, SCALAR *gk,
+                                 SCALAR *gv, const SCALAR *go, const SCALAR *q, const SCALAR *k, const SCALAR *v,
+                                 const SCALAR *o, const SCALAR *lse, SCALAR *p, SCALAR *dp, SCALAR *drow) {
   int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv;
+  int64_t qrs = L[EM_ATTN_Q], krs = L[EM_ATTN_K], vrs = L[EM_ATTN_V], ors = L[EM_ATTN_OUT], grs = L[EM_ATTN_GOUT];
   SCALAR scale = (SCALAR)a->scale;
-  for (int64_t i = 0; i < Tq; i++) drow[i] = FN(dot_row)(Dv, go + i * Dv, o + i * Dv);
-  memset(gq, 0, (size_t)(Tq * D) * sizeof(SCALAR));
-  memset(gk, 0, (size_t)(Tk * D) * sizeof(SCALAR));
-  memset(gv, 0, (size_t)(Tk * Dv) * sizeof(SCALAR));
+  for (int64_t i = 0; i < Tq; i++) drow[i] = FN(dot_row)(Dv, go + i * grs, o + i * ors);
+  for (int64_t i = 0; i < Tq; i++) memset(gq + i * qrs, 0, (size_t)D * sizeof(SCALAR));
+  for (int64_t j = 0; j < Tk; j++) memset(gk + j * krs, 0, (size_t)D * sizeof(SCALAR));
+  for (int64_t j = 0; j < Tk; j++) memset(gv + j * vrs, 0, (size_t)Dv * sizeof(SCALAR));
   for (int64_t j0 = 0; j0 < Tk; j0 += ATTN_BC) {
     int64_t nc = Tk - j0 < ATTN_BC ? Tk - j0 : ATTN_BC;
     for (int64_t i0 = a->causal ? j0 / ATTN_BR * ATTN_BR : 0; i0 < Tq; i0 += ATTN_BR) {
       int64_t nr = Tq - i0 < ATTN_BR ? Tq - i0 : ATTN_BR;
-      FN(score_tile)(a, bh, q, k, i0, nr, j0, nc, p);
+      FN(score_tile)(a, bh, q, qrs, k, krs, i0, nr, j0, nc, p);
       for (int64_t r = 0; r < nr; r++) {
-        SCALAR L = lse[i0 + r];
-        if (L == -INFINITY) memset(p + r * nc, 0, (size_t)nc * sizeof(SCALAR)); /* a row that sees no key */
-        else FN(exp_row)(nc, p + r * nc, L);
+        SCALAR Lr = lse[i0 + r];
+        if (Lr == -INFINITY) memset(p + r * nc, 0, (size_t)nc * sizeof(SCALAR)); /* a row that sees no key */
+        else FN(exp_row)(nc, p + r * nc, Lr);
       }
       /* dp = dO V^T */
-      GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)Dv, 1, go + i0 * Dv, (int)Dv, v + j0 * Dv,
-           (int)Dv, 0, dp, (int)nc);
+      GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)Dv, 1, go + i0 * grs, (int)grs, v + j0 * vrs,
+           (int)vrs, 0, dp, (int)nc);
       if (a->dropout_p > 0) { /* the kept mask / (1 - p) on both: dV uses the dropped P, dS the undropped */
         memcpy(dp + nr * nc, p, (size_t)(nr * nc) * sizeof(SCALAR)); /* spare room: the dropped P */
         FN(dropout_tile)(a, bh, i0, nr, j0, nc, dp + nr * nc);
-        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)Dv, (int)nr, 1, dp + nr * nc, (int)nc, go + i0 * Dv,
-             (int)Dv, 1, gv + j0 * Dv, (int)Dv);
+        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)Dv, (int)nr, 1, dp + nr * nc, (int)nc,
+             go + i0 * grs, (int)grs, 1, gv + j0 * vrs, (int)vrs);
         FN(dropout_tile)(a, bh, i0, nr, j0, nc, dp);
       } else {
-        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)Dv, (int)nr, 1, p, (int)nc, go + i0 * Dv, (int)Dv,
-             1, gv + j0 * Dv, (int)Dv);
+        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)Dv, (int)nr, 1, p, (int)nc, go + i0 * grs,
+             (int)grs, 1, gv + j0 * vrs, (int)vrs);
       }
       FN(ds_tile)(nr, nc, p, dp, drow + i0); /* p becomes dS */
-      GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)D, (int)nc, scale, p, (int)nc, k + j0 * D, (int)D,
-           1, gq + i0 * D, (int)D);
-      GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)D, (int)nr, scale, p, (int)nc, q + i0 * D, (int)D, 1,
-           gk + j0 * D, (int)D);
+      GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)D, (int)nc, scale, p, (int)nc, k + j0 * krs,
+           (int)krs, 1, gq + i0 * qrs, (int)qrs);
+      GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)D, (int)nr, scale, p, (int)nc, q + i0 * qrs, (int)qrs,
+           1, gk + j0 * krs, (int)krs);
     }
   }
 }
@@ -217,6 +228,9 @@ static void FN(attn_backward_bh)(const cpu_attn_args *a, int64_t bh, SCALAR *gq,
 static int FN(attn_backward)(const cpu_attn_args *a, SCALAR *gq, SCALAR *gk, SCALAR *gv, const SCALAR *go,
                              const SCALAR *q, const SCALAR *k, const SCALAR *v, const SCALAR *o, const SCALAR *lse,
                              int threads) {
+  int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv;
+  const int64_t L[5] = {ATTN_RS(a, EM_ATTN_Q, D), ATTN_RS(a, EM_ATTN_K, D), ATTN_RS(a, EM_ATTN_V, Dv),
+                        ATTN_RS(a, EM_ATTN_OUT, Dv), ATTN_RS(a, EM_ATTN_GOUT, Dv)};
   int failed = 0;
 #pragma omp parallel num_threads(threads) if (threads > 1) reduction(| : failed)
   {
@@ -225,11 +239,11 @@ static int FN(attn_backward)(const cpu_attn_args *a, SCALAR *gq, SCALAR *gk, SCA
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < a->BH; bh++) {
       if (!p) continue;
-      int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv;
+      int64_t oq = ATTN_OFF(a, EM_ATTN_Q, bh, Tq * D), ok = ATTN_OFF(a, EM_ATTN_K, bh, Tk * D),
+              ov = ATTN_OFF(a, EM_ATTN_V, bh, Tk * Dv);
       FN(attn_backward_bh)
-      (a, bh, gq + bh * Tq * D, gk + bh * Tk * D, gv + bh * Tk * Dv, go + bh * Tq * Dv, q + bh * Tq * D,
-       k + bh * Tk * D, v + bh * Tk * Dv, o + bh * Tq * Dv, lse + bh * Tq, p, p + ATTN_BR * ATTN_BC,
-       p + 3 * ATTN_BR * ATTN_BC);
+      (a, bh, L, gq + oq, gk + ok, gv + ov, go + ATTN_OFF(a, EM_ATTN_GOUT, bh, Tq * Dv), q + oq, k + ok, v + ov,
+       o + ATTN_OFF(a, EM_ATTN_OUT, bh, Tq * Dv), lse + bh * Tq, p, p + ATTN_BR * ATTN_BC, p + 3 * ATTN_BR * ATTN_BC);
     }
     free(p);
   }

@@ -2,8 +2,9 @@
  * recurrent layers (rnn.c, one body per dtype in rnn_body.h) and fused attention
  * (attention.c, one body per dtype in attention_body.h).
  *
- * They take contiguous operands of one float dtype that the nn layer has checked and
- * allocated, like the backend table's nn entries. Attention's two are the CPU's entries of
+ * They take operands of one float dtype that the nn layer has checked and allocated
+ * (contiguous, but for attention's strided layouts below), like the backend table's nn
+ * entries. Attention's two are the CPU's entries of
  * the table (attention, attention_backward); the recurrent kernels are called directly on
  * the CPU (what they keep for the backward differs from a device's: runtime/nn/rnn.c). */
 #ifndef EMBER_CPU_SEQ_H
@@ -41,7 +42,8 @@ em_status cpu_rnn_backward(const cpu_rnn_dims *d, em_tensor *gx, em_tensor *gh0,
                            const em_tensor *sh, const em_tensor *sc, const em_tensor *act);
 
 /* ---- fused attention ----
- * q [BH, Tq, D], k [BH, Tk, D], v [BH, Tk, Dv], out [BH, Tq, Dv], lse [BH, Tq] (each row's
+ * q [BH, Tq, D], k [BH, Tk, D], v [BH, Tk, Dv], out [BH, Tq, Dv] (laid out as the params'
+ * row_stride and bh_offset say: contiguous by default), lse [BH, Tq] (each row's
  * logsumexp of its scaled, masked scores; -inf for a row with nothing to attend to, whose
  * output is zero). The mask, when given, is read through mask_ptr with element strides
  * (batch via mask_bh_offset[bh], rows, columns): bool (1 = attend) or the q dtype (added

@@ -12,12 +12,81 @@ static const char *const OP = "scaled_dot_product_attention";
 
 typedef struct attn_ctx {
   cpu_attn_args a;
-  int64_t bh_offset[]; /* [BH] the mask's offset per batch*head */
+  int64_t bh_offset[]; /* [6 * BH]: the mask's offset per batch*head, then the CPU's operands' (layout_of) */
 } attn_ctx;
+
+/* On the CPU the kernels read q, k, v, out and the incoming gradient where they lie, when
+ * each is a permutation of a dense block with unit stride along its last dim (what
+ * MultiheadAttention's head split gives: [B, H, T, hd] over [B, T, H, hd]); the copies to
+ * and from contiguous [B, H, T, hd] were several percent of a char-GPT step. */
+static bool dense_permuted(const em_tensor *t) {
+  int nd = t->ndim, order[EM_MAX_DIMS], n = 0;
+  if (t->sizes[nd - 1] > 1 && t->strides[nd - 1] != 1) return false;
+  for (int d = 0; d < nd; d++)
+    if (t->sizes[d] > 1) order[n++] = d;
+  for (int i = 1; i < n; i++) /* by decreasing stride: insertion sort of a few dims */
+    for (int j = i; j > 0 && t->strides[order[j]] > t->strides[order[j - 1]]; j--) {
+      int x = order[j];
+      order[j] = order[j - 1], order[j - 1] = x;
+    }
+  int64_t want = 1;
+  for (int i = n - 1; i >= 0; i--) {
+    if (t->strides[order[i]] != want) return false;
+    want *= t->sizes[order[i]];
+  }
+  return true;
+}
+
+/* A new tensor of t's sizes (last dim `last`) laid out in t's order of strides. */
+static em_status alloc_like(em_tensor **out, const em_tensor *t, int64_t last) {
+  int nd = t->ndim, order[EM_MAX_DIMS];
+  int64_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS], numel = 1;
+  for (int d = 0; d < nd; d++) order[d] = d, sizes[d] = d == nd - 1 ? last : t->sizes[d], numel *= sizes[d];
+  for (int i = 1; i < nd; i++) /* decreasing stride; ties (size-1 dims) keep their order */
+    for (int j = i; j > 0 && t->strides[order[j]] > t->strides[order[j - 1]]; j--) {
+      int x = order[j];
+      order[j] = order[j - 1], order[j - 1] = x;
+    }
+  int64_t st = 1;
+  for (int i = nd - 1; i >= 0; i--) strides[order[i]] = st, st *= sizes[order[i]];
+  em_tensor *flat = NULL;
+  em_status e = em_empty(&flat, 1, &numel, t->dtype, t->storage->device);
+  if (!e) e = em_as_strided(out, flat, nd, sizes, strides, 0);
+  em_tensor_release(flat);
+  return e;
+}
+
+/* Operand i's layout in a: its row stride and each batch*head's first element. */
+static void layout_of(cpu_attn_args *a, int i, const em_tensor *t, int64_t *offsets) {
+  int nd = t->ndim;
+  int64_t rs = t->strides[nd - 2];
+  a->row_stride[i] = rs >= t->sizes[nd - 1] && rs > 0 ? rs : t->sizes[nd - 1]; /* one row: any stride */
+  for (int64_t bh = 0; bh < a->BH; bh++) {
+    int64_t rest = bh, off = 0;
+    for (int d = nd - 3; d >= 0; d--) {
+      off += (rest % t->sizes[d]) * t->strides[d];
+      rest /= t->sizes[d];
+    }
+    offsets[bh] = off;
+  }
+  a->bh_offset[i] = offsets;
+}
+
+/* The operand as the kernels read it: itself where they can (the CPU, dense_permuted),
+ * else a contiguous copy. */
+static em_status operand(em_tensor **out, const em_tensor *t, bool cpu) {
+  if (cpu && dense_permuted(t)) {
+    em_tensor_retain((em_tensor *)t);
+    *out = (em_tensor *)t;
+    return EM_OK;
+  }
+  return em_contiguous(out, t);
+}
 
 static void free_ctx(em_node *n) { free(n->ctx); }
 
-/* saved: 0 q, 1 k, 2 v (contiguous), 3 out, 4 lse, 5 the expanded mask (or NULL) */
+/* saved: 0 q, 1 k, 2 v (as the kernels read them: operand()), 3 out, 4 lse, 5 the expanded
+ * mask (or NULL). The gradients of q, k and v take their layouts. */
 static em_status attention_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
   if (!go[0]) return EM_OK;
   attn_ctx *c = n->ctx;
@@ -27,8 +96,13 @@ static em_status attention_backward(em_node *n, em_tensor *const *go, em_tensor 
   em_tensor *g = NULL, *grads[3] = {NULL};
   const em_backend *be = nn_backend(OP, n->saved[0]);
   if (!be) return em_last_status();
-  em_status st = em_contiguous(&g, go[0]);
-  for (int i = 0; i < 3 && !st; i++) st = em_empty_like(&grads[i], n->saved[i]);
+  bool cpu = n->saved[0]->storage->device.type == EM_CPU;
+  em_status st = operand(&g, go[0], cpu);
+  for (int i = 0; i < 3 && !st; i++) st = alloc_like(&grads[i], n->saved[i], n->saved[i]->sizes[n->saved[i]->ndim - 1]);
+  if (!st && cpu) {
+    for (int i = 0; i < 4; i++) layout_of(&a, i, n->saved[i], c->bh_offset + (i + 1) * a.BH);
+    layout_of(&a, EM_ATTN_GOUT, g, c->bh_offset + 5 * a.BH);
+  }
   if (!st)
     st = be->attention_backward(&a, grads[0], grads[1], grads[2], g, n->saved[0], n->saved[1], n->saved[2], n->saved[3],
                                 n->saved[4]);
@@ -123,7 +197,7 @@ em_status em_nn_scaled_dot_product_attention(em_tensor **out, const em_tensor *q
   int nd = q->ndim;
   int64_t Tq = q->sizes[nd - 2], Tk = k->sizes[nd - 2], D = q->sizes[nd - 1], Dv = v->sizes[nd - 1];
   int64_t BH = emp_shape_numel(nd - 2, q->sizes);
-  attn_ctx *c = calloc(1, sizeof(attn_ctx) + (size_t)(BH > 0 ? BH : 1) * sizeof(int64_t));
+  attn_ctx *c = calloc(1, sizeof(attn_ctx) + (size_t)(BH > 0 ? 6 * BH : 1) * sizeof(int64_t));
   if (!c) return em_set_error(EM_ERR_MEMORY, "%s: out of memory", OP);
   c->a = (cpu_attn_args){.BH = BH,
                          .Tq = Tq,
@@ -147,12 +221,17 @@ em_status em_nn_scaled_dot_product_attention(em_tensor **out, const em_tensor *q
   int64_t oshape[EM_MAX_DIMS];
   for (int d = 0; d < nd - 1; d++) oshape[d] = q->sizes[d];
   oshape[nd - 1] = Dv;
-  if (!st && !(st = em_contiguous(&cq, q)) && !(st = em_contiguous(&ck, k)) && !(st = em_contiguous(&cv, v)) &&
-      !(st = em_empty(&res, nd, oshape, q->dtype, q->storage->device)) &&
+  bool cpu = q->storage->device.type == EM_CPU;
+  if (!st && !(st = operand(&cq, q, cpu)) && !(st = operand(&ck, k, cpu)) && !(st = operand(&cv, v, cpu)) &&
+      !(st = cpu ? alloc_like(&res, cq, Dv) : em_empty(&res, nd, oshape, q->dtype, q->storage->device)) &&
       !(st = em_empty(&lse, 2, (int64_t[]){BH, Tq}, q->dtype, q->storage->device))) {
     cpu_attn_args a = c->a;
     a.mask_bh_offset = c->bh_offset;
     a.mask_ptr = m ? em_tensor_ptr(m) : NULL;
+    if (cpu) {
+      const em_tensor *ops[4] = {cq, ck, cv, res};
+      for (int i = 0; i < 4; i++) layout_of(&a, i, ops[i], c->bh_offset + (i + 1) * BH);
+    }
     st = nn_backend(OP, q)->attention(&a, res, lse, cq, ck, cv);
   }
   const em_tensor *in[3] = {q, k, v};

@@ -109,7 +109,14 @@ typedef struct em_attn_params {
   int64_t mask_lead_sizes[EM_MAX_DIMS], mask_lead_strides[EM_MAX_DIMS];
   double dropout_p;
   uint64_t seed, offset;
+  /* The CPU's operand layouts (other devices get contiguous operands and leave these zero):
+   * operand i (EM_ATTN_Q, K, V, OUT, GOUT; gq, gk and gv share q's, k's and v's) has unit
+   * stride along its last dim, rows row_stride[i] elements apart and batch*head bh's first
+   * row at element bh_offset[i][bh]; a NULL bh_offset[i] means contiguous [BH, T, D]. */
+  int64_t row_stride[5];
+  const int64_t *bh_offset[5];
 } em_attn_params;
+enum { EM_ATTN_Q, EM_ATTN_K, EM_ATTN_V, EM_ATTN_OUT, EM_ATTN_GOUT };
 
 /* The op table. X(P, name, return type, parameters...) is an entry every backend provides;
  * O(P, ...) is an optional entry, whose comment starts with its default. P is passed

@@ -130,6 +130,49 @@ describe('scaled_dot_product_attention', function()
     assert(math.abs(num - ana) < 2e-2 * (1 + math.abs(ana)), string.format('numerical %g, analytic %g', num, ana))
   end)
 
+  it('reads head-split views where they lie: the same outputs and gradients as contiguous copies', function()
+    -- q, k, v as MultiheadAttention makes them ([B, H, T, hd] over [B, T, H, hd]), against
+    -- contiguous copies; with a bool and a float mask, causal, L ~= S, D ~= Dv, dropout, a
+    -- key expanded over the heads (stride 0: copied), float64 and float32, 1 and 2 threads
+    local threads = ember.get_num_threads()
+    local B, H, L, S, D, Dv = 2, 3, 70, 67, 8, 5
+    local function heads(t, T, d) return t:view(B, T, H, d):transpose(2, 3) end
+    for _, dt in ipairs { 'float64', 'float32' } do
+      local tol = dt == 'float64' and 1e-12 or 2e-5
+      for _, th in ipairs { 1, 2 } do
+        ember.set_num_threads(th)
+        for _, case in ipairs {
+          {}, { causal = true }, { mask = ember.rand(L, S):gt(0.3) },
+          { mask = ember.randn(B, 1, L, S, { dtype = dt }), causal = true }, { dropout = 0.25 }, { expand_k = true },
+        } do
+          local qb = ember.randn({ B, L, H * D }, { dtype = dt })
+          local kb = ember.randn({ B, S, H * D }, { dtype = dt })
+          local vb = ember.randn({ B, S, H * Dv }, { dtype = dt })
+          local q, k, v = heads(qb, L, D), heads(kb, S, D), heads(vb, S, Dv)
+          if case.expand_k then k = ember.randn({ B, 1, S, D }, { dtype = dt }):expand(B, H, S, D) end
+          local opts = { mask = case.mask, causal = case.causal, dropout = case.dropout }
+          local function run(a, b, c)
+            a, b, c = a:detach():requires_grad_(), b:detach():requires_grad_(), c:detach():requires_grad_()
+            ember.manual_seed(5)
+            local y = F.scaled_dot_product_attention(a, b, c, opts)
+            local g = ember.randn(y.shape, { dtype = dt })
+            y:backward(g)
+            return y:detach(), a.grad, b.grad, c.grad
+          end
+          local want = { run(q:contiguous(), k:contiguous(), v:contiguous()) }
+          local got = { run(q, k, v) }
+          for i, name in ipairs { 'output', 'dq', 'dk', 'dv' } do
+            assert(got[i], name .. ' missing')
+            local err = (got[i] - want[i]):abs():max():item()
+            assert(err <= tol, string.format('%s %s, %d thread(s), case %d: %s differs by %g', dt,
+              case.expand_k and 'expanded k' or '', th, _, name, err))
+          end
+        end
+      end
+    end
+    ember.set_num_threads(threads)
+  end)
+
   it('refuses wrong shapes and options with clear messages', function()
     local q = ember.randn(2, 3, 4)
     raises(function() F.scaled_dot_product_attention(q, ember.randn(2, 5, 3), ember.randn(2, 5, 4)) end,
