@@ -79,7 +79,8 @@ M.schema = {
     blocking = S.enum({ 'auto', 'none', 'tiles', 'bins' }, { default = 'auto',
       doc = 'CPU reads of contributions beyond L2: plain pull, cache-blocked tiles, propagation blocking' }),
     weighted = S.union({ AUTO, S.boolean() }, { default = 'auto', expect = 'auto, true or false',
-      doc = "follow the arcs' weights (Matrix Market values, a SNAP third column): auto when the graph has them" }),
+      doc = "follow the arcs' weights (Matrix Market values, a SNAP third column): auto when the graph has " ..
+        'them, true requires them, false counts every arc once' }),
     personalization = S.path { exists = 'file', optional = true,
       doc = "teleport weights: 'id weight' lines (original ids), or a .npy of n weights by dense id" },
   }, { default = {} }),
@@ -96,8 +97,9 @@ M.schema = {
   }, { default = {} }),
 }
 
-M.result_order = { 'job', 'vertices', 'edges', 'weighted', 'iterations', 'converged', 'residual', 'seconds', 'ms_per_iteration',
-  'edges_per_second', 'build_seconds', 'graph_from', 'peak_rss_mb', 'threads', 'world_size', 'bytes_per_iteration',
+M.result_order = { 'job', 'vertices', 'edges', 'weighted', 'iterations', 'converged', 'residual', 'seconds',
+  'ms_per_iteration', 'edges_per_second', 'build_seconds', 'graph_from', 'peak_rss_mb', 'threads', 'world_size',
+  'bytes_per_iteration',
   'ranks', 'compare_indegree', 'ranking_study', 'top_k',
   'scores_file', 'rank_plot', 'residuals' }
 
@@ -381,7 +383,8 @@ function M.run(cfg, ctx)
   local where = cfg.device == 'cpu' and string.format('%d threads', threads) or
     string.format('%s (%s%s)', cfg.device, info.engine, info.method ~= pr.method and (', as ' .. info.method) or '')
   log('pagerank: %s%s, %s: %d iterations, %s (residual %.3g), %.3f s, %.2f ms/iteration, %.3f GE/s', pr.method,
-    info.weighted and ', weighted' or '', where, info.iterations, info.converged and 'converged' or 'not converged', info.residual, info.seconds, ms,
+    info.weighted and ', weighted' or '', where, info.iterations, info.converged and 'converged' or 'not converged',
+    info.residual, info.seconds, ms,
     info.edges_per_second / 1e9)
 
   local out = cfg.output
@@ -433,7 +436,8 @@ function M.run(cfg, ctx)
   end
 
   return {
-    job = 'pagerank', source = source, vertices = n, edges = m, directed = g:is_directed(), weighted = info.weighted,
+    job = 'pagerank', source = source, vertices = n, edges = m, directed = g:is_directed(),
+    weighted = info.weighted,
     iterations = info.iterations, converged = info.converged, residual = info.residual, residuals = info.residuals,
     seconds = info.seconds, setup_seconds = info.setup_seconds, ms_per_iteration = ms,
     edges_per_second = info.edges_per_second, build_seconds = build_seconds, graph_from = from,
