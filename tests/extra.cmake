@@ -63,6 +63,10 @@ if(EMBER_GRAPH_PYTHON)
     list(APPEND graph_py_env "LD_PRELOAD=${asan_runtime}" "ASAN_OPTIONS=detect_leaks=0")
   endif()
   set_tests_properties(graph/networkx PROPERTIES ENVIRONMENT "${graph_py_env}" SKIP_RETURN_CODE 77 TIMEOUT 120)
+  # weighted PageRank against numpy's float64 iteration and networkx (weight='weight')
+  add_test(NAME graph/weighted
+    COMMAND ${EMBER_GRAPH_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/graph/check_weighted.py $<TARGET_FILE:ember>)
+  set_tests_properties(graph/weighted PROPERTIES ENVIRONMENT "${graph_py_env}" SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()
 
 # ---- distributed (tests/distributed/): multi-process tests through `ember launch` (mpirun) on 2 and

@@ -17,17 +17,22 @@
 --   format = 'auto' | 'snap' | 'mtx' | 'sg' | 'ember'   (load only; auto: by extension)
 --   directed = true, reverse = false, drop_self_loops = false, drop_duplicates = false,
 --   reorder = 'degree' | 'none', progress = nil (on a terminal) | true | false,
---   verify = true (ember files: check the checksums), labels = 'names.txt' (load only)
+--   verify = true (ember files: check the checksums), labels = 'names.txt',
+--   weights = true (false: ignore a file's weights; load only)
 -- g:pagerank options: damping, tol, max_iter, method = 'jacobi' | 'gauss-seidel' | 'gapbs',
 -- personalization = a tensor of n non-negative weights, device = 'cpu' | 'cuda' | 'cuda:N'
 -- (the iterations run on that GPU; the scores come back as a CPU tensor; Gauss-Seidel runs
 -- as Jacobi there), blocking = 'auto' | 'none' | 'tiles' | 'bins' (how the CPU reads the
 -- contributions that outgrow L2: plain pull, cache-blocked tiles, or propagation blocking;
--- auto picks by the graph's size against the caches). The second result is a table:
--- iterations, converged, residual, residuals (a list), seconds, setup_seconds,
--- edges_per_second, method (the one that ran), engine ('cpu', 'cpu:tiles', 'cpu:bins',
--- 'cuda:custom' or 'cuda:cusparse', see EMBER_PAGERANK_GPU in
--- runtime/plugins/cuda/pagerank.cu), device.
+-- auto picks by the graph's size against the caches), weighted = 'auto' | true | false
+-- (follow the arcs' weights: auto when the graph has them; true on an unweighted graph is
+-- an error; weighted runs use the CPU's plain pull, engine 'cpu:weighted'). The second
+-- result is a table: iterations, converged, residual, residuals (a list), seconds,
+-- setup_seconds, edges_per_second, method (the one that ran), engine ('cpu', 'cpu:tiles',
+-- 'cpu:bins', 'cpu:weighted', 'cuda:custom' or 'cuda:cusparse', see EMBER_PAGERANK_GPU
+-- in runtime/plugins/cuda/pagerank.cu), device, weighted (whether weights were used).
+-- Weighted graphs come from Matrix Market real/integer files and SNAP files with a third
+-- column ('u v weight'): g:is_weighted(), g:edge_weights().
 local ffi = require 'ffi'
 local ember = require 'ember'
 
@@ -58,6 +63,7 @@ local BLOCKINGS = { auto = C.EM_PAGERANK_BLOCKING_AUTO, none = C.EM_PAGERANK_BLO
                     tiles = C.EM_PAGERANK_BLOCKING_TILES, bins = C.EM_PAGERANK_BLOCKING_BINS }
 local BUILD = { directed = true, reverse = true, drop_self_loops = true, drop_duplicates = true, reorder = true,
                 progress = true }
+-- load only: weights = false ignores a file's weights (Matrix Market values, a SNAP third column)
 
 -- em_graph_options from a Lua table (keys checked by the caller).
 local function graph_options(op, opts)
@@ -71,6 +77,7 @@ local function graph_options(op, opts)
   if opts.reorder ~= nil then o.reorder = need_choice(op, 'reorder', opts.reorder, REORDERS) end
   o.progress = flag(op, 'progress', opts.progress, -1)
   o.verify = flag(op, 'verify', opts.verify, 1)
+  o.weights = flag(op, 'weights', opts.weights, 1)
   return o
 end
 
@@ -98,11 +105,12 @@ end
 function Graph:num_vertices() return tonumber(C.em_graph_num_vertices(handle('num_vertices', self))) end
 function Graph:num_edges() return tonumber(C.em_graph_num_edges(handle('num_edges', self))) end
 function Graph:is_directed() return C.em_graph_is_directed(handle('is_directed', self)) ~= 0 end
+function Graph:is_weighted() return C.em_graph_is_weighted(handle('is_weighted', self)) ~= 0 end
 
 function Graph:__tostring()
   if self._g == nil then return 'Graph(freed)' end
-  return string.format('Graph(%d vertices, %d arcs, %s)', self:num_vertices(), self:num_edges(),
-    self:is_directed() and 'directed' or 'undirected')
+  return string.format('Graph(%d vertices, %d arcs, %s%s)', self:num_vertices(), self:num_edges(),
+    self:is_directed() and 'directed' or 'undirected', self:is_weighted() and ', weighted' or '')
 end
 
 -- Releases the graph's memory now (later use is an error).
@@ -174,8 +182,15 @@ function Graph:edges()
   return wrap(a[0]) + 1, wrap(b[0]) + 1
 end
 
+-- The arcs' weights, float32 in the order of edges() (all 1 for an unweighted graph).
+function Graph:edge_weights()
+  return new_tensor(C.em_graph_edge_weights(handle('edge_weights', self), box))
+end
+
 local PAGERANK = { damping = true, tol = true, max_iter = true, method = true, personalization = true, device = true,
-                   blocking = true }
+                   blocking = true, weighted = true }
+local WEIGHTS = { auto = C.EM_PAGERANK_WEIGHTS_AUTO, [true] = C.EM_PAGERANK_WEIGHTS_ON,
+                  [false] = C.EM_PAGERANK_WEIGHTS_OFF }
 local METHOD_NAMES = {}
 for name, v in pairs(METHODS) do METHOD_NAMES[tonumber(v)] = name end
 
@@ -197,6 +212,13 @@ function Graph:pagerank(opts)
   local po
   opts, po = pagerank_options(opts, PAGERANK)
   if opts.device ~= nil then po.device = I.parse_device(opts.device, 'pagerank') end
+  if opts.weighted ~= nil then
+    local w = WEIGHTS[opts.weighted]
+    if w == nil then
+      throw('pagerank: weighted must be \'auto\', true or false, got ' .. describe(opts.weighted))
+    end
+    po.weights = w
+  end
   local p = opts.personalization
   if p ~= nil then
     if type(p) == 'table' then p = ember.tensor(p, { dtype = 'float64' }) end
@@ -216,7 +238,7 @@ function Graph:pagerank(opts)
     iterations = stats.iterations, converged = stats.converged ~= 0, residual = stats.residual, residuals = list,
     seconds = stats.seconds, setup_seconds = stats.setup_seconds, edges_per_second = stats.edges_per_second,
     method = METHOD_NAMES[tonumber(stats.method)], engine = stats.engine ~= nil and ffi.string(stats.engine) or nil,
-    device = I.device_name(po.device),
+    device = I.device_name(po.device), weighted = stats.weighted ~= 0,
   }
 end
 
@@ -341,7 +363,7 @@ end
 
 -- ---------------------------------------------------------------- building
 
-local LOAD = { format = true, verify = true, labels = true, group = true }
+local LOAD = { format = true, verify = true, labels = true, group = true, weights = true }
 for k in pairs(BUILD) do LOAD[k] = true end
 
 function graph.load(path, opts)

@@ -17,7 +17,13 @@
  * Work is cut into W "workers" (W = thread count), each owning a fixed range of chunks
  * in both passes. With few workers each has its own uint32 counters, so the passes need
  * no atomic instructions (a locked increment of a cache-missing counter costs 2-3 times a
- * plain one here); otherwise one shared array is updated atomically. */
+ * plain one here); otherwise one shared array is updated atomically.
+ *
+ * A weighted source pushes a float weight with each edge; the fill pass writes it beside
+ * the arc's source (kept edges carry it as a third word), the per-vertex sort orders
+ * (source, weight) pairs, and dropping duplicates adds the weights of the repeated arcs
+ * (in double, in that order: the result does not depend on the thread count). Unweighted
+ * sources take the loops they always took. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +41,7 @@ int gr_build_keep = 0;
 struct gr_builder {
   const gr_source *src;
   int pass; /* 0 count, 1 fill */
-  bool directed, reverse, drop_loops, per_worker;
+  bool directed, reverse, drop_loops, per_worker, weighted;
   int64_t n;
   uint32_t **in_cnt; /* per worker [n] by dense id: counts, then each worker's first slot */
   int64_t **cursor; /* per worker [n] by dense id: the next slot to fill (absolute) */
@@ -43,12 +49,14 @@ struct gr_builder {
   int64_t *in_shared; /* atomic strategy [n]: counts, then absolute fill cursors */
   int64_t *out_shared; /* atomic strategy [n] */
   bool keep; /* the count pass keeps the edges, the fill pass replays them */
-  uint32_t **kept; /* per worker: (u, v) pairs after reversal and loop removal */
-  int64_t *kept_len, *kept_cap; /* per worker, in pairs */
+  uint32_t **kept; /* per worker: (u, v) pairs, or (u, v, weight bits) triples when weighted,
+                     * after reversal and loop removal */
+  int64_t *kept_len, *kept_cap; /* per worker, in edges */
   int keep_failed;
   const uint32_t *newid; /* dense -> internal, NULL: identity */
   const int64_t *offsets; /* internal */
   uint32_t *sources;
+  float *weights; /* weighted: beside sources */
 };
 
 static inline void count_arc(gr_builder *b, int w, uint32_t u, uint32_t v) {
@@ -66,15 +74,60 @@ static inline void fill_arc(gr_builder *b, int w, uint32_t u, uint32_t v) {
   b->sources[pos] = b->newid ? b->newid[u] : u;
 }
 
-/* Room for `more` pairs in worker w's kept edges; false when memory runs out. */
+static inline void fill_arc_w(gr_builder *b, int w, uint32_t u, uint32_t v, float wt) {
+  int64_t pos = b->per_worker ? b->cursor[w][v]++ : __atomic_fetch_add(&b->in_shared[v], 1, __ATOMIC_RELAXED);
+  b->sources[pos] = b->newid ? b->newid[u] : u;
+  b->weights[pos] = wt;
+}
+
+static inline uint32_t float_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+static inline float bits_float(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* Room for `more` edges in worker w's kept edges; false when memory runs out. */
 static bool keep_room(gr_builder *b, int w, int64_t more) {
   if (b->kept_len[w] + more <= b->kept_cap[w]) return true;
   int64_t cap = b->kept_cap[w] + b->kept_cap[w] / 2 + more + 4096;
-  uint32_t *p = realloc(b->kept[w], (size_t)cap * 2 * sizeof *p); /* large blocks: mremap, no copy */
+  size_t words = b->weighted ? 3 : 2;
+  uint32_t *p = realloc(b->kept[w], (size_t)cap * words * sizeof *p); /* large blocks: mremap, no copy */
   if (!p) return false;
   b->kept[w] = p;
   b->kept_cap[w] = cap;
   return true;
+}
+
+/* gr_sink_flush for weighted sources: the same steps, each edge with its weight. */
+static void flush_weighted(gr_sink *s, uint32_t *keep) {
+  gr_builder *b = s->b;
+  int w = s->thread;
+  uint32_t *keep0 = keep;
+  for (int i = 0; i < s->len; i++) {
+    uint32_t u = s->src[i], v = s->dst[i];
+    float wt = s->w[i];
+    if (b->reverse) {
+      uint32_t t = u;
+      u = v;
+      v = t;
+    }
+    if (u == v && b->drop_loops) continue;
+    if (b->pass == 0) {
+      if (keep) *keep++ = u, *keep++ = v, *keep++ = float_bits(wt);
+      count_arc(b, w, u, v);
+      if (!b->directed && u != v) count_arc(b, w, v, u);
+    } else {
+      fill_arc_w(b, w, u, v, wt);
+      if (!b->directed && u != v) fill_arc_w(b, w, v, u, wt);
+    }
+  }
+  if (keep) b->kept_len[w] += (keep - keep0) / 3;
+  s->len = 0;
 }
 
 void gr_sink_flush(gr_sink *s) {
@@ -83,10 +136,14 @@ void gr_sink_flush(gr_sink *s) {
   uint32_t *keep = NULL;
   if (b->keep && b->pass == 0 && s->len > 0) { /* nothing to keep: no buffer yet, and no pointer into one */
     if (keep_room(b, w, s->len)) {
-      keep = b->kept[w] + 2 * b->kept_len[w];
+      keep = b->kept[w] + (b->weighted ? 3 : 2) * b->kept_len[w];
     } else {
       __atomic_store_n(&b->keep_failed, 1, __ATOMIC_RELAXED); /* the fill pass scans again */
     }
+  }
+  if (b->weighted) {
+    flush_weighted(s, keep);
+    return;
   }
   for (int i = 0; i < s->len; i++) {
     uint32_t u = s->src[i], v = s->dst[i];
@@ -112,9 +169,16 @@ void gr_sink_flush(gr_sink *s) {
 /* The fill pass from worker w's kept edges. */
 static void replay(gr_builder *b, int w) {
   const uint32_t *p = b->kept[w];
-  for (int64_t i = 0; i < b->kept_len[w]; i++, p += 2) {
-    fill_arc(b, w, p[0], p[1]);
-    if (!b->directed && p[0] != p[1]) fill_arc(b, w, p[1], p[0]);
+  if (b->weighted) {
+    for (int64_t i = 0; i < b->kept_len[w]; i++, p += 3) {
+      fill_arc_w(b, w, p[0], p[1], bits_float(p[2]));
+      if (!b->directed && p[0] != p[1]) fill_arc_w(b, w, p[1], p[0], bits_float(p[2]));
+    }
+  } else {
+    for (int64_t i = 0; i < b->kept_len[w]; i++, p += 2) {
+      fill_arc(b, w, p[0], p[1]);
+      if (!b->directed && p[0] != p[1]) fill_arc(b, w, p[1], p[0]);
+    }
   }
   free(b->kept[w]);
   b->kept[w] = NULL;
@@ -129,12 +193,12 @@ static em_status run_pass(gr_builder *b, int workers, gr_progress *prog) {
   int oom = 0;
 #pragma omp parallel num_threads(workers) reduction(| : oom)
   {
-    uint32_t *buf = malloc(2 * SINK_CAP * sizeof *buf);
+    uint32_t *buf = malloc((b->weighted ? 3 : 2) * SINK_CAP * sizeof *buf);
     oom |= !buf;
 #pragma omp for schedule(static, 1)
     for (int w = 0; w < workers; w++) {
       if (!buf) continue;
-      gr_sink sink = {buf, buf + SINK_CAP, 0, SINK_CAP, b, w};
+      gr_sink sink = {buf, buf + SINK_CAP, b->weighted ? (float *)(buf + 2 * SINK_CAP) : NULL, 0, SINK_CAP, b, w};
       int64_t begin = src->num_chunks * w / workers, end = src->num_chunks * (w + 1) / workers;
       if (b->pass == 1 && b->keep) {
         replay(b, w);
@@ -205,6 +269,48 @@ static em_status degree_order(uint32_t *newid, const uint32_t *out_degree, int64
   return EM_OK;
 }
 
+static int cmp_u64(const void *x, const void *y) {
+  uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* Weighted: sorts vertex v's (source, weight) pairs by source, then weight (the bits of a
+ * float >= 0 order as its value), and with dedup adds the weights of repeated sources.
+ * Returns the arcs kept. key: deg scratch words. */
+static int64_t sort_weighted_vertex(em_graph *g, int64_t v, bool dedup, uint64_t *key) {
+  uint32_t *a = g->sources + g->offsets[v];
+  float *wt = g->weights + g->offsets[v];
+  int64_t deg = g->offsets[v + 1] - g->offsets[v];
+  for (int64_t i = 0; i < deg; i++) key[i] = (uint64_t)a[i] << 32 | float_bits(wt[i]);
+  if (deg <= 24) {
+    for (int64_t i = 1; i < deg; i++) {
+      uint64_t x = key[i];
+      int64_t j = i;
+      while (j > 0 && key[j - 1] > x) key[j] = key[j - 1], j--;
+      key[j] = x;
+    }
+  } else {
+    qsort(key, (size_t)deg, sizeof *key, cmp_u64);
+  }
+  int64_t w = 0;
+  for (int64_t i = 0; i < deg;) {
+    uint32_t u = (uint32_t)(key[i] >> 32);
+    if (!dedup) {
+      a[i] = u, wt[i] = bits_float((uint32_t)key[i]);
+      i++;
+      continue;
+    }
+    double sum = 0;
+    int64_t j = i;
+    for (; j < deg && (uint32_t)(key[j] >> 32) == u; j++) sum += bits_float((uint32_t)key[j]);
+    if (j - i > 1) __atomic_fetch_sub(&g->out_degree[u], (uint32_t)(j - i - 1), __ATOMIC_RELAXED);
+    a[w] = u, wt[w] = (float)sum;
+    w++;
+    i = j;
+  }
+  return dedup ? w : deg;
+}
+
 /* Sorts each vertex's sources and, when asked, drops repeats (fixing the out-degree of
  * each repeated source). Returns the new arc count; offsets are rewritten. */
 static int64_t sort_and_dedup(em_graph *g, bool dedup, int workers) {
@@ -218,8 +324,16 @@ static int64_t sort_and_dedup(em_graph *g, bool dedup, int workers) {
   {
     uint32_t *tmp = max_deg > 2048 ? malloc((size_t)max_deg * sizeof *tmp) : NULL;
     oom |= max_deg > 2048 && !tmp;
+    uint64_t *key = g->weights ? malloc((size_t)(max_deg ? max_deg : 1) * sizeof *key) : NULL;
+    oom |= g->weights && !key;
 #pragma omp for schedule(dynamic, 256)
     for (int64_t v = 0; v < n; v++) {
+      if (g->weights) {
+        if (!key) continue;
+        int64_t k = sort_weighted_vertex(g, v, dedup, key);
+        if (dedup) kept[v] = (uint32_t)k;
+        continue;
+      }
       uint32_t *a = g->sources + g->offsets[v];
       int64_t deg = g->offsets[v + 1] - g->offsets[v];
       if (deg > 2048 && !tmp) continue;
@@ -233,6 +347,7 @@ static int64_t sort_and_dedup(em_graph *g, bool dedup, int workers) {
       kept[v] = (uint32_t)w;
     }
     free(tmp);
+    free(key);
   }
   if (oom) {
     gr_free(kept);
@@ -253,6 +368,7 @@ static int64_t sort_and_dedup(em_graph *g, bool dedup, int workers) {
     int64_t to = g->offsets[range_begin[w]];
     for (int64_t v = range_begin[w]; v < range_begin[w + 1]; v++) {
       memmove(g->sources + to, g->sources + g->offsets[v], kept[v] * sizeof *g->sources);
+      if (g->weights) memmove(g->weights + to, g->weights + g->offsets[v], kept[v] * sizeof *g->weights);
       to += kept[v];
     }
     range_kept[w] = to - g->offsets[range_begin[w]];
@@ -260,6 +376,8 @@ static int64_t sort_and_dedup(em_graph *g, bool dedup, int workers) {
   int64_t to = 0;
   for (int w = 0; w < workers; w++) {
     memmove(g->sources + to, g->sources + g->offsets[range_begin[w]], (size_t)range_kept[w] * sizeof *g->sources);
+    if (g->weights)
+      memmove(g->weights + to, g->weights + g->offsets[range_begin[w]], (size_t)range_kept[w] * sizeof *g->weights);
     to += range_kept[w];
   }
   g->offsets[0] = 0;
@@ -284,7 +402,7 @@ static void free_kept(gr_builder *b, int workers) {
  * (gr_build_keep forces either way in tests). */
 static void plan_keep(gr_builder *b, int workers) {
   long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  double bytes = (double)b->src->max_edges * 8, free_bytes = pages > 0 && page > 0 ? (double)pages * page : 0;
+  double bytes = (double)b->src->max_edges * (b->weighted ? 12 : 8), free_bytes = pages > 0 && page > 0 ? (double)pages * page : 0;
   b->keep = gr_build_keep > 0 || (gr_build_keep == 0 && bytes <= KEEP_BYTES && bytes <= free_bytes / 4);
   if (!b->keep) return;
   b->kept = calloc((size_t)workers, sizeof *b->kept);
@@ -407,6 +525,11 @@ static em_status lay_out(gr_builder *b, em_graph *g, int64_t *indeg, bool reorde
   g->sources = gr_alloc((size_t)(g->m ? g->m : 1) * sizeof *g->sources);
   if (!g->sources) return gr_oom(b->src->op, (size_t)g->m * 4);
   b->sources = g->sources;
+  if (b->weighted) {
+    g->weights = gr_alloc((size_t)(g->m ? g->m : 1) * sizeof *g->weights);
+    if (!g->weights) return gr_oom(b->src->op, (size_t)g->m * 4);
+    b->weights = g->weights;
+  }
   return EM_OK;
 }
 
@@ -420,6 +543,7 @@ em_status gr_build(em_graph **out, const gr_source *src, const em_graph_options 
                   .directed = opts->directed != 0,
                   .reverse = opts->reverse != 0,
                   .drop_loops = opts->drop_self_loops != 0,
+                  .weighted = src->weighted,
                   .n = src->n};
   /* Per-worker counters when they fit the budget and no worker's count can pass 2^32. */
   uint64_t arcs = (uint64_t)src->max_edges * (b.directed ? 1 : 2);
@@ -457,6 +581,7 @@ em_status gr_build(em_graph **out, const gr_source *src, const em_graph_options 
     goto fail;
   }
   if (m < g->m) g->sources = gr_shrink(g->sources, (size_t)(m ? m : 1) * sizeof *g->sources);
+  if (m < g->m && g->weights) g->weights = gr_shrink(g->weights, (size_t)(m ? m : 1) * sizeof *g->weights);
   g->m = m;
   gr_progress_end(&prog);
   *out = g;
@@ -481,7 +606,10 @@ static em_status scan_csr(void *ctx, int64_t chunk, gr_sink *sink) {
     uint32_t x = c->relabel ? c->relabel[v] : (uint32_t)v;
     for (int64_t j = c->offsets[v]; j < c->offsets[v + 1]; j++) {
       uint32_t y = c->relabel ? c->relabel[nb[j]] : nb[j];
-      if (c->in_arcs) gr_sink_push(sink, y, x);
+      if (c->weights) {
+        if (c->in_arcs) gr_sink_push_w(sink, y, x, c->weights[j]);
+        else gr_sink_push_w(sink, x, y, c->weights[j]);
+      } else if (c->in_arcs) gr_sink_push(sink, y, x);
       else gr_sink_push(sink, x, y);
     }
   }
@@ -495,5 +623,6 @@ void gr_csr_source(gr_source *src, gr_csr_view *view, const char *op, const char
                      .max_edges = view->offsets[view->n],
                      .num_chunks = (view->n + CSR_CHUNK_VERTICES - 1) / CSR_CHUNK_VERTICES,
                      .scan = scan_csr,
-                     .ctx = view};
+                     .ctx = view,
+                     .weighted = view->weights != NULL};
 }

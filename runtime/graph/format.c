@@ -5,9 +5,15 @@
  * number, a format version, the byte order, the sizes, a table of sections (id, element
  * size, offset, count, checksum) and its own checksum. Section checksums are gr_checksum
  * (XXH64 over 1 MiB blocks, computed in parallel), so a flipped bit anywhere, or a file
- * cut short, is an error that names the file and the section. */
+ * cut short, is an error that names the file and the section.
+ *
+ * Weighted graphs add a 'weights' section (float32 per arc, beside 'sources') and the
+ * header flag EMG_WEIGHTED, and are written as version 2, so that an ember that predates
+ * weights refuses them by version instead of dropping the weights; unweighted graphs are
+ * still written as version 1, the same bytes as before. Both versions load. */
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,11 +24,13 @@
 #include "graph_impl.h"
 
 #define EMG_MAGIC "EMBRGRPH"
-#define EMG_VERSION 1
+#define EMG_VERSION 1 /* unweighted graphs */
+#define EMG_VERSION_WEIGHTED 2 /* graphs with a weights section */
 #define EMG_BYTE_ORDER 0x01020304u
 #define EMG_HEADER 512
 #define EMG_MAX_SECTIONS 12
 #define EMG_DIRECTED 1u
+#define EMG_WEIGHTED 2u
 
 enum {
   SEC_OFFSETS = 1,
@@ -33,12 +41,13 @@ enum {
   SEC_ORIGINAL,
   SEC_LABEL_OFFSETS,
   SEC_LABEL_DATA,
+  SEC_WEIGHTS,
   SEC_COUNT
 };
 
 static const char *const section_names[SEC_COUNT] = {
-    "?", "offsets", "sources", "out_degree", "to_dense", "to_internal", "original_ids", "label_offsets", "label_data"};
-static const uint32_t section_elem[SEC_COUNT] = {0, 8, 4, 4, 4, 4, 8, 8, 1};
+    "?", "offsets", "sources", "out_degree", "to_dense", "to_internal", "original_ids", "label_offsets", "label_data", "weights"};
+static const uint32_t section_elem[SEC_COUNT] = {0, 8, 4, 4, 4, 4, 8, 8, 1, 4};
 
 typedef struct emg_section {
   uint32_t id, elem_bytes;
@@ -62,7 +71,7 @@ _Static_assert(sizeof(emg_header) == EMG_HEADER, "the ember graph header is 512 
 static uint64_t header_checksum(const emg_header *h) {
   emg_header copy = *h;
   copy.header_checksum = 0;
-  return gr_xxh64(&copy, sizeof copy, EMG_VERSION);
+  return gr_xxh64(&copy, sizeof copy, EMG_VERSION); /* the same seed for every version */
 }
 
 /* ---- save */
@@ -78,6 +87,7 @@ static int collect_sections(const em_graph *g, section_data *s) {
   s[k++] = (section_data){SEC_OFFSETS, g->offsets, (uint64_t)g->n + 1};
   s[k++] = (section_data){SEC_SOURCES, g->sources, (uint64_t)g->m};
   s[k++] = (section_data){SEC_OUT_DEGREE, g->out_degree, (uint64_t)g->n};
+  if (g->weights) s[k++] = (section_data){SEC_WEIGHTS, g->weights, (uint64_t)g->m};
   if (g->to_dense) {
     s[k++] = (section_data){SEC_TO_DENSE, g->to_dense, (uint64_t)g->n};
     s[k++] = (section_data){SEC_TO_INTERNAL, g->to_internal, (uint64_t)g->n};
@@ -123,12 +133,12 @@ em_status em_graph_save(const em_graph *g, const char *path) {
   emg_header h;
   memset(&h, 0, sizeof h);
   memcpy(h.magic, EMG_MAGIC, 8);
-  h.version = EMG_VERSION;
+  h.version = g->weights ? EMG_VERSION_WEIGHTED : EMG_VERSION;
   h.byte_order = EMG_BYTE_ORDER;
   h.header_bytes = EMG_HEADER;
   h.num_vertices = g->n;
   h.num_edges = g->m;
-  h.flags = g->directed ? EMG_DIRECTED : 0;
+  h.flags = (g->directed ? EMG_DIRECTED : 0) | (g->weights ? EMG_WEIGHTED : 0);
   h.num_sections = (uint32_t)ns;
   h.id_base = g->id_base;
   uint64_t pos = EMG_HEADER;
@@ -274,6 +284,15 @@ static em_status check_structure(em_graph *g, uint64_t label_bytes, const char *
              (long long)off[bad], (long long)off[bad + 1]);
     return bad_file(path, msg);
   }
+  if (g->weights) {
+    const float *w = g->weights;
+    FIRST_BAD(m, j, !(w[j] >= 0 && w[j] <= FLT_MAX), bad);
+    if (bad >= 0) {
+      snprintf(msg, sizeof msg, "section 'weights' element %lld is %g, expected a finite weight >= 0", (long long)bad,
+               (double)w[bad]);
+      return bad_file(path, msg);
+    }
+  }
   em_status st = check_degrees(g, path);
   if (!st && g->to_dense) st = check_permutation(g, path);
   if (!st && g->original) {
@@ -305,7 +324,7 @@ static em_status attach_sections(em_graph *g, const emg_header *h, const char *p
       return bad_file(path, msg);
     }
     const char *name = section_names[s->id];
-    uint64_t expect = s->id == SEC_SOURCES                                   ? (uint64_t)m
+    uint64_t expect = s->id == SEC_SOURCES || s->id == SEC_WEIGHTS             ? (uint64_t)m
                       : (s->id == SEC_OFFSETS || s->id == SEC_LABEL_OFFSETS) ? (uint64_t)n + 1
                       : s->id == SEC_LABEL_DATA                              ? s->count
                                                                              : (uint64_t)n;
@@ -332,12 +351,15 @@ static em_status attach_sections(em_graph *g, const emg_header *h, const char *p
   if (!where[SEC_OFFSETS] || !where[SEC_SOURCES] || !where[SEC_OUT_DEGREE] ||
       !where[SEC_TO_DENSE] != !where[SEC_TO_INTERNAL] || !where[SEC_LABEL_OFFSETS] != !where[SEC_LABEL_DATA])
     return bad_file(path, "required sections are missing");
+  if (!(h->flags & EMG_WEIGHTED) != !where[SEC_WEIGHTS] || (h->version == EMG_VERSION) != !where[SEC_WEIGHTS])
+    return bad_file(path, "the header's weighted flag, its version and the weights section disagree");
   g->n = n;
   g->m = m;
   g->directed = h->flags & EMG_DIRECTED;
   g->id_base = h->id_base;
   g->offsets = where[SEC_OFFSETS];
   g->sources = where[SEC_SOURCES];
+  g->weights = where[SEC_WEIGHTS];
   g->out_degree = where[SEC_OUT_DEGREE];
   g->to_dense = where[SEC_TO_DENSE];
   g->to_internal = where[SEC_TO_INTERNAL];
@@ -352,7 +374,12 @@ static em_status rebuild(em_graph **out, em_graph *g, const em_graph_options *op
   em_graph_options o = *opts;
   o.directed = opts->directed && g->directed;
   gr_csr_view view = {
-      .n = g->n, .offsets = g->offsets, .neighbors = g->sources, .in_arcs = true, .relabel = g->to_dense};
+      .n = g->n,
+      .offsets = g->offsets,
+      .neighbors = g->sources,
+      .in_arcs = true,
+      .relabel = g->to_dense,
+      .weights = g->weights};
   gr_source src;
   gr_csr_source(&src, &view, "load_ember", path); /* walks internal ids, pushes dense ones */
   em_graph *ng = NULL;
@@ -418,8 +445,9 @@ em_status gr_load_ember(em_graph **out, const char *path, const em_graph_options
     st = bad_file(path, "not an ember graph file (wrong magic number)");
   } else if (h.byte_order != EMG_BYTE_ORDER) {
     st = bad_file(path, "written on a machine of the other byte order");
-  } else if (h.version != EMG_VERSION) {
-    snprintf(msg, sizeof msg, "format version %u, this ember reads version %d", h.version, EMG_VERSION);
+  } else if (h.version != EMG_VERSION && h.version != EMG_VERSION_WEIGHTED) {
+    snprintf(msg, sizeof msg, "format version %u, this ember reads versions %d and %d", h.version, EMG_VERSION,
+             EMG_VERSION_WEIGHTED);
     st = bad_file(path, msg);
   } else if (h.header_checksum != header_checksum(&h)) {
     st = bad_file(path, "checksum mismatch in the header (the file is corrupt)");
@@ -433,6 +461,7 @@ em_status gr_load_ember(em_graph **out, const char *path, const em_graph_options
   } else {
     st = attach_sections(g, &h, path, opts->verify != 0);
   }
+  if (!st && !opts->weights) g->weights = NULL; /* they lie in the mapping: nothing to free */
   if (!st && (opts->reverse || opts->drop_self_loops || opts->drop_duplicates || (!opts->directed && g->directed) ||
               (opts->reorder == EM_GRAPH_REORDER_DEGREE) != (g->to_dense != NULL))) {
     em_graph *ng = NULL;

@@ -85,6 +85,7 @@ void em_graph_free(em_graph *g) {
   if (!g) return;
   gr_free_array(g, g->offsets);
   gr_free_array(g, g->sources);
+  gr_free_array(g, g->weights);
   gr_free_array(g, g->out_degree);
   gr_free_array(g, g->to_dense);
   gr_free_array(g, g->to_internal);
@@ -153,7 +154,8 @@ void em_graph_options_init(em_graph_options *opts) {
                              .drop_duplicates = 0,
                              .reorder = EM_GRAPH_REORDER_DEGREE,
                              .progress = -1,
-                             .verify = 1};
+                             .verify = 1,
+                             .weights = 1};
 }
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -170,6 +172,11 @@ em_status em_graph_load(em_graph **out, const char *path, const em_graph_options
   if (opts->reorder != EM_GRAPH_REORDER_NONE && opts->reorder != EM_GRAPH_REORDER_DEGREE)
     return em_set_error(EM_ERR_ARGUMENT, "graph load: reorder is %d, expected 0 (none) or 1 (degree)", opts->reorder);
   int format = opts->format;
+  if (format == EM_GRAPH_FORMAT_AUTO && ends_with(path, ".wsg")) /* else it would be read as text */
+    return em_set_error(EM_ERR_UNSUPPORTED,
+                        "graph load: '%s': the GAP benchmark's weighted .wsg format is not supported (its .sg is); "
+                        "expected .mtx, .sg, .emg or a text edge list ('u v weight' lines carry weights)",
+                        path);
   if (format == EM_GRAPH_FORMAT_AUTO) {
     format = ends_with(path, ".mtx")   ? EM_GRAPH_FORMAT_MTX
              : ends_with(path, ".sg")  ? EM_GRAPH_FORMAT_SG
@@ -237,6 +244,7 @@ em_status em_graph_from_edges(em_graph **out, int64_t num_vertices, int64_t num_
 int64_t em_graph_num_vertices(const em_graph *g) { return g ? g->n : 0; }
 int64_t em_graph_num_edges(const em_graph *g) { return g ? g->m : 0; }
 int em_graph_is_directed(const em_graph *g) { return g && g->directed; }
+int em_graph_is_weighted(const em_graph *g) { return g && g->weights; }
 
 int64_t em_graph_original_id(const em_graph *g, int64_t v) {
   if (!g || v < 0 || v >= g->n) return -1;
@@ -363,6 +371,50 @@ em_status em_graph_edges(const em_graph *g, em_tensor **src, em_tensor **dst) {
   gr_free(start);
   *src = s;
   *dst = d;
+  return EM_OK;
+}
+
+static int cmp_key(const void *x, const void *y) {
+  uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* In em_graph_edges' order: by destination, then dense source; repeated arcs (same source)
+ * by weight, which is the order the CSR builder sorted them in. */
+em_status em_graph_edge_weights(const em_graph *g, em_tensor **out) {
+  if (!g || !out) return em_set_error(EM_ERR_ARGUMENT, "graph edge_weights: graph or out is NULL");
+  int64_t m = g->m;
+  em_status st = em_empty(out, 1, &m, EM_FLOAT32, (em_device){EM_CPU, 0});
+  if (st) return st;
+  float *pw = em_tensor_data(*out);
+  if (!g->weights) {
+    for (int64_t j = 0; j < m; j++) pw[j] = 1;
+    return EM_OK;
+  }
+  int64_t max_deg = 0, k = 0;
+  for (int64_t i = 0; i < g->n; i++)
+    if (g->offsets[i + 1] - g->offsets[i] > max_deg) max_deg = g->offsets[i + 1] - g->offsets[i];
+  uint64_t *key = malloc((size_t)(max_deg ? max_deg : 1) * sizeof *key);
+  if (!key) {
+    em_tensor_release(*out);
+    *out = NULL;
+    return gr_oom("graph edge_weights", (size_t)max_deg * 8);
+  }
+  for (int64_t v = 0; v < g->n; v++) {
+    uint32_t i = gr_internal(g, v);
+    int64_t b = g->offsets[i], deg = g->offsets[i + 1] - b;
+    for (int64_t j = 0; j < deg; j++) {
+      uint32_t bits;
+      memcpy(&bits, &g->weights[b + j], sizeof bits);
+      key[j] = (uint64_t)gr_dense(g, g->sources[b + j]) << 32 | bits;
+    }
+    qsort(key, (size_t)deg, sizeof *key, cmp_key);
+    for (int64_t j = 0; j < deg; j++) {
+      uint32_t bits = (uint32_t)key[j];
+      memcpy(&pw[k++], &bits, sizeof bits);
+    }
+  }
+  free(key);
   return EM_OK;
 }
 

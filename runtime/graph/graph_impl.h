@@ -20,6 +20,7 @@ struct em_graph {
   bool directed;
   int64_t *offsets; /* [n + 1] in-arcs of internal vertex v: sources[offsets[v]..offsets[v+1]) */
   uint32_t *sources; /* [m] internal ids, sorted within each vertex */
+  float *weights; /* [m] the weight of each arc, beside sources; NULL: unweighted (all 1) */
   uint32_t *out_degree; /* [n] by internal id */
   uint32_t *to_dense; /* [n] internal -> dense; NULL when both orders agree */
   uint32_t *to_internal; /* [n] dense -> internal; NULL likewise */
@@ -107,6 +108,11 @@ static inline int gr_parse_u64(const char **p, const char *end, uint64_t *out) {
   return 0;
 }
 static inline bool gr_is_blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
+/* Reads an edge weight at *p (< end): a decimal number as strtod reads it, followed by a
+ * blank, a newline or the end. Returns 0 and *out (finite, >= 0, within float32), else
+ * fills msg (cap bytes) with what is wrong and returns GR_WEIGHT_*. */
+enum { GR_WEIGHT_NOT_A_NUMBER = 1, GR_WEIGHT_NAN, GR_WEIGHT_INFINITE, GR_WEIGHT_NEGATIVE };
+int gr_parse_weight(const char **p, const char *end, float *out, char *msg, size_t cap);
 /* Shows at most 40 characters of the line at s for an error message. */
 void gr_quote_line(char *buf, size_t cap, const char *s, const char *end);
 
@@ -118,6 +124,7 @@ typedef struct gr_sink gr_sink;
 typedef struct gr_builder gr_builder;
 struct gr_sink {
   uint32_t *src, *dst;
+  float *w; /* weights, when the source is weighted (gr_sink_push_w); else NULL */
   int len, cap;
   gr_builder *b;
   int thread;
@@ -127,6 +134,10 @@ static inline void gr_sink_push(gr_sink *s, uint32_t u, uint32_t v) {
   s->src[s->len] = u;
   s->dst[s->len] = v;
   if (++s->len == s->cap) gr_sink_flush(s);
+}
+static inline void gr_sink_push_w(gr_sink *s, uint32_t u, uint32_t v, float w) {
+  s->w[s->len] = w;
+  gr_sink_push(s, u, v);
 }
 
 typedef struct gr_source {
@@ -138,6 +149,7 @@ typedef struct gr_source {
   em_status (*scan)(void *ctx, int64_t chunk, gr_sink *sink);
   void *ctx;
   const gr_text *text; /* when set, chunks' pages are released after each pass */
+  bool weighted; /* pushes weights (gr_sink_push_w): the graph gets g->weights */
 } gr_source;
 
 /* Builds the in-edge CSR of the source's edges under opts (direction, reversal, drops,
@@ -155,6 +167,7 @@ typedef struct gr_csr_view {
   const void *neighbors; /* uint32 or int32 ids < n */
   bool in_arcs; /* true: neighbors[offsets[v]..] are sources of v */
   const uint32_t *relabel; /* ids pushed are relabel[id] when set */
+  const float *weights; /* [offsets[n]] beside neighbors, or NULL */
 } gr_csr_view;
 void gr_csr_source(gr_source *src, gr_csr_view *view, const char *op, const char *what);
 

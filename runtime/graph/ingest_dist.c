@@ -8,7 +8,10 @@
  * ranges before (one all_gather of each range's line count).
  * SNAP ids are remapped to dense ids as em_graph_load does (the rank of the id among the
  * ids present): one all_reduce (max) of a byte per id marks the ids present, so ids must
- * be below 2^32 here. */
+ * be below 2^32 here.
+ * Partitioned graphs carry no weights yet: a weighted file (a Matrix Market real or
+ * integer matrix, a SNAP line with a third field) is refused unless the options say
+ * weights = 0, which loads it unweighted as em_graph_load does. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +115,7 @@ typedef struct text_range {
   int64_t line0; /* the line number of the body's first line (1-based) */
   int64_t lines_before; /* lines of the ranges before this rank's */
   bool mtx;
+  bool refuse_weights; /* SNAP: a third field is an error (opts->weights set) */
   uint64_t rows; /* Matrix Market: the size line's */
   uint64_t max_id; /* SNAP: the largest id seen */
 } text_range;
@@ -169,6 +173,11 @@ static em_status parse_range(text_range *t, arcs *a) {
       }
     }
     if (p < end && !gr_is_blank(*p) && *p != '\n') return bad_line(t, line, "expected blanks after the two ids");
+    while (t->refuse_weights && p < end && gr_is_blank(*p)) p++;
+    if (t->refuse_weights && p < end && *p != '\n' && *p != '#')
+      return bad_line(t, line,
+                      "a third field (an edge weight): partitioned graphs do not carry weights yet (load with "
+                      "weights = false to ignore them, or on one process)");
     const char *nl = memchr(p, '\n', (size_t)(end - p));
     p = nl ? nl + 1 : end;
     uint64_t base = t->mtx ? 1 : 0;
@@ -181,7 +190,7 @@ static em_status parse_range(text_range *t, arcs *a) {
 }
 
 /* Matrix Market's banner and size line; sets body, line0, rows, *symmetric, *entries. */
-static em_status mtx_header(text_range *t, size_t size, bool *symmetric, uint64_t *entries) {
+static em_status mtx_header(text_range *t, size_t size, bool *symmetric, uint64_t *entries, bool refuse_weights) {
   const char *d = t->data, *end = d + size;
   const char *nl = memchr(d, '\n', size);
   const char *le = nl ? nl : end;
@@ -199,6 +208,11 @@ static em_status mtx_header(text_range *t, size_t size, bool *symmetric, uint64_
   if (!*symmetric && strcasecmp(w[4], "general"))
     return em_set_error(EM_ERR_FORMAT, "%s: %s:1: the symmetry must be general, symmetric or skew-symmetric: '%s'",
                         t->op, t->path, w[4]);
+  if (refuse_weights && strcasecmp(w[3], "pattern") && strcasecmp(w[4], "skew-symmetric"))
+    return em_set_error(EM_ERR_UNSUPPORTED,
+                        "%s: %s:1: a %s matrix is a weighted graph, and partitioned graphs do not carry weights yet "
+                        "(load with weights = false to ignore the values, or on one process)",
+                        t->op, t->path, w[3]);
   const char *p = nl ? nl + 1 : end;
   int64_t line = 2;
   for (; p < end; line++) {
@@ -289,13 +303,18 @@ em_status em_graph_part_load(em_graph_part **out, em_dist_group *g, const char *
                         "Matrix Market text, or a partitioned cache (.emp)", op, path);
   gr_text text;
   if ((st = gr_agree(g, op, gr_text_open(&text, op, path)))) return st;
-  text_range t = {.op = op, .path = path, .data = text.data, .line0 = 1, .mtx = fmt == EM_GRAPH_FORMAT_MTX};
+  text_range t = {.op = op,
+                  .path = path,
+                  .data = text.data,
+                  .line0 = 1,
+                  .mtx = fmt == EM_GRAPH_FORMAT_MTX,
+                  .refuse_weights = fmt != EM_GRAPH_FORMAT_MTX && opts->weights != 0};
   bool symmetric = false, directed = opts->directed != 0;
   uint64_t entries = 0;
   arcs a = {0};
   uint8_t *seen = NULL;
   em_graph_part *p = NULL;
-  if (t.mtx) st = mtx_header(&t, text.size, &symmetric, &entries);
+  if (t.mtx) st = mtx_header(&t, text.size, &symmetric, &entries, opts->weights != 0);
   if ((st = gr_agree(g, op, st))) goto done;
   if (symmetric) directed = false;
   int rank = em_dist_rank(g), size = em_dist_size(g);

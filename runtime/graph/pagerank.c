@@ -21,6 +21,14 @@
  * With opts->device a CUDA device, the same iteration runs in the CUDA plugin
  * (pagerank_cuda.c prepares its job; runtime/plugins/cuda/pagerank.cu).
  *
+ * Weighted graphs (opts->weights): u's share of its score goes to v in proportion to
+ * w(u,v) / W(u), W(u) the sum of u's out-arc weights (in double, arc by arc in CSR order,
+ * so the same on every run). Each arc's share nw = w / W is computed once; the sweep then
+ * gathers x(u) * nw(u,v) (a product of two floats, exact in double) instead of c(u), and a
+ * vertex with W(u) = 0 is dangling. The weighted sweeps are separate functions, chosen
+ * once per pass, so that the unweighted kernels are untouched; they run as the plain pull
+ * (prefetching when large), never tiled, binned or on a GPU (engine "cpu:weighted").
+ *
  * Speed (Kronecker scale 22, see bench/graph): the graph's internal order by out-degree
  * keeps the most-read contributions together in cache; arcs from the remaining sources
  * are cache-blocked (pr_tiles.c) or propagation-blocked (pr_bins.c), see choose_blocking;
@@ -53,6 +61,7 @@ typedef struct pr_run {
   gr_bins bins; /* cold arcs, propagation-blocked (Jacobi and GAPBS; see pr_bins.c) */
   int64_t *cursors; /* [threads * bins.nbins] scatter scratch */
   bool prefetch; /* untiled, and the contributions outgrow L2: prefetch them */
+  float *nw; /* [m] weighted: each arc's share w(u,v) / W(u) of its source's score; NULL: unweighted */
 } pr_run;
 
 int gr_bins_hot = 0;
@@ -89,6 +98,13 @@ static em_status check_options(const em_graph *g, const em_pagerank_options *o) 
   if (o->blocking < EM_PAGERANK_BLOCKING_AUTO || o->blocking > EM_PAGERANK_BLOCKING_BINS)
     return em_set_error(EM_ERR_ARGUMENT, "%s: blocking is %d, expected 0 (auto), 1 (none), 2 (tiles) or 3 (bins)", op,
                         o->blocking);
+  if (o->weights < EM_PAGERANK_WEIGHTS_AUTO || o->weights > EM_PAGERANK_WEIGHTS_OFF)
+    return em_set_error(EM_ERR_ARGUMENT, "%s: weights is %d, expected 0 (auto), 1 (on) or 2 (off)", op, o->weights);
+  if (o->weights == EM_PAGERANK_WEIGHTS_ON && !g->weights)
+    return em_set_error(EM_ERR_ARGUMENT,
+                        "%s: weights = on, but the graph has no edge weights (expected a Matrix Market real or "
+                        "integer file, a SNAP file with a third column, or an ember file saved from one)",
+                        op);
   if (g->n == 0) return em_set_error(EM_ERR_ARGUMENT, "%s: the graph has no vertices", op);
   if ((o->device.type != EM_CPU && o->device.type != EM_CUDA) || o->device.index < 0)
     return em_set_error(EM_ERR_DEVICE, "%s: device type %d index %d, expected cpu or cuda:N", op, o->device.type,
@@ -208,6 +224,66 @@ static void sweep_jacobi(pr_run *r, int64_t b, double coef, double scale) {
   r->fdang[b] = dang;
 }
 
+/* Weighted: the sum of x(u) * nw over the arcs [begin, end) (contrib holds x(u), or 0 for
+ * a dangling u). The prefetching form is gather_prefetch's. */
+static inline __attribute__((always_inline)) double gather_w(const float *restrict contrib,
+                                                             const uint32_t *restrict sources,
+                                                             const float *restrict nw, int64_t begin, int64_t end,
+                                                             int64_t m, bool prefetch) {
+  double s = 0;
+  if (prefetch) {
+    for (int64_t j = begin; j < end; j++) {
+      __builtin_prefetch(contrib + sources[j + PREFETCH < m ? j + PREFETCH : m - 1]);
+      s += (double)contrib[sources[j]] * (double)nw[j];
+    }
+  } else {
+    for (int64_t j = begin; j < end; j++) s += (double)contrib[sources[j]] * (double)nw[j];
+  }
+  return s;
+}
+
+/* sweep_jacobi for weighted graphs: the plain pull, arcs weighted by nw. */
+static void sweep_weighted(pr_run *r, int64_t b, double coef, double scale) {
+  const em_graph *g = r->g;
+  const int64_t *restrict off = g->offsets;
+  const float *restrict x = r->x, *restrict inv = r->inv_deg, *restrict contrib = r->contrib;
+  float *restrict y = r->y, *restrict next = r->next;
+  const double *restrict tele = r->tele;
+  const double d = r->damping * scale, uniform = coef / (double)g->n;
+  int64_t sum = 0, res = 0, dang = 0;
+  for (int64_t v = r->block[b]; v < r->block[b + 1]; v++) {
+    double t = tele ? coef * tele[v] : uniform;
+    double in = gather_w(contrib, g->sources, r->nw, off[v], off[v + 1], g->m, r->prefetch);
+    float nv = (float)(d * in + t);
+    y[v] = nv;
+    sum += gr_fix(nv);
+    res += gr_fix(fabs((double)nv - scale * (double)x[v]));
+    next[v] = nv * inv[v];
+    dang += inv[v] == 0 ? gr_fix(nv) : 0;
+  }
+  r->fsum[b] = sum;
+  r->fres[b] = res;
+  r->fdang[b] = dang;
+}
+
+/* Gauss-Seidel, pass 1 over block b, weighted (as sweep_gauss_seidel). */
+static void sweep_gauss_seidel_w(pr_run *r, int64_t b, double coef) {
+  const em_graph *g = r->g;
+  float *x = r->x, *y = r->y, *contrib = r->contrib;
+  const float *inv = r->inv_deg;
+  const double d = r->damping, uniform = coef / (double)g->n;
+  double sum = 0;
+  for (int64_t v = r->block[b]; v < r->block[b + 1]; v++) {
+    double t = r->tele ? coef * r->tele[v] : uniform;
+    float nv = (float)(d * gather_w(contrib, g->sources, r->nw, g->offsets[v], g->offsets[v + 1], g->m, false) + t);
+    sum += nv;
+    y[v] = x[v];
+    x[v] = nv;
+    contrib[v] = nv * inv[v];
+  }
+  r->bsum[b] = sum;
+}
+
 /* Gauss-Seidel, pass 1 over block b: in place, the old value kept in y. */
 static void sweep_gauss_seidel(pr_run *r, int64_t b, double coef) {
   const em_graph *g = r->g;
@@ -286,7 +362,10 @@ static int iterate(pr_run *r, const em_pagerank_options *o, double *residual, in
     double coef = gapbs ? 1 - r->damping : (1 - r->damping) + r->damping * dangling;
     if (gs) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-      for (int64_t b = 0; b < r->nblocks; b++) sweep_gauss_seidel(r, b, coef);
+      for (int64_t b = 0; b < r->nblocks; b++) {
+        if (r->nw) sweep_gauss_seidel_w(r, b, coef);
+        else sweep_gauss_seidel(r, b, coef);
+      }
       double total = sum_blocks(r->bsum, r->nblocks);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
       for (int64_t b = 0; b < r->nblocks; b++) normalise_gauss_seidel(r, b, total > 0 ? 1 / total : 1);
@@ -307,7 +386,10 @@ static int iterate(pr_run *r, const em_pagerank_options *o, double *residual, in
         }
       }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-      for (int64_t b = 0; b < r->nblocks; b++) sweep_jacobi(r, b, coef, scale);
+      for (int64_t b = 0; b < r->nblocks; b++) {
+        if (r->nw) sweep_weighted(r, b, coef, scale);
+        else sweep_jacobi(r, b, coef, scale);
+      }
       double total = sum_fixed(r->fsum, r->nblocks);
       scale = gapbs || !(total > 0) ? 1 : 1 / total;
       dangling = scale * sum_fixed(r->fdang, r->nblocks);
@@ -331,7 +413,8 @@ void em_pagerank_options_init(em_pagerank_options *opts) {
                                 .method = EM_PAGERANK_JACOBI,
                                 .personalization = NULL,
                                 .device = {EM_CPU, 0},
-                                .blocking = EM_PAGERANK_BLOCKING_AUTO};
+                                .blocking = EM_PAGERANK_BLOCKING_AUTO,
+                                .weights = EM_PAGERANK_WEIGHTS_AUTO};
 }
 
 static void run_free(pr_run *r) {
@@ -340,6 +423,7 @@ static void run_free(pr_run *r) {
   gr_free(r->contrib);
   gr_free(r->next);
   gr_free(r->inv_deg);
+  gr_free(r->nw);
   gr_free(r->tele);
   free(r->block);
   free(r->bsum);
@@ -352,6 +436,31 @@ static void run_free(pr_run *r) {
   gr_free(r->acc);
   gr_bins_free(&r->bins);
   free(r->cursors);
+}
+
+/* Weighted: W(u), the out-weight of each source, summed in double arc by arc (one thread,
+ * CSR order: the same bits at any thread count), then each arc's share nw = w / W(u), and
+ * inv_deg[u] = 1 for sources with W(u) > 0, else 0 (dangling), so that the contributions
+ * the sweeps keep are x(u) itself. */
+static em_status arc_shares(pr_run *r) {
+  const em_graph *g = r->g;
+  int64_t n = g->n, m = g->m;
+  double *outw = gr_calloc((size_t)n * sizeof *outw);
+  r->nw = gr_alloc((size_t)(m ? m : 1) * sizeof *r->nw);
+  if (!outw || !r->nw) {
+    gr_free(outw);
+    return gr_oom("graph pagerank", (size_t)n * 8 + (size_t)m * 4);
+  }
+  for (int64_t j = 0; j < m; j++) outw[g->sources[j]] += g->weights[j];
+#pragma omp parallel for schedule(static) num_threads(gr_threads())
+  for (int64_t j = 0; j < m; j++) {
+    double w = outw[g->sources[j]];
+    r->nw[j] = w > 0 ? (float)(g->weights[j] / w) : 0.0f;
+  }
+#pragma omp parallel for schedule(static) num_threads(gr_threads())
+  for (int64_t v = 0; v < n; v++) r->inv_deg[v] = outw[v] > 0 ? 1.0f : 0.0f;
+  gr_free(outw);
+  return EM_OK;
 }
 
 /* Hands a run's results to the caller, whichever engine ran it: scores[v] = scale * x[i]
@@ -391,7 +500,12 @@ em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagera
   if (!opts) em_pagerank_options_init(&defaults), opts = &defaults;
   em_status st = check_options(g, opts);
   if (st) return st;
-  if (opts->device.type == EM_CUDA) return gr_pagerank_cuda(scores, residuals, stats, g, opts);
+  bool weighted = g->weights && opts->weights != EM_PAGERANK_WEIGHTS_OFF;
+  if (opts->device.type == EM_CUDA && !weighted) {
+    st = gr_pagerank_cuda(scores, residuals, stats, g, opts);
+    if (!st && stats) stats->weighted = 0;
+    return st;
+  }
   double t0 = em_clock_monotonic();
   int64_t n = g->n;
   pr_run r = {.g = g, .method = opts->method, .damping = opts->damping};
@@ -406,7 +520,8 @@ em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagera
     goto done;
   }
   if ((st = make_blocks(&r)) || (opts->personalization && (st = teleport(&r, opts->personalization)))) goto done;
-  int blocking = opts->method == EM_PAGERANK_GAUSS_SEIDEL ? EM_PAGERANK_BLOCKING_NONE : choose_blocking(g, opts);
+  int blocking = opts->method == EM_PAGERANK_GAUSS_SEIDEL || weighted ? EM_PAGERANK_BLOCKING_NONE
+                                                                      : choose_blocking(g, opts);
   if (blocking == EM_PAGERANK_BLOCKING_TILES || (blocking == EM_PAGERANK_BLOCKING_AUTO && g->m + g->n >= PR_PARALLEL_WORK)) {
     if ((st = gr_tiles_build(&r.tiles, g, blocking == EM_PAGERANK_BLOCKING_TILES))) goto done;
     if (r.tiles.hot_len && !(r.acc = gr_alloc((size_t)n * sizeof *r.acc))) {
@@ -426,8 +541,12 @@ em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagera
   r.prefetch = !r.tiles.hot_len && !r.bins.hot_len && blocking != EM_PAGERANK_BLOCKING_BINS &&
                g->m + g->n >= PR_PARALLEL_WORK &&
                (gr_pr_prefetch ? gr_pr_prefetch > 0 : (size_t)n * sizeof(float) > ((size_t)4 << 20));
+  if (weighted) {
+    if ((st = arc_shares(&r))) goto done;
+  } else {
 #pragma omp parallel for schedule(static) num_threads(gr_threads())
-  for (int64_t v = 0; v < n; v++) r.inv_deg[v] = g->out_degree[v] ? 1.0f / (float)g->out_degree[v] : 0.0f;
+    for (int64_t v = 0; v < n; v++) r.inv_deg[v] = g->out_degree[v] ? 1.0f / (float)g->out_degree[v] : 0.0f;
+  }
   double t1 = em_clock_monotonic();
   int converged;
   double scale;
@@ -443,7 +562,8 @@ em_status em_graph_pagerank(em_tensor **scores, em_tensor **residuals, em_pagera
     stats->setup_seconds = t1 - t0;
     stats->edges_per_second = t2 > t1 ? (double)g->m * iters / (t2 - t1) : 0;
     stats->method = opts->method;
-    stats->engine = r.bins.hot_len ? "cpu:bins" : r.tiles.hot_len ? "cpu:tiles" : "cpu";
+    stats->weighted = weighted;
+    stats->engine = weighted ? "cpu:weighted" : r.bins.hot_len ? "cpu:bins" : r.tiles.hot_len ? "cpu:tiles" : "cpu";
   }
 done:
   free(residual);

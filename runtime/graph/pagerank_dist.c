@@ -135,6 +135,8 @@ em_status em_graph_part_pagerank(em_tensor **scores, em_tensor **residuals, em_p
   if (opts->device.type != EM_CPU)
     return em_set_error(EM_ERR_DEVICE, "%s: a partitioned graph ranks on the CPU, got device type %d", op,
                         opts->device.type);
+  if (opts->weights == EM_PAGERANK_WEIGHTS_ON)
+    return em_set_error(EM_ERR_UNSUPPORTED, "%s: weights = on, but partitioned graphs carry no weights yet", op);
   double t0 = em_clock_monotonic();
   int64_t nl = p->nl, slots = p->nl + p->nmirror;
   size_t fbytes = (size_t)(slots ? slots : 1) * sizeof(float);
@@ -178,6 +180,7 @@ em_status em_graph_part_pagerank(em_tensor **scores, em_tensor **residuals, em_p
     stats->edges_per_second = t2 > t1 ? (double)p->m * iters / (t2 - t1) : 0;
     stats->method = opts->method;
     stats->engine = "cpu:partitioned";
+    stats->weighted = 0;
   }
   if (dstats) {
     dstats->compute_seconds = r.compute;

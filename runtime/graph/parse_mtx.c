@@ -1,9 +1,13 @@
 /* parse_mtx.c - Matrix Market coordinate files as graphs: entry (i, j) is the arc
  * i -> j (row to column, as networkx and scipy read adjacency matrices). Indices are
  * 1-based, so dense id = index - 1 and the original id is the index. Pattern, real and
- * integer fields are read (values are checked, then ignored: PageRank here is
- * unweighted); general matrices give directed graphs, symmetric and skew-symmetric ones
- * undirected graphs. The header is read in order, the entries in parallel chunks. */
+ * integer fields are read: pattern files give unweighted graphs, real and integer ones
+ * weighted graphs whose arc weights are the values (finite, >= 0, within float32; others
+ * are errors naming file:line). General matrices give directed graphs, symmetric and
+ * skew-symmetric ones undirected graphs (both arcs of an entry carry its value). A
+ * skew-symmetric matrix's mirrored entries are the negated values, which no weight can
+ * be: its values are checked as numbers and the graph is unweighted. The header is read
+ * in order, the entries in parallel chunks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +25,7 @@ typedef struct mtx_ctx {
   const char *op;
   gr_text text;
   mtx_field field;
-  bool symmetric;
+  bool symmetric, weighted;
   uint64_t rows, cols;
   gr_chunk_error *errors;
   int64_t *entries; /* [chunks] */
@@ -106,9 +110,18 @@ static em_status scan_chunk(mtx_ctx *c, int64_t k, gr_sink *sink) {
         !read_index(&p, end, c->cols, "column", e, line, start, &j))
       return EM_ERR_FORMAT;
     skip_blanks(&p, end);
+    float w = 1;
     if (c->field != FIELD_PATTERN) {
       if (p == end || *p == '\n') return entry_error(e, line, "missing the entry's value");
-      if (!read_value(&p, end, c->field == FIELD_INTEGER)) {
+      /* the syntax first (Matrix Market's, stricter than strtod's), then the weight's range;
+       * a spelled-out NaN or infinity is named as such */
+      const char *value = p;
+      char msg[200];
+      int bad = c->weighted ? gr_parse_weight(&value, end, &w, msg, sizeof msg) : 0;
+      if (bad == GR_WEIGHT_NAN || bad == GR_WEIGHT_INFINITE) return entry_error(e, line, msg);
+      bool ok = read_value(&p, end, c->field == FIELD_INTEGER);
+      if (ok && bad) return entry_error(e, line, msg);
+      if (!ok) {
         char quoted[64], msg[120];
         gr_quote_line(quoted, sizeof quoted, start, end);
         snprintf(msg, sizeof msg, "expected %s value, got '%s'", c->field == FIELD_INTEGER ? "an integer" : "a real",
@@ -126,7 +139,8 @@ static em_status scan_chunk(mtx_ctx *c, int64_t k, gr_sink *sink) {
     p = p < end ? p + 1 : end;
     line++;
     entries++;
-    if (sink) gr_sink_push(sink, (uint32_t)(i - 1), (uint32_t)(j - 1));
+    if (sink && c->weighted) gr_sink_push_w(sink, (uint32_t)(i - 1), (uint32_t)(j - 1), w);
+    else if (sink) gr_sink_push(sink, (uint32_t)(i - 1), (uint32_t)(j - 1));
   }
   if (!sink) {
     c->text.chunk_lines[k] = line;
@@ -183,6 +197,7 @@ static em_status read_header(mtx_ctx *c, size_t *body, int64_t *line, uint64_t *
   if (!strcasecmp(w[4], "general")) c->symmetric = false;
   else if (!strcasecmp(w[4], "symmetric") || !strcasecmp(w[4], "skew-symmetric")) c->symmetric = true;
   else return header_error(c, 1, "the symmetry must be general, symmetric or skew-symmetric: '%s'", s, e);
+  c->weighted = c->field != FIELD_PATTERN && strcasecmp(w[4], "skew-symmetric") != 0;
   int64_t n = 1;
   for (;;) {
     if (pos >= c->text.size)
@@ -246,6 +261,7 @@ em_status gr_load_mtx(em_graph **out, const char *path, const em_graph_options *
   int64_t first_line = 0;
   uint64_t nnz = 0;
   if ((st = read_header(&c, &body, &first_line, &nnz)) || (st = gr_text_chunk(&c.text, body, first_line))) goto done;
+  c.weighted &= opts->weights != 0; /* else values are checked as numbers only */
   int64_t chunks = c.text.num_chunks;
   c.errors = calloc((size_t)(chunks ? chunks : 1), sizeof *c.errors);
   c.entries = calloc((size_t)(chunks ? chunks : 1), sizeof *c.entries);
@@ -279,7 +295,8 @@ em_status gr_load_mtx(em_graph **out, const char *path, const em_graph_options *
                    .num_chunks = chunks,
                    .scan = scan_push,
                    .ctx = &c,
-                   .text = &c.text};
+                   .text = &c.text,
+                   .weighted = c.weighted};
   if ((st = gr_build(out, &src, &o))) goto done;
   (*out)->id_base = 1;
 done:

@@ -1,7 +1,11 @@
-/* parse_text.c - SNAP-style text edge lists: "u v" per line, separated by blanks, '#'
- * comment lines, blank lines allowed, fields after the second ignored (weights,
- * timestamps). Ids are non-negative integers up to 2^63-1, remapped to dense ids in the
- * order of the original ids.
+/* parse_text.c - SNAP-style text edge lists: "u v" or "u v weight" per line, separated by
+ * blanks, '#' comment lines, blank lines allowed. Ids are non-negative integers up to
+ * 2^63-1, remapped to dense ids in the order of the original ids. A third field makes the
+ * file weighted: then every edge line needs one (a line without is an error naming it),
+ * each a finite number >= 0 within float32; fields after the third are ignored
+ * (timestamps), and so is a third field starting with '#' (a trailing comment). A file
+ * whose third column is not a weight (a timestamp) still loads as weighted: PageRank's
+ * weighted = false then ignores the weights.
  *
  * The mapped file is parsed in parallel, chunk by chunk, three times: a first pass checks
  * every line and marks the ids seen; the CSR builder's count and fill passes parse it
@@ -24,6 +28,10 @@ typedef struct snap_ctx {
   gr_text text;
   gr_chunk_error *errors; /* [chunks] */
   int64_t *edges; /* [chunks] edges found by the check pass */
+  int64_t *weighted_edges; /* [chunks] of those, lines with a weight */
+  int64_t *first_with, *first_without; /* [chunks] chunk-relative line of the first edge with / without a weight; -1 */
+  bool read_weights; /* em_graph_options.weights: else third fields are ignored */
+  bool weighted; /* every edge line has a weight: push them */
   uint64_t *min_id, *max_id; /* [chunks] */
   bool *big; /* [chunks] an id >= 2^32 */
   uint64_t *bitmap; /* BITMAP_BITS bits, mapped lazily */
@@ -103,6 +111,25 @@ static em_status scan_chunk(snap_ctx *c, int64_t k, scan_mode mode, gr_sink *sin
                       : r == 3 ? "expected two vertex ids, found one"
                                : "expected two non-negative integer vertex ids");
     }
+    while (p < end && gr_is_blank(*p)) p++;
+    bool has_weight = c->read_weights && p < end && *p != '\n' && *p != '#';
+    float w = 1;
+    if (has_weight && (mode == SCAN_CHECK || (mode == SCAN_PUSH && c->weighted))) {
+      char msg[150];
+      if (gr_parse_weight(&p, end, &w, msg, sizeof msg)) {
+        if (mode != SCAN_CHECK)
+          return em_set_error(EM_ERR_FORMAT, "%s: %s changed while it was read", c->op, c->text.path);
+        e->status = EM_ERR_FORMAT;
+        e->line = line;
+        snprintf(e->msg, sizeof e->msg, "%s (the third field is the edge's weight)", msg);
+        return EM_ERR_FORMAT;
+      }
+    }
+    if (mode == SCAN_CHECK) {
+      if (has_weight && c->first_with[k] < 0) c->first_with[k] = line;
+      if (!has_weight && c->first_without[k] < 0) c->first_without[k] = line;
+      c->weighted_edges[k] += has_weight;
+    }
     const char *nl = p < end && *p != '\n' ? memchr(p, '\n', (size_t)(end - p)) : p;
     p = nl && nl < end ? nl + 1 : end;
     line++;
@@ -121,7 +148,10 @@ static em_status scan_chunk(snap_ctx *c, int64_t k, scan_mode mode, gr_sink *sin
         c->ids[pos++] = u;
         c->ids[pos++] = v;
         break;
-      case SCAN_PUSH: gr_sink_push(sink, dense_id(c, u), dense_id(c, v)); break;
+      case SCAN_PUSH:
+        if (c->weighted) gr_sink_push_w(sink, dense_id(c, u), dense_id(c, v), w);
+        else gr_sink_push(sink, dense_id(c, u), dense_id(c, v));
+        break;
     }
   }
   if (mode == SCAN_CHECK) {
@@ -132,6 +162,24 @@ static em_status scan_chunk(snap_ctx *c, int64_t k, scan_mode mode, gr_sink *sin
     c->big[k] = big;
   }
   return EM_OK;
+}
+
+/* A file is weighted when an edge line has a third field; then all must. The error names
+ * the first line without one and the first with one (line numbers as gr_text_report's). */
+static em_status check_weight_column(snap_ctx *c, int64_t edges) {
+  int64_t weighted = 0, line = c->text.first_line, with = -1, without = -1;
+  for (int64_t k = 0; k < c->text.num_chunks; k++) {
+    weighted += c->weighted_edges[k];
+    if (with < 0 && c->first_with[k] >= 0) with = line + c->first_with[k];
+    if (without < 0 && c->first_without[k] >= 0) without = line + c->first_without[k];
+    line += c->text.chunk_lines[k];
+  }
+  c->weighted = weighted > 0;
+  if (weighted == 0 || weighted == edges) return EM_OK;
+  return em_set_error(EM_ERR_FORMAT,
+                      "%s: %s:%lld: the edge has no weight (a third field), but line %lld has one: in a weighted "
+                      "file every edge needs a weight",
+                      c->op, c->text.path, (long long)without, (long long)with);
 }
 
 static em_status scan_push(void *ctx, int64_t chunk, gr_sink *sink) { return scan_chunk(ctx, chunk, SCAN_PUSH, sink); }
@@ -201,6 +249,9 @@ static em_status map_sparse(snap_ctx *c, int64_t total_edges, int64_t **original
 static void snap_free(snap_ctx *c) {
   free(c->errors);
   free(c->edges);
+  free(c->weighted_edges);
+  free(c->first_with);
+  free(c->first_without);
   free(c->min_id);
   free(c->max_id);
   free(c->big);
@@ -212,7 +263,7 @@ static void snap_free(snap_ctx *c) {
 }
 
 em_status gr_load_snap(em_graph **out, const char *path, const em_graph_options *opts) {
-  snap_ctx c = {.op = "load_snap"};
+  snap_ctx c = {.op = "load_snap", .read_weights = opts->weights != 0};
   int64_t *original = NULL;
   em_status st = gr_text_open(&c.text, c.op, path);
   if (st) return st;
@@ -221,15 +272,19 @@ em_status gr_load_snap(em_graph **out, const char *path, const em_graph_options 
   size_t nc = (size_t)(chunks ? chunks : 1);
   c.errors = calloc(nc, sizeof *c.errors);
   c.edges = calloc(nc, sizeof *c.edges);
+  c.weighted_edges = calloc(nc, sizeof *c.weighted_edges);
+  c.first_with = malloc(nc * sizeof *c.first_with);
+  c.first_without = malloc(nc * sizeof *c.first_without);
   c.min_id = calloc(nc, sizeof *c.min_id);
   c.max_id = calloc(nc, sizeof *c.max_id);
   c.big = calloc(nc, sizeof *c.big);
   void *bm = mmap(NULL, BITMAP_BITS / 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   c.bitmap = bm == MAP_FAILED ? NULL : bm;
-  if (!c.errors || !c.edges || !c.min_id || !c.max_id || !c.big || !c.bitmap) {
+  if (!c.errors || !c.edges || !c.weighted_edges || !c.first_with || !c.first_without || !c.min_id || !c.max_id || !c.big || !c.bitmap) {
     st = gr_oom(c.op, BITMAP_BITS / 8);
     goto done;
   }
+  for (int64_t k = 0; k < chunks; k++) c.first_with[k] = c.first_without[k] = -1;
   gr_progress prog;
   gr_progress_init(&prog, opts->progress, c.op, path, "checking lines", chunks);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(gr_threads())
@@ -249,6 +304,7 @@ em_status gr_load_snap(em_graph **out, const char *path, const em_graph_options 
     if (c.edges[k] && c.max_id[k] > max_id) max_id = c.max_id[k];
     big |= c.big[k];
   }
+  if ((st = check_weight_column(&c, edges))) goto done;
   if (edges == 0) {
     st = em_set_error(EM_ERR_FORMAT, "%s: %s: no edges found (%lld lines, all comments or blank)", c.op, path,
                       (long long)(lines + (c.text.size && c.text.data[c.text.size - 1] != '\n')));
@@ -266,7 +322,8 @@ em_status gr_load_snap(em_graph **out, const char *path, const em_graph_options 
                    .num_chunks = chunks,
                    .scan = scan_push,
                    .ctx = &c,
-                   .text = &c.text};
+                   .text = &c.text,
+                   .weighted = c.weighted};
   if ((st = gr_build(out, &src, opts))) goto done;
   (*out)->original = original;
   original = NULL;

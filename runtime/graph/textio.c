@@ -3,6 +3,8 @@
  * found them. */
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,4 +93,43 @@ em_status gr_text_report(const gr_text *t, const gr_chunk_error *errors) {
     line += t->chunk_lines[c];
   }
   return EM_OK;
+}
+
+/* Weights: strtod on a bounded copy (the mapped text has no NUL to stop it), so that every
+ * spelling C reads (1, 0.5, 2e-3, 0x1p-2) is a number, and inf or nan are recognised to be
+ * refused by name rather than as "not a number". */
+int gr_parse_weight(const char **p, const char *end, float *out, char *msg, size_t cap) {
+  const char *s = *p, *e = s;
+  while (e < end && !gr_is_blank(*e) && *e != '\n') e++;
+  char buf[64], quoted[64];
+  size_t len = (size_t)(e - s);
+  gr_quote_line(quoted, sizeof quoted, s, e);
+  if (len == 0 || len >= sizeof buf) {
+    snprintf(msg, cap, "expected a weight (a number >= 0), got '%s'", quoted);
+    return GR_WEIGHT_NOT_A_NUMBER;
+  }
+  memcpy(buf, s, len);
+  buf[len] = 0;
+  char *stop;
+  double w = strtod(buf, &stop);
+  int r = stop != buf + len ? GR_WEIGHT_NOT_A_NUMBER
+          : isnan(w)        ? GR_WEIGHT_NAN
+          : isinf(w) || fabs(w) > FLT_MAX ? GR_WEIGHT_INFINITE
+          : w < 0                         ? GR_WEIGHT_NEGATIVE
+                                          : 0;
+  switch (r) {
+    case 0:
+      *out = w == 0 ? 0.0f : (float)w; /* -0 is 0 */
+      *p = e;
+      break;
+    case GR_WEIGHT_NOT_A_NUMBER: snprintf(msg, cap, "expected a weight (a number >= 0), got '%s'", quoted); break;
+    case GR_WEIGHT_NAN:
+      snprintf(msg, cap, "the weight '%s' is not a number (NaN), expected a finite value >= 0", quoted);
+      break;
+    case GR_WEIGHT_INFINITE:
+      snprintf(msg, cap, "the weight '%s' is infinite or beyond float32, expected a finite value >= 0", quoted);
+      break;
+    default: snprintf(msg, cap, "the weight '%s' is negative, expected a value >= 0", quoted);
+  }
+  return r;
 }

@@ -150,13 +150,13 @@ static void test_ember_errors(void **state) {
   load_error(tg_write("magic.emg", fake, len), EM_ERR_FORMAT, "magic.emg", "not an ember graph file");
   free(fake);
   /* a newer version, with a valid header checksum */
-  uint32_t version = 2;
+  uint32_t version = 3;
   memcpy(bytes + 8, &version, 4);
   uint64_t zero = 0, sum;
   memcpy(bytes + 504, &zero, 8);
   sum = gr_xxh64(bytes, 512, 1);
   memcpy(bytes + 504, &sum, 8);
-  load_error(tg_write("v2.emg", bytes, len), EM_ERR_FORMAT, "v2.emg", "format version 2");
+  load_error(tg_write("v2.emg", bytes, len), EM_ERR_FORMAT, "v2.emg", "format version 3");
   free(bytes);
   load_error(tg_path("absent.emg"), EM_ERR_IO, "cannot open", "absent.emg");
   /* saving into a folder that does not exist */

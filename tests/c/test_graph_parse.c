@@ -213,7 +213,7 @@ static void test_mtx(void **state) {
   assert_false(em_graph_is_directed(g));
   expect_arcs(g, 5, sym);
   em_graph_free(g);
-  g = load(tg_text("int.MTX", "%%matrixmarket MATRIX Coordinate integer general\n2 2 2\n1 2 -7\n2 1 +3\n"), &o);
+  g = load(tg_text("int.MTX", "%%matrixmarket MATRIX Coordinate integer general\n2 2 2\n1 2 7\n2 1 +3\n"), &o);
   expect_arcs(g, 2, (const arc[]){{1, 2}, {2, 1}});
   em_graph_free(g);
   /* no entries: a graph of isolated vertices, as the size line says */

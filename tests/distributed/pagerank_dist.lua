@@ -104,8 +104,31 @@ case('small.snap', function() return graph.load(snap, { group = true }) end,
 case('small.snap reversed, no loops', function()
   return graph.load(snap, { group = true, reverse = true, drop_self_loops = true })
 end, function() return graph.load(snap, { reorder = 'none', reverse = true, drop_self_loops = true }) end)
-case('small.mtx', function() return graph.load(mtx, { group = true }) end,
-  function() return graph.load(mtx, { reorder = 'none' }) end)
+-- small.mtx is a real matrix, so a weighted graph: partitioned graphs carry no weights yet
+-- and refuse it unless told to ignore the values
+case('small.mtx', function() return graph.load(mtx, { group = true, weights = false }) end,
+  function() return graph.load(mtx, { reorder = 'none', weights = false }) end)
+do
+  local ok, err = pcall(graph.load, mtx, { group = true })
+  U.check(not ok and tostring(err):find('do not carry weights yet', 1, true),
+    'small.mtx: a weighted matrix is refused by partitioned loading, got %s', tostring(err))
+  local wsnap = dir .. '/weighted.txt'
+  if rank == 0 then
+    local f = assert(io.open(wsnap, 'w'))
+    -- 30 vertices, so that every rank owns some (a graph of fewer vertices than ranks
+    -- hangs the partitioned build today, weights or not: a bug of its own)
+    for v = 0, 29 do f:write(string.format('%d %d %g\n%d %d 2\n', v, (v + 1) % 30, v / 4, v, (v * 7) % 30)) end
+    f:close()
+  end
+  dist.barrier()
+  ok, err = pcall(graph.load, wsnap, { group = true })
+  -- the rank holding line 1 names it; the others name the rank that failed
+  U.check(not ok and (rank ~= 0 or tostring(err):find('weighted.txt:1:', 1, true) and
+      tostring(err):find('do not carry weights yet', 1, true)),
+    'weighted.txt: a SNAP weight column is refused by partitioned loading, got %s', tostring(err))
+  case('weighted.txt, weights ignored', function() return graph.load(wsnap, { group = true, weights = false }) end,
+    function() return graph.load(wsnap, { reorder = 'none', weights = false }) end)
+end
 
 -- a star: every arc into vertex 0, so the ranks after the first hold no arcs at all; lines
 -- long and short so that byte ranges split lines anywhere

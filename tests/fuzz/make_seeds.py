@@ -87,7 +87,9 @@ def main():
     # ---- graphs
     put('snap', 'small.snap', '# a comment\n0 1\n1 2\n2 0\n2 3\n')
     put('snap', 'sparse.snap', '100 7\n7 100\n100 3000000000\n5 7\n')
-    put('mtx', 'general.mtx', '%%MatrixMarket matrix coordinate real general\n3 3 3\n1 2 0.5\n2 3 1\n3 1 -2e3\n')
+    put('snap', 'weighted.snap', '# u v weight\n0 1 0.5\n1 2 2\n2 0 1e-3\n2 2 0\n0 1 1.5\n3 0 7 1700000000\n')
+    put('mtx', 'general.mtx', '%%MatrixMarket matrix coordinate real general\n3 3 3\n1 2 0.5\n2 3 1\n3 1 2e3\n')
+    put('mtx', 'integer.mtx', '%%MatrixMarket matrix coordinate integer symmetric\n4 4 3\n2 1 3\n3 3 1\n4 2 0\n')
     put('mtx', 'symmetric.mtx', '%%MatrixMarket matrix coordinate pattern symmetric\n% c\n3 3 2\n2 1\n3 2\n')
     off, nb = [0, 2, 3, 3], [1, 2, 2]
     sg = struct.pack('<?qq', True, 3, 3) + struct.pack('<4q', *off) + struct.pack('<3i', *nb)
@@ -141,6 +143,8 @@ for _, reorder in ipairs { 'none', 'degree' } do
   local g = graph.load(out .. '/snap/sparse.snap', { reorder = reorder, progress = false })
   g:load_labels(out .. '/labels/names.txt')
   g:save(tmp); put('emg', reorder .. '.emg', read(tmp))
+  g = graph.load(out .. '/snap/weighted.snap', { reorder = reorder, progress = false })
+  g:save(tmp); put('emg', 'weighted_' .. reorder .. '.emg', read(tmp))
 end
 ember.save(tmp, { w = ember.ones(2, 3), b = ember.arange(0, 4):to('int64') })
 put('safetensors', 'two.safetensors', read(tmp))

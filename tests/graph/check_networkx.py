@@ -37,12 +37,13 @@ lib = C.CDLL(sys.argv[1])
 class GraphOptions(C.Structure):
     _fields_ = [(name, C.c_int32) for name in
                 ("format", "directed", "reverse", "drop_self_loops", "drop_duplicates", "reorder", "progress",
-                 "verify")]
+                 "verify", "weights")]
 
 
 class PagerankOptions(C.Structure):  # em_pagerank_options, field for field (init writes all of them)
     _fields_ = [("damping", C.c_double), ("tol", C.c_double), ("max_iter", C.c_int32), ("method", C.c_int32),
-                ("personalization", C.c_void_p), ("device_type", C.c_int32), ("device_index", C.c_int32)]
+                ("personalization", C.c_void_p), ("device_type", C.c_int32), ("device_index", C.c_int32),
+                ("blocking", C.c_int32), ("weights", C.c_int32)]
 
 
 class Comparison(C.Structure):

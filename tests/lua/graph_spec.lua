@@ -111,7 +111,9 @@ describe('ember.graph', function()
     assert.is_false(undirected:is_directed())
     local m = graph.load(fixtures .. 'small.mtx')
     assert.are.equal(1, m:original_id(1))
-    assert.matches('Graph%(4 vertices, 5 arcs, directed%)', tostring(m))
+    assert.matches('Graph%(4 vertices, 5 arcs, directed, weighted%)', tostring(m))
+    assert.is_true(m:is_weighted())
+    assert.is_false(graph.load(fixtures .. 'small.mtx', { weights = false }):is_weighted())
   end)
 
   it('saves and reloads the binary format', function()
@@ -147,5 +149,133 @@ describe('ember.graph', function()
       graph.from_edges({ 1 }, { 2 }):pagerank { personalization = { 1, 2, 3 } }
     end))
     assert.matches('expected a graph', error_of(graph.compare_indegree, {}, ember.zeros(2), 1))
+  end)
+end)
+
+-- The weighted PageRank of ember/graph.h in float64, from an edge list ({u, v, w}, dense
+-- ids 1..n), computed here without the library: sources of out-weight 0 are dangling.
+local function weighted_reference(n, edges, undirected)
+  local outw, x = {}, {}
+  for v = 1, n do outw[v], x[v] = 0, 1 / n end
+  local arcs = {}
+  for _, e in ipairs(edges) do
+    arcs[#arcs + 1] = e
+    if undirected and e[1] ~= e[2] then arcs[#arcs + 1] = { e[2], e[1], e[3] } end
+  end
+  for _, a in ipairs(arcs) do outw[a[1]] = outw[a[1]] + a[3] end
+  for _ = 1, 10000 do
+    local y, dangling, diff = {}, 0, 0
+    for v = 1, n do
+      y[v] = 0
+      if outw[v] == 0 then dangling = dangling + x[v] end
+    end
+    for _, a in ipairs(arcs) do
+      if outw[a[1]] > 0 then y[a[2]] = y[a[2]] + x[a[1]] * a[3] / outw[a[1]] end
+    end
+    for v = 1, n do
+      y[v] = D * y[v] + ((1 - D) + D * dangling) / n
+      diff = diff + math.abs(y[v] - x[v])
+    end
+    x = y
+    if diff < 1e-15 then break end
+  end
+  return x
+end
+
+local function l1(t, ref)
+  local s, v = 0, t:totable()
+  for i = 1, #ref do s = s + math.abs(v[i] - ref[i]) end
+  return s
+end
+
+describe('ember.graph weighted', function()
+  -- 1-based ids; 1 -> 2 twice, a self-loop on 3, 5 has only weight-0 out-arcs, 6 none, 7
+  -- isolated (Matrix Market only: the size line declares it)
+  local EDGES = { { 1, 2, 1.5 }, { 1, 3, 0.5 }, { 1, 2, 2.5 }, { 2, 3, 3 }, { 3, 1, 1 }, { 3, 3, 0.25 },
+    { 3, 4, 2 }, { 4, 5, 1e-3 }, { 4, 1, 1 }, { 5, 1, 0 }, { 5, 4, 0 }, { 2, 6, 4 } }
+
+  local function write_files(dir)
+    local snap, mtx = { '# u v weight\n' }, { '%%MatrixMarket matrix coordinate real general\n7 7 12\n' }
+    for _, e in ipairs(EDGES) do
+      snap[#snap + 1] = string.format('%d\t%d\t%.17g\n', e[1] - 1, e[2] - 1, e[3])
+      mtx[#mtx + 1] = string.format('%d %d %.17g\n', e[1], e[2], e[3])
+    end
+    return write(dir .. '/w.txt', table.concat(snap)), write(dir .. '/w.mtx', table.concat(mtx))
+  end
+
+  it('ranks weighted SNAP and Matrix Market files as the float64 reference does', function()
+    local snap, mtx = write_files(tmpdir())
+    for _, case in ipairs { { snap, 6 }, { mtx, 7 } } do
+      local ref = weighted_reference(case[2], EDGES)
+      for _, opts in ipairs { {}, { reorder = 'none' }, { drop_duplicates = true } } do
+        local g = graph.load(case[1], opts)
+        assert.is_true(g:is_weighted())
+        assert.matches(', weighted%)$', tostring(g))
+        local x, info = g:pagerank { tol = 1e-10, max_iter = 1000 }
+        assert.is_true(info.weighted)
+        assert.are.equal('cpu:weighted', info.engine)
+        assert.is_true(l1(x, ref) <= 1e-6, case[1] .. ': L1 ' .. l1(x, ref))
+        -- 'auto' and true are the same run; false counts each arc once
+        assert.are.same(x:totable(), g:pagerank { tol = 1e-10, max_iter = 1000, weighted = true }:totable())
+        local y, plain = g:pagerank { tol = 1e-10, max_iter = 1000, weighted = false }
+        assert.is_false(plain.weighted)
+        local unit, seen = {}, {}
+        for _, e in ipairs(EDGES) do -- each arc once when duplicates were dropped
+          local key = e[1] .. ' ' .. e[2]
+          if not (opts.drop_duplicates and seen[key]) then unit[#unit + 1] = { e[1], e[2], 1 } end
+          seen[key] = true
+        end
+        assert.is_true(l1(y, weighted_reference(case[2], unit)) <= 1e-6)
+      end
+    end
+    -- undirected: each edge's weight on both arcs
+    local g = graph.load(snap, { directed = false })
+    assert.is_true(l1(g:pagerank { tol = 1e-10, max_iter = 1000 }, weighted_reference(6, EDGES, true)) <= 1e-6)
+  end)
+
+  it('keeps the weights beside the arcs, adds duplicates, and saves them', function()
+    local dir = tmpdir()
+    local snap = write_files(dir)
+    local g = graph.load(snap, { drop_duplicates = true })
+    local src, dst = g:edges()
+    local w = g:edge_weights()
+    assert.are.equal('float32', w.dtype)
+    local s, d, wt = src:totable(), dst:totable(), w:totable()
+    for i = 1, #s do
+      local want = 0
+      for _, e in ipairs(EDGES) do
+        if e[1] == s[i] and e[2] == d[i] then want = want + e[3] end
+      end
+      assert.is_true(math.abs(wt[i] - want) <= 1e-6 * want, string.format('%d -> %d: %g, expected %g', s[i], d[i],
+        wt[i], want))
+    end
+    assert.are.equal(#EDGES - 1, #s) -- 1 -> 2 once, weighing 4
+    g:save(dir .. '/w.emg')
+    local h = graph.load(dir .. '/w.emg')
+    assert.is_true(h:is_weighted())
+    assert.are.same(g:pagerank():totable(), h:pagerank():totable())
+    assert.is_false(graph.load(dir .. '/w.emg', { weights = false }):is_weighted())
+    assert.is_false(graph.load(snap, { weights = false }):is_weighted())
+    assert.are.same({ 1, 1 }, graph.from_edges({ 1, 2 }, { 2, 1 }):edge_weights():totable())
+  end)
+
+  it('names the file and line of a bad weight, and refuses misuse', function()
+    local dir = tmpdir()
+    assert.matches('n%.txt:2: .*negative', error_of(graph.load, write(dir .. '/n.txt', '0 1 1\n1 2 -1\n')))
+    assert.matches('nan%.txt:1: .*NaN', error_of(graph.load, write(dir .. '/nan.txt', '0 1 nan\n')))
+    assert.matches('inf%.txt:1: .*infinite', error_of(graph.load, write(dir .. '/inf.txt', '0 1 inf\n')))
+    assert.matches("x%.txt:1: expected a weight %(a number >= 0%), got 'x'",
+      error_of(graph.load, write(dir .. '/x.txt', '0 1 x\n')))
+    assert.matches('m%.txt:2: the edge has no weight',
+      error_of(graph.load, write(dir .. '/m.txt', '0 1 2\n1 2\n')))
+    assert.matches('n%.mtx:3: .*negative', error_of(graph.load,
+      write(dir .. '/n.mtx', '%%MatrixMarket matrix coordinate integer general\n2 2 1\n1 2 -4\n')))
+    local plain = graph.from_edges({ 1 }, { 2 })
+    assert.is_false(plain:is_weighted())
+    assert.matches('weights = on, but the graph has no edge weights',
+      error_of(function() return plain:pagerank { weighted = true } end))
+    assert.matches("weighted must be 'auto', true or false, got",
+      error_of(function() return plain:pagerank { weighted = 'yes' } end))
+    assert.matches('weights must be true or false', error_of(graph.load, dir .. '/n.txt', { weights = 1 }))
   end)
 end)

@@ -335,6 +335,80 @@ describe('ember run pipelines/pagerank_file.yaml', function()
   end)
 end)
 
+describe('weighted PageRank jobs', function()
+  -- the README's example: examples/data/trade.mtx, a real matrix (weights), against a
+  -- float64 power iteration over the file's entries computed here
+  it('ranks the shipped weighted example as the float64 reference does, and says so', function()
+    local dir = tmpdir()
+    local entries, n = {}, nil
+    for line in io.lines('examples/data/trade.mtx') do
+      if not line:match('^%%') then
+        local a, b, c = line:match('^(%S+)%s+(%S+)%s+(%S+)$')
+        if n == nil then n = tonumber(a) else entries[#entries + 1] = { tonumber(a), tonumber(b), tonumber(c) } end
+      end
+    end
+    local outw, x = {}, {}
+    for v = 1, n do outw[v], x[v] = 0, 1 / n end
+    for _, e in ipairs(entries) do outw[e[1]] = outw[e[1]] + e[3] end
+    for _ = 1, 5000 do
+      local y, dangling = {}, 0
+      for v = 1, n do y[v], dangling = 0, dangling + (outw[v] == 0 and x[v] or 0) end
+      for _, e in ipairs(entries) do
+        if outw[e[1]] > 0 then y[e[2]] = y[e[2]] + x[e[1]] * e[3] / outw[e[1]] end
+      end
+      for v = 1, n do y[v] = D * y[v] + ((1 - D) + D * dangling) / n end
+      x = y
+    end
+    local r, err = run_ok(dir, { FILE, 'graph.input.path=examples/data/trade.mtx', 'pagerank.weighted=true',
+      'pagerank.tol=1e-9', 'pagerank.max_iter=500', 'output.scores=' .. dir .. '/s.tsv' })
+    assert.is_true(r.weighted)
+    assert.are.equal('cpu:weighted', r.engine)
+    has(err, 'pagerank: jacobi, weighted, ')
+    local l1, i = 0, 0
+    for line in read(dir .. '/s.tsv'):gmatch('[^\n]+') do
+      local v, sc = line:match('^(%d+)\t(%S+)$')
+      if v then
+        i = i + 1
+        l1 = l1 + math.abs(tonumber(sc) - x[tonumber(v)])
+      end
+    end
+    assert.are.equal(n, i)
+    assert.is_true(l1 <= 1e-6, 'L1 ' .. l1)
+    -- auto: the same run; false: every arc once (different scores)
+    local auto = run_ok(dir, { FILE, 'graph.input.path=examples/data/trade.mtx', 'pagerank.tol=1e-9',
+      'pagerank.max_iter=500' })
+    assert.is_true(auto.weighted)
+    assert.are.same(r.top_k, auto.top_k)
+    local plain = run_ok(dir, { FILE, 'graph.input.path=examples/data/trade.mtx', 'pagerank.weighted=false' })
+    assert.is_false(plain.weighted)
+    assert.are.equal('cpu', plain.engine)
+    assert.are_not.equal(r.top_k[1].score, plain.top_k[1].score)
+  end)
+
+  it('keeps the weights in the cache, and refuses weighted: true on an unweighted file', function()
+    local dir = tmpdir()
+    local args = { FILE, 'graph.input.path=examples/data/trade.mtx', 'graph.cache=' .. dir .. '/t.emg' }
+    local first = run_ok(dir, args)
+    local again = run_ok(dir, args)
+    assert.are.equal('cache', again.graph_from)
+    assert.is_true(again.weighted)
+    assert.are.same(first.top_k, again.top_k)
+    local star = hand_graph(dir)
+    local status, out, err = ember_run(dir, { FILE, 'graph.input.path=' .. star, 'pagerank.weighted=true' })
+    assert.are.equal(1, status)
+    assert.are.equal('', out)
+    has(err, 'pagerank.weighted is true, but ' .. star .. ' has no edge weights')
+    assert.is_false(run_ok(dir, { FILE, 'graph.input.path=' .. star }).weighted)
+    -- a bad weight names the file and line; a bad setting names the key
+    write(dir .. '/bad.txt', '1 2 0.5\n2 3 -1\n')
+    status, out, err = ember_run(dir, { FILE, 'graph.input.path=' .. dir .. '/bad.txt' })
+    assert.are.equal(1, status)
+    has(err, dir .. '/bad.txt:2: ')
+    has(err, 'negative')
+    has(load_error(FILE, { 'pagerank.weighted=yes' }), 'pagerank.weighted: expected auto, true or false')
+  end)
+end)
+
 describe('pagerank pipeline validation', function()
   it('names the file, line and key of a bad value', function()
     local dir = tmpdir()

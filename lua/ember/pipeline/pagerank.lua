@@ -21,6 +21,11 @@
 -- files numbering their vertices from 0), the original ids are written beside it as int64
 -- [n] in <stem>.ids.npy. Anything else: TSV, a header line `vertex<TAB>score`, then one
 -- line per vertex in the same order, the original id and the score (%.9g: float32 exactly).
+--
+-- Weights: a Matrix Market real/integer file or a SNAP file with a third column gives a
+-- weighted graph (the cache keeps the weights). pagerank.weighted: auto follows them when
+-- the graph has them, true requires them (an unweighted graph is an error), false counts
+-- every arc once; the JSON line's `weighted` says whether they were used.
 local ffi = require 'ffi'
 local libc = require 'ember.util.libc'
 local S = require 'ember.util.schema'
@@ -36,6 +41,9 @@ local function flags(o)
   o.drop_duplicates = S.boolean { default = false, doc = 'keep one copy of repeated arcs' }
   return o
 end
+
+local AUTO = S.enum({ 'auto' })
+AUTO.expect = 'auto, true or false' -- what a string other than auto is told
 
 M.schema = {
   -- device: the common key (cpu, cuda, cuda:N or auto): where the iterations run; the
@@ -70,6 +78,9 @@ M.schema = {
     method = S.enum({ 'jacobi', 'gauss-seidel', 'gapbs' }, { default = 'jacobi' }),
     blocking = S.enum({ 'auto', 'none', 'tiles', 'bins' }, { default = 'auto',
       doc = 'CPU reads of contributions beyond L2: plain pull, cache-blocked tiles, propagation blocking' }),
+    weighted = S.union({ AUTO, S.boolean() }, { default = 'auto', expect = 'auto, true or false',
+      doc = "follow the arcs' weights (Matrix Market values, a SNAP third column): auto when the graph has " ..
+        'them, true requires them, false counts every arc once' }),
     personalization = S.path { exists = 'file', optional = true,
       doc = "teleport weights: 'id weight' lines (original ids), or a .npy of n weights by dense id" },
   }, { default = {} }),
@@ -86,8 +97,9 @@ M.schema = {
   }, { default = {} }),
 }
 
-M.result_order = { 'job', 'vertices', 'edges', 'iterations', 'converged', 'residual', 'seconds', 'ms_per_iteration',
-  'edges_per_second', 'build_seconds', 'graph_from', 'peak_rss_mb', 'threads', 'world_size', 'bytes_per_iteration',
+M.result_order = { 'job', 'vertices', 'edges', 'weighted', 'iterations', 'converged', 'residual', 'seconds',
+  'ms_per_iteration', 'edges_per_second', 'build_seconds', 'graph_from', 'peak_rss_mb', 'threads', 'world_size',
+  'bytes_per_iteration',
   'ranks', 'compare_indegree', 'ranking_study', 'top_k',
   'scores_file', 'rank_plot', 'residuals' }
 
@@ -123,7 +135,8 @@ end
 
 -- What a cache must have been built from to be reused (compared as JSON text).
 local function cache_key(gcfg)
-  local key = { format = 'ember-graph-cache/1', reorder = gcfg.reorder }
+  -- /2: caches keep a file's weights (those of /1 dropped them)
+  local key = { format = 'ember-graph-cache/2', reorder = gcfg.reorder }
   if gcfg.generate then
     key.generate = gcfg.generate
   else
@@ -357,16 +370,21 @@ function M.run(cfg, ctx)
     from == 'cache' and ('loaded from ' .. gcfg.cache) or from, build_seconds)
 
   local pr = cfg.pagerank
+  if pr.weighted == true and not g:is_weighted() then
+    error(string.format('pagerank.weighted is true, but %s has no edge weights (expected a Matrix Market real or ' ..
+      'integer file, or a SNAP file with a third column)', source), 0)
+  end
   local personalization = pr.personalization and read_personalization(ember, pr.personalization, g) or nil
   local threads = tonumber(ember.C.em_get_num_threads())
   local scores, info = g:pagerank { damping = pr.damping, tol = pr.tol, max_iter = pr.max_iter, method = pr.method,
-    personalization = personalization, device = cfg.device, blocking = pr.blocking }
+    personalization = personalization, device = cfg.device, blocking = pr.blocking, weighted = pr.weighted }
   scores = scores:contiguous()
   local ms = info.iterations > 0 and 1e3 * info.seconds / info.iterations or 0
   local where = cfg.device == 'cpu' and string.format('%d threads', threads) or
     string.format('%s (%s%s)', cfg.device, info.engine, info.method ~= pr.method and (', as ' .. info.method) or '')
-  log('pagerank: %s, %s: %d iterations, %s (residual %.3g), %.3f s, %.2f ms/iteration, %.3f GE/s', pr.method,
-    where, info.iterations, info.converged and 'converged' or 'not converged', info.residual, info.seconds, ms,
+  log('pagerank: %s%s, %s: %d iterations, %s (residual %.3g), %.3f s, %.2f ms/iteration, %.3f GE/s', pr.method,
+    info.weighted and ', weighted' or '', where, info.iterations, info.converged and 'converged' or 'not converged',
+    info.residual, info.seconds, ms,
     info.edges_per_second / 1e9)
 
   local out = cfg.output
@@ -419,6 +437,7 @@ function M.run(cfg, ctx)
 
   return {
     job = 'pagerank', source = source, vertices = n, edges = m, directed = g:is_directed(),
+    weighted = info.weighted,
     iterations = info.iterations, converged = info.converged, residual = info.residual, residuals = info.residuals,
     seconds = info.seconds, setup_seconds = info.setup_seconds, ms_per_iteration = ms,
     edges_per_second = info.edges_per_second, build_seconds = build_seconds, graph_from = from,

@@ -10,6 +10,10 @@
  *   - internal ids, the order the CSR is stored in (by default sorted by out-degree, which
  *     makes PageRank faster). They never leak out of the library.
  * Vertex ids in the CSR are 32-bit, so a graph has at most 2^32 - 1 vertices.
+ * A graph may be weighted: a float32 weight (finite, >= 0) per arc, from a Matrix Market
+ * file's real or integer values or a SNAP file's third column. Undirected edges give both
+ * arcs the edge's weight; with drop_duplicates, repeated arcs become one arc whose weight
+ * is their sum (without it they stay separate arcs, which PageRank sums the same way).
  * Every function returns EM_OK or an error status with em_last_error() set; errors about a
  * file name the file and, for text files, the line. */
 #ifndef EMBER_GRAPH_H
@@ -27,10 +31,11 @@ typedef struct em_graph em_graph;
 
 typedef enum em_graph_format {
   EM_GRAPH_FORMAT_AUTO = 0, /* by extension: .mtx, .sg, .emg; anything else is SNAP text */
-  EM_GRAPH_FORMAT_SNAP, /* text edge list: "u v" per line, '#' comments */
-  EM_GRAPH_FORMAT_MTX, /* Matrix Market coordinate (pattern/real/integer, general/symmetric) */
-  EM_GRAPH_FORMAT_SG, /* the GAP benchmark suite's serialized graph */
-  EM_GRAPH_FORMAT_EMBER /* ember's checksummed, mmap-able CSR (em_graph_save) */
+  EM_GRAPH_FORMAT_SNAP, /* text edge list: "u v" or "u v weight" per line, '#' comments */
+  EM_GRAPH_FORMAT_MTX, /* Matrix Market coordinate (pattern/real/integer, general/symmetric);
+                        * real and integer values are weights */
+  EM_GRAPH_FORMAT_SG, /* the GAP benchmark suite's serialized graph (unweighted; .wsg refused) */
+  EM_GRAPH_FORMAT_EMBER /* ember's checksummed, mmap-able CSR (em_graph_save), weights included */
 } em_graph_format;
 
 typedef enum em_graph_reorder {
@@ -47,10 +52,11 @@ typedef struct em_graph_options {
   int32_t reorder; /* em_graph_reorder */
   int32_t progress; /* -1: on stderr when it is a terminal; 0: never; 1: always */
   int32_t verify; /* ember format: 1 checks the checksums on load */
+  int32_t weights; /* 1: a file's weights make a weighted graph; 0: ignore them (unweighted) */
 } em_graph_options;
 
 /* Defaults: auto format, directed, nothing reversed or dropped, degree order, progress on a
- * terminal, checksums verified. */
+ * terminal, checksums verified, weights read. */
 EM_API void em_graph_options_init(em_graph_options *opts);
 
 /* ---- building (opts may be NULL: defaults) ---- */
@@ -76,6 +82,7 @@ EM_API void em_graph_free(em_graph *g);
 EM_API int64_t em_graph_num_vertices(const em_graph *g);
 EM_API int64_t em_graph_num_edges(const em_graph *g); /* arcs: an undirected edge counts twice */
 EM_API int em_graph_is_directed(const em_graph *g);
+EM_API int em_graph_is_weighted(const em_graph *g); /* 1 when the arcs carry weights */
 EM_API int64_t em_graph_original_id(const em_graph *g, int64_t v); /* -1 when v is not a dense id */
 EM_API em_status em_graph_find_vertex(const em_graph *g, int64_t original_id, int64_t *v);
 EM_API const char *em_graph_label(const em_graph *g, int64_t v); /* NULL when v has none */
@@ -84,6 +91,8 @@ EM_API em_status em_graph_degrees(const em_graph *g, em_tensor **in_degree, em_t
 EM_API em_status em_graph_original_ids(const em_graph *g, em_tensor **out);
 /* Every arc as int64 [m] tensors of dense ids, sorted by (dst, src). */
 EM_API em_status em_graph_edges(const em_graph *g, em_tensor **src, em_tensor **dst);
+/* The weights of those arcs, float32 [m] in the same order (all 1 when g is unweighted). */
+EM_API em_status em_graph_edge_weights(const em_graph *g, em_tensor **out);
 
 /* ---- PageRank ---- */
 typedef enum em_pagerank_method {
@@ -100,7 +109,19 @@ typedef struct em_pagerank_options {
   const em_tensor *personalization; /* NULL: uniform; else [n] float, >= 0, by dense id */
   em_device device; /* cpu (the default) or cuda:N (the CUDA plugin's kernels) */
   int32_t blocking; /* em_pagerank_blocking: how the CPU reads contributions beyond L2 */
+  int32_t weights; /* em_pagerank_weights */
 } em_pagerank_options;
+
+/* Whether PageRank follows arc weights: x(v) = (1-d) p(v) + d * (sum over u -> v of
+ * x(u) w(u,v) / W(u) + dangling p(v)), W(u) the sum of u's out-arc weights, and dangling
+ * the score of the vertices with W(u) = 0 (no out-arcs, or only weight-0 ones). Weighted
+ * iterations run on the CPU's plain pull (stats.engine "cpu:weighted"), whatever the
+ * blocking or device asked for: the blocked and CUDA engines have no weights. */
+typedef enum em_pagerank_weights {
+  EM_PAGERANK_WEIGHTS_AUTO = 0, /* use the graph's weights when it has them */
+  EM_PAGERANK_WEIGHTS_ON, /* use them; an unweighted graph is an error */
+  EM_PAGERANK_WEIGHTS_OFF /* ignore them: every arc counts 1 */
+} em_pagerank_weights;
 
 /* How the CPU's Jacobi and GAPBS iterations read the contributions of sources beyond the
  * L2-sized hot set (vertices ordered by out-degree put the most-read ones first). AUTO
@@ -120,9 +141,9 @@ typedef struct em_pagerank_stats {
   double setup_seconds; /* buffers, contributions, teleport vector; GPU: copying the graph */
   double edges_per_second; /* arcs * iterations / seconds */
   int32_t method; /* the method that ran: on a GPU Gauss-Seidel runs as Jacobi */
-  int32_t reserved;
+  int32_t weighted; /* 1 when the arcs' weights were used */
   const char *engine; /* what computed the scores: "cpu" (plain pull), "cpu:tiles", "cpu:bins",
-                       * "cuda:custom" or "cuda:cusparse" */
+                       * "cpu:weighted" (weighted pull), "cuda:custom" or "cuda:cusparse" */
 } em_pagerank_stats;
 
 EM_API void em_pagerank_options_init(em_pagerank_options *opts);
