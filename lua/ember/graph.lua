@@ -297,8 +297,9 @@ function PartGraph:num_edges() return self:info().num_edges end
 function PartGraph:__tostring()
   if self._p == nil then return 'PartGraph(freed)' end
   local i = self:info()
-  return string.format('PartGraph(%d vertices, %d arcs; rank %d of %d: vertices %d..%d, %d arcs, %d mirrors)',
-    i.num_vertices, i.num_edges, i.rank, i.world_size, i.first, i.last, i.local_edges, i.mirrors)
+  local own = i.last >= i.first and string.format('vertices %d..%d', i.first, i.last) or 'no vertices'
+  return string.format('PartGraph(%d vertices, %d arcs; rank %d of %d: %s, %d arcs, %d mirrors)',
+    i.num_vertices, i.num_edges, i.rank, i.world_size, own, i.local_edges, i.mirrors)
 end
 
 function PartGraph:free()

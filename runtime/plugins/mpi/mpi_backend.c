@@ -98,6 +98,17 @@ static void *data_of(const em_tensor *t) {
   return p ? p : dummy;
 }
 
+/* A collective's send buffer, never at its receive buffer's address when it is empty:
+ * Open MPI's non-blocking collectives read equal addresses as MPI_IN_PLACE, which changes
+ * the message pattern on that rank alone, and two empty buffers can share one address
+ * (both dummies here, or one caller's dummy for both): all_to_all_v hung with 4 ranks
+ * partitioning a 3-vertex graph, the rank owning none sending and receiving nothing. */
+void *em_mpi_send_buf(const em_dist_work *w) {
+  static char other[16];
+  void *s = data_of(w->in);
+  return (!w->in || em_tensor_numel(w->in) == 0) && s == data_of(w->out) ? other : s;
+}
+
 static void fail_work(em_dist_work *w, const char *what, int code) {
   char msg[EM_DIST_MSG], desc[256], why[400];
   emp_dist_describe(w, desc, sizeof desc);
@@ -133,10 +144,10 @@ static int run_blocking(em_dist_work *w, mpi_group *g) {
     case EM_DIST_OP_ALL_REDUCE: rc = MPI_Allreduce(MPI_IN_PLACE, data_of(w->out), (int)n, dt, op, g->comm); break;
     case EM_DIST_OP_BROADCAST: rc = MPI_Bcast(data_of(w->out), (int)n, dt, w->peer, g->comm); break;
     case EM_DIST_OP_ALL_GATHER:
-      rc = MPI_Allgather(data_of(w->in), (int)n, dt, data_of(w->out), (int)n, dt, g->comm);
+      rc = MPI_Allgather(em_mpi_send_buf(w), (int)n, dt, data_of(w->out), (int)n, dt, g->comm);
       break;
     case EM_DIST_OP_REDUCE_SCATTER:
-      rc = MPI_Reduce_scatter_block(data_of(w->in), data_of(w->out), (int)(n / g->size), dt, op, g->comm);
+      rc = MPI_Reduce_scatter_block(em_mpi_send_buf(w), data_of(w->out), (int)(n / g->size), dt, op, g->comm);
       break;
     case EM_DIST_OP_BARRIER: rc = MPI_Barrier(g->comm); break;
     default: rc = em_mpi_coll_blocking(w, g, dt, op); break; /* mpi_coll.c */
@@ -218,10 +229,10 @@ void em_mpi_start_work(em_dist_work *w, mpi_group *g, int may_block) {
       case EM_DIST_OP_SEND: rc = MPI_Isend(p, cnt, dt, w->peer, w->tag, g->comm, &f->reqs[i]); break;
       case EM_DIST_OP_RECV: rc = MPI_Irecv(p, cnt, dt, w->peer, w->tag, g->comm, &f->reqs[i]); break;
       case EM_DIST_OP_ALL_GATHER:
-        rc = MPI_Iallgather(data_of(w->in), (int)n, dt, data_of(w->out), (int)n, dt, g->comm, &f->reqs[i]);
+        rc = MPI_Iallgather(em_mpi_send_buf(w), (int)n, dt, data_of(w->out), (int)n, dt, g->comm, &f->reqs[i]);
         break;
       case EM_DIST_OP_REDUCE_SCATTER:
-        rc = MPI_Ireduce_scatter_block(data_of(w->in), data_of(w->out), (int)(n / g->size), dt, op, g->comm,
+        rc = MPI_Ireduce_scatter_block(em_mpi_send_buf(w), data_of(w->out), (int)(n / g->size), dt, op, g->comm,
                                        &f->reqs[i]);
         break;
       case EM_DIST_OP_BARRIER: rc = MPI_Ibarrier(g->comm, &f->reqs[i]); break;

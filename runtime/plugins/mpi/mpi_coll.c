@@ -105,15 +105,15 @@ int em_mpi_coll_blocking(em_dist_work *w, mpi_group *g, MPI_Datatype dt, MPI_Op 
   switch (w->kind) {
     case EM_DIST_OP_ALL_TO_ALL: {
       int k = (int)(em_tensor_numel(w->in) / g->size);
-      return MPI_Alltoall(data_of(w->in), k, dt, data_of(w->out), k, dt, g->comm);
+      return MPI_Alltoall(em_mpi_send_buf(w), k, dt, data_of(w->out), k, dt, g->comm);
     }
     case EM_DIST_OP_GATHER: {
       int k = (int)em_tensor_numel(w->in);
-      return MPI_Gather(data_of(w->in), k, dt, data_of(w->out), k, dt, root, g->comm);
+      return MPI_Gather(em_mpi_send_buf(w), k, dt, data_of(w->out), k, dt, root, g->comm);
     }
     case EM_DIST_OP_SCATTER: {
       int k = (int)em_tensor_numel(w->out);
-      return MPI_Scatter(data_of(w->in), k, dt, data_of(w->out), k, dt, root, g->comm);
+      return MPI_Scatter(em_mpi_send_buf(w), k, dt, data_of(w->out), k, dt, root, g->comm);
     }
     case EM_DIST_OP_REDUCE: {
       int n = (int)em_tensor_numel(w->out);
@@ -227,7 +227,7 @@ static int start_even(inflight *f, MPI_Op op) {
   } else {
     reserve(f, 1);
     f->nreq = 1;
-    void *in = data_of(w->in), *out = data_of(w->out);
+    void *in = em_mpi_send_buf(w), *out = data_of(w->out);
     switch (w->kind) {
       case EM_DIST_OP_ALL_TO_ALL: rc = MPI_Ialltoall(in, (int)k, f->dt, out, (int)k, f->dt, g->comm, f->reqs); break;
       case EM_DIST_OP_GATHER: rc = MPI_Igather(in, (int)k, f->dt, out, (int)k, f->dt, root, g->comm, f->reqs); break;
@@ -380,8 +380,8 @@ static int start_data(inflight *f) {
   reserve(f, 1);
   f->nreq = 1;
   int rc = w->kind == EM_DIST_OP_ALL_TO_ALL_V
-               ? MPI_Ialltoallv(data_of(w->in), sc, sd, f->dt, data_of(w->out), rc_, rd, f->dt, g->comm, f->reqs)
-               : MPI_Iallgatherv(data_of(w->in), (int)w->out_counts[me], f->dt, data_of(w->out), rc_, rd, f->dt,
+               ? MPI_Ialltoallv(em_mpi_send_buf(w), sc, sd, f->dt, data_of(w->out), rc_, rd, f->dt, g->comm, f->reqs)
+               : MPI_Iallgatherv(em_mpi_send_buf(w), (int)w->out_counts[me], f->dt, data_of(w->out), rc_, rd, f->dt,
                                  g->comm, f->reqs);
   if (rc != MPI_SUCCESS) {
     fail(f, EM_ERR_RUNTIME, NULL, rc);

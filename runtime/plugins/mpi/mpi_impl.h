@@ -84,6 +84,8 @@ void em_mpi_create_ops(void);
 void em_mpi_free_ops(void);
 /* "MPI error: <text>" into buf. */
 void em_mpi_error_text(int code, char *buf, size_t cap);
+/* w's send buffer for MPI (a valid address, not the receive buffer's when empty). */
+void *em_mpi_send_buf(const em_dist_work *w);
 
 /* ---- mpi_coll.c: all_to_all(_v), gather, scatter, reduce, all_gather_v (under the MPI lock) ---- */
 /* Bytes per rank that decide a blocking call (the same on every rank), or -1: never blocking. */
