@@ -46,7 +46,11 @@ static void rnn_sgemm_(int bf16, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE t
 #define GEMM_STEP(...) RNN_SGEMM(0, __VA_ARGS__)
 #define EXP em_vexpf
 #define TANH rnn_tanhf
+#define FUSED_FORWARD cpu_lstm_fused_forward
+#define FUSED_BACKWARD cpu_lstm_fused_backward
 #include "rnn_body.h"
+#undef FUSED_FORWARD
+#undef FUSED_BACKWARD
 #undef SCALAR
 #undef SFX
 #undef GEMM

@@ -139,6 +139,9 @@ static void FN(rnn_forward)(const cpu_rnn_dims *d, SCALAR *y, SCALAR *sh, SCALAR
     if (c0) memcpy(sc + first * BH, c0, (size_t)BH * sizeof(SCALAR));
     else memset(sc + first * BH, 0, (size_t)BH * sizeof(SCALAR));
   }
+#ifdef FUSED_FORWARD
+  if (cpu_lstm_fused_wanted(d) && !FUSED_FORWARD(d, y, sh, sc, act, whh, bih, bhh, ag_autocast_cpu_bf16())) return;
+#endif
   for (int64_t s = 0; s < T; s++) {
     int64_t t = d->reverse ? T - 1 - s : s, prev = d->reverse ? t + 1 : t, next = d->reverse ? t : t + 1;
     const SCALAR *hp = sh + prev * BH;
@@ -221,7 +224,11 @@ static void FN(rnn_backward)(const cpu_rnn_dims *d, SCALAR *gx, SCALAR *gh0, SCA
     if (gstate) memcpy(dc, gstate + BH, (size_t)BH * sizeof(SCALAR));
     else memset(dc, 0, (size_t)BH * sizeof(SCALAR));
   }
-  for (int64_t s = T - 1; s >= 0; s--) {
+  int fused = 0;
+#ifdef FUSED_BACKWARD
+  fused = cpu_lstm_fused_wanted(d) && !FUSED_BACKWARD(d, dgi, dh, dc, gy, whh, sc, act, ag_autocast_cpu_bf16());
+#endif
+  for (int64_t s = T - 1; s >= 0 && !fused; s--) {
     int64_t t = d->reverse ? T - 1 - s : s, prev = d->reverse ? t + 1 : t, next = d->reverse ? t : t + 1;
     SCALAR *gi = dgi + t * B * GH, *gg = dgh + t * B * GH;
     FN(cell_backward)

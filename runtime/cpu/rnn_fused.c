@@ -1,0 +1,557 @@
+/* rnn_fused.c - the float32 LSTM's time loop as one parallel region (cpu_seq.h,
+ * cpu_lstm_fused_*), taken by rnn_body.h when the hidden size is a multiple of 16.
+ *
+ * Why: each step's recurrent product [B, H] @ [H, 4H] is small (6.5 M multiply-adds for
+ * char-rnn's 50 x 128), so the general loop (one oneDNN matmul and one OpenMP loop for the
+ * cell per step, the same again in the backward) spent as much on starting and joining
+ * threads, and on repacking w_hh on every call, as on the arithmetic. Here the threads
+ * split the hidden units once: each packs its units' columns of w_hh (all four gates of a
+ * unit side by side) when the layer starts, and per step computes its units' gates for
+ * every batch row and runs their cell at once, while the tile is still in L1; the only
+ * synchronisation is one barrier per step, because step t + 1 reads all of h_t.
+ * The backward is the same split: a thread turns the gate gradients of the step after
+ * (all 4H columns) into its units' state gradient (@ w_hh, K = 4H), runs their cell
+ * backward and writes its units' gate gradients; one barrier per step.
+ *
+ * The barrier spins (with pause) for about a step's time before yielding: a step is tens
+ * of microseconds, and OpenMP's barrier under OMP_WAIT_POLICY=passive (ember's choice on a
+ * busy machine) sleeps at once, which costs a wake-up per step. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
+#pragma GCC target("prefer-vector-width=512")
+#endif
+#include <omp.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cpu_seq.h"
+#include "ember/core.h"
+#include "ember/nn.h"
+#include "vmath.h"
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#define CH 16 /* units per chunk: one 16-float vector */
+#define RB 6  /* batch rows per tile: 6 x 4 vectors of sums stay in registers */
+
+/* -1: not read yet; EMBER_RNN_FUSED=0 turns the fused loop off (A/B measurements) */
+static int env_fused = -1, fused_forced = -1;
+void cpu_rnn_fused_force_(int mode) { fused_forced = mode < 0 ? -1 : mode != 0; }
+
+int cpu_lstm_fused_wanted(const cpu_rnn_dims *d) {
+  if (env_fused < 0) {
+    const char *e = getenv("EMBER_RNN_FUSED");
+    env_fused = !(e && *e && atoi(e) == 0);
+  }
+  if (fused_forced >= 0 ? !fused_forced : !env_fused) return 0;
+  return d->mode == EM_RNN_LSTM && d->H % CH == 0 && d->H <= (1 << 20) && d->B <= (1 << 24);
+}
+
+/* ---- the barrier ---- */
+
+typedef struct {
+  atomic_int count, gen;
+  int n;
+} spin_barrier;
+
+static void barrier_wait(spin_barrier *b) {
+  if (b->n <= 1) return;
+  int g = atomic_load_explicit(&b->gen, memory_order_acquire);
+  if (atomic_fetch_add_explicit(&b->count, 1, memory_order_acq_rel) == b->n - 1) {
+    atomic_store_explicit(&b->count, 0, memory_order_relaxed);
+    atomic_store_explicit(&b->gen, g + 1, memory_order_release);
+    return;
+  }
+  for (long i = 0; atomic_load_explicit(&b->gen, memory_order_acquire) == g; i++) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (i < 4096) __builtin_ia32_pause();
+    else sched_yield();
+#else
+    if (i >= 4096) sched_yield();
+#endif
+  }
+}
+
+/* ---- the product tile ----
+ * c[r * ldc + m * cms + l] (= or +=) sum_k a[r * lda + k] * w[(k * M + m) * CH + l], for
+ * r < R rows and m < M vectors of CH columns (w packed [K][M * CH]). */
+static inline __attribute__((always_inline)) void tile(int R, int M, int64_t K, const float *restrict a, int64_t lda,
+                                                       const float *restrict w, float *restrict c, int64_t ldc,
+                                                       int64_t cms, int load) {
+#if defined(__AVX512F__)
+  __m512 acc[RB][4];
+  for (int r = 0; r < R; r++)
+    for (int m = 0; m < M; m++) acc[r][m] = load ? _mm512_loadu_ps(c + r * ldc + m * cms) : _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; k++) {
+    __m512 wv[4];
+    for (int m = 0; m < M; m++) wv[m] = _mm512_loadu_ps(w + (k * M + m) * CH);
+    for (int r = 0; r < R; r++) {
+      __m512 av = _mm512_set1_ps(a[r * lda + k]);
+      for (int m = 0; m < M; m++) acc[r][m] = _mm512_fmadd_ps(av, wv[m], acc[r][m]);
+    }
+  }
+  for (int r = 0; r < R; r++)
+    for (int m = 0; m < M; m++) _mm512_storeu_ps(c + r * ldc + m * cms, acc[r][m]);
+#else
+  for (int r = 0; r < R; r++)
+    for (int m = 0; m < M; m++) {
+      float s[CH];
+      for (int l = 0; l < CH; l++) s[l] = load ? c[r * ldc + m * cms + l] : 0;
+      for (int64_t k = 0; k < K; k++) {
+        float av = a[r * lda + k];
+        const float *wk = w + (k * M + m) * CH;
+        for (int l = 0; l < CH; l++) s[l] += av * wk[l];
+      }
+      for (int l = 0; l < CH; l++) c[r * ldc + m * cms + l] = s[l];
+    }
+#endif
+}
+
+#define TILE_CASE(r, m)                                \
+  case (r) * 8 + (m):                                  \
+    tile(r, m, K, a, lda, w, c, ldc, cms, load);       \
+    break;
+#define TILE_ROW(r) TILE_CASE(r, 1) TILE_CASE(r, 2) TILE_CASE(r, 3) TILE_CASE(r, 4)
+
+/* tile with R in 1..RB and M in 1..4 known at compile time in each case */
+static void tile_any(int R, int M, int64_t K, const float *a, int64_t lda, const float *w, float *c, int64_t ldc,
+                     int64_t cms, int load) {
+  switch (R * 8 + M) {
+    TILE_ROW(1) TILE_ROW(2) TILE_ROW(3) TILE_ROW(4) TILE_ROW(5) TILE_ROW(6)
+    default: break;
+  }
+}
+
+/* ---- the cell over n units of one batch row (gates H apart), as rnn_body.h's ---- */
+
+static inline float sigm(float v) { return 1.0f / (1.0f + em_vexpf(-v)); }
+static inline float tanh_(float v) { return 1.0f - 2.0f / (1.0f + em_vexpf(2.0f * v)); }
+
+__attribute__((noinline)) static void lstm_units(int64_t n, int64_t H, float *restrict a, const float *restrict bih,
+                                                 const float *restrict bhh, const float *restrict cp,
+                                                 float *restrict cn, float *restrict h, float *restrict y) {
+  for (int64_t j = 0; j < n; j++) {
+    float i = sigm(a[j] + bih[j] + bhh[j]);
+    float f = sigm(a[H + j] + bih[H + j] + bhh[H + j]);
+    float g = tanh_(a[2 * H + j] + bih[2 * H + j] + bhh[2 * H + j]);
+    float o = sigm(a[3 * H + j] + bih[3 * H + j] + bhh[3 * H + j]);
+    float c = f * cp[j] + i * g;
+    a[j] = i, a[H + j] = f, a[2 * H + j] = g, a[3 * H + j] = o;
+    cn[j] = c;
+    float hv = o * tanh_(c);
+    h[j] = hv;
+    y[j] = hv;
+  }
+}
+
+/* dh: the state's gradient after the step (output gradient not yet added), zeroed on exit
+ * (the part of the previous state's gradient that does not go through w_hh) */
+__attribute__((noinline)) static void lstm_units_backward(int64_t n, int64_t H, const float *restrict a,
+                                                          float *restrict dh, const float *restrict gy,
+                                                          const float *restrict cp, const float *restrict cn,
+                                                          float *restrict dc, float *restrict gi) {
+  for (int64_t j = 0; j < n; j++) {
+    float i = a[j], f = a[H + j], g = a[2 * H + j], o = a[3 * H + j], gh = dh[j] + gy[j];
+    float tc = tanh_(cn[j]);
+    float dcc = dc[j] + gh * o * (1 - tc * tc);
+    gi[j] = dcc * g * i * (1 - i);
+    gi[H + j] = dcc * cp[j] * f * (1 - f);
+    gi[2 * H + j] = dcc * i * (1 - g * g);
+    gi[3 * H + j] = gh * tc * o * (1 - o);
+    dc[j] = dcc * f;
+    dh[j] = 0;
+  }
+}
+
+/* ---- splitting the units ---- */
+
+static int team_size(const cpu_rnn_dims *d) {
+  int nt = em_get_num_threads();
+  int64_t chunks = d->H / CH;
+  if (nt > chunks) nt = (int)chunks;
+  if (nt < 1 || omp_in_parallel() || d->B * 4 * d->H < 16384) nt = 1;
+  return nt;
+}
+
+/* this thread's chunks [*c0, *c1) of H / CH */
+static void my_chunks(const cpu_rnn_dims *d, int *c0, int *c1) {
+  int nt = omp_get_num_threads(), me = omp_get_thread_num();
+  int64_t chunks = d->H / CH;
+  *c0 = (int)(chunks * me / nt), *c1 = (int)(chunks * (me + 1) / nt);
+}
+
+/* ---- bfloat16 under CPU autocast: the recurrent products on AMX ----
+ * A thread's product is [Mp, K] @ [K, N] with the batch rows padded to Mp (a multiple of
+ * 32) in bfloat16 and float32 sums: 2 x 2 tiles of 16 x 16 sums per pass over K in steps
+ * of 32, the weights packed once per layer in AMX's pair layout [K/2][N][2]. The states
+ * (forward) and gate gradients (backward) every thread reads are written in bfloat16 by
+ * the cell that makes them, into one of two buffers by step parity, so that a step's
+ * writes never meet the previous step's reads. */
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__) && defined(__x86_64__)
+#define HAVE_AMX 1
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Linux hands out AMX's tile state only on request (ARCH_REQ_XCOMP_PERM, XTILEDATA); the
+ * request fails where the CPU or kernel has none, and the float32 loop runs instead */
+static int amx_ready(void) {
+  static atomic_int state = -1;
+  int s = atomic_load(&state);
+  if (s < 0) {
+    s = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+    atomic_store(&state, s);
+  }
+  return s;
+}
+
+static void amx_config(void) {
+  struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+  } cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int i = 0; i < 8; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
+  _tile_loadconfig(&cfg);
+}
+
+static inline uint16_t to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+/* n (a multiple of 16) floats to bfloat16, rounded to nearest even */
+static inline void row_to_bf16(uint16_t *restrict dst, const float *restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16)
+    _mm256_storeu_si256((__m256i *)(dst + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
+}
+
+/* c [Mp, N] (ldc) = a [Mp, K] (lda, bfloat16) @ bp (pairs [K/2][N][2]); Mp % 32 == 0,
+ * N % 16 == 0, K % 32 == 0; tiles configured by amx_config */
+static void amx_gemm(int64_t Mp, int64_t N, int64_t K, const uint16_t *a, int64_t lda, const uint16_t *bp, float *c,
+                     int64_t ldc) {
+  for (int64_t m = 0; m < Mp; m += 32)
+    for (int64_t n = 0; n < N; n += 32) {
+      const uint16_t *a0 = a + m * lda, *a1 = a0 + 16 * lda, *b0 = bp + n * 2;
+      float *c0 = c + m * ldc + n, *c1 = c0 + 16 * ldc;
+      if (n + 32 <= N) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t k = 0; k < K; k += 32) {
+          _tile_loadd(4, a0 + k, lda * 2);
+          _tile_loadd(5, a1 + k, lda * 2);
+          _tile_loadd(6, b0 + k * N, N * 4);
+          _tile_loadd(7, b0 + k * N + 32, N * 4);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_stored(0, c0, ldc * 4);
+        _tile_stored(1, c0 + 16, ldc * 4);
+        _tile_stored(2, c1, ldc * 4);
+        _tile_stored(3, c1 + 16, ldc * 4);
+      } else {
+        _tile_zero(0);
+        _tile_zero(2);
+        for (int64_t k = 0; k < K; k += 32) {
+          _tile_loadd(4, a0 + k, lda * 2);
+          _tile_loadd(5, a1 + k, lda * 2);
+          _tile_loadd(6, b0 + k * N, N * 4);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(2, 5, 6);
+        }
+        _tile_stored(0, c0, ldc * 4);
+        _tile_stored(2, c1, ldc * 4);
+      }
+    }
+}
+
+/* the cell with the recurrent part r (gate g at r[g * U + j]) added to the input projection a */
+__attribute__((noinline)) static void lstm_units_r(int64_t n, int64_t H, float *restrict a, const float *restrict r,
+                                                   int64_t U, const float *restrict bih, const float *restrict bhh,
+                                                   const float *restrict cp, float *restrict cn, float *restrict h,
+                                                   float *restrict y) {
+  for (int64_t j = 0; j < n; j++) {
+    float i = sigm(a[j] + r[j] + bih[j] + bhh[j]);
+    float f = sigm(a[H + j] + r[U + j] + bih[H + j] + bhh[H + j]);
+    float g = tanh_(a[2 * H + j] + r[2 * U + j] + bih[2 * H + j] + bhh[2 * H + j]);
+    float o = sigm(a[3 * H + j] + r[3 * U + j] + bih[3 * H + j] + bhh[3 * H + j]);
+    float c = f * cp[j] + i * g;
+    a[j] = i, a[H + j] = f, a[2 * H + j] = g, a[3 * H + j] = o;
+    cn[j] = c;
+    float hv = o * tanh_(c);
+    h[j] = hv;
+    y[j] = hv;
+  }
+}
+
+static int amx_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc, float *act, const float *whh,
+                       const float *bih, const float *bhh) {
+  int64_t T = d->T, B = d->B, H = d->H, G4 = 4 * H, BH = B * H, Mp = (B + 31) / 32 * 32;
+  uint16_t *wp = malloc((size_t)(G4 * H) * 2), *hb = calloc((size_t)(2 * Mp * H), 2);
+  if (!wp || !hb) {
+    free(wp), free(hb);
+    return 1;
+  }
+  int64_t first = d->reverse ? T : 0;
+  for (int64_t b = 0; b < B; b++) row_to_bf16(hb + b * H, sh + first * BH + b * H, H);
+  spin_barrier bar = {0, 0, team_size(d)};
+  int failed = 0;
+#pragma omp parallel num_threads(bar.n)
+  {
+#pragma omp single
+    bar.n = omp_get_num_threads();
+    int c0, c1;
+    my_chunks(d, &c0, &c1);
+    int64_t j0 = (int64_t)c0 * CH, U = (int64_t)(c1 - c0) * CH, N = 4 * U;
+    float *cs = U ? malloc((size_t)(Mp * N) * sizeof(float)) : NULL;
+    if (U && !cs) {
+#pragma omp atomic write
+      failed = 1;
+    }
+#pragma omp barrier
+    int ok;
+#pragma omp atomic read
+    ok = failed;
+    ok = !ok;
+    /* this thread's columns g * U + jj (w_hh row g * H + j0 + jj) in pairs along k */
+    uint16_t *p = wp + j0 * 4 * H;
+    for (int64_t kp = 0; kp < H / 2; kp++)
+      for (int64_t nn = 0; nn < N; nn++)
+        for (int e = 0; e < 2; e++)
+          p[(kp * N + nn) * 2 + e] = to_bf16(whh[((nn / U) * H + j0 + nn % U) * H + 2 * kp + e]);
+    if (cs) amx_config();
+    for (int64_t s = 0; s < T && ok; s++) {
+      int64_t t = d->reverse ? T - 1 - s : s, prev = d->reverse ? t + 1 : t, next = d->reverse ? t : t + 1;
+      const float *hp = sh + prev * BH, *cp = sc + prev * BH;
+      float *a = act + t * B * G4, *hn = sh + next * BH, *cn = sc + next * BH, *yt = y + t * BH;
+      uint16_t *hb_in = hb + (s & 1) * Mp * H, *hb_out = hb + ((s + 1) & 1) * Mp * H;
+      if (cs) {
+        amx_gemm(Mp, N, H, hb_in, H, p, cs, N);
+        for (int64_t b = 0; b < B; b++) {
+          if (d->lengths && t >= d->lengths[b]) { /* past the end: the state stays, the output is zero */
+            memcpy(hn + b * H + j0, hp + b * H + j0, (size_t)U * sizeof(float));
+            memcpy(cn + b * H + j0, cp + b * H + j0, (size_t)U * sizeof(float));
+            memset(yt + b * H + j0, 0, (size_t)U * sizeof(float));
+            for (int g = 0; g < 4; g++) memset(a + b * G4 + g * H + j0, 0, (size_t)U * sizeof(float));
+          } else {
+            lstm_units_r(U, H, a + b * G4 + j0, cs + b * N, U, bih + j0, bhh + j0, cp + b * H + j0, cn + b * H + j0,
+                         hn + b * H + j0, yt + b * H + j0);
+          }
+          row_to_bf16(hb_out + b * H + j0, hn + b * H + j0, U);
+        }
+      }
+      barrier_wait(&bar);
+    }
+    if (cs) _tile_release();
+    free(cs);
+  }
+  free(wp), free(hb);
+  return failed; /* then nothing was written: the caller runs the float32 loop */
+}
+
+static int amx_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, const float *gy, const float *whh,
+                        const float *sc, const float *act, const float *zeros) {
+  int64_t T = d->T, B = d->B, H = d->H, G4 = 4 * H, BH = B * H, Mp = (B + 31) / 32 * 32;
+  uint16_t *wp = malloc((size_t)(G4 * H) * 2), *gb = calloc((size_t)(2 * Mp * G4), 2);
+  if (!wp || !gb) {
+    free(wp), free(gb);
+    return 1;
+  }
+  spin_barrier bar = {0, 0, team_size(d)};
+  int failed = 0;
+#pragma omp parallel num_threads(bar.n)
+  {
+#pragma omp single
+    bar.n = omp_get_num_threads();
+    int c0, c1;
+    my_chunks(d, &c0, &c1);
+    int64_t j0 = (int64_t)c0 * CH, U = (int64_t)(c1 - c0) * CH;
+    float *cs = U ? malloc((size_t)(Mp * U) * sizeof(float)) : NULL;
+    if (U && !cs) {
+#pragma omp atomic write
+      failed = 1;
+    }
+#pragma omp barrier
+    int ok;
+#pragma omp atomic read
+    ok = failed;
+    ok = !ok;
+    /* this thread's columns of w_hh, [4H/2][U][2] */
+    uint16_t *p = wp + j0 * G4;
+    for (int64_t kp = 0; kp < G4 / 2; kp++)
+      for (int64_t nn = 0; nn < U; nn++)
+        for (int e = 0; e < 2; e++) p[(kp * U + nn) * 2 + e] = to_bf16(whh[(2 * kp + e) * H + j0 + nn]);
+    if (cs) amx_config();
+    for (int64_t s = T; s >= 0 && ok; s--) {
+      if (s < T && cs) { /* dh += the gate gradients of step s (all threads') @ w_hh */
+        amx_gemm(Mp, U, G4, gb + (s & 1) * Mp * G4, G4, p, cs, U);
+        for (int64_t b = 0; b < B; b++)
+          for (int64_t jj = 0; jj < U; jj++) dh[b * H + j0 + jj] += cs[b * U + jj];
+      }
+      if (s == 0) break;
+      int64_t t = d->reverse ? T - s : s - 1, prev = d->reverse ? t + 1 : t, next = d->reverse ? t : t + 1;
+      const float *a = act + t * B * G4, *cp = sc + prev * BH, *cn = sc + next * BH;
+      float *gi = dg + t * B * G4;
+      uint16_t *gout = gb + ((s - 1) & 1) * Mp * G4;
+      for (int64_t b = 0; b < B && cs; b++) {
+        if (d->lengths && t >= d->lengths[b]) { /* the state passed through unchanged */
+          for (int g = 0; g < 4; g++) memset(gi + b * G4 + g * H + j0, 0, (size_t)U * sizeof(float));
+        } else {
+          const float *gyb = gy ? gy + t * BH + b * H + j0 : zeros;
+          lstm_units_backward(U, H, a + b * G4 + j0, dh + b * H + j0, gyb, cp + b * H + j0, cn + b * H + j0,
+                              dc + b * H + j0, gi + b * G4 + j0);
+        }
+        for (int g = 0; g < 4; g++) row_to_bf16(gout + b * G4 + g * H + j0, gi + b * G4 + g * H + j0, U);
+      }
+      barrier_wait(&bar);
+    }
+    if (cs) _tile_release();
+    free(cs);
+  }
+  free(wp), free(gb);
+  return failed;
+}
+#endif
+
+/* ---- forward ---- */
+
+int cpu_lstm_fused_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc, float *act, const float *whh,
+                           const float *bih, const float *bhh, int bf16) {
+  int64_t T = d->T, B = d->B, H = d->H, G4 = 4 * H, BH = B * H;
+#ifdef HAVE_AMX
+  if (bf16 && H % 32 == 0 && amx_ready() && !amx_forward(d, y, sh, sc, act, whh, bih, bhh)) return 0;
+#else
+  (void)bf16;
+#endif
+  float *wp = malloc((size_t)(G4 * H) * sizeof(float));
+  if (!wp) return 1;
+  spin_barrier bar = {0, 0, team_size(d)};
+#pragma omp parallel num_threads(bar.n)
+  {
+    /* the team may be smaller than asked (nested, limits): the barrier counts who came */
+#pragma omp single
+    bar.n = omp_get_num_threads();
+    int c0, c1;
+    my_chunks(d, &c0, &c1);
+    /* chunk u's panel [H][4 gates][CH]: w_hh rows g * H + u * CH + l, transposed */
+    for (int u = c0; u < c1; u++) {
+      float *p = wp + (int64_t)u * H * 4 * CH;
+      for (int g = 0; g < 4; g++)
+        for (int l = 0; l < CH; l++) {
+          const float *row = whh + (g * H + u * CH + l) * H;
+          for (int64_t k = 0; k < H; k++) p[(k * 4 + g) * CH + l] = row[k];
+        }
+    }
+    for (int64_t s = 0; s < T; s++) {
+      int64_t t = d->reverse ? T - 1 - s : s, prev = d->reverse ? t + 1 : t, next = d->reverse ? t : t + 1;
+      const float *hp = sh + prev * BH, *cp = sc + prev * BH;
+      float *a = act + t * B * G4, *hn = sh + next * BH, *cn = sc + next * BH, *yt = y + t * BH;
+      for (int u = c0; u < c1; u++) {
+        const float *p = wp + (int64_t)u * H * 4 * CH;
+        int64_t j = (int64_t)u * CH;
+        for (int64_t r0 = 0; r0 < B; r0 += RB) {
+          int R = B - r0 < RB ? (int)(B - r0) : RB;
+          /* the gates' pre-activations: the input projection there plus h_prev @ w_hh^T */
+          tile_any(R, 4, H, hp + r0 * H, H, p, a + r0 * G4 + j, G4, H, 1);
+          for (int64_t b = r0; b < r0 + R; b++) {
+            if (d->lengths && t >= d->lengths[b]) { /* past the end: the state stays, the output is zero */
+              for (int64_t l = 0; l < CH; l++) {
+                hn[b * H + j + l] = hp[b * H + j + l], cn[b * H + j + l] = cp[b * H + j + l];
+                yt[b * H + j + l] = 0;
+                for (int g = 0; g < 4; g++) a[b * G4 + g * H + j + l] = 0;
+              }
+              continue;
+            }
+            lstm_units(CH, H, a + b * G4 + j, bih + j, bhh + j, cp + b * H + j, cn + b * H + j, hn + b * H + j,
+                       yt + b * H + j);
+          }
+        }
+      }
+      barrier_wait(&bar);
+    }
+  }
+  free(wp);
+  return 0;
+}
+
+/* ---- backward ---- */
+
+/* dh [B, H]: in, the final state's gradient; out, the initial state's (gh0). dc [B, H] the
+ * same for the cell state. dg [T*B, 4H]: out, the gate gradients (pre-activation). gy: the
+ * outputs' gradient [T, B, H] (NULL: zeros). */
+int cpu_lstm_fused_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, const float *gy,
+                            const float *whh, const float *sc, const float *act, int bf16) {
+  int64_t T = d->T, B = d->B, H = d->H, G4 = 4 * H, BH = B * H;
+  float *zeros = gy ? NULL : calloc((size_t)H, sizeof(float));
+  if (!gy && !zeros) return 1;
+#ifdef HAVE_AMX
+  if (bf16 && H % 32 == 0 && amx_ready() && !amx_backward(d, dg, dh, dc, gy, whh, sc, act, zeros)) {
+    free(zeros);
+    return 0;
+  }
+#else
+  (void)bf16;
+#endif
+  float *wp = malloc((size_t)(G4 * H) * sizeof(float));
+  if (!wp) {
+    free(zeros);
+    return 1;
+  }
+  spin_barrier bar = {0, 0, team_size(d)};
+#pragma omp parallel num_threads(bar.n)
+  {
+#pragma omp single
+    bar.n = omp_get_num_threads();
+    int c0, c1;
+    my_chunks(d, &c0, &c1);
+    /* groups of up to 4 chunks; group at chunk u with m chunks: w_hh's columns u * CH ..
+     * (u + m) * CH - 1 as they lie, [4H][m * CH], at wp + u * CH * 4H */
+    for (int u = c0; u < c1; u += 4) {
+      int m = c1 - u < 4 ? c1 - u : 4;
+      float *p = wp + (int64_t)u * CH * G4;
+      for (int64_t k = 0; k < G4; k++) memcpy(p + k * m * CH, whh + k * H + u * CH, (size_t)(m * CH) * sizeof(float));
+    }
+    for (int64_t s = T; s >= 0; s--) {
+      /* the state's gradient after step s - 1 (before step s): what the cell left plus
+       * the gate gradients of step s (written by all threads before the last barrier) @ w_hh */
+      if (s < T) {
+        int64_t t = d->reverse ? T - 1 - s : s;
+        const float *g = dg + t * B * G4;
+        for (int u = c0; u < c1; u += 4) {
+          int m = c1 - u < 4 ? c1 - u : 4;
+          const float *p = wp + (int64_t)u * CH * G4;
+          for (int64_t r0 = 0; r0 < B; r0 += RB) {
+            int R = B - r0 < RB ? (int)(B - r0) : RB;
+            tile_any(R, m, G4, g + r0 * G4, G4, p, dh + r0 * H + u * CH, H, CH, 1);
+          }
+        }
+      }
+      if (s == 0) break;
+      int64_t t = d->reverse ? T - s : s - 1, prev = d->reverse ? t + 1 : t, next = d->reverse ? t : t + 1;
+      const float *a = act + t * B * G4, *cp = sc + prev * BH, *cn = sc + next * BH;
+      float *gi = dg + t * B * G4;
+      int64_t j0 = (int64_t)c0 * CH, n = (int64_t)(c1 - c0) * CH;
+      for (int64_t b = 0; b < B && n; b++) {
+        if (d->lengths && t >= d->lengths[b]) { /* the state passed through unchanged */
+          for (int g = 0; g < 4; g++) memset(gi + b * G4 + g * H + j0, 0, (size_t)n * sizeof(float));
+          continue;
+        }
+        const float *gyb = gy ? gy + t * BH + b * H + j0 : zeros;
+        lstm_units_backward(n, H, a + b * G4 + j0, dh + b * H + j0, gyb, cp + b * H + j0,
+                            cn + b * H + j0, dc + b * H + j0, gi + b * G4 + j0);
+      }
+      barrier_wait(&bar);
+    }
+  }
+  free(wp);
+  free(zeros);
+  return 0;
+}
