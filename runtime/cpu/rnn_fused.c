@@ -123,19 +123,76 @@ static void tile_any(int R, int M, int64_t K, const float *a, int64_t lda, const
   }
 }
 
-/* ---- the cell over n units of one batch row (gates H apart), as rnn_body.h's ---- */
+/* ---- the cell over n units (a multiple of 16) of one batch row, gates H apart ----
+ * With AVX-512 in vector code of its own: written as plain loops (rnn_body.h's), GCC
+ * vectorises them but divides with vdivps, five per unit forward, which took longer than
+ * the step's product on AMX; here 1/x is rcp14 with one Newton step (within 2 ulp), and
+ * exp is vmath.h's em_vexpf in vector form (2^n by vscalefps). */
 
 static inline float sigm(float v) { return 1.0f / (1.0f + em_vexpf(-v)); }
 static inline float tanh_(float v) { return 1.0f - 2.0f / (1.0f + em_vexpf(2.0f * v)); }
 
-__attribute__((noinline)) static void lstm_units(int64_t n, int64_t H, float *restrict a, const float *restrict bih,
-                                                 const float *restrict bhh, const float *restrict cp,
-                                                 float *restrict cn, float *restrict h, float *restrict y) {
+#if defined(__AVX512F__)
+static inline __m512 v_exp(__m512 x) {
+  /* max/min return their second operand for NaN: NaN passes through. e^88 stays finite,
+   * so that 1 + e^x never reaches inf (whose reciprocal step would give NaN) */
+  x = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), x));
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+/* 1 / (1 + e) for e >= 0 finite */
+static inline __m512 v_inv1p(__m512 e) {
+  __m512 d = _mm512_add_ps(e, _mm512_set1_ps(1.0f)), y = _mm512_rcp14_ps(d);
+  return _mm512_mul_ps(y, _mm512_fnmadd_ps(d, y, _mm512_set1_ps(2.0f)));
+}
+static inline __m512 v_sigm(__m512 v) { return v_inv1p(v_exp(_mm512_sub_ps(_mm512_setzero_ps(), v))); }
+static inline __m512 v_tanh(__m512 v) {
+  return _mm512_fnmadd_ps(_mm512_set1_ps(2.0f), v_inv1p(v_exp(_mm512_add_ps(v, v))), _mm512_set1_ps(1.0f));
+}
+#endif
+
+/* r: the recurrent part kept apart (gate g at r[g * rs + j]; NULL: already in a); hb:
+ * where h goes in bfloat16 too (NULL: nowhere) */
+__attribute__((noinline)) static void lstm_units(int64_t n, int64_t H, float *restrict a, const float *restrict r,
+                                                 int64_t rs, const float *restrict bih, const float *restrict bhh,
+                                                 const float *restrict cp, float *restrict cn, float *restrict h,
+                                                 float *restrict y, uint16_t *restrict hb) {
+#if defined(__AVX512F__)
+  for (int64_t j = 0; j < n; j += 16) {
+    __m512 z[4];
+    for (int g = 0; g < 4; g++) {
+      z[g] = _mm512_add_ps(_mm512_loadu_ps(a + g * H + j),
+                           _mm512_add_ps(_mm512_loadu_ps(bih + g * H + j), _mm512_loadu_ps(bhh + g * H + j)));
+      if (r) z[g] = _mm512_add_ps(z[g], _mm512_loadu_ps(r + g * rs + j));
+    }
+    __m512 i = v_sigm(z[0]), f = v_sigm(z[1]), g = v_tanh(z[2]), o = v_sigm(z[3]);
+    __m512 c = _mm512_fmadd_ps(f, _mm512_loadu_ps(cp + j), _mm512_mul_ps(i, g));
+    __m512 hv = _mm512_mul_ps(o, v_tanh(c));
+    _mm512_storeu_ps(a + j, i), _mm512_storeu_ps(a + H + j, f);
+    _mm512_storeu_ps(a + 2 * H + j, g), _mm512_storeu_ps(a + 3 * H + j, o);
+    _mm512_storeu_ps(cn + j, c), _mm512_storeu_ps(h + j, hv), _mm512_storeu_ps(y + j, hv);
+#if defined(__AVX512BF16__)
+    if (hb) _mm256_storeu_si256((__m256i *)(hb + j), (__m256i)_mm512_cvtneps_pbh(hv));
+#endif
+  }
+#else
   for (int64_t j = 0; j < n; j++) {
-    float i = sigm(a[j] + bih[j] + bhh[j]);
-    float f = sigm(a[H + j] + bih[H + j] + bhh[H + j]);
-    float g = tanh_(a[2 * H + j] + bih[2 * H + j] + bhh[2 * H + j]);
-    float o = sigm(a[3 * H + j] + bih[3 * H + j] + bhh[3 * H + j]);
+    float rr[4] = {0, 0, 0, 0};
+    if (r) rr[0] = r[j], rr[1] = r[rs + j], rr[2] = r[2 * rs + j], rr[3] = r[3 * rs + j];
+    float i = sigm(a[j] + rr[0] + bih[j] + bhh[j]);
+    float f = sigm(a[H + j] + rr[1] + bih[H + j] + bhh[H + j]);
+    float g = tanh_(a[2 * H + j] + rr[2] + bih[2 * H + j] + bhh[2 * H + j]);
+    float o = sigm(a[3 * H + j] + rr[3] + bih[3 * H + j] + bhh[3 * H + j]);
     float c = f * cp[j] + i * g;
     a[j] = i, a[H + j] = f, a[2 * H + j] = g, a[3 * H + j] = o;
     cn[j] = c;
@@ -143,14 +200,40 @@ __attribute__((noinline)) static void lstm_units(int64_t n, int64_t H, float *re
     h[j] = hv;
     y[j] = hv;
   }
+  (void)hb;
+#endif
 }
 
 /* dh: the state's gradient after the step (output gradient not yet added), zeroed on exit
- * (the part of the previous state's gradient that does not go through w_hh) */
+ * (the part of the previous state's gradient that does not go through w_hh); gb: where
+ * the gate gradients go in bfloat16 too (NULL: nowhere) */
 __attribute__((noinline)) static void lstm_units_backward(int64_t n, int64_t H, const float *restrict a,
                                                           float *restrict dh, const float *restrict gy,
                                                           const float *restrict cp, const float *restrict cn,
-                                                          float *restrict dc, float *restrict gi) {
+                                                          float *restrict dc, float *restrict gi,
+                                                          uint16_t *restrict gb) {
+#if defined(__AVX512F__)
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t j = 0; j < n; j += 16) {
+    __m512 i = _mm512_loadu_ps(a + j), f = _mm512_loadu_ps(a + H + j), g = _mm512_loadu_ps(a + 2 * H + j);
+    __m512 o = _mm512_loadu_ps(a + 3 * H + j), gh = _mm512_add_ps(_mm512_loadu_ps(dh + j), _mm512_loadu_ps(gy + j));
+    __m512 tc = v_tanh(_mm512_loadu_ps(cn + j));
+    __m512 dcc = _mm512_fmadd_ps(_mm512_mul_ps(gh, o), _mm512_fnmadd_ps(tc, tc, one), _mm512_loadu_ps(dc + j));
+    __m512 v[4];
+    v[0] = _mm512_mul_ps(_mm512_mul_ps(dcc, g), _mm512_mul_ps(i, _mm512_sub_ps(one, i)));
+    v[1] = _mm512_mul_ps(_mm512_mul_ps(dcc, _mm512_loadu_ps(cp + j)), _mm512_mul_ps(f, _mm512_sub_ps(one, f)));
+    v[2] = _mm512_mul_ps(_mm512_mul_ps(dcc, i), _mm512_fnmadd_ps(g, g, one));
+    v[3] = _mm512_mul_ps(_mm512_mul_ps(gh, tc), _mm512_mul_ps(o, _mm512_sub_ps(one, o)));
+    for (int k = 0; k < 4; k++) {
+      _mm512_storeu_ps(gi + k * H + j, v[k]);
+#if defined(__AVX512BF16__)
+      if (gb) _mm256_storeu_si256((__m256i *)(gb + k * H + j), (__m256i)_mm512_cvtneps_pbh(v[k]));
+#endif
+    }
+    _mm512_storeu_ps(dc + j, _mm512_mul_ps(dcc, f));
+    _mm512_storeu_ps(dh + j, _mm512_setzero_ps());
+  }
+#else
   for (int64_t j = 0; j < n; j++) {
     float i = a[j], f = a[H + j], g = a[2 * H + j], o = a[3 * H + j], gh = dh[j] + gy[j];
     float tc = tanh_(cn[j]);
@@ -162,6 +245,8 @@ __attribute__((noinline)) static void lstm_units_backward(int64_t n, int64_t H, 
     dc[j] = dcc * f;
     dh[j] = 0;
   }
+  (void)gb;
+#endif
 }
 
 /* ---- splitting the units ---- */
@@ -273,25 +358,6 @@ static void amx_gemm(int64_t Mp, int64_t N, int64_t K, const uint16_t *a, int64_
     }
 }
 
-/* the cell with the recurrent part r (gate g at r[g * U + j]) added to the input projection a */
-__attribute__((noinline)) static void lstm_units_r(int64_t n, int64_t H, float *restrict a, const float *restrict r,
-                                                   int64_t U, const float *restrict bih, const float *restrict bhh,
-                                                   const float *restrict cp, float *restrict cn, float *restrict h,
-                                                   float *restrict y) {
-  for (int64_t j = 0; j < n; j++) {
-    float i = sigm(a[j] + r[j] + bih[j] + bhh[j]);
-    float f = sigm(a[H + j] + r[U + j] + bih[H + j] + bhh[H + j]);
-    float g = tanh_(a[2 * H + j] + r[2 * U + j] + bih[2 * H + j] + bhh[2 * H + j]);
-    float o = sigm(a[3 * H + j] + r[3 * U + j] + bih[3 * H + j] + bhh[3 * H + j]);
-    float c = f * cp[j] + i * g;
-    a[j] = i, a[H + j] = f, a[2 * H + j] = g, a[3 * H + j] = o;
-    cn[j] = c;
-    float hv = o * tanh_(c);
-    h[j] = hv;
-    y[j] = hv;
-  }
-}
-
 static int amx_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc, float *act, const float *whh,
                        const float *bih, const float *bhh) {
   int64_t T = d->T, B = d->B, H = d->H, G4 = 4 * H, BH = B * H, Mp = (B + 31) / 32 * 32;
@@ -342,8 +408,9 @@ static int amx_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc, fl
             memset(yt + b * H + j0, 0, (size_t)U * sizeof(float));
             for (int g = 0; g < 4; g++) memset(a + b * G4 + g * H + j0, 0, (size_t)U * sizeof(float));
           } else {
-            lstm_units_r(U, H, a + b * G4 + j0, cs + b * N, U, bih + j0, bhh + j0, cp + b * H + j0, cn + b * H + j0,
-                         hn + b * H + j0, yt + b * H + j0);
+            lstm_units(U, H, a + b * G4 + j0, cs + b * N, U, bih + j0, bhh + j0, cp + b * H + j0, cn + b * H + j0,
+                       hn + b * H + j0, yt + b * H + j0, hb_out + b * H + j0);
+            continue;
           }
           row_to_bf16(hb_out + b * H + j0, hn + b * H + j0, U);
         }
@@ -407,7 +474,8 @@ static int amx_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, 
         } else {
           const float *gyb = gy ? gy + t * BH + b * H + j0 : zeros;
           lstm_units_backward(U, H, a + b * G4 + j0, dh + b * H + j0, gyb, cp + b * H + j0, cn + b * H + j0,
-                              dc + b * H + j0, gi + b * G4 + j0);
+                              dc + b * H + j0, gi + b * G4 + j0, gout + b * G4 + j0);
+          continue;
         }
         for (int g = 0; g < 4; g++) row_to_bf16(gout + b * G4 + g * H + j0, gi + b * G4 + g * H + j0, U);
       }
@@ -470,8 +538,8 @@ int cpu_lstm_fused_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc
               }
               continue;
             }
-            lstm_units(CH, H, a + b * G4 + j, bih + j, bhh + j, cp + b * H + j, cn + b * H + j, hn + b * H + j,
-                       yt + b * H + j);
+            lstm_units(CH, H, a + b * G4 + j, NULL, 0, bih + j, bhh + j, cp + b * H + j, cn + b * H + j, hn + b * H + j,
+                       yt + b * H + j, NULL);
           }
         }
       }
@@ -546,7 +614,7 @@ int cpu_lstm_fused_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *
         }
         const float *gyb = gy ? gy + t * BH + b * H + j0 : zeros;
         lstm_units_backward(n, H, a + b * G4 + j0, dh + b * H + j0, gyb, cp + b * H + j0,
-                            cn + b * H + j0, dc + b * H + j0, gi + b * G4 + j0);
+                            cn + b * H + j0, dc + b * H + j0, gi + b * G4 + j0, NULL);
       }
       barrier_wait(&bar);
     }
