@@ -40,6 +40,16 @@ static void rnn_sgemm_(int bf16, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE t
 }
 #define RNN_SGEMM(BF16, ORDER, ...) rnn_sgemm_(BF16, __VA_ARGS__)
 
+/* c [M, N] (row stride ldc) = a [M, K] (bfloat16, strides a_rs, a_cs) @ b [K, N] (strides
+ * ldb, b_cs) through oneDNN; nonzero when it did not run (then the caller's GEMM does).
+ * Only the fused float32 LSTM makes a (dg16): c and b are float32 then. */
+static int rnn_a16_gemm(void *c, int64_t ldc, const uint16_t *a, int64_t a_rs, int64_t a_cs, const void *b, int64_t ldb,
+                        int64_t b_cs, int64_t M, int64_t N, int64_t K) {
+  if (!cpu_dnnl_available()) return 1;
+  cpu_dnnl_mat cm = {c, ldc, 1}, bm = {(float *)b, ldb, b_cs};
+  return cpu_dnnl_matmul_a16(cm, a, a_rs, a_cs, bm, M, N, K);
+}
+
 #define SCALAR float
 #define SFX _f32
 #define GEMM(...) RNN_SGEMM(ag_autocast_cpu_bf16() && cpu_dnnl_available(), __VA_ARGS__)

@@ -225,8 +225,9 @@ static void FN(rnn_backward)(const cpu_rnn_dims *d, SCALAR *gx, SCALAR *gh0, SCA
     else memset(dc, 0, (size_t)BH * sizeof(SCALAR));
   }
   int fused = 0;
+  uint16_t *dg16 = NULL; /* the gate gradients in bfloat16 when the fused loop made them (float32 only) */
 #ifdef FUSED_BACKWARD
-  fused = cpu_lstm_fused_wanted(d) && !FUSED_BACKWARD(d, dgi, dh, dc, gy, whh, sc, act, ag_autocast_cpu_bf16());
+  fused = cpu_lstm_fused_wanted(d) && !FUSED_BACKWARD(d, dgi, dh, dc, gy, whh, sc, act, ag_autocast_cpu_bf16(), &dg16);
 #endif
   for (int64_t s = T - 1; s >= 0 && !fused; s--) {
     int64_t t = d->reverse ? T - 1 - s : s, prev = d->reverse ? t + 1 : t, next = d->reverse ? t : t + 1;
@@ -245,17 +246,19 @@ static void FN(rnn_backward)(const cpu_rnn_dims *d, SCALAR *gx, SCALAR *gh0, SCA
     if (sc) memcpy(gc0, dc, (size_t)BH * sizeof(SCALAR));
     else memset(gc0, 0, (size_t)BH * sizeof(SCALAR));
   }
-  if (gx)
+  if (gx && (!dg16 || rnn_a16_gemm(gx, NI, dg16, GH, 1, wih, NI, 1, TB, NI, GH)))
     GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)TB, (int)NI, (int)GH, 1, dgi, (int)GH, wih, (int)NI, 0, gx,
          (int)NI);
-  if (gwih)
+  if (gwih && (!dg16 || rnn_a16_gemm(gwih, NI, dg16, 1, GH, x, NI, 1, GH, NI, TB)))
     GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)GH, (int)NI, (int)TB, 1, dgi, (int)GH, x, (int)NI, 0, gwih,
          (int)NI);
-  if (gwhh) /* the states each step started from: rows t * B + b of sh, shifted one slot in reverse */
+  /* the states each step started from: rows t * B + b of sh, shifted one slot in reverse */
+  if (gwhh && (!dg16 || rnn_a16_gemm(gwhh, H, dg16, 1, GH, sh + (d->reverse ? BH : 0), H, 1, GH, H, TB)))
     GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)GH, (int)H, (int)TB, 1, dgh, (int)GH, sh + (d->reverse ? BH : 0),
          (int)H, 0, gwhh, (int)H);
   if (gbih) FN(col_sum)(gbih, dgi, TB, GH, acc);
   if (gbhh) FN(col_sum)(gbhh, dgh, TB, GH, acc);
+  free(dg16);
 }
 
 #undef FN

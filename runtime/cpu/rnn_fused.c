@@ -211,7 +211,7 @@ __attribute__((noinline)) static void lstm_units_backward(int64_t n, int64_t H, 
                                                           float *restrict dh, const float *restrict gy,
                                                           const float *restrict cp, const float *restrict cn,
                                                           float *restrict dc, float *restrict gi,
-                                                          uint16_t *restrict gb) {
+                                                          uint16_t *restrict gb, uint16_t *restrict gb2) {
 #if defined(__AVX512F__)
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t j = 0; j < n; j += 16) {
@@ -227,7 +227,11 @@ __attribute__((noinline)) static void lstm_units_backward(int64_t n, int64_t H, 
     for (int k = 0; k < 4; k++) {
       _mm512_storeu_ps(gi + k * H + j, v[k]);
 #if defined(__AVX512BF16__)
-      if (gb) _mm256_storeu_si256((__m256i *)(gb + k * H + j), (__m256i)_mm512_cvtneps_pbh(v[k]));
+      if (gb) {
+        __m256i r16 = (__m256i)_mm512_cvtneps_pbh(v[k]);
+        _mm256_storeu_si256((__m256i *)(gb + k * H + j), r16);
+        if (gb2) _mm256_storeu_si256((__m256i *)(gb2 + k * H + j), r16);
+      }
 #endif
     }
     _mm512_storeu_ps(dc + j, _mm512_mul_ps(dcc, f));
@@ -245,7 +249,7 @@ __attribute__((noinline)) static void lstm_units_backward(int64_t n, int64_t H, 
     dc[j] = dcc * f;
     dh[j] = 0;
   }
-  (void)gb;
+  (void)gb, (void)gb2;
 #endif
 }
 
@@ -315,13 +319,15 @@ static inline void row_to_bf16(uint16_t *restrict dst, const float *restrict src
     _mm256_storeu_si256((__m256i *)(dst + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
 }
 
-/* c [Mp, N] (ldc) = a [Mp, K] (lda, bfloat16) @ bp (pairs [K/2][N][2]); Mp % 32 == 0,
- * N % 16 == 0, K % 32 == 0; tiles configured by amx_config */
+/* c [Mp, N] (ldc) = a [Mp, K] (lda, bfloat16) @ b, b packed by tiles: the 16 columns
+ * from n and the k-pairs from kp at bp + ((n / 16) * (K / 2) + kp) * 32, pairs along k
+ * ([K/2][16][2] per column tile: each tile load reads 1 KB in a row). Mp % 32 == 0,
+ * N % 16 == 0, K % 32 == 0; tiles configured by amx_config. */
 static void amx_gemm(int64_t Mp, int64_t N, int64_t K, const uint16_t *a, int64_t lda, const uint16_t *bp, float *c,
                      int64_t ldc) {
   for (int64_t m = 0; m < Mp; m += 32)
     for (int64_t n = 0; n < N; n += 32) {
-      const uint16_t *a0 = a + m * lda, *a1 = a0 + 16 * lda, *b0 = bp + n * 2;
+      const uint16_t *a0 = a + m * lda, *a1 = a0 + 16 * lda, *b0 = bp + (n / 16) * (K / 2) * 32, *b1 = b0 + K * 16;
       float *c0 = c + m * ldc + n, *c1 = c0 + 16 * ldc;
       if (n + 32 <= N) {
         _tile_zero(0);
@@ -331,8 +337,8 @@ static void amx_gemm(int64_t Mp, int64_t N, int64_t K, const uint16_t *a, int64_
         for (int64_t k = 0; k < K; k += 32) {
           _tile_loadd(4, a0 + k, lda * 2);
           _tile_loadd(5, a1 + k, lda * 2);
-          _tile_loadd(6, b0 + k * N, N * 4);
-          _tile_loadd(7, b0 + k * N + 32, N * 4);
+          _tile_loadd(6, b0 + k * 16, 64);
+          _tile_loadd(7, b1 + k * 16, 64);
           _tile_dpbf16ps(0, 4, 6);
           _tile_dpbf16ps(1, 4, 7);
           _tile_dpbf16ps(2, 5, 6);
@@ -348,7 +354,7 @@ static void amx_gemm(int64_t Mp, int64_t N, int64_t K, const uint16_t *a, int64_
         for (int64_t k = 0; k < K; k += 32) {
           _tile_loadd(4, a0 + k, lda * 2);
           _tile_loadd(5, a1 + k, lda * 2);
-          _tile_loadd(6, b0 + k * N, N * 4);
+          _tile_loadd(6, b0 + k * 16, 64);
           _tile_dpbf16ps(0, 4, 6);
           _tile_dpbf16ps(2, 5, 6);
         }
@@ -387,12 +393,15 @@ static int amx_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc, fl
 #pragma omp atomic read
     ok = failed;
     ok = !ok;
-    /* this thread's columns g * U + jj (w_hh row g * H + j0 + jj) in pairs along k */
+    /* this thread's columns g * U + jj (w_hh row g * H + j0 + jj), by tiles (amx_gemm) */
     uint16_t *p = wp + j0 * 4 * H;
-    for (int64_t kp = 0; kp < H / 2; kp++)
-      for (int64_t nn = 0; nn < N; nn++)
-        for (int e = 0; e < 2; e++)
-          p[(kp * N + nn) * 2 + e] = to_bf16(whh[((nn / U) * H + j0 + nn % U) * H + 2 * kp + e]);
+    for (int64_t ct = 0; ct < N / 16; ct++)
+      for (int l = 0; l < 16; l++) {
+        int64_t nn = ct * 16 + l;
+        const float *row = whh + ((nn / U) * H + j0 + nn % U) * H;
+        uint16_t *q = p + ct * (H / 2) * 32 + l * 2;
+        for (int64_t k = 0; k < H; k++) q[(k / 2) * 32 + (k & 1)] = to_bf16(row[k]);
+      }
     if (cs) amx_config();
     for (int64_t s = 0; s < T && ok; s++) {
       int64_t t = d->reverse ? T - 1 - s : s, prev = d->reverse ? t + 1 : t, next = d->reverse ? t : t + 1;
@@ -424,12 +433,14 @@ static int amx_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc, fl
   return failed; /* then nothing was written: the caller runs the float32 loop */
 }
 
+/* *dg16: the gate gradients in bfloat16 too, [T*B, 4H] (the caller frees it) */
 static int amx_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, const float *gy, const float *whh,
-                        const float *sc, const float *act, const float *zeros) {
+                        const float *sc, const float *act, const float *zeros, uint16_t **dg16) {
   int64_t T = d->T, B = d->B, H = d->H, G4 = 4 * H, BH = B * H, Mp = (B + 31) / 32 * 32;
   uint16_t *wp = malloc((size_t)(G4 * H) * 2), *gb = calloc((size_t)(2 * Mp * G4), 2);
-  if (!wp || !gb) {
-    free(wp), free(gb);
+  uint16_t *gall = malloc((size_t)(T * B * G4) * 2);
+  if (!wp || !gb || !gall) {
+    free(wp), free(gb), free(gall);
     return 1;
   }
   spin_barrier bar = {0, 0, team_size(d)};
@@ -451,11 +462,14 @@ static int amx_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, 
 #pragma omp atomic read
     ok = failed;
     ok = !ok;
-    /* this thread's columns of w_hh, [4H/2][U][2] */
+    /* this thread's columns of w_hh, by tiles (amx_gemm) */
     uint16_t *p = wp + j0 * G4;
-    for (int64_t kp = 0; kp < G4 / 2; kp++)
-      for (int64_t nn = 0; nn < U; nn++)
-        for (int e = 0; e < 2; e++) p[(kp * U + nn) * 2 + e] = to_bf16(whh[(2 * kp + e) * H + j0 + nn]);
+    for (int64_t ct = 0; ct < U / 16; ct++)
+      for (int64_t k = 0; k < G4; k++) {
+        const float *src = whh + k * H + j0 + ct * 16;
+        uint16_t *q = p + (ct * (G4 / 2) + k / 2) * 32 + (k & 1);
+        for (int l = 0; l < 16; l++) q[l * 2] = to_bf16(src[l]);
+      }
     if (cs) amx_config();
     for (int64_t s = T; s >= 0 && ok; s--) {
       if (s < T && cs) { /* dh += the gate gradients of step s (all threads') @ w_hh */
@@ -474,10 +488,13 @@ static int amx_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, 
         } else {
           const float *gyb = gy ? gy + t * BH + b * H + j0 : zeros;
           lstm_units_backward(U, H, a + b * G4 + j0, dh + b * H + j0, gyb, cp + b * H + j0, cn + b * H + j0,
-                              dc + b * H + j0, gi + b * G4 + j0, gout + b * G4 + j0);
+                              dc + b * H + j0, gi + b * G4 + j0, gout + b * G4 + j0, gall + (t * B + b) * G4 + j0);
           continue;
         }
-        for (int g = 0; g < 4; g++) row_to_bf16(gout + b * G4 + g * H + j0, gi + b * G4 + g * H + j0, U);
+        for (int g = 0; g < 4; g++) {
+          row_to_bf16(gout + b * G4 + g * H + j0, gi + b * G4 + g * H + j0, U);
+          row_to_bf16(gall + (t * B + b) * G4 + g * H + j0, gi + b * G4 + g * H + j0, U);
+        }
       }
       barrier_wait(&bar);
     }
@@ -485,6 +502,8 @@ static int amx_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, 
     free(cs);
   }
   free(wp), free(gb);
+  if (failed) free(gall);
+  else *dg16 = gall;
   return failed;
 }
 #endif
@@ -556,12 +575,13 @@ int cpu_lstm_fused_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc
  * same for the cell state. dg [T*B, 4H]: out, the gate gradients (pre-activation). gy: the
  * outputs' gradient [T, B, H] (NULL: zeros). */
 int cpu_lstm_fused_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, const float *gy,
-                            const float *whh, const float *sc, const float *act, int bf16) {
+                            const float *whh, const float *sc, const float *act, int bf16, uint16_t **dg16) {
   int64_t T = d->T, B = d->B, H = d->H, G4 = 4 * H, BH = B * H;
+  *dg16 = NULL;
   float *zeros = gy ? NULL : calloc((size_t)H, sizeof(float));
   if (!gy && !zeros) return 1;
 #ifdef HAVE_AMX
-  if (bf16 && H % 32 == 0 && amx_ready() && !amx_backward(d, dg, dh, dc, gy, whh, sc, act, zeros)) {
+  if (bf16 && H % 32 == 0 && amx_ready() && !amx_backward(d, dg, dh, dc, gy, whh, sc, act, zeros, dg16)) {
     free(zeros);
     return 0;
   }
@@ -614,7 +634,7 @@ int cpu_lstm_fused_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *
         }
         const float *gyb = gy ? gy + t * BH + b * H + j0 : zeros;
         lstm_units_backward(n, H, a + b * G4 + j0, dh + b * H + j0, gyb, cp + b * H + j0,
-                            cn + b * H + j0, dc + b * H + j0, gi + b * G4 + j0, NULL);
+                            cn + b * H + j0, dc + b * H + j0, gi + b * G4 + j0, NULL, NULL);
       }
       barrier_wait(&bar);
     }
