@@ -227,7 +227,7 @@ static void FN(rnn_backward)(const cpu_rnn_dims *d, SCALAR *gx, SCALAR *gh0, SCA
   int fused = 0;
   uint16_t *dg16 = NULL; /* the gate gradients in bfloat16 when the fused loop made them (float32 only) */
 #ifdef FUSED_BACKWARD
-  fused = cpu_lstm_fused_wanted(d) && !FUSED_BACKWARD(d, dgi, dh, dc, gy, whh, sc, act, ag_autocast_cpu_bf16(), &dg16);
+  fused = cpu_lstm_fused_wanted(d) && !FUSED_BACKWARD(d, dgi, dh, dc, gy, whh, sc, act, ag_autocast_cpu_bf16(), &dg16, acc);
 #endif
   for (int64_t s = T - 1; s >= 0 && !fused; s--) {
     int64_t t = d->reverse ? T - 1 - s : s, prev = d->reverse ? t + 1 : t, next = d->reverse ? t : t + 1;
@@ -256,8 +256,15 @@ static void FN(rnn_backward)(const cpu_rnn_dims *d, SCALAR *gx, SCALAR *gh0, SCA
   if (gwhh && (!dg16 || rnn_a16_gemm(gwhh, H, dg16, 1, GH, sh + (d->reverse ? BH : 0), H, 1, GH, H, TB)))
     GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)GH, (int)H, (int)TB, 1, dgh, (int)GH, sh + (d->reverse ? BH : 0),
          (int)H, 0, gwhh, (int)H);
-  if (gbih) FN(col_sum)(gbih, dgi, TB, GH, acc);
-  if (gbhh) FN(col_sum)(gbhh, dgh, TB, GH, acc);
+  if (fused) { /* acc holds the gate gradients' column sums, made in the loop */
+    for (int64_t j = 0; j < GH; j++) {
+      if (gbih) gbih[j] = (SCALAR)acc[j];
+      if (gbhh) gbhh[j] = (SCALAR)acc[j];
+    }
+  } else {
+    if (gbih) FN(col_sum)(gbih, dgi, TB, GH, acc);
+    if (gbhh) FN(col_sum)(gbhh, dgh, TB, GH, acc);
+  }
   free(dg16);
 }
 

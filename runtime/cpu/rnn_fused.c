@@ -205,12 +205,13 @@ __attribute__((noinline)) static void lstm_units(int64_t n, int64_t H, float *re
 }
 
 /* dh: the state's gradient after the step (output gradient not yet added), zeroed on exit
- * (the part of the previous state's gradient that does not go through w_hh); gb: where
- * the gate gradients go in bfloat16 too (NULL: nowhere) */
+ * (the part of the previous state's gradient that does not go through w_hh); bs: the gate
+ * gradients' running sums (the biases' gradient), gate k at bs[k * H]; gb, gb2: where the
+ * gate gradients go in bfloat16 too (NULL: nowhere) */
 __attribute__((noinline)) static void lstm_units_backward(int64_t n, int64_t H, const float *restrict a,
                                                           float *restrict dh, const float *restrict gy,
                                                           const float *restrict cp, const float *restrict cn,
-                                                          float *restrict dc, float *restrict gi,
+                                                          float *restrict dc, float *restrict gi, float *restrict bs,
                                                           uint16_t *restrict gb, uint16_t *restrict gb2) {
 #if defined(__AVX512F__)
   const __m512 one = _mm512_set1_ps(1.0f);
@@ -226,6 +227,7 @@ __attribute__((noinline)) static void lstm_units_backward(int64_t n, int64_t H, 
     v[3] = _mm512_mul_ps(_mm512_mul_ps(gh, tc), _mm512_mul_ps(o, _mm512_sub_ps(one, o)));
     for (int k = 0; k < 4; k++) {
       _mm512_storeu_ps(gi + k * H + j, v[k]);
+      _mm512_storeu_ps(bs + k * H + j, _mm512_add_ps(_mm512_loadu_ps(bs + k * H + j), v[k]));
 #if defined(__AVX512BF16__)
       if (gb) {
         __m256i r16 = (__m256i)_mm512_cvtneps_pbh(v[k]);
@@ -246,11 +248,19 @@ __attribute__((noinline)) static void lstm_units_backward(int64_t n, int64_t H, 
     gi[H + j] = dcc * cp[j] * f * (1 - f);
     gi[2 * H + j] = dcc * i * (1 - g * g);
     gi[3 * H + j] = gh * tc * o * (1 - o);
+    for (int k = 0; k < 4; k++) bs[k * H + j] += gi[k * H + j];
     dc[j] = dcc * f;
     dh[j] = 0;
   }
   (void)gb, (void)gb2;
 #endif
+}
+
+/* the step's sums of this thread's units (fs, float, 4 gates H apart from j0) into the
+ * running total (double: T * B rows), fs zeroed for the next step */
+static void flush_sums(double *restrict total, float *restrict fs, int64_t H, int64_t j0, int64_t n) {
+  for (int g = 0; g < 4; g++)
+    for (int64_t j = j0; j < j0 + n; j++) total[g * H + j] += fs[g * H + j], fs[g * H + j] = 0;
 }
 
 /* ---- splitting the units ---- */
@@ -435,7 +445,8 @@ static int amx_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc, fl
 
 /* *dg16: the gate gradients in bfloat16 too, [T*B, 4H] (the caller frees it) */
 static int amx_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, const float *gy, const float *whh,
-                        const float *sc, const float *act, const float *zeros, uint16_t **dg16) {
+                        const float *sc, const float *act, const float *zeros, uint16_t **dg16, double *bsum,
+                        float *fs) {
   int64_t T = d->T, B = d->B, H = d->H, G4 = 4 * H, BH = B * H, Mp = (B + 31) / 32 * 32;
   uint16_t *wp = malloc((size_t)(G4 * H) * 2), *gb = calloc((size_t)(2 * Mp * G4), 2);
   uint16_t *gall = malloc((size_t)(T * B * G4) * 2);
@@ -488,7 +499,8 @@ static int amx_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, 
         } else {
           const float *gyb = gy ? gy + t * BH + b * H + j0 : zeros;
           lstm_units_backward(U, H, a + b * G4 + j0, dh + b * H + j0, gyb, cp + b * H + j0, cn + b * H + j0,
-                              dc + b * H + j0, gi + b * G4 + j0, gout + b * G4 + j0, gall + (t * B + b) * G4 + j0);
+                              dc + b * H + j0, gi + b * G4 + j0, fs + j0, gout + b * G4 + j0,
+                              gall + (t * B + b) * G4 + j0);
           continue;
         }
         for (int g = 0; g < 4; g++) {
@@ -496,6 +508,7 @@ static int amx_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, 
           row_to_bf16(gall + (t * B + b) * G4 + g * H + j0, gi + b * G4 + g * H + j0, U);
         }
       }
+      if (cs) flush_sums(bsum, fs, H, j0, U);
       barrier_wait(&bar);
     }
     if (cs) _tile_release();
@@ -573,16 +586,21 @@ int cpu_lstm_fused_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc
 
 /* dh [B, H]: in, the final state's gradient; out, the initial state's (gh0). dc [B, H] the
  * same for the cell state. dg [T*B, 4H]: out, the gate gradients (pre-activation). gy: the
- * outputs' gradient [T, B, H] (NULL: zeros). */
+ * outputs' gradient [T, B, H] (NULL: zeros). bsum [4H]: out, dg's column sums. */
 int cpu_lstm_fused_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, const float *gy,
-                            const float *whh, const float *sc, const float *act, int bf16, uint16_t **dg16) {
+                            const float *whh, const float *sc, const float *act, int bf16, uint16_t **dg16,
+                            double *bsum) {
   int64_t T = d->T, B = d->B, H = d->H, G4 = 4 * H, BH = B * H;
   *dg16 = NULL;
-  float *zeros = gy ? NULL : calloc((size_t)H, sizeof(float));
-  if (!gy && !zeros) return 1;
+  float *zeros = gy ? NULL : calloc((size_t)H, sizeof(float)), *fs = calloc((size_t)G4, sizeof(float));
+  if ((!gy && !zeros) || !fs) {
+    free(zeros), free(fs);
+    return 1;
+  }
+  for (int64_t j = 0; j < G4; j++) bsum[j] = 0;
 #ifdef HAVE_AMX
-  if (bf16 && H % 32 == 0 && amx_ready() && !amx_backward(d, dg, dh, dc, gy, whh, sc, act, zeros, dg16)) {
-    free(zeros);
+  if (bf16 && H % 32 == 0 && amx_ready() && !amx_backward(d, dg, dh, dc, gy, whh, sc, act, zeros, dg16, bsum, fs)) {
+    free(zeros), free(fs);
     return 0;
   }
 #else
@@ -590,7 +608,7 @@ int cpu_lstm_fused_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *
 #endif
   float *wp = malloc((size_t)(G4 * H) * sizeof(float));
   if (!wp) {
-    free(zeros);
+    free(zeros), free(fs);
     return 1;
   }
   spin_barrier bar = {0, 0, team_size(d)};
@@ -634,12 +652,13 @@ int cpu_lstm_fused_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *
         }
         const float *gyb = gy ? gy + t * BH + b * H + j0 : zeros;
         lstm_units_backward(n, H, a + b * G4 + j0, dh + b * H + j0, gyb, cp + b * H + j0,
-                            cn + b * H + j0, dc + b * H + j0, gi + b * G4 + j0, NULL, NULL);
+                            cn + b * H + j0, dc + b * H + j0, gi + b * G4 + j0, fs + j0, NULL, NULL);
       }
+      flush_sums(bsum, fs, H, j0, n);
       barrier_wait(&bar);
     }
   }
   free(wp);
-  free(zeros);
+  free(zeros), free(fs);
   return 0;
 }
