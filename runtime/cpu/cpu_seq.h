@@ -48,14 +48,14 @@ em_status cpu_rnn_backward(const cpu_rnn_dims *d, em_tensor *gx, em_tensor *gh0,
  * (CPU autocast to bfloat16): the recurrent products in bfloat16 on AMX, where the CPU
  * has it and H is a multiple of 32 (float32 sums; the cell stays float32); the backward
  * then also hands back dg in bfloat16 (*dg16, malloc'd, [T*B, 4H]; else NULL) for the
- * products over all steps; bsum [4H] gets dg's column sums (the biases' gradient), made
- * in the loop. Both return nonzero, having done nothing, when out of memory. */
+ * products over all steps, and dg itself only when need32; bsum [4H] gets dg's column
+ * sums (the biases' gradient), made in the loop. Both return nonzero, having done nothing, when out of memory. */
 int cpu_lstm_fused_wanted(const cpu_rnn_dims *d);
 int cpu_lstm_fused_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc, float *act, const float *whh,
                            const float *bih, const float *bhh, int bf16);
 int cpu_lstm_fused_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, const float *gy,
                             const float *whh, const float *sc, const float *act, int bf16, uint16_t **dg16,
-                            double *bsum);
+                            double *bsum, int need32);
 /* tests: 0 the general loop always, 1 the fused one where it applies, -1 the default */
 void cpu_rnn_fused_force_(int mode);
 

@@ -227,7 +227,7 @@ static void FN(rnn_backward)(const cpu_rnn_dims *d, SCALAR *gx, SCALAR *gh0, SCA
   int fused = 0;
   uint16_t *dg16 = NULL; /* the gate gradients in bfloat16 when the fused loop made them (float32 only) */
 #ifdef FUSED_BACKWARD
-  fused = cpu_lstm_fused_wanted(d) && !FUSED_BACKWARD(d, dgi, dh, dc, gy, whh, sc, act, ag_autocast_cpu_bf16(), &dg16, acc);
+  fused = cpu_lstm_fused_wanted(d) && !FUSED_BACKWARD(d, dgi, dh, dc, gy, whh, sc, act, ag_autocast_cpu_bf16(), &dg16, acc, !cpu_dnnl_available());
 #endif
   for (int64_t s = T - 1; s >= 0 && !fused; s--) {
     int64_t t = d->reverse ? T - 1 - s : s, prev = d->reverse ? t + 1 : t, next = d->reverse ? t : t + 1;
@@ -246,14 +246,18 @@ static void FN(rnn_backward)(const cpu_rnn_dims *d, SCALAR *gx, SCALAR *gh0, SCA
     if (sc) memcpy(gc0, dc, (size_t)BH * sizeof(SCALAR));
     else memset(gc0, 0, (size_t)BH * sizeof(SCALAR));
   }
-  if (gx && (!dg16 || rnn_a16_gemm(gx, NI, dg16, GH, 1, wih, NI, 1, TB, NI, GH)))
+  /* with dg16, dgi holds nothing unless oneDNN is missing (then the fused loop wrote it)
+   * or refused a product (then rnn_a16_gemm widens dg16 into it first) */
+  int wide = 0;
+  if (gx && (!dg16 || rnn_a16_gemm(gx, NI, dg16, GH, 1, wih, NI, 1, TB, NI, GH, dgi, TB * GH, &wide)))
     GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)TB, (int)NI, (int)GH, 1, dgi, (int)GH, wih, (int)NI, 0, gx,
          (int)NI);
-  if (gwih && (!dg16 || rnn_a16_gemm(gwih, NI, dg16, 1, GH, x, NI, 1, GH, NI, TB)))
+  if (gwih && (!dg16 || rnn_a16_gemm(gwih, NI, dg16, 1, GH, x, NI, 1, GH, NI, TB, dgi, TB * GH, &wide)))
     GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)GH, (int)NI, (int)TB, 1, dgi, (int)GH, x, (int)NI, 0, gwih,
          (int)NI);
   /* the states each step started from: rows t * B + b of sh, shifted one slot in reverse */
-  if (gwhh && (!dg16 || rnn_a16_gemm(gwhh, H, dg16, 1, GH, sh + (d->reverse ? BH : 0), H, 1, GH, H, TB)))
+  if (gwhh &&
+      (!dg16 || rnn_a16_gemm(gwhh, H, dg16, 1, GH, sh + (d->reverse ? BH : 0), H, 1, GH, H, TB, dgi, TB * GH, &wide)))
     GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)GH, (int)H, (int)TB, 1, dgh, (int)GH, sh + (d->reverse ? BH : 0),
          (int)H, 0, gwhh, (int)H);
   if (fused) { /* acc holds the gate gradients' column sums, made in the loop */

@@ -48,6 +48,15 @@ int cpu_lstm_fused_wanted(const cpu_rnn_dims *d) {
   return d->mode == EM_RNN_LSTM && d->H % CH == 0 && d->H <= (1 << 20) && d->B <= (1 << 24);
 }
 
+/* Buffers that both threads write, each its own columns, start on a cache line: a line
+ * straddling two threads' columns would bounce between their cores on every row. */
+static void *alloc64(size_t n, int zero) {
+  n = (n + 63) & ~(size_t)63;
+  void *p = aligned_alloc(64, n ? n : 64);
+  if (p && zero) memset(p, 0, n);
+  return p;
+}
+
 /* ---- the barrier ---- */
 
 typedef struct {
@@ -226,7 +235,7 @@ __attribute__((noinline)) static void lstm_units_backward(int64_t n, int64_t H, 
     v[2] = _mm512_mul_ps(_mm512_mul_ps(dcc, i), _mm512_fnmadd_ps(g, g, one));
     v[3] = _mm512_mul_ps(_mm512_mul_ps(gh, tc), _mm512_mul_ps(o, _mm512_sub_ps(one, o)));
     for (int k = 0; k < 4; k++) {
-      _mm512_storeu_ps(gi + k * H + j, v[k]);
+      if (gi) _mm512_storeu_ps(gi + k * H + j, v[k]);
       _mm512_storeu_ps(bs + k * H + j, _mm512_add_ps(_mm512_loadu_ps(bs + k * H + j), v[k]));
 #if defined(__AVX512BF16__)
       if (gb) {
@@ -377,7 +386,7 @@ static void amx_gemm(int64_t Mp, int64_t N, int64_t K, const uint16_t *a, int64_
 static int amx_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc, float *act, const float *whh,
                        const float *bih, const float *bhh) {
   int64_t T = d->T, B = d->B, H = d->H, G4 = 4 * H, BH = B * H, Mp = (B + 31) / 32 * 32;
-  uint16_t *wp = malloc((size_t)(G4 * H) * 2), *hb = calloc((size_t)(2 * Mp * H), 2);
+  uint16_t *wp = alloc64((size_t)(G4 * H) * 2, 0), *hb = alloc64((size_t)(2 * Mp * H) * 2, 1);
   if (!wp || !hb) {
     free(wp), free(hb);
     return 1;
@@ -444,12 +453,22 @@ static int amx_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc, fl
 }
 
 /* *dg16: the gate gradients in bfloat16 too, [T*B, 4H] (the caller frees it) */
+/* dg (float32) is written only when need32. Walking forward in time, the product reads
+ * the step's rows of *dg16 itself (its Mp - B rows past them are the next step's, done,
+ * or the zeroed tail: only the sums of rows past B, never read, see them); in reverse the
+ * rows past would be the step being written, so the step's rows go to gb as well. */
 static int amx_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, const float *gy, const float *whh,
                         const float *sc, const float *act, const float *zeros, uint16_t **dg16, double *bsum,
-                        float *fs) {
+                        float *fs, int need32) {
   int64_t T = d->T, B = d->B, H = d->H, G4 = 4 * H, BH = B * H, Mp = (B + 31) / 32 * 32;
-  uint16_t *wp = malloc((size_t)(G4 * H) * 2), *gb = calloc((size_t)(2 * Mp * G4), 2);
-  uint16_t *gall = malloc((size_t)(T * B * G4) * 2);
+  int rev = d->reverse != 0;
+  uint16_t *wp = alloc64((size_t)(G4 * H) * 2, 0), *gb = rev ? alloc64((size_t)(2 * Mp * G4) * 2, 1) : NULL;
+  uint16_t *gall = alloc64((size_t)((T * B + Mp) * G4) * 2, 0);
+  if (!wp || (rev && !gb) || !gall) {
+    free(wp), free(gb), free(gall);
+    return 1;
+  }
+  memset(gall + T * B * G4, 0, (size_t)(Mp * G4) * 2);
   if (!wp || !gb || !gall) {
     free(wp), free(gb), free(gall);
     return 1;
@@ -484,7 +503,7 @@ static int amx_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, 
     if (cs) amx_config();
     for (int64_t s = T; s >= 0 && ok; s--) {
       if (s < T && cs) { /* dh += the gate gradients of step s (all threads') @ w_hh */
-        amx_gemm(Mp, U, G4, gb + (s & 1) * Mp * G4, G4, p, cs, U);
+        amx_gemm(Mp, U, G4, rev ? gb + (s & 1) * Mp * G4 : gall + s * B * G4, G4, p, cs, U);
         for (int64_t b = 0; b < B; b++)
           for (int64_t jj = 0; jj < U; jj++) dh[b * H + j0 + jj] += cs[b * U + jj];
       }
@@ -492,21 +511,21 @@ static int amx_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, 
       int64_t t = d->reverse ? T - s : s - 1, prev = d->reverse ? t + 1 : t, next = d->reverse ? t : t + 1;
       const float *a = act + t * B * G4, *cp = sc + prev * BH, *cn = sc + next * BH;
       float *gi = dg + t * B * G4;
-      uint16_t *gout = gb + ((s - 1) & 1) * Mp * G4;
+      uint16_t *gout = rev ? gb + ((s - 1) & 1) * Mp * G4 : NULL;
       for (int64_t b = 0; b < B && cs; b++) {
+        uint16_t *gob = gout ? gout + b * G4 + j0 : NULL, *gab = gall + (t * B + b) * G4 + j0;
         if (d->lengths && t >= d->lengths[b]) { /* the state passed through unchanged */
-          for (int g = 0; g < 4; g++) memset(gi + b * G4 + g * H + j0, 0, (size_t)U * sizeof(float));
-        } else {
-          const float *gyb = gy ? gy + t * BH + b * H + j0 : zeros;
-          lstm_units_backward(U, H, a + b * G4 + j0, dh + b * H + j0, gyb, cp + b * H + j0, cn + b * H + j0,
-                              dc + b * H + j0, gi + b * G4 + j0, fs + j0, gout + b * G4 + j0,
-                              gall + (t * B + b) * G4 + j0);
+          for (int g = 0; g < 4; g++) {
+            if (need32) memset(gi + b * G4 + g * H + j0, 0, (size_t)U * sizeof(float));
+            if (gob) memset(gob + g * H, 0, (size_t)U * 2);
+            memset(gab + g * H, 0, (size_t)U * 2);
+          }
           continue;
         }
-        for (int g = 0; g < 4; g++) {
-          row_to_bf16(gout + b * G4 + g * H + j0, gi + b * G4 + g * H + j0, U);
-          row_to_bf16(gall + (t * B + b) * G4 + g * H + j0, gi + b * G4 + g * H + j0, U);
-        }
+        const float *gyb = gy ? gy + t * BH + b * H + j0 : zeros;
+        lstm_units_backward(U, H, a + b * G4 + j0, dh + b * H + j0, gyb, cp + b * H + j0, cn + b * H + j0,
+                            dc + b * H + j0, need32 ? gi + b * G4 + j0 : NULL, fs + j0, gob ? gob : gab,
+                            gob ? gab : NULL);
       }
       if (cs) flush_sums(bsum, fs, H, j0, U);
       barrier_wait(&bar);
@@ -531,7 +550,7 @@ int cpu_lstm_fused_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc
 #else
   (void)bf16;
 #endif
-  float *wp = malloc((size_t)(G4 * H) * sizeof(float));
+  float *wp = alloc64((size_t)(G4 * H) * sizeof(float), 0);
   if (!wp) return 1;
   spin_barrier bar = {0, 0, team_size(d)};
 #pragma omp parallel num_threads(bar.n)
@@ -589,24 +608,24 @@ int cpu_lstm_fused_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc
  * outputs' gradient [T, B, H] (NULL: zeros). bsum [4H]: out, dg's column sums. */
 int cpu_lstm_fused_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, const float *gy,
                             const float *whh, const float *sc, const float *act, int bf16, uint16_t **dg16,
-                            double *bsum) {
+                            double *bsum, int need32) {
   int64_t T = d->T, B = d->B, H = d->H, G4 = 4 * H, BH = B * H;
   *dg16 = NULL;
-  float *zeros = gy ? NULL : calloc((size_t)H, sizeof(float)), *fs = calloc((size_t)G4, sizeof(float));
+  float *zeros = gy ? NULL : calloc((size_t)H, sizeof(float)), *fs = alloc64((size_t)G4 * sizeof(float), 1);
   if ((!gy && !zeros) || !fs) {
     free(zeros), free(fs);
     return 1;
   }
   for (int64_t j = 0; j < G4; j++) bsum[j] = 0;
 #ifdef HAVE_AMX
-  if (bf16 && H % 32 == 0 && amx_ready() && !amx_backward(d, dg, dh, dc, gy, whh, sc, act, zeros, dg16, bsum, fs)) {
+  if (bf16 && H % 32 == 0 && amx_ready() && !amx_backward(d, dg, dh, dc, gy, whh, sc, act, zeros, dg16, bsum, fs, need32)) {
     free(zeros), free(fs);
     return 0;
   }
 #else
   (void)bf16;
 #endif
-  float *wp = malloc((size_t)(G4 * H) * sizeof(float));
+  float *wp = alloc64((size_t)(G4 * H) * sizeof(float), 0);
   if (!wp) {
     free(zeros), free(fs);
     return 1;
