@@ -24,6 +24,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include "cpu_seq.h"
 #include "ember/core.h"
 #include "ember/nn.h"
@@ -274,8 +275,21 @@ static void flush_sums(double *restrict total, float *restrict fs, int64_t H, in
 
 /* ---- splitting the units ---- */
 
+/* OMP_WAIT_POLICY=passive is what ember picks when other work of its priority shares the
+ * cores (bindings/ember/blas_env.c): a thread of the team is then often off its core, and
+ * a barrier per step waits for it every step (2 threads ran char-rnn at a tenth of one
+ * thread's speed), so the loop keeps to one thread there. */
+static int passive_wait(void) {
+  static int passive = -1;
+  if (passive < 0) {
+    const char *w = getenv("OMP_WAIT_POLICY");
+    passive = w && !strcasecmp(w, "passive");
+  }
+  return passive;
+}
+
 static int team_size(const cpu_rnn_dims *d) {
-  int nt = em_get_num_threads();
+  int nt = passive_wait() ? 1 : em_get_num_threads();
   int64_t chunks = d->H / CH;
   if (nt > chunks) nt = (int)chunks;
   if (nt < 1 || omp_in_parallel() || d->B * 4 * d->H < 16384) nt = 1;
