@@ -56,8 +56,11 @@ int cpu_lstm_fused_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc
 int cpu_lstm_fused_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, const float *gy,
                             const float *whh, const float *sc, const float *act, int bf16, uint16_t **dg16,
                             double *bsum, int need32);
-/* tests: 0 the general loop always, 1 the fused one where it applies, -1 the default */
+/* tests: 0 the general loop always, 1 the fused one where it applies, -1 the default;
+ * whether the bfloat16 loops can run on AMX here, and how many have */
 void cpu_rnn_fused_force_(int mode);
+int cpu_rnn_amx_available_(void);
+int64_t cpu_rnn_amx_runs_(void);
 
 /* ---- fused attention ----
  * q [BH, Tq, D], k [BH, Tk, D], v [BH, Tk, Dv], out [BH, Tq, Dv], lse [BH, Tq] (each row's

@@ -38,6 +38,7 @@
 
 /* -1: not read yet; EMBER_RNN_FUSED=0 turns the fused loop off (A/B measurements) */
 static int env_fused = -1, fused_forced = -1;
+static atomic_llong amx_runs; /* forward and backward loops run on AMX (tests) */
 void cpu_rnn_fused_force_(int mode) { fused_forced = mode < 0 ? -1 : mode != 0; }
 
 int cpu_lstm_fused_wanted(const cpu_rnn_dims *d) {
@@ -483,10 +484,6 @@ static int amx_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, 
     return 1;
   }
   memset(gall + T * B * G4, 0, (size_t)(Mp * G4) * 2);
-  if (!wp || !gb || !gall) {
-    free(wp), free(gb), free(gall);
-    return 1;
-  }
   spin_barrier bar = {0, 0, team_size(d)};
   int failed = 0;
 #pragma omp parallel num_threads(bar.n)
@@ -554,13 +551,25 @@ static int amx_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, 
 }
 #endif
 
+int cpu_rnn_amx_available_(void) {
+#ifdef HAVE_AMX
+  return amx_ready();
+#else
+  return 0;
+#endif
+}
+int64_t cpu_rnn_amx_runs_(void) { return atomic_load(&amx_runs); }
+
 /* ---- forward ---- */
 
 int cpu_lstm_fused_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc, float *act, const float *whh,
                            const float *bih, const float *bhh, int bf16) {
   int64_t T = d->T, B = d->B, H = d->H, G4 = 4 * H, BH = B * H;
 #ifdef HAVE_AMX
-  if (bf16 && H % 32 == 0 && amx_ready() && !amx_forward(d, y, sh, sc, act, whh, bih, bhh)) return 0;
+  if (bf16 && H % 32 == 0 && amx_ready() && !amx_forward(d, y, sh, sc, act, whh, bih, bhh)) {
+    atomic_fetch_add(&amx_runs, 1);
+    return 0;
+  }
 #else
   (void)bf16;
 #endif
@@ -633,6 +642,7 @@ int cpu_lstm_fused_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *
   for (int64_t j = 0; j < G4; j++) bsum[j] = 0;
 #ifdef HAVE_AMX
   if (bf16 && H % 32 == 0 && amx_ready() && !amx_backward(d, dg, dh, dc, gy, whh, sc, act, zeros, dg16, bsum, fs, need32)) {
+    atomic_fetch_add(&amx_runs, 1);
     free(zeros), free(fs);
     return 0;
   }
