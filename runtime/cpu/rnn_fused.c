@@ -289,11 +289,16 @@ static int passive_wait(void) {
   return passive;
 }
 
-static int team_size(const cpu_rnn_dims *d) {
+/* amx: the bfloat16 loops, whose step is a few microseconds of AMX work plus the cell: at
+ * char-rnn's size (3.3 M multiply-adds a step) two threads took longer than one (the
+ * barrier, and each step's states or gate gradients crossing between cores), so they
+ * split only from 16 M multiply-adds a step (float32's steps are 10x the work). */
+static int team_size(const cpu_rnn_dims *d, int amx) {
   int nt = passive_wait() ? 1 : em_get_num_threads();
   int64_t chunks = d->H / CH;
   if (nt > chunks) nt = (int)chunks;
   if (nt < 1 || omp_in_parallel() || d->B * 4 * d->H < 16384) nt = 1;
+  if (amx && d->B * 4 * d->H * d->H < ((int64_t)1 << 24)) nt = 1;
   return nt;
 }
 
@@ -408,7 +413,7 @@ static int amx_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc, fl
   }
   int64_t first = d->reverse ? T : 0;
   for (int64_t b = 0; b < B; b++) row_to_bf16(hb + b * H, sh + first * BH + b * H, H);
-  spin_barrier bar = {0, 0, team_size(d)};
+  spin_barrier bar = {0, 0, team_size(d, 1)};
   int failed = 0;
 #pragma omp parallel num_threads(bar.n)
   {
@@ -484,7 +489,7 @@ static int amx_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, 
     return 1;
   }
   memset(gall + T * B * G4, 0, (size_t)(Mp * G4) * 2);
-  spin_barrier bar = {0, 0, team_size(d)};
+  spin_barrier bar = {0, 0, team_size(d, 1)};
   int failed = 0;
 #pragma omp parallel num_threads(bar.n)
   {
@@ -575,7 +580,7 @@ int cpu_lstm_fused_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc
 #endif
   float *wp = alloc64((size_t)(G4 * H) * sizeof(float), 0);
   if (!wp) return 1;
-  spin_barrier bar = {0, 0, team_size(d)};
+  spin_barrier bar = {0, 0, team_size(d, 0)};
 #pragma omp parallel num_threads(bar.n)
   {
     /* the team may be smaller than asked (nested, limits): the barrier counts who came */
@@ -654,7 +659,7 @@ int cpu_lstm_fused_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *
     free(zeros), free(fs);
     return 1;
   }
-  spin_barrier bar = {0, 0, team_size(d)};
+  spin_barrier bar = {0, 0, team_size(d, 0)};
 #pragma omp parallel num_threads(bar.n)
   {
 #pragma omp single
