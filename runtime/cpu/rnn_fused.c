@@ -4,27 +4,22 @@
  * Why: each step's recurrent product [B, H] @ [H, 4H] is small (6.5 M multiply-adds for
  * char-rnn's 50 x 128), so the general loop (one oneDNN matmul and one OpenMP loop for the
  * cell per step, the same again in the backward) spent as much on starting and joining
- * threads, and on repacking w_hh on every call, as on the arithmetic. Here the threads
- * split the hidden units once: each packs its units' columns of w_hh (all four gates of a
- * unit side by side) when the layer starts, and per step computes its units' gates for
- * every batch row and runs their cell at once, while the tile is still in L1; the only
- * synchronisation is one barrier per step, because step t + 1 reads all of h_t.
- * The backward is the same split: a thread turns the gate gradients of the step after
- * (all 4H columns) into its units' state gradient (@ w_hh, K = 4H), runs their cell
- * backward and writes its units' gate gradients; one barrier per step.
- *
- * The barrier spins (with pause) for about a step's time before yielding: a step is tens
- * of microseconds, and OpenMP's barrier under OMP_WAIT_POLICY=passive (ember's choice on a
- * busy machine) sleeps at once, which costs a wake-up per step. */
+ * threads, and on repacking w_hh on every call, as on the arithmetic. Here w_hh is packed
+ * once per layer (all four gates of a unit side by side) and the threads split the batch
+ * rows: a row's recursion needs only its own previous state, so each thread walks all the
+ * steps over its rows with no synchronisation at all, and per step computes its rows'
+ * gates and runs their cell while the tile is still in L1. (Splitting the hidden units
+ * instead needed a barrier per step and moved every step's states between the cores: two
+ * threads ran slower than one.) The backward is the same: a thread turns its rows' gate
+ * gradients of the step after into their state gradient (@ w_hh), runs their cell
+ * backward and sums the biases' gradient over its rows. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
 #pragma GCC target("prefer-vector-width=512")
 #endif
 #include <omp.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include "cpu_seq.h"
 #include "ember/core.h"
 #include "ember/nn.h"
@@ -57,31 +52,6 @@ static void *alloc64(size_t n, int zero) {
   void *p = aligned_alloc(64, n ? n : 64);
   if (p && zero) memset(p, 0, n);
   return p;
-}
-
-/* ---- the barrier ---- */
-
-typedef struct {
-  atomic_int count, gen;
-  int n;
-} spin_barrier;
-
-static void barrier_wait(spin_barrier *b) {
-  if (b->n <= 1) return;
-  int g = atomic_load_explicit(&b->gen, memory_order_acquire);
-  if (atomic_fetch_add_explicit(&b->count, 1, memory_order_acq_rel) == b->n - 1) {
-    atomic_store_explicit(&b->count, 0, memory_order_relaxed);
-    atomic_store_explicit(&b->gen, g + 1, memory_order_release);
-    return;
-  }
-  for (long i = 0; atomic_load_explicit(&b->gen, memory_order_acquire) == g; i++) {
-#if defined(__x86_64__) || defined(__i386__)
-    if (i < 4096) __builtin_ia32_pause();
-    else sched_yield();
-#else
-    if (i >= 4096) sched_yield();
-#endif
-  }
 }
 
 /* ---- the product tile ----
@@ -274,48 +244,29 @@ static void flush_sums(double *restrict total, float *restrict fs, int64_t H, in
     for (int64_t j = j0; j < j0 + n; j++) total[g * H + j] += fs[g * H + j], fs[g * H + j] = 0;
 }
 
-/* ---- splitting the units ---- */
+/* ---- splitting the rows ---- */
 
-/* OMP_WAIT_POLICY=passive is what ember picks when other work of its priority shares the
- * cores (bindings/ember/blas_env.c): a thread of the team is then often off its core, and
- * a barrier per step waits for it every step (2 threads ran char-rnn at a tenth of one
- * thread's speed), so the loop keeps to one thread there. */
-static int passive_wait(void) {
-  static int passive = -1;
-  if (passive < 0) {
-    const char *w = getenv("OMP_WAIT_POLICY");
-    passive = w && !strcasecmp(w, "passive");
-  }
-  return passive;
+/* at least 8 rows a thread (AMX's tiles are 16 rows; below, the packing is most of it) */
+static int team_size(const cpu_rnn_dims *d) {
+  int64_t nt = em_get_num_threads();
+  if (nt > d->B / 8) nt = d->B / 8;
+  if (nt < 1 || omp_in_parallel() || d->B * 4 * d->H * d->H < ((int64_t)1 << 18)) nt = 1;
+  return (int)nt;
 }
 
-/* amx: the bfloat16 loops, whose step is a few microseconds of AMX work plus the cell: at
- * char-rnn's size (3.3 M multiply-adds a step) two threads took longer than one (the
- * barrier, and each step's states or gate gradients crossing between cores), so they
- * split only from 16 M multiply-adds a step (float32's steps are 10x the work). */
-static int team_size(const cpu_rnn_dims *d, int amx) {
-  int nt = passive_wait() ? 1 : em_get_num_threads();
-  int64_t chunks = d->H / CH;
-  if (nt > chunks) nt = (int)chunks;
-  if (nt < 1 || omp_in_parallel() || d->B * 4 * d->H < 16384) nt = 1;
-  if (amx && d->B * 4 * d->H * d->H < ((int64_t)1 << 24)) nt = 1;
-  return nt;
-}
-
-/* this thread's chunks [*c0, *c1) of H / CH */
-static void my_chunks(const cpu_rnn_dims *d, int *c0, int *c1) {
+/* this thread's rows [*r0, *r1) of B, and its share [*c0, *c1) of n items (packing) */
+static void my_share(int64_t B, int64_t n, int64_t *r0, int64_t *r1, int64_t *c0, int64_t *c1) {
   int nt = omp_get_num_threads(), me = omp_get_thread_num();
-  int64_t chunks = d->H / CH;
-  *c0 = (int)(chunks * me / nt), *c1 = (int)(chunks * (me + 1) / nt);
+  *r0 = B * me / nt, *r1 = B * (me + 1) / nt;
+  *c0 = n * me / nt, *c1 = n * (me + 1) / nt;
 }
 
 /* ---- bfloat16 under CPU autocast: the recurrent products on AMX ----
- * A thread's product is [Mp, K] @ [K, N] with the batch rows padded to Mp (a multiple of
+ * A thread's product is [Mp, K] @ [K, N] with its batch rows padded to Mp (a multiple of
  * 32) in bfloat16 and float32 sums: 2 x 2 tiles of 16 x 16 sums per pass over K in steps
- * of 32, the weights packed once per layer in AMX's pair layout [K/2][N][2]. The states
- * (forward) and gate gradients (backward) every thread reads are written in bfloat16 by
- * the cell that makes them, into one of two buffers by step parity, so that a step's
- * writes never meet the previous step's reads. */
+ * of 32, the weights packed once per layer by tiles of AMX's pair layout. The states
+ * (forward) and gate gradients (backward) the next step multiplies are written in
+ * bfloat16 by the cell that makes them, into the thread's own buffer. */
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__) && defined(__x86_64__)
 #define HAVE_AMX 1
 #include <sys/syscall.h>
@@ -405,151 +356,136 @@ static void amx_gemm(int64_t Mp, int64_t N, int64_t K, const uint16_t *a, int64_
 
 static int amx_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc, float *act, const float *whh,
                        const float *bih, const float *bhh) {
-  int64_t T = d->T, B = d->B, H = d->H, G4 = 4 * H, BH = B * H, Mp = (B + 31) / 32 * 32;
-  uint16_t *wp = alloc64((size_t)(G4 * H) * 2, 0), *hb = alloc64((size_t)(2 * Mp * H) * 2, 1);
-  if (!wp || !hb) {
-    free(wp), free(hb);
-    return 1;
-  }
+  int64_t T = d->T, B = d->B, H = d->H, G4 = 4 * H, BH = B * H;
+  uint16_t *wp = alloc64((size_t)(G4 * H) * 2, 0);
+  if (!wp) return 1;
   int64_t first = d->reverse ? T : 0;
-  for (int64_t b = 0; b < B; b++) row_to_bf16(hb + b * H, sh + first * BH + b * H, H);
-  spin_barrier bar = {0, 0, team_size(d, 1)};
   int failed = 0;
-#pragma omp parallel num_threads(bar.n)
+#pragma omp parallel num_threads(team_size(d))
   {
-#pragma omp single
-    bar.n = omp_get_num_threads();
-    int c0, c1;
-    my_chunks(d, &c0, &c1);
-    int64_t j0 = (int64_t)c0 * CH, U = (int64_t)(c1 - c0) * CH, N = 4 * U;
-    float *cs = U ? malloc((size_t)(Mp * N) * sizeof(float)) : NULL;
-    if (U && !cs) {
+    int64_t r0, r1, c0, c1;
+    my_share(B, G4 / 16, &r0, &r1, &c0, &c1);
+    int64_t nr = r1 - r0, Mp = (nr + 31) / 32 * 32;
+    /* the thread's states in bfloat16 (rows past nr stay zero) and its product */
+    uint16_t *hb = alloc64((size_t)(Mp * H) * 2, 1);
+    float *cs = alloc64((size_t)(Mp * G4) * sizeof(float), 0);
+    if (!hb || !cs) {
 #pragma omp atomic write
       failed = 1;
     }
+    /* w_hh^T by column tiles (amx_gemm): column n is w_hh's row n */
+    for (int64_t ct = c0; ct < c1; ct++)
+      for (int l = 0; l < 16; l++) {
+        const float *row = whh + (ct * 16 + l) * H;
+        uint16_t *q = wp + ct * (H / 2) * 32 + l * 2;
+        for (int64_t k = 0; k < H; k++) q[(k / 2) * 32 + (k & 1)] = to_bf16(row[k]);
+      }
 #pragma omp barrier
     int ok;
 #pragma omp atomic read
     ok = failed;
     ok = !ok;
-    /* this thread's columns g * U + jj (w_hh row g * H + j0 + jj), by tiles (amx_gemm) */
-    uint16_t *p = wp + j0 * 4 * H;
-    for (int64_t ct = 0; ct < N / 16; ct++)
-      for (int l = 0; l < 16; l++) {
-        int64_t nn = ct * 16 + l;
-        const float *row = whh + ((nn / U) * H + j0 + nn % U) * H;
-        uint16_t *q = p + ct * (H / 2) * 32 + l * 2;
-        for (int64_t k = 0; k < H; k++) q[(k / 2) * 32 + (k & 1)] = to_bf16(row[k]);
-      }
-    if (cs) amx_config();
-    for (int64_t s = 0; s < T && ok; s++) {
+    if (ok) {
+      for (int64_t b = r0; b < r1; b++) row_to_bf16(hb + (b - r0) * H, sh + first * BH + b * H, H);
+      amx_config();
+    }
+    for (int64_t s = 0; s < T && ok && nr; s++) {
       int64_t t = d->reverse ? T - 1 - s : s, prev = d->reverse ? t + 1 : t, next = d->reverse ? t : t + 1;
       const float *hp = sh + prev * BH, *cp = sc + prev * BH;
       float *a = act + t * B * G4, *hn = sh + next * BH, *cn = sc + next * BH, *yt = y + t * BH;
-      uint16_t *hb_in = hb + (s & 1) * Mp * H, *hb_out = hb + ((s + 1) & 1) * Mp * H;
-      if (cs) {
-        amx_gemm(Mp, N, H, hb_in, H, p, cs, N);
-        for (int64_t b = 0; b < B; b++) {
-          if (d->lengths && t >= d->lengths[b]) { /* past the end: the state stays, the output is zero */
-            memcpy(hn + b * H + j0, hp + b * H + j0, (size_t)U * sizeof(float));
-            memcpy(cn + b * H + j0, cp + b * H + j0, (size_t)U * sizeof(float));
-            memset(yt + b * H + j0, 0, (size_t)U * sizeof(float));
-            for (int g = 0; g < 4; g++) memset(a + b * G4 + g * H + j0, 0, (size_t)U * sizeof(float));
-          } else {
-            lstm_units(U, H, a + b * G4 + j0, cs + b * N, U, bih + j0, bhh + j0, cp + b * H + j0, cn + b * H + j0,
-                       hn + b * H + j0, yt + b * H + j0, hb_out + b * H + j0);
-            continue;
-          }
-          row_to_bf16(hb_out + b * H + j0, hn + b * H + j0, U);
+      amx_gemm(Mp, G4, H, hb, H, wp, cs, G4);
+      for (int64_t b = r0; b < r1; b++) {
+        uint16_t *hbb = hb + (b - r0) * H;
+        if (d->lengths && t >= d->lengths[b]) { /* past the end: the state stays, the output is zero */
+          memcpy(hn + b * H, hp + b * H, (size_t)H * sizeof(float));
+          memcpy(cn + b * H, cp + b * H, (size_t)H * sizeof(float));
+          memset(yt + b * H, 0, (size_t)H * sizeof(float));
+          memset(a + b * G4, 0, (size_t)G4 * sizeof(float));
+          row_to_bf16(hbb, hn + b * H, H);
+          continue;
         }
+        lstm_units(H, H, a + b * G4, cs + (b - r0) * G4, H, bih, bhh, cp + b * H, cn + b * H, hn + b * H, yt + b * H,
+                   hbb);
       }
-      barrier_wait(&bar);
     }
-    if (cs) _tile_release();
-    free(cs);
+    if (ok) _tile_release();
+    free(hb), free(cs);
   }
-  free(wp), free(hb);
+  free(wp);
   return failed; /* then nothing was written: the caller runs the float32 loop */
 }
 
-/* *dg16: the gate gradients in bfloat16 too, [T*B, 4H] (the caller frees it) */
-/* dg (float32) is written only when need32. Walking forward in time, the product reads
- * the step's rows of *dg16 itself (its Mp - B rows past them are the next step's, done,
- * or the zeroed tail: only the sums of rows past B, never read, see them); in reverse the
- * rows past would be the step being written, so the step's rows go to gb as well. */
+/* dg (float32) is written only when need32; *dg16 gets the gate gradients in bfloat16,
+ * [T*B, 4H] (the caller frees it) */
 static int amx_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, const float *gy, const float *whh,
                         const float *sc, const float *act, const float *zeros, uint16_t **dg16, double *bsum,
-                        float *fs, int need32) {
-  int64_t T = d->T, B = d->B, H = d->H, G4 = 4 * H, BH = B * H, Mp = (B + 31) / 32 * 32;
-  int rev = d->reverse != 0;
-  uint16_t *wp = alloc64((size_t)(G4 * H) * 2, 0), *gb = rev ? alloc64((size_t)(2 * Mp * G4) * 2, 1) : NULL;
-  uint16_t *gall = alloc64((size_t)((T * B + Mp) * G4) * 2, 0);
-  if (!wp || (rev && !gb) || !gall) {
-    free(wp), free(gb), free(gall);
+                        int need32) {
+  int64_t T = d->T, B = d->B, H = d->H, G4 = 4 * H, BH = B * H;
+  uint16_t *wp = alloc64((size_t)(G4 * H) * 2, 0), *gall = alloc64((size_t)(T * B * G4) * 2, 0);
+  if (!wp || !gall) {
+    free(wp), free(gall);
     return 1;
   }
-  memset(gall + T * B * G4, 0, (size_t)(Mp * G4) * 2);
-  spin_barrier bar = {0, 0, team_size(d, 1)};
   int failed = 0;
-#pragma omp parallel num_threads(bar.n)
+#pragma omp parallel num_threads(team_size(d))
   {
-#pragma omp single
-    bar.n = omp_get_num_threads();
-    int c0, c1;
-    my_chunks(d, &c0, &c1);
-    int64_t j0 = (int64_t)c0 * CH, U = (int64_t)(c1 - c0) * CH;
-    float *cs = U ? malloc((size_t)(Mp * U) * sizeof(float)) : NULL;
-    if (U && !cs) {
+    int64_t r0, r1, c0, c1;
+    my_share(B, H / 16, &r0, &r1, &c0, &c1);
+    int64_t nr = r1 - r0, Mp = (nr + 31) / 32 * 32;
+    /* the thread's gate gradients in bfloat16 (rows past nr stay zero), its product, and
+     * its rows' bias sums: float per step, double over the steps */
+    uint16_t *gb = alloc64((size_t)(Mp * G4) * 2, 1);
+    float *cs = alloc64((size_t)(Mp * H) * sizeof(float), 0), *fs = alloc64((size_t)G4 * sizeof(float), 1);
+    double *sums = alloc64((size_t)G4 * sizeof(double), 1);
+    if (!gb || !cs || !fs || !sums) {
 #pragma omp atomic write
       failed = 1;
     }
+    /* w_hh by column tiles (amx_gemm), K = 4H */
+    for (int64_t ct = c0; ct < c1; ct++)
+      for (int64_t k = 0; k < G4; k++) {
+        const float *src = whh + k * H + ct * 16;
+        uint16_t *q = wp + (ct * (G4 / 2) + k / 2) * 32 + (k & 1);
+        for (int l = 0; l < 16; l++) q[l * 2] = to_bf16(src[l]);
+      }
 #pragma omp barrier
     int ok;
 #pragma omp atomic read
     ok = failed;
     ok = !ok;
-    /* this thread's columns of w_hh, by tiles (amx_gemm) */
-    uint16_t *p = wp + j0 * G4;
-    for (int64_t ct = 0; ct < U / 16; ct++)
-      for (int64_t k = 0; k < G4; k++) {
-        const float *src = whh + k * H + j0 + ct * 16;
-        uint16_t *q = p + (ct * (G4 / 2) + k / 2) * 32 + (k & 1);
-        for (int l = 0; l < 16; l++) q[l * 2] = to_bf16(src[l]);
-      }
-    if (cs) amx_config();
-    for (int64_t s = T; s >= 0 && ok; s--) {
-      if (s < T && cs) { /* dh += the gate gradients of step s (all threads') @ w_hh */
-        amx_gemm(Mp, U, G4, rev ? gb + (s & 1) * Mp * G4 : gall + s * B * G4, G4, p, cs, U);
-        for (int64_t b = 0; b < B; b++)
-          for (int64_t jj = 0; jj < U; jj++) dh[b * H + j0 + jj] += cs[b * U + jj];
+    if (ok) amx_config();
+    for (int64_t s = T; s >= 0 && ok && nr; s--) {
+      if (s < T) { /* dh += the gate gradients of step s @ w_hh */
+        amx_gemm(Mp, H, G4, gb, G4, wp, cs, H);
+        for (int64_t b = r0; b < r1; b++)
+          for (int64_t j = 0; j < H; j++) dh[b * H + j] += cs[(b - r0) * H + j];
       }
       if (s == 0) break;
       int64_t t = d->reverse ? T - s : s - 1, prev = d->reverse ? t + 1 : t, next = d->reverse ? t : t + 1;
       const float *a = act + t * B * G4, *cp = sc + prev * BH, *cn = sc + next * BH;
       float *gi = dg + t * B * G4;
-      uint16_t *gout = rev ? gb + ((s - 1) & 1) * Mp * G4 : NULL;
-      for (int64_t b = 0; b < B && cs; b++) {
-        uint16_t *gob = gout ? gout + b * G4 + j0 : NULL, *gab = gall + (t * B + b) * G4 + j0;
+      for (int64_t b = r0; b < r1; b++) {
+        uint16_t *gbb = gb + (b - r0) * G4, *gab = gall + (t * B + b) * G4;
         if (d->lengths && t >= d->lengths[b]) { /* the state passed through unchanged */
-          for (int g = 0; g < 4; g++) {
-            if (need32) memset(gi + b * G4 + g * H + j0, 0, (size_t)U * sizeof(float));
-            if (gob) memset(gob + g * H, 0, (size_t)U * 2);
-            memset(gab + g * H, 0, (size_t)U * 2);
-          }
+          if (need32) memset(gi + b * G4, 0, (size_t)G4 * sizeof(float));
+          memset(gbb, 0, (size_t)G4 * 2);
+          memset(gab, 0, (size_t)G4 * 2);
           continue;
         }
-        const float *gyb = gy ? gy + t * BH + b * H + j0 : zeros;
-        lstm_units_backward(U, H, a + b * G4 + j0, dh + b * H + j0, gyb, cp + b * H + j0, cn + b * H + j0,
-                            dc + b * H + j0, need32 ? gi + b * G4 + j0 : NULL, fs + j0, gob ? gob : gab,
-                            gob ? gab : NULL);
+        const float *gyb = gy ? gy + t * BH + b * H : zeros;
+        lstm_units_backward(H, H, a + b * G4, dh + b * H, gyb, cp + b * H, cn + b * H, dc + b * H,
+                            need32 ? gi + b * G4 : NULL, fs, gbb, gab);
       }
-      if (cs) flush_sums(bsum, fs, H, j0, U);
-      barrier_wait(&bar);
+      flush_sums(sums, fs, H, 0, H);
     }
-    if (cs) _tile_release();
-    free(cs);
+    if (ok) {
+      _tile_release();
+#pragma omp critical(rnn_fused_sums)
+      for (int64_t j = 0; j < G4; j++) bsum[j] += sums[j];
+    }
+    free(gb), free(cs), free(fs), free(sums);
   }
-  free(wp), free(gb);
+  free(wp);
   if (failed) free(gall);
   else *dg16 = gall;
   return failed;
@@ -580,35 +516,32 @@ int cpu_lstm_fused_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc
 #endif
   float *wp = alloc64((size_t)(G4 * H) * sizeof(float), 0);
   if (!wp) return 1;
-  spin_barrier bar = {0, 0, team_size(d, 0)};
-#pragma omp parallel num_threads(bar.n)
+#pragma omp parallel num_threads(team_size(d))
   {
-    /* the team may be smaller than asked (nested, limits): the barrier counts who came */
-#pragma omp single
-    bar.n = omp_get_num_threads();
-    int c0, c1;
-    my_chunks(d, &c0, &c1);
+    int64_t r0, r1, c0, c1;
+    my_share(B, H / CH, &r0, &r1, &c0, &c1);
     /* chunk u's panel [H][4 gates][CH]: w_hh rows g * H + u * CH + l, transposed */
-    for (int u = c0; u < c1; u++) {
-      float *p = wp + (int64_t)u * H * 4 * CH;
+    for (int64_t u = c0; u < c1; u++) {
+      float *p = wp + u * H * 4 * CH;
       for (int g = 0; g < 4; g++)
         for (int l = 0; l < CH; l++) {
           const float *row = whh + (g * H + u * CH + l) * H;
           for (int64_t k = 0; k < H; k++) p[(k * 4 + g) * CH + l] = row[k];
         }
     }
+#pragma omp barrier
     for (int64_t s = 0; s < T; s++) {
       int64_t t = d->reverse ? T - 1 - s : s, prev = d->reverse ? t + 1 : t, next = d->reverse ? t : t + 1;
       const float *hp = sh + prev * BH, *cp = sc + prev * BH;
       float *a = act + t * B * G4, *hn = sh + next * BH, *cn = sc + next * BH, *yt = y + t * BH;
-      for (int u = c0; u < c1; u++) {
-        const float *p = wp + (int64_t)u * H * 4 * CH;
-        int64_t j = (int64_t)u * CH;
-        for (int64_t r0 = 0; r0 < B; r0 += RB) {
-          int R = B - r0 < RB ? (int)(B - r0) : RB;
+      for (int64_t u = 0; u < H / CH; u++) {
+        const float *p = wp + u * H * 4 * CH;
+        int64_t j = u * CH;
+        for (int64_t q = r0; q < r1; q += RB) {
+          int R = r1 - q < RB ? (int)(r1 - q) : RB;
           /* the gates' pre-activations: the input projection there plus h_prev @ w_hh^T */
-          tile_any(R, 4, H, hp + r0 * H, H, p, a + r0 * G4 + j, G4, H, 1);
-          for (int64_t b = r0; b < r0 + R; b++) {
+          tile_any(R, 4, H, hp + q * H, H, p, a + q * G4 + j, G4, H, 1);
+          for (int64_t b = q; b < q + R; b++) {
             if (d->lengths && t >= d->lengths[b]) { /* past the end: the state stays, the output is zero */
               for (int64_t l = 0; l < CH; l++) {
                 hn[b * H + j + l] = hp[b * H + j + l], cn[b * H + j + l] = cp[b * H + j + l];
@@ -622,7 +555,6 @@ int cpu_lstm_fused_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc
           }
         }
       }
-      barrier_wait(&bar);
     }
   }
   free(wp);
@@ -639,52 +571,58 @@ int cpu_lstm_fused_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *
                             double *bsum, int need32) {
   int64_t T = d->T, B = d->B, H = d->H, G4 = 4 * H, BH = B * H;
   *dg16 = NULL;
-  float *zeros = gy ? NULL : calloc((size_t)H, sizeof(float)), *fs = alloc64((size_t)G4 * sizeof(float), 1);
-  if ((!gy && !zeros) || !fs) {
-    free(zeros), free(fs);
-    return 1;
-  }
+  float *zeros = gy ? NULL : calloc((size_t)H, sizeof(float));
+  if (!gy && !zeros) return 1;
   for (int64_t j = 0; j < G4; j++) bsum[j] = 0;
 #ifdef HAVE_AMX
-  if (bf16 && H % 32 == 0 && amx_ready() && !amx_backward(d, dg, dh, dc, gy, whh, sc, act, zeros, dg16, bsum, fs, need32)) {
+  if (bf16 && H % 32 == 0 && amx_ready() && !amx_backward(d, dg, dh, dc, gy, whh, sc, act, zeros, dg16, bsum, need32)) {
     atomic_fetch_add(&amx_runs, 1);
-    free(zeros), free(fs);
+    free(zeros);
     return 0;
   }
 #else
-  (void)bf16;
+  (void)bf16, (void)need32;
 #endif
   float *wp = alloc64((size_t)(G4 * H) * sizeof(float), 0);
   if (!wp) {
-    free(zeros), free(fs);
+    free(zeros);
     return 1;
   }
-  spin_barrier bar = {0, 0, team_size(d, 0)};
-#pragma omp parallel num_threads(bar.n)
+  int failed = 0;
+#pragma omp parallel num_threads(team_size(d))
   {
-#pragma omp single
-    bar.n = omp_get_num_threads();
-    int c0, c1;
-    my_chunks(d, &c0, &c1);
+    int64_t r0, r1, c0, c1;
+    my_share(B, (H / CH + 3) / 4, &r0, &r1, &c0, &c1);
+    float *fs = alloc64((size_t)G4 * sizeof(float), 1);
+    double *sums = alloc64((size_t)G4 * sizeof(double), 1);
+    if (!fs || !sums) {
+#pragma omp atomic write
+      failed = 1;
+    }
     /* groups of up to 4 chunks; group at chunk u with m chunks: w_hh's columns u * CH ..
      * (u + m) * CH - 1 as they lie, [4H][m * CH], at wp + u * CH * 4H */
-    for (int u = c0; u < c1; u += 4) {
-      int m = c1 - u < 4 ? c1 - u : 4;
-      float *p = wp + (int64_t)u * CH * G4;
+    for (int64_t q = c0; q < c1; q++) {
+      int64_t u = 4 * q, m = H / CH - u < 4 ? H / CH - u : 4;
+      float *p = wp + u * CH * G4;
       for (int64_t k = 0; k < G4; k++) memcpy(p + k * m * CH, whh + k * H + u * CH, (size_t)(m * CH) * sizeof(float));
     }
-    for (int64_t s = T; s >= 0; s--) {
-      /* the state's gradient after step s - 1 (before step s): what the cell left plus
-       * the gate gradients of step s (written by all threads before the last barrier) @ w_hh */
+#pragma omp barrier
+    int ok;
+#pragma omp atomic read
+    ok = failed;
+    ok = !ok;
+    for (int64_t s = T; s >= 0 && ok; s--) {
+      /* the state's gradient after step s - 1 (before step s): what the cell left plus the
+       * gate gradients of step s @ w_hh */
       if (s < T) {
         int64_t t = d->reverse ? T - 1 - s : s;
         const float *g = dg + t * B * G4;
-        for (int u = c0; u < c1; u += 4) {
-          int m = c1 - u < 4 ? c1 - u : 4;
-          const float *p = wp + (int64_t)u * CH * G4;
-          for (int64_t r0 = 0; r0 < B; r0 += RB) {
-            int R = B - r0 < RB ? (int)(B - r0) : RB;
-            tile_any(R, m, G4, g + r0 * G4, G4, p, dh + r0 * H + u * CH, H, CH, 1);
+        for (int64_t u = 0; u < H / CH; u += 4) {
+          int m = H / CH - u < 4 ? (int)(H / CH - u) : 4;
+          const float *p = wp + u * CH * G4;
+          for (int64_t q = r0; q < r1; q += RB) {
+            int R = r1 - q < RB ? (int)(r1 - q) : RB;
+            tile_any(R, m, G4, g + q * G4, G4, p, dh + q * H + u * CH, H, CH, 1);
           }
         }
       }
@@ -692,21 +630,24 @@ int cpu_lstm_fused_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *
       int64_t t = d->reverse ? T - s : s - 1, prev = d->reverse ? t + 1 : t, next = d->reverse ? t : t + 1;
       const float *a = act + t * B * G4, *cp = sc + prev * BH, *cn = sc + next * BH;
       float *gi = dg + t * B * G4;
-      int64_t j0 = (int64_t)c0 * CH, n = (int64_t)(c1 - c0) * CH;
-      for (int64_t b = 0; b < B && n; b++) {
+      for (int64_t b = r0; b < r1; b++) {
         if (d->lengths && t >= d->lengths[b]) { /* the state passed through unchanged */
-          for (int g = 0; g < 4; g++) memset(gi + b * G4 + g * H + j0, 0, (size_t)n * sizeof(float));
+          memset(gi + b * G4, 0, (size_t)G4 * sizeof(float));
           continue;
         }
-        const float *gyb = gy ? gy + t * BH + b * H + j0 : zeros;
-        lstm_units_backward(n, H, a + b * G4 + j0, dh + b * H + j0, gyb, cp + b * H + j0,
-                            cn + b * H + j0, dc + b * H + j0, gi + b * G4 + j0, fs + j0, NULL, NULL);
+        const float *gyb = gy ? gy + t * BH + b * H : zeros;
+        lstm_units_backward(H, H, a + b * G4, dh + b * H, gyb, cp + b * H, cn + b * H, dc + b * H, gi + b * G4, fs,
+                            NULL, NULL);
       }
-      flush_sums(bsum, fs, H, j0, n);
-      barrier_wait(&bar);
+      flush_sums(sums, fs, H, 0, H);
     }
+    if (ok) {
+#pragma omp critical(rnn_fused_sums)
+      for (int64_t j = 0; j < G4; j++) bsum[j] += sums[j];
+    }
+    free(fs), free(sums);
   }
   free(wp);
-  free(zeros), free(fs);
-  return 0;
+  free(zeros);
+  return failed; /* then dh, dc and dg are as they came: the caller runs the general loop */
 }
