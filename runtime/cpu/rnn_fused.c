@@ -148,6 +148,7 @@ __attribute__((noinline)) static void lstm_units(int64_t n, int64_t H, float *re
                                                  int64_t rs, const float *restrict bih, const float *restrict bhh,
                                                  const float *restrict cp, float *restrict cn, float *restrict h,
                                                  float *restrict y, uint16_t *restrict hb) {
+  (void)hb; /* written only where there is AVX512-BF16 (the AMX loops' CPUs) */
 #if defined(__AVX512F__)
   for (int64_t j = 0; j < n; j += 16) {
     __m512 z[4];
@@ -181,7 +182,6 @@ __attribute__((noinline)) static void lstm_units(int64_t n, int64_t H, float *re
     h[j] = hv;
     y[j] = hv;
   }
-  (void)hb;
 #endif
 }
 
@@ -194,6 +194,7 @@ __attribute__((noinline)) static void lstm_units_backward(int64_t n, int64_t H, 
                                                           const float *restrict cp, const float *restrict cn,
                                                           float *restrict dc, float *restrict gi, float *restrict bs,
                                                           uint16_t *restrict gb, uint16_t *restrict gb2) {
+  (void)gb, (void)gb2; /* written only where there is AVX512-BF16 */
 #if defined(__AVX512F__)
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t j = 0; j < n; j += 16) {
@@ -233,7 +234,6 @@ __attribute__((noinline)) static void lstm_units_backward(int64_t n, int64_t H, 
     dc[j] = dcc * f;
     dh[j] = 0;
   }
-  (void)gb, (void)gb2;
 #endif
 }
 
