@@ -42,11 +42,14 @@ int cpu_lstm_fused_wanted(const cpu_rnn_dims *d) {
     env_fused = !(e && *e && atoi(e) == 0);
   }
   if (fused_forced >= 0 ? !fused_forced : !env_fused) return 0;
+  /* a few rows in all (generation feeding one token at a time) would not pay for packing
+   * w_hh: the general loop's product reads it as it lies */
+  if (fused_forced < 0 && d->T * d->B < 32) return 0;
   return d->mode == EM_RNN_LSTM && d->H % CH == 0 && d->H <= (1 << 20) && d->B <= (1 << 24);
 }
 
-/* Buffers that both threads write, each its own columns, start on a cache line: a line
- * straddling two threads' columns would bounce between their cores on every row. */
+/* Buffers the threads share start on a cache line: a line straddling two threads' rows
+ * would bounce between their cores. */
 static void *alloc64(size_t n, int zero) {
   n = (n + 63) & ~(size_t)63;
   void *p = aligned_alloc(64, n ? n : 64);

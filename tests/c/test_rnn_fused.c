@@ -118,7 +118,9 @@ static void fused_matches_general_float32(void **state) {
   int threads_before = em_get_num_threads();
   for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
     const lstm_case *c = &CASES[k];
+    cpu_rnn_fused_force_(1); /* as run() has it: the small cases too */
     assert_true(cpu_lstm_fused_wanted(&(cpu_rnn_dims){.mode = EM_RNN_LSTM, .T = c->T, .B = c->B, .NI = c->NI, .H = c->H}));
+    cpu_rnn_fused_force_(-1);
     operands o = make_operands(c);
     em_tensor *ref[NOUT], *got[NOUT];
     run(c, &o, 0, ref);
@@ -175,11 +177,18 @@ static void fused_bfloat16_within_rounding(void **state) {
   em_set_num_threads(threads_before);
 }
 
-/* where the fused loop is taken: float32 LSTM, hidden size a multiple of 16, not forced off */
+/* where the fused loop is taken: float32 LSTM, hidden size a multiple of 16, 32 rows over
+ * all steps at least, not forced off */
 static void wanted_only_where_it_applies(void **state) {
   (void)state;
-  cpu_rnn_dims d = {.mode = EM_RNN_LSTM, .T = 2, .B = 4, .NI = 3, .H = 32};
+  cpu_rnn_dims d = {.mode = EM_RNN_LSTM, .T = 2, .B = 16, .NI = 3, .H = 32};
   assert_true(cpu_lstm_fused_wanted(&d));
+  d.B = 8;
+  assert_false(cpu_lstm_fused_wanted(&d)); /* 16 rows */
+  cpu_rnn_fused_force_(1);
+  assert_true(cpu_lstm_fused_wanted(&d));
+  cpu_rnn_fused_force_(-1);
+  d.B = 16;
   d.H = 24;
   assert_false(cpu_lstm_fused_wanted(&d));
   d.H = 32, d.mode = EM_RNN_GRU;
