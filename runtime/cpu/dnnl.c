@@ -533,7 +533,8 @@ static int make_matmul(plan *p, const void *vctx) {
   dnnl_matmul_desc_t md;
   dnnl_data_type_t lo = p->key.bf16 ? dnnl_bf16 : dnnl_f32;
   dnnl_primitive_attr_t attr = make_attr(p->key.alpha, p->key.beta, m->relu);
-  int bad = !attr || dnnl_memory_desc_init_by_strides(&a, 2, ad, m->a_bf16 ? dnnl_bf16 : dnnl_f32, as) != dnnl_success ||
+  int bad = !attr ||
+            dnnl_memory_desc_init_by_strides(&a, 2, ad, m->a_bf16 ? dnnl_bf16 : dnnl_f32, as) != dnnl_success ||
             dnnl_memory_desc_init_by_strides(&b, 2, bd, dnnl_f32, bs) != dnnl_success ||
             dnnl_memory_desc_init_by_strides(&c, 2, cd, dnnl_f32, cs) != dnnl_success ||
             (m->has_bias && dnnl_memory_desc_init_by_strides(&bias, 2, biasd, dnnl_f32, biass) != dnnl_success);

@@ -227,7 +227,8 @@ static void FN(rnn_backward)(const cpu_rnn_dims *d, SCALAR *gx, SCALAR *gh0, SCA
   int fused = 0;
   uint16_t *dg16 = NULL; /* the gate gradients in bfloat16 when the fused loop made them (float32 only) */
 #ifdef FUSED_BACKWARD
-  fused = cpu_lstm_fused_wanted(d) && !FUSED_BACKWARD(d, dgi, dh, dc, gy, whh, sc, act, ag_autocast_cpu_bf16(), &dg16, acc, !cpu_dnnl_available());
+  fused = cpu_lstm_fused_wanted(d) &&
+          !FUSED_BACKWARD(d, dgi, dh, dc, gy, whh, sc, act, ag_autocast_cpu_bf16(), &dg16, acc, !cpu_dnnl_available());
 #endif
   for (int64_t s = T - 1; s >= 0 && !fused; s--) {
     int64_t t = d->reverse ? T - 1 - s : s, prev = d->reverse ? t + 1 : t, next = d->reverse ? t : t + 1;

@@ -29,7 +29,7 @@
 #endif
 
 #define CH 16 /* units per chunk: one 16-float vector */
-#define RB 6  /* batch rows per tile: 6 x 4 vectors of sums stay in registers */
+#define RB 6 /* batch rows per tile: 6 x 4 vectors of sums stay in registers */
 
 /* -1: not read yet; EMBER_RNN_FUSED=0 turns the fused loop off (A/B measurements) */
 static int env_fused = -1, fused_forced = -1;
@@ -92,19 +92,16 @@ static inline __attribute__((always_inline)) void tile(int R, int M, int64_t K, 
 #endif
 }
 
-#define TILE_CASE(r, m)                                \
-  case (r) * 8 + (m):                                  \
-    tile(r, m, K, a, lda, w, c, ldc, cms, load);       \
+#define TILE_CASE(r, m)                          \
+  case (r)*8 + (m):                              \
+    tile(r, m, K, a, lda, w, c, ldc, cms, load); \
     break;
 #define TILE_ROW(r) TILE_CASE(r, 1) TILE_CASE(r, 2) TILE_CASE(r, 3) TILE_CASE(r, 4)
 
 /* tile with R in 1..RB and M in 1..4 known at compile time in each case */
 static void tile_any(int R, int M, int64_t K, const float *a, int64_t lda, const float *w, float *c, int64_t ldc,
                      int64_t cms, int load) {
-  switch (R * 8 + M) {
-    TILE_ROW(1) TILE_ROW(2) TILE_ROW(3) TILE_ROW(4) TILE_ROW(5) TILE_ROW(6)
-    default: break;
-  }
+  switch (R * 8 + M) { TILE_ROW(1) TILE_ROW(2) TILE_ROW(3) TILE_ROW(4) TILE_ROW(5) TILE_ROW(6) default : break; }
 }
 
 /* ---- the cell over n units (a multiple of 16) of one batch row, gates H apart ----
@@ -569,9 +566,8 @@ int cpu_lstm_fused_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc
 /* dh [B, H]: in, the final state's gradient; out, the initial state's (gh0). dc [B, H] the
  * same for the cell state. dg [T*B, 4H]: out, the gate gradients (pre-activation). gy: the
  * outputs' gradient [T, B, H] (NULL: zeros). bsum [4H]: out, dg's column sums. */
-int cpu_lstm_fused_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, const float *gy,
-                            const float *whh, const float *sc, const float *act, int bf16, uint16_t **dg16,
-                            double *bsum, int need32) {
+int cpu_lstm_fused_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, const float *gy, const float *whh,
+                            const float *sc, const float *act, int bf16, uint16_t **dg16, double *bsum, int need32) {
   int64_t T = d->T, B = d->B, H = d->H, G4 = 4 * H, BH = B * H;
   *dg16 = NULL;
   float *zeros = gy ? NULL : calloc((size_t)H, sizeof(float));

@@ -80,7 +80,12 @@ static void release_operands(operands *o) {
 /* forward and backward with the fused loop on (1) or off (0) */
 static void run(const lstm_case *c, const operands *o, int fused, em_tensor **r) {
   int64_t T = c->T, B = c->B, H = c->H;
-  cpu_rnn_dims d = {.mode = EM_RNN_LSTM, .reverse = c->reverse, .T = T, .B = B, .NI = c->NI, .H = H,
+  cpu_rnn_dims d = {.mode = EM_RNN_LSTM,
+                    .reverse = c->reverse,
+                    .T = T,
+                    .B = B,
+                    .NI = c->NI,
+                    .H = H,
                     .lengths = c->lengths ? o->lengths : NULL};
   r[Y] = empty(3, (int64_t[]){T, B, H});
   r[SH] = empty(3, (int64_t[]){T + 1, B, H}), r[SC] = empty(3, (int64_t[]){T + 1, B, H});
@@ -119,7 +124,8 @@ static void fused_matches_general_float32(void **state) {
   for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
     const lstm_case *c = &CASES[k];
     cpu_rnn_fused_force_(1); /* as run() has it: the small cases too */
-    assert_true(cpu_lstm_fused_wanted(&(cpu_rnn_dims){.mode = EM_RNN_LSTM, .T = c->T, .B = c->B, .NI = c->NI, .H = c->H}));
+    assert_true(
+        cpu_lstm_fused_wanted(&(cpu_rnn_dims){.mode = EM_RNN_LSTM, .T = c->T, .B = c->B, .NI = c->NI, .H = c->H}));
     cpu_rnn_fused_force_(-1);
     operands o = make_operands(c);
     em_tensor *ref[NOUT], *got[NOUT];
@@ -144,11 +150,13 @@ static void fused_matches_general_float32(void **state) {
 static void fused_bfloat16_within_rounding(void **state) {
   (void)state;
   int threads_before = em_get_num_threads();
-  const lstm_case cases[] = {
-      {8, 50, 64, 128, 0, 0, 1, 1, 2}, {7, 13, 5, 64, 1, 1, 1, 1, 2}, {6, 40, 17, 96, 0, 1, 0, 1, 1},
-      {5, 33, 8, 48, 0, 0, 1, 0, 2},
-      /* 16 M multiply-adds a step: the AMX loops split over 2 threads */
-      {3, 64, 16, 256, 0, 1, 1, 1, 2}, {3, 64, 16, 256, 1, 0, 1, 0, 2}};
+  const lstm_case cases[] = {{8, 50, 64, 128, 0, 0, 1, 1, 2},
+                             {7, 13, 5, 64, 1, 1, 1, 1, 2},
+                             {6, 40, 17, 96, 0, 1, 0, 1, 1},
+                             {5, 33, 8, 48, 0, 0, 1, 0, 2},
+                             /* 16 M multiply-adds a step: the AMX loops split over 2 threads */
+                             {3, 64, 16, 256, 0, 1, 1, 1, 2},
+                             {3, 64, 16, 256, 1, 0, 1, 0, 2}};
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     const lstm_case *c = &cases[k];
     operands o = make_operands(c);
