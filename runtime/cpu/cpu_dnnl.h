@@ -48,6 +48,11 @@ typedef struct cpu_dnnl_mat {
 } cpu_dnnl_mat;
 int cpu_dnnl_matmul(cpu_dnnl_mat c, cpu_dnnl_mat a, cpu_dnnl_mat b, int64_t M, int64_t N, int64_t K, float alpha,
                     float beta, int bf16);
+/* c = a @ b in bfloat16 with a already in bfloat16 (strides a_rs, a_cs): the LSTM's gate
+ * gradients, which its AMX backward (rnn_fused.c) rounds as it makes them, are then not
+ * converted again for each of the three products that read them. */
+int cpu_dnnl_matmul_a16(cpu_dnnl_mat c, const uint16_t *a, int64_t a_rs, int64_t a_cs, cpu_dnnl_mat b, int64_t M,
+                        int64_t N, int64_t K);
 /* A Linear layer's forward in float32: y[M, N] = x[M, K] @ wt[K, N] + b (b: N floats, or
  * NULL), then max(y, 0) when relu, in one primitive (the bias and the ReLU applied as the
  * tiles of y are written: no pass over y of their own). */

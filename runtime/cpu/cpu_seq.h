@@ -41,6 +41,27 @@ em_status cpu_rnn_backward(const cpu_rnn_dims *d, em_tensor *gx, em_tensor *gh0,
                            const em_tensor *gstate, const em_tensor *x, const em_tensor *w_ih, const em_tensor *w_hh,
                            const em_tensor *sh, const em_tensor *sc, const em_tensor *act);
 
+/* The float32 LSTM's time loop as one parallel region, the threads splitting the batch
+ * rows (rnn_fused.c): wanted for H a multiple of 16 and T * B >= 32 unless forced. The forward runs
+ * the steps once act holds the input projection (x @ w_ih^T) and the first state slots
+ * are set; the backward fills the gate gradients dg [T*B, 4H] and carries dh, dc [B, H]
+ * (in: the final states' gradients; out: the initial states'). gy may be NULL. bf16
+ * (CPU autocast to bfloat16): the recurrent products in bfloat16 on AMX, where the CPU
+ * has it and H is a multiple of 32 (float32 sums; the cell stays float32); the backward
+ * then also hands back dg in bfloat16 (*dg16, malloc'd, [T*B, 4H]; else NULL) for the
+ * products over all steps, and dg itself only when need32; bsum [4H] gets dg's column
+ * sums (the biases' gradient), made in the loop. Both return nonzero, having done nothing, when out of memory. */
+int cpu_lstm_fused_wanted(const cpu_rnn_dims *d);
+int cpu_lstm_fused_forward(const cpu_rnn_dims *d, float *y, float *sh, float *sc, float *act, const float *whh,
+                           const float *bih, const float *bhh, int bf16);
+int cpu_lstm_fused_backward(const cpu_rnn_dims *d, float *dg, float *dh, float *dc, const float *gy, const float *whh,
+                            const float *sc, const float *act, int bf16, uint16_t **dg16, double *bsum, int need32);
+/* tests: 0 the general loop always, 1 the fused one where it applies, -1 the default;
+ * whether the bfloat16 loops can run on AMX here, and how many have */
+void cpu_rnn_fused_force_(int mode);
+int cpu_rnn_amx_available_(void);
+int64_t cpu_rnn_amx_runs_(void);
+
 /* ---- fused attention ----
  * q [BH, Tq, D], k [BH, Tk, D], v [BH, Tk, Dv], out [BH, Tq, Dv] (laid out as the params'
  * row_stride and bh_offset say: contiguous by default), lse [BH, Tq] (each row's

@@ -43,6 +43,10 @@ int cpu_dnnl_linear(cpu_dnnl_mat y, cpu_dnnl_mat x, cpu_dnnl_mat wt, const float
                     int64_t K) {
   return 1;
 }
+int cpu_dnnl_matmul_a16(cpu_dnnl_mat c, const uint16_t *a, int64_t a_rs, int64_t a_cs, cpu_dnnl_mat b, int64_t M,
+                        int64_t N, int64_t K) {
+  return 1;
+}
 
 #else
 
@@ -518,7 +522,7 @@ int cpu_dnnl_conv2d_backward_weights(float *gw, float *gb, const float *gy, cons
 typedef struct mm_ctx {
   int64_t M, N, K;
   cpu_dnnl_mat c, a, b;
-  int has_bias, relu;
+  int has_bias, relu, a_bf16;
 } mm_ctx;
 
 static int make_matmul(plan *p, const void *vctx) {
@@ -529,7 +533,8 @@ static int make_matmul(plan *p, const void *vctx) {
   dnnl_matmul_desc_t md;
   dnnl_data_type_t lo = p->key.bf16 ? dnnl_bf16 : dnnl_f32;
   dnnl_primitive_attr_t attr = make_attr(p->key.alpha, p->key.beta, m->relu);
-  int bad = !attr || dnnl_memory_desc_init_by_strides(&a, 2, ad, dnnl_f32, as) != dnnl_success ||
+  int bad = !attr ||
+            dnnl_memory_desc_init_by_strides(&a, 2, ad, m->a_bf16 ? dnnl_bf16 : dnnl_f32, as) != dnnl_success ||
             dnnl_memory_desc_init_by_strides(&b, 2, bd, dnnl_f32, bs) != dnnl_success ||
             dnnl_memory_desc_init_by_strides(&c, 2, cd, dnnl_f32, cs) != dnnl_success ||
             (m->has_bias && dnnl_memory_desc_init_by_strides(&bias, 2, biasd, dnnl_f32, biass) != dnnl_success);
@@ -556,12 +561,12 @@ static int make_matmul(plan *p, const void *vctx) {
 
 /* c = [relu](alpha * a @ b [+ bias] + beta * c) through a plan; 0 when computed. */
 static int matmul_call(cpu_dnnl_mat c, cpu_dnnl_mat a, cpu_dnnl_mat b, const float *bias, int relu, int64_t M,
-                       int64_t N, int64_t K, float alpha, float beta, int bf16) {
+                       int64_t N, int64_t K, float alpha, float beta, int bf16, int a_bf16) {
   if (!mode() || M <= 0 || N <= 0 || K <= 0) return 1;
   plan_key k;
   memset(&k, 0, sizeof k);
   k.op = OP_MATMUL, k.bf16 = bf16, k.has_bias = bias != NULL, k.alpha = alpha, k.beta = beta;
-  const int64_t v[] = {M, N, K, a.rs, a.cs, b.rs, b.cs, c.rs, c.cs, relu};
+  const int64_t v[] = {M, N, K, a.rs, a.cs, b.rs, b.cs, c.rs, c.cs, relu, a_bf16};
   memcpy(k.v, v, sizeof v);
   /* float32 has OpenBLAS to fall back on: with the table full, a new shape would create
    * (JIT) its primitive on every call, so it is declined instead */
@@ -571,7 +576,7 @@ static int matmul_call(cpu_dnnl_mat c, cpu_dnnl_mat a, cpu_dnnl_mat b, const flo
     pthread_mutex_unlock(&plans_lock);
     if (full) return 1;
   }
-  mm_ctx m = {M, N, K, c, a, b, bias != NULL, relu};
+  mm_ctx m = {M, N, K, c, a, b, bias != NULL, relu, a_bf16};
   /* with the sum post-op the output is read too: it must go in as well as come out */
   void *ptrs[4] = {a.ptr, b.ptr, bias ? (void *)bias : c.ptr, c.ptr};
   return plan_call(&k, make_matmul, &m, ptrs);
@@ -579,12 +584,18 @@ static int matmul_call(cpu_dnnl_mat c, cpu_dnnl_mat a, cpu_dnnl_mat b, const flo
 
 int cpu_dnnl_matmul(cpu_dnnl_mat c, cpu_dnnl_mat a, cpu_dnnl_mat b, int64_t M, int64_t N, int64_t K, float alpha,
                     float beta, int bf16) {
-  return matmul_call(c, a, b, NULL, 0, M, N, K, alpha, beta, bf16);
+  return matmul_call(c, a, b, NULL, 0, M, N, K, alpha, beta, bf16, 0);
+}
+
+int cpu_dnnl_matmul_a16(cpu_dnnl_mat c, const uint16_t *a, int64_t a_rs, int64_t a_cs, cpu_dnnl_mat b, int64_t M,
+                        int64_t N, int64_t K) {
+  cpu_dnnl_mat am = {(float *)(uintptr_t)a, a_rs, a_cs};
+  return matmul_call(c, am, b, NULL, 0, M, N, K, 1, 0, 1, 1);
 }
 
 int cpu_dnnl_linear(cpu_dnnl_mat y, cpu_dnnl_mat x, cpu_dnnl_mat wt, const float *b, int relu, int64_t M, int64_t N,
                     int64_t K) {
-  return matmul_call(y, x, wt, b, relu != 0, M, N, K, 1, 0, 0);
+  return matmul_call(y, x, wt, b, relu != 0, M, N, K, 1, 0, 0, 0);
 }
 
 #endif

@@ -40,13 +40,34 @@ static void rnn_sgemm_(int bf16, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE t
 }
 #define RNN_SGEMM(BF16, ORDER, ...) rnn_sgemm_(BF16, __VA_ARGS__)
 
+/* c [M, N] (row stride ldc) = a [M, K] (bfloat16, strides a_rs, a_cs) @ b [K, N] (strides
+ * ldb, b_cs) through oneDNN. When it does not run, a's n elements are widened into wide_to
+ * (once: *widened) and 1 returned, for the caller's float32 GEMM. Only the fused float32
+ * LSTM makes a (dg16): c, b and wide_to are float32 then. */
+static int rnn_a16_gemm(void *c, int64_t ldc, const uint16_t *a, int64_t a_rs, int64_t a_cs, const void *b, int64_t ldb,
+                        int64_t b_cs, int64_t M, int64_t N, int64_t K, void *wide_to, int64_t n, int *widened) {
+  cpu_dnnl_mat cm = {c, ldc, 1}, bm = {(float *)b, ldb, b_cs};
+  if (cpu_dnnl_available() && !cpu_dnnl_matmul_a16(cm, a, a_rs, a_cs, bm, M, N, K)) return 0;
+  if (!*widened)
+    for (int64_t i = 0; i < n; i++) {
+      uint32_t u = (uint32_t)a[i] << 16;
+      memcpy((float *)wide_to + i, &u, 4);
+    }
+  *widened = 1;
+  return 1;
+}
+
 #define SCALAR float
 #define SFX _f32
 #define GEMM(...) RNN_SGEMM(ag_autocast_cpu_bf16() && cpu_dnnl_available(), __VA_ARGS__)
 #define GEMM_STEP(...) RNN_SGEMM(0, __VA_ARGS__)
 #define EXP em_vexpf
 #define TANH rnn_tanhf
+#define FUSED_FORWARD cpu_lstm_fused_forward
+#define FUSED_BACKWARD cpu_lstm_fused_backward
 #include "rnn_body.h"
+#undef FUSED_FORWARD
+#undef FUSED_BACKWARD
 #undef SCALAR
 #undef SFX
 #undef GEMM
@@ -108,8 +129,9 @@ em_status cpu_rnn_backward(const cpu_rnn_dims *d, em_tensor *gx, em_tensor *gh0,
   int64_t GH = cpu_rnn_gates(d->mode) * d->H, rows = d->T * d->B, BH = d->B * d->H;
   int gru = d->mode == EM_RNN_GRU;
   size_t n = (size_t)((gru ? 2 : 1) * rows * GH + 4 * BH);
-  char *scratch = malloc(n * es);
-  double *acc = malloc((size_t)GH * sizeof(double));
+  /* on cache lines: the fused LSTM's threads write their own columns of dgi, dh, dc, acc */
+  char *scratch = aligned_alloc(64, (n * es + 63) & ~(size_t)63);
+  double *acc = aligned_alloc(64, ((size_t)GH * sizeof(double) + 63) & ~(size_t)63);
   if (!scratch || !acc) {
     free(scratch), free(acc);
     scratch = NULL;

@@ -139,6 +139,9 @@ static void FN(rnn_forward)(const cpu_rnn_dims *d, SCALAR *y, SCALAR *sh, SCALAR
     if (c0) memcpy(sc + first * BH, c0, (size_t)BH * sizeof(SCALAR));
     else memset(sc + first * BH, 0, (size_t)BH * sizeof(SCALAR));
   }
+#ifdef FUSED_FORWARD
+  if (cpu_lstm_fused_wanted(d) && !FUSED_FORWARD(d, y, sh, sc, act, whh, bih, bhh, ag_autocast_cpu_bf16())) return;
+#endif
   for (int64_t s = 0; s < T; s++) {
     int64_t t = d->reverse ? T - 1 - s : s, prev = d->reverse ? t + 1 : t, next = d->reverse ? t : t + 1;
     const SCALAR *hp = sh + prev * BH;
@@ -221,7 +224,13 @@ static void FN(rnn_backward)(const cpu_rnn_dims *d, SCALAR *gx, SCALAR *gh0, SCA
     if (gstate) memcpy(dc, gstate + BH, (size_t)BH * sizeof(SCALAR));
     else memset(dc, 0, (size_t)BH * sizeof(SCALAR));
   }
-  for (int64_t s = T - 1; s >= 0; s--) {
+  int fused = 0;
+  uint16_t *dg16 = NULL; /* the gate gradients in bfloat16 when the fused loop made them (float32 only) */
+#ifdef FUSED_BACKWARD
+  fused = cpu_lstm_fused_wanted(d) &&
+          !FUSED_BACKWARD(d, dgi, dh, dc, gy, whh, sc, act, ag_autocast_cpu_bf16(), &dg16, acc, !cpu_dnnl_available());
+#endif
+  for (int64_t s = T - 1; s >= 0 && !fused; s--) {
     int64_t t = d->reverse ? T - 1 - s : s, prev = d->reverse ? t + 1 : t, next = d->reverse ? t : t + 1;
     SCALAR *gi = dgi + t * B * GH, *gg = dgh + t * B * GH;
     FN(cell_backward)
@@ -238,17 +247,30 @@ static void FN(rnn_backward)(const cpu_rnn_dims *d, SCALAR *gx, SCALAR *gh0, SCA
     if (sc) memcpy(gc0, dc, (size_t)BH * sizeof(SCALAR));
     else memset(gc0, 0, (size_t)BH * sizeof(SCALAR));
   }
-  if (gx)
+  /* with dg16, dgi holds nothing unless oneDNN is missing (then the fused loop wrote it)
+   * or refused a product (then rnn_a16_gemm widens dg16 into it first) */
+  int wide = 0;
+  if (gx && (!dg16 || rnn_a16_gemm(gx, NI, dg16, GH, 1, wih, NI, 1, TB, NI, GH, dgi, TB * GH, &wide)))
     GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)TB, (int)NI, (int)GH, 1, dgi, (int)GH, wih, (int)NI, 0, gx,
          (int)NI);
-  if (gwih)
+  if (gwih && (!dg16 || rnn_a16_gemm(gwih, NI, dg16, 1, GH, x, NI, 1, GH, NI, TB, dgi, TB * GH, &wide)))
     GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)GH, (int)NI, (int)TB, 1, dgi, (int)GH, x, (int)NI, 0, gwih,
          (int)NI);
-  if (gwhh) /* the states each step started from: rows t * B + b of sh, shifted one slot in reverse */
+  /* the states each step started from: rows t * B + b of sh, shifted one slot in reverse */
+  if (gwhh &&
+      (!dg16 || rnn_a16_gemm(gwhh, H, dg16, 1, GH, sh + (d->reverse ? BH : 0), H, 1, GH, H, TB, dgi, TB * GH, &wide)))
     GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)GH, (int)H, (int)TB, 1, dgh, (int)GH, sh + (d->reverse ? BH : 0),
          (int)H, 0, gwhh, (int)H);
-  if (gbih) FN(col_sum)(gbih, dgi, TB, GH, acc);
-  if (gbhh) FN(col_sum)(gbhh, dgh, TB, GH, acc);
+  if (fused) { /* acc holds the gate gradients' column sums, made in the loop */
+    for (int64_t j = 0; j < GH; j++) {
+      if (gbih) gbih[j] = (SCALAR)acc[j];
+      if (gbhh) gbhh[j] = (SCALAR)acc[j];
+    }
+  } else {
+    if (gbih) FN(col_sum)(gbih, dgi, TB, GH, acc);
+    if (gbhh) FN(col_sum)(gbhh, dgh, TB, GH, acc);
+  }
+  free(dg16);
 }
 
 #undef FN

@@ -294,6 +294,7 @@ static void lstm_float32_matches_openblas(void **state) {
   }
   enum { Y, SH, SC, ACT, GX, GH0, GC0, GWIH, GWHH, GBIH, GBHH, NOUT };
   em_tensor *r[3][NOUT];
+  cpu_rnn_fused_force_(0); /* the general loop's per-step products (tests/c/test_rnn_fused.c: the fused one) */
   for (int i = 0; i < 3; i++) {
     cpu_dnnl_force_(i == 0 ? 0 : -1);
     if (i == 2) ag_autocast_force_(EM_CPU, 1, EM_BFLOAT16);
@@ -325,6 +326,7 @@ static void lstm_float32_matches_openblas(void **state) {
   em_tensor *all[] = {x, h0, c0, wih, whh, bih, bhh, gy, gs};
   for (int i = 0; i < 9; i++) em_tensor_release(all[i]);
   cpu_dnnl_force_(-1);
+  cpu_rnn_fused_force_(-1);
 }
 
 /* EMBER_DNNL=0's switch: nothing reaches oneDNN, the convolution still runs */
