@@ -222,6 +222,33 @@ describe('MultiheadAttention and TransformerEncoderLayer', function()
     S.check_case(case, { m(inp.x, { src_key_padding_mask = inp.kpm }) }, inp, m)
   end)
 
+  it('TransformerEncoderLayer hands back its intermediates early, but not where a hook may keep them', function()
+    -- the same values and gradients on both paths; hooks anywhere in the layer turn the early
+    -- release off (a hook may keep a result), and so does a caller's activation function
+    for _, norm_first in ipairs { true, false } do
+      ember.manual_seed(3)
+      local layer = nn.TransformerEncoderLayer(8, 2, { dim_feedforward = 16, dropout = 0, activation = 'gelu',
+        batch_first = true, norm_first = norm_first })
+      assert(not layer:_hooked_within(), 'no hooks yet')
+      local x = ember.randn(2, 5, 8):requires_grad_()
+      local y0 = layer(x)
+      y0:sum():backward()
+      local g0 = x.grad:clone()
+      x.grad = nil
+      local kept
+      layer.linear1:register_forward_hook(function(_, _, out) kept = out end)
+      assert(layer:_hooked_within(), 'a hook on linear1 is seen')
+      local y1 = layer(x)
+      y1:sum():backward()
+      assert((y1 - y0):abs():max():item() == 0 and (x.grad - g0):abs():max():item() == 0,
+        'the same values and gradients with and without the early release')
+      assert(kept and kept.shape[3] == 16 and kept:abs():sum():item() > 0, 'the hook kept linear1 output')
+      local other = nn.TransformerEncoderLayer(8, 2, { dim_feedforward = 16, dropout = 0, batch_first = true })
+      other.self_attn.out_proj:register_forward_pre_hook(function() end)
+      assert(other:_hooked_within(), 'a hook on the attention output projection is seen')
+    end
+  end)
+
   it('refuse wrong shapes with clear messages', function()
     local m = nn.MultiheadAttention(8, 2)
     raises(function() nn.MultiheadAttention(8, 3) end, 'MultiheadAttention: embed_dim (8) must be divisible by num_heads (3)')

@@ -14,7 +14,7 @@ local ember = require 'ember'
 local nn = setmetatable({}, { __index = require 'ember.nn.module' })
 local layers = require 'ember.nn.layers'
 local I = require 'ember.internal'
-local throw, describe, is_tensor = I.throw, I.describe, I.is_tensor
+local throw, describe, is_tensor, release_temp = I.throw, I.describe, I.is_tensor, I.release_temp
 local Module, init = nn.Module, require 'ember.nn.initializers'
 local F = require 'ember.nn.functional'
 
@@ -145,14 +145,22 @@ function MHA:forward(query, key, value, opts)
   local w1, b1 = part(0)
   local w2, b2 = part(1)
   local w3, b3 = part(2)
-  q, k, v = F.linear(q, w1, b1), F.linear(k, w2, b2), F.linear(v, w3, b3)
+  local pq, pk, pv = F.linear(q, w1, b1), F.linear(k, w2, b2), F.linear(v, w3, b3)
   local function heads(t, T) return t:reshape(B, T, H, hd):transpose(2, 3) end
-  q, k, v = heads(q, L), heads(k, S), heads(v, S)
+  q, k, v = heads(pq, L), heads(pk, S), heads(pv, S)
+  -- the projections and the views below are this call's own: handed back as soon as used
+  -- (I.release_temp), so that what backward does not keep returns to the allocator at once
+  release_temp(pq, q)
+  release_temp(pk, k)
+  release_temp(pv, v)
   local mask = merge_masks(self, opts.attn_mask, opts.key_padding_mask, B, L, S, q.dtype)
   local p = self.training and self.dropout or 0
   local out, weights
   if opts.need_weights == false then
     out = F.scaled_dot_product_attention(q, k, v, { mask = mask, causal = opts.is_causal, dropout = p })
+    release_temp(q, out)
+    release_temp(k, out)
+    release_temp(v, out)
   else -- the explicit path: the [B, H, L, S] weights are a result
     local scores = q:matmul(k:transpose(3, 4)) * (1 / math.sqrt(hd))
     if opts.is_causal then
@@ -167,7 +175,10 @@ function MHA:forward(query, key, value, opts)
     if opts.average_attn_weights ~= false then weights = weights:mean(2) end
     if not batched then weights = weights:squeeze(1) end
   end
-  out = self.out_proj(out:transpose(2, 3):reshape(B, L, E))
+  local merged = out:transpose(2, 3):reshape(B, L, E)
+  release_temp(out, merged)
+  out = self.out_proj(merged)
+  if not nn.has_forward_hooks(self.out_proj) then release_temp(merged, out) end
   if not batched then out = out:squeeze(1)
   elseif not self.batch_first then out = out:transpose(1, 2) end
   return out, weights
@@ -209,19 +220,69 @@ end
 function TEL:forward(src, opts)
   I.check_opts('TransformerEncoderLayer', opts, I.option_set('src_mask', 'src_key_padding_mask', 'is_causal'), 2)
   opts = opts or {}
+  -- Intermediates go back to the runtime once used (I.release_temp), unless a hook may have
+  -- kept one or the activation is the caller's function: with a char-GPT's many
+  -- intermediates the collector otherwise ran several full collections a step, and the
+  -- memory they freed came back cold.
+  local own = not self:_hooked_within() and self.activation_name ~= 'function'
+  local rel = own and release_temp or function() end
   local function sa(x)
     local y = self.self_attn(x, x, x, { attn_mask = opts.src_mask, key_padding_mask = opts.src_key_padding_mask,
       need_weights = false, is_causal = opts.is_causal })
-    return self.dropout1(y)
+    local r = self.dropout1(y)
+    rel(y, r)
+    return r
   end
-  local function ff(x) return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x))))) end
+  local function ff(x)
+    local h = self.linear1(x)
+    local a = self.activation(h)
+    rel(h, a)
+    local d = self.dropout(a)
+    rel(a, d)
+    local o = self.linear2(d)
+    rel(d, o)
+    local r = self.dropout2(o)
+    rel(o, r)
+    return r
+  end
   local x = src
   if self.norm_first then
-    x = x + sa(self.norm1(x))
-    return x + ff(self.norm2(x))
+    local n1 = self.norm1(x)
+    local a = sa(n1)
+    rel(n1, a, x)
+    local x1 = x + a
+    rel(a, x1, x)
+    local n2 = self.norm2(x1)
+    local f = ff(n2)
+    rel(n2, f, x1)
+    local out = x1 + f
+    rel(f, out, x1)
+    rel(x1, out, x)
+    return out
   end
-  x = self.norm1(x + sa(x))
-  return self.norm2(x + ff(x))
+  local a = sa(x)
+  local s1 = x + a
+  rel(a, s1, x)
+  local x1 = self.norm1(s1)
+  rel(s1, x1, x)
+  local f = ff(x1)
+  local s2 = x1 + f
+  rel(f, s2, x1)
+  rel(x1, s2, x)
+  local out = self.norm2(s2)
+  rel(s2, out)
+  return out
+end
+
+-- True when this layer or one of its parts has forward hooks (they may keep results).
+local TEL_PARTS = { 'self_attn', 'linear1', 'linear2', 'norm1', 'norm2', 'dropout', 'dropout1', 'dropout2' }
+function TEL:_hooked_within()
+  if nn.has_forward_hooks(self) or nn.has_forward_hooks(self.self_attn.out_proj) then return true end
+  for _, name in ipairs(TEL_PARTS) do
+    local m = self[name]
+    if m == nil or nn.has_forward_hooks(m) then return true end
+  end
+  return false
 end
 
 -- ---------------------------------------------------------------- RMSNorm
