@@ -77,10 +77,8 @@ static em_status shares(dist_run *r) {
   double *W = gr_alloc((size_t)(slots ? slots : 1) * sizeof *W), *sendw = gr_alloc((size_t)(p->nsend ? p->nsend : 1) * 8);
   r->nw = gr_alloc((size_t)(p->ml ? p->ml : 1) * sizeof *r->nw);
   em_status st = EM_OK;
-  if (!W || !sendw || !r->nw) {
-    st = gr_oom("graph part pagerank", (size_t)slots * 8 + (size_t)p->ml * 4);
-    goto done;
-  }
+  if (!W || !sendw || !r->nw) st = gr_oom("graph part pagerank", (size_t)slots * 8 + (size_t)p->ml * 4);
+  if ((st = gr_agree(p->group, "graph part pagerank", st))) goto done; /* before the exchange */
   if (nl) memcpy(W, p->out_weight, (size_t)nl * sizeof *W);
   for (int64_t j = 0; j < p->nsend; j++) sendw[j] = W[p->send[j]];
   if ((st = gr_alltoallv(p->group, W + nl, p->recv_count, sendw, p->send_count, EM_FLOAT64))) goto done;
