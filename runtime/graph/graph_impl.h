@@ -113,6 +113,9 @@ static inline bool gr_is_blank(char c) { return c == ' ' || c == '\t' || c == '\
  * fills msg (cap bytes) with what is wrong and returns GR_WEIGHT_*. */
 enum { GR_WEIGHT_NOT_A_NUMBER = 1, GR_WEIGHT_NAN, GR_WEIGHT_INFINITE, GR_WEIGHT_NEGATIVE };
 int gr_parse_weight(const char **p, const char *end, float *out, char *msg, size_t cap);
+/* Matrix Market: checks a number at *p, [+-]digits[.digits][e[+-]digits] (integer:
+ * [+-]digits) followed by a blank, a newline or the end; moves *p past it when true. */
+bool gr_mtx_read_value(const char **p, const char *end, bool integer);
 /* Shows at most 40 characters of the line at s for an error message. */
 void gr_quote_line(char *buf, size_t cap, const char *s, const char *end);
 

@@ -124,6 +124,7 @@ typedef struct text_range {
   int64_t line0; /* the line number of the body's first line (1-based) */
   int64_t lines_before; /* lines of the ranges before this rank's */
   bool mtx;
+  int field; /* Matrix Market: 0 pattern, 1 real, 2 integer */
   bool weighted; /* Matrix Market: the values are weights; SNAP: third fields are read */
   uint64_t rows; /* Matrix Market: the size line's */
   uint64_t max_id; /* SNAP: the largest id seen */
@@ -157,10 +158,43 @@ static em_status bad_line(const text_range *t, const char *line, const char *why
                       quoted);
 }
 
-/* A weight's error as em_graph_load words it (file:line: what is wrong). */
+/* An error as em_graph_load words it (file:line: what is wrong). */
+static em_status bad_entry(const text_range *t, const char *line, const char *msg) {
+  return em_set_error(EM_ERR_FORMAT, "%s: %s:%lld: %s", t->op, t->path, (long long)line_no(t, line), msg);
+}
 static em_status bad_weight(const text_range *t, const char *line, const char *msg) {
-  return em_set_error(EM_ERR_FORMAT, "%s: %s:%lld: %s%s", t->op, t->path, (long long)line_no(t, line), msg,
-                      t->mtx ? "" : " (the third field is the edge's weight)");
+  char full[240];
+  snprintf(full, sizeof full, "%s (the third field is the edge's weight)", msg);
+  return bad_entry(t, line, full);
+}
+
+/* Matrix Market: the entry's value, then nothing but blanks, checked as parse_mtx.c does
+ * (the weight's range when weighted, the number's syntax always). */
+static em_status mtx_value(const text_range *t, const char *line, const char **pp, const char *end, float *w) {
+  const char *p = *pp;
+  char msg[200], quoted[64];
+  while (p < end && gr_is_blank(*p)) p++;
+  if (t->field) {
+    if (p == end || *p == '\n') return bad_entry(t, line, "missing the entry's value");
+    const char *value = p;
+    int bad = t->weighted ? gr_parse_weight(&value, end, w, msg, sizeof msg) : 0;
+    if (bad == GR_WEIGHT_NAN || bad == GR_WEIGHT_INFINITE) return bad_entry(t, line, msg);
+    bool ok = gr_mtx_read_value(&p, end, t->field == 2);
+    if (ok && bad) return bad_entry(t, line, msg);
+    if (!ok) {
+      gr_quote_line(quoted, sizeof quoted, line, end);
+      snprintf(msg, sizeof msg, "expected %s value, got '%s'", t->field == 2 ? "an integer" : "a real", quoted);
+      return bad_entry(t, line, msg);
+    }
+    while (p < end && gr_is_blank(*p)) p++;
+  }
+  if (p < end && *p != '\n') {
+    gr_quote_line(quoted, sizeof quoted, line, end);
+    snprintf(msg, sizeof msg, "unexpected text after the entry: '%s'", quoted);
+    return bad_entry(t, line, msg);
+  }
+  *pp = p;
+  return EM_OK;
 }
 
 /* Parses this rank's lines into a (1-based Matrix Market indices made 0-based). */
@@ -195,18 +229,18 @@ static em_status parse_range(text_range *t, arcs *a) {
     }
     if (p < end && !gr_is_blank(*p) && *p != '\n') return bad_line(t, line, "expected blanks after the two ids");
     float w = 1;
-    if (t->weighted) {
+    if (t->mtx) {
+      em_status st = mtx_value(t, line, &p, end, &w);
+      if (st) return st;
+      if (t->weighted) a->w[a->len] = w;
+    } else if (t->weighted) {
       char msg[160];
       while (p < end && gr_is_blank(*p)) p++;
-      bool has = p < end && *p != '\n' && (t->mtx || *p != '#');
-      if (t->mtx && !has) return bad_weight(t, line, "missing the entry's value");
+      bool has = p < end && *p != '\n' && *p != '#';
       if (has && gr_parse_weight(&p, end, &w, msg, sizeof msg)) return bad_weight(t, line, msg);
-      if (!t->mtx) {
-        int64_t no = line_no(t, line);
-        if (has && t->first_with < 0) t->first_with = no;
-        if (!has && t->first_without < 0) t->first_without = no;
-        t->with_weight += has;
-      }
+      if (has && t->first_with < 0) t->first_with = line_no(t, line);
+      if (!has && t->first_without < 0) t->first_without = line_no(t, line);
+      t->with_weight += has;
       a->w[a->len] = w;
     }
     const char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -242,7 +276,8 @@ static em_status mtx_header(text_range *t, size_t size, bool *symmetric, uint64_
   if (strcasecmp(w[3], "pattern") && strcasecmp(w[3], "real") && strcasecmp(w[3], "integer"))
     return em_set_error(EM_ERR_FORMAT, "%s: %s:1: the field must be pattern, real or integer: '%s'", t->op, t->path,
                         w[3]);
-  t->weighted = read_weights && strcasecmp(w[3], "pattern") && strcasecmp(w[4], "skew-symmetric");
+  t->field = !strcasecmp(w[3], "pattern") ? 0 : !strcasecmp(w[3], "real") ? 1 : 2;
+  t->weighted = read_weights && t->field && strcasecmp(w[4], "skew-symmetric");
   const char *p = nl ? nl + 1 : end;
   int64_t line = 2;
   for (; p < end; line++) {

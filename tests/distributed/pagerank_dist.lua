@@ -191,7 +191,16 @@ do
     local ok, err = pcall(graph.load, path, { group = true })
     err = tostring(err)
     U.check(not ok and err:find('graph part load', 1, true), '%s: expected an error, got %s', name, err)
-    local mine = err:find(name .. ':' .. line .. ':', 1, true) and err:find(needle, 1, true)
+    local at = name .. ':' .. line .. ':'
+    local mine = err:find(at, 1, true) and err:find(needle, 1, true)
+    -- worded as the single process words it
+    local sok, serr = pcall(graph.load, path)
+    serr = tostring(serr)
+    U.check(not sok and serr:find(at, 1, true), '%s: the single process says %s', name, serr)
+    if mine then
+      local tail, stail = err:sub(err:find(at, 1, true)), serr:sub(serr:find(at, 1, true))
+      U.check(tail == stail, '%s: %s, the single process says %s', name, tail, stail)
+    end
     local t = ember.tensor({ mine and 1 or 0 }, { dtype = 'int32' })
     dist.all_reduce(t, 'sum')
     local any = t[1]:item()
@@ -207,6 +216,14 @@ do
   for v = 1, 60 do m[#m + 1] = string.format('%d %d 0.5', v, v % 60 + 1) end
   m[50] = '48 49 nan'
   bad_file('nan.mtx', m, 'NaN', 50)
+  m[50] = '48 49 0x1p3'
+  bad_file('hex.mtx', m, 'expected a real value', 50)
+  m[50] = '48 49 -0.5'
+  bad_file('negative.mtx', m, 'is negative', 50)
+  m[50] = '48 49 0.5 7'
+  bad_file('extra.mtx', m, 'unexpected text after the entry', 50)
+  m[50] = '48 49'
+  bad_file('missing.mtx', m, "missing the entry's value", 50)
 end
 
 -- a star: every arc into vertex 0, so the ranks after the first hold no arcs at all; lines
