@@ -345,8 +345,9 @@ local PART_PAGERANK = { damping = true, tol = true, max_iter = true, method = tr
 function PartGraph:is_weighted() return C.em_graph_part_is_weighted(part_handle('is_weighted', self)) ~= 0 end
 
 -- scores of this rank's vertices (float32 [last - first + 1]) and a table as
--- Graph:pagerank's, plus compute_seconds, exchange_seconds, bytes_sent, bytes_received
--- (per iteration, this rank).
+-- Graph:pagerank's (weighted = 'auto' | true | false as there; the weighted scores are the
+-- same bits as the single process's with reorder = 'none'), plus compute_seconds,
+-- exchange_seconds, bytes_sent, bytes_received (per iteration, this rank).
 function PartGraph:pagerank(opts)
   local p = part_handle('pagerank', self)
   local _, po = pagerank_options(opts, PART_PAGERANK)
