@@ -204,6 +204,13 @@ local function pagerank_options(opts, allowed)
   if opts.max_iter ~= nil then po.max_iter = need_int('pagerank', 'max_iter', opts.max_iter, 1) end
   if opts.method ~= nil then po.method = need_choice('pagerank', 'method', opts.method, METHODS) end
   if opts.blocking ~= nil then po.blocking = need_choice('pagerank', 'blocking', opts.blocking, BLOCKINGS) end
+  if opts.weighted ~= nil then
+    local w = WEIGHTS[opts.weighted]
+    if w == nil then
+      throw('pagerank: weighted must be \'auto\', true or false, got ' .. describe(opts.weighted))
+    end
+    po.weights = w
+  end
   return opts, po
 end
 
@@ -212,13 +219,6 @@ function Graph:pagerank(opts)
   local po
   opts, po = pagerank_options(opts, PAGERANK)
   if opts.device ~= nil then po.device = I.parse_device(opts.device, 'pagerank') end
-  if opts.weighted ~= nil then
-    local w = WEIGHTS[opts.weighted]
-    if w == nil then
-      throw('pagerank: weighted must be \'auto\', true or false, got ' .. describe(opts.weighted))
-    end
-    po.weights = w
-  end
   local p = opts.personalization
   if p ~= nil then
     if type(p) == 'table' then p = ember.tensor(p, { dtype = 'float64' }) end
@@ -298,8 +298,9 @@ function PartGraph:__tostring()
   if self._p == nil then return 'PartGraph(freed)' end
   local i = self:info()
   local own = i.last >= i.first and string.format('vertices %d..%d', i.first, i.last) or 'no vertices'
-  return string.format('PartGraph(%d vertices, %d arcs; rank %d of %d: %s, %d arcs, %d mirrors)',
-    i.num_vertices, i.num_edges, i.rank, i.world_size, own, i.local_edges, i.mirrors)
+  return string.format('PartGraph(%d vertices, %d arcs%s; rank %d of %d: %s, %d arcs, %d mirrors)',
+    i.num_vertices, i.num_edges, self:is_weighted() and ', weighted' or '', i.rank, i.world_size, own, i.local_edges,
+    i.mirrors)
 end
 
 function PartGraph:free()
@@ -338,11 +339,15 @@ function PartGraph:gather(t, root)
   return out[0] ~= nil and wrap(out[0]) or nil
 end
 
-local PART_PAGERANK = { damping = true, tol = true, max_iter = true, method = true }
+local PART_PAGERANK = { damping = true, tol = true, max_iter = true, method = true, weighted = true }
+
+-- Whether the arcs carry weights (a weighted file loaded with weights, or its cache).
+function PartGraph:is_weighted() return C.em_graph_part_is_weighted(part_handle('is_weighted', self)) ~= 0 end
 
 -- scores of this rank's vertices (float32 [last - first + 1]) and a table as
--- Graph:pagerank's, plus compute_seconds, exchange_seconds, bytes_sent, bytes_received
--- (per iteration, this rank).
+-- Graph:pagerank's (weighted = 'auto' | true | false as there; the weighted scores are the
+-- same bits as the single process's with reorder = 'none'), plus compute_seconds,
+-- exchange_seconds, bytes_sent, bytes_received (per iteration, this rank).
 function PartGraph:pagerank(opts)
   local p = part_handle('pagerank', self)
   local _, po = pagerank_options(opts, PART_PAGERANK)
@@ -357,7 +362,7 @@ function PartGraph:pagerank(opts)
     iterations = stats.iterations, converged = stats.converged ~= 0, residual = stats.residual, residuals = list,
     seconds = stats.seconds, setup_seconds = stats.setup_seconds, edges_per_second = stats.edges_per_second,
     method = METHOD_NAMES[tonumber(stats.method)], engine = ffi.string(stats.engine), device = 'cpu',
-    compute_seconds = ds.compute_seconds, exchange_seconds = ds.exchange_seconds,
+    weighted = stats.weighted ~= 0, compute_seconds = ds.compute_seconds, exchange_seconds = ds.exchange_seconds,
     bytes_sent = tonumber(ds.bytes_sent), bytes_received = tonumber(ds.bytes_received),
   }
 end

@@ -113,6 +113,9 @@ static inline bool gr_is_blank(char c) { return c == ' ' || c == '\t' || c == '\
  * fills msg (cap bytes) with what is wrong and returns GR_WEIGHT_*. */
 enum { GR_WEIGHT_NOT_A_NUMBER = 1, GR_WEIGHT_NAN, GR_WEIGHT_INFINITE, GR_WEIGHT_NEGATIVE };
 int gr_parse_weight(const char **p, const char *end, float *out, char *msg, size_t cap);
+/* Matrix Market: checks a number at *p, [+-]digits[.digits][e[+-]digits] (integer:
+ * [+-]digits) followed by a blank, a newline or the end; moves *p past it when true. */
+bool gr_mtx_read_value(const char **p, const char *end, bool integer);
 /* Shows at most 40 characters of the line at s for an error message. */
 void gr_quote_line(char *buf, size_t cap, const char *s, const char *end);
 
@@ -286,6 +289,8 @@ struct em_graph_part {
   int64_t begin, end, nl, ml; /* this rank's range, its vertex count and in-arc count */
   int64_t *offsets; /* [nl + 1] */
   uint32_t *sources; /* [ml] slots: v - begin for own sources, nl + i for mirror i */
+  float *weights; /* [ml] each in-arc's weight, beside sources; NULL: unweighted */
+  double *out_weight; /* [nl] W(u), the sum of u's out-arc weights (as pagerank.c sums them); with weights */
   int64_t nmirror;
   uint32_t *mirror; /* [nmirror] global ids, ascending (so grouped by owner, in rank order) */
   int64_t *recv_count; /* [size] mirrors owned by each rank: values received per iteration */
@@ -306,11 +311,14 @@ em_status gr_allgather(struct em_dist_group *g, void *out, const void *in, int64
 /* Ranks agree on failure: every rank passes its status; when any rank failed, the others
  * return an error naming the first that did (its own message is on its stderr). */
 em_status gr_agree(struct em_dist_group *g, const char *op, em_status st);
-/* Builds rank's partition from its share of the arcs (src[i] -> dst[i], dense ids < n, the
- * options already applied), which it frees (gr_free) in any case. */
+/* Builds rank's partition from its share of the arcs (src[i] -> dst[i] with weight wt[i],
+ * dense ids < n, the options already applied; wt NULL: unweighted), which it frees
+ * (gr_free) in any case. */
 em_status gr_part_build(em_graph_part **out, struct em_dist_group *g, const char *op, int64_t n, uint32_t *src,
-                        uint32_t *dst, int64_t count, bool drop_duplicates, bool directed);
-em_status gr_part_load_cache(em_graph_part **out, struct em_dist_group *g, const char *path, bool verify);
+                        uint32_t *dst, float *wt, int64_t count, bool drop_duplicates, bool directed);
+/* keep_weights false: a weighted cache loads unweighted (em_graph_options.weights = 0). */
+em_status gr_part_load_cache(em_graph_part **out, struct em_dist_group *g, const char *path, bool verify,
+                             bool keep_weights);
 /* Edges [e0, e1) of em_graph_kronecker (kind 0) or em_graph_uniform (kind 1), before options. */
 void gr_generate_slice(int kind, int32_t scale, int64_t n, uint64_t seed, int64_t e0, int64_t e1, uint32_t *u,
                        uint32_t *v);

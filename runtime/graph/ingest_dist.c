@@ -9,9 +9,11 @@
  * SNAP ids are remapped to dense ids as em_graph_load does (the rank of the id among the
  * ids present): one all_reduce (max) of a byte per id marks the ids present, so ids must
  * be below 2^32 here.
- * Partitioned graphs carry no weights yet: a weighted file (a Matrix Market real or
- * integer matrix, a SNAP line with a third field) is refused unless the options say
- * weights = 0, which loads it unweighted as em_graph_load does. */
+ * Weights: a Matrix Market real or integer matrix (not skew-symmetric) and a SNAP file
+ * whose edge lines have a third field are weighted, as em_graph_load reads them (the same
+ * checks, gr_parse_weight; a SNAP file needs a weight on every edge line or on none, which
+ * the ranks settle together); each arc carries its weight to its owner (partition.c).
+ * weights = 0 in the options loads the file unweighted. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,18 +22,21 @@
 
 typedef struct arcs {
   uint32_t *u, *v;
+  float *w; /* weights; NULL: unweighted */
   int64_t len, cap;
 } arcs;
 
-static em_status arcs_init(arcs *a, const char *op, int64_t cap) {
+static em_status arcs_init(arcs *a, const char *op, int64_t cap, bool weighted) {
   a->len = 0;
   a->cap = cap > 0 ? cap : 1;
   a->u = gr_alloc((size_t)a->cap * 4);
   a->v = gr_alloc((size_t)a->cap * 4);
-  if (!a->u || !a->v) {
-    gr_free(a->u), gr_free(a->v);
+  a->w = weighted ? gr_alloc((size_t)a->cap * 4) : NULL;
+  if (!a->u || !a->v || (weighted && !a->w)) {
+    gr_free(a->u), gr_free(a->v), gr_free(a->w);
     a->u = a->v = NULL;
-    return gr_oom(op, (size_t)a->cap * 8);
+    a->w = NULL;
+    return gr_oom(op, (size_t)a->cap * 12);
   }
   return EM_OK;
 }
@@ -45,12 +50,16 @@ static void apply_options(arcs *a, const em_graph_options *o, bool directed) {
     uint32_t u = a->u[i], v = a->v[i];
     if (o->reverse) u = a->v[i], v = a->u[i];
     if (u == v && o->drop_self_loops) continue;
+    if (a->w) a->w[w] = a->w[i];
     a->u[w] = u, a->v[w++] = v;
   }
   a->len = w;
   if (!directed)
     for (int64_t i = 0; i < w; i++)
-      if (a->u[i] != a->v[i]) a->u[a->len] = a->v[i], a->v[a->len++] = a->u[i];
+      if (a->u[i] != a->v[i]) {
+        if (a->w) a->w[a->len] = a->w[i];
+        a->u[a->len] = a->v[i], a->v[a->len++] = a->u[i];
+      }
 }
 
 static em_status check_group(const char *op, em_dist_group *g) {
@@ -67,14 +76,14 @@ static em_status generated(em_graph_part **out, em_dist_group *g, const char *op
   int rank = em_dist_rank(g), size = em_dist_size(g);
   int64_t e0 = (int64_t)((__int128)m * rank / size), e1 = (int64_t)((__int128)m * (rank + 1) / size);
   arcs a;
-  em_status st = arcs_init(&a, op, (e1 - e0) * (opts->directed ? 1 : 2));
+  em_status st = arcs_init(&a, op, (e1 - e0) * (opts->directed ? 1 : 2), false);
   if (!st) {
     gr_generate_slice(kind, scale, n, seed, e0, e1, a.u, a.v);
     a.len = e1 - e0;
     apply_options(&a, opts, opts->directed);
   }
   if ((st = gr_agree(g, op, st))) return st;
-  return gr_part_build(out, g, op, n, a.u, a.v, a.len, opts->drop_duplicates, opts->directed);
+  return gr_part_build(out, g, op, n, a.u, a.v, NULL, a.len, opts->drop_duplicates, opts->directed);
 }
 
 em_status em_graph_part_kronecker(em_graph_part **out, em_dist_group *g, int32_t scale, int32_t edge_factor,
@@ -115,9 +124,12 @@ typedef struct text_range {
   int64_t line0; /* the line number of the body's first line (1-based) */
   int64_t lines_before; /* lines of the ranges before this rank's */
   bool mtx;
-  bool refuse_weights; /* SNAP: a third field is an error (opts->weights set) */
+  int field; /* Matrix Market: 0 pattern, 1 real, 2 integer */
+  bool weighted; /* Matrix Market: the values are weights; SNAP: third fields are read */
   uint64_t rows; /* Matrix Market: the size line's */
   uint64_t max_id; /* SNAP: the largest id seen */
+  int64_t with_weight; /* SNAP: edge lines with a third field */
+  int64_t first_with, first_without; /* SNAP: their first line numbers; -1 none */
 } text_range;
 
 static size_t line_start(const text_range *t, size_t size, size_t pos) {
@@ -134,12 +146,55 @@ static int64_t count_lines(const char *s, const char *e) {
   return n;
 }
 
+static int64_t line_no(const text_range *t, const char *line) {
+  return t->line0 + t->lines_before + count_lines(t->data + t->begin, line);
+}
+
 static em_status bad_line(const text_range *t, const char *line, const char *why) {
   char quoted[64];
   const char *e = t->data + t->end;
   gr_quote_line(quoted, sizeof quoted, line, e);
-  int64_t no = t->line0 + t->lines_before + count_lines(t->data + t->begin, line);
-  return em_set_error(EM_ERR_FORMAT, "%s: %s:%lld: %s, got '%s'", t->op, t->path, (long long)no, why, quoted);
+  return em_set_error(EM_ERR_FORMAT, "%s: %s:%lld: %s, got '%s'", t->op, t->path, (long long)line_no(t, line), why,
+                      quoted);
+}
+
+/* An error as em_graph_load words it (file:line: what is wrong). */
+static em_status bad_entry(const text_range *t, const char *line, const char *msg) {
+  return em_set_error(EM_ERR_FORMAT, "%s: %s:%lld: %s", t->op, t->path, (long long)line_no(t, line), msg);
+}
+static em_status bad_weight(const text_range *t, const char *line, const char *msg) {
+  char full[240];
+  snprintf(full, sizeof full, "%s (the third field is the edge's weight)", msg);
+  return bad_entry(t, line, full);
+}
+
+/* Matrix Market: the entry's value, then nothing but blanks, checked as parse_mtx.c does
+ * (the weight's range when weighted, the number's syntax always). */
+static em_status mtx_value(const text_range *t, const char *line, const char **pp, const char *end, float *w) {
+  const char *p = *pp;
+  char msg[200], quoted[64];
+  while (p < end && gr_is_blank(*p)) p++;
+  if (t->field) {
+    if (p == end || *p == '\n') return bad_entry(t, line, "missing the entry's value");
+    const char *value = p;
+    int bad = t->weighted ? gr_parse_weight(&value, end, w, msg, sizeof msg) : 0;
+    if (bad == GR_WEIGHT_NAN || bad == GR_WEIGHT_INFINITE) return bad_entry(t, line, msg);
+    bool ok = gr_mtx_read_value(&p, end, t->field == 2);
+    if (ok && bad) return bad_entry(t, line, msg);
+    if (!ok) {
+      gr_quote_line(quoted, sizeof quoted, line, end);
+      snprintf(msg, sizeof msg, "expected %s value, got '%s'", t->field == 2 ? "an integer" : "a real", quoted);
+      return bad_entry(t, line, msg);
+    }
+    while (p < end && gr_is_blank(*p)) p++;
+  }
+  if (p < end && *p != '\n') {
+    gr_quote_line(quoted, sizeof quoted, line, end);
+    snprintf(msg, sizeof msg, "unexpected text after the entry: '%s'", quoted);
+    return bad_entry(t, line, msg);
+  }
+  *pp = p;
+  return EM_OK;
 }
 
 /* Parses this rank's lines into a (1-based Matrix Market indices made 0-based). */
@@ -173,11 +228,21 @@ static em_status parse_range(text_range *t, arcs *a) {
       }
     }
     if (p < end && !gr_is_blank(*p) && *p != '\n') return bad_line(t, line, "expected blanks after the two ids");
-    while (t->refuse_weights && p < end && gr_is_blank(*p)) p++;
-    if (t->refuse_weights && p < end && *p != '\n' && *p != '#')
-      return bad_line(t, line,
-                      "a third field (an edge weight): partitioned graphs do not carry weights yet (load with "
-                      "weights = false to ignore them, or on one process)");
+    float w = 1;
+    if (t->mtx) {
+      em_status st = mtx_value(t, line, &p, end, &w);
+      if (st) return st;
+      if (t->weighted) a->w[a->len] = w;
+    } else if (t->weighted) {
+      char msg[160];
+      while (p < end && gr_is_blank(*p)) p++;
+      bool has = p < end && *p != '\n' && *p != '#';
+      if (has && gr_parse_weight(&p, end, &w, msg, sizeof msg)) return bad_weight(t, line, msg);
+      if (has && t->first_with < 0) t->first_with = line_no(t, line);
+      if (!has && t->first_without < 0) t->first_without = line_no(t, line);
+      t->with_weight += has;
+      a->w[a->len] = w;
+    }
     const char *nl = memchr(p, '\n', (size_t)(end - p));
     p = nl ? nl + 1 : end;
     uint64_t base = t->mtx ? 1 : 0;
@@ -190,7 +255,7 @@ static em_status parse_range(text_range *t, arcs *a) {
 }
 
 /* Matrix Market's banner and size line; sets body, line0, rows, *symmetric, *entries. */
-static em_status mtx_header(text_range *t, size_t size, bool *symmetric, uint64_t *entries, bool refuse_weights) {
+static em_status mtx_header(text_range *t, size_t size, bool *symmetric, uint64_t *entries, bool read_weights) {
   const char *d = t->data, *end = d + size;
   const char *nl = memchr(d, '\n', size);
   const char *le = nl ? nl : end;
@@ -208,11 +273,11 @@ static em_status mtx_header(text_range *t, size_t size, bool *symmetric, uint64_
   if (!*symmetric && strcasecmp(w[4], "general"))
     return em_set_error(EM_ERR_FORMAT, "%s: %s:1: the symmetry must be general, symmetric or skew-symmetric: '%s'",
                         t->op, t->path, w[4]);
-  if (refuse_weights && strcasecmp(w[3], "pattern") && strcasecmp(w[4], "skew-symmetric"))
-    return em_set_error(EM_ERR_UNSUPPORTED,
-                        "%s: %s:1: a %s matrix is a weighted graph, and partitioned graphs do not carry weights yet "
-                        "(load with weights = false to ignore the values, or on one process)",
-                        t->op, t->path, w[3]);
+  if (strcasecmp(w[3], "pattern") && strcasecmp(w[3], "real") && strcasecmp(w[3], "integer"))
+    return em_set_error(EM_ERR_FORMAT, "%s: %s:1: the field must be pattern, real or integer: '%s'", t->op, t->path,
+                        w[3]);
+  t->field = !strcasecmp(w[3], "pattern") ? 0 : !strcasecmp(w[3], "real") ? 1 : 2;
+  t->weighted = read_weights && t->field && strcasecmp(w[4], "skew-symmetric");
   const char *p = nl ? nl + 1 : end;
   int64_t line = 2;
   for (; p < end; line++) {
@@ -297,7 +362,7 @@ em_status em_graph_part_load(em_graph_part **out, em_dist_group *g, const char *
           : plen > 3 && !strcmp(path + plen - 3, ".sg")  ? EM_GRAPH_FORMAT_SG
                                                          : EM_GRAPH_FORMAT_SNAP;
   }
-  if (fmt == EM_GRAPH_FORMAT_EMBER) return gr_part_load_cache(out, g, path, opts->verify != 0);
+  if (fmt == EM_GRAPH_FORMAT_EMBER) return gr_part_load_cache(out, g, path, opts->verify != 0, opts->weights != 0);
   if (fmt == EM_GRAPH_FORMAT_SG)
     return em_set_error(EM_ERR_ARGUMENT, "%s: %s: .sg files load on one process only (em_graph_load), expected SNAP or "
                         "Matrix Market text, or a partitioned cache (.emp)", op, path);
@@ -308,7 +373,9 @@ em_status em_graph_part_load(em_graph_part **out, em_dist_group *g, const char *
                   .data = text.data,
                   .line0 = 1,
                   .mtx = fmt == EM_GRAPH_FORMAT_MTX,
-                  .refuse_weights = fmt != EM_GRAPH_FORMAT_MTX && opts->weights != 0};
+                  .weighted = fmt != EM_GRAPH_FORMAT_MTX && opts->weights != 0,
+                  .first_with = -1,
+                  .first_without = -1};
   bool symmetric = false, directed = opts->directed != 0;
   uint64_t entries = 0;
   arcs a = {0};
@@ -329,9 +396,26 @@ em_status em_graph_part_load(em_graph_part **out, em_dist_group *g, const char *
   for (int r = 0; r < rank; r++) t.lines_before += all[r] - 1;
   free(all);
   if (st) goto done;
-  st = arcs_init(&a, op, lines * (directed ? 1 : 2));
+  st = arcs_init(&a, op, lines * (directed ? 1 : 2), t.weighted);
   if (!st) st = parse_range(&t, &a);
   if ((st = gr_agree(g, op, st))) goto done;
+  if (!t.mtx && t.weighted) { /* SNAP: weighted when any edge line has a weight; then all must */
+    int64_t counts[2] = {t.with_weight, a.len}, lines2[2] = {t.first_with, t.first_without};
+    for (int k = 0; k < 2; k++) lines2[k] = lines2[k] < 0 ? INT64_MAX : lines2[k];
+    if ((st = gr_allreduce(g, counts, 2, EM_INT64, EM_DIST_SUM)) || (st = gr_allreduce(g, lines2, 2, EM_INT64, EM_DIST_MIN)))
+      goto done;
+    if (counts[0] > 0 && counts[0] < counts[1]) {
+      st = em_set_error(EM_ERR_FORMAT,
+                        "%s: %s:%lld: the edge has no weight (a third field), but line %lld has one: in a weighted "
+                        "file every edge needs a weight",
+                        op, path, (long long)lines2[1], (long long)lines2[0]);
+      goto done;
+    }
+    if (counts[0] == 0) {
+      gr_free(a.w);
+      a.w = NULL;
+    }
+  }
   int64_t n, ids = 0;
   if (t.mtx) {
     int64_t found = a.len;
@@ -357,8 +441,9 @@ em_status em_graph_part_load(em_graph_part **out, em_dist_group *g, const char *
   gr_text_close(&text);
   text.data = NULL;
   apply_options(&a, opts, directed);
-  st = gr_part_build(&p, g, op, n, a.u, a.v, a.len, opts->drop_duplicates, directed);
+  st = gr_part_build(&p, g, op, n, a.u, a.v, a.w, a.len, opts->drop_duplicates, directed);
   a.u = a.v = NULL;
+  a.w = NULL;
   if (st) goto done;
   if (t.mtx) p->id_base = 1;
   else if ((st = gr_agree(g, op, snap_originals(p, seen, ids)))) goto done;
@@ -368,6 +453,7 @@ done:
   if (text.data) gr_text_close(&text);
   gr_free(a.u);
   gr_free(a.v);
+  gr_free(a.w);
   gr_free(seen);
   em_graph_part_free(p);
   return st;

@@ -10,7 +10,13 @@
  *      all_to_all_v of float32 straight into the mirror part of the new contribution
  *      array, and one all_reduce of the three int64 sums.
  * The integer sums make every global reduction exact, so the scores are the same bits
- * whatever the rank and thread counts. */
+ * whatever the rank and thread counts.
+ *
+ * Weighted graphs (pagerank.c's sweep_weighted, term for term): the owners' out-weights
+ * W(u) (partition.c sums them as pagerank.c does) reach the mirrors once, by the plan;
+ * each arc's share nw = (float)(w / W(u)) is then the same float as pagerank.c's, the
+ * contributions are x(u) itself (0 when W(u) = 0: dangling), and each vertex sums
+ * x(u) * nw in double, arc by arc in the same order. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -25,6 +31,7 @@ typedef struct dist_run {
   double damping;
   bool gapbs;
   float *x, *y, *contrib, *next, *inv, *sendbuf;
+  float *nw; /* [ml] weighted: each arc's share of its source's score; NULL: unweighted */
   double compute, exchange;
 } dist_run;
 
@@ -37,8 +44,12 @@ static void sweep(dist_run *r, int64_t b, int64_t e, double coef, double scale, 
   float *restrict y = r->y, *restrict next = r->next;
   const double d = r->damping * scale, t = coef / (double)p->n;
   int64_t sum = 0, res = 0, dang = 0;
+  const float *restrict nw = r->nw;
   for (int64_t v = b; v < e; v++) {
-    double in = gr_pr_gather(contrib, src + off[v], off[v + 1] - off[v]);
+    double in = 0;
+    if (nw)
+      for (int64_t j = off[v]; j < off[v + 1]; j++) in += (double)contrib[src[j]] * (double)nw[j];
+    else in = gr_pr_gather(contrib, src + off[v], off[v + 1] - off[v]);
     float nv = (float)(d * in + t);
     y[v] = nv;
     sum += gr_fix(nv);
@@ -56,6 +67,30 @@ static em_status exchange(dist_run *r, float *buf) {
   const em_graph_part *p = r->p;
   for (int64_t j = 0; j < p->nsend; j++) r->sendbuf[j] = buf[p->send[j]];
   return gr_alltoallv(p->group, buf + p->nl, p->recv_count, r->sendbuf, p->send_count, EM_FLOAT32);
+}
+
+/* Weighted: W of the mirrors from their owners, then each arc's share nw = w / W(u) as
+ * pagerank.c's arc_shares computes it, and inv = 1 where W > 0, else 0 (dangling). */
+static em_status shares(dist_run *r) {
+  const em_graph_part *p = r->p;
+  int64_t nl = p->nl, slots = nl + p->nmirror;
+  double *W = gr_alloc((size_t)(slots ? slots : 1) * sizeof *W), *sendw = gr_alloc((size_t)(p->nsend ? p->nsend : 1) * 8);
+  r->nw = gr_alloc((size_t)(p->ml ? p->ml : 1) * sizeof *r->nw);
+  em_status st = EM_OK;
+  if (!W || !sendw || !r->nw) st = gr_oom("graph part pagerank", (size_t)slots * 8 + (size_t)p->ml * 4);
+  if ((st = gr_agree(p->group, "graph part pagerank", st))) goto done; /* before the exchange */
+  if (nl) memcpy(W, p->out_weight, (size_t)nl * sizeof *W);
+  for (int64_t j = 0; j < p->nsend; j++) sendw[j] = W[p->send[j]];
+  if ((st = gr_alltoallv(p->group, W + nl, p->recv_count, sendw, p->send_count, EM_FLOAT64))) goto done;
+  for (int64_t j = 0; j < p->ml; j++) {
+    double w = W[p->sources[j]];
+    r->nw[j] = w > 0 ? (float)(p->weights[j] / w) : 0.0f;
+  }
+  for (int64_t v = 0; v < nl; v++) r->inv[v] = W[v] > 0 ? 1.0f : 0.0f;
+done:
+  gr_free(W);
+  gr_free(sendw);
+  return st;
 }
 
 static void swap(float **a, float **b) {
@@ -135,8 +170,14 @@ em_status em_graph_part_pagerank(em_tensor **scores, em_tensor **residuals, em_p
   if (opts->device.type != EM_CPU)
     return em_set_error(EM_ERR_DEVICE, "%s: a partitioned graph ranks on the CPU, got device type %d", op,
                         opts->device.type);
-  if (opts->weights == EM_PAGERANK_WEIGHTS_ON)
-    return em_set_error(EM_ERR_UNSUPPORTED, "%s: weights = on, but partitioned graphs carry no weights yet", op);
+  if (opts->weights < EM_PAGERANK_WEIGHTS_AUTO || opts->weights > EM_PAGERANK_WEIGHTS_OFF)
+    return em_set_error(EM_ERR_ARGUMENT, "%s: weights is %d, expected 0 (auto), 1 (on) or 2 (off)", op, opts->weights);
+  if (opts->weights == EM_PAGERANK_WEIGHTS_ON && !p->weights)
+    return em_set_error(EM_ERR_ARGUMENT,
+                        "%s: weights = on, but the graph has no edge weights (expected a Matrix Market real or "
+                        "integer file, a SNAP file with a third column, or a cache saved from one)",
+                        op);
+  bool weighted = p->weights && opts->weights != EM_PAGERANK_WEIGHTS_OFF;
   double t0 = em_clock_monotonic();
   int64_t nl = p->nl, slots = p->nl + p->nmirror;
   size_t fbytes = (size_t)(slots ? slots : 1) * sizeof(float);
@@ -151,7 +192,10 @@ em_status em_graph_part_pagerank(em_tensor **scores, em_tensor **residuals, em_p
   em_status st = EM_OK;
   if (!residual || !r.x || !r.y || !r.inv || !r.contrib || !r.next || !r.sendbuf) st = gr_oom(op, fbytes * 2);
   if ((st = gr_agree(p->group, op, st))) goto done;
-  for (int64_t v = 0; v < nl; v++) r.inv[v] = p->out_degree[v] ? 1.0f / (float)p->out_degree[v] : 0.0f;
+  if (weighted) st = shares(&r);
+  else
+    for (int64_t v = 0; v < nl; v++) r.inv[v] = p->out_degree[v] ? 1.0f / (float)p->out_degree[v] : 0.0f;
+  if ((st = gr_agree(p->group, op, st))) goto done;
   double t1 = em_clock_monotonic();
   int converged = 0;
   double scale = 1;
@@ -179,8 +223,8 @@ em_status em_graph_part_pagerank(em_tensor **scores, em_tensor **residuals, em_p
     stats->setup_seconds = t1 - t0;
     stats->edges_per_second = t2 > t1 ? (double)p->m * iters / (t2 - t1) : 0;
     stats->method = opts->method;
-    stats->engine = "cpu:partitioned";
-    stats->weighted = 0;
+    stats->engine = weighted ? "cpu:partitioned:weighted" : "cpu:partitioned";
+    stats->weighted = weighted;
   }
   if (dstats) {
     dstats->compute_seconds = r.compute;
@@ -196,5 +240,6 @@ done:
   gr_free(r.contrib);
   gr_free(r.next);
   gr_free(r.sendbuf);
+  gr_free(r.nw);
   return st;
 }

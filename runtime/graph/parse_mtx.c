@@ -31,8 +31,7 @@ typedef struct mtx_ctx {
   int64_t *entries; /* [chunks] */
 } mtx_ctx;
 
-/* Checks a number at *p: [+-]digits[.digits][e[+-]digits] (integer: [+-]digits). */
-static bool read_value(const char **p, const char *end, bool integer) {
+bool gr_mtx_read_value(const char **p, const char *end, bool integer) {
   const char *s = *p;
   if (s < end && (*s == '+' || *s == '-')) s++;
   const char *digits = s;
@@ -119,7 +118,7 @@ static em_status scan_chunk(mtx_ctx *c, int64_t k, gr_sink *sink) {
       char msg[200];
       int bad = c->weighted ? gr_parse_weight(&value, end, &w, msg, sizeof msg) : 0;
       if (bad == GR_WEIGHT_NAN || bad == GR_WEIGHT_INFINITE) return entry_error(e, line, msg);
-      bool ok = read_value(&p, end, c->field == FIELD_INTEGER);
+      bool ok = gr_mtx_read_value(&p, end, c->field == FIELD_INTEGER);
       if (ok && bad) return entry_error(e, line, msg);
       if (!ok) {
         char quoted[64], msg[120];

@@ -5,6 +5,9 @@
  *   PATH.R-of-N      rank R's partition: a header, then its arrays (bounds, CSR, mirrors,
  *                    exchange plan, out-degrees, original ids), checksummed (XXH64 chained
  *                    over the arrays, the value kept in the header and the manifest)
+ * A weighted graph's cache says "ember-graph-parts 2" and its rank files EMBPART2: the
+ * same header, then the arrays with the arcs' weights and the out-weights W(u) after them
+ * (so readers of version 1 refuse it at its first line, and version-1 caches still load).
  * Rank files are written to a temporary name and renamed; rank 0 writes the manifest last,
  * once every rank has reported its file, so a manifest always names complete files. A
  * cache is tied to its rank count: loading it with another one is a clear error on every
@@ -18,6 +21,7 @@
 #include "graph_impl.h"
 
 #define PART_MAGIC "EMBPART1"
+#define PART_MAGIC_W "EMBPART2" /* weighted */
 
 typedef struct part_header {
   char magic[8];
@@ -44,6 +48,10 @@ static int arrays(em_graph_part *p, array_ref *a) {
   a[k++] = (array_ref){(void **)&p->send, (size_t)p->nsend * 4, false};
   a[k++] = (array_ref){(void **)&p->out_degree, (size_t)p->nl * 4, false};
   if (p->original) a[k++] = (array_ref){(void **)&p->original, (size_t)p->nl * 8, false};
+  if (p->weights) {
+    a[k++] = (array_ref){(void **)&p->weights, (size_t)p->ml * 4, false};
+    a[k++] = (array_ref){(void **)&p->out_weight, (size_t)p->nl * 8, false};
+  }
   return k;
 }
 
@@ -64,12 +72,12 @@ static const char *base_name(const char *path) {
 
 static em_status write_part(const em_graph_part *p, const char *file, uint64_t *sum, int64_t *bytes) {
   const char *op = "graph part save";
-  array_ref a[9];
+  array_ref a[11];
   int k = arrays((em_graph_part *)p, a);
   part_header h = {.rank = p->rank, .size = p->size, .n = p->n, .m = p->m, .begin = p->begin, .end = p->end,
                    .nl = p->nl, .ml = p->ml, .nmirror = p->nmirror, .nsend = p->nsend, .id_base = p->id_base,
                    .directed = p->directed, .has_original = p->original != NULL};
-  memcpy(h.magic, PART_MAGIC, 8);
+  memcpy(h.magic, p->weights ? PART_MAGIC_W : PART_MAGIC, 8);
   em_status st = checksum(a, k, &h.checksum);
   if (st) return st;
   char tmp[4200];
@@ -113,8 +121,8 @@ em_status em_graph_part_save(const em_graph_part *p, const char *path) {
     char *text = malloc(cap);
     if (!text) st = gr_oom(op, cap);
     else {
-      size_t len = (size_t)snprintf(text, cap, "ember-graph-parts 1\nranks %d\nvertices %" PRId64 "\nedges %" PRId64 "\n",
-                                    p->size, p->n, p->m);
+      size_t len = (size_t)snprintf(text, cap, "ember-graph-parts %d\nranks %d\nvertices %" PRId64 "\nedges %" PRId64
+                                    "\n", p->weights ? 2 : 1, p->size, p->n, p->m);
       for (int r = 0; r < p->size; r++)
         len += (size_t)snprintf(text + len, cap - len, "part %d %s.%d-of-%d %016" PRIx64 " %" PRId64 "\n", r,
                                 base_name(path), r, p->size, (uint64_t)all[2 * r], all[2 * r + 1]);
@@ -135,8 +143,10 @@ static em_status read_manifest(const char *path, int rank, int size, char *file,
   char line[4400];
   int ranks = -1, found = 0;
   em_status st = EM_OK;
-  if (!fgets(line, sizeof line, f) || strncmp(line, "ember-graph-parts 1", 19)) {
-    st = em_set_error(EM_ERR_FORMAT, "%s: '%s' is not a partitioned graph cache (expected 'ember-graph-parts 1' first)",
+  if (!fgets(line, sizeof line, f) || (strncmp(line, "ember-graph-parts 1", 19) && strncmp(line, "ember-graph-parts 2", 19))) {
+    st = em_set_error(EM_ERR_FORMAT,
+                      "%s: '%s' is not a partitioned graph cache (expected 'ember-graph-parts 1' or 2 first: a later "
+                      "version of ember may have written it)",
                       op, path);
     goto done;
   }
@@ -172,7 +182,8 @@ static em_status load_part(em_graph_part *p, const char *file, uint64_t want, in
   if (!f) return em_set_error(EM_ERR_IO, "%s: cannot open '%s': %s", op, file, strerror(errno));
   part_header h;
   em_status st = EM_OK;
-  if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, PART_MAGIC, 8) || h.rank != p->rank || h.size != p->size ||
+  bool ok = fread(&h, sizeof h, 1, f) == 1, weighted = ok && !memcmp(h.magic, PART_MAGIC_W, 8);
+  if (!ok || (memcmp(h.magic, PART_MAGIC, 8) && !weighted) || h.rank != p->rank || h.size != p->size ||
       h.checksum != want) {
     st = em_set_error(EM_ERR_FORMAT, "%s: '%s' is not rank %d of %d's part of this cache (header or checksum differs "
                       "from the manifest)", op, file, p->rank, p->size);
@@ -180,13 +191,15 @@ static em_status load_part(em_graph_part *p, const char *file, uint64_t want, in
   }
   p->n = h.n, p->m = h.m, p->begin = h.begin, p->end = h.end, p->nl = h.nl, p->ml = h.ml;
   p->nmirror = h.nmirror, p->nsend = h.nsend, p->id_base = h.id_base, p->directed = h.directed;
-  array_ref a[9];
+  array_ref a[11];
   p->original = h.has_original ? (int64_t *)1 : NULL; /* counted by arrays(), allocated below */
+  p->weights = weighted ? (float *)1 : NULL;
   int k = arrays(p, a);
   int64_t expect = (int64_t)sizeof h;
   for (int i = 0; i < k; i++) expect += (int64_t)a[i].bytes;
   if (expect != bytes) {
     p->original = NULL;
+    p->weights = NULL;
     st = em_set_error(EM_ERR_FORMAT, "%s: '%s' holds %lld bytes by its header, the manifest says %lld", op, file,
                       (long long)expect, (long long)bytes);
     goto done;
@@ -213,7 +226,8 @@ done:
   return st;
 }
 
-em_status gr_part_load_cache(em_graph_part **out, em_dist_group *g, const char *path, bool verify) {
+em_status gr_part_load_cache(em_graph_part **out, em_dist_group *g, const char *path, bool verify,
+                             bool keep_weights) {
   const char *op = "graph part load";
   em_graph_part *p = calloc(1, sizeof *p);
   if (!p) return gr_agree(g, op, gr_oom(op, sizeof *p));
@@ -229,6 +243,12 @@ em_status gr_part_load_cache(em_graph_part **out, em_dist_group *g, const char *
   if ((st = gr_agree(g, op, st))) {
     em_graph_part_free(p);
     return st;
+  }
+  if (!keep_weights) { /* weights = 0: the arcs as they are, each counted once */
+    gr_free(p->weights);
+    gr_free(p->out_weight);
+    p->weights = NULL;
+    p->out_weight = NULL;
   }
   *out = p;
   return EM_OK;

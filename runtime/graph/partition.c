@@ -15,6 +15,13 @@
  *      vertices each rank mirrors (all_to_all_v of the ids): the per-iteration plan;
  *   6. out-degrees: counted where the arcs are, mirrors' counts sent back to the owners
  *      along the plan reversed (so drops of duplicates are counted right).
+ * Weighted graphs: each arc's weight travels with it in the shuffle; the per-vertex sort
+ * orders (source, weight) pairs and drops of duplicates add the repeated arcs' weights in
+ * double in that order, as csr_build.c does. The out-weight W(u) of each vertex must be
+ * the same double that pagerank.c sums arc by arc in CSR order (targets ascending), so
+ * the ranks holding u's arcs send them, in their CSR order, to u's owner, which adds the
+ * ranks' lists in rank order (its own arcs at its own place): the same additions in the
+ * same order. W of mirrors is exchanged when PageRank starts (pagerank_dist.c).
  * Every step is collective; a rank that fails says so to the others (gr_agree) before
  * the next collective, so a bad file is an error on every rank, not a hang. */
 #include <stdio.h>
@@ -110,6 +117,52 @@ static int cmp_u32(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+static inline uint32_t float_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+static inline float bits_float(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* Weighted: sorts a vertex's (source, weight) pairs by source then weight bits (as
+ * csr_build.c's sort_weighted_vertex), adding the weights of repeated sources in double in
+ * that order when dedup. Returns the arcs kept. key: n words of scratch. */
+static int64_t sort_weighted(uint32_t *a, float *wt, int64_t n, bool dedup, uint64_t *key) {
+  for (int64_t i = 0; i < n; i++) key[i] = (uint64_t)a[i] << 32 | float_bits(wt[i]);
+  if (n > 32) qsort(key, (size_t)n, sizeof *key, cmp_u64);
+  else
+    for (int64_t i = 1; i < n; i++) {
+      uint64_t x = key[i];
+      int64_t j = i;
+      for (; j > 0 && key[j - 1] > x; j--) key[j] = key[j - 1];
+      key[j] = x;
+    }
+  int64_t w = 0;
+  for (int64_t i = 0; i < n;) {
+    uint32_t u = (uint32_t)(key[i] >> 32);
+    if (!dedup) {
+      a[i] = u, wt[i] = bits_float((uint32_t)key[i]);
+      i++;
+      continue;
+    }
+    double sum = 0;
+    int64_t j = i;
+    for (; j < n && (uint32_t)(key[j] >> 32) == u; j++) sum += bits_float((uint32_t)key[j]);
+    a[w] = u, wt[w++] = (float)sum;
+    i = j;
+  }
+  return dedup ? w : n;
+}
+
 static void sort_sources(uint32_t *a, int64_t n) {
   if (n > 32) {
     qsort(a, (size_t)n, sizeof *a, cmp_u32);
@@ -129,6 +182,8 @@ void em_graph_part_free(em_graph_part *p) {
   free(p->bounds);
   gr_free(p->offsets);
   gr_free(p->sources);
+  gr_free(p->weights);
+  gr_free(p->out_weight);
   gr_free(p->mirror);
   free(p->recv_count);
   free(p->send_count);
@@ -139,23 +194,30 @@ void em_graph_part_free(em_graph_part *p) {
 }
 
 /* Steps 3 and 4: the shuffle and the local CSR (global source ids, sorted). */
-static em_status shuffle(em_graph_part *p, const char *op, uint32_t *src, uint32_t *dst, int64_t count, bool dedup) {
+static em_status shuffle(em_graph_part *p, const char *op, uint32_t *src, uint32_t *dst, float *wt, int64_t count,
+                         bool dedup) {
   int size = p->size;
   int64_t *sc = calloc((size_t)size, sizeof *sc), *rc = calloc((size_t)size, sizeof *rc),
           *pos = calloc((size_t)size, sizeof *pos);
   uint64_t *out = gr_alloc((size_t)(count ? count : 1) * 8), *in = NULL;
+  float *outw = wt ? gr_alloc((size_t)(count ? count : 1) * 4) : NULL, *inw = NULL;
   em_status st = EM_OK;
-  if (!sc || !rc || !pos || !out) {
-    st = gr_oom(op, (size_t)count * 8);
+  if (!sc || !rc || !pos || !out || (wt && !outw)) {
+    st = gr_oom(op, (size_t)count * 12);
     goto done;
   }
   for (int64_t i = 0; i < count; i++) sc[owner_of(p->bounds, size, dst[i])]++;
   for (int r = 1; r < size; r++) pos[r] = pos[r - 1] + sc[r - 1];
-  for (int64_t i = 0; i < count; i++)
-    out[pos[owner_of(p->bounds, size, dst[i])]++] = (uint64_t)dst[i] << 32 | src[i];
+  for (int64_t i = 0; i < count; i++) {
+    int64_t k = pos[owner_of(p->bounds, size, dst[i])]++;
+    out[k] = (uint64_t)dst[i] << 32 | src[i];
+    if (wt) outw[k] = wt[i];
+  }
   gr_free(src);
   gr_free(dst);
+  gr_free(wt);
   src = dst = NULL;
+  wt = NULL;
   /* the counts first (one int64 per rank), then the arcs */
   {
     int64_t *ones = malloc((size_t)size * sizeof *ones);
@@ -177,6 +239,19 @@ static em_status shuffle(em_graph_part *p, const char *op, uint32_t *src, uint32
   if ((st = gr_alltoallv(p->group, in, rc, out, sc, EM_INT64))) goto done;
   gr_free(out);
   out = NULL;
+  if (outw) {
+    if (!(inw = gr_alloc((size_t)(received ? received : 1) * 4))) {
+      st = gr_oom(op, (size_t)received * 4);
+      goto done;
+    }
+    if ((st = gr_alltoallv(p->group, inw, rc, outw, sc, EM_FLOAT32))) goto done;
+    gr_free(outw);
+    outw = NULL;
+    if (!(p->weights = gr_alloc((size_t)(received ? received : 1) * sizeof *p->weights))) {
+      st = gr_oom(op, (size_t)received * 4);
+      goto done;
+    }
+  }
   p->offsets = gr_calloc((size_t)(p->nl + 1) * sizeof *p->offsets);
   p->sources = gr_alloc((size_t)(received ? received : 1) * sizeof *p->sources);
   if (!p->offsets || !p->sources) {
@@ -191,10 +266,38 @@ static em_status shuffle(em_graph_part *p, const char *op, uint32_t *src, uint32
     goto done;
   }
   memcpy(cur, p->offsets, (size_t)p->nl * sizeof *cur);
-  for (int64_t i = 0; i < received; i++) p->sources[cur[(in[i] >> 32) - (uint64_t)p->begin]++] = (uint32_t)in[i];
+  for (int64_t i = 0; i < received; i++) {
+    int64_t k = cur[(in[i] >> 32) - (uint64_t)p->begin]++;
+    p->sources[k] = (uint32_t)in[i];
+    if (inw) p->weights[k] = inw[i];
+  }
   gr_free(cur);
+  if (p->weights) {
+    int64_t max_deg = 0, w = 0;
+    for (int64_t v = 0; v < p->nl; v++)
+      if (p->offsets[v + 1] - p->offsets[v] > max_deg) max_deg = p->offsets[v + 1] - p->offsets[v];
+    uint64_t *key = gr_alloc((size_t)(max_deg ? max_deg : 1) * sizeof *key);
+    if (!key) {
+      st = gr_oom(op, (size_t)max_deg * 8);
+      goto done;
+    }
+    /* one thread: kept arcs move down in place */
+    for (int64_t v = 0; v < p->nl; v++) {
+      int64_t b = p->offsets[v], deg = p->offsets[v + 1] - b;
+      int64_t k = sort_weighted(p->sources + b, p->weights + b, deg, dedup, key);
+      memmove(p->sources + w, p->sources + b, (size_t)k * sizeof *p->sources);
+      memmove(p->weights + w, p->weights + b, (size_t)k * sizeof *p->weights);
+      p->offsets[v] = w;
+      w += k;
+    }
+    p->offsets[p->nl] = w;
+    received = w;
+    gr_free(key);
+    dedup = false;
+  } else {
 #pragma omp parallel for schedule(dynamic, 1024) num_threads(gr_threads())
-  for (int64_t v = 0; v < p->nl; v++) sort_sources(p->sources + p->offsets[v], p->offsets[v + 1] - p->offsets[v]);
+    for (int64_t v = 0; v < p->nl; v++) sort_sources(p->sources + p->offsets[v], p->offsets[v + 1] - p->offsets[v]);
+  }
   if (dedup) {
     int64_t w = 0;
     for (int64_t v = 0; v < p->nl; v++) {
@@ -213,8 +316,61 @@ done:
   free(pos);
   gr_free(out);
   gr_free(in);
+  gr_free(outw);
+  gr_free(inw);
   gr_free(src);
   gr_free(dst);
+  gr_free(wt);
+  return st;
+}
+
+/* Weighted: W(u) of the own vertices (see the top). count: arcs per slot; back: the arcs
+ * out of each vertex sent (p->send) that its mirroring rank holds. */
+static em_status out_weights(em_graph_part *p, const char *op, const uint32_t *count, const uint32_t *back) {
+  int size = p->size;
+  int64_t nl = p->nl, nm = p->nmirror, sent = 0, got = 0;
+  for (int64_t i = 0; i < nm; i++) sent += count[nl + i];
+  for (int64_t j = 0; j < p->nsend; j++) got += back[j];
+  int64_t *sc = calloc((size_t)size, sizeof *sc), *rc = calloc((size_t)size, sizeof *rc);
+  int64_t *cur = gr_alloc((size_t)(nm ? nm : 1) * sizeof *cur);
+  float *sw = gr_alloc((size_t)(sent ? sent : 1) * 4), *rw = gr_alloc((size_t)(got ? got : 1) * 4);
+  p->out_weight = gr_calloc((size_t)(nl ? nl : 1) * sizeof *p->out_weight);
+  em_status st = EM_OK;
+  if (!sc || !rc || !cur || !sw || !rw || !p->out_weight) {
+    st = gr_oom(op, (size_t)(sent + got) * 4 + (size_t)nl * 8);
+    goto done;
+  }
+  /* mirrors ascend, so they are grouped by owner in rank order; each one's weights in
+   * this rank's CSR order */
+  int64_t i = 0, at = 0;
+  for (int r = 0; r < size; r++)
+    for (int64_t c = 0; c < p->recv_count[r]; c++, i++) {
+      cur[i] = at;
+      at += count[nl + i];
+      sc[r] += count[nl + i];
+    }
+  for (int64_t j = 0; j < p->ml; j++)
+    if (p->sources[j] >= nl) sw[cur[p->sources[j] - nl]++] = p->weights[j];
+  int64_t j = 0;
+  for (int r = 0; r < size; r++)
+    for (int64_t c = 0; c < p->send_count[r]; c++) rc[r] += back[j++];
+  if ((st = gr_alltoallv(p->group, rw, rc, sw, sc, EM_FLOAT32))) goto done;
+  double *W = p->out_weight;
+  int64_t pos = 0;
+  j = 0;
+  for (int r = 0; r < size; r++) {
+    if (r == p->rank)
+      for (int64_t a = 0; a < p->ml; a++)
+        if (p->sources[a] < nl) W[p->sources[a]] += p->weights[a];
+    for (int64_t c = 0; c < p->send_count[r]; c++, j++)
+      for (uint32_t k = 0; k < back[j]; k++) W[p->send[j]] += rw[pos++];
+  }
+done:
+  free(sc);
+  free(rc);
+  gr_free(cur);
+  gr_free(sw);
+  gr_free(rw);
   return st;
 }
 
@@ -275,6 +431,7 @@ static em_status plan(em_graph_part *p, const char *op, uint32_t *slot) {
   if ((st = gr_alltoallv(p->group, back, p->send_count, count + p->nl, p->recv_count, EM_INT32))) goto done;
   for (int64_t v = 0; v < p->nl; v++) p->out_degree[v] = count[v];
   for (int64_t j = 0; j < p->nsend; j++) p->out_degree[p->send[j]] += back[j];
+  if (p->weights) st = out_weights(p, op, count, back);
 done:
   gr_free(count);
   gr_free(back);
@@ -282,7 +439,7 @@ done:
 }
 
 em_status gr_part_build(em_graph_part **out, em_dist_group *g, const char *op, int64_t n, uint32_t *src,
-                        uint32_t *dst, int64_t count, bool drop_duplicates, bool directed) {
+                        uint32_t *dst, float *wt, int64_t count, bool drop_duplicates, bool directed) {
   *out = NULL;
   em_graph_part *p = calloc(1, sizeof *p);
   int32_t *indeg = gr_calloc((size_t)(n ? n : 1) * sizeof *indeg);
@@ -291,6 +448,7 @@ em_status gr_part_build(em_graph_part **out, em_dist_group *g, const char *op, i
     st = gr_oom(op, (size_t)n * 4);
     gr_free(src);
     gr_free(dst);
+    gr_free(wt);
     goto done;
   }
   em_dist_group_retain(g);
@@ -309,8 +467,9 @@ em_status gr_part_build(em_graph_part **out, em_dist_group *g, const char *op, i
   p->begin = p->bounds[p->rank];
   p->end = p->bounds[p->rank + 1];
   p->nl = p->end - p->begin;
-  st = shuffle(p, op, src, dst, count, drop_duplicates);
+  st = shuffle(p, op, src, dst, wt, count, drop_duplicates);
   src = dst = NULL;
+  wt = NULL;
   if ((st = gr_agree(g, op, st)) || (st = gr_agree(g, op, plan(p, op, (uint32_t *)indeg)))) goto done;
   p->m = p->ml;
   if ((st = gr_allreduce(g, &p->m, 1, EM_INT64, EM_DIST_SUM))) goto done;
@@ -320,6 +479,7 @@ em_status gr_part_build(em_graph_part **out, em_dist_group *g, const char *op, i
 fail:
   gr_free(src);
   gr_free(dst);
+  gr_free(wt);
 done:
   gr_free(indeg);
   em_graph_part_free(p);
@@ -327,6 +487,8 @@ done:
 }
 
 /* ---- inspection */
+int em_graph_part_is_weighted(const em_graph_part *p) { return p && p->weights ? 1 : 0; }
+
 void em_graph_part_get_info(const em_graph_part *p, em_graph_part_info *o) {
   memset(o, 0, sizeof *o);
   if (!p) return;
@@ -338,7 +500,8 @@ void em_graph_part_get_info(const em_graph_part *p, em_graph_part_info *o) {
   o->mirrors = p->nmirror;
   o->values_sent = p->nsend;
   o->values_received = p->nmirror;
-  o->bytes = (p->nl + 1) * 8 + p->ml * 4 + p->nmirror * 4 + p->nsend * 4 + p->nl * 4 + (p->original ? p->nl * 8 : 0);
+  o->bytes = (p->nl + 1) * 8 + p->ml * 4 + p->nmirror * 4 + p->nsend * 4 + p->nl * 4 + (p->original ? p->nl * 8 : 0) +
+             (p->weights ? p->ml * 4 + p->nl * 8 : 0);
   o->rank = p->rank;
   o->world_size = p->size;
 }

@@ -3,7 +3,9 @@
 -- and by the single process (reorder = 'none', the order the partitioned engine sums in),
 -- and the scores must be the same bits; against a float64 power iteration (the same
 -- definition, in Lua) the L1 distance must be <= 1e-6. Also: the partitioned cache round
--- trip and its refusal with another rank count, degrees, original ids, bad files.
+-- trip and its refusal with another rank count, degrees, original ids, bad files. Weighted
+-- graphs (Matrix Market values, SNAP third columns) likewise against the single-process
+-- weighted PageRank (bits) and the weighted float64 reference.
 local U = dofile(arg[0]:gsub('[^/]*$', '') .. 'util.lua')
 local dist, graph = ember.dist, ember.graph
 local ffi = require 'ffi'
@@ -19,24 +21,31 @@ local dir = string.format('%s/ember_prdist_%d_%d', tmp, ember.dist.env().world_s
 if rank == 0 then os.execute('mkdir -p ' .. dir) end
 dist.barrier()
 
--- float64 PageRank of the same definition (dangling mass spread uniformly)
-local function reference(g, iters, damping)
+-- float64 PageRank of the same definition (dangling mass spread uniformly); weighted: u's
+-- share w / W(u), W(u) the sum of its out-arc weights, dangling when W(u) = 0
+local function reference(g, iters, damping, weighted)
   local n = g:num_vertices()
   local src, dst = g:edges()
-  local _, outdeg = g:degrees()
   local sp, dp = ffi.cast('int64_t *', src:contiguous():data_ptr()), ffi.cast('int64_t *', dst:contiguous():data_ptr())
-  local od = ffi.cast('int64_t *', outdeg:data_ptr())
+  local wt = ffi.cast('float *', g:edge_weights():contiguous():data_ptr())
+  local od = {}
+  for v = 1, n do od[v] = 0 end
+  for e = 0, src:numel() - 1 do
+    local u = tonumber(sp[e])
+    od[u] = od[u] + (weighted and tonumber(wt[e]) or 1)
+  end
   local x, y = {}, {}
   for v = 1, n do x[v] = 1 / n end
   for _ = 1, iters do
     local dang = 0
     for v = 1, n do
       y[v] = 0
-      if od[v - 1] == 0 then dang = dang + x[v] end
+      if od[v] == 0 then dang = dang + x[v] end
     end
     for e = 0, src:numel() - 1 do
-      local u = tonumber(sp[e - 0]) -- 1-based
-      y[tonumber(dp[e])] = y[tonumber(dp[e])] + x[u] / tonumber(od[u - 1])
+      local u = tonumber(sp[e]) -- 1-based
+      local w = weighted and tonumber(wt[e]) or 1
+      if od[u] > 0 then y[tonumber(dp[e])] = y[tonumber(dp[e])] + x[u] * w / od[u] end
     end
     local t = ((1 - damping) + damping * dang) / n
     for v = 1, n do x[v] = damping * y[v] + t end
@@ -44,10 +53,10 @@ local function reference(g, iters, damping)
   return ember.tensor(x, { dtype = 'float64' })
 end
 
-local function case(what, make_part, make_single, iters)
+local function case(what, make_part, make_single, iters, weighted)
   iters = iters or 40
   local pg = make_part()
-  local s, info = pg:pagerank { tol = 0, max_iter = iters }
+  local s, info = pg:pagerank { tol = 0, max_iter = iters, weighted = weighted }
   local i = pg:info()
   U.check(s:numel() == i.last - i.first + 1, '%s: %d scores for vertices %d..%d', what, s:numel(), i.first, i.last)
   local full = pg:gather(s)
@@ -55,11 +64,17 @@ local function case(what, make_part, make_single, iters)
   U.check(g:num_vertices() == i.num_vertices and g:num_edges() == i.num_edges,
     '%s: %d vertices %d arcs, the single process has %d and %d', what, i.num_vertices, i.num_edges,
     g:num_vertices(), g:num_edges())
-  local ref = g:pagerank { tol = 0, max_iter = iters }
+  local ref, rinfo = g:pagerank { tol = 0, max_iter = iters, weighted = weighted }
+  U.check(pg:is_weighted() == g:is_weighted(), '%s: is_weighted %s, the single process says %s', what,
+    tostring(pg:is_weighted()), tostring(g:is_weighted()))
+  U.check(info.weighted == rinfo.weighted, '%s: weighted %s, the single process %s', what, tostring(info.weighted),
+    tostring(rinfo.weighted))
+  U.check(info.engine == (info.weighted and 'cpu:partitioned:weighted' or 'cpu:partitioned'), '%s: engine %s', what,
+    info.engine)
   U.equal(full, ref, what .. ': partitioned against single-process scores (bits)')
   U.same_everywhere(full, what .. ': gathered scores')
   if g:num_edges() < 20000 then
-    local l1 = (full:to('float64') - reference(g, iters, 0.85)):abs():sum():item()
+    local l1 = (full:to('float64') - reference(g, iters, 0.85, rinfo.weighted)):abs():sum():item()
     U.check(l1 <= 1e-6, '%s: L1 %g against float64', what, l1)
   end
   -- degrees and original ids of this rank's vertices
@@ -104,30 +119,111 @@ case('small.snap', function() return graph.load(snap, { group = true }) end,
 case('small.snap reversed, no loops', function()
   return graph.load(snap, { group = true, reverse = true, drop_self_loops = true })
 end, function() return graph.load(snap, { reorder = 'none', reverse = true, drop_self_loops = true }) end)
--- small.mtx is a real matrix, so a weighted graph: partitioned graphs carry no weights yet
--- and refuse it unless told to ignore the values
-case('small.mtx', function() return graph.load(mtx, { group = true, weights = false }) end,
-  function() return graph.load(mtx, { reorder = 'none', weights = false }) end)
-do
-  local ok, err = pcall(graph.load, mtx, { group = true })
-  U.check(not ok and tostring(err):find('do not carry weights yet', 1, true),
-    'small.mtx: a weighted matrix is refused by partitioned loading, got %s', tostring(err))
-  local wsnap = dir .. '/weighted.txt'
-  if rank == 0 then
-    local f = assert(io.open(wsnap, 'w'))
-    -- 30 vertices, so that every rank owns some (a graph of fewer vertices than ranks
-    -- hangs the partitioned build today, weights or not: a bug of its own)
-    for v = 0, 29 do f:write(string.format('%d %d %g\n%d %d 2\n', v, (v + 1) % 30, v / 4, v, (v * 7) % 30)) end
-    f:close()
+-- weighted files: small.mtx and trade.mtx are real matrices (trade.mtx has a dangling
+-- vertex and one whose out-arcs all weigh 0), ranked with their weights, without them
+-- (weighted = false), and loaded without them (weights = false)
+local trade = here .. '../../examples/data/trade.mtx'
+for _, f in ipairs { { 'small.mtx', mtx }, { 'trade.mtx', trade } } do
+  local name, path = f[1], f[2]
+  case(name .. ' weighted', function() return graph.load(path, { group = true }) end,
+    function() return graph.load(path, { reorder = 'none' }) end)
+  case(name .. ' weighted = false', function() return graph.load(path, { group = true }) end,
+    function() return graph.load(path, { reorder = 'none' }) end, 40, false)
+  case(name .. ' weighted = true, undirected, no duplicates', function()
+    return graph.load(path, { group = true, directed = false, drop_duplicates = true })
+  end, function() return graph.load(path, { reorder = 'none', directed = false, drop_duplicates = true }) end, 40, true)
+  case(name .. ' weights ignored', function() return graph.load(path, { group = true, weights = false }) end,
+    function() return graph.load(path, { reorder = 'none', weights = false }) end)
+end
+-- a weighted SNAP file: duplicate arcs of unequal weights (far apart in the file, so on
+-- different ranks' byte ranges), a vertex whose out-arcs weigh 0, sinks, weights from
+-- 1e-6 to 1e20 (W(u) must be summed in the single process's order to be the same bits)
+local wsnap = dir .. '/weighted.txt'
+if rank == 0 then
+  local f = assert(io.open(wsnap, 'w'))
+  f:write('# u v weight\n')
+  for v = 0, 39 do
+    if v % 10 ~= 9 then -- 9, 19, 29, 39: sinks
+      local w = v == 5 and '0' or string.format('%g', (v % 7 + 1) / 4)
+      f:write(string.format('%d %d %s\n%d\t%d  %s\n', v, (v + 1) % 40, w, v, (v * 7) % 40, v == 5 and '0.0' or '2'))
+    end
   end
-  dist.barrier()
-  ok, err = pcall(graph.load, wsnap, { group = true })
-  -- the rank holding line 1 names it; the others name the rank that failed
-  U.check(not ok and (rank ~= 0 or tostring(err):find('weighted.txt:1:', 1, true) and
-      tostring(err):find('do not carry weights yet', 1, true)),
-    'weighted.txt: a SNAP weight column is refused by partitioned loading, got %s', tostring(err))
-  case('weighted.txt, weights ignored', function() return graph.load(wsnap, { group = true, weights = false }) end,
-    function() return graph.load(wsnap, { reorder = 'none', weights = false }) end)
+  for v = 0, 39, 3 do
+    if v % 10 ~= 9 and v ~= 5 then
+      f:write(string.format('%d %d %s\n', v, (v + 1) % 40, v % 2 == 0 and '1e20' or '1e-6'))
+    end
+  end
+  f:write('12 13 0.1\n12 13 0.3\n12 13 0.1\n')
+  f:close()
+end
+dist.barrier()
+for _, o in ipairs {
+  { 'weighted.txt', {} },
+  { 'weighted.txt without duplicates', { drop_duplicates = true } },
+  { 'weighted.txt undirected, without duplicates', { directed = false, drop_duplicates = true } },
+  { 'weighted.txt reversed', { reverse = true } },
+} do
+  local function opts(extra)
+    local t = {}
+    for k, v in pairs(o[2]) do t[k] = v end
+    for k, v in pairs(extra) do t[k] = v end
+    return t
+  end
+  case(o[1], function() return graph.load(wsnap, opts { group = true }) end,
+    function() return graph.load(wsnap, opts { reorder = 'none' }) end)
+end
+case('weighted.txt, weights ignored', function() return graph.load(wsnap, { group = true, weights = false }) end,
+  function() return graph.load(wsnap, { reorder = 'none', weights = false }) end)
+do
+  -- weighted = true on an unweighted graph is refused on every rank
+  local pg = graph.load(snap, { group = true })
+  U.fails(function() pg:pagerank { weighted = true } end, { 'has no edge weights' }, 'weighted = true, unweighted')
+  -- bad weights: the error names file:line (on the rank whose range holds the line; the
+  -- others name that rank)
+  local function bad_file(name, lines, needle, line)
+    local path = dir .. '/' .. name
+    if rank == 0 then
+      local f = assert(io.open(path, 'w'))
+      f:write(table.concat(lines, '\n'), '\n')
+      f:close()
+    end
+    dist.barrier()
+    local ok, err = pcall(graph.load, path, { group = true })
+    err = tostring(err)
+    U.check(not ok and err:find('graph part load', 1, true), '%s: expected an error, got %s', name, err)
+    local at = name .. ':' .. line .. ':'
+    local mine = err:find(at, 1, true) and err:find(needle, 1, true)
+    -- worded as the single process words it
+    local sok, serr = pcall(graph.load, path)
+    serr = tostring(serr)
+    U.check(not sok and serr:find(at, 1, true), '%s: the single process says %s', name, serr)
+    if mine then
+      local tail, stail = err:sub(err:find(at, 1, true)), serr:sub(serr:find(at, 1, true))
+      U.check(tail == stail, '%s: %s, the single process says %s', name, tail, stail)
+    end
+    local t = ember.tensor({ mine and 1 or 0 }, { dtype = 'int32' })
+    dist.all_reduce(t, 'sum')
+    local any = t[1]:item()
+    U.check(any >= 1, '%s: no rank named line %d (%s), this one says %s', name, line, needle, err)
+  end
+  local lines = {}
+  for v = 0, 59 do lines[#lines + 1] = string.format('%d %d 1.5', v, (v + 1) % 60) end
+  lines[45] = '44 45 -2'
+  bad_file('negative.txt', lines, 'the third field is the edge', 45)
+  lines[45] = '44 45'
+  bad_file('mixed.txt', lines, 'every edge needs a weight', 45)
+  local m = { '%%MatrixMarket matrix coordinate real general', '60 60 60' }
+  for v = 1, 60 do m[#m + 1] = string.format('%d %d 0.5', v, v % 60 + 1) end
+  m[50] = '48 49 nan'
+  bad_file('nan.mtx', m, 'NaN', 50)
+  m[50] = '48 49 0x1p3'
+  bad_file('hex.mtx', m, 'expected a real value', 50)
+  m[50] = '48 49 -0.5'
+  bad_file('negative.mtx', m, 'is negative', 50)
+  m[50] = '48 49 0.5 7'
+  bad_file('extra.mtx', m, 'unexpected text after the entry', 50)
+  m[50] = '48 49'
+  bad_file('missing.mtx', m, "missing the entry's value", 50)
 end
 
 -- a star: every arc into vertex 0, so the ranks after the first hold no arcs at all; lines
@@ -152,6 +248,26 @@ local tiny = case('2 vertices', function() return graph.uniform { vertices = 2, 
   function() return graph.uniform { vertices = 2, edges = 3, seed = 4, reorder = 'none' } end)
 if size > 2 and rank == size - 1 then
   U.check(tostring(tiny):find('no vertices', 1, true), 'tiny: rank %d should own no vertex: %s', rank, tostring(tiny))
+end
+
+-- the weighted partitioned cache: round trip (weights kept), and loaded without them
+do
+  local wcache = dir .. '/weighted.emp'
+  local pw, _, wfull = case('weighted.txt for the cache', function() return graph.load(wsnap, { group = true }) end,
+    function() return graph.load(wsnap, { reorder = 'none' }) end)
+  pw:save(wcache)
+  local wback = graph.load(wcache, { group = true })
+  U.check(wback:is_weighted() and tostring(wback) == tostring(pw), 'weighted cache: %s, expected %s', tostring(wback),
+    tostring(pw))
+  local ws, wi = wback:pagerank { tol = 0, max_iter = 40 }
+  U.check(wi.weighted, 'weighted cache: PageRank did not use the weights')
+  U.equal(wback:gather(ws), wfull, 'weighted cache round trip: the same scores')
+  local f = io.open(wcache, 'r')
+  local first = f:read('*l')
+  f:close()
+  U.check(first == 'ember-graph-parts 2', 'weighted cache manifest starts %s', tostring(first))
+  case('weighted cache, weights ignored', function() return graph.load(wcache, { group = true, weights = false }) end,
+    function() return graph.load(wsnap, { reorder = 'none', weights = false }) end)
 end
 
 -- the partitioned cache: round trip, then refused with another rank count

@@ -19,6 +19,21 @@ cmp -s "$T/d.tsv" "$T/s.tsv" || fail "distributed scores differ from the single 
 grep -q '"graph_from":"cache"' "$T/out2" || { cat "$T/out2"; fail "the cache was not reused"; }
 "$EMBER" launch -n 3 --threads 1 run $JOB graph.cache=$T/kron.emp >"$T/out3" 2>&1 && fail "3 ranks took a 2-rank cache"
 grep -q 'was built for 2 ranks, this group has 3' "$T/out3" || { cat "$T/out3"; fail "no clear refusal"; }
+# a weighted file: the partitioned job follows the weights (true, then auto from its cache)
+# and writes the single process's weighted scores; weighted=false its unweighted ones
+WJOB="$HERE/../../pipelines/pagerank_file.yaml graph.input.path=$HERE/../../examples/data/trade.mtx pagerank.tol=0"
+"$EMBER" run $WJOB graph.reorder=none pagerank.weighted=true output.scores=$T/ws.tsv >"$T/w0" 2>&1 ||
+  { cat "$T/w0"; fail "single weighted job"; }
+"$EMBER" run $WJOB graph.reorder=none pagerank.weighted=false output.scores=$T/us.tsv >"$T/w0" 2>&1 ||
+  { cat "$T/w0"; fail "single unweighted job"; }
+for W in true auto false; do
+  "$EMBER" launch -n 2 --threads 1 run $WJOB graph.cache=$T/trade.emp pagerank.weighted=$W output.scores=$T/wd.tsv \
+    >"$T/w1" 2>&1 || { cat "$T/w1"; fail "distributed weighted=$W job"; }
+  if [ $W = false ]; then E=false; R=us; else E=true; R=ws; fi
+  grep -q "\"weighted\":$E" "$T/w1" || { cat "$T/w1"; fail "weighted=$W: no \"weighted\":$E in the JSON line"; }
+  cmp -s "$T/wd.tsv" "$T/$R.tsv" || fail "weighted=$W: distributed scores differ from the single process's"
+done
+grep -q '"graph_from":"cache"' "$T/w1" || { cat "$T/w1"; fail "the weighted cache was not reused"; }
 # rank 1 dies before ranking: rank 0 must end with the timeout naming rank 1
 cat >"$T/kill.lua" <<'LUA'
 local ffi = require 'ffi'

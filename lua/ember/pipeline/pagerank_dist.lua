@@ -11,13 +11,16 @@
 -- and reports as the single-process job does, plus `ranks`: per rank, its vertices, arcs,
 -- mirrors, the partition's memory and the peak RSS, bytes sent and received per
 -- iteration, and the seconds of compute and of exchange. Other ranks print nothing.
+-- Weights travel with the arcs (a Matrix Market real/integer file, a SNAP third column;
+-- the cache keeps them): pagerank.weighted auto / true / false as in the single-process
+-- job, and the weighted scores are the same bits as its weighted ones.
 local ffi = require 'ffi'
 local progress = require 'ember.util.progress'
 local checkpoint = require 'ember.pipeline.checkpoint'
 
 local M = {}
 
-local function build(graph, gcfg, pr)
+local function build(graph, gcfg)
   local gen, o = gcfg.generate, { group = true }
   local spec = gen or gcfg.input
   o.directed, o.drop_self_loops, o.drop_duplicates = spec.directed, spec.drop_self_loops, spec.drop_duplicates
@@ -32,18 +35,14 @@ local function build(graph, gcfg, pr)
   end
   if gcfg.input.labels then error('graph.input.labels: not supported by the distributed job', 0) end
   o.format, o.reverse = gcfg.input.format, gcfg.input.reverse
-  o.weights = pr.weighted ~= false -- partitioned graphs carry no weights: a weighted file is refused unless false
   local ok, g = pcall(graph.load, gcfg.input.path, o)
-  if not ok and tostring(g):find('do not carry weights yet', 1, true) then
-    error(tostring(g) .. ' (pagerank.weighted: false ranks it with every arc counted once)', 0)
-  end
   if not ok then error(g, 0) end
   return g
 end
 
 -- The partition, how it was obtained and the seconds it took (the cache: a manifest, its
 -- rank files and a sidecar <cache>.json with what it was built from).
-local function obtain(ember, gcfg, pr, key, log, rank)
+local function obtain(ember, gcfg, key, log, rank)
   local graph, dist = ember.graph, ember.dist
   local t0 = progress.now()
   if gcfg.cache then
@@ -62,7 +61,7 @@ local function obtain(ember, gcfg, pr, key, log, rank)
       log('graph cache %s: %s: building the graph', gcfg.cache, stored and 'built from another source' or 'absent')
     end
     t0 = progress.now()
-    local g = build(graph, gcfg, pr)
+    local g = build(graph, gcfg)
     local dt = progress.now() - t0
     if rank == 0 then
       local dir = gcfg.cache:match('^(.*)/[^/]*$')
@@ -73,7 +72,7 @@ local function obtain(ember, gcfg, pr, key, log, rank)
     if rank == 0 then checkpoint.write_atomic(gcfg.cache .. '.json', key .. '\n') end
     return g, 'generated or parsed', dt
   end
-  local g = build(graph, gcfg, pr)
+  local g = build(graph, gcfg)
   return g, gcfg.generate and 'generated' or 'parsed', progress.now() - t0
 end
 
@@ -87,23 +86,23 @@ function M.run(cfg, ctx, H)
   if cfg.device ~= 'cpu' then error('device: a distributed PageRank job runs on the CPU, got ' .. cfg.device, 0) end
   if pr.personalization then error('pagerank.personalization: not supported by the distributed job', 0) end
   if pr.method == 'gauss-seidel' then error('pagerank.method: gauss-seidel does not partition: use jacobi', 0) end
-  if pr.weighted == true then
-    error('pagerank.weighted: true is not supported by the distributed job (partitioned graphs carry no weights ' ..
-      'yet): use auto or false, or run on one process', 0)
-  end
   local source = H.describe_source(gcfg)
-  -- not the rank count (another is refused); whether a file's weights were ignored (a cache
-  -- built so is no answer to weighted: auto)
-  local key = H.cache_key(gcfg):gsub('^{', '{"partitioned":true,' ..
-    (pr.weighted == false and '"weights_ignored":true,' or ''))
-  local g, from, build_seconds = obtain(ember, gcfg, pr, key, log, rank)
+  -- not the rank count (another is refused); /2: the cache keeps a file's weights (those
+  -- of before dropped them or refused the file)
+  local key = H.cache_key(gcfg):gsub('^{', '{"partitioned":2,')
+  local g, from, build_seconds = obtain(ember, gcfg, key, log, rank)
+  if pr.weighted == true and not g:is_weighted() then
+    error(string.format('pagerank.weighted is true, but %s has no edge weights (expected a Matrix Market real or ' ..
+      'integer file, or a SNAP file with a third column)', source), 0)
+  end
   local gi = g:info()
   local n, m = gi.num_vertices, gi.num_edges
   log('graph: %s: %d vertices, %d arcs over %d ranks (vertices in dense order), %s in %.2f s', source, n, m, size,
     from == 'cache' and ('loaded from ' .. gcfg.cache) or from, build_seconds)
 
   local threads = tonumber(ember.C.em_get_num_threads())
-  local scores, info = g:pagerank { damping = pr.damping, tol = pr.tol, max_iter = pr.max_iter, method = pr.method }
+  local scores, info = g:pagerank { damping = pr.damping, tol = pr.tol, max_iter = pr.max_iter, method = pr.method,
+    weighted = pr.weighted }
   local ms = info.iterations > 0 and 1e3 * info.seconds / info.iterations or 0
   log('pagerank: %s, %d ranks x %d threads: %d iterations, %s (residual %.3g), %.3f s, %.2f ms/iteration, %.3f GE/s',
     pr.method, size, threads, info.iterations, info.converged and 'converged' or 'not converged', info.residual,
@@ -166,7 +165,7 @@ function M.run(cfg, ctx, H)
   for _, r in ipairs(ranks) do sent = sent + r.bytes_sent_per_iteration end
   log('exchange: %d bytes per iteration in all (the mirrors\' contributions, float32)', sent)
   return {
-    job = 'pagerank', source = source, vertices = n, edges = m, weighted = false, iterations = info.iterations,
+    job = 'pagerank', source = source, vertices = n, edges = m, weighted = info.weighted, iterations = info.iterations,
     converged = info.converged, residual = info.residual, residuals = info.residuals, seconds = info.seconds,
     setup_seconds = info.setup_seconds, ms_per_iteration = ms, edges_per_second = info.edges_per_second,
     build_seconds = build_seconds, graph_from = from, peak_rss_mb = progress.peak_rss_mb(), threads = threads,

@@ -143,7 +143,8 @@ typedef struct em_pagerank_stats {
   int32_t method; /* the method that ran: on a GPU Gauss-Seidel runs as Jacobi */
   int32_t weighted; /* 1 when the arcs' weights were used */
   const char *engine; /* what computed the scores: "cpu" (plain pull), "cpu:tiles", "cpu:bins",
-                       * "cpu:weighted" (weighted pull), "cuda:custom" or "cuda:cusparse" */
+                       * "cpu:weighted" (weighted pull), "cuda:custom" or "cuda:cusparse"; partitioned:
+                       * "cpu:partitioned", "cpu:partitioned:weighted" */
 } em_pagerank_stats;
 
 EM_API void em_pagerank_options_init(em_pagerank_options *opts);
@@ -213,7 +214,9 @@ typedef struct em_graph_part_info {
 
 /* SNAP text (ids < 2^32, remapped to dense ids as em_graph_load does) or Matrix Market, by
  * opts->format or the extension; a partitioned cache (em_graph_part_save's manifest, .emp)
- * is loaded instead when format is EMBER or the path ends in .emp. */
+ * is loaded instead when format is EMBER or the path ends in .emp. A file's weights (as
+ * em_graph_load reads them; opts->weights = 0 ignores them) travel with the arcs, so
+ * em_graph_part_pagerank can follow them. */
 EM_API em_status em_graph_part_load(em_graph_part **out, struct em_dist_group *group, const char *path,
                                     const em_graph_options *opts);
 /* The graphs of em_graph_kronecker / em_graph_uniform, each rank generating its slice. */
@@ -225,6 +228,7 @@ EM_API em_status em_graph_part_uniform(em_graph_part **out, struct em_dist_group
  * rank 0 once every rank's file is in place. Loading it needs the same number of ranks. */
 EM_API em_status em_graph_part_save(const em_graph_part *p, const char *path);
 EM_API void em_graph_part_free(em_graph_part *p);
+EM_API int em_graph_part_is_weighted(const em_graph_part *p); /* 1 when the arcs carry weights */
 EM_API void em_graph_part_get_info(const em_graph_part *p, em_graph_part_info *out);
 /* int64 tensors of [end - begin]: this rank's vertices' degrees and original ids. */
 EM_API em_status em_graph_part_degrees(const em_graph_part *p, em_tensor **in_degree, em_tensor **out_degree);
