@@ -80,16 +80,6 @@ static inline void fill_arc_w(gr_builder *b, int w, uint32_t u, uint32_t v, floa
   b->weights[pos] = wt;
 }
 
-static inline uint32_t float_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return u;
-}
-static inline float bits_float(uint32_t u) {
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
 
 /* Room for `more` edges in worker w's kept edges; false when memory runs out. */
 static bool keep_room(gr_builder *b, int w, int64_t more) {
@@ -118,7 +108,7 @@ static void flush_weighted(gr_sink *s, uint32_t *keep) {
     }
     if (u == v && b->drop_loops) continue;
     if (b->pass == 0) {
-      if (keep) *keep++ = u, *keep++ = v, *keep++ = float_bits(wt);
+      if (keep) *keep++ = u, *keep++ = v, *keep++ = gr_float_bits(wt);
       count_arc(b, w, u, v);
       if (!b->directed && u != v) count_arc(b, w, v, u);
     } else {
@@ -171,8 +161,8 @@ static void replay(gr_builder *b, int w) {
   const uint32_t *p = b->kept[w];
   if (b->weighted) {
     for (int64_t i = 0; i < b->kept_len[w]; i++, p += 3) {
-      fill_arc_w(b, w, p[0], p[1], bits_float(p[2]));
-      if (!b->directed && p[0] != p[1]) fill_arc_w(b, w, p[1], p[0], bits_float(p[2]));
+      fill_arc_w(b, w, p[0], p[1], gr_bits_float(p[2]));
+      if (!b->directed && p[0] != p[1]) fill_arc_w(b, w, p[1], p[0], gr_bits_float(p[2]));
     }
   } else {
     for (int64_t i = 0; i < b->kept_len[w]; i++, p += 2) {
@@ -269,46 +259,11 @@ static em_status degree_order(uint32_t *newid, const uint32_t *out_degree, int64
   return EM_OK;
 }
 
-static int cmp_u64(const void *x, const void *y) {
-  uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-  return a < b ? -1 : a > b;
-}
-
-/* Weighted: sorts vertex v's (source, weight) pairs by source, then weight (the bits of a
- * float >= 0 order as its value), and with dedup adds the weights of repeated sources.
- * Returns the arcs kept. key: deg scratch words. */
+/* Weighted: sorts vertex v's (source, weight) pairs (gr_sort_weighted), fixing the
+ * out-degree of each repeated source when dedup. Returns the arcs kept. key: deg words. */
 static int64_t sort_weighted_vertex(em_graph *g, int64_t v, bool dedup, uint64_t *key) {
-  uint32_t *a = g->sources + g->offsets[v];
-  float *wt = g->weights + g->offsets[v];
-  int64_t deg = g->offsets[v + 1] - g->offsets[v];
-  for (int64_t i = 0; i < deg; i++) key[i] = (uint64_t)a[i] << 32 | float_bits(wt[i]);
-  if (deg <= 24) {
-    for (int64_t i = 1; i < deg; i++) {
-      uint64_t x = key[i];
-      int64_t j = i;
-      while (j > 0 && key[j - 1] > x) key[j] = key[j - 1], j--;
-      key[j] = x;
-    }
-  } else {
-    qsort(key, (size_t)deg, sizeof *key, cmp_u64);
-  }
-  int64_t w = 0;
-  for (int64_t i = 0; i < deg;) {
-    uint32_t u = (uint32_t)(key[i] >> 32);
-    if (!dedup) {
-      a[i] = u, wt[i] = bits_float((uint32_t)key[i]);
-      i++;
-      continue;
-    }
-    double sum = 0;
-    int64_t j = i;
-    for (; j < deg && (uint32_t)(key[j] >> 32) == u; j++) sum += bits_float((uint32_t)key[j]);
-    if (j - i > 1) __atomic_fetch_sub(&g->out_degree[u], (uint32_t)(j - i - 1), __ATOMIC_RELAXED);
-    a[w] = u, wt[w] = (float)sum;
-    w++;
-    i = j;
-  }
-  return dedup ? w : deg;
+  return gr_sort_weighted(g->sources + g->offsets[v], g->weights + g->offsets[v], g->offsets[v + 1] - g->offsets[v],
+                          dedup, key, g->out_degree);
 }
 
 /* Sorts each vertex's sources and, when asked, drops repeats (fixing the out-degree of

@@ -4,10 +4,12 @@
 #ifndef EMBER_GRAPH_IMPL_H
 #define EMBER_GRAPH_IMPL_H
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include "ember/graph.h"
 #ifdef __AVX512F__
 #include <immintrin.h>
@@ -176,6 +178,26 @@ void gr_csr_source(gr_source *src, gr_csr_view *view, const char *op, const char
 
 /* ---- sorting and checksums */
 void gr_sort_u32(uint32_t *a, int64_t n, uint32_t *tmp); /* tmp: n elements (used when large) */
+/* A float's bits and back (weights travel and sort as uint32: for floats >= 0 the bits
+ * order as the values). */
+static inline uint32_t gr_float_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+static inline float gr_bits_float(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+/* Sorts n (source, weight) pairs by source, then weight; with dedup the weights of a
+ * repeated source add (in double, in that order) and, when out_degree is given, the
+ * source's out-degree drops by its repeats. Returns the pairs kept. key: n words. The
+ * single-process build and the partitioned one share it, so their arcs are the same. */
+int64_t gr_sort_weighted(uint32_t *a, float *wt, int64_t n, bool dedup, uint64_t *key, uint32_t *out_degree);
+/* PageRank's weights option (EM_PAGERANK_WEIGHTS_*) against a graph with or without
+ * weights; `saved` names what else may carry them ("an ember file", "a cache"). */
+em_status gr_check_weights(const char *op, int weights, bool weighted, const char *saved);
 void gr_sort_u64(uint64_t *a, int64_t n); /* sparse id sets (not a hot path) */
 /* 64-bit checksum of bytes: XXH64 of fixed 1 MiB blocks (in parallel), then XXH64 of the
  * block hashes, so the value does not depend on the thread count. */
@@ -260,6 +282,21 @@ static inline double gr_unfix(int64_t s) { return (double)s / GR_FIX_ONE; }
  * scalar loop; long ones 16 gathers at a time with AVX-512 when the build targets it.
  * Either way the order of additions depends on the list alone (pagerank.c and
  * pagerank_dist.c both sum with it, which is what makes their scores the same bits). */
+/* One vertex of a Jacobi sweep (pagerank.c, pagerank_dist.c) from its gathered sum `in`:
+ * its new score y = d in + t, its contribution next = y inv, and the exact (fixed-point)
+ * sums of scores, residual against scale x and dangling mass added to s[0..2]. */
+static inline __attribute__((always_inline)) void gr_pr_update(float *restrict y, float *restrict next,
+                                                               const float *restrict x, const float *restrict inv,
+                                                               int64_t v, double d, double in, double t,
+                                                               double scale, int64_t *restrict s) {
+  float nv = (float)(d * in + t);
+  y[v] = nv;
+  s[0] += gr_fix(nv);
+  s[1] += gr_fix(fabs((double)nv - scale * (double)x[v]));
+  next[v] = nv * inv[v];
+  s[2] += inv[v] == 0 ? gr_fix(nv) : 0;
+}
+
 static inline __attribute__((always_inline)) double gr_pr_gather(const float *restrict contrib,
                                                                  const uint32_t *restrict src, int64_t deg) {
   double s = 0;

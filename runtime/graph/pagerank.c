@@ -66,6 +66,17 @@ typedef struct pr_run {
 
 int gr_bins_hot = 0;
 
+em_status gr_check_weights(const char *op, int weights, bool weighted, const char *saved) {
+  if (weights < EM_PAGERANK_WEIGHTS_AUTO || weights > EM_PAGERANK_WEIGHTS_OFF)
+    return em_set_error(EM_ERR_ARGUMENT, "%s: weights is %d, expected 0 (auto), 1 (on) or 2 (off)", op, weights);
+  if (weights == EM_PAGERANK_WEIGHTS_ON && !weighted)
+    return em_set_error(EM_ERR_ARGUMENT,
+                        "%s: weights = on, but the graph has no edge weights (expected a Matrix Market real or "
+                        "integer file, a SNAP file with a third column, or %s saved from one)",
+                        op, saved);
+  return EM_OK;
+}
+
 /* AUTO: plain pull for small graphs; propagation blocking once the contributions
  * outgrow the last-level cache, where each cold read is a trip to memory (and only when
  * the bins' 8 bytes per cold arc fit in half the free memory); below that, where cold
@@ -98,13 +109,8 @@ static em_status check_options(const em_graph *g, const em_pagerank_options *o) 
   if (o->blocking < EM_PAGERANK_BLOCKING_AUTO || o->blocking > EM_PAGERANK_BLOCKING_BINS)
     return em_set_error(EM_ERR_ARGUMENT, "%s: blocking is %d, expected 0 (auto), 1 (none), 2 (tiles) or 3 (bins)", op,
                         o->blocking);
-  if (o->weights < EM_PAGERANK_WEIGHTS_AUTO || o->weights > EM_PAGERANK_WEIGHTS_OFF)
-    return em_set_error(EM_ERR_ARGUMENT, "%s: weights is %d, expected 0 (auto), 1 (on) or 2 (off)", op, o->weights);
-  if (o->weights == EM_PAGERANK_WEIGHTS_ON && !g->weights)
-    return em_set_error(EM_ERR_ARGUMENT,
-                        "%s: weights = on, but the graph has no edge weights (expected a Matrix Market real or "
-                        "integer file, a SNAP file with a third column, or an ember file saved from one)",
-                        op);
+  em_status st = gr_check_weights(op, o->weights, g->weights != NULL, "an ember file");
+  if (st) return st;
   if (g->n == 0) return em_set_error(EM_ERR_ARGUMENT, "%s: the graph has no vertices", op);
   if ((o->device.type != EM_CPU && o->device.type != EM_CUDA) || o->device.index < 0)
     return em_set_error(EM_ERR_DEVICE, "%s: device type %d index %d, expected cpu or cuda:N", op, o->device.type,
@@ -205,23 +211,18 @@ static void sweep_jacobi(pr_run *r, int64_t b, double coef, double scale) {
   const double *restrict bacc = r->bins.acc;
   const double *restrict tele = r->tele;
   const double d = r->damping * scale, uniform = coef / (double)g->n;
-  int64_t sum = 0, res = 0, dang = 0;
+  int64_t s[3] = {0, 0, 0}; /* scores, residual, dangling mass */
   for (int64_t v = r->block[b]; v < r->block[b + 1]; v++) {
     double t = tele ? coef * tele[v] : uniform;
     double in = bhot          ? bacc[v] + gather(contrib, src + off[v], bhot[v])
                 : hot         ? acc[v] + gather(contrib, src + off[v], hot[v])
                 : r->prefetch ? gather_prefetch(contrib, src, off[v], off[v + 1], g->m)
                               : gather(contrib, src + off[v], off[v + 1] - off[v]);
-    float nv = (float)(d * in + t);
-    y[v] = nv;
-    sum += gr_fix(nv);
-    res += gr_fix(fabs((double)nv - scale * (double)x[v]));
-    next[v] = nv * inv[v];
-    dang += inv[v] == 0 ? gr_fix(nv) : 0;
+    gr_pr_update(y, next, x, inv, v, d, in, t, scale, s);
   }
-  r->fsum[b] = sum;
-  r->fres[b] = res;
-  r->fdang[b] = dang;
+  r->fsum[b] = s[0];
+  r->fres[b] = s[1];
+  r->fdang[b] = s[2];
 }
 
 /* Weighted: the sum of x(u) * nw over the arcs [begin, end) (contrib holds x(u), or 0 for
@@ -250,20 +251,15 @@ static void sweep_weighted(pr_run *r, int64_t b, double coef, double scale) {
   float *restrict y = r->y, *restrict next = r->next;
   const double *restrict tele = r->tele;
   const double d = r->damping * scale, uniform = coef / (double)g->n;
-  int64_t sum = 0, res = 0, dang = 0;
+  int64_t s[3] = {0, 0, 0}; /* scores, residual, dangling mass */
   for (int64_t v = r->block[b]; v < r->block[b + 1]; v++) {
     double t = tele ? coef * tele[v] : uniform;
     double in = gather_w(contrib, g->sources, r->nw, off[v], off[v + 1], g->m, r->prefetch);
-    float nv = (float)(d * in + t);
-    y[v] = nv;
-    sum += gr_fix(nv);
-    res += gr_fix(fabs((double)nv - scale * (double)x[v]));
-    next[v] = nv * inv[v];
-    dang += inv[v] == 0 ? gr_fix(nv) : 0;
+    gr_pr_update(y, next, x, inv, v, d, in, t, scale, s);
   }
-  r->fsum[b] = sum;
-  r->fres[b] = res;
-  r->fdang[b] = dang;
+  r->fsum[b] = s[0];
+  r->fres[b] = s[1];
+  r->fdang[b] = s[2];
 }
 
 /* Gauss-Seidel, pass 1 over block b, weighted (as sweep_gauss_seidel). */

@@ -43,23 +43,18 @@ static void sweep(dist_run *r, int64_t b, int64_t e, double coef, double scale, 
   const float *restrict x = r->x, *restrict inv = r->inv, *restrict contrib = r->contrib;
   float *restrict y = r->y, *restrict next = r->next;
   const double d = r->damping * scale, t = coef / (double)p->n;
-  int64_t sum = 0, res = 0, dang = 0;
+  int64_t s[3] = {0, 0, 0}; /* scores, residual, dangling mass */
   const float *restrict nw = r->nw;
   for (int64_t v = b; v < e; v++) {
     double in = 0;
     if (nw)
       for (int64_t j = off[v]; j < off[v + 1]; j++) in += (double)contrib[src[j]] * (double)nw[j];
     else in = gr_pr_gather(contrib, src + off[v], off[v + 1] - off[v]);
-    float nv = (float)(d * in + t);
-    y[v] = nv;
-    sum += gr_fix(nv);
-    res += gr_fix(fabs((double)nv - scale * (double)x[v]));
-    next[v] = nv * inv[v];
-    dang += inv[v] == 0 ? gr_fix(nv) : 0;
+    gr_pr_update(y, next, x, inv, v, d, in, t, scale, s);
   }
-  sums[0] += sum;
-  sums[1] += res;
-  sums[2] += dang;
+  sums[0] += s[0];
+  sums[1] += s[1];
+  sums[2] += s[2];
 }
 
 /* The mirrors' values of buf (the own part filled) from their owners. */
@@ -170,13 +165,8 @@ em_status em_graph_part_pagerank(em_tensor **scores, em_tensor **residuals, em_p
   if (opts->device.type != EM_CPU)
     return em_set_error(EM_ERR_DEVICE, "%s: a partitioned graph ranks on the CPU, got device type %d", op,
                         opts->device.type);
-  if (opts->weights < EM_PAGERANK_WEIGHTS_AUTO || opts->weights > EM_PAGERANK_WEIGHTS_OFF)
-    return em_set_error(EM_ERR_ARGUMENT, "%s: weights is %d, expected 0 (auto), 1 (on) or 2 (off)", op, opts->weights);
-  if (opts->weights == EM_PAGERANK_WEIGHTS_ON && !p->weights)
-    return em_set_error(EM_ERR_ARGUMENT,
-                        "%s: weights = on, but the graph has no edge weights (expected a Matrix Market real or "
-                        "integer file, a SNAP file with a third column, or a cache saved from one)",
-                        op);
+  em_status wst = gr_check_weights(op, opts->weights, p->weights != NULL, "a cache");
+  if (wst) return wst;
   bool weighted = p->weights && opts->weights != EM_PAGERANK_WEIGHTS_OFF;
   double t0 = em_clock_monotonic();
   int64_t nl = p->nl, slots = p->nl + p->nmirror;

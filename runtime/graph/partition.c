@@ -117,51 +117,6 @@ static int cmp_u32(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return (x > y) - (x < y);
-}
-
-static inline uint32_t float_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return u;
-}
-static inline float bits_float(uint32_t u) {
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-/* Weighted: sorts a vertex's (source, weight) pairs by source then weight bits (as
- * csr_build.c's sort_weighted_vertex), adding the weights of repeated sources in double in
- * that order when dedup. Returns the arcs kept. key: n words of scratch. */
-static int64_t sort_weighted(uint32_t *a, float *wt, int64_t n, bool dedup, uint64_t *key) {
-  for (int64_t i = 0; i < n; i++) key[i] = (uint64_t)a[i] << 32 | float_bits(wt[i]);
-  if (n > 32) qsort(key, (size_t)n, sizeof *key, cmp_u64);
-  else
-    for (int64_t i = 1; i < n; i++) {
-      uint64_t x = key[i];
-      int64_t j = i;
-      for (; j > 0 && key[j - 1] > x; j--) key[j] = key[j - 1];
-      key[j] = x;
-    }
-  int64_t w = 0;
-  for (int64_t i = 0; i < n;) {
-    uint32_t u = (uint32_t)(key[i] >> 32);
-    if (!dedup) {
-      a[i] = u, wt[i] = bits_float((uint32_t)key[i]);
-      i++;
-      continue;
-    }
-    double sum = 0;
-    int64_t j = i;
-    for (; j < n && (uint32_t)(key[j] >> 32) == u; j++) sum += bits_float((uint32_t)key[j]);
-    a[w] = u, wt[w++] = (float)sum;
-    i = j;
-  }
-  return dedup ? w : n;
-}
 
 static void sort_sources(uint32_t *a, int64_t n) {
   if (n > 32) {
@@ -284,7 +239,7 @@ static em_status shuffle(em_graph_part *p, const char *op, uint32_t *src, uint32
     /* one thread: kept arcs move down in place */
     for (int64_t v = 0; v < p->nl; v++) {
       int64_t b = p->offsets[v], deg = p->offsets[v + 1] - b;
-      int64_t k = sort_weighted(p->sources + b, p->weights + b, deg, dedup, key);
+      int64_t k = gr_sort_weighted(p->sources + b, p->weights + b, deg, dedup, key, NULL);
       memmove(p->sources + w, p->sources + b, (size_t)k * sizeof *p->sources);
       memmove(p->weights + w, p->weights + b, (size_t)k * sizeof *p->weights);
       p->offsets[v] = w;

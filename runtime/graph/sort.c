@@ -106,3 +106,34 @@ static int cmp_u64(const void *x, const void *y) {
 }
 
 void gr_sort_u64(uint64_t *a, int64_t n) { qsort(a, (size_t)n, sizeof *a, cmp_u64); }
+
+int64_t gr_sort_weighted(uint32_t *a, float *wt, int64_t n, bool dedup, uint64_t *key, uint32_t *out_degree) {
+  for (int64_t i = 0; i < n; i++) key[i] = (uint64_t)a[i] << 32 | gr_float_bits(wt[i]);
+  if (n <= 24) {
+    for (int64_t i = 1; i < n; i++) {
+      uint64_t x = key[i];
+      int64_t j = i;
+      while (j > 0 && key[j - 1] > x) key[j] = key[j - 1], j--;
+      key[j] = x;
+    }
+  } else {
+    qsort(key, (size_t)n, sizeof *key, cmp_u64);
+  }
+  int64_t w = 0;
+  for (int64_t i = 0; i < n;) {
+    uint32_t u = (uint32_t)(key[i] >> 32);
+    if (!dedup) {
+      a[i] = u, wt[i] = gr_bits_float((uint32_t)key[i]);
+      i++;
+      continue;
+    }
+    double sum = 0;
+    int64_t j = i;
+    for (; j < n && (uint32_t)(key[j] >> 32) == u; j++) sum += gr_bits_float((uint32_t)key[j]);
+    if (out_degree && j - i > 1) __atomic_fetch_sub(&out_degree[u], (uint32_t)(j - i - 1), __ATOMIC_RELAXED);
+    a[w] = u, wt[w] = (float)sum;
+    w++;
+    i = j;
+  }
+  return dedup ? w : n;
+}
