@@ -40,16 +40,6 @@ static void round_to_bf16(em_tensor *t) {
   for (int64_t i = 0; i < em_tensor_numel(t); i++) p[i] = em_bf16_to_float(em_float_to_bf16(p[i]));
 }
 
-/* max |a - b| over max |b|: the error relative to the size of the result */
-static double rel_diff(const em_tensor *a, const em_tensor *b) {
-  const float *pa = (float *)em_tensor_ptr(a), *pb = (float *)em_tensor_ptr(b);
-  double diff = 0, size = 1e-30;
-  for (int64_t i = 0; i < em_tensor_numel(b); i++) {
-    diff = fmax(diff, fabs((double)pa[i] - pb[i]));
-    size = fmax(size, fabs((double)pb[i]));
-  }
-  return diff / size;
-}
 
 typedef struct conv_case {
   const char *name;

@@ -34,16 +34,6 @@ static em_tensor *empty(int nd, const int64_t *sizes) {
   return t;
 }
 
-/* max |a - b| over max |b| */
-static double rel_diff(const em_tensor *a, const em_tensor *b) {
-  const float *pa = (float *)em_tensor_ptr(a), *pb = (float *)em_tensor_ptr(b);
-  double diff = 0, size = 1e-30;
-  for (int64_t i = 0; i < em_tensor_numel(b); i++) {
-    diff = fmax(diff, fabs((double)pa[i] - pb[i]));
-    size = fmax(size, fabs((double)pb[i]));
-  }
-  return diff / size;
-}
 
 enum { Y, SH, SC, ACT, GX, GH0, GC0, GWIH, GWHH, GBIH, GBHH, NOUT };
 static const char *const NAMES[NOUT] = {"y", "sh", "sc", "act", "gx", "gh0", "gc0", "gw_ih", "gw_hh", "gb_ih", "gb_hh"};

@@ -4,6 +4,7 @@
 #ifndef EMBER_TEST_UTIL_H
 #define EMBER_TEST_UTIL_H
 
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -41,6 +42,18 @@ static inline em_tensor *tensor_from_doubles(int64_t n, const double *v) {
 static inline void check_shape(const em_tensor *t, int nd, const int64_t *sizes) {
   assert_int_equal(em_tensor_ndim(t), nd);
   for (int d = 0; d < nd; d++) assert_int_equal(em_tensor_size(t, d), sizes[d]);
+}
+
+/* max |a - b| over max |b| for float32 tensors of one size: the error relative to the size
+ * of the result */
+static inline double rel_diff(const em_tensor *a, const em_tensor *b) {
+  const float *pa = (const float *)em_tensor_data(a), *pb = (const float *)em_tensor_data(b);
+  double diff = 0, size = 1e-30;
+  for (int64_t i = 0; i < em_tensor_numel(b); i++) {
+    diff = fmax(diff, fabs((double)pa[i] - pb[i]));
+    size = fmax(size, fabs((double)pb[i]));
+  }
+  return diff / size;
 }
 
 #endif
