@@ -186,6 +186,34 @@ static void matmul_case(int bf16) {
 static void matmul_float32(void **state) { matmul_case(0); }
 static void matmul_bfloat16(void **state) { matmul_case(1); }
 
+/* In bfloat16 a row-major float32 operand is rounded to bfloat16 by ember's own pass
+ * (dnnl.c, round_rows), not a reorder: against the identity, a @ I is a rounded to nearest
+ * even exactly, for values on both sides of each rounding tie, rows with a pitch, and a
+ * row length that is not a multiple of 16 */
+static void matmul_bfloat16_rounds_to_nearest_even(void **state) {
+  const int64_t M = 70, K = 37, lda = 45;
+  float *a = calloc((size_t)(M * lda), sizeof(float)), *id = calloc((size_t)(K * K), sizeof(float));
+  float *c = calloc((size_t)(M * K), sizeof(float));
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t k = 0; k < K; k++) {
+      uint32_t bits = 0x3f800000u + (uint32_t)((i * K + k) * 2654435761u % 0x1000000u); /* [1, 4): any low bits */
+      if ((i + k) % 5 == 0) bits = (bits & 0xffff0000u) | 0x8000u; /* an exact tie */
+      float x;
+      memcpy(&x, &bits, 4);
+      a[i * lda + k] = (i + k) % 3 ? x : -x;
+    }
+  for (int64_t k = 0; k < K; k++) id[k * K + k] = 1;
+  cpu_dnnl_force_(1);
+  cpu_dnnl_mat cm = {c, K, 1}, am = {a, lda, 1}, bm = {id, K, 1};
+  assert_int_equal(cpu_dnnl_matmul(cm, am, bm, M, K, K, 1, 0, 1), 0);
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t k = 0; k < K; k++) wrong += c[i * K + k] != em_bf16_to_float(em_float_to_bf16(a[i * lda + k]));
+  assert_int_equal(wrong, 0);
+  free(a), free(id), free(c);
+  cpu_dnnl_force_(-1);
+}
+
 /* float32 products from about a million multiply-adds go through oneDNN (the measured rule)
  * and match OpenBLAS's: a Linear's [50, 128] @ [128, 512]^T through cpu_gemm, and small
  * ones stay on OpenBLAS */
@@ -347,6 +375,7 @@ int main(void) {
       cmocka_unit_test(conv_bfloat16_matches_rounded_operands),
       cmocka_unit_test(matmul_float32),
       cmocka_unit_test(matmul_bfloat16),
+      cmocka_unit_test(matmul_bfloat16_rounds_to_nearest_even),
       cmocka_unit_test(forced_off_uses_the_fallback),
       cmocka_unit_test(gemm_float32_routes_by_size),
       cmocka_unit_test(lstm_float32_matches_openblas),
