@@ -147,7 +147,7 @@ typedef struct plan_arg {
   /* an input whose reorder only rounds float32 rows to bfloat16 in the same plain layout:
    * rows of `cols` elements, `ld` apart in both (plan_run converts it itself) */
   int convert;
-  int64_t rows, cols, ld;
+  int64_t rows, cols, ld, prim_ld;
 } plan_arg;
 
 typedef struct plan {
@@ -214,22 +214,21 @@ static void plain_rounding(plan_arg *a) {
     return;
   const dnnl_dim_t *us = u->format_desc.blocking.strides, *qs = q->format_desc.blocking.strides;
   for (int d = 0; d < 2; d++)
-    if (u->dims[d] != q->dims[d] || u->padded_dims[d] != u->dims[d] || q->padded_dims[d] != q->dims[d] ||
-        us[d] != qs[d])
-      return;
-  if (us[1] == 1 && us[0] >= u->dims[1]) a->rows = u->dims[0], a->cols = u->dims[1], a->ld = us[0];
-  else if (us[0] == 1 && us[1] >= u->dims[0]) a->rows = u->dims[1], a->cols = u->dims[0], a->ld = us[1];
-  else return;
+    if (u->dims[d] != q->dims[d] || u->padded_dims[d] != u->dims[d] || q->padded_dims[d] != q->dims[d]) return;
+  /* rows along the same dim in both, each with unit stride inside (pitches may differ) */
+  int inner = us[1] == 1 && qs[1] == 1 ? 1 : us[0] == 1 && qs[0] == 1 ? 0 : -1;
+  if (inner < 0 || us[1 - inner] < u->dims[inner] || qs[1 - inner] < q->dims[inner]) return;
+  a->rows = u->dims[1 - inner], a->cols = u->dims[inner], a->ld = us[1 - inner], a->prim_ld = qs[1 - inner];
   a->convert = 1;
 }
 
-/* dst = src rounded to bfloat16 (nearest even, as the reorder), rows ld apart. */
-static void round_rows(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int64_t ld) {
+/* dst = src rounded to bfloat16 (nearest even, as the reorder), rows ld (dst_ld) apart. */
+static void round_rows(uint16_t *dst, int64_t dst_ld, const float *src, int64_t rows, int64_t cols, int64_t ld) {
   int par = rows * cols >= EM_PARALLEL_GRAIN && em_get_num_threads() > 1 && !omp_in_parallel();
 #pragma omp parallel for schedule(static) if (par) num_threads(em_get_num_threads())
   for (int64_t r = 0; r < rows; r++) {
     const float *s = src + r * ld;
-    uint16_t *o = dst + r * ld;
+    uint16_t *o = dst + r * dst_ld;
     int64_t c = 0;
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
     for (; c + 16 <= cols; c += 16) {
@@ -331,7 +330,7 @@ static int plan_run(const plan *p, void *const *ptrs) {
     if (!err && a->reorder) {
       sizes[i] = dnnl_memory_desc_get_size(&a->prim);
       err = !(bufs[i] = cpu_alloc(sizes[i], host)) || memory(&prim[i], &a->prim, bufs[i]);
-      if (!err && a->convert) round_rows(bufs[i], ptrs[i], a->rows, a->cols, a->ld);
+      if (!err && a->convert) round_rows(bufs[i], a->prim_ld, ptrs[i], a->rows, a->cols, a->ld);
       else if (!err && !a->output) err = exec2(a->reorder, s, user[i], prim[i]);
     }
     args[i].arg = a->arg;
