@@ -22,6 +22,24 @@ local function running(pid)
   return stat ~= nil and not stat:match('^%d+ %b() [ZX]')
 end
 
+
+-- Whether batch b holds the pixels (and, with labels, the labels) F.npy_images wrote for
+-- each of its ids: memory lent by the ring must not change under a kept batch.
+local function batch_intact(b, labels)
+  local ffi = require 'ffi'
+  local p, ids = ffi.cast('uint8_t *', b.x:data_ptr()), b.ids
+  for k = 0, ids:numel() - 1 do
+    local i = ids[k + 1]:item() - 1
+    if labels and b.y[k + 1]:item() ~= i % 10 + 1 then return false end
+    for r = 0, 7 do
+      for c = 0, 7 do
+        if p[(k * 8 + r) * 8 + c] ~= (7 * i + 3 * r + c) % 256 then return false end
+      end
+    end
+  end
+  return true
+end
+
 describe('ember.data.ReaderLoader', function()
   it('delivers the same batches in process and with 1, 2 and 4 readers', function()
     local dir = F.tmpdir()
@@ -338,19 +356,7 @@ describe('ember.data.ReaderLoader', function()
     local dir = F.tmpdir()
     local spec = F.npy_images(dir, 64, 8, 8)
     local l = loader { dataset = spec, batch_size = 4, shuffle = true, seed = 5, num_workers = 1, timeout = 30 }
-    -- the pixels F.npy_images wrote for each id in the batch
-    local function intact(b)
-      local p, ids = ffi.cast('uint8_t *', b.x:data_ptr()), b.ids
-      for k = 0, ids:numel() - 1 do
-        local i = ids[k + 1]:item() - 1
-        for r = 0, 7 do
-          for c = 0, 7 do
-            if p[(k * 8 + r) * 8 + c] ~= (7 * i + 3 * r + c) % 256 then return false end
-          end
-        end
-      end
-      return true
-    end
+    local function intact(b) return batch_intact(b, false) end
     -- 1: every batch of 20 epochs kept (320, more than the arena's slots): past the lending
     -- limit the trainer copies, and the reader never stalls
     local kept = {}
@@ -406,19 +412,7 @@ describe('ember.data.ReaderLoader', function()
     local dir = F.tmpdir()
     local spec = F.npy_images(dir, 64, 8, 8)
     local l = loader { dataset = spec, batch_size = 4, shuffle = true, seed = 5 }
-    local function intact(b)   -- the pixels and labels F.npy_images wrote for each id
-      local p, ids, y = ffi.cast('uint8_t *', b.x:data_ptr()), b.ids, b.y
-      for k = 0, ids:numel() - 1 do
-        local i = ids[k + 1]:item() - 1
-        if y[k + 1]:item() ~= i % 10 + 1 then return false end
-        for r = 0, 7 do
-          for c = 0, 7 do
-            if p[(k * 8 + r) * 8 + c] ~= (7 * i + 3 * r + c) % 256 then return false end
-          end
-        end
-      end
-      return true
-    end
+    local function intact(b) return batch_intact(b, true) end
     -- keep one batch in ten; the others are collected and their memory filled again many
     -- times over while the kept ones must not change
     local few, seen, addr = {}, {}, {}
