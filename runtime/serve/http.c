@@ -184,6 +184,28 @@ static enum MHD_Result handle_unload(struct sv_http *h, sv_conn *ctx, sv_model *
   return respond_buf(ctx->conn, 200, "application/json", &b);
 }
 
+/* POST /v2/repository/index [{"ready": true}]: every served model, each with its serving
+ * version and state (READY, UNAVAILABLE with a reason), as Triton's repository extension
+ * answers; {"ready": true} lists the ready ones only. */
+static enum MHD_Result handle_index(struct sv_http *h, sv_conn *ctx) {
+  em_serve *s = h->server;
+  char err[SV_ERR_MAX];
+  int ready_only = 0;
+  int status = ctx->too_large ? 413 : sv_parse_index(ctx->body.data ? ctx->body.data : "", ctx->body.len, &ready_only,
+                                                     err, sizeof err);
+  if (ctx->too_large) snprintf(err, sizeof err, "the request body is larger than %zu MiB", MAX_BODY >> 20);
+  free(ctx->body.data);
+  ctx->body = (sv_buf){0};
+  if (status) {
+    char msg[SV_ERR_MAX + 40];
+    snprintf(msg, sizeof msg, "repository index: %s", err);
+    return respond_error(s, ctx->conn, (unsigned)status, msg);
+  }
+  sv_buf b = {0};
+  sv_write_repository_index(&b, s, ready_only);
+  return respond_buf(ctx->conn, 200, "application/json", &b);
+}
+
 /* The path after "/v2/models/": NAME, NAME/ready or NAME/infer, each also as
  * NAME/versions/V/... (V: the serving version). */
 static enum MHD_Result handle_model(struct sv_http *h, sv_conn *ctx, const char *method, const char *rest) {
@@ -249,6 +271,10 @@ static enum MHD_Result route(struct sv_http *h, sv_conn *ctx, const char *url, c
     return respond_buf(ctx->conn, 200, "application/json", &b);
   }
   if (!strncmp(url, "/v2/models/", 11)) return handle_model(h, ctx, method, url + 11);
+  if (!strcmp(url, "/v2/repository/index")) {
+    if (strcmp(method, "POST")) return respond_error(s, ctx->conn, 405, "repository index: use POST");
+    return handle_index(h, ctx);
+  }
   if (!strncmp(url, "/v2/repository/models/", 22)) {
     const char *name = url + 22, *slash = strchr(name, '/');
     if (slash && (!strcmp(slash, "/load") || !strcmp(slash, "/unload"))) {

@@ -265,13 +265,17 @@ static int parse_input(parse_ctx *c, const sv_model_spec *spec, const json_t *in
   int64_t dims[SV_MAX_DIMS + 1], total = 1;
   for (int d = 0; d < ndim; d++) {
     const json_t *e = json_array_get(shape, (size_t)d);
-    if (!json_is_integer(e) || json_integer_value(e) < 0)
+    if (!json_is_integer(e))
       return fail(c, "%s.shape[%d]: expected a size >= 0, got %s", field, d, json_kind(e));
+    if (json_integer_value(e) < 0)
+      return fail(c, "%s.shape[%d]: expected a size >= 0, got %lld", field, d, (long long)json_integer_value(e));
     dims[d] = json_integer_value(e);
     if (d > 0 && io->shape[d - 1] >= 0 && dims[d] != io->shape[d - 1])
       return fail(c, "%s.shape[%d]: expected %lld, got %lld", field, d, (long long)io->shape[d - 1], (long long)dims[d]);
+    /* both factors are at most MAX_BODY_ELEMS (2^28): the product cannot overflow */
     if (dims[d] > MAX_BODY_ELEMS || (total *= dims[d]) > MAX_BODY_ELEMS)
-      return fail(c, "%s.shape: %lld elements are more than a request may carry", field, (long long)total);
+      return fail(c, "%s.shape[%d]: %lld makes more than the %lld elements a request may carry", field, d,
+                  (long long)dims[d], (long long)MAX_BODY_ELEMS);
   }
   if (dims[0] < 1) return fail(c, "%s.shape[0]: expected a batch size >= 1, got 0", field);
   if (dims[0] > spec->max_batch) {
@@ -556,6 +560,38 @@ void sv_write_model_metadata(sv_buf *b, sv_model *m) {
     sv_buf_printf(b, ",\"datatype\":\"%s\"}", sv_datatype_name(s->outputs[i].dtype));
   }
   sv_buf_puts(b, "]}");
+}
+
+/* The repository index's request: no body, {} or {"ready": BOOL}. */
+int sv_parse_index(const char *body, size_t len, int *ready_only, char *err, size_t errcap) {
+  parse_ctx c = {err, errcap, NULL, 0, 0, NULL};
+  *ready_only = 0;
+  size_t i = 0;
+  while (i < len && (body[i] == ' ' || body[i] == '\t' || body[i] == '\r' || body[i] == '\n')) i++;
+  if (i == len) return 0;
+  json_error_t jerr;
+  json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root) return fail(&c, "malformed JSON at line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
+  int status = 0;
+  if (!json_is_object(root)) {
+    status = fail(&c, "the request: expected an object {\"ready\": BOOL}, got %s", json_kind(root));
+  } else {
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+      if (strcmp(key, "ready")) {
+        status = fail(&c, "unknown field '%.64s' (expected ready)", key);
+        break;
+      }
+      if (!json_is_boolean(v)) {
+        status = fail(&c, "ready: expected true or false, got %s", json_kind(v));
+        break;
+      }
+      *ready_only = json_is_true(v);
+    }
+  }
+  json_decref(root);
+  return status;
 }
 
 /* {"parameters": {"checkpoint": "PATH"}}: the repository API's load request (as Triton's,

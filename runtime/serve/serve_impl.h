@@ -230,6 +230,10 @@ void sv_versions_abort_all(em_serve *s, const char *why);
 int sv_version_unload(em_serve *s, sv_model *m, int64_t *version, char *err, size_t errcap);
 void sv_write_versions(sv_buf *b, sv_model *m);
 /* the model's metadata as KServe JSON */
+/* POST /v2/repository/index: parses the optional body ({"ready": BOOL}); 0 or 400 with err. */
+int sv_parse_index(const char *body, size_t len, int *ready_only, char *err, size_t errcap);
+/* [{"name", "version", "state": READY|UNAVAILABLE, "reason"}] for every model (the ready ones). */
+void sv_write_repository_index(sv_buf *b, em_serve *s, int ready_only);
 void sv_write_model_metadata(sv_buf *b, sv_model *m);
 /* request.c: the load request's checkpoint path; 0, or 400 with err naming the field */
 int sv_parse_load(const char *body, size_t len, char *path, size_t cap, char *err, size_t errcap);

@@ -272,3 +272,26 @@ void sv_write_versions(sv_buf *b, sv_model *m) {
   sv_buf_puts(b, "]");
   pthread_mutex_unlock(&m->lock);
 }
+
+void sv_write_repository_index(sv_buf *b, em_serve *s, int ready_only) {
+  int first = 1, stopping = atomic_load(&s->stopping);
+  sv_buf_puts(b, "[");
+  for (int i = 0; i < s->n_models; i++) {
+    sv_model *m = s->models[i];
+    pthread_mutex_lock(&m->lock);
+    int ready = m->ready_workers > 0 && !m->unloaded && !stopping;
+    const char *reason = ready ? NULL : m->unloaded ? "unloaded" : stopping ? "shutting down" : "loading";
+    int64_t version = m->unloaded ? m->last_version : m->serving;
+    if (ready || !ready_only) {
+      sv_buf_puts(b, first ? "{\"name\":" : ",{\"name\":");
+      sv_buf_json_string(b, m->spec.name);
+      sv_buf_printf(b, ",\"version\":\"%lld\",\"state\":\"%s\"", (long long)version,
+                    ready ? "READY" : "UNAVAILABLE");
+      if (reason) sv_buf_printf(b, ",\"reason\":\"%s\"", reason);
+      sv_buf_puts(b, "}");
+      first = 0;
+    }
+    pthread_mutex_unlock(&m->lock);
+  }
+  sv_buf_puts(b, "]");
+}

@@ -5,7 +5,8 @@
  * An input starting with byte 0x01 is a binary tensor extension body: a 2-byte little-endian
  * JSON length (Inference-Header-Content-Length), then the JSON and the binary data.
  * Every body is also parsed by jansson alone (sv_parse_infer_jansson): the status, the error
- * message and every parsed value must be the same (lift.c's number arrays). */
+ * message and every parsed value must be the same (lift.c's number arrays). The repository
+ * API's load and index bodies (sv_parse_load, sv_parse_index) are parsed from the same bytes. */
 #include "fuzz.h"
 #include "serve/serve_impl.h"
 
@@ -31,6 +32,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sv_request *r = NULL;
   char err[SV_ERR_MAX];
   size_t json_len = 0;
+  /* the repository API's bodies (load, index) on the same bytes: 0, or 400 with a message */
+  char path[SV_PATH_MAX];
+  int ready_only = 0;
+  err[0] = 0;
+  int lst = sv_parse_load((const char *)data, size, path, sizeof path, err, sizeof err);
+  if ((lst && (lst != 400 || !err[0])) || (!lst && !path[0])) abort();
+  err[0] = 0;
+  int ist = sv_parse_index((const char *)data, size, &ready_only, err, sizeof err);
+  if ((ist && (ist != 400 || !err[0])) || (ready_only != 0 && ready_only != 1)) abort();
   if (size >= 3 && data[0] == 1) {
     json_len = (size_t)data[1] | (size_t)data[2] << 8;
     data += 3, size -= 3;

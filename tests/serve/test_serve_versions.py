@@ -255,6 +255,17 @@ io.write(require('ember.util.json').encode(r))
 def unload_and_zmq_loads(http_port, zmq_port, ckpt, inputs, ref, version):
     x = inputs[0]
     body = {"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]}
+    # the repository index: the model READY at its version, a filter, bad requests
+    st, text = request(http_port, "POST", "/v2/repository/index")
+    check(st == 200 and json.loads(text) == [{"name": "tiny", "version": str(version), "state": "READY"}],
+          f"index: {st} {text}")
+    st, text = request(http_port, "POST", "/v2/repository/index", {"ready": True})
+    check(st == 200 and [m["name"] for m in json.loads(text)] == ["tiny"], f"index of the ready: {st} {text}")
+    check(request(http_port, "GET", "/v2/repository/index")[0] == 405, "GET index")
+    st, text = request(http_port, "POST", "/v2/repository/index", {"ready": 1})
+    check(st == 400 and "repository index: ready: expected true or false" in text, f"index, ready: 1: {st} {text}")
+    st, text = request(http_port, "POST", "/v2/repository/index", {"readyy": True})
+    check(st == 400 and "unknown field 'readyy'" in text, f"index, unknown field: {st} {text}")
     # HTTP: unload, refused requests, not ready, no serving version; a load brings it back
     st, text = request(http_port, "POST", "/v2/repository/models/tiny/unload")
     check(st == 200 and json.loads(text) == {"model_name": "tiny", "unloaded": str(version)}, f"unload: {st} {text}")
@@ -264,6 +275,11 @@ def unload_and_zmq_loads(http_port, zmq_port, ckpt, inputs, ref, version):
     meta = json.loads(request(http_port, "GET", "/v2/models/tiny")[1])
     states = {h["version"]: h["state"] for h in meta.get("version_history", [])}
     check(meta.get("versions") == [] and states.get(str(version)) == "unloaded", f"unloaded metadata: {meta}")
+    st, text = request(http_port, "POST", "/v2/repository/index")
+    check(st == 200 and json.loads(text) == [{"name": "tiny", "version": str(version), "state": "UNAVAILABLE",
+                                              "reason": "unloaded"}], f"index after unload: {st} {text}")
+    st, text = request(http_port, "POST", "/v2/repository/index", {"ready": True})
+    check(st == 200 and json.loads(text) == [], f"index of the ready after unload: {st} {text}")
     check(request(http_port, "GET", "/v2/repository/models/tiny/unload")[0] == 405, "GET unload")
     check(request(http_port, "POST", "/v2/repository/models/nope/unload")[0] == 404, "unload of an unknown model")
     st, text = request(http_port, "POST", "/v2/repository/models/tiny/load", {"parameters": {"checkpoint": ckpt["A"]}},

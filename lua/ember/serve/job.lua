@@ -197,6 +197,7 @@ Serves the models of a `job: serve` pipeline over HTTP (the KServe v2 protocol):
   POST /v2/models/NAME/infer   {"inputs": [{"name", "shape", "datatype", "data"}]}
   GET  /v2/models/NAME, /v2/models/NAME/ready, /v2/health/live, /v2/health/ready, /metrics
   POST /v2/repository/models/NAME/load {"parameters": {"checkpoint": PATH}}  swaps a version in
+  POST /v2/repository/models/NAME/unload, POST /v2/repository/index [{"ready": true}]
 and, with zmq: ADDRESS, over ZeroMQ (ember.serve.Client, examples/serve_client.py).
 Requests are batched per model (batching.max_batch_size rows, batching.max_delay_us).
 SIGTERM or Ctrl-C stops it after answering every accepted request. Every key: lua/ember/serve/job.lua.
