@@ -85,9 +85,10 @@ class Client:
         _, self.version, out = self._exchange(model, encode(INFER, self.next_id, model, inputs))
         return out
 
-    def load(self, model, checkpoint):
-        """Loads a checkpoint (on the server's machine) as the model's next version; its number."""
-        frames = encode(LOAD, self.next_id, model, {}) + [checkpoint.encode()]
+    def load(self, model, checkpoint=None):
+        """Loads a checkpoint (on the server's machine; None: the one the model was started with,
+        read again) as the model's next version; its number."""
+        frames = encode(LOAD, self.next_id, model, {}) + ([checkpoint.encode()] if checkpoint is not None else [])
         _, self.version, _ = self._exchange(model, frames)
         return self.version
 

@@ -161,7 +161,8 @@ static em_status read_version_answer(em_serve_client *c, const char *model, cons
 }
 
 /* LOAD (path) or UNLOAD (path NULL); *version: the version loaded or unloaded. */
-static em_status version_request(em_serve_client *c, const char *op, const char *model, const char *path,
+/* LOAD (path: a checkpoint, or NULL for the one the model was started with) or UNLOAD. */
+static em_status version_request(em_serve_client *c, const char *op, const char *model, int load, const char *path,
                                  int64_t *version) {
   if (!c || !model || !version) return em_set_error(EM_ERR_ARGUMENT, "%s: the client, model or version is NULL", op);
   if (!sv_valid_name(model))
@@ -175,7 +176,7 @@ static em_status version_request(em_serve_client *c, const char *op, const char 
   sv_buf b = {0};
   size_t frame_len[2];
   uint64_t id = c->next_id++;
-  int nf = sv_wire_write_tensor_frames(&b, frame_len, path ? SV_WIRE_LOAD : SV_WIRE_UNLOAD, id, 0, 0, model, 0, NULL,
+  int nf = sv_wire_write_tensor_frames(&b, frame_len, load ? SV_WIRE_LOAD : SV_WIRE_UNLOAD, id, 0, 0, model, 0, NULL,
                                        NULL, 0, -1);
   if (nf > 0 && path) {
     size_t start = b.len;
@@ -197,12 +198,11 @@ static em_status version_request(em_serve_client *c, const char *op, const char 
 }
 
 em_status em_serve_client_load(em_serve_client *c, const char *model, const char *checkpoint, int64_t *version) {
-  if (!checkpoint) return em_set_error(EM_ERR_ARGUMENT, "em_serve_client_load: checkpoint is NULL");
-  return version_request(c, "em_serve_client_load", model, checkpoint, version);
+  return version_request(c, "em_serve_client_load", model, 1, checkpoint, version);
 }
 
 em_status em_serve_client_unload(em_serve_client *c, const char *model, int64_t *version) {
-  return version_request(c, "em_serve_client_unload", model, NULL, version);
+  return version_request(c, "em_serve_client_unload", model, 0, NULL, version);
 }
 
 em_status em_serve_client_infer(em_serve_client *c, const char *model, int n, const char *const *names,

@@ -595,25 +595,46 @@ int sv_parse_index(const char *body, size_t len, int *ready_only, char *err, siz
 }
 
 /* {"parameters": {"checkpoint": "PATH"}}: the repository API's load request (as Triton's,
- * whose parameters carry what to load). */
+ * whose parameters carry what to load). No body, {} or {"parameters": {}}: path "" (reload
+ * what the model was started with, as Triton reloads from its repository). */
 int sv_parse_load(const char *body, size_t len, char *path, size_t cap, char *err, size_t errcap) {
   parse_ctx c = {err, errcap, NULL, 0, 0, NULL};
+  path[0] = 0;
+  size_t i = 0;
+  while (i < len && (body[i] == ' ' || body[i] == '\t' || body[i] == '\r' || body[i] == '\n')) i++;
+  if (i == len) return 0; /* no body: reload */
   json_error_t jerr;
   json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
   if (!root) return fail(&c, "malformed JSON at line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
   int status = 0;
   const json_t *params = json_is_object(root) ? json_object_get(root, "parameters") : NULL;
-  const json_t *ckpt = params ? json_object_get(params, "checkpoint") : NULL;
-  if (!json_is_object(root)) status = fail(&c, "the request: expected an object {\"parameters\": {\"checkpoint\": PATH}}");
-  else if (!params) status = fail(&c, "parameters: missing (expected {\"checkpoint\": PATH})");
-  else if (!json_is_object(params)) status = fail(&c, "parameters: expected an object, got %s", json_kind(params));
-  else if (!ckpt) status = fail(&c, "parameters.checkpoint: missing (a checkpoint directory or .safetensors file)");
-  else if (!json_is_string(ckpt) || !*json_string_value(ckpt))
-    status = fail(&c, "parameters.checkpoint: expected a non-empty path, got %s", json_kind(ckpt));
-  else if (strlen(json_string_value(ckpt)) >= cap)
-    status = fail(&c, "parameters.checkpoint: a path of %zu bytes, at most %zu", strlen(json_string_value(ckpt)), cap - 1);
-  else
-    snprintf(path, cap, "%s", json_string_value(ckpt));
+  const json_t *ckpt = params && json_is_object(params) ? json_object_get(params, "checkpoint") : NULL;
+  const char *key;
+  json_t *v;
+  if (!json_is_object(root)) {
+    status = fail(&c, "the request: expected an object {\"parameters\": {\"checkpoint\": PATH}}, got %s", json_kind(root));
+  } else if (params && !json_is_object(params)) {
+    status = fail(&c, "parameters: expected an object, got %s", json_kind(params));
+  } else {
+    json_object_foreach((json_t *)root, key, v) if (strcmp(key, "parameters")) {
+      status = fail(&c, "unknown field '%.64s' (expected parameters)", key);
+      break;
+    }
+    if (!status && params) json_object_foreach((json_t *)params, key, v) if (strcmp(key, "checkpoint")) {
+      status = fail(&c, "parameters.%.64s: not taken (ember's models are configured in the job file; "
+                    "parameters.checkpoint names a checkpoint)", key);
+      break;
+    }
+  }
+  if (!status && ckpt) {
+    if (!json_is_string(ckpt) || !*json_string_value(ckpt))
+      status = fail(&c, "parameters.checkpoint: expected a non-empty path, got %s", json_kind(ckpt));
+    else if (strlen(json_string_value(ckpt)) >= cap)
+      status = fail(&c, "parameters.checkpoint: a path of %zu bytes, at most %zu", strlen(json_string_value(ckpt)),
+                    cap - 1);
+    else
+      snprintf(path, cap, "%s", json_string_value(ckpt));
+  }
   json_decref(root);
   return status;
 }

@@ -157,6 +157,7 @@ typedef struct sv_model {
   int prepared; /* workers that loaded pending */
   int unloaded; /* POST .../unload: no new requests until a load succeeds; workers drop the model */
   int workers; /* declared by em_serve_model_source; 0: unknown (the ready ones count) */
+  char source[SV_PATH_MAX]; /* the checkpoint it was started with: what a load naming none reloads */
   sv_request *load_waiters; /* HTTP load requests waiting for the outcome (out_next list) */
   int n_history;
   sv_version history[SV_VERSIONS_KEPT];
@@ -219,6 +220,7 @@ void sv_zmq_free(struct sv_zmq *z);
 /* versions.c: a load request from HTTP (path already checked non-empty). Returns 0 when r
  * waits for the outcome (its answer set and delivered later), else the HTTP status with
  * err set. */
+/* path NULL or "": the checkpoint the model was started with (a directory's latest again). */
 int sv_version_load(em_serve *s, sv_model *m, const char *path, sv_request *r, void (*before_wait)(void *),
                     void *arg, char *err, size_t errcap);
 /* With m->lock held: the version task for a worker in that state (EM_SERVE_LOAD, SWAP,

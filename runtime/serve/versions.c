@@ -60,6 +60,7 @@ em_status em_serve_model_source(em_serve *s, int model, int workers, const char 
   m->workers = workers;
   sv_version *v = find_version(m, 1);
   if (v) snprintf(v->path, sizeof v->path, "%s", checkpoint ? checkpoint : "");
+  snprintf(m->source, sizeof m->source, "%s", checkpoint ? checkpoint : "");
   pthread_mutex_unlock(&m->lock);
   return EM_OK;
 }
@@ -132,8 +133,12 @@ int sv_version_load(em_serve *s, sv_model *m, const char *path, sv_request *r, v
     snprintf(err, errcap, "model '%s': its workers are still loading version %lld; try again when it is ready",
              m->spec.name, (long long)m->serving);
     status = 503;
-  } else if (strlen(path) >= SV_PATH_MAX) {
+  } else if (path && strlen(path) >= SV_PATH_MAX) {
     snprintf(err, errcap, "parameters.checkpoint: a path of %zu bytes, at most %d", strlen(path), SV_PATH_MAX - 1);
+    status = 400;
+  } else if ((!path || !*path) && !m->source[0]) {
+    snprintf(err, errcap, "model '%s' was started without a checkpoint: name one (parameters.checkpoint)",
+             m->spec.name);
     status = 400;
   }
   if (status) {
@@ -142,7 +147,7 @@ int sv_version_load(em_serve *s, sv_model *m, const char *path, sv_request *r, v
   }
   m->pending = ++m->last_version;
   m->prepared = 0;
-  add_version(m, m->pending, path, "loading");
+  add_version(m, m->pending, path && *path ? path : m->source, "loading");
   if (before_wait) before_wait(arg);
   atomic_fetch_add(&r->refs, 1);
   atomic_fetch_add(&s->in_flight, 1);

@@ -102,7 +102,8 @@ static void count_model_error(sv_model *m, int status) {
   pthread_mutex_unlock(&m->metrics.lock);
 }
 
-/* LOAD [path] and UNLOAD: the HTTP repository API's requests. An unload is answered at once;
+/* LOAD [path] and UNLOAD: the HTTP repository API's requests (LOAD without a path reloads the
+ * checkpoint the model was started with). An unload is answered at once;
  * a load when every worker has the version or one failed (versions.c answers it). */
 static void handle_version(struct sv_zmq *z, sv_model *m, const sv_wire_hdr *h, const unsigned char *route,
                            size_t route_len, int delimiter, int nframes, const void *const *frames, const size_t *sizes) {
@@ -127,14 +128,18 @@ static void handle_version(struct sv_zmq *z, sv_model *m, const sv_wire_hdr *h, 
     return;
   }
   char path[SV_PATH_MAX];
-  if (nframes != 1 || sizes[0] == 0 || sizes[0] >= sizeof path || memchr(frames[0], 0, sizes[0])) {
-    snprintf(msg, sizeof msg, "model '%s': load: expected one frame after the header, the checkpoint path (1 to %d "
-             "bytes, no NUL), got %d frames%s", m->spec.name, SV_PATH_MAX - 1, nframes, nframes == 1 ? " of another size" : "");
+  if (nframes > 1 || (nframes == 1 && (sizes[0] == 0 || sizes[0] >= sizeof path || memchr(frames[0], 0, sizes[0])))) {
+    snprintf(msg, sizeof msg, "model '%s': load: expected at most one frame after the header, the checkpoint path (1 "
+             "to %d bytes, no NUL), got %d frames%s", m->spec.name, SV_PATH_MAX - 1, nframes,
+             nframes == 1 ? " of another size" : "");
     send_error(z, route, route_len, delimiter, h->request_id, 400, m->spec.name, msg);
     return;
   }
-  memcpy(path, frames[0], sizes[0]);
-  path[sizes[0]] = '\0';
+  path[0] = '\0';
+  if (nframes == 1) {
+    memcpy(path, frames[0], sizes[0]);
+    path[sizes[0]] = '\0';
+  }
   sv_request *r = calloc(1, sizeof *r);
   if (!r) return;
   atomic_init(&r->refs, 1);

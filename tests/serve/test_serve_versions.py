@@ -215,8 +215,17 @@ def swap_under_load(http_port, zmq_port, ckpt, inputs, ref):
     # a load of a model that does not exist, and malformed loads
     st, text = request(http_port, "POST", "/v2/repository/models/nope/load", {"parameters": {"checkpoint": ckpt["A"]}})
     check(st == 404, f"load of an unknown model: {st} {text}")
-    st, text = request(http_port, "POST", "/v2/repository/models/tiny/load", {"parameters": {}})
-    check(st == 400 and "parameters.checkpoint: missing" in text, f"load without a checkpoint: {st} {text}")
+    st, text = request(http_port, "POST", "/v2/repository/models/tiny/load", {"parameters": {"config": "{}"}})
+    check(st == 400 and "parameters.config: not taken" in text, f"load with a Triton config: {st} {text}")
+    st, text = request(http_port, "POST", "/v2/repository/models/tiny/load", {"parameters": {"checkpoint": 3}})
+    check(st == 400 and "parameters.checkpoint: expected a non-empty path, got an integer" in text,
+          f"load with a number for a path: {st} {text}")
+    # without a checkpoint (as Triton's clients load): the one the model was started with (A), again
+    for body in ({"parameters": {}}, None):
+        st, text = request(http_port, "POST", "/v2/repository/models/tiny/load", body, timeout=60)
+        version += 1
+        version_ckpt[version] = "A"
+        check(st == 200 and json.loads(text).get("version") == str(version), f"load without a checkpoint: {st} {text}")
     st, text = request(http_port, "GET", "/v2/repository/models/tiny/load")
     check(st == 405, f"GET load: {st}")
     # /v2/models/NAME/versions/V/...: the serving version answers, another is 404
@@ -248,6 +257,9 @@ r.again = c:unload('tiny')
 r.reloaded = c:load('tiny', arg[3])
 r.y = c:infer('tiny', {x = x}).y:totable()
 r.answered_by = c:version()
+c:load('tiny', arg[2])
+r.default = c:load('tiny')
+r.y_default = c:infer('tiny', {x = x}).y:totable()
 io.write(require('ember.util.json').encode(r))
 """
 
@@ -312,6 +324,9 @@ def unload_and_zmq_loads(http_port, zmq_port, ckpt, inputs, ref, version):
         check(got["reloaded"] == version + 3 and got["answered_by"] == version + 3, f"ZeroMQ reload: {got}")
         check(np.allclose(np.array(got["y"], np.float32), ref["A"][0], rtol=1e-5, atol=1e-6),
               f"the reloaded version's answer: {got['y']}")
+        check(got["default"] == version + 5 and np.allclose(np.array(got["y_default"], np.float32), ref["A"][0],
+                                                             rtol=1e-5, atol=1e-6),
+              f"ZeroMQ load without a checkpoint (A, after B): {got['default']} {got['y_default']}")
     # and the Python client's (examples/serve_client.py)
     c = sc.Client(f"tcp://127.0.0.1:{zmq_port}", timeout=60)
     try:

@@ -77,13 +77,14 @@ end
 
 function Client:version() return tonumber(C.em_serve_client_version(ptr(self, 'version'))) end
 
--- load(model, checkpoint): loads a checkpoint (a directory, whose latest is used, or a
--- safetensors file, on the server's machine) as the model's next version; returns that
--- version once every worker serves it. A checkpoint that fails raises the server's reason.
+-- load(model[, checkpoint]): loads a checkpoint (a directory, whose latest is used, or a
+-- safetensors file, on the server's machine; none: the one the model was started with, read
+-- again) as the model's next version; returns that version once every worker serves it. A
+-- checkpoint that fails raises the server's reason.
 function Client:load(model, checkpoint)
   local p = ptr(self, 'load')
   if type(model) ~= 'string' then throw('Client:load: model must be a name, got ' .. describe(model)) end
-  if type(checkpoint) ~= 'string' then
+  if checkpoint ~= nil and type(checkpoint) ~= 'string' then
     throw('Client:load: checkpoint must be a path, got ' .. describe(checkpoint))
   end
   local v = ffi.new('int64_t[1]')

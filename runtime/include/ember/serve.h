@@ -157,7 +157,8 @@ EM_API const char *em_serve_client_output_name(const em_serve_client *c, int i);
 EM_API em_status em_serve_client_output(em_serve_client *c, int i, em_tensor **out);
 EM_API int64_t em_serve_client_version(const em_serve_client *c); /* the version that answered */
 /* The repository API over ZeroMQ: loads a checkpoint (a directory, whose latest is used, or a
- * safetensors file, a path on the server's machine) as the model's next version, waiting at
+ * safetensors file, a path on the server's machine; NULL: the one the model was started with,
+ * read again, e.g. a training run's newest) as the model's next version, waiting at
  * most the timeout for every worker to have it (*version: the new version); or unloads the
  * model (*version: the version unloaded). The server's refusal is the error message. */
 EM_API em_status em_serve_client_load(em_serve_client *c, const char *model, const char *checkpoint, int64_t *version);
