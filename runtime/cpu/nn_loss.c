@@ -254,6 +254,37 @@ em_status cpu_relu_backward(em_tensor *gx, const em_tensor *gy, const em_tensor 
   return EM_OK;
 }
 
+/* The columns go to the threads in strips (each a multiple of 16 wide, at most 256); each
+ * strip walks every row, writing its piece of gx and adding it into double accumulators.
+ * One read of gy and y and one write of gx, where the ReLU backward and the column sum
+ * after it read gx again in a second parallel region. */
+#define COLSUM_STRIP 256
+void cpu_relu_backward_colsum_f32(float *gx, float *gb, const float *gy, const float *y, int64_t rows, int64_t cols) {
+  int threads = em_get_num_threads();
+  if (rows * cols < EM_PARALLEL_GRAIN || omp_in_parallel()) threads = 1;
+  int64_t strip = (cols + threads - 1) / threads;
+  strip = (strip + 15) / 16 * 16;
+  if (strip > COLSUM_STRIP) strip = COLSUM_STRIP;
+  int64_t nstrips = (cols + strip - 1) / strip;
+  if (nstrips < threads) threads = (int)nstrips;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t s = 0; s < nstrips; s++) {
+    int64_t c0 = s * strip, n = cols - c0 < strip ? cols - c0 : strip;
+    double acc[COLSUM_STRIP];
+    for (int64_t k = 0; k < n; k++) acc[k] = 0;
+    for (int64_t r = 0; r < rows; r++) {
+      float *restrict o = gx + r * cols + c0;
+      const float *restrict d = gy + r * cols + c0, *restrict yv = y + r * cols + c0;
+      for (int64_t k = 0; k < n; k++) {
+        float v = yv[k] > 0 ? d[k] : 0.0f;
+        o[k] = v;
+        acc[k] += v;
+      }
+    }
+    for (int64_t k = 0; k < n; k++) gb[c0 + k] = (float)acc[k];
+  }
+}
+
 /* ---- count_correct: the rows whose first largest logit (NaN largest, as argmax) is at the
  * target. Scalar on purpose: a row is a few classes, and the whole count is ~1 us. */
 #define ROW_ARGMAX(T)                                              \
