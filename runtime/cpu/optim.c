@@ -79,6 +79,62 @@ SGD_PLAIN(double, f64)
 SGD_MOMENTUM(float, f32)
 SGD_MOMENTUM(double, f64)
 
+/* Every parameter at once ("multi-tensor"): when all parameters, gradients and buffers
+ * are contiguous and of one dtype, their elements form one list that the threads split
+ * evenly in one parallel region (cut at multiples of 16 elements inside a tensor), where
+ * the per-tensor loop forked once per large parameter and ran the small ones (biases) on
+ * one thread. The same update per element, so the same bits. 0 when it does not apply
+ * (the caller goes tensor by tensor). */
+#define SGD_FLAT_MAX 256
+static int sgd_flat(int n, em_tensor *const *params, const em_tensor *const *grads, em_tensor *const *bufs,
+                    sgd_ctx *c) {
+  if (n <= 0 || n > SGD_FLAT_MAX) return 0;
+  char *data[SGD_FLAT_MAX][3];
+  int64_t start[SGD_FLAT_MAX + 1]; /* start[k]: the first element of the k-th tensor in the list */
+  int m = 0;
+  em_dtype dt = EM_FLOAT32;
+  for (int i = 0; i < n; i++) {
+    if (!grads[i]) continue;
+    const em_tensor *p = params[i], *g = grads[i], *b = bufs ? bufs[i] : NULL;
+    if (m == 0) dt = p->dtype;
+    if ((dt != EM_FLOAT32 && dt != EM_FLOAT64) || p->dtype != dt || g->dtype != dt || (b && b->dtype != dt) ||
+        !em_tensor_is_contiguous(p) || !em_tensor_is_contiguous(g) || (b && !em_tensor_is_contiguous(b)) ||
+        em_tensor_numel(g) != em_tensor_numel(p) || (b && em_tensor_numel(b) != em_tensor_numel(p)))
+      return 0;
+    data[m][0] = em_tensor_ptr(p), data[m][1] = em_tensor_ptr(g), data[m][2] = b ? em_tensor_ptr(b) : NULL;
+    start[m + 1] = (m ? start[m] : 0) + em_tensor_numel(p);
+    start[0] = 0;
+    m++;
+  }
+  if (m == 0) return 1;
+  int64_t total = start[m], el = dt == EM_FLOAT64 ? 8 : 4;
+  const int64_t st[3] = {el, el, el};
+  em_loop_fn fn = bufs ? (dt == EM_FLOAT64 ? sgd_momentum_f64 : sgd_momentum_f32)
+                       : (dt == EM_FLOAT64 ? sgd_plain_f64 : sgd_plain_f32);
+  int threads = total >= EM_PARALLEL_GRAIN && !omp_in_parallel() ? em_get_num_threads() : 1;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    int64_t lo = total * t / nt, hi = total * (t + 1) / nt;
+    /* cut points rounded down to a multiple of 16 elements of the tensor they fall in: no
+     * two threads write one cache line */
+    int k = 0;
+    while (k < m - 1 && start[k + 1] <= lo) k++;
+    lo = start[k] + ((lo - start[k]) & ~(int64_t)15);
+    if (t == 0) lo = 0;
+    int kh = 0;
+    while (kh < m - 1 && start[kh + 1] <= hi) kh++;
+    hi = t == nt - 1 ? total : start[kh] + ((hi - start[kh]) & ~(int64_t)15);
+    for (; k < m && start[k] < hi; k++) {
+      int64_t a = lo > start[k] ? lo - start[k] : 0, e = (hi < start[k + 1] ? hi : start[k + 1]) - start[k];
+      if (e <= a) continue;
+      char *ptrs[3] = {data[k][0] + a * el, data[k][1] + a * el, data[k][2] ? data[k][2] + a * el : NULL};
+      fn(ptrs, st, e - a, c);
+    }
+  }
+  return 1;
+}
+
 em_status cpu_optim_sgd(int n, em_tensor *const *params, const em_tensor *const *grads, em_tensor *const *bufs,
                         const em_sgd_args *a) {
   sgd_ctx c = {.lr = a->lr,
@@ -90,6 +146,7 @@ em_status cpu_optim_sgd(int n, em_tensor *const *params, const em_tensor *const 
                .first = a->first_step,
                .has_wd = a->weight_decay != 0};
   int momentum = a->momentum != 0;
+  if (sgd_flat(n, params, grads, momentum ? bufs : NULL, &c)) return EM_OK;
   for (int i = 0; i < n; i++) {
     if (!grads[i]) continue;
     const em_tensor *ops[3] = {params[i], grads[i], momentum ? bufs[i] : NULL};
