@@ -80,17 +80,20 @@ SGD_MOMENTUM(float, f32)
 SGD_MOMENTUM(double, f64)
 
 /* Every parameter at once ("multi-tensor"): when all parameters, gradients and buffers
- * are contiguous and of one dtype, their elements form one list that the threads split
- * evenly in one parallel region (cut at multiples of 16 elements inside a tensor), where
- * the per-tensor loop forked once per large parameter and ran the small ones (biases) on
- * one thread. The same update per element, so the same bits. 0 when it does not apply
- * (the caller goes tensor by tensor). */
+ * are contiguous and of one dtype, one parallel region updates them all, each thread the
+ * same share of every tensor (cut at multiples of 16 elements: no two threads write one
+ * cache line), where the per-tensor loop forked once per large parameter and ran the
+ * small ones (biases) on one thread. The shares are the ones the per-tensor loop gave each
+ * thread, so a thread finds the part of a gradient that it wrote in the backward GEMM in
+ * its own cache as before (one even split of all the elements measured slower). The same
+ * update per element, so the same bits. 0 when it does not apply (the caller goes tensor by
+ * tensor). */
 #define SGD_FLAT_MAX 256
 static int sgd_flat(int n, em_tensor *const *params, const em_tensor *const *grads, em_tensor *const *bufs,
                     sgd_ctx *c) {
   if (n <= 0 || n > SGD_FLAT_MAX) return 0;
   char *data[SGD_FLAT_MAX][3];
-  int64_t start[SGD_FLAT_MAX + 1]; /* start[k]: the first element of the k-th tensor in the list */
+  int64_t numel[SGD_FLAT_MAX], total = 0;
   int m = 0;
   em_dtype dt = EM_FLOAT32;
   for (int i = 0; i < n; i++) {
@@ -102,12 +105,9 @@ static int sgd_flat(int n, em_tensor *const *params, const em_tensor *const *gra
         em_tensor_numel(g) != em_tensor_numel(p) || (b && em_tensor_numel(b) != em_tensor_numel(p)))
       return 0;
     data[m][0] = em_tensor_ptr(p), data[m][1] = em_tensor_ptr(g), data[m][2] = b ? em_tensor_ptr(b) : NULL;
-    start[m + 1] = (m ? start[m] : 0) + em_tensor_numel(p);
-    start[0] = 0;
-    m++;
+    total += numel[m++] = em_tensor_numel(p);
   }
-  if (m == 0) return 1;
-  int64_t total = start[m], el = dt == EM_FLOAT64 ? 8 : 4;
+  int64_t el = dt == EM_FLOAT64 ? 8 : 4;
   const int64_t st[3] = {el, el, el};
   em_loop_fn fn = bufs ? (dt == EM_FLOAT64 ? sgd_momentum_f64 : sgd_momentum_f32)
                        : (dt == EM_FLOAT64 ? sgd_plain_f64 : sgd_plain_f32);
@@ -115,21 +115,12 @@ static int sgd_flat(int n, em_tensor *const *params, const em_tensor *const *gra
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    int64_t lo = total * t / nt, hi = total * (t + 1) / nt;
-    /* cut points rounded down to a multiple of 16 elements of the tensor they fall in: no
-     * two threads write one cache line */
-    int k = 0;
-    while (k < m - 1 && start[k + 1] <= lo) k++;
-    lo = start[k] + ((lo - start[k]) & ~(int64_t)15);
-    if (t == 0) lo = 0;
-    int kh = 0;
-    while (kh < m - 1 && start[kh + 1] <= hi) kh++;
-    hi = t == nt - 1 ? total : start[kh] + ((hi - start[kh]) & ~(int64_t)15);
-    for (; k < m && start[k] < hi; k++) {
-      int64_t a = lo > start[k] ? lo - start[k] : 0, e = (hi < start[k + 1] ? hi : start[k + 1]) - start[k];
-      if (e <= a) continue;
-      char *ptrs[3] = {data[k][0] + a * el, data[k][1] + a * el, data[k][2] ? data[k][2] + a * el : NULL};
-      fn(ptrs, st, e - a, c);
+    for (int k = 0; k < m; k++) {
+      int64_t lo = t == 0 ? 0 : (numel[k] * t / nt) & ~(int64_t)15;
+      int64_t hi = t == nt - 1 ? numel[k] : (numel[k] * (t + 1) / nt) & ~(int64_t)15;
+      if (hi <= lo) continue;
+      char *ptrs[3] = {data[k][0] + lo * el, data[k][1] + lo * el, data[k][2] ? data[k][2] + lo * el : NULL};
+      fn(ptrs, st, hi - lo, c);
     }
   }
   return 1;
