@@ -4,7 +4,7 @@
  * GEMM's rows.
  *
  * Forward: on the CPU in float32, where oneDNN measured faster for the GEMM's size
- * (cpu_dnnl_gemm_wanted), one oneDNN matmul that adds the bias and applies the ReLU as it
+ * (cpu_dnnl_linear_wanted), one oneDNN matmul that adds the bias and applies the ReLU as it
  * writes each tile of y (cpu_dnnl_linear): no pass of their own over y. Otherwise addmm
  * (the bias written into the result first and the product added to it) and, for the ReLU,
  * one ReLU pass. */
@@ -92,7 +92,7 @@ static em_status linear_backward(em_node *n, em_tensor *const *go, em_tensor **g
 static int fused_cpu(em_tensor **y2, const em_tensor *x2, const em_tensor *w, const em_tensor *b, int relu) {
   int64_t M = x2->sizes[0], K = x2->sizes[1], N = w->sizes[0];
   if (x2->storage->device.type != EM_CPU || x2->dtype != EM_FLOAT32 || ag_autocast_cpu_bf16() ||
-      !cpu_dnnl_gemm_wanted(M, N, K) || x2->strides[1] != 1 || x2->strides[0] < K || w->strides[1] != 1 ||
+      !cpu_dnnl_linear_wanted(M, N, K) || x2->strides[1] != 1 || x2->strides[0] < K || w->strides[1] != 1 ||
       w->strides[0] < K || (b && b->strides[0] != 1))
     return 0;
   em_tensor *y = NULL;
