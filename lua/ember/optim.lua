@@ -136,13 +136,15 @@ local function new_optimizer(cls, op, params, opts, defaults)
 end
 
 -- zero_grad([{set_to_none = true}]): clears every parameter's .grad (or zero-fills it).
+local ZERO_GRAD_OPTS = I.option_set('set_to_none')
 function Optimizer:zero_grad(opts)
-  I.check_opts('zero_grad', opts, I.option_set('set_to_none'), 1)
+  if opts ~= nil then I.check_opts('zero_grad', opts, ZERO_GRAD_OPTS, 1) end
   local to_none = not (opts and opts.set_to_none == false)
   for _, g in ipairs(self.param_groups) do
     for _, p in ipairs(g.params) do
       if to_none then
-        if has_grad(p) then p.grad = nil end
+        -- one C call per parameter (no-op without a gradient; drops a sparse one too)
+        I.check(C.em_set_grad(p, nil))
       elseif has_sparse_grad(p) then
         p.grad = nil   -- a zero sparse gradient names no rows
       else
@@ -152,6 +154,10 @@ function Optimizer:zero_grad(opts)
     end
   end
 end
+
+-- Dropping a gradient may release a graph that holds a custom Function (a Lua callback):
+-- not from JIT-compiled code (see autograd.lua).
+jit.off(Optimizer.zero_grad)
 
 -- Per-group C arrays, grown as needed; gradients are raw new references released after
 -- the call (no Lua wrappers per step).

@@ -27,6 +27,10 @@ int cpu_dnnl_conv_wanted(const cpu_conv_shape *s);
 /* Whether a float32 GEMM of this size should go through cpu_dnnl_matmul (measured rule;
  * 0 when oneDNN is off). */
 int cpu_dnnl_gemm_wanted(int64_t M, int64_t N, int64_t K);
+/* Whether a Linear layer's forward x [M, K] @ w^T [K, N] (+ bias, + ReLU) should go through
+ * cpu_dnnl_linear: cpu_dnnl_gemm_wanted's sizes, and smaller ones with a long K (the
+ * MLP's last layer), where the fused bias also spares the separate pass addmm makes. */
+int cpu_dnnl_linear_wanted(int64_t M, int64_t N, int64_t K);
 /* For tests: -1 back to EMBER_DNNL's choice, 0 never, 1 always. */
 void cpu_dnnl_force_(int mode);
 /* For tests: how many oneDNN primitives have run in this process. */

@@ -77,6 +77,12 @@ static inline int em_iter_inner_contiguous(const int64_t *strides, const size_t 
  * nn_embedding.c. */
 EM_BACKEND_PROTOTYPES(cpu)
 
+/* nn_loss.c: a ReLU layer's backward and its bias gradient in one pass (runtime/nn/linear.c
+ * calls it for float32 on the CPU): gx = y > 0 ? gy : 0 and gb[c] = the sum of gx[., c],
+ * all [rows, cols] contiguous. The sum is em_reduce's (double accumulators, rows in order),
+ * so gb has the bits of the column sum taken afterwards. */
+void cpu_relu_backward_colsum_f32(float *gx, float *gb, const float *gy, const float *y, int64_t rows, int64_t cols);
+
 /* blas_check.c: the BLAS routines ember calls (row-major; t/ta/tb: transposed), as a table
  * so that a test can hand the known-answer check a wrong one and see it caught. */
 typedef struct cpu_blas_fns {

@@ -4,13 +4,38 @@
  * GEMM's rows.
  *
  * Forward: on the CPU in float32, where oneDNN measured faster for the GEMM's size
- * (cpu_dnnl_gemm_wanted), one oneDNN matmul that adds the bias and applies the ReLU as it
+ * (cpu_dnnl_linear_wanted), one oneDNN matmul that adds the bias and applies the ReLU as it
  * writes each tile of y (cpu_dnnl_linear): no pass of their own over y. Otherwise addmm
  * (the bias written into the result first and the product added to it) and, for the ReLU,
  * one ReLU pass. */
 #include "autograd/autocast.h"
 #include "cpu/cpu_dnnl.h"
+#include "cpu/cpu_impl.h"
 #include "nn_impl.h"
+
+/* The ReLU's backward and the bias gradient in one pass over the output gradient (float32
+ * on the CPU, contiguous): *g2 becomes the masked gradient, *gb its column sum, with the
+ * bits of the separate ReLU backward and em_reduce. 0 (nothing changed) when it does not
+ * apply or an allocation failed: the caller takes the two-pass way. */
+static int fused_relu_bias_cpu(em_tensor **g2, em_tensor **gb, const em_tensor *y) {
+  const em_tensor *g = *g2;
+  if (g->storage->device.type != EM_CPU || g->dtype != EM_FLOAT32 || y->dtype != EM_FLOAT32 ||
+      y->storage->device.type != EM_CPU || !em_tensor_is_contiguous(g) || !em_tensor_is_contiguous(y) ||
+      y->ndim != 2 || y->sizes[0] != g->sizes[0] || y->sizes[1] != g->sizes[1])
+    return 0;
+  em_tensor *masked = NULL, *b = NULL;
+  if (em_empty(&masked, 2, g->sizes, EM_FLOAT32, g->storage->device) ||
+      em_empty(&b, 1, &g->sizes[1], EM_FLOAT32, g->storage->device)) {
+    em_tensor_release(masked);
+    return 0;
+  }
+  cpu_relu_backward_colsum_f32((float *)em_tensor_ptr(masked), (float *)em_tensor_ptr(b), (const float *)em_tensor_ptr(g),
+                               (const float *)em_tensor_ptr(y), g->sizes[0], g->sizes[1]);
+  em_tensor_release(*g2);
+  *g2 = masked;
+  *gb = b;
+  return 1;
+}
 
 static em_status linear_backward(em_node *n, em_tensor *const *go, em_tensor **gi) {
   if (!go[0]) return EM_OK;
@@ -18,7 +43,9 @@ static em_status linear_backward(em_node *n, em_tensor *const *go, em_tensor **g
   em_tensor *g2 = NULL, *g2t = NULL, *gx = NULL, *gw = NULL, *gb = NULL;
   int64_t shape[2] = {x2->sizes[0], w->sizes[0]};
   em_status st = em_reshape(&g2, go[0], 2, shape);
-  if (!st && n->i[0]) { /* the ReLU: the gradient passes where the output (saved[2]) is positive */
+  if (!st && n->i[0] && em_node_needs_input_grad(n, 2) && fused_relu_bias_cpu(&g2, &gb, n->saved[2])) {
+    /* masked and the bias gradient in one pass (gb set) */
+  } else if (!st && n->i[0]) { /* the ReLU: the gradient passes where the output (saved[2]) is positive */
     const em_backend *be = nn_backend("linear_relu", g2);
     em_tensor *masked = NULL;
     st = be ? em_empty(&masked, 2, shape, g2->dtype, g2->storage->device) : em_last_status();
@@ -37,7 +64,10 @@ static em_status linear_backward(em_node *n, em_tensor *const *go, em_tensor **g
     gi[1] = gw;
     gw = NULL;
   }
-  if (!st && em_node_needs_input_grad(n, 2)) {
+  if (!st && gb) {
+    gi[2] = gb;
+    gb = NULL;
+  } else if (!st && em_node_needs_input_grad(n, 2)) {
     /* float16/bfloat16 (autocast on a GPU): the column sum runs in float32, as the tensor
      * core sums float32/float64 only, and is rounded once */
     int dim0 = 0, half = g2->dtype == EM_FLOAT16 || g2->dtype == EM_BFLOAT16;
@@ -62,7 +92,7 @@ static em_status linear_backward(em_node *n, em_tensor *const *go, em_tensor **g
 static int fused_cpu(em_tensor **y2, const em_tensor *x2, const em_tensor *w, const em_tensor *b, int relu) {
   int64_t M = x2->sizes[0], K = x2->sizes[1], N = w->sizes[0];
   if (x2->storage->device.type != EM_CPU || x2->dtype != EM_FLOAT32 || ag_autocast_cpu_bf16() ||
-      !cpu_dnnl_gemm_wanted(M, N, K) || x2->strides[1] != 1 || x2->strides[0] < K || w->strides[1] != 1 ||
+      !cpu_dnnl_linear_wanted(M, N, K) || x2->strides[1] != 1 || x2->strides[0] < K || w->strides[1] != 1 ||
       w->strides[0] < K || (b && b->strides[0] != 1))
     return 0;
   em_tensor *y = NULL;

@@ -220,6 +220,11 @@ static void matmul_bfloat16_rounds_to_nearest_even(void **state) {
 static void gemm_float32_routes_by_size(void **state) {
   assert_true(cpu_dnnl_gemm_wanted(50, 512, 128));
   assert_false(cpu_dnnl_gemm_wanted(64, 64, 32));
+  /* a Linear layer's forward also from the MLP's last layer, not with a short K */
+  assert_true(cpu_dnnl_linear_wanted(128, 10, 128));
+  assert_false(cpu_dnnl_gemm_wanted(128, 10, 128));
+  assert_false(cpu_dnnl_linear_wanted(128, 512, 13));
+  assert_false(cpu_dnnl_linear_wanted(128, 16, 64));
   em_tensor *a = random_tensor(2, (int64_t[]){50, 128}), *w = random_tensor(2, (int64_t[]){512, 128});
   em_tensor *wt = NULL, *c[2] = {NULL, NULL};
   assert_int_equal(em_transpose(&wt, w, 0, 1), EM_OK);
@@ -238,8 +243,8 @@ static void gemm_float32_routes_by_size(void **state) {
 
 /* Linear layers (and Linear + ReLU, em_nn_linear_relu) forward and backward, with oneDNN's
  * fused bias and ReLU against OpenBLAS's GEMM, the bias added first and a ReLU pass: the
- * Fashion-MNIST MLP's layers (784-256-128-10, batch 128: the last is small enough to stay on
- * OpenBLAS either way), one of DLRM's (batch 128, 13 -> 512) and one without a bias, over an
+ * Fashion-MNIST MLP's layers (784-256-128-10, batch 128: the last reaches oneDNN through
+ * cpu_dnnl_linear_wanted, its long K), one of DLRM's (batch 128, 13 -> 512) and one without a bias, over an
  * input with leading dims [2, 64] */
 static void linear_fused_matches_openblas(void **state) {
   const struct {
@@ -265,7 +270,7 @@ static void linear_fused_matches_openblas(void **state) {
       assert_int_equal(st, EM_OK);
       int64_t fwd_runs = cpu_dnnl_runs_() - before;
       if (i == 0) assert_int_equal(fwd_runs, 0); /* the reference did not use oneDNN */
-      else assert_int_equal(fwd_runs, cpu_dnnl_gemm_wanted(R, O, I)); /* one primitive: GEMM, bias, ReLU */
+      else assert_int_equal(fwd_runs, cpu_dnnl_linear_wanted(R, O, I)); /* one primitive: GEMM, bias, ReLU */
       assert_string_equal(em_grad_fn_name(y), cases[c].relu ? "LinearReluBackward" : "LinearBackward");
       assert_int_equal(em_backward(y, gy, 0), EM_OK);
       r[i][0] = y;
