@@ -339,7 +339,7 @@ function PartGraph:gather(t, root)
   return out[0] ~= nil and wrap(out[0]) or nil
 end
 
-local PART_PAGERANK = { damping = true, tol = true, max_iter = true, method = true, weighted = true }
+local PART_PAGERANK = { damping = true, tol = true, max_iter = true, method = true, weighted = true, blocking = true }
 
 -- Whether the arcs carry weights (a weighted file loaded with weights, or its cache).
 function PartGraph:is_weighted() return C.em_graph_part_is_weighted(part_handle('is_weighted', self)) ~= 0 end
