@@ -257,6 +257,12 @@ local tiny = case('2 vertices', function() return graph.uniform { vertices = 2, 
 if size > 2 and rank == size - 1 then
   U.check(tostring(tiny):find('no vertices', 1, true), 'tiny: rank %d should own no vertex: %s', rank, tostring(tiny))
 end
+do -- tiles forced where some ranks own nothing
+  local st, sinfo = tiny:pagerank { tol = 0, max_iter = 20, blocking = 'tiles' }
+  local sp = tiny:pagerank { tol = 0, max_iter = 20, blocking = 'none' }
+  local l1 = (tiny:gather(st):to('float64') - tiny:gather(sp):to('float64')):abs():sum():item()
+  U.check(l1 <= 1e-6, '2 vertices, tiles (%s): L1 %g against plain', sinfo.engine, l1)
+end
 
 -- the weighted partitioned cache: round trip (weights kept), and loaded without them
 do
