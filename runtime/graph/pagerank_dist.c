@@ -56,6 +56,9 @@ typedef struct dist_run {
   uint32_t *key; /* [nl + nmirror] the global key of each place (ascending) */
   uint32_t *src; /* [ml] the in-arcs' sources as places (plain: partition's order; tiles: ascending) */
   uint32_t *send; /* [nsend] the places of the values sent */
+  uint32_t *ord; /* [nl] the own vertices in sweep (key) order: the partition's local ids */
+  uint32_t *own; /* [nl] the place of each, in that order */
+  int64_t *off; /* [nl + 1] their in-arcs in src */
   gr_tiles tiles; /* cold arcs, cache-blocked; hot_len NULL: plain */
   float *acc; /* [nl] each vertex's cold sum, when tiled */
   double compute, exchange;
@@ -64,8 +67,8 @@ typedef struct dist_run {
 /* Sweeps own vertices [b, e) (see sweep_jacobi in pagerank.c); adds to sums[3]. */
 static void sweep(dist_run *r, int64_t b, int64_t e, double coef, double scale, int64_t *sums) {
   const em_graph_part *p = r->p;
-  const int64_t *restrict off = p->offsets;
-  const uint32_t *restrict src = r->src, *restrict place = r->place, *restrict hot = r->tiles.hot_len;
+  const int64_t *restrict off = r->off;
+  const uint32_t *restrict src = r->src, *restrict place = r->own, *restrict hot = r->tiles.hot_len;
   const float *restrict x = r->x, *restrict inv = r->inv, *restrict contrib = r->contrib, *restrict acc = r->acc;
   float *restrict y = r->y, *restrict next = r->next;
   const double d = r->damping * scale, t = coef / (double)p->n;
@@ -130,32 +133,62 @@ done:
   return st;
 }
 
-/* The places (see the top): r->place, r->key, r->src in the partition's order, r->send. */
+/* The places (see the top): r->place, r->key, r->send; and the own vertices swept in key
+ * order (r->ord), as the single process sweeps in degree order: neighbouring vertices then
+ * have lists of like lengths (the gather's branches predict) and their contributions go
+ * to ascending places. r->off, r->src (places, each list in the partition's order), r->own,
+ * r->inv and r->nw follow that order. */
 static em_status lay_out(dist_run *r) {
   const em_graph_part *p = r->p;
-  int64_t slots = p->nl + p->nmirror;
-  size_t sb = (size_t)(slots ? slots : 1);
+  int64_t nl = p->nl, slots = nl + p->nmirror;
+  size_t sb = (size_t)(slots ? slots : 1), lb = (size_t)(nl ? nl : 1), mb = (size_t)(p->ml ? p->ml : 1);
   uint64_t *pair = gr_alloc(sb * sizeof *pair);
+  float *inv = gr_alloc(lb * sizeof *inv), *nw = r->nw ? gr_alloc(mb * sizeof *nw) : NULL;
   r->place = gr_alloc(sb * sizeof *r->place);
   r->key = gr_alloc(sb * sizeof *r->key);
-  r->src = gr_alloc((size_t)(p->ml ? p->ml : 1) * sizeof *r->src);
+  r->src = gr_alloc(mb * sizeof *r->src);
   r->send = gr_alloc((size_t)(p->nsend ? p->nsend : 1) * sizeof *r->send);
+  r->ord = gr_alloc(lb * sizeof *r->ord);
+  r->own = gr_alloc(lb * sizeof *r->own);
+  r->off = gr_alloc((lb + 1) * sizeof *r->off);
   em_status st = EM_OK;
-  if (!pair || !r->place || !r->key || !r->src || !r->send)
-    st = gr_oom("graph part pagerank", sb * 16 + (size_t)p->ml * 4);
+  if (!pair || !inv || (r->nw && !nw) || !r->place || !r->key || !r->src || !r->send || !r->ord || !r->own || !r->off)
+    st = gr_oom("graph part pagerank", sb * 16 + mb * 8);
   if ((st = gr_agree(p->group, "graph part pagerank", st)) || (st = slot_keys(p, r->key))) goto done;
   for (int64_t i = 0; i < slots; i++) pair[i] = (uint64_t)r->key[i] << 32 | (uint64_t)i;
   gr_sort_u64(pair, slots);
-  for (int64_t k = 0; k < slots; k++) {
-    r->place[(uint32_t)pair[k]] = (uint32_t)k;
-    r->key[k] = (uint32_t)(pair[k] >> 32);
+  int64_t k = 0;
+  for (int64_t q = 0; q < slots; q++) {
+    uint32_t slot = (uint32_t)pair[q];
+    r->place[slot] = (uint32_t)q;
+    r->key[q] = (uint32_t)(pair[q] >> 32);
+    if (slot < nl) r->ord[k++] = slot;
+  }
+  r->off[0] = 0;
+  for (int64_t i = 0; i < nl; i++) {
+    uint32_t v = r->ord[i];
+    r->off[i + 1] = r->off[i] + (p->offsets[v + 1] - p->offsets[v]);
+    r->own[i] = r->place[v];
+    inv[i] = r->inv[v];
   }
   const uint32_t *place = r->place;
-#pragma omp parallel for schedule(static) num_threads(gr_threads())
-  for (int64_t j = 0; j < p->ml; j++) r->src[j] = place[p->sources[j]];
+#pragma omp parallel for schedule(dynamic, 1024) num_threads(gr_threads())
+  for (int64_t i = 0; i < nl; i++) {
+    int64_t b = p->offsets[r->ord[i]], deg = r->off[i + 1] - r->off[i];
+    for (int64_t j = 0; j < deg; j++) r->src[r->off[i] + j] = place[p->sources[b + j]];
+    if (nw) memcpy(nw + r->off[i], r->nw + b, (size_t)deg * sizeof *nw);
+  }
   for (int64_t j = 0; j < p->nsend; j++) r->send[j] = place[p->send[j]];
+  if (nl) memcpy(r->inv, inv, (size_t)nl * sizeof *inv);
+  if (nw) {
+    gr_free(r->nw);
+    r->nw = nw;
+    nw = NULL;
+  }
 done:
   gr_free(pair);
+  gr_free(inv);
+  gr_free(nw);
   return st;
 }
 
@@ -167,7 +200,7 @@ static em_status tile(dist_run *r, int blocking) {
   int64_t active = 0, maxdeg = 0;
   for (int64_t v = 0; v < p->nl; v++) {
     active += p->out_degree[v] > 0;
-    if (p->offsets[v + 1] - p->offsets[v] > maxdeg) maxdeg = p->offsets[v + 1] - p->offsets[v];
+    if (r->off[v + 1] - r->off[v] > maxdeg) maxdeg = r->off[v + 1] - r->off[v];
   }
   em_status st = gr_allreduce(p->group, &active, 1, EM_INT64, EM_DIST_SUM);
   if (st) return st;
@@ -179,8 +212,8 @@ static em_status tile(dist_run *r, int blocking) {
     if (p->ml) memcpy(sorted, r->src, (size_t)p->ml * sizeof *sorted);
 #pragma omp parallel for schedule(dynamic, 1024) num_threads(threads)
     for (int64_t v = 0; v < p->nl; v++)
-      gr_sort_u32(sorted + p->offsets[v], p->offsets[v + 1] - p->offsets[v], tmp + (int64_t)omp_get_thread_num() * maxdeg);
-    gr_tiles_csr c = {.n = p->nl, .m = p->ml, .offsets = p->offsets, .sources = sorted, .key = r->key,
+      gr_sort_u32(sorted + r->off[v], r->off[v + 1] - r->off[v], tmp + (int64_t)omp_get_thread_num() * maxdeg);
+    gr_tiles_csr c = {.n = p->nl, .m = p->ml, .offsets = r->off, .sources = sorted, .key = r->key,
                       .slots = p->nl + p->nmirror, .keys = p->n, .active = active};
     st = gr_tiles_build_csr(&r->tiles, &c, blocking == EM_PAGERANK_BLOCKING_TILES);
     if (!st && r->tiles.hot_len && !(r->acc = gr_alloc((size_t)(p->nl ? p->nl : 1) * sizeof *r->acc)))
@@ -238,7 +271,7 @@ static int iterate(dist_run *r, const em_pagerank_options *o, double *residual, 
   int64_t sinks = 0, nblocks = (p->nl + BLOCK - 1) / BLOCK;
   for (int64_t v = 0; v < p->nl; v++) {
     r->x[v] = x0;
-    r->contrib[r->place[v]] = x0 * r->inv[v];
+    r->contrib[r->own[v]] = x0 * r->inv[v];
     sinks += r->inv[v] == 0;
   }
   double t0 = em_clock_monotonic();
@@ -344,7 +377,7 @@ em_status em_graph_part_pagerank(em_tensor **scores, em_tensor **residuals, em_p
   if (st) goto done;
   if ((st = em_empty(scores, 1, &nl, EM_FLOAT32, (em_device){EM_CPU, 0}))) goto done;
   float *out = em_tensor_data(*scores);
-  for (int64_t v = 0; v < nl; v++) out[v] = (float)(scale * r.x[v]);
+  for (int64_t i = 0; i < nl; i++) out[r.ord[i]] = (float)(scale * r.x[i]);
   if (residuals) {
     int64_t ni = iters;
     if ((st = em_empty(residuals, 1, &ni, EM_FLOAT64, (em_device){EM_CPU, 0}))) {
@@ -386,6 +419,9 @@ done:
   gr_free(r.key);
   gr_free(r.src);
   gr_free(r.send);
+  gr_free(r.ord);
+  gr_free(r.own);
+  gr_free(r.off);
   gr_tiles_free(&r.tiles);
   gr_free(r.acc);
   return st;
