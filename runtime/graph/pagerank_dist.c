@@ -59,6 +59,7 @@ typedef struct dist_run {
   uint32_t *ord; /* [nl] the own vertices in sweep (key) order: the partition's local ids */
   uint32_t *own; /* [nl] the place of each, in that order */
   int64_t *off; /* [nl + 1] their in-arcs in src */
+  uint32_t gkey[NBUCKET]; /* the first key of each bucket, buckets descending (ascending keys) */
   gr_tiles tiles; /* cold arcs, cache-blocked; hot_len NULL: plain */
   float *acc; /* [nl] each vertex's cold sum, when tiled */
   double compute, exchange;
@@ -109,7 +110,7 @@ static int bucket_of(uint32_t d) {
  * id ascending), the same on every rank and for every partition of the graph: own
  * vertices from the bucket counts of all ranks (one all_gather), mirrors from their
  * owners along the plan. */
-static em_status slot_keys(const em_graph_part *p, uint32_t *key) {
+static em_status slot_keys(const em_graph_part *p, uint32_t *key, uint32_t *gkey) {
   int size = p->size;
   int64_t mine[NBUCKET] = {0}, start[NBUCKET], *all = malloc((size_t)size * NBUCKET * sizeof *all);
   uint32_t *sendk = gr_alloc((size_t)(p->nsend ? p->nsend : 1) * sizeof *sendk);
@@ -121,6 +122,7 @@ static em_status slot_keys(const em_graph_part *p, uint32_t *key) {
   int64_t at = 0;
   for (int b = NBUCKET - 1; b >= 0; b--) {
     start[b] = at;
+    gkey[NBUCKET - 1 - b] = (uint32_t)at; /* group g = bucket NBUCKET - 1 - g starts at key gkey[g] */
     for (int r = 0; r < size; r++) at += all[(int64_t)r * NBUCKET + b];
     for (int r = 0; r < p->rank; r++) start[b] += all[(int64_t)r * NBUCKET + b];
   }
@@ -131,6 +133,18 @@ done:
   free(all);
   gr_free(sendk);
   return st;
+}
+
+/* r->src: each own vertex's in-arcs (in sweep order) as places, in the partition's order. */
+static void plain_lists(dist_run *r) {
+  const em_graph_part *p = r->p;
+  const uint32_t *place = r->place;
+#pragma omp parallel for schedule(dynamic, 1024) num_threads(gr_threads())
+  for (int64_t i = 0; i < p->nl; i++) {
+    const uint32_t *from = p->sources + p->offsets[r->ord[i]];
+    uint32_t *to = r->src + r->off[i];
+    for (int64_t j = 0; j < r->off[i + 1] - r->off[i]; j++) to[j] = place[from[j]];
+  }
 }
 
 /* The places (see the top): r->place, r->key, r->send; and the own vertices swept in key
@@ -154,7 +168,7 @@ static em_status lay_out(dist_run *r) {
   em_status st = EM_OK;
   if (!pair || !inv || (r->nw && !nw) || !r->place || !r->key || !r->src || !r->send || !r->ord || !r->own || !r->off)
     st = gr_oom("graph part pagerank", sb * 16 + mb * 8);
-  if ((st = gr_agree(p->group, "graph part pagerank", st)) || (st = slot_keys(p, r->key))) goto done;
+  if ((st = gr_agree(p->group, "graph part pagerank", st)) || (st = slot_keys(p, r->key, r->gkey))) goto done;
   for (int64_t i = 0; i < slots; i++) pair[i] = (uint64_t)r->key[i] << 32 | (uint64_t)i;
   gr_sort_u64(pair, slots);
   int64_t k = 0;
@@ -172,12 +186,10 @@ static em_status lay_out(dist_run *r) {
     inv[i] = r->inv[v];
   }
   const uint32_t *place = r->place;
-#pragma omp parallel for schedule(dynamic, 1024) num_threads(gr_threads())
-  for (int64_t i = 0; i < nl; i++) {
-    int64_t b = p->offsets[r->ord[i]], deg = r->off[i + 1] - r->off[i];
-    for (int64_t j = 0; j < deg; j++) r->src[r->off[i] + j] = place[p->sources[b + j]];
-    if (nw) memcpy(nw + r->off[i], r->nw + b, (size_t)deg * sizeof *nw);
-  }
+  plain_lists(r);
+  if (nw)
+    for (int64_t i = 0; i < nl; i++)
+      memcpy(nw + r->off[i], r->nw + p->offsets[r->ord[i]], (size_t)(r->off[i + 1] - r->off[i]) * sizeof *nw);
   for (int64_t j = 0; j < p->nsend; j++) r->send[j] = place[p->send[j]];
   if (nl) memcpy(r->inv, inv, (size_t)nl * sizeof *inv);
   if (nw) {
@@ -192,7 +204,35 @@ done:
   return st;
 }
 
-/* Tiles over the local arcs, sources sorted by place (= by key), when `blocking` asks for
+/* The last g with bpos[g] <= q (bpos: 256 ascending, bpos[0] = 0): q's bucket group. */
+static inline int group_of(const uint32_t *bpos, uint32_t q) {
+  int g = 0;
+  for (int step = 128; step; step >>= 1) g += bpos[g + step] <= q ? step : 0;
+  return g;
+}
+
+/* Sorts a list of places that is in ascending global id. Places order by (bucket
+ * descending, id ascending), so within a bucket the list is in place order already, and
+ * sorting it is a stable sort by bucket: linear, one pass to count, one to place. */
+static void sort_list(uint32_t *a, int64_t d, const uint32_t *bpos, uint8_t *grp, uint32_t *tmp) {
+  int64_t j = 1;
+  while (j < d && a[j - 1] <= a[j]) j++;
+  if (j >= d) return; /* in order (one bucket, most short lists) */
+  if (d <= 32) {
+    gr_sort_u32(a, d, NULL);
+    return;
+  }
+  int64_t at[257] = {0};
+  for (j = 0; j < d; j++) {
+    grp[j] = (uint8_t)group_of(bpos, a[j]);
+    at[grp[j] + 1]++;
+  }
+  for (int g = 0; g < 256; g++) at[g + 1] += at[g];
+  for (j = 0; j < d; j++) tmp[at[grp[j]]++] = a[j];
+  memcpy(a, tmp, (size_t)d * sizeof *a);
+}
+
+/* Tiles over the local arcs, each list sorted by place (= by key; sort_list), when `blocking` asks for
  * them and (auto) every rank finds they pay; else the plain lists stay. */
 static em_status tile(dist_run *r, int blocking) {
   const char *op = "graph part pagerank";
@@ -205,14 +245,28 @@ static em_status tile(dist_run *r, int blocking) {
   em_status st = gr_allreduce(p->group, &active, 1, EM_INT64, EM_DIST_SUM);
   if (st) return st;
   int threads = gr_threads();
-  uint32_t *sorted = gr_alloc((size_t)(p->ml ? p->ml : 1) * sizeof *sorted);
-  uint32_t *tmp = gr_alloc((size_t)threads * (size_t)(maxdeg ? maxdeg : 1) * sizeof *tmp);
-  if (!sorted || !tmp) st = gr_oom(op, (size_t)p->ml * 4);
+  uint32_t *sorted = r->src; /* in place: the plain lists are made again if no tiles */
+  size_t per = (size_t)(maxdeg ? maxdeg : 1);
+  uint32_t *tmp = gr_alloc((size_t)threads * per * sizeof *tmp);
+  uint8_t *grp = gr_alloc((size_t)threads * per);
+  if (!tmp || !grp) st = gr_oom(op, (size_t)threads * per * 5);
   if (!st) {
-    if (p->ml) memcpy(sorted, r->src, (size_t)p->ml * sizeof *sorted);
+    uint32_t bpos[257]; /* the first place of each bucket group; 256 and up: none */
+    int64_t slots = p->nl + p->nmirror;
+    for (int g = 0; g < 257; g++) {
+      int64_t lo = 0, hi = slots;
+      while (g < NBUCKET && lo < hi) { /* the first place with key >= gkey[g] */
+        int64_t mid = lo + (hi - lo) / 2;
+        if (r->key[mid] < r->gkey[g]) lo = mid + 1;
+        else hi = mid;
+      }
+      bpos[g] = g < NBUCKET ? (uint32_t)lo : UINT32_MAX;
+    }
 #pragma omp parallel for schedule(dynamic, 1024) num_threads(threads)
-    for (int64_t v = 0; v < p->nl; v++)
-      gr_sort_u32(sorted + r->off[v], r->off[v + 1] - r->off[v], tmp + (int64_t)omp_get_thread_num() * maxdeg);
+    for (int64_t v = 0; v < p->nl; v++) {
+      int64_t t = omp_get_thread_num();
+      sort_list(sorted + r->off[v], r->off[v + 1] - r->off[v], bpos, grp + t * (int64_t)per, tmp + t * (int64_t)per);
+    }
     gr_tiles_csr c = {.n = p->nl, .m = p->ml, .offsets = r->off, .sources = sorted, .key = r->key,
                       .slots = p->nl + p->nmirror, .keys = p->n, .active = active};
     st = gr_tiles_build_csr(&r->tiles, &c, blocking == EM_PAGERANK_BLOCKING_TILES);
@@ -220,16 +274,15 @@ static em_status tile(dist_run *r, int blocking) {
       st = gr_oom(op, (size_t)p->nl * 4);
   }
   gr_free(tmp);
+  gr_free(grp);
   int32_t built = !st && r->tiles.hot_len;
   if ((st = gr_agree(p->group, op, st)) || (st = gr_allreduce(p->group, &built, 1, EM_INT32, EM_DIST_MIN)) || !built) {
     gr_tiles_free(&r->tiles); /* some rank has none: all sum plainly */
     gr_free(r->acc);
     r->acc = NULL;
-    gr_free(sorted);
+    plain_lists(r);
     return st;
   }
-  gr_free(r->src);
-  r->src = sorted;
   return EM_OK;
 }
 
