@@ -339,14 +339,17 @@ function PartGraph:gather(t, root)
   return out[0] ~= nil and wrap(out[0]) or nil
 end
 
-local PART_PAGERANK = { damping = true, tol = true, max_iter = true, method = true, weighted = true }
+local PART_PAGERANK = { damping = true, tol = true, max_iter = true, method = true, weighted = true, blocking = true }
 
 -- Whether the arcs carry weights (a weighted file loaded with weights, or its cache).
 function PartGraph:is_weighted() return C.em_graph_part_is_weighted(part_handle('is_weighted', self)) ~= 0 end
 
 -- scores of this rank's vertices (float32 [last - first + 1]) and a table as
 -- Graph:pagerank's (weighted = 'auto' | true | false as there; the weighted scores are the
--- same bits as the single process's with reorder = 'none'), plus compute_seconds,
+-- same bits as the single process's with reorder = 'none'; blocking = 'auto' | 'none' |
+-- 'tiles': 'none' gives the single process's plain bits with reorder = 'none', 'tiles' the
+-- same bits at every rank count, auto tiles large graphs where it pays; engine
+-- 'cpu:partitioned:tiles' when tiled), plus compute_seconds,
 -- exchange_seconds, bytes_sent, bytes_received (per iteration, this rank).
 function PartGraph:pagerank(opts)
   local p = part_handle('pagerank', self)

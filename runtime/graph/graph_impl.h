@@ -216,10 +216,23 @@ typedef struct gr_tiles {
   uint32_t *src; /* [cold_arcs] sources, tile by tile */
   int64_t cold_arcs;
 } gr_tiles;
+/* What tiles are built over: rows of in-arcs whose sources are contribution slots, sorted
+ * within each row, and the key of each slot (ascending with the slot) that makes a source
+ * hot (key < seg) and gives its segment (key >> shift). */
+typedef struct gr_tiles_csr {
+  int64_t n, m; /* rows (destinations), arcs */
+  const int64_t *offsets; /* [n + 1] */
+  const uint32_t *sources; /* [m] slots */
+  const uint32_t *key; /* [slots] ascending; NULL: each slot is its own key */
+  int64_t slots, keys; /* contribution slots; the key space [0, keys) the segments cut */
+  int64_t active; /* keys ever read (sources with out-arcs), over the whole graph: sizes forced tiles */
+  const uint32_t *out_degree; /* [slots] arcs out of each slot (key NULL): an early cost check; or NULL */
+} gr_tiles_csr;
 /* Leaves t->hot_len NULL when tiling would not pay. */
 extern int gr_tiles_slice; /* tests: > 0 forces tiles of this many vertices; < 0 disables */
 /* force: build the tiles even where they would not pay (blocking = tiles). */
 em_status gr_tiles_build(gr_tiles *t, const em_graph *g, bool force);
+em_status gr_tiles_build_csr(gr_tiles *t, const gr_tiles_csr *c, bool force);
 void gr_tiles_gather(const gr_tiles *t, int64_t block, const float *contrib, float *acc, int64_t n);
 void gr_tiles_free(gr_tiles *t);
 /* Tests: 1 forces PageRank's prefetching gather (untiled), -1 disables it, 0 decides. */
@@ -283,17 +296,18 @@ static inline double gr_unfix(int64_t s) { return (double)s / GR_FIX_ONE; }
  * Either way the order of additions depends on the list alone (pagerank.c and
  * pagerank_dist.c both sum with it, which is what makes their scores the same bits). */
 /* One vertex of a Jacobi sweep (pagerank.c, pagerank_dist.c) from its gathered sum `in`:
- * its new score y = d in + t, its contribution next = y inv, and the exact (fixed-point)
+ * its new score y[v] = d in + t, its contribution next[slot] = y inv (slot: where the
+ * contributions keep v, v itself in one process), and the exact (fixed-point)
  * sums of scores, residual against scale x and dangling mass added to s[0..2]. */
 static inline __attribute__((always_inline)) void gr_pr_update(float *restrict y, float *restrict next,
                                                                const float *restrict x, const float *restrict inv,
-                                                               int64_t v, double d, double in, double t,
-                                                               double scale, int64_t *restrict s) {
+                                                               int64_t v, int64_t slot, double d, double in,
+                                                               double t, double scale, int64_t *restrict s) {
   float nv = (float)(d * in + t);
   y[v] = nv;
   s[0] += gr_fix(nv);
   s[1] += gr_fix(fabs((double)nv - scale * (double)x[v]));
-  next[v] = nv * inv[v];
+  next[slot] = nv * inv[v];
   s[2] += inv[v] == 0 ? gr_fix(nv) : 0;
 }
 

@@ -218,7 +218,7 @@ static void sweep_jacobi(pr_run *r, int64_t b, double coef, double scale) {
                 : hot         ? acc[v] + gather(contrib, src + off[v], hot[v])
                 : r->prefetch ? gather_prefetch(contrib, src, off[v], off[v + 1], g->m)
                               : gather(contrib, src + off[v], off[v + 1] - off[v]);
-    gr_pr_update(y, next, x, inv, v, d, in, t, scale, s);
+    gr_pr_update(y, next, x, inv, v, v, d, in, t, scale, s);
   }
   r->fsum[b] = s[0];
   r->fres[b] = s[1];
@@ -255,7 +255,7 @@ static void sweep_weighted(pr_run *r, int64_t b, double coef, double scale) {
   for (int64_t v = r->block[b]; v < r->block[b + 1]; v++) {
     double t = tele ? coef * tele[v] : uniform;
     double in = gather_w(contrib, g->sources, r->nw, off[v], off[v + 1], g->m, r->prefetch);
-    gr_pr_update(y, next, x, inv, v, d, in, t, scale, s);
+    gr_pr_update(y, next, x, inv, v, v, d, in, t, scale, s);
   }
   r->fsum[b] = s[0];
   r->fres[b] = s[1];

@@ -15,7 +15,15 @@
  * A tile re-reads its segment's contributions once per block, so tiling is used only
  * when that costs well under what the scattered reads cost (not on graphs whose cold
  * sources alone outgrow the cache many times over), and only when the copy takes at
- * most half the memory of the CSR's sources. */
+ * most half the memory of the CSR's sources.
+ *
+ * The tiles are built over a gr_tiles_csr: rows (destinations) whose sources are slots
+ * into the contributions, plus optionally each slot's key, the order that says which
+ * sources are hot (key < seg) and which segment a cold one falls in (key >> shift). The
+ * single process's graph is its own key (its internal order is by out-degree); a rank of
+ * a partitioned graph (pagerank_dist.c) numbers its slots in the global key order, so its
+ * hot slots are a prefix too, and segments cut by the global key make every vertex's sum
+ * (per segment, then hot) the same whatever the partition. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -38,25 +46,37 @@ void gr_tiles_free(gr_tiles *t) {
   memset(t, 0, sizeof *t);
 }
 
+/* The segment of slot u: its key's. */
+static inline int64_t seg_of(const gr_tiles_csr *c, int shift, uint32_t u) {
+  return (int64_t)(c->key ? c->key[u] : u) >> shift;
+}
+
 /* Walks v's cold sources (after its hot prefix) segment by segment. */
-#define FOR_COLD_RUNS(g, t, v, SEG, BEGIN, END, BODY)                           \
-  do {                                                                          \
-    int64_t j_ = (g)->offsets[v] + (t)->hot_len[v], e_ = (g)->offsets[(v) + 1]; \
-    while (j_ < e_) {                                                           \
-      int64_t SEG = (g)->sources[j_] >> (t)->shift, BEGIN = j_;                 \
-      while (j_ < e_ && (g)->sources[j_] >> (t)->shift == SEG) j_++;            \
-      int64_t END = j_;                                                         \
-      BODY;                                                                     \
-    }                                                                           \
+#define FOR_COLD_RUNS(c, t, v, SEG, BEGIN, END, BODY)                          \
+  do {                                                                         \
+    int64_t j_ = (c)->offsets[v] + (t)->hot_len[v], e_ = (c)->offsets[(v) + 1]; \
+    while (j_ < e_) {                                                          \
+      int64_t SEG = seg_of(c, (t)->shift, (c)->sources[j_]), BEGIN = j_;       \
+      while (j_ < e_ && seg_of(c, (t)->shift, (c)->sources[j_]) == SEG) j_++;  \
+      int64_t END = j_;                                                        \
+      BODY;                                                                    \
+    }                                                                          \
   } while (0)
 
 em_status gr_tiles_build(gr_tiles *t, const em_graph *g, bool force) {
+  int64_t sources = 0; /* vertices with out-arcs: the contributions that are ever read */
+  for (int64_t v = 0; v < g->n; v++) sources += g->out_degree[v] > 0;
+  gr_tiles_csr c = {.n = g->n, .m = g->m, .offsets = g->offsets, .sources = g->sources, .slots = g->n,
+                    .keys = g->n, .active = sources, .out_degree = g->out_degree};
+  return gr_tiles_build_csr(t, &c, force);
+}
+
+em_status gr_tiles_build_csr(gr_tiles *t, const gr_tiles_csr *c, bool force) {
   memset(t, 0, sizeof *t);
   if (gr_tiles_slice < 0) return EM_OK;
   bool check = !gr_tiles_slice && !force; /* forced or test-sized tiles skip the cost checks */
-  int64_t n = g->n, slice = gr_tiles_slice ? gr_tiles_slice : l2_bytes() / 2 / (int64_t)sizeof(float);
-  int64_t sources = 0; /* vertices with out-arcs: the contributions that are ever read */
-  for (int64_t v = 0; v < n; v++) sources += g->out_degree[v] > 0;
+  int64_t n = c->n, slice = gr_tiles_slice ? gr_tiles_slice : l2_bytes() / 2 / (int64_t)sizeof(float);
+  int64_t sources = c->active;
   if (force && !gr_tiles_slice) /* forced on a small graph: tiles over a quarter of it */
     while (slice > 1 && slice * 4 > sources) slice /= 2;
   if (sources <= slice) return EM_OK; /* everything is hot already */
@@ -64,35 +84,49 @@ em_status gr_tiles_build(gr_tiles *t, const em_graph *g, bool force) {
   while (((int64_t)2 << t->shift) <= slice) t->shift++;
   slice = (int64_t)1 << t->shift;
   t->seg = slice;
-  t->nseg = (n + slice - 1) / slice;
+  t->nseg = (c->keys + slice - 1) / slice;
   t->dblock = slice;
   t->nblocks = (n + slice - 1) / slice;
   /* The cold arcs are those of sources seg.. (out-degrees say how many, before any pass):
    * give up early when the copy alone would outgrow its memory budget (see below). */
-  int64_t hot_arcs = 0;
-  for (int64_t u = 0; u < slice && u < n; u++) hot_arcs += g->out_degree[u];
-  if (check && (double)(g->m - hot_arcs) * 4 > (double)g->m * 2) {
-    memset(t, 0, sizeof *t);
-    return EM_OK;
+  if (c->out_degree) {
+    int64_t hot_arcs = 0;
+    for (int64_t u = 0; u < slice && u < c->slots; u++) hot_arcs += c->out_degree[u];
+    if (check && (double)(c->m - hot_arcs) * 4 > (double)c->m * 2) {
+      memset(t, 0, sizeof *t);
+      return EM_OK;
+    }
+  }
+  /* slots whose contributions a tile re-reads: those past the hot ones */
+  int64_t cold_slots = sources - t->seg;
+  if (c->key) {
+    int64_t lo = 0, hi = c->slots; /* the first slot with key >= seg (keys ascend) */
+    while (lo < hi) {
+      int64_t mid = lo + (hi - lo) / 2;
+      if (c->key[mid] < (uint32_t)slice) lo = mid + 1;
+      else hi = mid;
+    }
+    cold_slots = c->slots - lo;
   }
   int64_t ntiles = t->nblocks * t->nseg;
-  t->hot_len = gr_alloc((size_t)n * sizeof *t->hot_len);
+  t->hot_len = gr_alloc((size_t)(n ? n : 1) * sizeof *t->hot_len);
   t->tile_entry = gr_calloc((size_t)(ntiles + 1) * sizeof *t->tile_entry);
   t->tile_arc = gr_calloc((size_t)(ntiles + 1) * sizeof *t->tile_arc);
   if (!t->hot_len || !t->tile_entry || !t->tile_arc) goto oom;
   /* hot prefixes, and the entries and arcs of each tile (counted at tile + 1) */
   int64_t cold = 0;
   const uint32_t seg = (uint32_t)t->seg;
+  const uint32_t *key = c->key;
 #pragma omp parallel for schedule(dynamic, 1) reduction(+ : cold) num_threads(gr_threads())
   for (int64_t b = 0; b < t->nblocks; b++) {
     int64_t v1 = (b + 1) * t->dblock < n ? (b + 1) * t->dblock : n;
     for (int64_t v = b * t->dblock; v < v1; v++) {
       /* the list is sorted: the cold sources are its tail, read backwards (a bisection
        * would miss the cache at every probe) */
-      int64_t first = g->offsets[v], j = g->offsets[v + 1];
-      while (j > first && g->sources[j - 1] >= seg) j--;
+      int64_t first = c->offsets[v], j = c->offsets[v + 1];
+      while (j > first && (key ? key[c->sources[j - 1]] : c->sources[j - 1]) >= seg) j--;
       t->hot_len[v] = (uint32_t)(j - first);
-      FOR_COLD_RUNS(g, t, v, s, begin, end, {
+      FOR_COLD_RUNS(c, t, v, s, begin, end, {
         t->tile_entry[b * t->nseg + s + 1]++;
         t->tile_arc[b * t->nseg + s + 1] += end - begin;
         cold += end - begin;
@@ -107,9 +141,9 @@ em_status gr_tiles_build(gr_tiles *t, const em_graph *g, bool force) {
   }
   int64_t entries = t->tile_entry[ntiles];
   /* The copy costs memory too: at most half the CSR's sources array. */
-  double reread = (double)t->nblocks * (double)(sources - t->seg) * sizeof(float);
+  double reread = (double)t->nblocks * (double)cold_slots * sizeof(float);
   double bytes = (double)cold * 4 + (double)entries * 8;
-  if (check && (reread > (double)cold * 64 / 2 || bytes > (double)g->m * 2)) {
+  if (check && (reread > (double)cold * 64 / 2 || bytes > (double)c->m * 2)) {
     gr_tiles_free(t);
     return EM_OK;
   }
@@ -132,11 +166,11 @@ em_status gr_tiles_build(gr_tiles *t, const em_graph *g, bool force) {
       memcpy(arc, t->tile_arc + b * t->nseg, (size_t)t->nseg * sizeof *arc);
       int64_t v1 = (b + 1) * t->dblock < n ? (b + 1) * t->dblock : n;
       for (int64_t v = b * t->dblock; v < v1; v++)
-        FOR_COLD_RUNS(g, t, v, s, begin, end, {
+        FOR_COLD_RUNS(c, t, v, s, begin, end, {
           int64_t k = entry[s]++;
           t->dst[k] = (uint32_t)v;
           t->count[k] = (uint32_t)(end - begin);
-          memcpy(t->src + arc[s], g->sources + begin, (size_t)(end - begin) * sizeof *t->src);
+          memcpy(t->src + arc[s], c->sources + begin, (size_t)(end - begin) * sizeof *t->src);
           arc[s] += end - begin;
         });
     }

@@ -345,6 +345,55 @@ static void test_propagation_blocking(void **state) {
   em_graph_free(g);
 }
 
+/* Tiles over a CSR whose slots carry keys (as a rank of a partitioned graph builds them,
+ * pagerank_dist.c): a source is hot when its key is below the segment width, a cold one
+ * falls in segment key >> shift, and each vertex's cold sum is its segments' float sums
+ * in ascending order. Checked against that definition, computed here directly, with keys
+ * spread over a key space three times the slots (gaps: the slots are a subset). */
+static void test_tiles_keys(void **state) {
+  (void)state;
+  enum { N = 300, SLOTS = 500, DEG = 40 };
+  uint32_t key[SLOTS], src[N * DEG];
+  int64_t off[N + 1];
+  float contrib[SLOTS], acc[N];
+  uint64_t r = 12345;
+  for (int u = 0, k = 0; u < SLOTS; u++) key[u] = (uint32_t)(k += 1 + (int)((r = r * 6364136223846793005u + 1) >> 62));
+  for (int u = 0; u < SLOTS; u++) contrib[u] = (float)((r = r * 6364136223846793005u + 1) >> 40) * 0x1p-24f;
+  off[0] = 0;
+  for (int v = 0; v < N; v++) { /* ascending distinct slots, v % DEG of them */
+    int64_t j = off[v];
+    for (int u = 0; u < SLOTS && j - off[v] < v % DEG; u++)
+      if (((r = r * 6364136223846793005u + 1) >> 59) < 3) src[j++] = (uint32_t)u;
+    off[v + 1] = j;
+  }
+  gr_tiles_csr c = {.n = N, .m = off[N], .offsets = off, .sources = src, .key = key, .slots = SLOTS,
+                    .keys = key[SLOTS - 1] + 1, .active = SLOTS};
+  gr_tiles t;
+  gr_tiles_slice = 64;
+  assert_int_equal(gr_tiles_build_csr(&t, &c, true), EM_OK);
+  gr_tiles_slice = 0;
+  assert_non_null(t.hot_len);
+  assert_int_equal(t.seg, 64);
+  for (int64_t b = 0; b < t.nblocks; b++) gr_tiles_gather(&t, b, contrib, acc, N);
+  int64_t cold = 0;
+  for (int v = 0; v < N; v++) {
+    int64_t j = off[v], hot = 0;
+    while (j < off[v + 1] && key[src[j]] < 64) j++, hot++;
+    assert_int_equal(t.hot_len[v], hot);
+    float want = 0;
+    while (j < off[v + 1]) {
+      uint32_t seg = key[src[j]] >> 6;
+      double sum = 0;
+      for (; j < off[v + 1] && key[src[j]] >> 6 == seg; j++, cold++) sum += contrib[src[j]];
+      want += (float)sum;
+    }
+    if (acc[v] != want) fail_msg("vertex %d: cold sum %.9g, expected %.9g", v, acc[v], want);
+  }
+  assert_int_equal(t.cold_arcs, cold);
+  assert_true(cold > off[N] / 2); /* most arcs are cold: the test exercises the tiles */
+  gr_tiles_free(&t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_propagation_blocking),
@@ -358,6 +407,7 @@ int main(void) {
       cmocka_unit_test(test_matches_float64_reference),
       cmocka_unit_test(test_deterministic_and_reported),
       cmocka_unit_test(test_cache_blocking),
+      cmocka_unit_test(test_tiles_keys),
       cmocka_unit_test(test_option_errors),
   };
   return cmocka_run_group_tests(tests, tg_setup, tg_cleanup);

@@ -5,7 +5,9 @@
 -- definition, in Lua) the L1 distance must be <= 1e-6. Also: the partitioned cache round
 -- trip and its refusal with another rank count, degrees, original ids, bad files. Weighted
 -- graphs (Matrix Market values, SNAP third columns) likewise against the single-process
--- weighted PageRank (bits) and the weighted float64 reference.
+-- weighted PageRank (bits) and the weighted float64 reference. blocking = 'none' keeps
+-- those bits on any graph; the tiled sweep (blocking = 'tiles') is checked for the same
+-- bits at N ranks as at one rank (at 1 and 2 threads) and within 1e-6 of the others.
 local U = dofile(arg[0]:gsub('[^/]*$', '') .. 'util.lua')
 local dist, graph = ember.dist, ember.graph
 local ffi = require 'ffi'
@@ -73,6 +75,12 @@ local function case(what, make_part, make_single, iters, weighted)
     info.engine)
   U.equal(full, ref, what .. ': partitioned against single-process scores (bits)')
   U.same_everywhere(full, what .. ': gathered scores')
+  -- blocking = 'none' keeps the plain sweep on any graph: the same bits as the single
+  -- process's plain sweep
+  local sn, ninfo = pg:pagerank { tol = 0, max_iter = iters, weighted = weighted, blocking = 'none' }
+  U.check(ninfo.engine == info.engine, '%s: blocking none: engine %s', what, ninfo.engine)
+  U.equal(pg:gather(sn), (g:pagerank { tol = 0, max_iter = iters, weighted = weighted, blocking = 'none' }),
+    what .. ': blocking none against the single process (bits)')
   if g:num_edges() < 20000 then
     local l1 = (full:to('float64') - reference(g, iters, 0.85, rinfo.weighted)):abs():sum():item()
     U.check(l1 <= 1e-6, '%s: L1 %g against float64', what, l1)
@@ -249,6 +257,12 @@ local tiny = case('2 vertices', function() return graph.uniform { vertices = 2, 
 if size > 2 and rank == size - 1 then
   U.check(tostring(tiny):find('no vertices', 1, true), 'tiny: rank %d should own no vertex: %s', rank, tostring(tiny))
 end
+do -- tiles forced where some ranks own nothing
+  local st, sinfo = tiny:pagerank { tol = 0, max_iter = 20, blocking = 'tiles' }
+  local sp = tiny:pagerank { tol = 0, max_iter = 20, blocking = 'none' }
+  local l1 = (tiny:gather(st):to('float64') - tiny:gather(sp):to('float64')):abs():sum():item()
+  U.check(l1 <= 1e-6, '2 vertices, tiles (%s): L1 %g against plain', sinfo.engine, l1)
+end
 
 -- the weighted partitioned cache: round trip (weights kept), and loaded without them
 do
@@ -270,6 +284,53 @@ do
     function() return graph.load(wsnap, { reorder = 'none', weights = false }) end)
 end
 
+-- The tiled sweep (blocking = 'tiles' forces the tiles on small graphs too): the same bits
+-- at every rank and thread count (here N ranks x 1 thread against one rank, a group of
+-- rank 0 alone, at 1 and 2 threads), within rounding of the plain sweep and of the single
+-- process (the order of additions differs), and within 1e-6 of float64 on a small graph.
+local solo = dist.new_group { 0 }
+local function tiled(what, make, iters, small)
+  local pg = make(true)
+  local s, info = pg:pagerank { tol = 0, max_iter = iters, blocking = 'tiles' }
+  U.check(info.engine == 'cpu:partitioned:tiles', '%s: tiles: engine %s', what, info.engine)
+  local full = pg:gather(s)
+  U.same_everywhere(full, what .. ': tiled scores')
+  local plain = pg:gather((pg:pagerank { tol = 0, max_iter = iters, blocking = 'none' }))
+  local l1 = (full:to('float64') - plain:to('float64')):abs():sum():item()
+  U.check(l1 <= 1e-6, '%s: tiled against plain: L1 %g', what, l1)
+  local g = make(nil)
+  local single = g:pagerank { tol = 0, max_iter = iters, blocking = 'tiles' }
+  l1 = (full:to('float64') - single:to('float64')):abs():sum():item()
+  U.check(l1 <= 1e-6, '%s: tiled against the single process: L1 %g', what, l1)
+  if small then
+    l1 = (full:to('float64') - reference(g, iters, 0.85, false)):abs():sum():item()
+    U.check(l1 <= 1e-6, '%s: tiled against float64: L1 %g', what, l1)
+  end
+  if rank == 0 then
+    local threads = ember.get_num_threads()
+    for _, t in ipairs { 1, 2 } do
+      ember.set_num_threads(t)
+      local one = make(solo)
+      local s1, i1 = one:pagerank { tol = 0, max_iter = iters, blocking = 'tiles' }
+      U.check(i1.engine == 'cpu:partitioned:tiles', '%s: one rank: engine %s', what, i1.engine)
+      U.equal(s1, full, string.format('%s: tiled, %d ranks against 1 rank x %d threads (bits)', what, size, t))
+    end
+    ember.set_num_threads(threads)
+  end
+  dist.barrier()
+end
+tiled('tiled kronecker 10', function(grp)
+  return graph.kronecker { scale = 10, edge_factor = 8, seed = 5, group = grp, reorder = grp == nil and 'none' or nil }
+end, 30, true)
+-- large enough that one rank sweeps with several threads, many segments and blocks
+tiled('tiled kronecker 15 undirected', function(grp)
+  return graph.kronecker { scale = 15, edge_factor = 8, seed = 3, directed = false, drop_self_loops = true,
+    drop_duplicates = true, group = grp }
+end, 20, false)
+-- propagation blocking does not partition: refused on every rank
+U.fails(function() graph.uniform { vertices = 50, edges = 200, seed = 1, group = true }:pagerank {
+  blocking = 'bins' } end, { 'propagation blocking does not partition' }, 'blocking bins')
+
 -- the partitioned cache: round trip, then refused with another rank count
 local cache = dir .. '/kron.emp'
 local pk, _, full = case('kronecker 8', function()
@@ -280,7 +341,6 @@ local back = graph.load(cache, { group = true })
 U.check(tostring(back) == tostring(pk), 'cache: %s, expected %s', tostring(back), tostring(pk))
 local s2 = back:pagerank { tol = 0, max_iter = 40 }
 U.equal(back:gather(s2), full, 'cache round trip: the same scores')
-local solo = dist.new_group { 0 }
 if rank == 0 and size > 1 then
   U.fails(function() graph.load(cache, { group = solo }) end,
     { 'was built for ' .. size .. ' ranks, this group has 1' }, 'cache with another rank count')

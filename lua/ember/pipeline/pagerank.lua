@@ -77,7 +77,8 @@ M.schema = {
     max_iter = S.integer { min = 1, max = 2 ^ 31 - 1, default = 100 },
     method = S.enum({ 'jacobi', 'gauss-seidel', 'gapbs' }, { default = 'jacobi' }),
     blocking = S.enum({ 'auto', 'none', 'tiles', 'bins' }, { default = 'auto',
-      doc = 'CPU reads of contributions beyond L2: plain pull, cache-blocked tiles, propagation blocking' }),
+      doc = 'CPU reads of contributions beyond L2: plain pull, cache-blocked tiles, propagation blocking ' ..
+        '(not over ranks)' }),
     weighted = S.union({ AUTO, S.boolean() }, { default = 'auto', expect = 'auto, true or false',
       doc = "follow the arcs' weights (Matrix Market values, a SNAP third column): auto when the graph has " ..
         'them, true requires them, false counts every arc once' }),

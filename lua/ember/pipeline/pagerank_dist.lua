@@ -102,7 +102,7 @@ function M.run(cfg, ctx, H)
 
   local threads = tonumber(ember.C.em_get_num_threads())
   local scores, info = g:pagerank { damping = pr.damping, tol = pr.tol, max_iter = pr.max_iter, method = pr.method,
-    weighted = pr.weighted }
+    weighted = pr.weighted, blocking = pr.blocking }
   local ms = info.iterations > 0 and 1e3 * info.seconds / info.iterations or 0
   log('pagerank: %s, %d ranks x %d threads: %d iterations, %s (residual %.3g), %.3f s, %.2f ms/iteration, %.3f GE/s',
     pr.method, size, threads, info.iterations, info.converged and 'converged' or 'not converged', info.residual,
