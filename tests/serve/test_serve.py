@@ -66,7 +66,7 @@ models:
     checkpoint: {ckpt}
     inputs: [{{name: x, dtype: float32, shape: [-1, 4]}}]
     outputs: [{{name: y, dtype: float32}}]
-    batching: {{max_batch_size: 8, max_delay_us: 20000, max_queue: 256}}
+    batching: {{max_batch_size: 8, max_delay_us: 50000, max_queue: 256, policy: deadline}}
     workers: 2
   - name: slow            # batches wait a whole second: a queue that stays full
     model: {{file: model.lua, args: {{hidden: 16}}}}
