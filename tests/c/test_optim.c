@@ -176,19 +176,6 @@ static void test_adam_reference(void **state) {
 
 /* ---- large and strided tensors: the parallel loop and the strided path ---- */
 
-static em_tensor *random_tensor(em_dtype dtype, int ndim, const int64_t *sizes, double lo, double hi) {
-  em_tensor *t = NULL;
-  assert_int_equal(em_empty(&t, ndim, sizes, dtype, CPU), EM_OK);
-  assert_int_equal(em_uniform_(t, lo, hi), EM_OK);
-  return t;
-}
-
-static em_tensor *copy_of(const em_tensor *t) {
-  em_tensor *c = NULL;
-  assert_int_equal(em_clone(&c, t), EM_OK);
-  return c;
-}
-
 static void expect_close(const char *what, const em_tensor *a, const em_tensor *b, double tol) {
   em_tensor *d = NULL, *mx = NULL;
   assert_int_equal(em_binary(EM_SUB, &d, a, b), EM_OK);
@@ -209,11 +196,12 @@ static void test_parallel_and_strided(void **state) {
   for (int dt = 0; dt < 2; dt++) {
     em_dtype dtype = dt ? EM_FLOAT64 : EM_FLOAT32;
     double tol = dt ? 1e-13 : 1e-5;
-    em_tensor *p = random_tensor(dtype, 2, sz, -1, 1), *g = random_tensor(dtype, 2, sz, -1, 1);
-    em_tensor *b = random_tensor(dtype, 2, sz, -1, 1), *v = random_tensor(dtype, 2, sz, 0, 1);
+    em_tensor *p = uniform_tensor(dtype, 2, sz, -1, 1), *g = uniform_tensor(dtype, 2, sz, -1, 1);
+    em_tensor *b = uniform_tensor(dtype, 2, sz, -1, 1), *v = uniform_tensor(dtype, 2, sz, 0, 1);
     /* contiguous, 2 threads */
     em_set_num_threads(2);
-    em_tensor *p1 = copy_of(p), *b1 = copy_of(b), *m1 = copy_of(b), *v1 = copy_of(v), *q1 = copy_of(p);
+    em_tensor *p1 = clone_tensor(p), *b1 = clone_tensor(b), *m1 = clone_tensor(b), *v1 = clone_tensor(v),
+              *q1 = clone_tensor(p);
     assert_int_equal(em_optim_sgd(1, &p1, &g, &b1, 0.1, 0.9, 0.2, 0.01, 0, 0, 0), EM_OK);
     assert_int_equal(em_optim_adam(1, &q1, &g, &m1, &v1, 0.01, 0.9, 0.999, 1e-8, 0.01, 1, 5, 0), EM_OK);
     /* scalar reference for SGD */
@@ -229,7 +217,8 @@ static void test_parallel_and_strided(void **state) {
     }
     /* contiguous, 1 thread: same results */
     em_set_num_threads(1);
-    em_tensor *p2 = copy_of(p), *b2 = copy_of(b), *m2 = copy_of(b), *v2 = copy_of(v), *q2 = copy_of(p);
+    em_tensor *p2 = clone_tensor(p), *b2 = clone_tensor(b), *m2 = clone_tensor(b), *v2 = clone_tensor(v),
+              *q2 = clone_tensor(p);
     assert_int_equal(em_optim_sgd(1, &p2, &g, &b2, 0.1, 0.9, 0.2, 0.01, 0, 0, 0), EM_OK);
     assert_int_equal(em_optim_adam(1, &q2, &g, &m2, &v2, 0.01, 0.9, 0.999, 1e-8, 0.01, 1, 5, 0), EM_OK);
     expect_close("sgd 1 vs 2 threads", p1, p2, tol), expect_close("adam 1 vs 2 threads", q1, q2, tol);

@@ -14,19 +14,6 @@
 #include "cpu/cpu_impl.h"
 #include "ember/optim.h"
 
-static em_tensor *uniform(em_dtype dtype, int ndim, const int64_t *sizes, double lo, double hi) {
-  em_tensor *t = NULL;
-  assert_int_equal(em_empty(&t, ndim, sizes, dtype, CPU), EM_OK);
-  assert_int_equal(em_uniform_(t, lo, hi), EM_OK);
-  return t;
-}
-
-static em_tensor *copy_of(const em_tensor *t) {
-  em_tensor *c = NULL;
-  assert_int_equal(em_clone(&c, t), EM_OK);
-  return c;
-}
-
 static int same_bits(const em_tensor *a, const em_tensor *b) {
   return em_tensor_numel(a) == em_tensor_numel(b) &&
          !memcmp(em_tensor_ptr(a), em_tensor_ptr(b), (size_t)em_tensor_numel(a) * em_dtype_size(em_tensor_dtype(a)));
@@ -41,7 +28,8 @@ static void relu_colsum_matches_two_passes(void **state) {
    * wider than a strip (several strips per thread) */
   const int64_t shapes[][2] = {{128, 256}, {128, 128}, {7, 33}, {300, 600}};
   for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
-    em_tensor *gy = uniform(EM_FLOAT32, 2, shapes[s], -1, 1), *y = uniform(EM_FLOAT32, 2, shapes[s], -1, 1);
+    em_tensor *gy = uniform_tensor(EM_FLOAT32, 2, shapes[s], -1, 1),
+              *y = uniform_tensor(EM_FLOAT32, 2, shapes[s], -1, 1);
     /* some outputs exactly 0: the ReLU's gradient does not pass there either */
     float *yp = (float *)em_tensor_ptr(y);
     for (int64_t i = 0; i < em_tensor_numel(y); i += 5) yp[i] = 0;
@@ -90,7 +78,7 @@ static void run_steps(em_tensor **out_p, em_tensor **out_b, em_tensor *const *p0
     em_tensor *src[3] = {p0[i], g0[i], b0[i]}, **dst[3] = {&p[i], &g[i], &b[i]};
     for (int k = 0; k < 3; k++) {
       if (!strided) {
-        *dst[k] = copy_of(src[k]);
+        *dst[k] = clone_tensor(src[k]);
         continue;
       }
       em_tensor *tt = NULL, *store = NULL;
@@ -114,7 +102,7 @@ static void run_steps(em_tensor **out_p, em_tensor **out_b, em_tensor *const *p0
     }
   }
   for (int i = 0; i < NP; i++) {
-    out_p[i] = copy_of(p[i]), out_b[i] = copy_of(b[i]);
+    out_p[i] = clone_tensor(p[i]), out_b[i] = clone_tensor(b[i]);
     em_tensor_release(p[i]), em_tensor_release(g[i]), em_tensor_release(b[i]);
   }
 }
@@ -132,16 +120,16 @@ static void sgd_list_matches_per_tensor(void **state) {
   (void)state;
   int saved = em_get_num_threads();
   const sgd_opts opts[] = {
-      {0.1, 0.9, 0, 0, 0, 0},      {0.05, 0.9, 0.1, 0.01, 0, 0}, {0.1, 0.9, 0, 0.001, 1, 0},
-      {0.1, 0.5, 0.2, 0, 0, 1},    {0.05, 0, 0, 0.1, 0, 0},      {0.05, 0, 0, 0, 0, 1},
+      {0.1, 0.9, 0, 0, 0, 0},   {0.05, 0.9, 0.1, 0.01, 0, 0}, {0.1, 0.9, 0, 0.001, 1, 0},
+      {0.1, 0.5, 0.2, 0, 0, 1}, {0.05, 0, 0, 0.1, 0, 0},      {0.05, 0, 0, 0, 0, 1},
   };
   for (int dt = 0; dt < 2; dt++) {
     em_dtype dtype = dt ? EM_FLOAT64 : EM_FLOAT32;
     double tol = dt ? 1e-13 : 1e-6;
     em_tensor *p0[NP], *g0[NP], *b0[NP];
     for (int i = 0; i < NP; i++) {
-      p0[i] = uniform(dtype, 2, SIZES[i], -1, 1), g0[i] = uniform(dtype, 2, SIZES[i], -1, 1);
-      b0[i] = uniform(dtype, 2, SIZES[i], -1, 1);
+      p0[i] = uniform_tensor(dtype, 2, SIZES[i], -1, 1), g0[i] = uniform_tensor(dtype, 2, SIZES[i], -1, 1);
+      b0[i] = uniform_tensor(dtype, 2, SIZES[i], -1, 1);
     }
     for (size_t c = 0; c < sizeof opts / sizeof *opts; c++) {
       em_tensor *p[3][NP], *b[3][NP];

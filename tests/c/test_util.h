@@ -44,6 +44,20 @@ static inline void check_shape(const em_tensor *t, int nd, const int64_t *sizes)
   for (int d = 0; d < nd; d++) assert_int_equal(em_tensor_size(t, d), sizes[d]);
 }
 
+/* A new CPU tensor of uniform values in [lo, hi) (seeded by the test's em_manual_seed). */
+static inline em_tensor *uniform_tensor(em_dtype dtype, int ndim, const int64_t *sizes, double lo, double hi) {
+  em_tensor *t = NULL;
+  assert_int_equal(em_empty(&t, ndim, sizes, dtype, CPU), EM_OK);
+  assert_int_equal(em_uniform_(t, lo, hi), EM_OK);
+  return t;
+}
+
+static inline em_tensor *clone_tensor(const em_tensor *t) {
+  em_tensor *c = NULL;
+  assert_int_equal(em_clone(&c, t), EM_OK);
+  return c;
+}
+
 /* max |a - b| over max |b| for float32 tensors of one size: the error relative to the size
  * of the result */
 static inline double rel_diff(const em_tensor *a, const em_tensor *b) {
