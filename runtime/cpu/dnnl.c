@@ -20,6 +20,8 @@
 #include "ember/core.h"
 
 #ifndef EMBER_HAVE_DNNL
+/* Built without oneDNN: every query says no, every kernel declines (the callers fall back). */
+#pragma GCC diagnostic ignored "-Wunused-parameter"
 
 int cpu_dnnl_available(void) { return 0; }
 int cpu_dnnl_conv_wanted(const cpu_conv_shape *s) { return 0; }
@@ -27,14 +29,6 @@ int cpu_dnnl_gemm_wanted(int64_t M, int64_t N, int64_t K) { return 0; }
 int cpu_dnnl_linear_wanted(int64_t M, int64_t N, int64_t K) { return 0; }
 void cpu_dnnl_force_(int mode) {}
 int64_t cpu_dnnl_runs_(void) { return 0; }
-/* Measured (bench/cpu/mlp_gemms, 2 threads, with the plans' memory objects kept): the
- * MLP's last layer [128, 128] @ [128, 10]^T took 3.9 us through oneDNN against 7.2 us
- * through OpenBLAS (before its bias pass); DLRM's [128, 64] @ [64, 16]^T was at parity and
- * its [128, 13] @ [13, 512]^T slower, so short K stays on OpenBLAS. */
-int cpu_dnnl_linear_wanted(int64_t M, int64_t N, int64_t K) {
-  if (cpu_dnnl_gemm_wanted(M, N, K)) return 1;
-  return mode() != 0 && M >= 8 && N >= 8 && K >= 128 && M * N * K >= ((int64_t)1 << 17);
-}
 
 const char *em_dnnl_config(void) { return "not built in (install libdnnl-dev and rebuild)"; }
 int cpu_dnnl_conv2d(float *y, const float *x, const float *w, const float *b, const cpu_conv_shape *s, int bf16) {
