@@ -205,6 +205,11 @@ int dist_symm_try_all_reduce(em_dist_group *g, em_tensor *t, em_dist_redop op, e
 /* A plain broadcast from root through g's scratch symmetric memory; 0 when it does not
  * apply (as dist_symm_try_all_reduce). */
 int dist_symm_try_broadcast(em_dist_group *g, em_tensor *t, int root, em_status *st);
+/* A blocking all_to_all_v (kind EM_DIST_OP_ALL_TO_ALL for even counts) of CPU tensors through
+ * g's scratch, counts checked on every rank: 1 when done here (*st its status), 0 when it does
+ * not apply (as dist_symm_try_all_reduce). */
+int dist_symm_try_all_to_all_v(em_dist_group *g, em_tensor *out, const int64_t *out_counts, const em_tensor *in,
+                               const int64_t *in_counts, em_dist_opkind kind, em_status *st);
 /* The root's t (inside s's memory, e.g. a bucket) into every member's t. */
 em_status dist_symm_broadcast(em_dist_symm *s, em_tensor *t, int root);
 /* Equal on ranks that share a host (EMBER_DIST_RANKS_PER_HOST=N: N consecutive world ranks
