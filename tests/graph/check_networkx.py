@@ -12,7 +12,6 @@ Drives libember through ctypes: generates and loads graphs, runs PageRank, and c
 Exits 77 (skipped) when networkx is missing (Debian: python3-networkx).
 """
 import ctypes as C
-import math
 import os
 import sys
 
@@ -31,55 +30,11 @@ except ImportError:
     kendalltau = None
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-lib = C.CDLL(sys.argv[1])
+sys.path.insert(0, HERE)
+import graph_ctypes as gc  # noqa: E402
+from graph_ctypes import P, Comparison, GraphOptions, PagerankOptions, check  # noqa: E402
 
-
-class GraphOptions(C.Structure):
-    _fields_ = [(name, C.c_int32) for name in
-                ("format", "directed", "reverse", "drop_self_loops", "drop_duplicates", "reorder", "progress",
-                 "verify", "weights")]
-
-
-class PagerankOptions(C.Structure):  # em_pagerank_options, field for field (init writes all of them)
-    _fields_ = [("damping", C.c_double), ("tol", C.c_double), ("max_iter", C.c_int32), ("method", C.c_int32),
-                ("personalization", C.c_void_p), ("device_type", C.c_int32), ("device_index", C.c_int32),
-                ("blocking", C.c_int32), ("weights", C.c_int32)]
-
-
-class Comparison(C.Structure):
-    _fields_ = [("k", C.c_int64), ("overlap", C.c_int64), ("union_size", C.c_int64), ("kendall_tau", C.c_double)]
-
-
-P = C.c_void_p
-for name, res, args in [
-        ("em_last_error", C.c_char_p, []),
-        ("em_graph_options_init", None, [P]),
-        ("em_pagerank_options_init", None, [P]),
-        ("em_graph_kronecker", C.c_int, [P, C.c_int32, C.c_int32, C.c_uint64, P]),
-        ("em_graph_uniform", C.c_int, [P, C.c_int64, C.c_int64, C.c_uint64, P]),
-        ("em_graph_load", C.c_int, [P, C.c_char_p, P]),
-        ("em_graph_free", None, [P]),
-        ("em_graph_num_vertices", C.c_int64, [P]),
-        ("em_graph_original_id", C.c_int64, [P, C.c_int64]),
-        ("em_graph_edges", C.c_int, [P, P, P]),
-        ("em_graph_pagerank", C.c_int, [P, P, P, P, P]),
-        ("em_graph_compare_indegree", C.c_int, [P, P, P, C.c_int64]),
-        ("em_graph_degrees", C.c_int, [P, P, P]),
-        ("em_tensor_data", P, [P]),
-        ("em_tensor_numel", C.c_int64, [P]),
-        ("em_tensor_release", None, [P]),
-        ("em_empty", C.c_int, [P, C.c_int, P, C.c_int, C.c_int64]),
-]:
-    f = getattr(lib, name)
-    f.restype, f.argtypes = res, args
-
-failures = []
-
-
-def check(ok, what):
-    print(("ok    " if ok else "FAIL  ") + what)
-    if not ok:
-        failures.append(what)
+lib = gc.open_lib(sys.argv[1])
 
 
 def call(status, what):
@@ -221,8 +176,7 @@ def main():
     check(sorted(got) == sorted(want), f"small.snap: {len(got)} arcs as Python reads them")
     lib.em_graph_free(g)
 
-    if failures:
-        print(f"{len(failures)} check(s) failed")
+    if gc.report():
         sys.exit(1)
     print("all graph checks passed")
 

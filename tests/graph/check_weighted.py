@@ -29,54 +29,11 @@ try:
 except ImportError:
     nx = None
 
-lib = C.CDLL(sys.argv[1])
-P = C.c_void_p
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import graph_ctypes as gc  # noqa: E402
+from graph_ctypes import P, GraphOptions, PagerankOptions, PagerankStats, check  # noqa: E402
 
-
-class GraphOptions(C.Structure):  # em_graph_options
-    _fields_ = [(name, C.c_int32) for name in
-                ("format", "directed", "reverse", "drop_self_loops", "drop_duplicates", "reorder", "progress",
-                 "verify", "weights")]
-
-
-class PagerankOptions(C.Structure):  # em_pagerank_options
-    _fields_ = [("damping", C.c_double), ("tol", C.c_double), ("max_iter", C.c_int32), ("method", C.c_int32),
-                ("personalization", C.c_void_p), ("device_type", C.c_int32), ("device_index", C.c_int32),
-                ("blocking", C.c_int32), ("weights", C.c_int32)]
-
-
-class PagerankStats(C.Structure):  # em_pagerank_stats
-    _fields_ = [("iterations", C.c_int32), ("converged", C.c_int32), ("residual", C.c_double),
-                ("seconds", C.c_double), ("setup_seconds", C.c_double), ("edges_per_second", C.c_double),
-                ("method", C.c_int32), ("weighted", C.c_int32), ("engine", C.c_char_p)]
-
-
-lib.em_last_error.restype = C.c_char_p
-for name, res, args in [
-        ("em_graph_options_init", None, [P]),
-        ("em_pagerank_options_init", None, [P]),
-        ("em_graph_load", C.c_int, [P, C.c_char_p, P]),
-        ("em_graph_free", None, [P]),
-        ("em_graph_num_vertices", C.c_int64, [P]),
-        ("em_graph_num_edges", C.c_int64, [P]),
-        ("em_graph_is_weighted", C.c_int, [P]),
-        ("em_graph_original_id", C.c_int64, [P, C.c_int64]),
-        ("em_graph_pagerank", C.c_int, [P, P, P, P, P]),
-        ("em_tensor_data", P, [P]),
-        ("em_tensor_numel", C.c_int64, [P]),
-        ("em_tensor_release", None, [P]),
-        ("em_set_num_threads", None, [C.c_int]),
-]:
-    f = getattr(lib, name)
-    f.restype, f.argtypes = res, args
-
-failures = []
-
-
-def check(ok, what):
-    print(("ok    " if ok else "FAIL  ") + what)
-    if not ok:
-        failures.append(what)
+lib = gc.open_lib(sys.argv[1])
 
 
 def load(path, **kw):
@@ -199,8 +156,7 @@ def main():
                 err = sum(abs(x[i] - pr[i]) for i in range(len(want)))
                 check(err <= 1e-6, f"{what} n={n}: L1 {err:.2e} from networkx (weight='weight')")
     lib.em_set_num_threads(2)
-    if failures:
-        print(f"{len(failures)} check(s) failed")
+    if gc.report():
         sys.exit(1)
     print("all weighted graph checks passed")
 
