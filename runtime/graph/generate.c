@@ -61,43 +61,36 @@ static inline em_philox4 block_of(uint64_t seed, uint64_t e, uint32_t j, uint32_
   return em_philox4x32_10(ctr, (uint32_t)seed, (uint32_t)(seed >> 32));
 }
 
-/* Philox for 16 consecutive edges at once (block j of each), words out[w][lane]. The
- * AVX-512 path computes exactly what em_philox4x32_10 does, 16 lanes per instruction. */
-static void blocks16(uint64_t seed, uint64_t e0, uint32_t j, uint32_t stream, uint32_t out[4][LANES]) {
+/* Philox for 16 consecutive edges at once (block j of each): word w of edge e0 + k in
+ * lane k of out[w], exactly what em_philox4x32_10 computes. Edges e0..e0+7 and
+ * e0+8..e0+15 run in two vectors of 64-bit lanes, a word in each lane's low half: one
+ * multiply then gives a 32x32 product's both halves, and the garbage above a low word
+ * never reaches a result (multiplies read low halves only; the outputs take low halves). */
 #ifdef __AVX512F__
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  __m512i x0 = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)e0), lane);
-  /* the high word carries when the low word wraps within the 16 lanes */
-  __mmask16 wrapped = _mm512_cmplt_epu32_mask(x0, _mm512_set1_epi32((int)(uint32_t)e0));
-  __m512i x1 = _mm512_mask_add_epi32(_mm512_set1_epi32((int)(uint32_t)(e0 >> 32)), wrapped,
-                                     _mm512_set1_epi32((int)(uint32_t)(e0 >> 32)), _mm512_set1_epi32(1));
-  __m512i x2 = _mm512_set1_epi32((int)j), x3 = _mm512_set1_epi32((int)stream);
-  const __m512i m0 = _mm512_set1_epi32((int)EM_PHILOX_M0), m1 = _mm512_set1_epi32((int)EM_PHILOX_M1);
+static void blocks16(uint64_t seed, uint64_t e0, uint32_t j, uint32_t stream, __m512i out[4]) {
+  const __m512i lane = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m512i m0 = _mm512_set1_epi64(EM_PHILOX_M0), m1 = _mm512_set1_epi64(EM_PHILOX_M1);
+  __m512i x[2][4];
+  for (int h = 0; h < 2; h++) {
+    __m512i e = _mm512_add_epi64(_mm512_set1_epi64((long long)(e0 + 8 * (uint64_t)h)), lane);
+    x[h][0] = e, x[h][1] = _mm512_srli_epi64(e, 32);
+    x[h][2] = _mm512_set1_epi64(j), x[h][3] = _mm512_set1_epi64(stream);
+  }
   uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
   for (int r = 0; r < 10; r++) {
     if (r) k0 += EM_PHILOX_W0, k1 += EM_PHILOX_W1;
-    /* 32x32 -> 64-bit products of even and odd lanes, split into hi and lo words */
-    __m512i p0e = _mm512_mul_epu32(x0, m0), p0o = _mm512_mul_epu32(_mm512_srli_epi64(x0, 32), m0);
-    __m512i p1e = _mm512_mul_epu32(x2, m1), p1o = _mm512_mul_epu32(_mm512_srli_epi64(x2, 32), m1);
-    __m512i lo0 = _mm512_mask_blend_epi32(0xAAAA, p0e, _mm512_slli_epi64(p0o, 32));
-    __m512i hi0 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(p0e, 32), p0o);
-    __m512i lo1 = _mm512_mask_blend_epi32(0xAAAA, p1e, _mm512_slli_epi64(p1o, 32));
-    __m512i hi1 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(p1e, 32), p1o);
-    __m512i n0 = _mm512_xor_si512(_mm512_xor_si512(hi1, x1), _mm512_set1_epi32((int)k0));
-    __m512i n2 = _mm512_xor_si512(_mm512_xor_si512(hi0, x3), _mm512_set1_epi32((int)k1));
-    x0 = n0, x1 = lo1, x2 = n2, x3 = lo0;
+    const __m512i key0 = _mm512_set1_epi32((int)k0), key1 = _mm512_set1_epi32((int)k1);
+    for (int h = 0; h < 2; h++) {
+      __m512i p0 = _mm512_mul_epu32(x[h][0], m0), p1 = _mm512_mul_epu32(x[h][2], m1);
+      x[h][0] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p1, 32), x[h][1], key0, 0x96); /* a ^ b ^ c */
+      x[h][2] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p0, 32), x[h][3], key1, 0x96);
+      x[h][1] = p1, x[h][3] = p0;
+    }
   }
-  _mm512_storeu_si512(out[0], x0);
-  _mm512_storeu_si512(out[1], x1);
-  _mm512_storeu_si512(out[2], x2);
-  _mm512_storeu_si512(out[3], x3);
-#else
-  for (int i = 0; i < LANES; i++) {
-    em_philox4 x = block_of(seed, e0 + (uint64_t)i, j, stream);
-    for (int w = 0; w < 4; w++) out[w][i] = x.x[w];
-  }
-#endif
+  const __m512i low_halves = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  for (int w = 0; w < 4; w++) out[w] = _mm512_permutex2var_epi32(x[0][w], low_halves, x[1][w]);
 }
+#endif
 
 static inline void descend(uint32_t draw, int level, uint64_t *u, uint64_t *v) {
   uint64_t row = draw >= T_AB, col = (draw >= T_A && draw < T_AB) || draw >= T_ABC;
@@ -116,24 +109,51 @@ static void kronecker_edge(const gen_ctx *c, uint64_t e, uint32_t *u, uint32_t *
   *v = (uint32_t)permute(c, b);
 }
 
+/* Edges e0 .. e0+15 into u[], v[]. The AVX-512 path keeps every step in 32-bit lanes:
+ * ids have at most 31 bits, and modulo 2^scale (scale <= 31) the relabelling's products
+ * and sums depend only on the low 32 bits of its constants, so the result is the scalar
+ * path's bit for bit (tests/c/test_graph_generate.c checks every scale). */
+static void kronecker16(const gen_ctx *c, uint64_t e0, uint32_t *u, uint32_t *v) {
+#ifdef __AVX512F__
+  __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512(), w[4];
+  const __m512i t_a = _mm512_set1_epi32(T_A), t_ab = _mm512_set1_epi32(T_AB), t_abc = _mm512_set1_epi32(T_ABC);
+  const __m512i low16 = _mm512_set1_epi32(0xffff);
+  for (int l = 0; l < c->scale; l += 8) {
+    blocks16(c->seed, e0, (uint32_t)(l / 8), STREAM_KRONECKER, w);
+    for (int i = 0; i < 8 && l + i < c->scale; i++) {
+      __m512i d = i % 2 ? _mm512_srli_epi32(w[i / 2], 16) : _mm512_and_si512(w[i / 2], low16);
+      __mmask16 ge_a = _mm512_cmpge_epu32_mask(d, t_a), ge_ab = _mm512_cmpge_epu32_mask(d, t_ab);
+      __mmask16 ge_abc = _mm512_cmpge_epu32_mask(d, t_abc);
+      const __m512i bit = _mm512_set1_epi32((int)(1u << (l + i)));
+      a = _mm512_mask_or_epi32(a, ge_ab, a, bit);
+      b = _mm512_mask_or_epi32(b, (__mmask16)((ge_a & ~ge_ab) | ge_abc), b, bit);
+    }
+  }
+  const __m512i mask = _mm512_set1_epi32((int)(uint32_t)c->mask);
+  for (int r = 0; r < 4; r++) {
+    const __m512i mul = _mm512_set1_epi32((int)(uint32_t)c->mul[r]), add = _mm512_set1_epi32((int)(uint32_t)c->add[r]);
+    a = _mm512_and_si512(_mm512_mullo_epi32(a, mul), mask);
+    b = _mm512_and_si512(_mm512_mullo_epi32(b, mul), mask);
+    a = _mm512_xor_si512(a, _mm512_srli_epi32(a, (unsigned)c->shift));
+    b = _mm512_xor_si512(b, _mm512_srli_epi32(b, (unsigned)c->shift));
+    a = _mm512_and_si512(_mm512_add_epi32(a, add), mask);
+    b = _mm512_and_si512(_mm512_add_epi32(b, add), mask);
+  }
+  _mm512_storeu_si512(u, a);
+  _mm512_storeu_si512(v, b);
+#else
+  for (int k = 0; k < LANES; k++) kronecker_edge(c, e0 + (uint64_t)k, &u[k], &v[k]);
+#endif
+}
+
 static em_status scan_kronecker(void *ctx, int64_t chunk, gr_sink *sink) {
   const gen_ctx *c = ctx;
   int64_t begin = chunk * GEN_CHUNK, end = begin + GEN_CHUNK < c->m ? begin + GEN_CHUNK : c->m;
   int64_t e = begin;
-  uint32_t words[4][LANES];
   for (; e + LANES <= end; e += LANES) {
-    uint64_t a[LANES] = {0}, b[LANES] = {0};
-    for (int l = 0; l < c->scale; l += 8) {
-      blocks16(c->seed, (uint64_t)e, (uint32_t)(l / 8), STREAM_KRONECKER, words);
-      for (int i = 0; i < 8 && l + i < c->scale; i++)
-        for (int k = 0; k < LANES; k++) descend((words[i / 2][k] >> (16 * (i % 2))) & 0xffff, l + i, &a[k], &b[k]);
-    }
-    uint32_t pu[LANES], pv[LANES]; /* a loop of its own, so that it vectorises */
-    for (int k = 0; k < LANES; k++) {
-      pu[k] = (uint32_t)permute(c, a[k]);
-      pv[k] = (uint32_t)permute(c, b[k]);
-    }
-    for (int k = 0; k < LANES; k++) gr_sink_push(sink, pu[k], pv[k]);
+    if (sink->len + LANES > sink->cap) gr_sink_flush(sink);
+    kronecker16(c, (uint64_t)e, sink->src + sink->len, sink->dst + sink->len);
+    sink->len += LANES;
   }
   for (; e < end; e++) {
     uint32_t u, v;
@@ -207,15 +227,18 @@ void gr_kronecker_edge_ref(int32_t scale, uint64_t seed, uint64_t e, uint32_t *u
 void gr_generate_slice(int kind, int32_t scale, int64_t n, uint64_t seed, int64_t e0, int64_t e1, uint32_t *u,
                        uint32_t *v) {
   gen_ctx c = {.seed = seed, .scale = scale, .n = n};
-  if (kind == 0) permute_init(&c, scale);
+  if (kind == 0) {
+    permute_init(&c, scale);
+    int64_t batches = (e1 - e0) / LANES;
+#pragma omp parallel for schedule(static) num_threads(gr_threads())
+    for (int64_t i = 0; i < batches; i++) kronecker16(&c, (uint64_t)(e0 + i * LANES), &u[i * LANES], &v[i * LANES]);
+    for (int64_t e = e0 + batches * LANES; e < e1; e++) kronecker_edge(&c, (uint64_t)e, &u[e - e0], &v[e - e0]);
+    return;
+  }
 #pragma omp parallel for schedule(static) num_threads(gr_threads())
   for (int64_t e = e0; e < e1; e++) {
-    if (kind == 0) {
-      kronecker_edge(&c, (uint64_t)e, &u[e - e0], &v[e - e0]);
-    } else {
-      em_philox4 x = block_of(seed, (uint64_t)e, 0, STREAM_UNIFORM);
-      u[e - e0] = (uint32_t)em_philox_below(em_philox_u64(x.x[0], x.x[1]), (uint64_t)n);
-      v[e - e0] = (uint32_t)em_philox_below(em_philox_u64(x.x[2], x.x[3]), (uint64_t)n);
-    }
+    em_philox4 x = block_of(seed, (uint64_t)e, 0, STREAM_UNIFORM);
+    u[e - e0] = (uint32_t)em_philox_below(em_philox_u64(x.x[0], x.x[1]), (uint64_t)n);
+    v[e - e0] = (uint32_t)em_philox_below(em_philox_u64(x.x[2], x.x[3]), (uint64_t)n);
   }
 }

@@ -199,6 +199,7 @@ int64_t gr_sort_weighted(uint32_t *a, float *wt, int64_t n, bool dedup, uint64_t
  * weights; `saved` names what else may carry them ("an ember file", "a cache"). */
 em_status gr_check_weights(const char *op, int weights, bool weighted, const char *saved);
 void gr_sort_u64(uint64_t *a, int64_t n); /* sparse id sets (not a hot path) */
+void gr_radix_u64(uint64_t *a, int64_t n, uint64_t *tmp); /* tmp: n elements */
 /* 64-bit checksum of bytes: XXH64 of fixed 1 MiB blocks (in parallel), then XXH64 of the
  * block hashes, so the value does not depend on the thread count. */
 em_status gr_checksum(const void *data, size_t bytes, uint64_t seed, uint64_t *out);

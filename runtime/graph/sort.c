@@ -100,6 +100,27 @@ void gr_sort_u32(uint32_t *a, int64_t n, uint32_t *tmp) {
   else radix_u32(a, n, tmp);
 }
 
+void gr_radix_u64(uint64_t *a, int64_t n, uint64_t *tmp) {
+  enum { BITS = 8, BUCKETS = 1 << BITS, DIGITS = 8 };
+  int64_t hist[DIGITS][BUCKETS] = {{0}};
+  for (int64_t i = 0; i < n; i++)
+    for (int d = 0; d < DIGITS; d++) hist[d][(a[i] >> (d * BITS)) & (BUCKETS - 1)]++;
+  uint64_t *from = a, *to = tmp;
+  for (int d = 0; d < DIGITS && n > 0; d++) {
+    int64_t *h = hist[d], sum = 0;
+    if (h[(from[0] >> (d * BITS)) & (BUCKETS - 1)] == n) continue; /* one bucket: nothing moves */
+    for (int b = 0; b < BUCKETS; b++) {
+      int64_t c = h[b];
+      h[b] = sum;
+      sum += c;
+    }
+    for (int64_t i = 0; i < n; i++) to[h[(from[i] >> (d * BITS)) & (BUCKETS - 1)]++] = from[i];
+    uint64_t *t = from;
+    from = to, to = t;
+  }
+  if (from != a) memcpy(a, from, (size_t)n * sizeof *a);
+}
+
 static int cmp_u64(const void *x, const void *y) {
   uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
   return a < b ? -1 : a > b;

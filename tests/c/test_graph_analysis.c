@@ -169,12 +169,55 @@ static void test_kendall_tau_brute_force(void **state) {
   em_tensor_release(t3), em_tensor_release(t2), em_tensor_release(flat);
 }
 
+static em_tensor *converted(const em_tensor *t, em_dtype dtype) {
+  em_tensor *c = NULL;
+  assert_int_equal(em_to(&c, t, dtype, (em_device){EM_CPU, 0}), EM_OK);
+  return c;
+}
+
+/* Scores (float32) against degrees (int64 or int32) take 32-bit keys instead of doubles:
+ * the same tau as the brute force, with ties, NaN (ranks last), -0 tied with +0, and
+ * degrees beyond 32 bits or negative (the double path). */
+static void test_kendall_tau_keys(void **state) {
+  (void)state;
+  uint64_t seed = 777;
+  for (int trial = 0; trial < 24; trial++) {
+    int64_t n = 3 + trial * 11;
+    double *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b), *ra = malloc((size_t)n * sizeof *ra);
+    int levels = trial % 2 ? 4 : 100000;
+    for (int64_t i = 0; i < n; i++) {
+      seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+      a[i] = (double)((seed >> 33) % (uint64_t)levels) / 8; /* exact in float32 */
+      seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+      b[i] = (double)((seed >> 33) % (uint64_t)levels) + (trial % 4 == 3 ? 5e9 : 0); /* beyond 32 bits: doubles */
+      if (trial % 3 == 1 && b[i] > 2) b[i] = -b[i]; /* negative: doubles */
+      ra[i] = a[i];
+      if (a[i] == 0 && i % 2) a[i] = -0.0, ra[i] = 0;
+      if (i % 13 == 5) a[i] = NAN, ra[i] = -1; /* ranks below every score */
+    }
+    double want = tau_b_brute(n, ra, b), got = NAN, got32 = NAN;
+    em_tensor *ta = tensor_from_doubles(n, a), *tb = tensor_from_doubles(n, b);
+    em_tensor *fa = converted(ta, EM_FLOAT32), *ib = converted(tb, EM_INT64), *jb = NULL;
+    assert_int_equal(em_graph_kendall_tau(&got, fa, ib), EM_OK);
+    if (fabs(got - want) > 1e-12) fail_msg("trial %d n %lld: tau %.15g, brute force %.15g", trial, (long long)n, got, want);
+    if (trial % 4 != 3) { /* int32 degrees */
+      jb = converted(tb, EM_INT32);
+      assert_int_equal(em_graph_kendall_tau(&got32, jb, fa), EM_OK);
+      assert_true(fabs(got32 - want) < 1e-12); /* symmetric */
+    }
+    em_tensor_release(ta), em_tensor_release(tb), em_tensor_release(fa), em_tensor_release(ib);
+    if (jb) em_tensor_release(jb);
+    free(a), free(b), free(ra);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_topk),
       cmocka_unit_test(test_compare_rankings),
       cmocka_unit_test(test_compare_indegree),
       cmocka_unit_test(test_kendall_tau_brute_force),
+      cmocka_unit_test(test_kendall_tau_keys),
   };
   return cmocka_run_group_tests(tests, tg_setup, tg_cleanup);
 }
