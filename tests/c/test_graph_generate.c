@@ -133,6 +133,35 @@ static void test_kronecker_batched_every_scale(void **state) {
   }
 }
 
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Each vertex's sources are sorted by length class (insertion, quicksort, 8-bit and 11-bit
+ * radix): every class, its edges, and ids with high bits and many repeats, against qsort. */
+static void test_sort_u32_every_size(void **state) {
+  (void)state;
+  enum { MAX = 5000 };
+  uint32_t *a = malloc(MAX * sizeof *a), *want = malloc(MAX * sizeof *want), *tmp = malloc(MAX * sizeof *tmp);
+  uint64_t seed = 99;
+  const int64_t sizes[] = {0, 1, 2, 24, 25, 95, 96, 97, 200, 255, 256, 257, 1000, 2047, 2048, 2049, 4999};
+  for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++)
+    for (int kind = 0; kind < 3; kind++) {
+      int64_t n = sizes[k];
+      for (int64_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        uint32_t r = (uint32_t)(seed >> 32);
+        a[i] = kind == 0 ? r : kind == 1 ? r % 7 : (r & 0xff000000u) | (r % 3); /* few values; high bits */
+        want[i] = a[i];
+      }
+      qsort(want, (size_t)n, sizeof *want, cmp_u32);
+      gr_sort_u32(a, n, tmp);
+      if (n && memcmp(a, want, (size_t)n * sizeof *a)) fail_msg("gr_sort_u32: %lld ids (kind %d) out of order", (long long)n, kind);
+    }
+  free(a), free(want), free(tmp);
+}
+
 static int cmp_pair(const void *a, const void *b) {
   const int64_t *x = a, *y = b;
   if (x[1] != y[1]) return x[1] < y[1] ? -1 : 1;
@@ -247,6 +276,7 @@ int main(void) {
       cmocka_unit_test(test_deterministic),
       cmocka_unit_test(test_kronecker_reference),
       cmocka_unit_test(test_kronecker_batched_every_scale),
+      cmocka_unit_test(test_sort_u32_every_size),
       cmocka_unit_test(test_options_match_reference),
       cmocka_unit_test(test_uniform),
       cmocka_unit_test(test_degree_order),
