@@ -129,12 +129,14 @@ static int cmp_ab(const void *x, const void *y) {
   return p->b < q->b ? -1 : p->b > q->b;
 }
 
-static int64_t merge_count(pair *a, pair *tmp, int64_t n) {
+/* Exchanges a merge sort of a makes (the discordant pairs, once a is sorted by the other
+ * ranking); a ends sorted. tmp: n words. */
+static int64_t merge_count(uint64_t *a, uint64_t *tmp, int64_t n) {
   if (n < 2) return 0;
   int64_t h = n / 2, swaps = merge_count(a, tmp, h) + merge_count(a + h, tmp, n - h);
   int64_t i = 0, j = h, k = 0;
   while (i < h && j < n) {
-    if (a[j].b < a[i].b) {
+    if (a[j] < a[i]) {
       swaps += h - i;
       tmp[k++] = a[j++];
     } else {
@@ -147,12 +149,21 @@ static int64_t merge_count(pair *a, pair *tmp, int64_t n) {
   return swaps;
 }
 
-/* Pairs tied in a (mode 0), in b (1) or in both (2); equal elements must be adjacent. */
-static double tie_pairs(const pair *p, int64_t n, int mode) {
+/* A double's order as an unsigned key (no NaN here; -0 ties +0). */
+static uint64_t order_key(double x) {
+  if (x == 0) x = 0;
+  uint64_t bits;
+  memcpy(&bits, &x, sizeof bits);
+  return bits >> 63 ? ~bits : bits | (1ull << 63);
+}
+
+/* Pairs within runs of equal neighbours, same(ctx, i) telling whether element i equals
+ * element i - 1: the ties of a sorted sequence. */
+static double tied_pairs(int64_t n, const void *ctx, bool (*same)(const void *, int64_t)) {
   double t = 0;
   int64_t run = 1;
   for (int64_t i = 1; i <= n; i++) {
-    if (i < n && (mode == 1 || p[i].a == p[i - 1].a) && (mode == 0 || p[i].b == p[i - 1].b)) {
+    if (i < n && same(ctx, i)) {
       run++;
     } else {
       t += (double)run * (double)(run - 1) / 2;
@@ -162,19 +173,28 @@ static double tie_pairs(const pair *p, int64_t n, int mode) {
   return t;
 }
 
+static bool same_a(const void *p, int64_t i) { return ((const pair *)p)[i].a == ((const pair *)p)[i - 1].a; }
+static bool same_b(const void *p, int64_t i) { return ((const pair *)p)[i].b == ((const pair *)p)[i - 1].b; }
+static bool same_ab(const void *p, int64_t i) { return same_a(p, i) && same_b(p, i); }
+
+static bool same_key(const void *k, int64_t i) { return ((const uint64_t *)k)[i] == ((const uint64_t *)k)[i - 1]; }
+
+static double tau_b(double n, double n1, double n2, double n3, double swaps) {
+  double n0 = n * (n - 1) / 2, denom = sqrt((n0 - n1) * (n0 - n2));
+  return denom == 0 ? NAN : (n0 - n1 - n2 + n3 - 2 * swaps) / denom;
+}
+
 static double kendall_tau_b(pair *p, int64_t n) {
   if (n < 2) return NAN;
-  pair *tmp = malloc((size_t)n * sizeof *tmp);
-  if (!tmp) return NAN;
+  uint64_t *b = malloc(2 * (size_t)n * sizeof *b);
+  if (!b) return NAN;
   qsort(p, (size_t)n, sizeof *p, cmp_ab);
-  double n0 = (double)n * (double)(n - 1) / 2;
-  double n1 = tie_pairs(p, n, 0), n3 = tie_pairs(p, n, 2);
-  double swaps = (double)merge_count(p, tmp, n); /* now sorted by b */
-  double n2 = tie_pairs(p, n, 1);
-  free(tmp);
-  double denom = sqrt((n0 - n1) * (n0 - n2));
-  if (denom == 0) return NAN;
-  return (n0 - n1 - n2 + n3 - 2 * swaps) / denom;
+  double n1 = tied_pairs(n, p, same_a), n3 = tied_pairs(n, p, same_ab);
+  for (int64_t i = 0; i < n; i++) b[i] = order_key(p[i].b);
+  double swaps = (double)merge_count(b, b + n, n); /* now sorted by b */
+  double n2 = tied_pairs(n, b, same_key);
+  free(b);
+  return tau_b((double)n, n1, n2, n3, swaps);
 }
 
 /* ---- Kendall's tau-b over every vertex, in 16 bytes a vertex instead of 64 */
@@ -212,61 +232,17 @@ static bool keys32(const em_tensor *t, int64_t n, uint64_t *keys, int shift) {
   return true;
 }
 
-/* Equal neighbours of sorted keys under mask, counted as pairs. */
-static double tie_pairs_u64(const uint64_t *k, int64_t n, uint64_t mask) {
-  double t = 0;
-  int64_t run = 1;
-  for (int64_t i = 1; i <= n; i++) {
-    if (i < n && (k[i] & mask) == (k[i - 1] & mask)) {
-      run++;
-    } else {
-      t += (double)run * (double)(run - 1) / 2;
-      run = 1;
-    }
-  }
-  return t;
-}
-
-static int64_t merge_count_u32(uint32_t *a, uint32_t *tmp, int64_t n) {
-  if (n < 2) return 0;
-  int64_t h = n / 2, swaps = merge_count_u32(a, tmp, h) + merge_count_u32(a + h, tmp, n - h);
-  int64_t i = 0, j = h, k = 0;
-  while (i < h && j < n) {
-    if (a[j] < a[i]) {
-      swaps += h - i;
-      tmp[k++] = a[j++];
-    } else {
-      tmp[k++] = a[i++];
-    }
-  }
-  while (i < h) tmp[k++] = a[i++];
-  while (j < n) tmp[k++] = a[j++];
-  memcpy(a, tmp, (size_t)n * sizeof *a);
-  return swaps;
-}
+static bool same_key_a(const void *k, int64_t i) { return ((const uint64_t *)k)[i] >> 32 == ((const uint64_t *)k)[i - 1] >> 32; }
 
 /* Knight's algorithm on (a key << 32 | b key); tmp: n more words. */
 static double kendall_tau_keys(uint64_t *key, uint64_t *tmp, int64_t n) {
   if (n < 2) return NAN;
   gr_radix_u64(key, n, tmp);
-  double n0 = (double)n * (double)(n - 1) / 2;
-  double n1 = tie_pairs_u64(key, n, ~0ull << 32), n3 = tie_pairs_u64(key, n, ~0ull);
-  uint32_t *b = (uint32_t *)tmp, *t2 = b + n;
-  for (int64_t i = 0; i < n; i++) b[i] = (uint32_t)key[i];
-  double swaps = (double)merge_count_u32(b, t2, n); /* now sorted by b */
-  double n2 = 0;
-  int64_t run = 1;
-  for (int64_t i = 1; i <= n; i++) {
-    if (i < n && b[i] == b[i - 1]) {
-      run++;
-    } else {
-      n2 += (double)run * (double)(run - 1) / 2;
-      run = 1;
-    }
-  }
-  double denom = sqrt((n0 - n1) * (n0 - n2));
-  if (denom == 0) return NAN;
-  return (n0 - n1 - n2 + n3 - 2 * swaps) / denom;
+  double n1 = tied_pairs(n, key, same_key_a), n3 = tied_pairs(n, key, same_key);
+  for (int64_t i = 0; i < n; i++) key[i] &= UINT32_MAX; /* b's keys, in (a, b) order */
+  double swaps = (double)merge_count(key, tmp, n); /* now sorted by b */
+  double n2 = tied_pairs(n, key, same_key);
+  return tau_b((double)n, n1, n2, n3, swaps);
 }
 
 em_status em_graph_compare_rankings(em_rank_comparison *out, const em_tensor *a, const em_tensor *b, int64_t k) {

@@ -64,56 +64,27 @@ static void quick_u32(uint32_t *a, int64_t n, int depth) {
   insertion_u32(a, n);
 }
 
-/* LSD radix sort on three 11-bit digits; digits every key shares are skipped. */
-static void radix_u32(uint32_t *a, int64_t n, uint32_t *tmp) {
-  enum { BITS = 11, BUCKETS = 1 << BITS };
-  int64_t *hist = calloc(3 * BUCKETS, sizeof *hist);
-  if (!hist) {
-    quick_u32(a, n, 64);
-    return;
-  }
-  for (int64_t i = 0; i < n; i++) {
-    uint32_t x = a[i];
-    hist[x & (BUCKETS - 1)]++;
-    hist[BUCKETS + ((x >> BITS) & (BUCKETS - 1))]++;
-    hist[2 * BUCKETS + (x >> (2 * BITS))]++;
-  }
+/* LSD radix sort on BITS-bit digits; digits every key shares are skipped. 11-bit digits
+ * (three passes) for long lists; 8-bit ones for lists of a few hundred, whose histograms
+ * must stay small. Either beats quicksort there: on random ids its comparisons mispredict
+ * about every other time. */
+static inline void radix_u32(uint32_t *a, int64_t n, uint32_t *tmp, const int BITS) {
+  const int buckets = 1 << BITS, digits = (32 + BITS - 1) / BITS;
+  const uint32_t mask = (uint32_t)buckets - 1;
+  uint32_t hist[4 << 11];
+  memset(hist, 0, (size_t)digits * (size_t)buckets * sizeof *hist);
+  for (int64_t i = 0; i < n; i++)
+    for (int d = 0; d < digits; d++) hist[d * buckets + ((a[i] >> (d * BITS)) & mask)]++;
   uint32_t *from = a, *to = tmp;
-  for (int d = 0; d < 3; d++) {
-    int64_t *h = hist + d * BUCKETS, sum = 0;
-    if (h[(from[0] >> (d * BITS)) & (BUCKETS - 1)] == n) continue; /* one bucket: nothing moves */
-    for (int b = 0; b < BUCKETS; b++) {
-      int64_t c = h[b];
-      h[b] = sum;
-      sum += c;
-    }
-    for (int64_t i = 0; i < n; i++) to[h[(from[i] >> (d * BITS)) & (BUCKETS - 1)]++] = from[i];
-    uint32_t *t = from;
-    from = to, to = t;
-  }
-  if (from != a) memcpy(a, from, (size_t)n * sizeof *a);
-  free(hist);
-}
-
-/* LSD radix sort on four 8-bit digits, for the lists between insertion sort's and the
- * 11-bit sort's: on random ids quicksort's comparisons mispredict about every other time,
- * and 8-bit digits keep the histograms small enough for lists of a few hundred. */
-static void radix8_u32(uint32_t *a, int64_t n, uint32_t *tmp) {
-  uint32_t hist[4][256] = {{0}};
-  for (int64_t i = 0; i < n; i++) {
-    uint32_t x = a[i];
-    hist[0][x & 255]++, hist[1][(x >> 8) & 255]++, hist[2][(x >> 16) & 255]++, hist[3][x >> 24]++;
-  }
-  uint32_t *from = a, *to = tmp;
-  for (int d = 0; d < 4; d++) {
-    uint32_t *h = hist[d], sum = 0;
-    if (h[(from[0] >> (8 * d)) & 255] == (uint32_t)n) continue; /* one bucket: nothing moves */
-    for (int b = 0; b < 256; b++) {
+  for (int d = 0; d < digits; d++) {
+    uint32_t *h = hist + d * buckets, sum = 0;
+    if (h[(from[0] >> (d * BITS)) & mask] == (uint32_t)n) continue; /* one bucket: nothing moves */
+    for (int b = 0; b < buckets; b++) {
       uint32_t c = h[b];
       h[b] = sum;
       sum += c;
     }
-    for (int64_t i = 0; i < n; i++) to[h[(from[i] >> (8 * d)) & 255]++] = from[i];
+    for (int64_t i = 0; i < n; i++) to[h[(from[i] >> (d * BITS)) & mask]++] = from[i];
     uint32_t *t = from;
     from = to, to = t;
   }
@@ -124,8 +95,8 @@ void gr_sort_u32(uint32_t *a, int64_t n, uint32_t *tmp) {
   if (n < 2) return;
   if (n <= 24) insertion_u32(a, n);
   else if (n <= RADIX8_FROM || !tmp) quick_u32(a, n, 64);
-  else if (n <= 2048) radix8_u32(a, n, tmp);
-  else radix_u32(a, n, tmp);
+  else if (n <= 2048) radix_u32(a, n, tmp, 8);
+  else radix_u32(a, n, tmp, 11);
 }
 
 void gr_radix_u64(uint64_t *a, int64_t n, uint64_t *tmp) {
