@@ -170,6 +170,11 @@ local function u64_parse(s)
   return v
 end
 
+local function forward_loss(task, model, batch)
+  local o, t = task:forward(model, batch), task:target_of(batch)
+  return o, t, task:loss(o, t, batch)
+end
+
 -- The task's loss and metrics of model over a loader, without recording gradients:
 -- {loss =, accuracy =, ...}.
 local function evaluate(ember, task, model, loader, amp)
@@ -177,10 +182,7 @@ local function evaluate(ember, task, model, loader, amp)
   model:eval()
   ember.no_grad(function()
     for batch in loader:epoch(0) do
-      local out, y, loss = amp(function()
-        local o, t = task:forward(model, batch), task:target_of(batch)
-        return o, t, task:loss(o, t, batch)
-      end)
+      local out, y, loss = amp(task, model, batch)
       acc:update(out, y, batch, loss:item())
     end
   end)
@@ -207,9 +209,11 @@ local EPOCH_ORDER = { 'epoch', 'step', 'lr', 'train_loss', 'train_accuracy', 'va
 function M.run(cfg, ctx)
   local ember = require 'ember'
   -- runs fn() under autocast when cfg.amp asks for it (the device type of cfg.device)
-  local function amp(fn)
-    if cfg.amp == 'off' then return fn() end
-    return ember.autocast(cfg.device, { dtype = cfg.amp }, fn)
+  -- The task's output, target and loss for a batch, under autocast when cfg.amp asks
+  -- (without it, no closure a step).
+  local function amp(t, model, batch)
+    if cfg.amp == 'off' then return forward_loss(t, model, batch) end
+    return ember.autocast(cfg.device, { dtype = cfg.amp }, function() return forward_loss(t, model, batch) end)
   end
   local nn = ember.nn
   local t_start = progress.now()
@@ -357,10 +361,7 @@ function M.run(cfg, ctx)
     for batch in loader:epoch(epoch) do
       lr = M.lr_at(cfg.schedule, base_lr, step, steps_per_epoch, cfg.epochs)
       set_lr(opt, lr)
-      local out, y, loss = amp(function()
-        local o, t = task:forward(net, batch), task:target_of(batch)
-        return o, t, task:loss(o, t, batch)
-      end)
+      local out, y, loss = amp(task, net, batch)
       opt:zero_grad()
       loss:backward()
       if net.after_backward then net:after_backward() end   -- DDP: sparse tables' rows exchanged
