@@ -17,6 +17,10 @@ Two graphs, each run by every engine in turn, round after round (interleaved), m
 gapbs is not part of ember: --gapbs names a checkout (built here with `make pr converter`),
 else it is cloned from https://github.com/sbeamer/gapbs into ~/.cache/ember/gapbs.
 
+  3. building: gapbs `pr -g SCALE -k EF` (its generator and CSR builder: an undirected graph
+     without self loops or repeated edges, both arcs of each edge) against ember building the
+     same kind of graph from its own generator (the job with graph.generate.directed=false,
+     drop_self_loops, drop_duplicates; build_seconds, generation included).
 Printed: GE/s (arcs x iterations / seconds) and the ratio to gapbs or to the single
 process; per rank count, the bytes exchanged per iteration against the lower bound (4 bytes
 for each distinct remote source a rank reads: its mirrors) and the split of time between
@@ -68,6 +72,21 @@ def gapbs_seconds(out):
     sys.exit("gapbs pr printed no 'Average Time:' line:\n" + out)
 
 
+def gapbs_build(out):
+    """(seconds to generate and build, arcs) from gapbs pr's output."""
+    gen = build = arcs = None
+    for line in out.splitlines():
+        if line.startswith("Generate Time:"):
+            gen = float(line.split()[-1])
+        elif line.startswith("Build Time:"):
+            build = float(line.split()[-1])
+        elif line.startswith("Graph has"):
+            arcs = 2 * int(line.split()[5])  # "... N nodes and E undirected edges ..."
+    if gen is None or build is None or arcs is None:
+        sys.exit("gapbs pr printed no Generate/Build Time or graph size:\n" + out)
+    return gen + build, arcs
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", type=int, default=22)
@@ -102,6 +121,11 @@ def main():
            f"graph.generate.edge_factor={a.edge_factor}", "graph.generate.drop_self_loops=true",
            "graph.generate.drop_duplicates=true", "pagerank.tol=0", f"pagerank.max_iter={a.iters}",
            "output.top_k=0", "output.compare_indegree=null"]
+    undirected = [os.path.join(ROOT, "pipelines", "pagerank_kron.yaml"), f"graph.generate.scale={a.scale}",
+                  f"graph.generate.edge_factor={a.edge_factor}", "graph.generate.directed=false",
+                  "graph.generate.drop_self_loops=true", "graph.generate.drop_duplicates=true", "pagerank.max_iter=1",
+                  "output.top_k=0", "output.compare_indegree=null", f"threads={a.threads}"]
+    build_rows = {}  # "gapbs" / "ember" -> [(seconds, arcs)]
     sg_rows = {}  # name -> [seconds for the iterations]
     arcs_sg = None
     job_rows = {}  # ranks (0: single process) -> [result JSON]
@@ -115,6 +139,11 @@ def main():
                                    "--blocking", b]))
                 arcs_sg = r["arcs"]
                 sg_rows.setdefault(f"ember {b} ({r['engine']})", []).append(r["ms_per_iter"] * r["iterations"] / 1e3)
+            out = run([os.path.join(gap, "pr"), "-g", str(a.scale), "-k", str(a.edge_factor), "-i", "1", "-n", "1"],
+                      env={"OMP_NUM_THREADS": str(a.threads)}, what="gapbs pr -g")
+            build_rows.setdefault("gapbs", []).append(gapbs_build(out))
+            r = last_json(run([ember, "run", *undirected], what="ember's undirected build"))
+            build_rows.setdefault("ember", []).append((r["build_seconds"], r["edges"]))
         r = last_json(run([ember, "run", *job, f"threads={a.threads}"], what="the single-process job"))
         job_rows.setdefault(0, []).append(r)
         for n in a.ranks:
@@ -134,6 +163,13 @@ def main():
         for name, secs in sg_rows.items():
             s = statistics.median(secs)
             print(f"  {name:<26} {s:8.2f} s  {arcs_sg * a.iters / s / 1e9:7.3f} GE/s  {base / s:6.2f}x gapbs")
+    if build_rows:
+        print(f"\nbuilding an undirected simple Kronecker graph (generation included), {a.threads} threads:")
+        base = statistics.median(sec for sec, _ in build_rows["gapbs"])
+        for name, rows in build_rows.items():
+            sec = statistics.median(x for x, _ in rows)
+            arcs = rows[0][1]
+            print(f"  {name:<26} {sec:8.2f} s  {arcs} arcs  {arcs / sec / 1e6:7.1f} M arcs/s  {base / sec:6.2f}x gapbs")
     one = job_rows[0]
     single = statistics.median(r["edges_per_second"] for r in one)
     m = one[0]["edges"]
