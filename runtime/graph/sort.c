@@ -1,10 +1,11 @@
 /* sort.c - sorting vertex ids: each vertex's sources after the CSR fill (many short runs,
- * a few very long ones) and the id sets of files with sparse 64-bit ids. */
+ * a few very long ones), the id sets of files with sparse 64-bit ids, and the 64-bit keys
+ * of a ranking comparison over every vertex (analysis.c). */
 #include <stdlib.h>
 #include <string.h>
 #include "graph_impl.h"
 
-#define RADIX8_FROM 96 /* shorter lists: quicksort */
+#define RADIX8_FROM 96 /* shorter lists: quicksort (a radix sort's histograms cost more there) */
 
 static void insertion_u32(uint32_t *a, int64_t n) {
   for (int64_t i = 1; i < n; i++) {
