@@ -197,7 +197,7 @@ static void replay(gr_builder *b, int w) {
       fill_arc_w(b, w, p[0], p[1], gr_bits_float(p[2]));
       if (!b->directed && p[0] != p[1]) fill_arc_w(b, w, p[1], p[0], gr_bits_float(p[2]));
     }
-  } else {
+  } else if (p) { /* NULL: this worker kept no edge */
     fill_edges(b, w, p, p + 1, 2, b->kept_len[w]);
   }
   free(b->kept[w]);
