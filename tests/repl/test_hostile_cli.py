@@ -25,10 +25,12 @@ LOADERS = {
     "jpeg": "local f = io.open(arg[1], 'rb') local s = f:read('*a') f:close() require('ember.data').jpeg.decode(s)",
     "mtx": "require('ember.graph').load(arg[1], {format = 'mtx', progress = false})",
     "snap": "require('ember.graph').load(arg[1], {format = 'snap', progress = false}):pagerank()",
+    "sg": "require('ember.graph').load(arg[1], {format = 'sg', progress = false})",
     "tfrecord": "require('ember.data').source{format = 'tfrecord', files = {arg[1]}}:get(1)",
 }
 # inputs that are valid files on their own (they load: the fix made them cheap, not errors)
-VALID = {("snap", "one_edge_huge_id"), ("mtx", "empty_flush_kept_edges")}
+VALID = {("snap", "one_edge_huge_id"), ("mtx", "empty_flush_kept_edges"), ("mtx", "no_edges_kept"),
+         ("sg", "no_edges_kept")}
 
 
 def run(args, timeout=60):
