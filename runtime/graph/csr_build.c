@@ -307,8 +307,8 @@ static int64_t sort_and_dedup(em_graph *g, bool dedup, int workers) {
   int oom = 0;
 #pragma omp parallel num_threads(workers) reduction(| : oom)
   {
-    uint32_t *tmp = max_deg > 24 ? malloc((size_t)max_deg * sizeof *tmp) : NULL;
-    oom |= max_deg > 24 && !tmp;
+    uint32_t *tmp = max_deg >= GR_SORT_TMP_FROM ? malloc((size_t)max_deg * sizeof *tmp) : NULL;
+    oom |= max_deg >= GR_SORT_TMP_FROM && !tmp;
     uint64_t *key = g->weights ? malloc((size_t)(max_deg ? max_deg : 1) * sizeof *key) : NULL;
     oom |= g->weights && !key;
 #pragma omp for schedule(dynamic, 256)
@@ -321,7 +321,7 @@ static int64_t sort_and_dedup(em_graph *g, bool dedup, int workers) {
       }
       uint32_t *a = g->sources + g->offsets[v];
       int64_t deg = g->offsets[v + 1] - g->offsets[v];
-      if (deg > 24 && !tmp) continue;
+      if (deg >= GR_SORT_TMP_FROM && !tmp) continue;
       gr_sort_u32(a, deg, tmp);
       if (!dedup) continue;
       int64_t w = deg ? 1 : 0;

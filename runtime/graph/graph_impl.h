@@ -177,7 +177,9 @@ typedef struct gr_csr_view {
 void gr_csr_source(gr_source *src, gr_csr_view *view, const char *op, const char *what);
 
 /* ---- sorting and checksums */
-void gr_sort_u32(uint32_t *a, int64_t n, uint32_t *tmp); /* tmp: n elements (used when large) */
+/* Sorts a[0..n); tmp (n elements, may be NULL: slower) serves lists of GR_SORT_TMP_FROM and up. */
+#define GR_SORT_TMP_FROM 97
+void gr_sort_u32(uint32_t *a, int64_t n, uint32_t *tmp);
 /* A float's bits and back (weights travel and sort as uint32: for floats >= 0 the bits
  * order as the values). */
 static inline uint32_t gr_float_bits(float f) {

@@ -5,8 +5,6 @@
 #include <string.h>
 #include "graph_impl.h"
 
-#define RADIX8_FROM 96 /* shorter lists: quicksort (a radix sort's histograms cost more there) */
-
 static void insertion_u32(uint32_t *a, int64_t n) {
   for (int64_t i = 1; i < n; i++) {
     uint32_t x = a[i];
@@ -95,7 +93,7 @@ static inline void radix_u32(uint32_t *a, int64_t n, uint32_t *tmp, const int BI
 void gr_sort_u32(uint32_t *a, int64_t n, uint32_t *tmp) {
   if (n < 2) return;
   if (n <= 24) insertion_u32(a, n);
-  else if (n <= RADIX8_FROM || !tmp) quick_u32(a, n, 64);
+  else if (n < GR_SORT_TMP_FROM || !tmp) quick_u32(a, n, 64); /* shorter: a radix sort's histograms cost more */
   else if (n <= 2048) radix_u32(a, n, tmp, 8);
   else radix_u32(a, n, tmp, 11);
 }
