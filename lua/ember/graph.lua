@@ -339,7 +339,8 @@ function PartGraph:gather(t, root)
   return out[0] ~= nil and wrap(out[0]) or nil
 end
 
-local PART_PAGERANK = { damping = true, tol = true, max_iter = true, method = true, weighted = true, blocking = true }
+local PART_PAGERANK = { damping = true, tol = true, max_iter = true, method = true, weighted = true, blocking = true,
+                        device = true }
 
 -- Whether the arcs carry weights (a weighted file loaded with weights, or its cache).
 function PartGraph:is_weighted() return C.em_graph_part_is_weighted(part_handle('is_weighted', self)) ~= 0 end
@@ -351,9 +352,12 @@ function PartGraph:is_weighted() return C.em_graph_part_is_weighted(part_handle(
 -- same bits at every rank count, auto tiles large graphs where it pays; engine
 -- 'cpu:partitioned:tiles' when tiled), plus compute_seconds,
 -- exchange_seconds, bytes_sent, bytes_received (per iteration, this rank).
+-- device = 'cuda' | 'cuda:N': this rank sweeps on that GPU and the ranks exchange through
+-- NCCL (engine 'cuda:partitioned'; unweighted; the same bits at every rank count).
 function PartGraph:pagerank(opts)
   local p = part_handle('pagerank', self)
   local _, po = pagerank_options(opts, PART_PAGERANK)
+  if opts and opts.device ~= nil then po.device = I.parse_device(opts.device, 'pagerank') end
   local res = ffi.new('em_tensor*[1]')
   local stats, ds = ffi.new('em_pagerank_stats'), ffi.new('em_pagerank_dist_stats')
   local scores = new_tensor(C.em_graph_part_pagerank(box, res, stats, ds, p, po))
@@ -364,7 +368,8 @@ function PartGraph:pagerank(opts)
   return scores, {
     iterations = stats.iterations, converged = stats.converged ~= 0, residual = stats.residual, residuals = list,
     seconds = stats.seconds, setup_seconds = stats.setup_seconds, edges_per_second = stats.edges_per_second,
-    method = METHOD_NAMES[tonumber(stats.method)], engine = ffi.string(stats.engine), device = 'cpu',
+    method = METHOD_NAMES[tonumber(stats.method)], engine = ffi.string(stats.engine),
+    device = I.device_name(po.device),
     weighted = stats.weighted ~= 0, compute_seconds = ds.compute_seconds, exchange_seconds = ds.exchange_seconds,
     bytes_sent = tonumber(ds.bytes_sent), bytes_received = tonumber(ds.bytes_received),
   }

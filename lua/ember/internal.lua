@@ -9,6 +9,14 @@
 --   dtypes and devices   parse_dtype, dtype_names, is_dtype_name, parse_device, device_name
 -- Every message starts with the name of the call that failed ("op: ...") and says what
 -- was given and what was expected.
+if package.loaded['ember'] == nil then
+  -- required before ember itself (a script's first line): ember's own loading requires
+  -- this module, so let it do so, and hand back that one copy
+  package.loaded['ember.internal'] = nil
+  require 'ember'
+  local loaded = package.loaded['ember.internal']
+  if loaded then return loaded end
+end
 local ffi = require 'ffi'
 local C = require('ember').C   -- init.lua loads libember before any module needs this
 

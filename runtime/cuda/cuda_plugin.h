@@ -24,7 +24,7 @@ extern "C" {
 #endif
 
 /* Raised whenever the core table, an extra's signature or a struct below changes. */
-#define EM_CUDA_PLUGIN_API_VERSION 2
+#define EM_CUDA_PLUGIN_API_VERSION 3
 
 /* One PageRank run on a GPU. Arrays are the graph's host CSR in its internal vertex order
  * (see runtime/graph/graph_impl.h): in-arcs of v are sources[offsets[v] .. offsets[v+1]).
@@ -44,6 +44,45 @@ typedef struct em_cuda_pagerank_job {
   double *residuals; /* out: [max_iter] host, or NULL */
   em_pagerank_stats *stats; /* out: iterations, converged, residual, seconds, ... */
 } em_cuda_pagerank_job;
+
+/* One rank's share of PageRank over a partitioned graph (runtime/graph/pagerank_dist_cuda.c
+ * drives it). The rank's own vertices are numbered in sweep order 0 .. nl-1; every
+ * contribution it reads, its own and its mirrors' (copies of other ranks' vertices), has a
+ * place in one array of nslots floats. The host arrays are copied to the device at open
+ * and may be freed after. Between two sweeps libember moves send_buf to the other ranks'
+ * recv_buf (all_to_all_v through the group's CUDA backend, NCCL) and sums `sums` over the
+ * ranks (all_reduce); the device buffers it passes are its own tensors'. Everything is
+ * queued on the device's current stream, the stream the collectives wait for. */
+typedef struct em_cuda_part_pagerank_job {
+  int device;
+  int64_t n; /* vertices in the whole graph */
+  int64_t nl, nslots, ml; /* own vertices, places, in-arcs of the own vertices */
+  const int64_t *offsets; /* [nl + 1] the in-arcs of own vertex i: sources[offsets[i] ..] */
+  const uint32_t *sources; /* [ml] places */
+  const uint32_t *own; /* [nl] the place of own vertex i */
+  const float *inv; /* [nl] 1 / out-degree, 0 for a dangling vertex */
+  int64_t nsend, nmirror;
+  const uint32_t *send; /* [nsend] the places whose values fill send_buf, in its order */
+  const uint32_t *mirror; /* [nmirror] the places recv_buf's values go to, in its order */
+  float *send_buf, *recv_buf; /* device [nsend], [nmirror] */
+  int64_t *sums; /* device [3]: the sweep's exact sums (graph_impl.h's gr_fix units) of the
+                  * scores, the L1 change and the dangling mass */
+  double damping;
+} em_cuda_part_pagerank_job;
+
+/* The steps of such a run (EM_CUDA_EXTRA_PART_PAGERANK). open: uploads, sets every score
+ * to 1/n, packs send_buf with the first contributions. sweep: one Jacobi sweep (scale: the
+ * previous scores' normalisation, coef: the teleport coefficient, as pagerank_dist.c's),
+ * then sums and send_buf. receive: recv_buf into the mirrors' places; the sweep's output
+ * becomes the next sweep's input (call it after open's exchange too). scores: the current
+ * scores times scale, to the host [nl] in sweep order (waits for the device). */
+typedef struct em_cuda_part_pagerank_ops {
+  em_status (*open)(const em_cuda_part_pagerank_job *job, void **run);
+  em_status (*sweep)(void *run, double scale, double coef);
+  em_status (*receive)(void *run);
+  em_status (*scores)(void *run, double scale, float *out);
+  void (*close)(void *run); /* waits for the device, frees the run */
+} em_cuda_part_pagerank_ops;
 
 struct em_dist_backend;
 
@@ -97,6 +136,9 @@ typedef em_status (*em_cuda_pagerank_fn)(em_cuda_pagerank_job *job);
  * when the plugin was built without NCCL. */
 #define EM_CUDA_EXTRA_NCCL "nccl_backend"
 typedef const struct em_dist_backend *(*em_cuda_nccl_backend_fn)(void);
+/* One rank's share of a partitioned PageRank (em_cuda_part_pagerank_job above). */
+#define EM_CUDA_EXTRA_PART_PAGERANK "part_pagerank"
+typedef const em_cuda_part_pagerank_ops *(*em_cuda_part_pagerank_fn)(void);
 
 /* What the plugin and libember must agree on (core/plugin_abi.h): the tensor backend, the
  * structs of the core and the extras, and the process-group structs NCCL shares (expanded
@@ -105,7 +147,8 @@ typedef const struct em_dist_backend *(*em_cuda_nccl_backend_fn)(void);
   EM_BACKEND_ABI(X)                                                                                      \
   EM_DIST_ABI(X) X(EM_CUDA_PLUGIN_API_VERSION) X(sizeof(em_cuda_plugin)) X(sizeof(em_cuda_device_props)) \
       X(sizeof(em_cuda_memory_stats)) X(sizeof(em_cuda_versions)) X(sizeof(em_cuda_pagerank_job))        \
-          X(sizeof(em_pagerank_stats))
+          X(sizeof(em_pagerank_stats)) X(sizeof(em_cuda_part_pagerank_job))                             \
+              X(sizeof(em_cuda_part_pagerank_ops))
 
 typedef const em_cuda_plugin *(*em_cuda_plugin_entry_fn)(void);
 

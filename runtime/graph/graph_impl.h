@@ -274,6 +274,9 @@ em_status gr_pagerank_deliver(const char *op, const em_graph *g, const float *x,
                               int64_t iters, em_tensor **scores, em_tensor **residuals);
 em_status gr_pagerank_cuda(em_tensor **scores, em_tensor **residuals, em_pagerank_stats *stats, const em_graph *g,
                            const em_pagerank_options *opts);
+/* The CUDA plugin's extra `name` (cuda_plugin.h) for work on `device`, or NULL with an
+ * EM_ERR_DEVICE error naming op and the device when there is no such GPU. */
+void (*gr_cuda_extra(const char *op, em_device device, const char *name))(void);
 
 /* ---- format readers (one file each) */
 em_status gr_load_snap(em_graph **out, const char *path, const em_graph_options *opts);
@@ -293,6 +296,16 @@ em_status gr_tensor_values(const char *op, const em_tensor *t, int64_t n, double
 #define GR_FIX_ONE 0x1p60
 static inline int64_t gr_fix(double x) { return (int64_t)(x * GR_FIX_ONE + 0.5); }
 static inline double gr_unfix(int64_t s) { return (double)s / GR_FIX_ONE; }
+/* A Jacobi iteration's end from its exact sums (scores, L1 change, dangling mass): the
+ * next normalisation *scale (1 for GAPBS, whose mass leaks) and the next teleport
+ * coefficient *coef; returns the residual. pagerank_dist.c and its GPU form share it. */
+static inline double gr_pr_close(const int64_t sums[3], bool gapbs, double damping, double *scale, double *coef) {
+  double total = gr_unfix(sums[0]);
+  *scale = gapbs || !(total > 0) ? 1 : 1 / total;
+  double dangling = *scale * gr_unfix(sums[2]);
+  *coef = gapbs ? 1 - damping : (1 - damping) + damping * dangling;
+  return gr_unfix(sums[1]);
+}
 
 /* The sum of contrib over a list of sources, in double. Short lists (most of them) take a
  * scalar loop; long ones 16 gathers at a time with AVX-512 when the build targets it.
@@ -365,6 +378,32 @@ em_status gr_allgather(struct em_dist_group *g, void *out, const void *in, int64
 /* Ranks agree on failure: every rank passes its status; when any rank failed, the others
  * return an error naming the first that did (its own message is on its stderr). */
 em_status gr_agree(struct em_dist_group *g, const char *op, em_status st);
+/* ---- PageRank over a partitioned graph (pagerank_dist.c) and its GPU form (pagerank_dist_cuda.c) */
+/* The first iteration's teleport coefficient: every score 1/n, the dangling vertices (inv
+ * 0) counted over the group (collective). */
+em_status gr_part_first_coef(const em_graph_part *p, const float *inv, bool gapbs, double damping, double *coef);
+/* One rank's lists as pagerank_dist.c lays them out: own vertex i (sweep order) has in-arcs
+ * src[off[i] ..] (places), its contribution at place own[i]; the values sent are those of
+ * the places send[0 .. p->nsend), the values received go to mirror[0 .. p->nmirror). */
+typedef struct gr_part_layout {
+  const em_graph_part *p;
+  const int64_t *off;
+  const uint32_t *src, *own, *send, *mirror;
+  const float *inv;
+} gr_part_layout;
+/* What the iterations give back: x[nl] the normalised scores in sweep order, residual[]
+ * one per iteration, and the time split. */
+typedef struct gr_part_result {
+  float *x;
+  double *residual;
+  int iterations, converged;
+  double setup, compute, exchange; /* setup: copying the lists to the GPU */
+  const char *engine;
+} gr_part_result;
+/* The Jacobi (or GAPBS) iterations on the GPU opts->device, the exchange through the
+ * group's CUDA backend (NCCL); collective. */
+em_status gr_part_pagerank_cuda(const gr_part_layout *l, const em_pagerank_options *o, gr_part_result *out);
+
 /* Builds rank's partition from its share of the arcs (src[i] -> dst[i] with weight wt[i],
  * dense ids < n, the options already applied; wt NULL: unweighted), which it frees
  * (gr_free) in any case. */

@@ -14,8 +14,7 @@
 
 static const char *const op = "graph pagerank";
 
-/* The plugin's PageRank, or NULL with an error that says why the device cannot run it. */
-static em_cuda_pagerank_fn pagerank_for(em_device device) {
+em_cuda_proc gr_cuda_extra(const char *op, em_device device, const char *name) {
   const char *why = NULL;
   const em_cuda_plugin *p = cuda_plugin_get(&why);
   int count = p ? p->device_count(&why) : 0;
@@ -28,7 +27,7 @@ static em_cuda_pagerank_fn pagerank_for(em_device device) {
     em_set_error(EM_ERR_DEVICE, "%s: device cuda:%d does not exist (%d CUDA devices)", op, device.index, count);
     return NULL;
   }
-  return (em_cuda_pagerank_fn)cuda_plugin_extra(op, EM_CUDA_EXTRA_PAGERANK);
+  return cuda_plugin_extra(op, name);
 }
 
 /* The teleport vector as the plugin takes it: float32, internal order, summing to 1. */
@@ -51,7 +50,7 @@ static em_status teleport_f32(const em_graph *g, const em_tensor *personalizatio
 
 em_status gr_pagerank_cuda(em_tensor **scores, em_tensor **residuals, em_pagerank_stats *stats, const em_graph *g,
                            const em_pagerank_options *opts) {
-  em_cuda_pagerank_fn pagerank = pagerank_for(opts->device);
+  em_cuda_pagerank_fn pagerank = (em_cuda_pagerank_fn)gr_cuda_extra(op, opts->device, EM_CUDA_EXTRA_PAGERANK);
   if (!pagerank) return em_last_status();
   int64_t n = g->n;
   em_pagerank_stats local;

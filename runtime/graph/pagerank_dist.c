@@ -30,6 +30,10 @@
  *     so the tiled scores are the same bits at any rank and thread count too (not those of
  *     the single process, whose tiles follow its own order: equal within rounding).
  *
+ * On a GPU (opts->device cuda:N, pagerank_dist_cuda.c) the plain lists go to the CUDA
+ * plugin, which sweeps there; the exchange moves the same values between the GPUs through
+ * the group's CUDA backend (NCCL).
+ *
  * Weighted graphs (pagerank.c's sweep_weighted, term for term): the owners' out-weights
  * W(u) (partition.c sums them as pagerank.c does) reach the mirrors once, by the plan;
  * each arc's share nw = (float)(w / W(u)) is then the same float as pagerank.c's, the
@@ -310,6 +314,15 @@ done:
   return st;
 }
 
+em_status gr_part_first_coef(const em_graph_part *p, const float *inv, bool gapbs, double damping, double *coef) {
+  int64_t sinks = 0;
+  for (int64_t v = 0; v < p->nl; v++) sinks += inv[v] == 0;
+  em_status st = gr_allreduce(p->group, &sinks, 1, EM_INT64, EM_DIST_SUM);
+  double dangling = gr_unfix(sinks * gr_fix((float)(1.0 / (double)p->n)));
+  *coef = gapbs ? 1 - damping : (1 - damping) + damping * dangling;
+  return st;
+}
+
 static void swap(float **a, float **b) {
   float *t = *a;
   *a = *b;
@@ -321,21 +334,18 @@ static int iterate(dist_run *r, const em_pagerank_options *o, double *residual, 
   const em_graph_part *p = r->p;
   int threads = p->ml + p->nl < (1 << 18) ? 1 : gr_threads(), iters = 0;
   const float x0 = (float)(1.0 / (double)p->n);
-  int64_t sinks = 0, nblocks = (p->nl + BLOCK - 1) / BLOCK;
+  int64_t nblocks = (p->nl + BLOCK - 1) / BLOCK;
   for (int64_t v = 0; v < p->nl; v++) {
     r->x[v] = x0;
     r->contrib[r->own[v]] = x0 * r->inv[v];
-    sinks += r->inv[v] == 0;
   }
-  double t0 = em_clock_monotonic();
-  *st = gr_allreduce(p->group, &sinks, 1, EM_INT64, EM_DIST_SUM);
+  double t0 = em_clock_monotonic(), scale = 1, coef;
+  *st = gr_part_first_coef(p, r->inv, r->gapbs, r->damping, &coef);
   if (!*st) *st = exchange(r, r->contrib);
   r->exchange += em_clock_monotonic() - t0;
   if (*st) return 0;
-  double dangling = gr_unfix(sinks * gr_fix(x0)), scale = 1;
   *converged = 0;
   while (iters < o->max_iter) {
-    double coef = r->gapbs ? 1 - r->damping : (1 - r->damping) + r->damping * dangling;
     int64_t sums[3] = {0, 0, 0};
     double t1 = em_clock_monotonic();
 #pragma omp parallel num_threads(threads)
@@ -355,12 +365,9 @@ static int iterate(dist_run *r, const em_pagerank_options *o, double *residual, 
     if ((*st = exchange(r, r->next)) || (*st = gr_allreduce(p->group, sums, 3, EM_INT64, EM_DIST_SUM))) return iters;
     r->compute += t2 - t1;
     r->exchange += em_clock_monotonic() - t2;
-    double total = gr_unfix(sums[0]);
-    scale = r->gapbs || !(total > 0) ? 1 : 1 / total;
-    dangling = scale * gr_unfix(sums[2]);
     swap(&r->x, &r->y);
     swap(&r->contrib, &r->next);
-    residual[iters++] = gr_unfix(sums[1]);
+    residual[iters++] = gr_pr_close(sums, r->gapbs, r->damping, &scale, &coef);
     if (residual[iters - 1] < o->tol) {
       *converged = 1;
       break;
@@ -391,12 +398,19 @@ em_status em_graph_part_pagerank(em_tensor **scores, em_tensor **residuals, em_p
                         "blocking does not partition", op, opts->blocking);
   if (opts->personalization)
     return em_set_error(EM_ERR_ARGUMENT, "%s: personalization is not supported on a partitioned graph", op);
-  if (opts->device.type != EM_CPU)
-    return em_set_error(EM_ERR_DEVICE, "%s: a partitioned graph ranks on the CPU, got device type %d", op,
-                        opts->device.type);
+  bool cuda = opts->device.type == EM_CUDA;
+  if ((!cuda && opts->device.type != EM_CPU) || opts->device.index < 0)
+    return em_set_error(EM_ERR_DEVICE, "%s: device type %d index %d, expected cpu or cuda:N", op, opts->device.type,
+                        opts->device.index);
   em_status wst = gr_check_weights(op, opts->weights, p->weights != NULL, "a cache");
   if (wst) return wst;
   bool weighted = p->weights && opts->weights != EM_PAGERANK_WEIGHTS_OFF;
+  if (cuda && weighted)
+    return em_set_error(EM_ERR_UNSUPPORTED, "%s: weighted arcs rank on the CPU only (device cuda:%d asked; "
+                        "weighted = false ranks the arcs unweighted on the GPU)", op, opts->device.index);
+  if (cuda && opts->blocking == EM_PAGERANK_BLOCKING_TILES)
+    return em_set_error(EM_ERR_ARGUMENT, "%s: blocking 'tiles' is a CPU layout; the GPU (cuda:%d) takes auto or none",
+                        op, opts->device.index);
   double t0 = em_clock_monotonic();
   int64_t nl = p->nl, slots = p->nl + p->nmirror;
   size_t fbytes = (size_t)(slots ? slots : 1) * sizeof(float);
@@ -418,14 +432,27 @@ em_status em_graph_part_pagerank(em_tensor **scores, em_tensor **residuals, em_p
     for (int64_t v = 0; v < nl; v++) r.inv[v] = p->out_degree[v] ? 1.0f / (float)p->out_degree[v] : 0.0f;
   if ((st = gr_agree(p->group, op, st)) || (st = lay_out(&r))) goto done;
   /* auto: plain on small graphs (as pagerank.c), else tiles where they pay */
-  int blocking = weighted || (opts->blocking == EM_PAGERANK_BLOCKING_AUTO && p->m + p->n < PARALLEL_WORK)
+  int blocking = cuda || weighted || (opts->blocking == EM_PAGERANK_BLOCKING_AUTO && p->m + p->n < PARALLEL_WORK)
                      ? EM_PAGERANK_BLOCKING_NONE
                      : opts->blocking;
   if (blocking != EM_PAGERANK_BLOCKING_NONE && (st = tile(&r, blocking))) goto done;
   double t1 = em_clock_monotonic();
-  int converged = 0;
+  int converged = 0, iters = 0;
   double scale = 1;
-  int iters = iterate(&r, opts, residual, &converged, &scale, &st);
+  const char *engine = weighted ? "cpu:partitioned:weighted" : r.acc ? "cpu:partitioned:tiles" : "cpu:partitioned";
+  if (cuda) {
+    gr_part_layout lay = {.p = p, .off = r.off, .src = r.src, .own = r.own, .send = r.send,
+                          .mirror = r.place + nl, .inv = r.inv};
+    gr_part_result res = {.x = r.x, .residual = residual};
+    st = gr_part_pagerank_cuda(&lay, opts, &res); /* the scores come back normalised */
+    iters = res.iterations;
+    converged = res.converged;
+    r.compute = res.compute;
+    r.exchange = res.exchange;
+    engine = res.engine;
+    t1 += res.setup;
+  } else
+    iters = iterate(&r, opts, residual, &converged, &scale, &st);
   double t2 = em_clock_monotonic();
   if (st) goto done;
   if ((st = em_empty(scores, 1, &nl, EM_FLOAT32, (em_device){EM_CPU, 0}))) goto done;
@@ -449,7 +476,7 @@ em_status em_graph_part_pagerank(em_tensor **scores, em_tensor **residuals, em_p
     stats->setup_seconds = t1 - t0;
     stats->edges_per_second = t2 > t1 ? (double)p->m * iters / (t2 - t1) : 0;
     stats->method = opts->method;
-    stats->engine = weighted ? "cpu:partitioned:weighted" : r.acc ? "cpu:partitioned:tiles" : "cpu:partitioned";
+    stats->engine = engine;
     stats->weighted = weighted;
   }
   if (dstats) {

@@ -8,6 +8,8 @@
 -- weighted PageRank (bits) and the weighted float64 reference. blocking = 'none' keeps
 -- those bits on any graph; the tiled sweep (blocking = 'tiles') is checked for the same
 -- bits at N ranks as at one rank (at 1 and 2 threads) and within 1e-6 of the others.
+-- device = 'cuda' (a GPU per rank, NCCL between them): the same bits as one rank's GPU run
+-- and within 1e-6 of the CPU; without a GPU, a clear error on every rank.
 local U = dofile(arg[0]:gsub('[^/]*$', '') .. 'util.lua')
 local dist, graph = ember.dist, ember.graph
 local ffi = require 'ffi'
@@ -327,6 +329,34 @@ tiled('tiled kronecker 15 undirected', function(grp)
   return graph.kronecker { scale = 15, edge_factor = 8, seed = 3, directed = false, drop_self_loops = true,
     drop_duplicates = true, group = grp }
 end, 20, false)
+-- device = 'cuda': each rank sweeps on its GPU, NCCL between them. With a GPU per rank the
+-- scores are the same bits as one rank's (a group of rank 0 alone, on its GPU) and within
+-- 1e-6 of the CPU's; without, every rank names the device it lacks (no rank waits).
+local gpus = ember.device_count('cuda')
+if gpus >= size then
+  local dev = 'cuda:' .. dist.local_rank() % gpus
+  local make = function(grp) return graph.kronecker { scale = 12, edge_factor = 8, seed = 4, group = grp } end
+  local pg = make(true)
+  local s, info = pg:pagerank { tol = 0, max_iter = 25, device = dev }
+  U.check(info.engine == 'cuda:partitioned', 'cuda: engine %s', info.engine)
+  U.check(info.bytes_sent > 0 or size == 1, 'cuda: %d bytes sent', info.bytes_sent)
+  local full = pg:gather(s)
+  U.same_everywhere(full, 'cuda: scores')
+  local cpu = pg:gather((pg:pagerank { tol = 0, max_iter = 25, blocking = 'none' }))
+  local l1 = (full:to('float64') - cpu:to('float64')):abs():sum():item()
+  U.check(l1 <= 1e-6, 'cuda against the CPU: L1 %g', l1)
+  if rank == 0 then
+    local one = make(solo):pagerank { tol = 0, max_iter = 25, device = dev }
+    U.equal(one, full, string.format('cuda: %d ranks against 1 rank (bits)', size))
+  end
+  dist.barrier()
+elseif gpus == 0 then
+  U.fails(function() graph.uniform { vertices = 50, edges = 200, seed = 1, group = true }:pagerank {
+    device = 'cuda' } end, { 'graph part pagerank: device cuda:0 is not available' }, 'device cuda without a GPU')
+elseif rank == 0 then
+  io.stderr:write(string.format('pagerank_dist: the cuda case skipped (%d GPUs for %d ranks)\n', gpus, size))
+end
+
 -- propagation blocking does not partition: refused on every rank
 U.fails(function() graph.uniform { vertices = 50, edges = 200, seed = 1, group = true }:pagerank {
   blocking = 'bins' } end, { 'propagation blocking does not partition' }, 'blocking bins')

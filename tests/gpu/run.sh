@@ -4,7 +4,8 @@
 #   2. run the Lua test suite on the GPU (EMBER_TEST_DEVICE=cuda, through ctest, -R ^lua/);
 #   3. run the GPU benchmarks (bench/gpu): Fashion-MNIST MLP and CNN training steps, GEMM,
 #      elementwise add/mul against a device-to-device copy, PageRank on a Kronecker graph of
-#      1.07B arcs; ember's side and PyTorch's (when the python finds torch) one after the other;
+#      1.07B arcs, and the partitioned graph's GPU sweep against it at scale 23; ember's side and
+#      PyTorch's (when the python finds torch) one after the other;
 #   4. write DIR/summary.json with every figure, the test counts and each step's status.
 # Logs: DIR/build.log, DIR/tests.log, DIR/bench-<name>.log (stderr) and .json (the line).
 #
@@ -175,4 +176,7 @@ run_bench elementwise 45 "$ember" bench/gpu/elementwise.lua --device "$device" $
   --device "$device" $small
 run_bench pagerank 150 "$ember" bench/gpu/pagerank.lua --device "$device" --scale "${EMBER_GPU_PAGERANK_SCALE:-26}" \
   $small
+# the partitioned graph's GPU sweep (one rank: the kernels, not NCCL) against the custom engine
+run_bench pagerank-partitioned 90 "$ember" bench/gpu/pagerank.lua --device "$device" --engines custom,partitioned \
+  --scale 23 --repeat 1 $small
 exit 0   # finish() writes the summary and sets the status

@@ -5,7 +5,8 @@ issue's targets are about:
   train:       torch_ms / ember_ms per model (>= 1: ember's step at least as fast);
   gemm:        ember TFLOP/s / torch TFLOP/s (cuBLAS's own rate) per size and dtype (target 0.9);
   elementwise: GB/s of add and mul, and as a fraction of the device-to-device copy;
-  pagerank:    GE/s (target 100) per engine.
+  pagerank:    GE/s (target 100) per engine; pagerank_partitioned: the partitioned GPU
+               sweep (one rank) against the custom engine on the same graph.
 A figure that is missing (a step failed or was skipped) is null; nothing here raises on a
 missing or malformed file."""
 import json
@@ -126,6 +127,7 @@ def main():
         "gemm": gemm_of(out),
         "elementwise": elementwise_of(out),
         "pagerank": bench(out, "pagerank"),
+        "pagerank_partitioned": bench(out, "pagerank-partitioned"),
         "notes": [n for n in read(os.path.join(out, "notes.txt")).splitlines() if n],
     }
     pr = s["pagerank"] or {}

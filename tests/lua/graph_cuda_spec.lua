@@ -2,7 +2,11 @@
 -- runtime/graph/pagerank_cuda.c). Without a GPU: a clear error. With one (or when
 -- EMBER_TEST_DEVICE=cuda asks for one): the GPU's scores against the CPU's, on a hand-made
 -- graph with dangling vertices and personalisation and on Kronecker graphs, for both GPU
--- engines (EMBER_PAGERANK_GPU=custom|cusparse).
+-- engines (EMBER_PAGERANK_GPU=custom|cusparse). And a partitioned graph's PageRank with
+-- device = 'cuda' (runtime/graph/pagerank_dist_cuda.c, runtime/plugins/cuda/pagerank_part.cu)
+-- on a group of this one process: its refusals, and with a GPU the scores against the
+-- CPU's partitioned and single-process ones (tests/distributed/pagerank_dist.lua runs it
+-- over 2-4 ranks, NCCL between them, where there is a GPU per rank).
 local ffi = require 'ffi'
 local graph = ember.graph or require 'ember.graph'
 
@@ -139,5 +143,85 @@ describe('graph pagerank on cuda', function()
     local g = graph.from_edges({ 1 }, { 2 })
     assert.matches("EMBER_PAGERANK_GPU is 'fast', expected 'custom' or 'cusparse'",
       error_of(with_engine, 'fast', function() return g:pagerank { device = DEVICE } end))
+  end)
+end)
+
+describe('partitioned graph pagerank on cuda', function()
+  setup(function() ember.dist.init { timeout = 60 } end)
+
+  local function kron(scale, ef, seed, extra)
+    local o = { scale = scale, edge_factor = ef, seed = seed, group = true }
+    for k, v in pairs(extra or {}) do o[k] = v end
+    return graph.kronecker(o)
+  end
+
+  it('refuses what the GPU sweep does not do, and devices it cannot use', function()
+    local g = kron(8, 4, 7)
+    if gpus == 0 then
+      assert.matches('graph part pagerank: device cuda:0 is not available: .', error_of(g.pagerank, g,
+        { device = 'cuda' }))
+    else
+      assert.matches(string.format('graph part pagerank: device cuda:%d does not exist', gpus),
+        error_of(g.pagerank, g, { device = 'cuda:' .. gpus }))
+    end
+    assert.matches("graph part pagerank: blocking 'tiles' is a CPU layout; the GPU %(cuda:0%) takes auto or none",
+      error_of(g.pagerank, g, { device = 'cuda', blocking = 'tiles' }))
+    assert.matches("pagerank: device: unknown device 'gpu'", error_of(g.pagerank, g, { device = 'gpu' }))
+    local _, info = g:pagerank { tol = 0, max_iter = 3 }
+    assert.are.equal('cpu', info.device)
+    assert.are.equal('cpu:partitioned', info.engine)
+  end)
+
+  it('refuses weighted arcs on the GPU', function()
+    local path = os.tmpname()
+    local f = assert(io.open(path, 'w'))
+    f:write('1 2 0.5\n2 3 2\n3 1 1\n')
+    f:close()
+    local g = graph.load(path, { format = 'snap', group = true })
+    os.remove(path)
+    assert.is_true(g:is_weighted())
+    assert.matches('graph part pagerank: weighted arcs rank on the CPU only %(device cuda:0 asked',
+      error_of(g.pagerank, g, { device = 'cuda' }))
+  end)
+
+  if gpus == 0 and not wanted then
+    pending('no CUDA device here: the partitioned GPU sweep needs one (EMBER_TEST_DEVICE=cuda insists)')
+    return
+  end
+
+  -- the GPU against the CPU's partitioned sweep (plain: the single process's bits) and
+  -- the single process itself; the same bits from run to run
+  local function agree_part(make, make_single, opts)
+    local g = make()
+    local cpu, ci = g:pagerank(opts)
+    local o = { device = DEVICE }
+    for k, v in pairs(opts) do o[k] = v end
+    local gpu, gi = g:pagerank(o)
+    assert.are.equal('cuda:partitioned', gi.engine)
+    assert.are.equal(DEVICE_NAME, gi.device)
+    assert.are.same(cpu.shape, gpu.shape)
+    local d = l1(cpu, gpu)
+    assert.is_true(d <= 1e-6, string.format('L1(cpu, gpu) = %g', d))
+    assert.is_true(math.abs(ci.iterations - gi.iterations) <= 1)
+    assert.are.equal(gi.iterations, #gi.residuals)
+    assert.is_true(gi.compute_seconds >= 0 and gi.exchange_seconds >= 0)
+    local again = g:pagerank(o)
+    assert.are.equal(0, (gpu - again):abs():max():item())
+    local single = make_single():pagerank(opts)
+    assert.is_true(l1(single, g:gather(gpu)) <= 1e-6)
+    return gpu, gi
+  end
+
+  it('matches the CPU on Kronecker graphs (heavy vertices in chunks, dangling and isolated vertices)', function()
+    agree_part(function() return kron(14, 16, 5) end,
+      function() return graph.kronecker { scale = 14, edge_factor = 16, seed = 5, reorder = 'none' } end,
+      { tol = 0, max_iter = 30 })
+    local _, info = agree_part(function() return kron(11, 9, 2) end,
+      function() return graph.kronecker { scale = 11, edge_factor = 9, seed = 2, reorder = 'none' } end,
+      { tol = 1e-8, max_iter = 200 })
+    assert.is_true(info.converged)
+    agree_part(function() return kron(10, 4, 3) end,
+      function() return graph.kronecker { scale = 10, edge_factor = 4, seed = 3, reorder = 'none' } end,
+      { method = 'gapbs', tol = 1e-9, max_iter = 100 })
   end)
 end)

@@ -106,6 +106,15 @@ expect("shebang line skipped", run(shebang, "z"), 0, out="shebang skipped\tz\n")
 expect("arg for -e alone", run("-e", "print(arg[-2], arg[-1], arg[0])"), 0,
        out="-e\tprint(arg[-2], arg[-1], arg[0])\tnil\n")
 
+# a script whose first line requires one of ember's modules rather than ember itself (the
+# benchmarks' helpers do): the module loads ember, and there is one copy of each
+first = script("internal_first.lua", """
+local I = require 'ember.internal'
+local C = require('ember.runtime') and I.C
+print(I == require('ember.internal'), C == ember.C, ember.tensor({1, 2}):sum():item())
+""")
+expect("a module of ember required before ember", run(first), 0, err="", out="true\ttrue\t3\n")
+
 # ---------------------------------------------------------------- -e, -l, -j, stdin
 expect("-e repeated, in order", run("-e", "x = 1", "-e", "x = x * 10", "-e", "print(x)"), 0, out="10\n")
 expect("-e then a script sharing globals", run("-e", "greeting = 'hi'",

@@ -14,6 +14,8 @@
 -- Weights travel with the arcs (a Matrix Market real/integer file, a SNAP third column;
 -- the cache keeps them): pagerank.weighted auto / true / false as in the single-process
 -- job, and the weighted scores are the same bits as its weighted ones.
+-- device: cuda (or auto on GPU nodes) gives each rank the GPU of its local rank; the sweeps
+-- run there and the mirrors' values travel between GPUs through NCCL (unweighted graphs).
 local ffi = require 'ffi'
 local progress = require 'ember.util.progress'
 local checkpoint = require 'ember.pipeline.checkpoint'
@@ -83,7 +85,6 @@ function M.run(cfg, ctx, H)
   local rank, size = dist.rank(), dist.world_size()
   local log = rank == 0 and ctx.log or function() end
   local gcfg, pr, out = cfg.graph, cfg.pagerank, cfg.output
-  if cfg.device ~= 'cpu' then error('device: a distributed PageRank job runs on the CPU, got ' .. cfg.device, 0) end
   if pr.personalization then error('pagerank.personalization: not supported by the distributed job', 0) end
   if pr.method == 'gauss-seidel' then error('pagerank.method: gauss-seidel does not partition: use jacobi', 0) end
   local source = H.describe_source(gcfg)
@@ -102,10 +103,11 @@ function M.run(cfg, ctx, H)
 
   local threads = tonumber(ember.C.em_get_num_threads())
   local scores, info = g:pagerank { damping = pr.damping, tol = pr.tol, max_iter = pr.max_iter, method = pr.method,
-    weighted = pr.weighted, blocking = pr.blocking }
+    weighted = pr.weighted, blocking = pr.blocking, device = cfg.device }
   local ms = info.iterations > 0 and 1e3 * info.seconds / info.iterations or 0
-  log('pagerank: %s, %d ranks x %d threads: %d iterations, %s (residual %.3g), %.3f s, %.2f ms/iteration, %.3f GE/s',
-    pr.method, size, threads, info.iterations, info.converged and 'converged' or 'not converged', info.residual,
+  log('pagerank: %s, %d ranks x %s: %d iterations, %s (residual %.3g), %.3f s, %.2f ms/iteration, %.3f GE/s',
+    pr.method, size, cfg.device == 'cpu' and (threads .. ' threads') or ('a GPU each, ' .. info.engine),
+    info.iterations, info.converged and 'converged' or 'not converged', info.residual,
     info.seconds, ms, info.edges_per_second / 1e9)
 
   -- per-rank figures, gathered everywhere (one small all_gather)
@@ -169,7 +171,7 @@ function M.run(cfg, ctx, H)
     converged = info.converged, residual = info.residual, residuals = info.residuals, seconds = info.seconds,
     setup_seconds = info.setup_seconds, ms_per_iteration = ms, edges_per_second = info.edges_per_second,
     build_seconds = build_seconds, graph_from = from, peak_rss_mb = progress.peak_rss_mb(), threads = threads,
-    world_size = size, method = pr.method, damping = pr.damping, device = 'cpu', engine = info.engine,
+    world_size = size, method = pr.method, damping = pr.damping, device = cfg.device, engine = info.engine,
     bytes_per_iteration = sent, ranks = ranks, top_k = top, compare_indegree = comparison, ranking_study = study,
     scores_file = out.scores,
     ids_file = ids_file, rank_plot = rank_plot,

@@ -243,9 +243,12 @@ typedef struct em_pagerank_dist_stats {
   int64_t bytes_sent, bytes_received; /* per iteration, this rank */
 } em_pagerank_dist_stats;
 
-/* PageRank (Jacobi or GAPBS; no personalization, CPU) of a partitioned graph: scores are
+/* PageRank (Jacobi or GAPBS; no personalization) of a partitioned graph: scores are
  * float32 [end - begin], this rank's vertices; residuals and stats as em_graph_pagerank
- * (the same on every rank); dstats (may be NULL) this rank's split of the time. */
+ * (the same on every rank); dstats (may be NULL) this rank's split of the time. With
+ * opts->device cuda:N each rank sweeps on that GPU (unweighted; blocking auto or none) and
+ * the ranks exchange through the group's CUDA backend (NCCL): the same bits at any rank
+ * count, equal to the CPU's within rounding. */
 EM_API em_status em_graph_part_pagerank(em_tensor **scores, em_tensor **residuals, em_pagerank_stats *stats,
                                         em_pagerank_dist_stats *dstats, const em_graph_part *p,
                                         const em_pagerank_options *opts);

@@ -66,6 +66,8 @@ extern const em_cuda_plugin em_gpu_plugin;
 em_cuda_proc em_gpu_get_proc(const char *name);
 /* EM_CUDA_EXTRA_PAGERANK (pagerank.cu). */
 em_status em_gpu_pagerank(em_cuda_pagerank_job *job);
+/* EM_CUDA_EXTRA_PART_PAGERANK (pagerank_part.cu). */
+const em_cuda_part_pagerank_ops *em_gpu_part_pagerank(void);
 /* EM_CUDA_EXTRA_NCCL (nccl_backend.c; only in a build with NCCL). */
 const struct em_dist_backend *em_gpu_nccl_backend(void);
 

@@ -43,27 +43,18 @@
 #include <string.h>
 #include <time.h>
 #include "kernels.cuh"
-#include "pagerank_plan.h"
+#include "pagerank_kernels.cuh"
 
 #define OP "graph pagerank"
 #define FULL_MASK 0xffffffffu
-#define PR_THREADS 256   /* a multiple of PR_GROUP: warps line up with vertex groups */
 #define PR_FINISH_THREADS 1024   /* sums n / 256 block figures: wide, to keep it short */
 #define PR_CHECK_EVERY 4
 
 namespace {   /* kernels and helpers private to this file */
 
-/* What the iterations carry from one to the next, in device memory. */
-struct pr_state {
-  double scale;      /* normalisation of the current scores: 1 / their sum (1 for GAPBS) */
-  double coef;       /* teleport coefficient of the next iteration */
-  double residual;   /* the last iteration's L1 change */
-  int iterations;    /* iterations done */
-  int done;          /* 1 once converged: the kernels still queued do nothing */
-};
-
 /* ---------------------------------------------------------------- reductions */
-__device__ __forceinline__ double warp_sum(double s) {
+template <typename T>
+__device__ __forceinline__ T warp_sum(T s) {
   for (int o = PR_GROUP / 2; o > 0; o >>= 1) s += __shfl_down_sync(FULL_MASK, s, o);
   return s;   /* lane 0 holds the sum of the warp, in a fixed order */
 }
@@ -104,11 +95,30 @@ __global__ void pr_init(int64_t n, const uint32_t *__restrict__ out_degree, floa
   }
 }
 
+/* The exact sums of a block (integers: any order gives the same) added to fixed[0..2]. */
+__device__ __forceinline__ void block_fixed3(unsigned long long *fixed, double a, double b, double c) {
+  /* gr_fix (graph_impl.h): x * 2^60 is exact, so contracting it with the + 0.5 changes nothing */
+  long long f[3] = {(long long)(a * 0x1p60 + 0.5), (long long)(b * 0x1p60 + 0.5), (long long)(c * 0x1p60 + 0.5)};
+  __shared__ long long part[3][PR_THREADS / PR_GROUP];
+  int lane = threadIdx.x % PR_GROUP, warp = threadIdx.x / PR_GROUP;
+  for (int k = 0; k < 3; k++) f[k] = warp_sum(f[k]);
+  if (lane == 0)
+    for (int k = 0; k < 3; k++) part[k][warp] = f[k];
+  __syncthreads();
+  if (threadIdx.x < 3) {
+    long long s = 0;
+    for (int w = 0; w < PR_THREADS / PR_GROUP; w++) s += part[threadIdx.x][w];
+    atomicAdd(fixed + threadIdx.x, (unsigned long long)s); /* two's complement: signed addition */
+  }
+}
+
+}  // namespace
+
 /* One warp per chunk: lane l sums arcs l, l + 32, ... of the chunk; then the warp's tree. */
 __global__ void pr_chunks(const pr_state *__restrict__ st, int64_t nchunks, const int64_t *__restrict__ chunk_begin,
                           const uint32_t *__restrict__ chunk_len, const uint32_t *__restrict__ src,
                           const float *__restrict__ contrib, double *__restrict__ chunk_sum) {
-  if (st->done) return;
+  if (st && st->done) return;
   int64_t c = blockIdx.x * (int64_t)(blockDim.x / PR_GROUP) + threadIdx.x / PR_GROUP;
   if (c >= nchunks) return;   /* the whole warp leaves together */
   int lane = threadIdx.x % PR_GROUP;
@@ -121,21 +131,8 @@ __global__ void pr_chunks(const pr_state *__restrict__ st, int64_t nchunks, cons
   if (lane == 0) chunk_sum[c] = acc;
 }
 
-struct pr_update_args {
-  int64_t n;
-  const int64_t *off;
-  const uint32_t *src;
-  const float *contrib;     /* this iteration's contributions */
-  const float *x;           /* the previous scores (times st->scale: normalised) */
-  float *y, *next;          /* the new scores and the next iteration's contributions */
-  const float *inv, *tele;  /* tele NULL: uniform */
-  const float *gathered;    /* cuSPARSE: the sums, already gathered; NULL: gather here */
-  const int64_t *group_first, *chunk_first;
-  const double *chunk_sum;
-  double damping;
-  const pr_state *st;
-  double *partial;          /* [gridDim.x][3]: sum of scores, residual, dangling mass */
-};
+
+namespace {
 
 /* The in-sum of the heavy vertices of this warp: each lane with one chunk reads its sum;
  * the warp sums, for each lane with several, its chunk sums in a fixed order. */
@@ -161,10 +158,12 @@ __device__ __forceinline__ double heavy_sum(const pr_update_args &a, bool heavy,
   return in;
 }
 
+}  // namespace
+
 __global__ void __launch_bounds__(PR_THREADS) pr_update(const pr_update_args a) {
-  if (a.st->done) return;   /* uniform: every thread reads the same flag */
-  const double scale = a.st->scale, coef = a.st->coef;
-  const double d = a.damping * scale, uniform = coef / (double)a.n;
+  if (a.st && a.st->done) return;   /* uniform: every thread reads the same flag */
+  const double scale = a.st ? a.st->scale : a.scale, coef = a.st ? a.st->coef : a.coef;
+  const double d = a.damping * scale, uniform = coef / a.total;
   int64_t v = blockIdx.x * (int64_t)PR_THREADS + threadIdx.x;
   int lane = threadIdx.x % PR_GROUP;
   bool live = v < a.n;
@@ -189,10 +188,14 @@ __global__ void __launch_bounds__(PR_THREADS) pr_update(const pr_update_args a) 
     float nv = (float)(d * in + t);
     float inv = a.inv[v];
     a.y[v] = nv;
-    a.next[v] = nv * inv;
+    a.next[a.own ? a.own[v] : v] = nv * inv;
     sum = nv;
     res = fabs((double)nv - scale * (double)a.x[v]);
     dang = inv == 0.0f ? (double)nv : 0.0;
+  }
+  if (a.fixed) {
+    block_fixed3(a.fixed, sum, res, dang);
+    return;
   }
   block_sum3<PR_THREADS>(sum, res, dang);
   if (threadIdx.x == 0) {
@@ -201,6 +204,8 @@ __global__ void __launch_bounds__(PR_THREADS) pr_update(const pr_update_args a) 
     a.partial[3 * (int64_t)blockIdx.x + 2] = dang;
   }
 }
+
+namespace {
 
 __global__ void __launch_bounds__(PR_FINISH_THREADS)
     pr_finish(pr_state *st, const double *__restrict__ partial, int64_t nparts, double *residuals, int iteration,
@@ -248,6 +253,64 @@ __global__ void pr_widen(int64_t count, const uint32_t *__restrict__ in, int64_t
     out[i] = (int64_t)in[i];
 }
 
+}  // namespace
+
+/* ---------------------------------------------------------------- shared host side */
+static double gib(size_t bytes) { return (double)bytes / (double)(1ull << 30); }
+
+em_status pr_alloc_bytes(pr_memory *m, void **out, size_t bytes, const char *what) {
+  *out = em_gpu_malloc(bytes, m->device);
+  if (!*out) {
+    char why[768];
+    snprintf(why, sizeof why, "%s", em_last_error());
+    return em_set_error(EM_ERR_MEMORY,
+                        "%s: out of memory on cuda:%d for %s (%.3f GiB; %.3f GiB already taken by this run, which "
+                        "needs %.3f GiB in all): %s",
+                        m->op, m->device, what, gib(bytes), gib(m->held), gib(m->need), why);
+  }
+  m->held += bytes;
+  return EM_OK;
+}
+
+em_status pr_plan_upload(pr_memory *m, const pr_plan *p, pr_plan_device *d, cudaStream_t s) {
+  em_status st;
+  if ((st = pr_alloc(m, &d->group_first, p->groups + 1, "the work plan")) ||
+      (st = pr_alloc(m, &d->chunk_first, p->heavy + 1, "the work plan")) ||
+      (st = pr_alloc(m, &d->chunk_begin, p->nchunks, "the work plan")) ||
+      (st = pr_alloc(m, &d->chunk_len, p->nchunks, "the work plan")) ||
+      (st = pr_alloc(m, &d->chunk_sum, p->nchunks, "the chunk sums")))
+    return st;
+  EM_GPU_CHECK(m->op, cudaMemcpyAsync(d->group_first, p->group_first, (size_t)(p->groups + 1) * sizeof(int64_t),
+                                      cudaMemcpyHostToDevice, s));
+  EM_GPU_CHECK(m->op, cudaMemcpyAsync(d->chunk_first, p->chunk_first, (size_t)(p->heavy + 1) * sizeof(int64_t),
+                                      cudaMemcpyHostToDevice, s));
+  if (p->nchunks > 0) {
+    EM_GPU_CHECK(m->op, cudaMemcpyAsync(d->chunk_begin, p->chunk_begin, (size_t)p->nchunks * sizeof(int64_t),
+                                        cudaMemcpyHostToDevice, s));
+    EM_GPU_CHECK(m->op, cudaMemcpyAsync(d->chunk_len, p->chunk_len, (size_t)p->nchunks * sizeof(uint32_t),
+                                        cudaMemcpyHostToDevice, s));
+  }
+  return EM_OK;
+}
+
+void pr_plan_device_free(pr_plan_device *d) {
+  void *ptrs[] = {d->group_first, d->chunk_first, d->chunk_begin, d->chunk_len, d->chunk_sum};
+  for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
+    if (ptrs[i]) em_gpu_free_ptr(ptrs[i]);
+  memset(d, 0, sizeof *d);
+}
+
+em_status pr_chunks_queue(const pr_state *st, const pr_plan *p, const pr_plan_device *d, const uint32_t *src,
+                          const float *contrib, cudaStream_t s) {
+  const int64_t nchunks = p->nchunks, warps = PR_THREADS / PR_GROUP;
+  if (nchunks == 0) return EM_OK;
+  pr_chunks<<<(unsigned)((nchunks + warps - 1) / warps), PR_THREADS, 0, s>>>(st, nchunks, d->chunk_begin,
+                                                                              d->chunk_len, src, contrib, d->chunk_sum);
+  return em_gpu_launch_check(OP);
+}
+
+namespace {
+
 /* ---------------------------------------------------------------- host side */
 enum { PR_CUSTOM, PR_CUSPARSE };
 
@@ -256,14 +319,13 @@ struct pr_run {
   int device;
   cudaStream_t stream;
   int engine;
-  size_t need, held;        /* bytes the run needs on the device; allocated so far */
+  pr_memory mem;
   pr_plan plan;
+  pr_plan_device dplan;
   int64_t *off;
   uint32_t *src, *out_degree;
   float *inv, *x[2], *contrib[2], *tele;
-  int64_t *group_first, *chunk_first, *chunk_begin;
-  uint32_t *chunk_len;
-  double *chunk_sum, *partial, *residuals;
+  double *partial, *residuals;
   pr_state *st;
   /* cuSPARSE */
   float *gathered, *ones;
@@ -276,22 +338,9 @@ struct pr_run {
   cusparseDnVecDescr_t sp_y;
 };
 
-static double gib(size_t bytes) { return (double)bytes / (double)(1ull << 30); }
-
 template <typename T>
 static em_status device_alloc(pr_run *r, T **out, int64_t count, const char *what) {
-  size_t bytes = (size_t)(count > 0 ? count : 1) * sizeof(T);
-  *out = (T *)em_gpu_malloc(bytes, r->device);
-  if (!*out) {
-    char why[768];
-    snprintf(why, sizeof why, "%s", em_last_error());
-    return em_set_error(EM_ERR_MEMORY,
-                        "%s: out of memory on cuda:%d for %s (%.3f GiB; %.3f GiB already taken by this run, which "
-                        "needs %.3f GiB in all): %s",
-                        OP, r->device, what, gib(bytes), gib(r->held), gib(r->need), why);
-  }
-  r->held += bytes;
-  return EM_OK;
+  return pr_alloc(&r->mem, out, count, what);
 }
 
 static em_status sparse_error(cusparseStatus_t s, const char *call) {
@@ -311,12 +360,12 @@ static void release(pr_run *r) {
   for (int i = 0; i < 2; i++)
     if (r->sp_x[i]) cusparseDestroyDnVec(r->sp_x[i]);
   if (r->sp_y) cusparseDestroyDnVec(r->sp_y);
-  void *ptrs[] = {r->off,       r->src,        r->out_degree, r->inv,       r->x[0],      r->x[1],
-                  r->contrib[0], r->contrib[1], r->tele,       r->group_first, r->chunk_first, r->chunk_begin,
-                  r->chunk_len, r->chunk_sum,  r->partial,    r->residuals, r->st,        r->gathered,
-                  r->ones,      r->off32,      r->src64,      r->sp_buffer};
+  void *ptrs[] = {r->off,     r->src,       r->out_degree, r->inv,  r->x[0],  r->x[1],   r->contrib[0], r->contrib[1],
+                  r->tele,    r->partial,   r->residuals,  r->st,   r->gathered, r->ones, r->off32,   r->src64,
+                  r->sp_buffer};
   for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
     if (ptrs[i]) em_gpu_free_ptr(ptrs[i]);
+  pr_plan_device_free(&r->dplan);
   pr_plan_free(&r->plan);
 }
 
@@ -353,7 +402,7 @@ static em_status setup(pr_run *r, const em_cuda_pagerank_job *job) {
   cudaStream_t s = r->stream;
   em_status st;
   if (r->engine == PR_CUSTOM && (st = pr_plan_build(&r->plan, n, job->offsets))) return st;
-  r->need = bytes_needed(r, job);
+  r->mem.need = bytes_needed(r, job);
   if ((st = device_alloc(r, &r->off, n + 1, "the offsets")) || (st = device_alloc(r, &r->src, m, "the sources")) ||
       (st = device_alloc(r, &r->out_degree, n, "the out-degrees")) ||
       (st = device_alloc(r, &r->inv, n, "the inverse out-degrees")) ||
@@ -384,29 +433,10 @@ static em_status setup(pr_run *r, const em_cuda_pagerank_job *job) {
   pr_init<<<em_gpu_blocks(n, r->device), EM_GPU_THREADS, 0, s>>>(n, r->out_degree, r->inv, r->x[0], r->contrib[0], x0);
   if ((st = launched())) return st;
   em_gpu_free_ptr(r->out_degree);   /* stream-ordered: reused only by work queued after pr_init */
-  r->held -= (size_t)n * sizeof(uint32_t);
+  r->mem.held -= (size_t)n * sizeof(uint32_t);
   r->out_degree = NULL;
 
-  if (r->engine == PR_CUSTOM) {
-    const pr_plan *p = &r->plan;
-    if ((st = device_alloc(r, &r->group_first, p->groups + 1, "the work plan")) ||
-        (st = device_alloc(r, &r->chunk_first, p->heavy + 1, "the work plan")) ||
-        (st = device_alloc(r, &r->chunk_begin, p->nchunks, "the work plan")) ||
-        (st = device_alloc(r, &r->chunk_len, p->nchunks, "the work plan")) ||
-        (st = device_alloc(r, &r->chunk_sum, p->nchunks, "the chunk sums")))
-      return st;
-    EM_GPU_CHECK(OP, cudaMemcpyAsync(r->group_first, p->group_first, (size_t)(p->groups + 1) * sizeof(int64_t),
-                                     cudaMemcpyHostToDevice, s));
-    EM_GPU_CHECK(OP, cudaMemcpyAsync(r->chunk_first, p->chunk_first, (size_t)(p->heavy + 1) * sizeof(int64_t),
-                                     cudaMemcpyHostToDevice, s));
-    if (p->nchunks > 0) {
-      EM_GPU_CHECK(OP, cudaMemcpyAsync(r->chunk_begin, p->chunk_begin, (size_t)p->nchunks * sizeof(int64_t),
-                                       cudaMemcpyHostToDevice, s));
-      EM_GPU_CHECK(OP, cudaMemcpyAsync(r->chunk_len, p->chunk_len, (size_t)p->nchunks * sizeof(uint32_t),
-                                       cudaMemcpyHostToDevice, s));
-    }
-    return EM_OK;
-  }
+  if (r->engine == PR_CUSTOM) return pr_plan_upload(&r->mem, &r->plan, &r->dplan, s);
 
   /* cuSPARSE: y = A c with A[v][u] = 1 for each arc u -> v (the in-arc CSR as it is) */
   bool narrow = n <= INT32_MAX && m <= INT32_MAX;
@@ -439,7 +469,7 @@ static em_status setup(pr_run *r, const em_cuda_pagerank_job *job) {
   PR_SPARSE("cusparseSpMV_bufferSize",
             cusparseSpMV_bufferSize(r->sp, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, r->sp_mat, r->sp_x[0], &zero,
                                     r->sp_y, CUDA_R_32F, CUSPARSE_SPMV_CSR_ALG2, &bytes));
-  r->need += bytes;
+  r->mem.need += bytes;
   char *workspace;
   if ((st = device_alloc(r, &workspace, (int64_t)bytes, "the cuSPARSE workspace"))) return st;
   r->sp_buffer = workspace;
@@ -456,12 +486,7 @@ static em_status iterate_once(pr_run *r, const em_cuda_pagerank_job *job, int i)
   cudaStream_t s = r->stream;
   em_status st;
   if (r->engine == PR_CUSTOM) {
-    const int64_t nchunks = r->plan.nchunks, warps = PR_THREADS / PR_GROUP;
-    if (nchunks > 0) {
-      pr_chunks<<<(unsigned)((nchunks + warps - 1) / warps), PR_THREADS, 0, s>>>(
-          r->st, nchunks, r->chunk_begin, r->chunk_len, r->src, r->contrib[cur], r->chunk_sum);
-      if ((st = launched())) return st;
-    }
+    if ((st = pr_chunks_queue(r->st, &r->plan, &r->dplan, r->src, r->contrib[cur], s))) return st;
   } else {
     /* no early exit here once converged: the product lands in scratch that nothing reads */
     const float one = 1.0f, zero = 0.0f;
@@ -469,7 +494,9 @@ static em_status iterate_once(pr_run *r, const em_cuda_pagerank_job *job, int i)
                                            &zero, r->sp_y, CUDA_R_32F, CUSPARSE_SPMV_CSR_ALG2, r->sp_buffer));
   }
   pr_update_args a;
+  memset(&a, 0, sizeof a);
   a.n = n;
+  a.total = (double)n;
   a.off = r->off;
   a.src = r->src;
   a.contrib = r->contrib[cur];
@@ -479,9 +506,9 @@ static em_status iterate_once(pr_run *r, const em_cuda_pagerank_job *job, int i)
   a.inv = r->inv;
   a.tele = r->tele;
   a.gathered = r->engine == PR_CUSPARSE ? r->gathered : NULL;
-  a.group_first = r->group_first;
-  a.chunk_first = r->chunk_first;
-  a.chunk_sum = r->chunk_sum;
+  a.group_first = r->dplan.group_first;
+  a.chunk_first = r->dplan.chunk_first;
+  a.chunk_sum = r->dplan.chunk_sum;
   a.damping = job->damping;
   a.st = r->st;
   a.partial = r->partial;
@@ -549,7 +576,8 @@ extern "C" em_status em_gpu_pagerank(em_cuda_pagerank_job *job) {
   double t0 = em_clock_monotonic();
   pr_run r;
   memset(&r, 0, sizeof r);
-  r.device = job->device;
+  r.device = r.mem.device = job->device;
+  r.mem.op = OP;
   em_status st = engine_from_env(&r.engine);
   if (st) return st;
   if (r.engine == PR_CUSPARSE && job->m == 0) r.engine = PR_CUSTOM;   /* nothing to multiply */

@@ -10,6 +10,7 @@ static const struct {
   em_cuda_proc fn;
 } extras[] = {
     {EM_CUDA_EXTRA_PAGERANK, (em_cuda_proc)em_gpu_pagerank},
+    {EM_CUDA_EXTRA_PART_PAGERANK, (em_cuda_proc)em_gpu_part_pagerank},
 #ifdef EMBER_HAVE_NCCL
     {EM_CUDA_EXTRA_NCCL, (em_cuda_proc)em_gpu_nccl_backend},
 #endif
