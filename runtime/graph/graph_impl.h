@@ -213,10 +213,15 @@ typedef struct gr_tiles {
   int shift;
   int64_t nseg, dblock, nblocks;
   uint32_t *hot_len; /* [n] hot prefix of each vertex's sources; NULL: no tiles */
-  int64_t *tile_entry; /* [nblocks * nseg + 1] first entry of tile (block, segment) */
-  int64_t *tile_arc; /* [nblocks * nseg + 1] first cold arc of each tile */
-  uint32_t *dst, *count; /* per entry: the vertex and its arcs in the tile */
-  uint32_t *src; /* [cold_arcs] sources, tile by tile */
+  int64_t *tile_word; /* [nblocks * nseg + 1] first word of tile (block, segment) */
+  int64_t *seg_slot; /* [nseg + 1] the first slot of each segment */
+  /* [words] tile by tile, a word per cold arc: (the destination's distance from the
+   * previous arc's in the tile, from the block's first vertex for the first) << sbits |
+   * the source's offset from its segment's first slot. A distance of esc or more takes
+   * a word (esc << sbits) and a word with the distance before the arc's own (then 0). */
+  uint32_t *word;
+  int sbits;
+  uint32_t esc;
   int64_t cold_arcs;
 } gr_tiles;
 /* What tiles are built over: rows of in-arcs whose sources are contribution slots, sorted
@@ -233,6 +238,7 @@ typedef struct gr_tiles_csr {
 } gr_tiles_csr;
 /* Leaves t->hot_len NULL when tiling would not pay. */
 extern int gr_tiles_slice; /* tests: > 0 forces tiles of this many vertices; < 0 disables */
+extern int gr_tiles_delta_bits; /* tests: > 0 narrows the words' distance field (more escapes) */
 /* force: build the tiles even where they would not pay (blocking = tiles). */
 em_status gr_tiles_build(gr_tiles *t, const em_graph *g, bool force);
 em_status gr_tiles_build_csr(gr_tiles *t, const gr_tiles_csr *c, bool force);

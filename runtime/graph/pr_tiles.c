@@ -30,6 +30,7 @@
 #include "graph_impl.h"
 
 int gr_tiles_slice = 0;
+int gr_tiles_delta_bits = 0;
 
 static int64_t l2_bytes(void) {
   long b = sysconf(_SC_LEVEL2_CACHE_SIZE);
@@ -38,11 +39,9 @@ static int64_t l2_bytes(void) {
 
 void gr_tiles_free(gr_tiles *t) {
   gr_free(t->hot_len);
-  gr_free(t->tile_entry);
-  gr_free(t->tile_arc);
-  gr_free(t->dst);
-  gr_free(t->count);
-  gr_free(t->src);
+  gr_free(t->tile_word);
+  gr_free(t->seg_slot);
+  gr_free(t->word);
   memset(t, 0, sizeof *t);
 }
 
@@ -52,14 +51,14 @@ static inline int64_t seg_of(const gr_tiles_csr *c, int shift, uint32_t u) {
 }
 
 /* Walks v's cold sources (after its hot prefix) segment by segment. */
-#define FOR_COLD_RUNS(c, t, v, SEG, BEGIN, END, BODY)                          \
+#define FOR_COLD_RUNS(c, t, v, SEG, BEGIN, END, ...)                           \
   do {                                                                         \
     int64_t j_ = (c)->offsets[v] + (t)->hot_len[v], e_ = (c)->offsets[(v) + 1]; \
     while (j_ < e_) {                                                          \
       int64_t SEG = seg_of(c, (t)->shift, (c)->sources[j_]), BEGIN = j_;       \
       while (j_ < e_ && seg_of(c, (t)->shift, (c)->sources[j_]) == SEG) j_++;  \
       int64_t END = j_;                                                        \
-      BODY;                                                                    \
+      __VA_ARGS__;                                                             \
     }                                                                          \
   } while (0)
 
@@ -109,73 +108,96 @@ em_status gr_tiles_build_csr(gr_tiles *t, const gr_tiles_csr *c, bool force) {
     cold_slots = c->slots - lo;
   }
   int64_t ntiles = t->nblocks * t->nseg;
+  t->sbits = t->shift;
+  int dbits = gr_tiles_delta_bits > 0 ? gr_tiles_delta_bits : t->sbits > 0 ? 32 - t->sbits : 31;
+  if (t->sbits + dbits > 32 || dbits < 2) { /* segments wider than any cache: no tiles */
+    memset(t, 0, sizeof *t);
+    return EM_OK;
+  }
+  t->esc = ((uint32_t)1 << dbits) - 1;
   t->hot_len = gr_alloc((size_t)(n ? n : 1) * sizeof *t->hot_len);
-  t->tile_entry = gr_calloc((size_t)(ntiles + 1) * sizeof *t->tile_entry);
-  t->tile_arc = gr_calloc((size_t)(ntiles + 1) * sizeof *t->tile_arc);
-  if (!t->hot_len || !t->tile_entry || !t->tile_arc) goto oom;
-  /* hot prefixes, and the entries and arcs of each tile (counted at tile + 1) */
+  t->tile_word = gr_calloc((size_t)(ntiles + 1) * sizeof *t->tile_word);
+  t->seg_slot = gr_alloc((size_t)(t->nseg + 1) * sizeof *t->seg_slot);
+  if (!t->hot_len || !t->tile_word || !t->seg_slot) goto oom;
+  /* the first slot of each segment (keys ascend with the slots; a segment holds at most
+   * seg slots, so a slot's offset from its segment's first fits in sbits) */
+  for (int64_t q = 0, u = 0; q <= t->nseg; q++) {
+    while (u < c->slots && (c->key ? (int64_t)c->key[u] : u) < (q << t->shift)) u++;
+    t->seg_slot[q] = u;
+  }
+  /* hot prefixes, and each tile's words (counted at tile + 1) */
   int64_t cold = 0;
   const uint32_t seg = (uint32_t)t->seg;
   const uint32_t *key = c->key;
-#pragma omp parallel for schedule(dynamic, 1) reduction(+ : cold) num_threads(gr_threads())
-  for (int64_t b = 0; b < t->nblocks; b++) {
-    int64_t v1 = (b + 1) * t->dblock < n ? (b + 1) * t->dblock : n;
-    for (int64_t v = b * t->dblock; v < v1; v++) {
-      /* the list is sorted: the cold sources are its tail, read backwards (a bisection
-       * would miss the cache at every probe) */
-      int64_t first = c->offsets[v], j = c->offsets[v + 1];
-      while (j > first && (key ? key[c->sources[j - 1]] : c->sources[j - 1]) >= seg) j--;
-      t->hot_len[v] = (uint32_t)(j - first);
-      FOR_COLD_RUNS(c, t, v, s, begin, end, {
-        t->tile_entry[b * t->nseg + s + 1]++;
-        t->tile_arc[b * t->nseg + s + 1] += end - begin;
-        cold += end - begin;
-      });
-    }
-  }
-  /* Worth it? Tiles re-read each cold segment once per block; unblocked, every cold arc
-   * costs about a cache line. Ask for a clear win (half the lines). */
-  for (int64_t k = 0; k < ntiles; k++) {
-    t->tile_entry[k + 1] += t->tile_entry[k];
-    t->tile_arc[k + 1] += t->tile_arc[k];
-  }
-  int64_t entries = t->tile_entry[ntiles];
-  /* The copy costs memory too: at most half the CSR's sources array. */
-  double reread = (double)t->nblocks * (double)cold_slots * sizeof(float);
-  double bytes = (double)cold * 4 + (double)entries * 8;
-  if (check && (reread > (double)cold * 64 / 2 || bytes > (double)c->m * 2)) {
-    gr_tiles_free(t);
-    return EM_OK;
-  }
-  t->dst = gr_alloc((size_t)(entries ? entries : 1) * sizeof *t->dst);
-  t->count = gr_alloc((size_t)(entries ? entries : 1) * sizeof *t->count);
-  t->src = gr_alloc((size_t)(cold ? cold : 1) * sizeof *t->src);
-  if (!t->dst || !t->count || !t->src) goto oom;
   int failed = 0;
 #pragma omp parallel num_threads(gr_threads())
   {
-    int64_t *entry = malloc((size_t)t->nseg * sizeof *entry), *arc = malloc((size_t)t->nseg * sizeof *arc);
-    if (!entry || !arc) {
+    int64_t *last = malloc((size_t)t->nseg * sizeof *last);
+    if (!last) {
+#pragma omp atomic write
+      failed = 1;
+    }
+#pragma omp for schedule(dynamic, 1) reduction(+ : cold)
+    for (int64_t b = 0; b < t->nblocks; b++) {
+      if (!last) continue;
+      int64_t v0 = b * t->dblock, v1 = v0 + t->dblock < n ? v0 + t->dblock : n;
+      for (int64_t s = 0; s < t->nseg; s++) last[s] = v0;
+      for (int64_t v = v0; v < v1; v++) {
+        /* the list is sorted: the cold sources are its tail, read backwards (a bisection
+         * would miss the cache at every probe) */
+        int64_t first = c->offsets[v], j = c->offsets[v + 1];
+        while (j > first && (key ? key[c->sources[j - 1]] : c->sources[j - 1]) >= seg) j--;
+        t->hot_len[v] = (uint32_t)(j - first);
+        FOR_COLD_RUNS(c, t, v, s, begin, end, {
+          t->tile_word[b * t->nseg + s + 1] += end - begin + (v - last[s] >= t->esc ? 2 : 0);
+          last[s] = v;
+          cold += end - begin;
+        });
+      }
+    }
+    free(last);
+  }
+  if (failed) goto oom;
+  /* Worth it? Tiles re-read each cold segment once per block; unblocked, every cold arc
+   * costs about a cache line. Ask for a clear win (half the lines). */
+  for (int64_t k = 0; k < ntiles; k++) t->tile_word[k + 1] += t->tile_word[k];
+  int64_t words = t->tile_word[ntiles];
+  /* The copy costs memory too: at most half the CSR's sources array. */
+  double reread = (double)t->nblocks * (double)cold_slots * sizeof(float);
+  if (check && (reread > (double)cold * 64 / 2 || (double)words * 4 > (double)c->m * 2)) {
+    gr_tiles_free(t);
+    return EM_OK;
+  }
+  t->word = gr_alloc((size_t)(words ? words : 1) * sizeof *t->word);
+  if (!t->word) goto oom;
+#pragma omp parallel num_threads(gr_threads())
+  {
+    int64_t *last = malloc((size_t)t->nseg * sizeof *last), *at = malloc((size_t)t->nseg * sizeof *at);
+    if (!last || !at) {
 #pragma omp atomic write
       failed = 1;
     }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t b = 0; b < t->nblocks; b++) {
-      if (!entry || !arc) continue;
-      memcpy(entry, t->tile_entry + b * t->nseg, (size_t)t->nseg * sizeof *entry);
-      memcpy(arc, t->tile_arc + b * t->nseg, (size_t)t->nseg * sizeof *arc);
-      int64_t v1 = (b + 1) * t->dblock < n ? (b + 1) * t->dblock : n;
-      for (int64_t v = b * t->dblock; v < v1; v++)
+      if (!last || !at) continue;
+      int64_t v0 = b * t->dblock, v1 = v0 + t->dblock < n ? v0 + t->dblock : n;
+      for (int64_t s = 0; s < t->nseg; s++) last[s] = v0, at[s] = t->tile_word[b * t->nseg + s];
+      for (int64_t v = v0; v < v1; v++)
         FOR_COLD_RUNS(c, t, v, s, begin, end, {
-          int64_t k = entry[s]++;
-          t->dst[k] = (uint32_t)v;
-          t->count[k] = (uint32_t)(end - begin);
-          memcpy(t->src + arc[s], c->sources + begin, (size_t)(end - begin) * sizeof *t->src);
-          arc[s] += end - begin;
+          uint32_t *w = t->word + at[s];
+          int64_t delta = v - last[s], base = t->seg_slot[s];
+          if (delta >= t->esc) { /* too far for the word's field: the gap in a word of its own */
+            *w++ = t->esc << t->sbits;
+            *w++ = (uint32_t)delta;
+            delta = 0;
+          }
+          for (int64_t j = begin; j < end; j++, delta = 0) *w++ = (uint32_t)delta << t->sbits | (uint32_t)(c->sources[j] - base);
+          at[s] = w - t->word;
+          last[s] = v;
         });
     }
-    free(entry);
-    free(arc);
+    free(last);
+    free(at);
   }
   if (failed) goto oom;
   t->cold_arcs = cold;
@@ -185,18 +207,34 @@ oom:
   return gr_oom("graph pagerank", (size_t)n * 4);
 }
 
-/* acc[v] = the sum of v's cold arcs' contributions, for the vertices of block b. */
+/* acc[v] = the sum of v's cold arcs' contributions, for the vertices of block b: each
+ * run of one vertex's arcs in a segment summed in double, then added to acc in float. */
 void gr_tiles_gather(const gr_tiles *t, int64_t b, const float *restrict contrib, float *restrict acc, int64_t n) {
   int64_t v0 = b * t->dblock, v1 = v0 + t->dblock < n ? v0 + t->dblock : n;
-  memset(acc + v0, 0, (size_t)(v1 - v0) * sizeof *acc);
+  float *restrict a = acc + v0;
+  memset(a, 0, (size_t)(v1 - v0) * sizeof *a);
+  const int sbits = t->sbits;
+  const uint32_t esc = t->esc, smask = ((uint32_t)1 << sbits) - 1;
   for (int64_t s = 0; s < t->nseg; s++) {
     int64_t k = b * t->nseg + s;
-    const uint32_t *src = t->src + t->tile_arc[k];
-    for (int64_t e = t->tile_entry[k]; e < t->tile_entry[k + 1]; e++) {
-      double sum = 0;
-      for (uint32_t j = 0; j < t->count[e]; j++) sum += contrib[src[j]];
-      acc[t->dst[e]] += (float)sum;
-      src += t->count[e];
+    const float *restrict cs = contrib + t->seg_slot[s];
+    const uint32_t *w = t->word + t->tile_word[k], *end = t->word + t->tile_word[k + 1];
+    if (w == end) continue;
+    uint32_t dst = 0;
+    double sum = 0;
+    for (; w < end; w++) {
+      uint32_t d = *w >> sbits;
+      if (d) { /* the next vertex's run: the last one's sum is complete (+0 before the first) */
+        a[dst] += (float)sum;
+        sum = 0;
+        if (d == esc) {
+          dst += *++w;
+          continue;
+        }
+        dst += d;
+      }
+      sum += cs[*w & smask];
     }
+    a[dst] += (float)sum;
   }
 }

@@ -350,6 +350,8 @@ static void test_propagation_blocking(void **state) {
  * falls in segment key >> shift, and each vertex's cold sum is its segments' float sums
  * in ascending order. Checked against that definition, computed here directly, with keys
  * spread over a key space three times the slots (gaps: the slots are a subset). */
+static void check_tiles_keys(const gr_tiles_csr *c, const uint32_t *key, const float *contrib, float *acc, int bits);
+
 static void test_tiles_keys(void **state) {
   (void)state;
   enum { N = 300, SLOTS = 500, DEG = 40 };
@@ -368,12 +370,25 @@ static void test_tiles_keys(void **state) {
   }
   gr_tiles_csr c = {.n = N, .m = off[N], .offsets = off, .sources = src, .key = key, .slots = SLOTS,
                     .keys = key[SLOTS - 1] + 1, .active = SLOTS};
+  /* the words' distance field as wide as it comes (no escapes here), then 2 bits: a
+   * distance of 3 or more (most) takes an escape */
+  for (int bits = 0; bits <= 2; bits += 2) check_tiles_keys(&c, key, contrib, acc, bits);
+}
+
+static void check_tiles_keys(const gr_tiles_csr *c, const uint32_t *key, const float *contrib, float *acc, int bits) {
+  enum { N = 300 };
+  const int64_t *off = c->offsets;
+  const uint32_t *src = c->sources;
   gr_tiles t;
   gr_tiles_slice = 64;
-  assert_int_equal(gr_tiles_build_csr(&t, &c, true), EM_OK);
+  gr_tiles_delta_bits = bits;
+  assert_int_equal(gr_tiles_build_csr(&t, c, true), EM_OK);
   gr_tiles_slice = 0;
+  gr_tiles_delta_bits = 0;
   assert_non_null(t.hot_len);
   assert_int_equal(t.seg, 64);
+  assert_int_equal(t.esc, bits ? 3 : (1u << 26) - 1);
+  int64_t words = t.tile_word[t.nblocks * t.nseg];
   for (int64_t b = 0; b < t.nblocks; b++) gr_tiles_gather(&t, b, contrib, acc, N);
   int64_t cold = 0;
   for (int v = 0; v < N; v++) {
@@ -391,6 +406,8 @@ static void test_tiles_keys(void **state) {
   }
   assert_int_equal(t.cold_arcs, cold);
   assert_true(cold > off[N] / 2); /* most arcs are cold: the test exercises the tiles */
+  if (bits) assert_true(words > cold); /* escapes taken */
+  else assert_int_equal(words, cold);
   gr_tiles_free(&t);
 }
 
