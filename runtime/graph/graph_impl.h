@@ -209,7 +209,8 @@ uint64_t gr_xxh64(const void *data, size_t len, uint64_t seed);
 
 /* ---- PageRank's cache blocking of cold arcs (pr_tiles.c) */
 typedef struct gr_tiles {
-  int64_t seg; /* source segment width (1 << shift); sources below seg are hot */
+  int64_t seg; /* source segment width (1 << shift) */
+  int64_t hot; /* sources (keys) below hot are hot: a multiple of seg */
   int shift;
   int64_t nseg, dblock, nblocks;
   uint32_t *hot_len; /* [n] hot prefix of each vertex's sources; NULL: no tiles */

@@ -300,6 +300,27 @@ void pr_plan_device_free(pr_plan_device *d) {
   memset(d, 0, sizeof *d);
 }
 
+pr_update_args pr_update_base(int64_t n, double total, const int64_t *off, const uint32_t *src, float *const x[2],
+                              float *const contrib[2], int cur, const float *inv, const pr_plan_device *d,
+                              double damping) {
+  pr_update_args a;
+  memset(&a, 0, sizeof a);
+  a.n = n;
+  a.total = total;
+  a.off = off;
+  a.src = src;
+  a.contrib = contrib[cur];
+  a.x = x[cur];
+  a.y = x[cur ^ 1];
+  a.next = contrib[cur ^ 1];
+  a.inv = inv;
+  a.group_first = d->group_first;
+  a.chunk_first = d->chunk_first;
+  a.chunk_sum = d->chunk_sum;
+  a.damping = damping;
+  return a;
+}
+
 em_status pr_chunks_queue(const pr_state *st, const pr_plan *p, const pr_plan_device *d, const uint32_t *src,
                           const float *contrib, cudaStream_t s) {
   const int64_t nchunks = p->nchunks, warps = PR_THREADS / PR_GROUP;
@@ -493,23 +514,10 @@ static em_status iterate_once(pr_run *r, const em_cuda_pagerank_job *job, int i)
     PR_SPARSE("cusparseSpMV", cusparseSpMV(r->sp, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, r->sp_mat, r->sp_x[cur],
                                            &zero, r->sp_y, CUDA_R_32F, CUSPARSE_SPMV_CSR_ALG2, r->sp_buffer));
   }
-  pr_update_args a;
-  memset(&a, 0, sizeof a);
-  a.n = n;
-  a.total = (double)n;
-  a.off = r->off;
-  a.src = r->src;
-  a.contrib = r->contrib[cur];
-  a.x = r->x[cur];
-  a.y = r->x[cur ^ 1];
-  a.next = r->contrib[cur ^ 1];
-  a.inv = r->inv;
+  pr_update_args a =
+      pr_update_base(n, (double)n, r->off, r->src, r->x, r->contrib, cur, r->inv, &r->dplan, job->damping);
   a.tele = r->tele;
   a.gathered = r->engine == PR_CUSPARSE ? r->gathered : NULL;
-  a.group_first = r->dplan.group_first;
-  a.chunk_first = r->dplan.chunk_first;
-  a.chunk_sum = r->dplan.chunk_sum;
-  a.damping = job->damping;
   a.st = r->st;
   a.partial = r->partial;
   const int64_t blocks = update_blocks(n);

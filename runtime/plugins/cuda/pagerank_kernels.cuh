@@ -74,6 +74,13 @@ void pr_plan_device_free(pr_plan_device *d);
 em_status pr_chunks_queue(const pr_state *st, const pr_plan *p, const pr_plan_device *d, const uint32_t *src,
                           const float *contrib, cudaStream_t s);
 
+/* What both drivers give pr_update alike: n vertices of a graph of `total`, their lists,
+ * the scores and contributions read (index cur) and written (cur ^ 1), the inverse
+ * out-degrees, the plan and the damping; the rest zero (the caller sets what it uses). */
+pr_update_args pr_update_base(int64_t n, double total, const int64_t *off, const uint32_t *src, float *const x[2],
+                              float *const contrib[2], int cur, const float *inv, const pr_plan_device *d,
+                              double damping);
+
 /* One warp per chunk (PR_THREADS / PR_GROUP chunks a block); st may be NULL. */
 __global__ void pr_chunks(const pr_state *__restrict__ st, int64_t nchunks, const int64_t *__restrict__ chunk_begin,
                           const uint32_t *__restrict__ chunk_len, const uint32_t *__restrict__ src,

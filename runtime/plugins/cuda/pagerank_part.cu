@@ -160,22 +160,9 @@ em_status sweep(void *run, double scale, double coef) {
   EM_GPU_CHECK(OP, cudaMemsetAsync(j->sums, 0, 3 * sizeof(int64_t), s));
   if ((st = pr_chunks_queue(NULL, &r->plan, &r->dplan, r->src, r->contrib[cur], s))) return st;
   if (j->nl > 0) {
-    pr_update_args a;
-    memset(&a, 0, sizeof a);
-    a.n = j->nl;
-    a.total = (double)j->n;
-    a.off = r->off;
-    a.src = r->src;
-    a.contrib = r->contrib[cur];
-    a.x = r->x[cur];
-    a.y = r->x[cur ^ 1];
-    a.next = r->contrib[cur ^ 1];
+    pr_update_args a =
+        pr_update_base(j->nl, (double)j->n, r->off, r->src, r->x, r->contrib, cur, r->inv, &r->dplan, j->damping);
     a.own = r->own;
-    a.inv = r->inv;
-    a.group_first = r->dplan.group_first;
-    a.chunk_first = r->dplan.chunk_first;
-    a.chunk_sum = r->dplan.chunk_sum;
-    a.damping = j->damping;
     a.scale = scale;
     a.coef = coef;
     a.fixed = (unsigned long long *)j->sums;
