@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "dnn_check.cuh"
 #include "kernels.cuh"
 #include "nn_gpu.h"
 
@@ -38,23 +39,6 @@ namespace {
 
 enum direction { FORWARD, BACKWARD_DATA, BACKWARD_FILTER };
 const char *const direction_names[] = {"forward", "backward data", "backward filter"};
-
-em_status dnn_error(const char *op, const char *call, cudnnStatus_t s) {
-  char detail[512] = "";
-  cudnnGetLastErrorString(detail, sizeof detail);
-  em_status code = CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_NOT_SUPPORTED ? EM_ERR_UNSUPPORTED
-                   : s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED ||
-                           s == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED
-                       ? EM_ERR_MEMORY
-                       : EM_ERR_RUNTIME;
-  return em_set_error(code, "%s: %s failed: %s%s%s", op, call, cudnnGetErrorString(s), detail[0] ? ": " : "", detail);
-}
-
-#define DNN_CHECK(op, call)                                                   \
-  do {                                                                        \
-    cudnnStatus_t dnn_s_ = (call);                                            \
-    if (dnn_s_ != CUDNN_STATUS_SUCCESS) return dnn_error((op), #call, dnn_s_); \
-  } while (0)
 
 /* ---- environment switches, read once */
 
@@ -119,7 +103,7 @@ em_status make_descs(const char *op, const conv_shape &s, em_dtype dtype, conv_d
 #define TRY(c)                                    \
   if (!st && (e = (c)) != CUDNN_STATUS_SUCCESS) { \
     call = #c;                                    \
-    st = dnn_error(op, call, e);                  \
+    st = em_gpu_dnn_error(op, call, e);           \
   }
   TRY(cudnnCreateTensorDescriptor(&d->x));
   TRY(cudnnCreateTensorDescriptor(&d->y));
@@ -137,7 +121,7 @@ em_status make_descs(const char *op, const conv_shape &s, em_dtype dtype, conv_d
   if (!st) { /* cuDNN must agree on the output size (runtime/nn computed it) */
     int n, c, h, w;
     e = cudnnGetConvolution2dForwardOutputDim(d->conv, d->x, d->w, &n, &c, &h, &w);
-    if (e != CUDNN_STATUS_SUCCESS) st = dnn_error(op, "cudnnGetConvolution2dForwardOutputDim", e);
+    if (e != CUDNN_STATUS_SUCCESS) st = em_gpu_dnn_error(op, "cudnnGetConvolution2dForwardOutputDim", e);
     else if (n != s.n || c != s.co || h != s.oh || w != s.ow)
       st = em_set_error(EM_ERR_RUNTIME, "%s: cuDNN computes an output of [%d, %d, %d, %d], expected [%lld, %lld, %lld, %lld]",
                         op, n, c, h, w, (long long)s.n, (long long)s.co, (long long)s.oh, (long long)s.ow);
@@ -174,18 +158,18 @@ em_status rank_algos(const char *op, direction dir, cudnnHandle_t h, const conv_
   *n = 0;
   if (dir == FORWARD) {
     cudnnConvolutionFwdAlgoPerf_t p[MAX_ALGOS];
-    DNN_CHECK(op, cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n,
-                                                         p));
+    EM_DNN_CHECK(
+        op, cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, p));
     convert(p, *n, out);
   } else if (dir == BACKWARD_DATA) {
     cudnnConvolutionBwdDataAlgoPerf_t p[MAX_ALGOS];
-    DNN_CHECK(op, cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x,
-                                                              CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, n, p));
+    EM_DNN_CHECK(op, cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x,
+                                                                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, n, p));
     convert(p, *n, out);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t p[MAX_ALGOS];
-    DNN_CHECK(op, cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w,
-                                                                CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, n, p));
+    EM_DNN_CHECK(op, cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w,
+                                                                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, n, p));
     convert(p, *n, out);
   }
   if (*n > MAX_ALGOS) *n = MAX_ALGOS;
@@ -206,20 +190,20 @@ em_status time_algos(const char *op, direction dir, cudnnHandle_t h, const conv_
   *n = 0;
   if (dir == FORWARD) {
     cudnnConvolutionFwdAlgoPerf_t p[MAX_ALGOS];
-    DNN_CHECK(op, cudnnFindConvolutionForwardAlgorithmEx(h, d.x, b.x, d.w, b.w, d.conv, d.y, b.y,
-                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, p, ws, ws_size));
+    EM_DNN_CHECK(op, cudnnFindConvolutionForwardAlgorithmEx(h, d.x, b.x, d.w, b.w, d.conv, d.y, b.y,
+                                                            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, p, ws, ws_size));
     convert(p, *n, out);
   } else if (dir == BACKWARD_DATA) {
     cudnnConvolutionBwdDataAlgoPerf_t p[MAX_ALGOS];
-    DNN_CHECK(op, cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w, b.w, d.y, b.dy, d.conv, d.x, b.dx,
-                                                              CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, n, p, ws,
-                                                              ws_size));
+    EM_DNN_CHECK(op, cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w, b.w, d.y, b.dy, d.conv, d.x, b.dx,
+                                                                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, n, p, ws,
+                                                                 ws_size));
     convert(p, *n, out);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t p[MAX_ALGOS];
-    DNN_CHECK(op, cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x, b.x, d.y, b.dy, d.conv, d.w, b.dw,
-                                                                CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, n, p, ws,
-                                                                ws_size));
+    EM_DNN_CHECK(op, cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x, b.x, d.y, b.dy, d.conv, d.w, b.dw,
+                                                                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, n, p, ws,
+                                                                   ws_size));
     convert(p, *n, out);
   }
   if (*n > MAX_ALGOS) *n = MAX_ALGOS;
@@ -438,10 +422,10 @@ em_status run(const char *op, direction dir, cudnnHandle_t h, const conv_descs &
     e = execute(dir, h, d, c.algo, c.math, b, pa, pb, ws, c.workspace, &call);
     if (ws) em_gpu_free_ptr(ws); /* stream-ordered: reused only by work queued after this */
     if (e == CUDNN_STATUS_SUCCESS) return EM_OK;
-    if (CUDNN_STATUS_CATEGORY(e) != CUDNN_STATUS_NOT_SUPPORTED || !can_fall_back) return dnn_error(op, call, e);
+    if (CUDNN_STATUS_CATEGORY(e) != CUDNN_STATUS_NOT_SUPPORTED || !can_fall_back) return em_gpu_dnn_error(op, call, e);
   }
   e = execute(dir, h, d, c.fallback_algo, c.fallback_math, b, pa, pb, NULL, 0, &call);
-  return e == CUDNN_STATUS_SUCCESS ? EM_OK : dnn_error(op, call, e);
+  return e == CUDNN_STATUS_SUCCESS ? EM_OK : em_gpu_dnn_error(op, call, e);
 }
 
 /* ---- the whole batch, in chunks of images */

@@ -28,28 +28,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ember/nn.h"
+#include "dnn_check.cuh"
 #include "kernels.cuh"
 #include "nn_gpu.h"
 #include "seq_plan.h"
 
 namespace {
-
-em_status rnn_dnn_error(const char *op, const char *call, cudnnStatus_t s) {
-  char detail[512] = "";
-  cudnnGetLastErrorString(detail, sizeof detail);
-  em_status code = CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_NOT_SUPPORTED ? EM_ERR_UNSUPPORTED
-                   : s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED ||
-                           s == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED
-                       ? EM_ERR_MEMORY
-                       : EM_ERR_RUNTIME;
-  return em_set_error(code, "%s: %s failed: %s%s%s", op, call, cudnnGetErrorString(s), detail[0] ? ": " : "", detail);
-}
-
-#define RNN_DNN(op, call)                                                        \
-  do {                                                                           \
-    cudnnStatus_t dnn_s_ = (call);                                               \
-    if (dnn_s_ != CUDNN_STATUS_SUCCESS) return rnn_dnn_error((op), #call, dnn_s_); \
-  } while (0)
 
 const char *const op_names[] = {"rnn_tanh", "rnn_relu", "lstm", "gru"};
 
@@ -104,29 +88,31 @@ em_status make_descs(const char *op, cudnnHandle_t handle, const em_rnn_params *
                         : p->mode == EM_RNN_RELU ? CUDNN_RNN_RELU
                         : p->mode == EM_RNN_LSTM ? CUDNN_LSTM
                                                  : CUDNN_GRU;
-  RNN_DNN(op, cudnnCreateDropoutDescriptor(&d.drop));
+  EM_DNN_CHECK(op, cudnnCreateDropoutDescriptor(&d.drop));
   /* one layer: no dropout inside cuDNN (between layers it is the modules' F.dropout) */
-  RNN_DNN(op, cudnnSetDropoutDescriptor(d.drop, handle, 0.0f, NULL, 0, 0));
-  RNN_DNN(op, cudnnCreateRNNDescriptor(&d.rnn));
-  RNN_DNN(op, cudnnSetRNNDescriptor_v8(d.rnn, CUDNN_RNN_ALGO_STANDARD, cell, CUDNN_RNN_DOUBLE_BIAS,
-                                       CUDNN_UNIDIRECTIONAL, CUDNN_LINEAR_INPUT, dt, dt, math, (int32_t)p->NI,
-                                       (int32_t)p->H, (int32_t)p->H, 1, d.drop, CUDNN_RNN_PADDED_IO_ENABLED));
+  EM_DNN_CHECK(op, cudnnSetDropoutDescriptor(d.drop, handle, 0.0f, NULL, 0, 0));
+  EM_DNN_CHECK(op, cudnnCreateRNNDescriptor(&d.rnn));
+  EM_DNN_CHECK(op, cudnnSetRNNDescriptor_v8(d.rnn, CUDNN_RNN_ALGO_STANDARD, cell, CUDNN_RNN_DOUBLE_BIAS,
+                                            CUDNN_UNIDIRECTIONAL, CUDNN_LINEAR_INPUT, dt, dt, math, (int32_t)p->NI,
+                                            (int32_t)p->H, (int32_t)p->H, 1, d.drop, CUDNN_RNN_PADDED_IO_ENABLED));
   double zero64 = 0;
   float zero32 = 0;
   void *fill = dtype == EM_FLOAT64 ? (void *)&zero64 : (void *)&zero32;
-  RNN_DNN(op, cudnnCreateRNNDataDescriptor(&d.x));
-  RNN_DNN(op, cudnnSetRNNDataDescriptor(d.x, dt, CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED, (int)p->T, (int)p->B,
-                                        (int)p->NI, lens, fill));
-  RNN_DNN(op, cudnnCreateRNNDataDescriptor(&d.y));
-  RNN_DNN(op, cudnnSetRNNDataDescriptor(d.y, dt, CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED, (int)p->T, (int)p->B,
-                                        (int)p->H, lens, fill));
+  EM_DNN_CHECK(op, cudnnCreateRNNDataDescriptor(&d.x));
+  EM_DNN_CHECK(op, cudnnSetRNNDataDescriptor(d.x, dt, CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED, (int)p->T, (int)p->B,
+                                             (int)p->NI, lens, fill));
+  EM_DNN_CHECK(op, cudnnCreateRNNDataDescriptor(&d.y));
+  EM_DNN_CHECK(op, cudnnSetRNNDataDescriptor(d.y, dt, CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED, (int)p->T, (int)p->B,
+                                             (int)p->H, lens, fill));
   int dims[3] = {1, (int)p->B, (int)p->H}, strides[3] = {(int)(p->B * p->H), (int)p->H, 1};
-  RNN_DNN(op, cudnnCreateTensorDescriptor(&d.h));
-  RNN_DNN(op, cudnnSetTensorNdDescriptor(d.h, dt, 3, dims, strides));
-  RNN_DNN(op, cudnnCreateTensorDescriptor(&d.m));
-  RNN_DNN(op, cudnnCreateTensorDescriptor(&d.b));
-  RNN_DNN(op, cudnnGetRNNWeightSpaceSize(handle, d.rnn, &d.weight_bytes));
-  RNN_DNN(op, cudnnGetRNNTempSpaceSizes(handle, d.rnn, training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE, d.x, &d.work_bytes, &d.reserve_bytes));
+  EM_DNN_CHECK(op, cudnnCreateTensorDescriptor(&d.h));
+  EM_DNN_CHECK(op, cudnnSetTensorNdDescriptor(d.h, dt, 3, dims, strides));
+  EM_DNN_CHECK(op, cudnnCreateTensorDescriptor(&d.m));
+  EM_DNN_CHECK(op, cudnnCreateTensorDescriptor(&d.b));
+  EM_DNN_CHECK(op, cudnnGetRNNWeightSpaceSize(handle, d.rnn, &d.weight_bytes));
+  EM_DNN_CHECK(
+      op, cudnnGetRNNTempSpaceSizes(handle, d.rnn, training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE, d.x,
+                                    &d.work_bytes, &d.reserve_bytes));
   return EM_OK;
 }
 
@@ -153,7 +139,7 @@ em_status copy_params(const char *op, cudnnHandle_t handle, const rnn_descs &d, 
     em_tensor *w = pl.recurrent ? w_hh : w_ih, *b = pl.recurrent ? b_hh : b_ih;
     if (!w && !b) continue;
     void *maddr = NULL, *baddr = NULL;
-    RNN_DNN(op, cudnnGetRNNWeightParams(handle, d.rnn, 0, d.weight_bytes, ws, id, d.m, &maddr, d.b, &baddr));
+    EM_DNN_CHECK(op, cudnnGetRNNWeightParams(handle, d.rnn, 0, d.weight_bytes, ws, id, d.m, &maddr, d.b, &baddr));
     if (desc_numel(d.m) != pl.w_count || desc_numel(d.b) != pl.b_count)
       return em_set_error(EM_ERR_RUNTIME,
                           "%s: cuDNN's weight space does not have the expected layout (linear layer %d: %lld and %lld "
@@ -276,7 +262,7 @@ extern "C" em_status em_gpu_rnn_layer(const em_rnn_params *p, em_tensor *y, em_t
                                       (const int32_t *)dlens.ptr, d.x, xin, d.y, yout, d.h, h0 ? em_tensor_ptr(h0) : NULL,
                                       hy, d.h, c0 ? em_tensor_ptr(c0) : NULL, cy, d.weight_bytes, ws, d.work_bytes,
                                       work.ptr, saved ? d.reserve_bytes : 0, saved ? reserve : NULL);
-    if (e != CUDNN_STATUS_SUCCESS) st = rnn_dnn_error(op, "cudnnRNNForward", e);
+    if (e != CUDNN_STATUS_SUCCESS) st = em_gpu_dnn_error(op, "cudnnRNNForward", e);
   }
   if (!st && p->reverse)
     st = remap(op, em_tensor_ptr(y), yr.ptr, (const int32_t *)dlens.ptr, p, p->H, 1, dtype, device, stream);
@@ -347,7 +333,7 @@ extern "C" em_status em_gpu_rnn_layer_backward(const em_rnn_params *p, em_tensor
       gh0 ? em_tensor_ptr(gh0) : NULL, d.h, c0 ? em_tensor_ptr(c0) : NULL,
       gs && p->mode == EM_RNN_LSTM ? gs + sbytes : NULL, gc0 ? em_tensor_ptr(gc0) : NULL, d.weight_bytes, ws,
       d.work_bytes, work.ptr, d.reserve_bytes, reserve);
-  if (e != CUDNN_STATUS_SUCCESS) return rnn_dnn_error(op, "cudnnRNNBackwardData_v8", e);
+  if (e != CUDNN_STATUS_SUCCESS) return em_gpu_dnn_error(op, "cudnnRNNBackwardData_v8", e);
   if (gc0 && p->mode != EM_RNN_LSTM) EM_GPU_CHECK(op, cudaMemsetAsync(em_tensor_ptr(gc0), 0, sbytes, stream));
   /* past a length the input has no gradient: zeros there (and the reverse order undone) */
   if (gx && (p->reverse || p->lengths) &&
@@ -359,7 +345,7 @@ extern "C" em_status em_gpu_rnn_layer_backward(const em_rnn_params *p, em_tensor
     e = cudnnRNNBackwardWeights_v8(handle, d.rnn, CUDNN_WGRAD_MODE_ADD, dl, d.x, xin, d.h,
                                    h0 ? em_tensor_ptr(h0) : NULL, d.y, yin, d.weight_bytes, dws.ptr, d.work_bytes,
                                    work.ptr, d.reserve_bytes, reserve);
-    if (e != CUDNN_STATUS_SUCCESS) return rnn_dnn_error(op, "cudnnRNNBackwardWeights_v8", e);
+    if (e != CUDNN_STATUS_SUCCESS) return em_gpu_dnn_error(op, "cudnnRNNBackwardWeights_v8", e);
     if ((st = copy_params(op, handle, d, p, dws.ptr, 0, gw_ih, gw_hh, gb_ih, gb_hh, stream))) return st;
   }
   return EM_OK;
