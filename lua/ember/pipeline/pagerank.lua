@@ -149,18 +149,21 @@ local function cache_key(gcfg)
   return json.encode(key)
 end
 
+-- The graph graph.generate asks for, built with the options o (the single-process job's, or
+-- the distributed job's with its group).
+local function generate(graph, gen, o)
+  o.seed = gen.seed
+  if gen.kind == 'kronecker' then
+    o.scale, o.edge_factor = gen.scale, gen.edge_factor
+    return graph.kronecker(o)
+  end
+  o.vertices, o.edges = 2 ^ gen.scale, gen.edge_factor * 2 ^ gen.scale
+  return graph.uniform(o)
+end
+
 local function build(graph, gcfg)
   local gen = gcfg.generate
-  if gen then
-    local o = build_options(gen, gcfg.reorder)
-    o.seed = gen.seed
-    if gen.kind == 'kronecker' then
-      o.scale, o.edge_factor = gen.scale, gen.edge_factor
-      return graph.kronecker(o)
-    end
-    o.vertices, o.edges = 2 ^ gen.scale, gen.edge_factor * 2 ^ gen.scale
-    return graph.uniform(o)
-  end
+  if gen then return generate(graph, gen, build_options(gen, gcfg.reorder)) end
   local inp = gcfg.input
   local o = build_options(inp, gcfg.reorder)
   o.format, o.reverse, o.labels = inp.format, inp.reverse, inp.labels
@@ -357,8 +360,8 @@ end
 function M.run(cfg, ctx)
   if cfg.distributed then
     return require('ember.pipeline.pagerank_dist').run(cfg, ctx, { describe_source = describe_source,
-      cache_key = cache_key, top_table = top_table, write_scores = write_scores, mkparent = mkparent,
-      ranking_study = M.ranking_study, rank_plot_path = M.rank_plot_path })
+      generate = generate, cache_key = cache_key, top_table = top_table, write_scores = write_scores,
+      mkparent = mkparent, ranking_study = M.ranking_study, rank_plot_path = M.rank_plot_path })
   end
   local ember = require 'ember'
   local log = ctx.log

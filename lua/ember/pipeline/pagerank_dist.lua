@@ -22,19 +22,11 @@ local checkpoint = require 'ember.pipeline.checkpoint'
 
 local M = {}
 
-local function build(graph, gcfg)
+local function build(graph, gcfg, H)
   local gen, o = gcfg.generate, { group = true }
   local spec = gen or gcfg.input
   o.directed, o.drop_self_loops, o.drop_duplicates = spec.directed, spec.drop_self_loops, spec.drop_duplicates
-  if gen then
-    o.seed = gen.seed
-    if gen.kind == 'kronecker' then
-      o.scale, o.edge_factor = gen.scale, gen.edge_factor
-      return graph.kronecker(o)
-    end
-    o.vertices, o.edges = 2 ^ gen.scale, gen.edge_factor * 2 ^ gen.scale
-    return graph.uniform(o)
-  end
+  if gen then return H.generate(graph, gen, o) end
   if gcfg.input.labels then error('graph.input.labels: not supported by the distributed job', 0) end
   o.format, o.reverse = gcfg.input.format, gcfg.input.reverse
   local ok, g = pcall(graph.load, gcfg.input.path, o)
@@ -44,7 +36,7 @@ end
 
 -- The partition, how it was obtained and the seconds it took (the cache: a manifest, its
 -- rank files and a sidecar <cache>.json with what it was built from).
-local function obtain(ember, gcfg, key, log, rank)
+local function obtain(ember, gcfg, key, log, rank, H)
   local graph, dist = ember.graph, ember.dist
   local t0 = progress.now()
   if gcfg.cache then
@@ -63,7 +55,7 @@ local function obtain(ember, gcfg, key, log, rank)
       log('graph cache %s: %s: building the graph', gcfg.cache, stored and 'built from another source' or 'absent')
     end
     t0 = progress.now()
-    local g = build(graph, gcfg)
+    local g = build(graph, gcfg, H)
     local dt = progress.now() - t0
     if rank == 0 then
       local dir = gcfg.cache:match('^(.*)/[^/]*$')
@@ -74,11 +66,11 @@ local function obtain(ember, gcfg, key, log, rank)
     if rank == 0 then checkpoint.write_atomic(gcfg.cache .. '.json', key .. '\n') end
     return g, 'generated or parsed', dt
   end
-  local g = build(graph, gcfg)
+  local g = build(graph, gcfg, H)
   return g, gcfg.generate and 'generated' or 'parsed', progress.now() - t0
 end
 
--- helpers: the single-process job's describe_source, cache_key, top_table, write_scores
+-- H: the single-process job's helpers (describe_source, generate, cache_key, top_table, write_scores, ...)
 function M.run(cfg, ctx, H)
   local ember = require 'ember'
   local dist = ember.dist
@@ -91,7 +83,7 @@ function M.run(cfg, ctx, H)
   -- not the rank count (another is refused); /2: the cache keeps a file's weights (those
   -- of before dropped them or refused the file)
   local key = H.cache_key(gcfg):gsub('^{', '{"partitioned":2,')
-  local g, from, build_seconds = obtain(ember, gcfg, key, log, rank)
+  local g, from, build_seconds = obtain(ember, gcfg, key, log, rank, H)
   if pr.weighted == true and not g:is_weighted() then
     error(string.format('pagerank.weighted is true, but %s has no edge weights (expected a Matrix Market real or ' ..
       'integer file, or a SNAP file with a third column)', source), 0)
