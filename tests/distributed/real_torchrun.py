@@ -32,12 +32,18 @@ def free_port():
         return s.getsockname()[1]
 
 
+def launch_env(extra=None):
+    """This environment without what would make ember think a launcher already started it."""
+    e = dict(os.environ, EMBER_NUM_THREADS="1", **(extra or {}))
+    for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
+        e.pop(k, None)
+    return e
+
+
 def torchrun(n, script, *args, env=None, timeout=240):
     cmd = [TORCHRUN, "--nproc-per-node", str(n), "--master-port", str(free_port()), "--no-python", EMBER,
            os.path.join(HERE, script), *args]
-    e = dict(os.environ, EMBER_NUM_THREADS="1", **(env or {}))
-    for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
-        e.pop(k, None)
+    e = launch_env(env)
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
     out = re.sub(r"timed out after (\d+)\.\d+ s", r"timed out after \1 s", p.stdout + p.stderr)
@@ -67,11 +73,8 @@ KEYS = ["graph.generate.scale=12", "pagerank.tol=0", "pagerank.max_iter=15", "th
 
 def pagerank_scores(out_tsv, *launcher):
     cmd = [*launcher, EMBER, "run", JOB, *KEYS, f"output.scores={out_tsv}"]
-    e = dict(os.environ, EMBER_NUM_THREADS="1")
-    for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        e.pop(k, None)
     t0 = time.monotonic()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=e)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=launch_env())
     scores = {}
     if p.returncode == 0 and os.path.exists(out_tsv):
         for line in open(out_tsv):
